@@ -1,0 +1,32 @@
+"""The Python API: ``quantune.tune(config) -> Result``."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from quantune.config import Config, LoadedConfig, load_config
+from quantune.engine import Engine, RunListener
+from quantune.report import Result
+
+
+def tune(
+    config: str | Path | dict[str, Any] | Config,
+    output: str | Path | None = None,
+    *,
+    restart: bool = False,
+    listeners: list[RunListener] | None = None,
+) -> Result:
+    """Searches the config's space and returns the result; files go to ``output``.
+
+    ``config`` is a YAML/JSON path, a dict, or a :class:`~quantune.config.Config`. The default
+    output folder is ``runs/<config file name>`` in the working directory.
+
+    >>> result = quantune.tune("examples/digits/config.yaml")  # doctest: +SKIP
+    >>> result.best.metrics["latency_ms"], result.best_model_path  # doctest: +SKIP
+    """
+    loaded: LoadedConfig = load_config(config)
+    if output is None:
+        name = Path(loaded.source).stem if loaded.source != "config" else "quantune"
+        output = Path("runs") / name
+    return Engine(loaded, Path(output), restart=restart, listeners=listeners or []).run()

@@ -1,0 +1,116 @@
+"""The ``quantune`` command: run, schema, passes, space.
+
+User mistakes (a bad config, a missing file) print one line naming the field or file and
+exit with code 2; they never show a traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from rich.console import Console
+
+from quantune.errors import QuantuneError
+
+EXIT_USER_ERROR = 2
+
+
+def _cmd_run(args: argparse.Namespace) -> int:
+    from quantune.api import tune
+    from quantune.report.console import ConsoleListener, render_result
+
+    listeners = [] if args.quiet else [ConsoleListener()]
+    result = tune(args.config, args.output, restart=args.restart, listeners=listeners)
+    render_result(result, Console())
+    return 0
+
+
+def _cmd_schema(args: argparse.Namespace) -> int:
+    from quantune.config import config_json_schema
+
+    print(json.dumps(config_json_schema(), indent=2))
+    return 0
+
+
+def _cmd_passes(args: argparse.Namespace) -> int:
+    from rich.table import Table
+
+    from quantune.passes import get_pass, pass_names
+
+    table = Table(title="passes")
+    for column in ("name", "parameter", "default", "default search values"):
+        table.add_column(column)
+    for name in pass_names():
+        pass_cls = get_pass(name)
+        for index, (param, field) in enumerate(pass_cls.Config.model_fields.items()):
+            space = pass_cls.search_space.get(param)
+            if space is None:
+                searched = ""
+            elif hasattr(space, "choices"):
+                searched = ", ".join(map(str, space.choices))
+            else:
+                searched = "; ".join(f"{k[0]}: {list(v)}" for k, v in space.cases.items())
+            table.add_row(name if index == 0 else "", param, repr(field.default), searched)
+    Console().print(table)
+    return 0
+
+
+def _cmd_space(args: argparse.Namespace) -> int:
+    import random
+
+    from quantune.config import load_config
+    from quantune.engine.plan import build_plan, describe_point
+
+    plan = build_plan(load_config(args.config).config)
+    space = plan.space
+    print(f"flow: {' -> '.join(plan.flow)}")
+    print(f"parameters: {len(space)}  ({', '.join(space.names) or 'none searched'})")
+    print(f"size before rules: {space.raw_size()}")
+    rng = random.Random(0)
+    for _ in range(args.samples):
+        point = space.sample(rng)
+        print(f"  {'valid' if space.is_valid(point) else 'pruned'}: {describe_point(point)}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="quantune", description="Search for the best optimized ONNX model.")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    run = sub.add_parser("run", help="tune a model as a config says")
+    run.add_argument("config", help="YAML or JSON config file")
+    run.add_argument("--output", "-o", help="output folder (default: runs/<config name>)")
+    run.add_argument("--restart", action="store_true", help="replace a run of another config in --output")
+    run.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    run.set_defaults(func=_cmd_run)
+
+    schema = sub.add_parser("schema", help="print the config's JSON Schema")
+    schema.set_defaults(func=_cmd_schema)
+
+    passes = sub.add_parser("passes", help="list passes, their parameters and default search values")
+    passes.set_defaults(func=_cmd_passes)
+
+    space = sub.add_parser("space", help="print the size of a config's search space and sample points")
+    space.add_argument("config")
+    space.add_argument("--samples", type=int, default=5)
+    space.set_defaults(func=_cmd_space)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return args.func(args)
+    except QuantuneError as exc:
+        print(f"quantune: error: {exc}", file=sys.stderr)
+        return EXIT_USER_ERROR
+    except KeyboardInterrupt:
+        print("quantune: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

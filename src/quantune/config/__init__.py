@@ -1,0 +1,30 @@
+"""The run config: pydantic schemas, loading from YAML/JSON, and errors that name the field."""
+
+from __future__ import annotations
+
+from quantune.config.loader import LoadedConfig, load_config
+from quantune.config.schema import (
+    Config,
+    CriterionConfig,
+    DataConfig,
+    EvaluationConfig,
+    LatencyConfig,
+    PassEntry,
+    SearchConfig,
+    StopConfig,
+    config_json_schema,
+)
+
+__all__ = [
+    "Config",
+    "CriterionConfig",
+    "DataConfig",
+    "EvaluationConfig",
+    "LatencyConfig",
+    "LoadedConfig",
+    "PassEntry",
+    "SearchConfig",
+    "StopConfig",
+    "config_json_schema",
+    "load_config",
+]

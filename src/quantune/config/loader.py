@@ -1,0 +1,103 @@
+"""Loading a config from a path, dict or object, turning every problem into a ConfigError."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from pydantic import ValidationError
+
+from quantune.config.schema import Config
+from quantune.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class LoadedConfig:
+    """A validated config plus the folder its relative paths are relative to."""
+
+    config: Config
+    base_dir: Path
+    source: str
+
+    def resolve(self, path: str) -> Path:
+        return (self.base_dir / path).expanduser().resolve()
+
+
+def load_config(config: str | Path | dict[str, Any] | Config | LoadedConfig) -> LoadedConfig:
+    """Accepts a YAML/JSON file path, a dict, or a :class:`Config`; relative paths in a file
+    config are relative to the file's folder, otherwise to the working directory."""
+    if isinstance(config, LoadedConfig):
+        return config
+    if isinstance(config, Config):
+        return LoadedConfig(config, Path.cwd(), "config")
+    if isinstance(config, dict):
+        return LoadedConfig(_validate(config, "config"), Path.cwd(), "config")
+    path = Path(config)
+    if not path.is_file():
+        raise ConfigError(f"no config file at '{config}'")
+    text = path.read_text()
+    try:
+        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+    except (ValueError, yaml.YAMLError) as exc:
+        raise ConfigError(
+            f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}", source=str(path)
+        ) from None
+    if not isinstance(raw, dict):
+        raise ConfigError("the top level must be a mapping (model:, data:, passes:, ...)", source=str(path))
+    return LoadedConfig(_validate(raw, str(path)), path.resolve().parent, str(path))
+
+
+def _validate(raw: dict[str, Any], source: str) -> Config:
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        raise ConfigError(format_validation_error(exc), source=source) from None
+
+
+def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
+    """One line per problem: ``field.path: what is wrong`` (and what is allowed)."""
+    lines = []
+    for error in exc.errors():
+        location = ".".join(str(part) for part in (*([prefix] if prefix else []), *error["loc"]))
+        message = error["msg"]
+        if error["type"] == "extra_forbidden":
+            message = "unknown field"
+            parent = ".".join(str(p) for p in error["loc"][:-1])
+            allowed = _allowed_fields(exc, error["loc"][:-1])
+            if allowed:
+                message += f" (allowed here{' in ' + parent if parent else ''}: {', '.join(allowed)})"
+        elif error["type"] == "missing":
+            message = "required field is missing"
+        lines.append(f"{location or '(top level)'}: {message}")
+    return "; ".join(lines)
+
+
+def _allowed_fields(exc: ValidationError, loc: tuple[Any, ...]) -> list[str]:
+    model: Any = Config if exc.title == "Config" else None
+    for part in loc:
+        if model is None:
+            return []
+        if isinstance(part, int):
+            continue
+        field = model.model_fields.get(part)
+        if field is None:
+            return []
+        model = _model_of(field.annotation)
+    return list(model.model_fields) if model is not None else []
+
+
+def _model_of(annotation: Any) -> Any:
+    from typing import get_args
+
+    from pydantic import BaseModel
+
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+        return annotation
+    for arg in get_args(annotation):
+        found = _model_of(arg)
+        if found is not None:
+            return found
+    return None

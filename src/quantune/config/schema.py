@@ -1,0 +1,97 @@
+"""What a run config may say, as pydantic models; ``quantune schema`` prints the JSON Schema.
+
+A pass parameter is either a fixed value or ``{search: [...]}`` (the values to search), or a
+conditional ``{search: {when: parent, cases: {parent_value: [...]}}}``. ``search: true`` on a
+pass searches its default space, except parameters given a fixed value.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class DataConfig(_Strict):
+    calibration: str | None = Field(
+        default=None, description="Calibration data: an .npz file or 'path/to/script.py:function'."
+    )
+    evaluation: str = Field(description="Evaluation data: an .npz file or 'path/to/script.py:function'.")
+    batch_size: int = Field(default=32, gt=0, description="Rows per batch for calibration and evaluation.")
+    label_key: str = Field(default="label", description="Name of the label array in the evaluation data.")
+
+
+class LatencyConfig(_Strict):
+    warmup: int = Field(default=10, ge=0)
+    repeats: int = Field(default=50, gt=0)
+    threads: int = Field(default=1, gt=0, description="onnxruntime intra-op threads while timing.")
+    batch_size: int | None = Field(default=None, gt=0, description="Rows in the timed batch (default: data's).")
+
+
+class EvaluationConfig(_Strict):
+    metric: str = Field(
+        default="top1",
+        description="The accuracy metric the criterion guards: top1 (needs labels), top1_agreement, cosine, "
+        "l2, max_abs_diff (agreement with the original model), or 'path/to/script.py:function'.",
+    )
+    latency: LatencyConfig = Field(default_factory=LatencyConfig)
+
+
+class CriterionConfig(_Strict):
+    type: Literal["relative", "absolute"] = "relative"
+    tolerable_loss: float = Field(default=0.01, ge=0)
+    higher_is_better: bool | None = Field(
+        default=None, description="Direction of the metric; defaults to the built-in metric's own."
+    )
+
+
+class PassEntry(_Strict):
+    name: str = Field(description="A registered pass, e.g. graph_opt, dynamic_quant, static_quant.")
+    id: str | None = Field(default=None, description="Name of this step in results (default: the pass name).")
+    search: bool = Field(default=False, description="Search the pass's default space.")
+    params: dict[str, Any] = Field(default_factory=dict)
+
+    @property
+    def step_id(self) -> str:
+        return self.id or self.name
+
+
+class SearchConfig(_Strict):
+    sampler: str = Field(default="tpe", description="exhaustive, random, tpe, or a registered sampler.")
+    seed: int = 0
+
+
+class StopConfig(_Strict):
+    max_trials: int | None = Field(default=20, gt=0)
+    timeout_s: float | None = Field(default=None, gt=0)
+    stop_when_met: bool = Field(default=False, description="Stop at the first trial that meets the criterion.")
+    n_candidates: int | None = Field(default=None, gt=0, description="Stop once this many trials meet it.")
+
+
+class Config(_Strict):
+    model: str = Field(description="Path to the input ONNX model (never modified).")
+    data: DataConfig
+    evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
+    criterion: CriterionConfig = Field(default_factory=CriterionConfig)
+    objective: Literal["latency", "size"] = "latency"
+    passes: list[PassEntry] = Field(min_length=1)
+    search: SearchConfig = Field(default_factory=SearchConfig)
+    stop: StopConfig = Field(default_factory=StopConfig)
+    cache_dir: str | None = Field(default=None, description="Artifact cache (default ~/.cache/quantune).")
+
+    @model_validator(mode="after")
+    def _unique_steps(self) -> Config:
+        seen: set[str] = set()
+        for entry in self.passes:
+            if entry.step_id in seen:
+                raise ValueError(f"pass '{entry.step_id}' appears twice; give each an 'id'")
+            seen.add(entry.step_id)
+        return self
+
+
+def config_json_schema() -> dict[str, Any]:
+    return Config.model_json_schema()

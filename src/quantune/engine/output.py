@@ -1,0 +1,59 @@
+"""The run's output folder: claimed safely, never clobbering what a user put there."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+from quantune.errors import QuantuneError
+from quantune.store import RunStore
+
+RUN_DB = "run.db"
+_OURS = {
+    RUN_DB,
+    f"{RUN_DB}-wal",
+    f"{RUN_DB}-shm",
+    "results.json",
+    "quantune.log",
+    "config.json",
+    "best",
+    "closest_miss",
+}
+
+
+def open_output(folder: Path, config_hash: str, *, restart: bool, protected: list[Path]) -> RunStore:
+    """Opens (or creates) the run store in ``folder``.
+
+    A folder holding a run of a different config is refused unless ``restart``; a folder
+    holding files quantune did not write is refused always; ``protected`` files (the input
+    model, the data) may never lie inside the parts quantune rewrites.
+    """
+    folder = folder.resolve()
+    for path in protected:
+        if path.resolve() == (folder / "best" / "model.onnx") or path.resolve().parent == folder / "best":
+            raise QuantuneError(f"--output: '{folder}' would overwrite the input file '{path}'; choose another folder")
+    if folder.exists() and not folder.is_dir():
+        raise QuantuneError(f"--output: '{folder}' is a file, not a folder")
+    if folder.is_dir():
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in _OURS)
+        if foreign and not (folder / RUN_DB).exists():
+            raise QuantuneError(
+                f"--output: '{folder}' already holds files quantune did not write ({', '.join(foreign[:3])}...); "
+                "choose an empty or new folder"
+            )
+    folder.mkdir(parents=True, exist_ok=True)
+    store = RunStore(folder / RUN_DB)
+    previous = store.get_meta("config_hash")
+    if previous is not None and previous != config_hash and not restart:
+        store.close()
+        raise QuantuneError(
+            f"--output: '{folder}' holds a run of a different config; pass --restart to replace it, "
+            "or choose another --output folder"
+        )
+    # Same config: the trials are re-run (each one a cache hit), so the old rows are replaced.
+    store.clear()
+    for stale in ("best", "closest_miss"):
+        shutil.rmtree(folder / stale, ignore_errors=True)
+    (folder / "results.json").unlink(missing_ok=True)
+    store.set_meta("config_hash", config_hash)
+    return store

@@ -1,0 +1,42 @@
+"""A trial as data: what was asked (flow + point) and what came back."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from typing import Any, Literal
+
+from quantune.space import Point
+
+Status = Literal["ok", "failed"]
+
+
+@dataclass(frozen=True)
+class Trial:
+    number: int
+    flow: tuple[str, ...]
+    params: Point
+
+
+@dataclass
+class TrialRecord:
+    """One finished trial; its dict form is an entry of ``results.json``'s ``trials``."""
+
+    number: int
+    flow: list[str]
+    params: Point
+    status: Status
+    metrics: dict[str, float] = field(default_factory=dict)
+    meets_criterion: bool | None = None
+    accuracy_loss: float | None = None
+    objective: float | None = None
+    durations: dict[str, Any] = field(default_factory=dict)
+    cache: dict[str, str] = field(default_factory=dict)
+    error: str | None = None
+    model_path: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> TrialRecord:
+        return cls(**{key: data[key] for key in cls.__dataclass_fields__ if key in data})

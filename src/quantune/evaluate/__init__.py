@@ -1,0 +1,20 @@
+"""Measuring models: accuracy metrics, agreement with the original, latency, size; the criterion."""
+
+from __future__ import annotations
+
+from quantune.evaluate.criterion import Criterion, CriterionCheck
+from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
+from quantune.evaluate.latency import LatencySpec, measure_latency
+from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
+
+__all__ = [
+    "AGREEMENT_METRICS",
+    "LABEL_METRICS",
+    "Criterion",
+    "CriterionCheck",
+    "EvaluationSpec",
+    "Evaluator",
+    "LatencySpec",
+    "measure_latency",
+    "metric_direction",
+]

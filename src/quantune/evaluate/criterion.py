@@ -1,0 +1,42 @@
+"""The accuracy criterion: how much a candidate may lose against the original model.
+
+``relative`` compares the loss with the baseline's magnitude (0.01 = at most 1% of the
+original's figure); ``absolute`` compares it with the metric's own units. ``higher_is_better``
+sets which way is a loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+_EPS = 1e-12
+
+
+@dataclass(frozen=True)
+class CriterionCheck:
+    """``loss`` is measured in the criterion's units (a fraction when relative); ``violation``
+    is how much of it is over the budget (0 when the criterion is met)."""
+
+    meets: bool
+    loss: float
+    violation: float
+
+
+@dataclass(frozen=True)
+class Criterion:
+    kind: Literal["relative", "absolute"]
+    tolerable_loss: float
+    higher_is_better: bool = True
+
+    def check(self, baseline: float, candidate: float) -> CriterionCheck:
+        drop = baseline - candidate if self.higher_is_better else candidate - baseline
+        loss = drop / max(abs(baseline), _EPS) if self.kind == "relative" else drop
+        violation = max(0.0, loss - self.tolerable_loss)
+        # A tiny tolerance so that a loss equal to the budget (up to float rounding) meets it.
+        return CriterionCheck(meets=loss <= self.tolerable_loss + 1e-12, loss=loss, violation=violation)
+
+    def describe(self) -> str:
+        budget = f"{self.tolerable_loss:.2%}" if self.kind == "relative" else f"{self.tolerable_loss:g}"
+        direction = "higher is better" if self.higher_is_better else "lower is better"
+        return f"at most {budget} {self.kind} loss ({direction})"

@@ -1,0 +1,19 @@
+"""Model transformations. Each pass declares its config class and default search values."""
+
+from __future__ import annotations
+
+from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.onnx import DynamicQuantization, GraphOptimization, StaticQuantization
+from quantune.passes.registry import get_pass, pass_names, register_pass
+
+__all__ = [
+    "DynamicQuantization",
+    "GraphOptimization",
+    "Pass",
+    "PassConfig",
+    "PassContext",
+    "StaticQuantization",
+    "get_pass",
+    "pass_names",
+    "register_pass",
+]

@@ -1,0 +1,54 @@
+"""The Pass contract.
+
+A pass turns one model file into another. It declares:
+
+* ``Config``: a pydantic model of its parameters, with defaults (what runs when nothing is
+  searched) and validators (what onnxruntime cannot do, so such points are never run);
+* ``search_space``: its default search values, used when a config says ``search: true``;
+* ``needs_calibration``: whether it reads calibration data (which then enters its cache key).
+
+Passes know nothing about search or caching; the engine hands them paths and a context.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from pathlib import Path
+from typing import ClassVar
+
+from pydantic import BaseModel, ConfigDict
+
+from quantune.data import Dataset
+from quantune.space import Param
+
+
+class PassConfig(BaseModel):
+    """Base of every pass config: unknown parameters are errors, not silently ignored."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What a pass may need beyond its input model: calibration data and a scratch folder."""
+
+    calibration: Dataset | None
+    input_names: list[str]
+    batch_size: int
+    work_dir: Path
+
+
+class Pass(ABC):
+    """One model transformation; subclasses register with :func:`register_pass`."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type[PassConfig]]
+    search_space: ClassVar[dict[str, Param]] = {}
+    needs_calibration: ClassVar[bool] = False
+    # Bump when the output for the same input and config changes, so old cache entries are not reused.
+    version: ClassVar[int] = 1
+
+    @abstractmethod
+    def run(self, config: PassConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
+        """Reads ``model_in`` and writes the transformed model to ``model_out``."""

@@ -1,0 +1,45 @@
+"""onnxruntime dynamic quantization: int8 weights, activation ranges computed at run time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from onnxruntime.quantization import quantize_dynamic
+
+from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.onnx.quant_types import QUANT_TYPES
+from quantune.passes.registry import register_pass
+from quantune.space import Boolean, Categorical
+
+
+class DynamicQuantizationConfig(PassConfig):
+    weight_type: Literal["int8", "uint8"] = "int8"
+    per_channel: bool = False
+    reduce_range: bool = False
+    op_types_to_quantize: list[str] | None = None
+    nodes_to_exclude: list[str] = []
+
+
+@register_pass
+class DynamicQuantization(Pass):
+    """Quantizes weights ahead of time and activations on the fly (no calibration data)."""
+
+    name = "dynamic_quant"
+    Config = DynamicQuantizationConfig
+    search_space = {
+        "weight_type": Categorical(("int8", "uint8")),
+        "per_channel": Boolean(),
+        "reduce_range": Boolean(),
+    }
+
+    def run(self, config: DynamicQuantizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
+        quantize_dynamic(
+            str(model_in),
+            str(model_out),
+            weight_type=QUANT_TYPES[config.weight_type],
+            per_channel=config.per_channel,
+            reduce_range=config.reduce_range,
+            op_types_to_quantize=config.op_types_to_quantize,
+            nodes_to_exclude=list(config.nodes_to_exclude),
+        )

@@ -1,0 +1,130 @@
+"""What a person sees in the terminal: a progress bar while trials run, then a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from quantune.engine.trial import TrialRecord
+from quantune.report.result import Result
+
+
+def _fmt_params(params: dict[str, Any]) -> str:
+    """Compact: string values as themselves, true flags by name, false flags left out."""
+    parts = []
+    for name, value in params.items():
+        short = name.split(".", 1)[-1]
+        if isinstance(value, bool):
+            if value:
+                parts.append(short)
+        elif isinstance(value, str):
+            parts.append(value)
+        else:
+            parts.append(f"{short}={value}")
+    return " ".join(parts) or "(defaults)"
+
+
+class ConsoleListener:
+    """Progress bar with trials done, failures and the best objective so far."""
+
+    def __init__(self, console: Console | None = None) -> None:
+        self.console = console or Console(stderr=True)
+        self._progress: Progress | None = None
+        self._task: Any = None
+        self._failed = 0
+
+    def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None:
+        self._progress = Progress(
+            TextColumn("[bold]tuning"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("{task.fields[status]}"),
+            TimeElapsedColumn(),
+            console=self.console,
+            transient=True,
+        )
+        self._progress.start()
+        self._task = self._progress.add_task("trials", total=max_trials, status="")
+
+    def on_trial(self, record: TrialRecord, best: TrialRecord | None) -> None:
+        self._failed += record.status == "failed"
+        best_text = f"best {best.objective:.4g}" if best and best.objective is not None else "no candidate yet"
+        status = f"{best_text}, {self._failed} failed"
+        if self._progress is not None:
+            self._progress.update(self._task, advance=1, status=status)
+
+    def on_end(self, result: Result) -> None:
+        if self._progress is not None:
+            self._progress.stop()
+
+
+def render_result(result: Result, console: Console | None = None, max_rows: int = 40) -> None:
+    """The final table (one row per trial) and a summary of the best model."""
+    console = console or Console()
+    metric = result.metric
+    base = result.baseline
+    table = Table(title=f"quantune: {len(result.trials)} trials ({result.stop_reason})")
+    for column in ("#", "params", metric, "loss", "ms", "KB", "ok", "cache"):
+        table.add_column(column, overflow="fold", no_wrap=column != "params")
+    table.add_row(
+        "orig",
+        "(original model)",
+        f"{base[metric]:.4f}",
+        "",
+        f"{base['latency_ms']:.3f}",
+        f"{base['size_bytes'] / 1024:.0f}",
+        "",
+        "",
+    )
+    chosen = result.best.number if result.best else None
+    for record in result.trials[:max_rows]:
+        style = "bold green" if record.number == chosen else None
+        if record.status != "ok":
+            table.add_row(str(record.number), _fmt_params(record.params), "failed", "", "", "", "", "", style="red")
+            continue
+        m = record.metrics
+        hits = sum(1 for outcome in record.cache.values() if outcome == "hit")
+        table.add_row(
+            str(record.number),
+            _fmt_params(record.params),
+            f"{m[metric]:.4f}",
+            f"{record.accuracy_loss:+.2%}"
+            if result.criterion["type"] == "relative"
+            else f"{record.accuracy_loss:+.4g}",
+            f"{m['latency_ms']:.3f}",
+            f"{m['size_bytes'] / 1024:.0f}",
+            "yes" if record.meets_criterion else "no",
+            f"{hits}/{len(record.cache)}",
+            style=style,
+        )
+    if len(result.trials) > max_rows:
+        table.caption = f"{len(result.trials) - max_rows} more trials in results.json"
+    console.print(table)
+    console.print(summary(result))
+
+
+def summary(result: Result) -> str:
+    base = result.baseline
+    lines = [f"criterion: {result.metric} {result.criterion['description']}; objective: {result.objective}"]
+    if result.best is not None:
+        m = result.best.metrics
+        lines.append(
+            f"best: trial {result.best.number}  {result.metric} {m[result.metric]:.4f} "
+            f"(original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
+            f"({base['latency_ms'] / m['latency_ms']:.2f}x faster), size {m['size_bytes'] / 1024:.0f} KB "
+            f"({base['size_bytes'] / m['size_bytes']:.2f}x smaller)"
+        )
+        lines.append(f"best model: {result.best_model_path}")
+    else:
+        lines.append("no trial met the criterion.")
+        if result.closest_miss is not None:
+            miss = result.closest_miss
+            lines.append(
+                f"closest miss: trial {miss.number}, {result.metric} {miss.metrics[result.metric]:.4f} "
+                f"(loss {miss.accuracy_loss:.4g}); saved in {result.output_dir / 'closest_miss'}"
+            )
+    lines.append(f"results: {result.output_dir / 'results.json'}  ({result.duration_s:.1f} s)")
+    return "\n".join(lines)

@@ -1,0 +1,78 @@
+"""The result of a run and the files that record it.
+
+``results.json`` is the machine-readable record other tools read. Its top level is stable:
+``baseline`` (the original model's metrics), ``trials`` (every trial: number, flow, params,
+status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.trial import TrialRecord
+
+
+@dataclass
+class Result:
+    baseline: dict[str, float]
+    trials: list[TrialRecord]
+    best: TrialRecord | None
+    closest_miss: TrialRecord | None
+    metric: str
+    criterion: dict[str, Any]
+    objective: str
+    stop_reason: str
+    duration_s: float
+    output_dir: Path
+    cache_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+
+    @property
+    def best_model_path(self) -> Path | None:
+        return self.output_dir / "best" / "model.onnx" if self.best is not None else None
+
+    @property
+    def met_budget(self) -> bool:
+        return self.best is not None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "baseline": self.baseline,
+            "trials": [record.to_dict() for record in self.trials],
+            "best": self.best.to_dict() if self.best else None,
+            "closest_miss": None if self.best or not self.closest_miss else self.closest_miss.to_dict(),
+            "metric": self.metric,
+            "criterion": self.criterion,
+            "objective": self.objective,
+            "stop_reason": self.stop_reason,
+            "duration_s": self.duration_s,
+            "cache": self.cache_stats,
+        }
+
+
+def write_outputs(result: Result) -> None:
+    """Writes ``results.json`` and ``best/`` (model + the parameters that made it)."""
+    folder = result.output_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    chosen = result.best or result.closest_miss
+    if chosen is not None and chosen.model_path:
+        target = folder / ("best" if result.best else "closest_miss")
+        target.mkdir(exist_ok=True)
+        shutil.copyfile(chosen.model_path, target / "model.onnx")
+        params = {
+            "trial": chosen.number,
+            "flow": chosen.flow,
+            "params": chosen.params,
+            "pass_configs": result.step_configs.get(chosen.number, {}),
+            "metrics": chosen.metrics,
+            "meets_criterion": chosen.meets_criterion,
+        }
+        (target / "params.json").write_text(json.dumps(params, indent=2, default=str))
+    tmp = folder / ".results.json.tmp"
+    tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    os.replace(tmp, folder / "results.json")
