@@ -59,20 +59,18 @@ def _cmd_passes(args: argparse.Namespace) -> int:
 
 
 def _cmd_space(args: argparse.Namespace) -> int:
-    import random
-
     from quantune.config import load_config
-    from quantune.engine.plan import build_plan, describe_point
+    from quantune.engine.plan import build_plan
+    from quantune.model import ModelHandle
+    from quantune.space.report import describe_space
 
-    plan = build_plan(load_config(args.config).config)
-    space = plan.space
-    print(f"flow: {' -> '.join(plan.flow)}")
-    print(f"parameters: {len(space)}  ({', '.join(space.names) or 'none searched'})")
-    print(f"size before rules: {space.raw_size()}")
-    rng = random.Random(0)
-    for _ in range(args.samples):
-        point = space.sample(rng)
-        print(f"  {'valid' if space.is_valid(point) else 'pruned'}: {describe_point(point)}")
+    loaded = load_config(args.config)
+    model = ModelHandle.from_path(loaded.resolve(loaded.config.model), field_name="model")
+    plan = build_plan(loaded.config, nodes=model.nodes)
+    print(f"{len(plan.flows)} flow(s); joint space over {len(plan.space)} parameter(s)")
+    for name in plan.flows:
+        print()
+        print(describe_space(f"flow {name}", plan.flow_space(name), samples=args.samples))
     return 0
 
 

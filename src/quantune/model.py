@@ -63,6 +63,11 @@ class ModelHandle:
     def load(self) -> onnx.ModelProto:
         return onnx.load(str(self.path))
 
+    def nodes(self) -> list[tuple[str, str]]:
+        """(name, op type) of every node of the main graph, in graph order."""
+        model = onnx.load(str(self.path), load_external_data=False)
+        return [(node.name, node.op_type) for node in model.graph.node]
+
     def input_names(self) -> list[str]:
         model = onnx.load(str(self.path), load_external_data=False)
         initializers = {init.name for init in model.graph.initializer}

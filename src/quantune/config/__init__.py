@@ -10,8 +10,10 @@ from quantune.config.schema import (
     EvaluationConfig,
     LatencyConfig,
     PassEntry,
+    Rule,
     SearchConfig,
     StopConfig,
+    TargetConfig,
     config_json_schema,
 )
 
@@ -23,8 +25,10 @@ __all__ = [
     "LatencyConfig",
     "LoadedConfig",
     "PassEntry",
+    "Rule",
     "SearchConfig",
     "StopConfig",
+    "TargetConfig",
     "config_json_schema",
     "load_config",
 ]

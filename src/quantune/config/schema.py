@@ -63,6 +63,31 @@ class PassEntry(_Strict):
 class SearchConfig(_Strict):
     sampler: str = Field(default="tpe", description="exhaustive, random, tpe, or a registered sampler.")
     seed: int = 0
+    strategy: str = Field(
+        default="joint",
+        description="joint (one space over all passes), pass-by-pass (optimise each pass in turn, continuing "
+        "from the best outputs and backtracking), chain (groups in 'groups', each searched jointly), or a "
+        "registered strategy.",
+    )
+    groups: list[list[str]] | None = Field(
+        default=None,
+        description="For strategy chain: step ids per group, e.g. [[A], [B, C], [D]] for A -> [B, C] -> D.",
+    )
+    trials_per_group: int | None = Field(
+        default=None, gt=0, description="pass-by-pass/chain: trials per group (default: max_trials / groups)."
+    )
+    keep_best: int = Field(default=3, gt=0, description="pass-by-pass/chain: outputs kept per group for backtracking.")
+
+
+class Rule(_Strict):
+    """Points matching every ``when`` value and any ``forbid`` value are invalid and never run."""
+
+    when: dict[str, Any] = Field(default_factory=dict, description="'<step>.<param>' (or 'flow') -> value")
+    forbid: dict[str, list[Any]] = Field(description="'<step>.<param>' (or 'flow') -> values not allowed")
+
+
+class TargetConfig(_Strict):
+    provider: str = Field(default="CPUExecutionProvider", description="onnxruntime execution provider to tune for.")
 
 
 class StopConfig(_Strict):
@@ -78,7 +103,19 @@ class Config(_Strict):
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     criterion: CriterionConfig = Field(default_factory=CriterionConfig)
     objective: Literal["latency", "size"] = "latency"
+    objectives: list[Literal["accuracy", "latency", "size"]] | None = Field(
+        default=None,
+        description="Several objectives: the Pareto front of the trials that meet the criterion is kept and "
+        "reported; the best is chosen by these objectives in the declared order.",
+    )
     passes: list[PassEntry] = Field(min_length=1)
+    flows: list[list[str]] | dict[str, Any] | None = Field(
+        default=None,
+        description="Pass flows: a list of lists of step ids, or a tree {id: {child id: {...}}} whose root-to-leaf "
+        "paths are the flows. Default: one flow of all passes in order.",
+    )
+    rules: list[Rule] = Field(default_factory=list, description="Extra pruning rules for the search space.")
+    target: TargetConfig = Field(default_factory=TargetConfig)
     search: SearchConfig = Field(default_factory=SearchConfig)
     stop: StopConfig = Field(default_factory=StopConfig)
     cache_dir: str | None = Field(default=None, description="Artifact cache (default ~/.cache/quantune).")

@@ -19,12 +19,13 @@ from quantune.config import LoadedConfig
 from quantune.engine.executor import Executor, InProcessExecutor
 from quantune.engine.output import open_output
 from quantune.engine.runner import TrialRunner
-from quantune.engine.selection import OBJECTIVE_METRICS, closest_miss, select_best
+from quantune.engine.selection import closest_miss, objective_value, pareto_front, select_best
 from quantune.engine.setup import build_run
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.report.result import Result, write_outputs
-from quantune.search import Feedback, create_sampler
+from quantune.search import create_sampler
 from quantune.store import cache_key
+from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, create_strategy
 
 log = logging.getLogger("quantune")
 
@@ -66,22 +67,40 @@ class Engine:
             store.close()
             _detach_log(handler)
 
+    @property
+    def objectives(self) -> list[str]:
+        return list(self.config.objectives or [self.config.objective])
+
+    def _strategy(self, parts):
+        search = self.config.search
+        problem = SearchProblem(
+            space=parts.plan.space,
+            flows=parts.plan.flows,
+            subspace=parts.plan.subspace,
+            make_sampler=lambda: create_sampler(search.sampler, seed=search.seed),
+            max_trials=self.config.stop.max_trials,
+            groups=search.groups,
+            trials_per_group=search.trials_per_group,
+            keep_best=search.keep_best,
+        )
+        strategy = create_strategy(search.strategy)
+        strategy.bind(problem)
+        return strategy
+
     def _loop(self, parts, store) -> Result:
         started = time.perf_counter()
         stop = self.config.stop
         runner = TrialRunner(parts.context)
         executor: Executor = InProcessExecutor(runner)
-        sampler = create_sampler(self.config.search.sampler, seed=self.config.search.seed)
-        sampler.bind(parts.plan.space)
+        strategy = self._strategy(parts)
         baseline, baseline_cache = runner.baseline()
         metric = self.config.evaluation.metric
-        objective_metric = OBJECTIVE_METRICS[self.config.objective]
         log.info("baseline (%s): %s", baseline_cache, baseline)
         for listener in self.listeners:
             listener.on_start(stop.max_trials, baseline)
 
         records: list[TrialRecord] = []
-        pending: dict[Future[TrialRecord], Trial] = {}
+        pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
         step_configs: dict[int, dict[str, Any]] = {}
         asked = 0
         stop_reason = ""
@@ -90,28 +109,33 @@ class Engine:
                 stop_reason = self._should_stop(asked, records, started)
                 if stop_reason:
                     break
-                point = sampler.ask()
-                if point is None:
-                    stop_reason = "search space exhausted"
+                proposal = strategy.ask()
+                if proposal is WAIT:
                     break
-                trial = Trial(asked, tuple(parts.plan.flow), point)
+                if proposal is None:
+                    stop_reason = "search finished (space exhausted or strategy done)"
+                    break
+                flow = proposal.flow or parts.plan.flow_of(proposal.point)
+                trial = Trial(asked, tuple(flow), proposal.point)
                 step_configs[trial.number] = {
-                    step.id: config.model_dump(mode="json") for step, config in parts.plan.configs_for(point)
+                    step.id: config.model_dump(mode="json")
+                    for step, config in parts.plan.configs_for(proposal.point, flow)
                 }
                 asked += 1
-                pending[executor.submit(trial)] = trial
+                pending[executor.submit(trial)] = (trial, proposal)
             if not pending:
                 break
             done, _ = wait(pending, return_when=FIRST_COMPLETED)
             for future in done:
-                trial = pending.pop(future)
+                trial, proposal = pending.pop(future)
                 record = future.result()
-                self._judge(record, baseline, parts.criterion, metric, objective_metric)
-                sampler.tell(trial.params, Feedback(record.objective, _violation(record)))
+                record.stage = proposal.stage
+                self._judge(record, baseline, parts.criterion, metric)
+                strategy.tell(proposal, self._outcome(record))
                 store.record_trial(record.to_dict())
                 records.append(record)
                 log.info("trial %d: %s", record.number, record.to_dict())
-                best = select_best(records, self.config.objective)
+                best = select_best(records, self.objectives)
                 for listener in self.listeners:
                     listener.on_trial(record, best)
         executor.shutdown()
@@ -120,8 +144,9 @@ class Engine:
         result = Result(
             baseline=baseline,
             trials=records,
-            best=select_best(records, self.config.objective),
-            closest_miss=closest_miss(records, self.config.objective),
+            best=select_best(records, self.objectives),
+            closest_miss=closest_miss(records, self.objectives),
+            pareto_front=[r.number for r in pareto_front(records, self.objectives)] if len(self.objectives) > 1 else [],
             metric=metric,
             criterion={
                 "type": parts.criterion.kind,
@@ -129,7 +154,8 @@ class Engine:
                 "higher_is_better": parts.criterion.higher_is_better,
                 "description": parts.criterion.describe(),
             },
-            objective=self.config.objective,
+            objective=self.objectives[0],
+            objectives=self.objectives,
             stop_reason=stop_reason,
             duration_s=time.perf_counter() - started,
             output_dir=self.output_dir,
@@ -140,6 +166,11 @@ class Engine:
         for listener in self.listeners:
             listener.on_end(result)
         return result
+
+    def _outcome(self, record: TrialRecord) -> Outcome:
+        if record.status != "ok":
+            return Outcome(None)
+        return Outcome(record.objective, _violation(record), record.meets_criterion, record.metrics)
 
     def _should_stop(self, asked: int, records: list[TrialRecord], started: float) -> str:
         stop = self.config.stop
@@ -154,14 +185,13 @@ class Engine:
             return f"{stop.n_candidates} candidate(s) found (n_candidates)"
         return ""
 
-    @staticmethod
-    def _judge(record: TrialRecord, baseline, criterion, metric: str, objective_metric: str) -> None:
+    def _judge(self, record: TrialRecord, baseline, criterion, metric: str) -> None:
         if record.status != "ok":
             return
         check = criterion.check(baseline[metric], record.metrics[metric])
         record.meets_criterion = check.meets
         record.accuracy_loss = check.loss
-        record.objective = record.metrics[objective_metric]
+        record.objective = objective_value(record, self.objectives[0])
 
 
 def _violation(record: TrialRecord) -> float:

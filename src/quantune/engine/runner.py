@@ -82,7 +82,7 @@ class TrialRunner:
         ctx = self.context
         current, current_sha = ctx.model.path, ctx.model.sha256
         pass_times: dict[str, float] = {}
-        for step, config in ctx.plan.configs_for(trial.params):
+        for step, config in ctx.plan.configs_for(trial.params, trial.flow):
             pass_cls = step.pass_cls
             parts: list[Any] = [
                 "pass",

@@ -33,8 +33,8 @@ class RunParts:
 def build_run(loaded: LoadedConfig) -> RunParts:
     config = loaded.config
     model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
-    plan = build_plan(config)
-    needs_calibration = [step.id for step in plan.steps if step.pass_cls.needs_calibration]
+    plan = build_plan(config, nodes=model.nodes)
+    needs_calibration = [step.id for step in plan.steps.values() if step.pass_cls.needs_calibration]
     calibration: Dataset | None = None
     if config.data.calibration:
         calibration = load_dataset(config.data.calibration, field_name="data.calibration", base_dir=loaded.base_dir)

@@ -33,6 +33,7 @@ class TrialRecord:
     cache: dict[str, str] = field(default_factory=dict)
     error: str | None = None
     model_path: str | None = None
+    stage: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,7 +5,9 @@ A pass turns one model file into another. It declares:
 * ``Config``: a pydantic model of its parameters, with defaults (what runs when nothing is
   searched) and validators (what onnxruntime cannot do, so such points are never run);
 * ``search_space``: its default search values, used when a config says ``search: true``;
-* ``needs_calibration``: whether it reads calibration data (which then enters its cache key).
+* ``needs_calibration``: whether it reads calibration data (which then enters its cache key);
+* ``providers`` / ``provider_rules``: what a target execution provider can run, so the space
+  for a target holds only what runs there.
 
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
@@ -46,6 +48,10 @@ class Pass(ABC):
     Config: ClassVar[type[PassConfig]]
     search_space: ClassVar[dict[str, Param]] = {}
     needs_calibration: ClassVar[bool] = False
+    # Execution providers whose kernels can run this pass's output (None: any provider).
+    providers: ClassVar[tuple[str, ...] | None] = None
+    # Per provider, the parameter values that provider supports; other values are pruned.
+    provider_rules: ClassVar[dict[str, dict[str, tuple[object, ...]]]] = {}
     # Bump when the output for the same input and config changes, so old cache entries are not reused.
     version: ClassVar[int] = 1
 

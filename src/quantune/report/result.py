@@ -23,9 +23,11 @@ class Result:
     trials: list[TrialRecord]
     best: TrialRecord | None
     closest_miss: TrialRecord | None
+    pareto_front: list[int]
     metric: str
     criterion: dict[str, Any]
     objective: str
+    objectives: list[str]
     stop_reason: str
     duration_s: float
     output_dir: Path
@@ -49,6 +51,8 @@ class Result:
             "metric": self.metric,
             "criterion": self.criterion,
             "objective": self.objective,
+            "objectives": self.objectives,
+            "pareto_front": self.pareto_front,
             "stop_reason": self.stop_reason,
             "duration_s": self.duration_s,
             "cache": self.cache_stats,

@@ -27,6 +27,8 @@ class DynamicQuantization(Pass):
 
     name = "dynamic_quant"
     Config = DynamicQuantizationConfig
+    # DynamicQuantizeLinear / MatMulInteger / ConvInteger have CPU kernels only.
+    providers = ("CPUExecutionProvider",)
     search_space = {
         "weight_type": Categorical(("int8", "uint8")),
         "per_channel": Boolean(),

@@ -54,6 +54,18 @@ class StaticQuantization(Pass):
     name = "static_quant"
     Config = StaticQuantizationConfig
     needs_calibration = True
+    # Accelerator EPs take QDQ graphs only; TensorRT wants symmetric int8 activations.
+    provider_rules = {
+        "TensorrtExecutionProvider": {
+            "quant_format": ("QDQ",),
+            "activation_type": ("int8",),
+            "weight_type": ("int8",),
+            "activation_symmetric": (True,),
+        },
+        "CUDAExecutionProvider": {"quant_format": ("QDQ",)},
+        "QNNExecutionProvider": {"quant_format": ("QDQ",)},
+        "OpenVINOExecutionProvider": {"quant_format": ("QDQ",)},
+    }
     search_space = {
         "quant_format": Categorical(("QDQ", "QOperator")),
         "calibrate_method": Categorical(("MinMax", "Entropy", "Percentile")),

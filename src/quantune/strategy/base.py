@@ -1,0 +1,75 @@
+"""The strategy interface: ``ask`` for a proposal, ``tell`` its outcome.
+
+A proposal is a point (values for ``<step>.<param>``) plus the steps to run; the strategy
+never touches files. ``ask`` may answer :data:`WAIT` when it cannot propose more until
+running trials finish (a stage boundary), or ``None`` when it is done.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantune.search import Feedback, Sampler
+from quantune.space import Point, SearchSpace
+
+
+@dataclass(frozen=True)
+class Proposal:
+    point: Point
+    flow: tuple[str, ...] | None = None  # None: the flow the point names (or the only flow)
+    stage: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a proposal scored; ``objective`` is None when the trial failed."""
+
+    objective: float | None
+    violation: float = 0.0
+    meets: bool | None = None
+    metrics: Mapping[str, float] = field(default_factory=dict)
+
+    @property
+    def failed(self) -> bool:
+        return self.objective is None
+
+    def feedback(self) -> Feedback:
+        return Feedback(self.objective, self.violation)
+
+
+class _Wait:
+    def __repr__(self) -> str:
+        return "WAIT"
+
+
+WAIT: Any = _Wait()
+
+
+@dataclass(frozen=True)
+class SearchProblem:
+    """What a strategy may know: the spaces and flows, never the models."""
+
+    space: SearchSpace
+    flows: Mapping[str, tuple[str, ...]]
+    subspace: Callable[[list[str], Mapping[str, Any]], SearchSpace]
+    make_sampler: Callable[[], Sampler]
+    max_trials: int | None = None
+    groups: list[list[str]] | None = None
+    trials_per_group: int | None = None
+    keep_best: int = 3
+
+
+class Strategy(ABC):
+    name: str = "strategy"
+
+    def bind(self, problem: SearchProblem) -> None:
+        self.problem = problem
+
+    @abstractmethod
+    def ask(self) -> Proposal | None: ...
+
+    @abstractmethod
+    def tell(self, proposal: Proposal, outcome: Outcome) -> None: ...
