@@ -43,11 +43,14 @@ class Step:
     subsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
 
     def config_for(self, point: Mapping[str, Any]) -> PassConfig:
+        """The pass config for ``point``: fixed values, overridden by any ``<step>.<param>`` the
+        point holds (searched by a sampler, or set by a strategy such as an op fallback)."""
         values = dict(self.fixed)
-        for name in self.searched:
-            key = f"{self.id}.{name}"
-            if key in point:
-                values[name] = point[key]
+        prefix = f"{self.id}."
+        fields = self.pass_cls.Config.model_fields
+        for key, value in point.items():
+            if key.startswith(prefix) and key[len(prefix) :] in fields:
+                values[key[len(prefix) :]] = value
         for name, elements in self.subsets.items():
             chosen = [element for element in elements if point.get(subset_key(self.id, name, element))]
             values[name] = [*values.get(name, []), *chosen]

@@ -102,7 +102,14 @@ class TrialRunner:
             else:
                 work_dir = ctx.cache.new_work_dir()
                 output = work_dir / "model.onnx"
-                pass_context = PassContext(ctx.calibration, ctx.evaluator.input_names, ctx.batch_size, work_dir)
+                pass_context = PassContext(
+                    ctx.calibration,
+                    ctx.evaluator.input_names,
+                    ctx.batch_size,
+                    work_dir,
+                    model_sha256=current_sha,
+                    cache_dir=ctx.cache.root / "passes" / pass_cls.name,
+                )
                 printed = io.StringIO()  # onnxruntime's calibrators print progress; keep it in the log
                 try:
                     with contextlib.redirect_stdout(printed):

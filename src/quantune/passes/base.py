@@ -33,12 +33,15 @@ class PassConfig(BaseModel):
 
 @dataclass(frozen=True)
 class PassContext:
-    """What a pass may need beyond its input model: calibration data and a scratch folder."""
+    """What a pass may need beyond its input model: calibration data, a scratch folder, and a
+    folder for its own reusable intermediate results (e.g. calibration ranges)."""
 
     calibration: Dataset | None
     input_names: list[str]
     batch_size: int
     work_dir: Path
+    model_sha256: str = ""
+    cache_dir: Path | None = None
 
 
 class Pass(ABC):

@@ -9,6 +9,8 @@ are never run.
 
 from __future__ import annotations
 
+import os
+import uuid
 from pathlib import Path
 from typing import Literal
 
@@ -21,6 +23,7 @@ from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.registry import register_pass
 from quantune.space import Boolean, Categorical, Conditional
+from quantune.store.cache import cache_key
 
 _WIDE = {"int16", "uint16"}
 
@@ -89,6 +92,7 @@ class StaticQuantization(Pass):
         }
         if {config.activation_type, config.weight_type} & _WIDE:
             extra["UseQDQContribOps"] = True
+        ranges, fresh = self._calibration_cache(config, context)
         quantize_static(
             str(model_in),
             str(model_out),
@@ -102,4 +106,35 @@ class StaticQuantization(Pass):
             nodes_to_exclude=list(config.nodes_to_exclude),
             calibrate_method=CALIBRATION_METHODS[config.calibrate_method],
             extra_options=extra,
+            calibration_cache_path=str(fresh or ranges) if ranges else None,
         )
+        if fresh is not None and fresh.is_file():
+            os.replace(fresh, ranges)  # published whole, so a concurrent reader never sees half a file
+
+    @staticmethod
+    def _calibration_cache(config: StaticQuantizationConfig, context: PassContext) -> tuple[Path | None, Path | None]:
+        """Where the activation ranges for this (model, data, calibration settings) live.
+
+        Ranges depend on the input model, the calibration rows, the method and its options, and
+        which op types are calibrated -- not on format, types or symmetry, which only change how
+        ranges become scales. So trials that differ only in those reuse one calibration.
+        Returns (cache path, temporary path to write to when the cache does not exist yet).
+        """
+        if context.cache_dir is None or context.calibration is None or not context.model_sha256:
+            return None, None
+        key = cache_key(
+            "calibration",
+            context.model_sha256,
+            context.calibration.fingerprint,
+            context.batch_size,
+            config.calibration_samples,
+            config.calibrate_method,
+            config.percentile if config.calibrate_method == "Percentile" else None,
+            sorted(config.op_types_to_quantize or []),
+            bool({config.activation_type, config.weight_type} & _WIDE),
+        )
+        context.cache_dir.mkdir(parents=True, exist_ok=True)
+        path = context.cache_dir / f"{key}.json"
+        if path.is_file():
+            return path, None
+        return path, context.cache_dir / f".{key}.{uuid.uuid4().hex}.json"
