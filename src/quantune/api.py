@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 from quantune.config import Config, LoadedConfig, load_config
 from quantune.engine import Engine, RunListener
+from quantune.errors import QuantuneError
 from quantune.report import Result
 
 
@@ -16,16 +18,30 @@ def tune(
     *,
     restart: bool = False,
     listeners: list[RunListener] | None = None,
+    workers: int | None = None,
+    executor: str | None = None,
 ) -> Result:
     """Searches the config's space and returns the result; files go to ``output``.
 
     ``config`` is a YAML/JSON path, a dict, or a :class:`~quantune.config.Config`. The default
-    output folder is ``runs/<config file name>`` in the working directory.
+    output folder is ``runs/<config file name>`` in the working directory; a folder holding an
+    interrupted run of the same config is resumed. ``workers`` and ``executor`` override the
+    config's ``executor`` section.
 
     >>> result = quantune.tune("examples/digits/config.yaml")  # doctest: +SKIP
     >>> result.best.metrics["latency_ms"], result.best_model_path  # doctest: +SKIP
     """
     loaded: LoadedConfig = load_config(config)
+    overrides: dict[str, Any] = {}
+    if workers is not None:
+        if workers < 1:
+            raise QuantuneError(f"--workers: must be at least 1, got {workers}")
+        overrides["workers"] = workers
+    if executor is not None:
+        overrides["kind"] = executor
+    if overrides:
+        new_executor = loaded.config.executor.model_copy(update=overrides)
+        loaded = replace(loaded, config=loaded.config.model_copy(update={"executor": new_executor}))
     if output is None:
         name = Path(loaded.source).stem if loaded.source != "config" else "quantune"
         output = Path("runs") / name

@@ -23,9 +23,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
     from quantune.report.console import ConsoleListener, render_result
 
     listeners = [] if args.quiet else [ConsoleListener()]
-    result = tune(args.config, args.output, restart=args.restart, listeners=listeners)
+    result = tune(
+        args.config,
+        args.output,
+        restart=args.restart,
+        listeners=listeners,
+        workers=args.workers,
+        executor=args.executor,
+    )
     render_result(result, Console())
-    return 0
+    return 130 if result.interrupted else 0
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -63,8 +70,10 @@ def _cmd_space(args: argparse.Namespace) -> int:
     from quantune.engine.plan import build_plan
     from quantune.model import ModelHandle
     from quantune.space.report import describe_space
+    from quantune.userimport import load_plugins
 
     loaded = load_config(args.config)
+    load_plugins(loaded.config.plugins, loaded.base_dir)
     model = ModelHandle.from_path(loaded.resolve(loaded.config.model), field_name="model")
     plan = build_plan(loaded.config, nodes=model.nodes)
     print(f"{len(plan.flows)} flow(s); joint space over {len(plan.space)} parameter(s)")
@@ -83,6 +92,10 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--output", "-o", help="output folder (default: runs/<config name>)")
     run.add_argument("--restart", action="store_true", help="replace a run of another config in --output")
     run.add_argument("--quiet", "-q", action="store_true", help="no progress bar")
+    run.add_argument("--workers", "-j", type=int, help="trials run at once (overrides executor.workers)")
+    run.add_argument(
+        "--executor", choices=["process", "inline", "ray"], help="where trials run (overrides executor.kind)"
+    )
     run.set_defaults(func=_cmd_run)
 
     schema = sub.add_parser("schema", help="print the config's JSON Schema")

@@ -97,6 +97,21 @@ class StopConfig(_Strict):
     n_candidates: int | None = Field(default=None, gt=0, description="Stop once this many trials meet it.")
 
 
+class ExecutorConfig(_Strict):
+    kind: Literal["process", "inline", "ray"] = Field(
+        default="process",
+        description="process: isolated worker processes (a crash fails one trial); inline: in this process "
+        "(for debugging); ray: Ray tasks on a cluster or a local Ray.",
+    )
+    workers: int = Field(default=1, gt=0, description="Trials run at once.")
+    trial_timeout_s: float | None = Field(default=None, gt=0, description="A trial running longer is killed.")
+    memory_limit_mb: int | None = Field(default=None, gt=0, description="Address-space limit of each worker.")
+    address: str | None = Field(default=None, description="ray: cluster address (default: start a local Ray).")
+    cpus_per_trial: float = Field(default=1.0, gt=0)
+    gpus_per_trial: float = Field(default=0.0, ge=0)
+    resources: dict[str, float] = Field(default_factory=dict, description="ray: custom resources per trial.")
+
+
 class Config(_Strict):
     model: str = Field(description="Path to the input ONNX model (never modified).")
     data: DataConfig
@@ -119,6 +134,12 @@ class Config(_Strict):
     search: SearchConfig = Field(default_factory=SearchConfig)
     stop: StopConfig = Field(default_factory=StopConfig)
     cache_dir: str | None = Field(default=None, description="Artifact cache (default ~/.cache/quantune).")
+    executor: ExecutorConfig = Field(default_factory=ExecutorConfig)
+    plugins: list[str] = Field(
+        default_factory=list,
+        description="Python files (path/to/file.py) or modules imported first, in the engine and in every "
+        "worker, so their passes, samplers and strategies register.",
+    )
 
     @model_validator(mode="after")
     def _unique_steps(self) -> Config:

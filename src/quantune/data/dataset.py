@@ -8,8 +8,6 @@ may return a dict of arrays, or an iterable of such dicts (batches), which are c
 from __future__ import annotations
 
 import hashlib
-import importlib.util
-import sys
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -18,6 +16,7 @@ from pathlib import Path
 import numpy as np
 
 from quantune.errors import QuantuneError
+from quantune.userimport import load_function
 
 
 @dataclass(frozen=True)
@@ -69,31 +68,6 @@ def _load_npz(path: Path, field_name: str) -> dict[str, np.ndarray]:
             return {key: archive[key] for key in archive.files}
     except Exception as exc:
         raise QuantuneError(f"{field_name}: '{path}' is not a readable .npz file ({exc})") from None
-
-
-def load_function(spec: str, field_name: str, base_dir: Path):
-    """Imports ``path/to/script.py:function`` (relative to the config's folder) and returns it."""
-    script, _, func_name = spec.rpartition(":")
-    path = (base_dir / script).resolve()
-    if not path.is_file():
-        raise QuantuneError(f"{field_name}: no script at '{script}' (looked in {path.parent})")
-    module_name = f"quantune_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-    module = sys.modules.get(module_name)
-    if module is None:
-        module_spec = importlib.util.spec_from_file_location(module_name, path)
-        if module_spec is None or module_spec.loader is None:
-            raise QuantuneError(f"{field_name}: cannot import '{script}'")
-        module = importlib.util.module_from_spec(module_spec)
-        sys.modules[module_name] = module
-        try:
-            module_spec.loader.exec_module(module)
-        except Exception as exc:
-            del sys.modules[module_name]
-            raise QuantuneError(f"{field_name}: importing '{script}' failed: {type(exc).__name__}: {exc}") from None
-    func = getattr(module, func_name, None)
-    if not callable(func):
-        raise QuantuneError(f"{field_name}: '{script}' defines no function '{func_name}'")
-    return func
 
 
 def _from_function(spec: str, field_name: str, base_dir: Path) -> dict[str, np.ndarray]:

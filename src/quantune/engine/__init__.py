@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from quantune.engine.engine import Engine, RunListener
-from quantune.engine.executor import Executor, InProcessExecutor
+from quantune.engine.engine import Engine, RunListener, RunStatus
+from quantune.engine.executors import Executor, InProcessExecutor, ProcessExecutor, create_executor
 from quantune.engine.plan import Plan, Step, build_plan
 from quantune.engine.runner import RunContext, TrialRunner
 from quantune.engine.trial import Trial, TrialRecord
@@ -13,11 +13,14 @@ __all__ = [
     "Executor",
     "InProcessExecutor",
     "Plan",
+    "ProcessExecutor",
     "RunContext",
     "RunListener",
+    "RunStatus",
     "Step",
     "Trial",
     "TrialRecord",
     "TrialRunner",
     "build_plan",
+    "create_executor",
 ]

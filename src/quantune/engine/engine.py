@@ -1,8 +1,9 @@
 """The run loop: ask -> execute -> evaluate -> tell -> record -> stop?
 
-The engine knows neither ONNX nor Optuna: the sampler proposes points, the executor runs
-them, the criterion judges them, the store records them. Listeners (progress bars, logs)
-are told about each finished trial.
+The engine knows neither ONNX nor Optuna: the strategy proposes, the executor runs, the
+criterion judges, the store records. It keeps up to ``executor.capacity`` trials in flight,
+replays a stored run's finished trials instead of running them again (see resume.py), and
+on Ctrl-C stops asking, abandons running trials and writes what finished.
 """
 
 from __future__ import annotations
@@ -12,32 +13,48 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 from quantune.config import LoadedConfig
-from quantune.engine.executor import Executor, InProcessExecutor
+from quantune.engine.executors import WorkerSpec, create_executor
+from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.output import open_output
+from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import closest_miss, objective_value, pareto_front, select_best
-from quantune.engine.setup import build_run
+from quantune.engine.setup import RunParts, build_run
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
-from quantune.store import cache_key
-from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, create_strategy
+from quantune.store import RunStore, cache_key
+from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, create_strategy
 
 log = logging.getLogger("quantune")
 
 
+@dataclass
+class RunStatus:
+    """What a progress display needs after each trial."""
+
+    done: int
+    running: int
+    failed: int
+    max_trials: int | None
+    best: TrialRecord | None
+    elapsed_s: float
+    replayed: int
+
+
 class RunListener(Protocol):
     def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None: ...
-    def on_trial(self, record: TrialRecord, best: TrialRecord | None) -> None: ...
+    def on_trial(self, record: TrialRecord, status: RunStatus) -> None: ...
     def on_end(self, result: Result) -> None: ...
 
 
 class Engine:
-    """Runs one config to its result. ``Engine(config, output_dir).run()``."""
+    """Runs one config to its result. ``Engine(loaded_config, output_dir).run()``."""
 
     def __init__(
         self,
@@ -53,31 +70,35 @@ class Engine:
         self.restart = restart
         self.listeners = list(listeners)
 
-    def run(self) -> Result:
-        parts = build_run(self.loaded)
-        config_dump = self.config.model_dump(mode="json")
-        config_hash = cache_key("config", config_dump, parts.context.model.sha256)
-        protected = [parts.context.model.path]
-        store = open_output(self.output_dir, config_hash, restart=self.restart, protected=protected)
-        (self.output_dir / "config.json").write_text(json.dumps(config_dump, indent=2))
-        handler = _attach_log(self.output_dir / "quantune.log")
-        try:
-            return self._loop(parts, store)
-        finally:
-            store.close()
-            _detach_log(handler)
-
     @property
     def objectives(self) -> list[str]:
         return list(self.config.objectives or [self.config.objective])
 
-    def _strategy(self, parts):
+    def run(self) -> Result:
+        workers = self.config.executor.workers
+        parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
+        # Where and how trials run does not change their results, so it is not part of the run's identity.
+        identity = self.config.model_dump(mode="json", exclude={"executor"})
+        config_hash = cache_key("config", identity, parts.context.model.sha256)
+        store = open_output(self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path])
+        (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
+        handler = _attach_log(self.output_dir / "quantune.log")
+        try:
+            return self._run(parts, store, WorkerSpec(self.loaded, config_hash, eval_threads_for(workers)))
+        finally:
+            store.close()
+            _detach_log(handler)
+
+    def _strategy(self, parts: RunParts) -> Strategy:
         search = self.config.search
+        options: dict[str, Any] = {}
+        if self.config.executor.workers > 1 and search.sampler == "tpe":
+            options["constant_liar"] = True  # pending trials count as in-progress for TPE
         problem = SearchProblem(
             space=parts.plan.space,
             flows=parts.plan.flows,
             subspace=parts.plan.subspace,
-            make_sampler=lambda: create_sampler(search.sampler, seed=search.seed),
+            make_sampler=lambda: create_sampler(search.sampler, seed=search.seed, **options),
             max_trials=self.config.stop.max_trials,
             groups=search.groups,
             trials_per_group=search.trials_per_group,
@@ -87,67 +108,40 @@ class Engine:
         strategy.bind(problem)
         return strategy
 
-    def _loop(self, parts, store) -> Result:
+    def _run(self, parts: RunParts, store: RunStore, spec: WorkerSpec) -> Result:
         started = time.perf_counter()
-        stop = self.config.stop
         runner = TrialRunner(parts.context)
-        executor: Executor = InProcessExecutor(runner)
         strategy = self._strategy(parts)
         baseline, baseline_cache = runner.baseline()
-        metric = self.config.evaluation.metric
         log.info("baseline (%s): %s", baseline_cache, baseline)
+        replay = Replay(store.trials())
+        if len(replay):
+            log.info("resuming: %d finished trial(s) in the run store", len(replay))
+        executor = create_executor(self.config.executor, spec, runner, self.output_dir)
         for listener in self.listeners:
-            listener.on_start(stop.max_trials, baseline)
+            listener.on_start(self.config.stop.max_trials, baseline)
+        loop = _Loop(self, parts, strategy, executor, store, replay, baseline, started)
+        try:
+            stop_reason = loop.run()
+            executor.shutdown()
+        except KeyboardInterrupt:
+            stop_reason = "interrupted (Ctrl-C): finished trials are saved; run again to resume"
+            executor.shutdown(kill=True)
+        result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started)
+        write_outputs(result)
+        for listener in self.listeners:
+            listener.on_end(result)
+        return result
 
-        records: list[TrialRecord] = []
-        pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
-        step_configs: dict[int, dict[str, Any]] = {}
-        asked = 0
-        stop_reason = ""
-        while True:
-            while not stop_reason and len(pending) < executor.capacity:
-                stop_reason = self._should_stop(asked, records, started)
-                if stop_reason:
-                    break
-                proposal = strategy.ask()
-                if proposal is WAIT:
-                    break
-                if proposal is None:
-                    stop_reason = "search finished (space exhausted or strategy done)"
-                    break
-                flow = proposal.flow or parts.plan.flow_of(proposal.point)
-                trial = Trial(asked, tuple(flow), proposal.point)
-                step_configs[trial.number] = {
-                    step.id: config.model_dump(mode="json")
-                    for step, config in parts.plan.configs_for(proposal.point, flow)
-                }
-                asked += 1
-                pending[executor.submit(trial)] = (trial, proposal)
-            if not pending:
-                break
-            done, _ = wait(pending, return_when=FIRST_COMPLETED)
-            for future in done:
-                trial, proposal = pending.pop(future)
-                record = future.result()
-                record.stage = proposal.stage
-                self._judge(record, baseline, parts.criterion, metric)
-                strategy.tell(proposal, self._outcome(record))
-                store.record_trial(record.to_dict())
-                records.append(record)
-                log.info("trial %d: %s", record.number, record.to_dict())
-                best = select_best(records, self.objectives)
-                for listener in self.listeners:
-                    listener.on_trial(record, best)
-        executor.shutdown()
-
-        records.sort(key=lambda r: r.number)
-        result = Result(
+    def _result(self, parts, loop: _Loop, baseline, baseline_cache: str, stop_reason: str, started: float) -> Result:
+        records = sorted(loop.records, key=lambda r: r.number)
+        return Result(
             baseline=baseline,
             trials=records,
             best=select_best(records, self.objectives),
             closest_miss=closest_miss(records, self.objectives),
             pareto_front=[r.number for r in pareto_front(records, self.objectives)] if len(self.objectives) > 1 else [],
-            metric=metric,
+            metric=self.config.evaluation.metric,
             criterion={
                 "type": parts.criterion.kind,
                 "tolerable_loss": parts.criterion.tolerable_loss,
@@ -160,24 +154,120 @@ class Engine:
             duration_s=time.perf_counter() - started,
             output_dir=self.output_dir,
             cache_stats=_cache_stats(records, baseline_cache),
-            step_configs=step_configs,
+            step_configs=loop.step_configs,
+            replayed=loop.replay.replayed,
         )
-        write_outputs(result)
-        for listener in self.listeners:
-            listener.on_end(result)
-        return result
 
-    def _outcome(self, record: TrialRecord) -> Outcome:
+    def judge(self, record: TrialRecord, baseline: dict[str, float], criterion) -> None:
         if record.status != "ok":
-            return Outcome(None)
-        return Outcome(record.objective, _violation(record), record.meets_criterion, record.metrics)
+            return
+        metric = self.config.evaluation.metric
+        check = criterion.check(baseline[metric], record.metrics[metric])
+        record.meets_criterion = check.meets
+        record.accuracy_loss = check.loss
+        record.objective = objective_value(record, self.objectives[0])
 
-    def _should_stop(self, asked: int, records: list[TrialRecord], started: float) -> str:
-        stop = self.config.stop
-        met = sum(1 for r in records if r.meets_criterion)
-        if stop.max_trials is not None and asked >= stop.max_trials:
+
+class _Loop:
+    """One run's ask/tell loop and its bookkeeping."""
+
+    def __init__(self, engine: Engine, parts: RunParts, strategy: Strategy, executor, store, replay, baseline, started):
+        self.engine = engine
+        self.parts = parts
+        self.strategy = strategy
+        self.executor = executor
+        self.store = store
+        self.replay = replay
+        self.baseline = baseline
+        self.started = started
+        self.records: list[TrialRecord] = []
+        self.pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
+        self.replayed_proposals: dict[int, Proposal] = {}
+        self.asked_after: dict[int, int] = {}
+        self.step_configs: dict[int, dict[str, Any]] = {}
+        self.asked = 0
+        self.told = 0
+
+    def run(self) -> str:
+        stop_reason = ""
+        while True:
+            while not stop_reason and len(self.pending) < self.executor.capacity:
+                # Replaying: deliver the tells that came before this ask in the original run.
+                while self.replay.waiting and self.told < self.replay.asked_after(self.asked):
+                    self._tell_replayed()
+                stop_reason = self._should_stop()
+                if stop_reason:
+                    break
+                proposal = self.strategy.ask()
+                if proposal is WAIT:
+                    if self.replay.waiting:
+                        self._tell_replayed()
+                        continue
+                    break
+                if proposal is None:
+                    stop_reason = "search finished (space exhausted or strategy done)"
+                    break
+                self._launch(proposal)
+            if self.replay.waiting and not self.pending:
+                self._tell_replayed()
+                continue
+            if not self.pending:
+                return stop_reason
+            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+            for future in sorted(done, key=lambda f: self.pending[f][0].number):
+                _, proposal = self.pending.pop(future)
+                self._finish(future.result(), proposal, replayed=False)
+
+    def _launch(self, proposal: Proposal) -> None:
+        plan = self.parts.plan
+        flow = proposal.flow or plan.flow_of(proposal.point)
+        trial = Trial(self.asked, tuple(flow), proposal.point)
+        self.step_configs[trial.number] = {
+            step.id: config.model_dump(mode="json") for step, config in plan.configs_for(proposal.point, flow)
+        }
+        self.asked += 1
+        stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
+        if stored is not None:
+            self.replayed_proposals[trial.number] = proposal
+            return
+        self.asked_after[trial.number] = self.told
+        self.pending[self.executor.submit(trial)] = (trial, proposal)
+
+    def _tell_replayed(self) -> None:
+        record = self.replay.next_tell()
+        if record is not None:
+            self._finish(record, self.replayed_proposals.pop(record.number), replayed=True)
+
+    def _finish(self, record: TrialRecord, proposal: Proposal, *, replayed: bool) -> None:
+        if not replayed:
+            record.stage = proposal.stage
+            record.asked_after = self.asked_after.pop(record.number)
+            self.engine.judge(record, self.baseline, self.parts.criterion)
+        record.told_index = self.told
+        self.told += 1
+        self.strategy.tell(proposal, _outcome(record))
+        if not replayed:
+            self.store.record_trial(record.to_dict())
+            log.info("trial %d: %s", record.number, record.to_dict())
+        self.records.append(record)
+        status = RunStatus(
+            done=len(self.records),
+            running=len(self.pending),
+            failed=sum(r.status == "failed" for r in self.records),
+            max_trials=self.engine.config.stop.max_trials,
+            best=select_best(self.records, self.engine.objectives),
+            elapsed_s=time.perf_counter() - self.started,
+            replayed=self.replay.replayed,
+        )
+        for listener in self.engine.listeners:
+            listener.on_trial(record, status)
+
+    def _should_stop(self) -> str:
+        stop = self.engine.config.stop
+        met = sum(1 for r in self.records if r.meets_criterion)
+        if stop.max_trials is not None and self.asked >= stop.max_trials:
             return f"max_trials ({stop.max_trials}) reached"
-        if stop.timeout_s is not None and time.perf_counter() - started >= stop.timeout_s:
+        if stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s:
             return f"timeout ({stop.timeout_s:g} s) reached"
         if stop.stop_when_met and met:
             return "a trial met the criterion (stop_when_met)"
@@ -185,19 +275,12 @@ class Engine:
             return f"{stop.n_candidates} candidate(s) found (n_candidates)"
         return ""
 
-    def _judge(self, record: TrialRecord, baseline, criterion, metric: str) -> None:
-        if record.status != "ok":
-            return
-        check = criterion.check(baseline[metric], record.metrics[metric])
-        record.meets_criterion = check.meets
-        record.accuracy_loss = check.loss
-        record.objective = objective_value(record, self.objectives[0])
 
-
-def _violation(record: TrialRecord) -> float:
-    if record.accuracy_loss is None or record.meets_criterion:
-        return 0.0
-    return max(record.accuracy_loss, 1e-9)
+def _outcome(record: TrialRecord) -> Outcome:
+    if record.status != "ok":
+        return Outcome(None)
+    violation = 0.0 if record.meets_criterion or record.accuracy_loss is None else max(record.accuracy_loss, 1e-9)
+    return Outcome(record.objective, violation, record.meets_criterion, record.metrics)
 
 
 def _cache_stats(records: list[TrialRecord], baseline_cache: str) -> dict[str, dict[str, int]]:
@@ -212,7 +295,7 @@ def _cache_stats(records: list[TrialRecord], baseline_cache: str) -> dict[str, d
 
 def _attach_log(path: Path) -> logging.Handler:
     """Sends this run's log (and onnxruntime's quantization warnings) to ``quantune.log``."""
-    handler = logging.FileHandler(path, mode="w")
+    handler = logging.FileHandler(path, mode="a")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
     root.addHandler(handler)

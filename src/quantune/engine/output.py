@@ -50,8 +50,9 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
             f"--output: '{folder}' holds a run of a different config; pass --restart to replace it, "
             "or choose another --output folder"
         )
-    # Same config: the trials are re-run (each one a cache hit), so the old rows are replaced.
-    store.clear()
+    if previous != config_hash or restart:
+        store.clear()
+    # Same config: the stored trials are resumed (see engine/resume.py); outputs are rewritten.
     for stale in ("best", "closest_miss"):
         shutil.rmtree(folder / stale, ignore_errors=True)
     (folder / "results.json").unlink(missing_ok=True)

@@ -6,7 +6,6 @@ from dataclasses import dataclass
 
 from quantune.config import LoadedConfig
 from quantune.data import Dataset, load_dataset
-from quantune.data.dataset import load_function
 from quantune.engine.plan import Plan, build_plan
 from quantune.engine.runner import RunContext
 from quantune.errors import ConfigError
@@ -21,6 +20,7 @@ from quantune.evaluate import (
 )
 from quantune.model import ModelHandle
 from quantune.store import ArtifactCache, default_cache_dir
+from quantune.userimport import load_function, load_plugins
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,10 @@ class RunParts:
     plan: Plan
 
 
-def build_run(loaded: LoadedConfig) -> RunParts:
+def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
+    """``eval_threads``: onnxruntime threads for accuracy evaluation (0: all cores)."""
     config = loaded.config
+    load_plugins(config.plugins, loaded.base_dir)
     model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
     plan = build_plan(config, nodes=model.nodes)
     needs_calibration = [step.id for step in plan.steps.values() if step.pass_cls.needs_calibration]
@@ -64,7 +66,7 @@ def build_run(loaded: LoadedConfig) -> RunParts:
         latency=LatencySpec(latency.warmup, latency.repeats, latency.threads, latency.batch_size),
         user_metric=user_metric,
     )
-    evaluator = Evaluator(spec, evaluation, input_names)
+    evaluator = Evaluator(spec, evaluation, input_names, threads=eval_threads)
     higher = config.criterion.higher_is_better
     criterion = Criterion(
         kind=config.criterion.type,

@@ -34,6 +34,9 @@ class TrialRecord:
     error: str | None = None
     model_path: str | None = None
     stage: str = ""
+    log_tail: str | None = None
+    asked_after: int = 0  # tells done when this trial was asked (for exact resume)
+    told_index: int = 0  # place in the order of tells
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -45,8 +45,9 @@ class EvaluationSpec:
 class Evaluator:
     """Measures models on one dataset against one reference (the original model's outputs)."""
 
-    def __init__(self, spec: EvaluationSpec, dataset: Dataset, input_names: list[str]) -> None:
+    def __init__(self, spec: EvaluationSpec, dataset: Dataset, input_names: list[str], threads: int = 0) -> None:
         self.spec = spec
+        self.threads = threads
         self.dataset = dataset
         self.input_names = input_names
         if spec.metric in LABEL_METRICS and spec.label_key not in dataset.arrays:
@@ -61,6 +62,7 @@ class Evaluator:
         """All outputs of ``model`` over the evaluation data, concatenated along the batch axis."""
         options = ort.SessionOptions()
         options.log_severity_level = 3
+        options.intra_op_num_threads = self.threads
         try:
             session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         except Exception as exc:

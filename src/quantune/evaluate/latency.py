@@ -6,7 +6,11 @@ spinning is disabled so an idle thread pool does not eat the other core.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,8 +26,29 @@ class LatencySpec:
     batch_size: int | None = None  # None: the data's batch size
 
 
+@contextlib.contextmanager
+def latency_lane() -> Iterator[None]:
+    """One latency measurement at a time on this machine, whatever process or worker asks.
+
+    Parallel trials evaluate accuracy side by side, but a timing taken while another trial
+    computes would measure the other trial too; a lock file serialises the timed part.
+    """
+    try:
+        import fcntl
+    except ImportError:  # not POSIX: no lane, measurements may overlap
+        yield
+        return
+    path = Path(os.environ.get("QUANTUNE_LATENCY_LOCK") or Path(tempfile.gettempdir()) / "quantune-latency.lock")
+    with open(path, "a") as handle:
+        fcntl.flock(handle, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(handle, fcntl.LOCK_UN)
+
+
 def measure_latency(model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec) -> dict[str, float]:
-    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds."""
+    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = spec.threads
     options.inter_op_num_threads = 1
@@ -31,13 +56,14 @@ def measure_latency(model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
     session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    for _ in range(spec.warmup):
-        session.run(None, feeds)
     timings = np.empty(spec.repeats)
-    for index in range(spec.repeats):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        timings[index] = time.perf_counter() - start
+    with latency_lane():
+        for _ in range(spec.warmup):
+            session.run(None, feeds)
+        for index in range(spec.repeats):
+            start = time.perf_counter()
+            session.run(None, feeds)
+            timings[index] = time.perf_counter() - start
     timings *= 1000.0
     return {
         "latency_ms": float(np.median(timings)),

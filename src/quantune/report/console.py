@@ -5,9 +5,17 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
+from quantune.engine.engine import RunStatus
 from quantune.engine.trial import TrialRecord
 from quantune.report.result import Result
 
@@ -28,13 +36,12 @@ def _fmt_params(params: dict[str, Any]) -> str:
 
 
 class ConsoleListener:
-    """Progress bar with trials done, failures and the best objective so far."""
+    """Progress bar: trials done / running / failed, best so far, elapsed and time left."""
 
     def __init__(self, console: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
         self._progress: Progress | None = None
         self._task: Any = None
-        self._failed = 0
 
     def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None:
         self._progress = Progress(
@@ -43,18 +50,22 @@ class ConsoleListener:
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
             TimeElapsedColumn(),
+            TextColumn("left"),
+            TimeRemainingColumn(),
             console=self.console,
             transient=True,
         )
         self._progress.start()
         self._task = self._progress.add_task("trials", total=max_trials, status="")
 
-    def on_trial(self, record: TrialRecord, best: TrialRecord | None) -> None:
-        self._failed += record.status == "failed"
+    def on_trial(self, record: TrialRecord, status: RunStatus) -> None:
+        best = status.best
         best_text = f"best {best.objective:.4g}" if best and best.objective is not None else "no candidate yet"
-        status = f"{best_text}, {self._failed} failed"
+        text = f"{status.running} running, {status.failed} failed, {best_text}"
+        if status.replayed:
+            text += f", {status.replayed} resumed"
         if self._progress is not None:
-            self._progress.update(self._task, advance=1, status=status)
+            self._progress.update(self._task, completed=status.done, status=text)
 
     def on_end(self, result: Result) -> None:
         if self._progress is not None:
@@ -83,7 +94,10 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     for record in result.trials[:max_rows]:
         style = "bold green" if record.number == chosen else None
         if record.status != "ok":
-            table.add_row(str(record.number), _fmt_params(record.params), "failed", "", "", "", "", "", style="red")
+            reason = (record.error or "failed")[:80]
+            table.add_row(
+                str(record.number), f"{_fmt_params(record.params)}: {reason}", "failed", "", "", "", "", "", style="red"
+            )
             continue
         m = record.metrics
         hits = sum(1 for outcome in record.cache.values() if outcome == "hit")
@@ -126,5 +140,9 @@ def summary(result: Result) -> str:
                 f"closest miss: trial {miss.number}, {result.metric} {miss.metrics[result.metric]:.4f} "
                 f"(loss {miss.accuracy_loss:.4g}); saved in {result.output_dir / 'closest_miss'}"
             )
+    if result.replayed:
+        lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")
+    if result.interrupted:
+        lines.append("interrupted: run the same command again to resume")
     lines.append(f"results: {result.output_dir / 'results.json'}  ({result.duration_s:.1f} s)")
     return "\n".join(lines)

@@ -33,6 +33,11 @@ class Result:
     output_dir: Path
     cache_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    replayed: int = 0
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_reason.startswith("interrupted")
 
     @property
     def best_model_path(self) -> Path | None:
@@ -56,6 +61,7 @@ class Result:
             "stop_reason": self.stop_reason,
             "duration_s": self.duration_s,
             "cache": self.cache_stats,
+            "replayed_trials": self.replayed,
         }
 
 

@@ -6,6 +6,7 @@ proposes points, and learns from :class:`Feedback`. The engine decides what a sc
 
 from __future__ import annotations
 
+import math
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
 
@@ -19,14 +20,43 @@ class Feedback:
     ``objective`` is the value to minimise (``None`` when the trial failed); ``violation`` is
     how far the point is from meeting the accuracy criterion (0 when it meets it), which
     constrained samplers use to steer towards feasible points.
+
+    For multi-objective samplers (``directions`` with several entries, e.g. NSGA-II over
+    latency and size), ``objectives`` carries one value per direction, in the same order;
+    ``objective`` may then repeat the first one (or be ``None``). A trial failed when neither
+    is given. Single-objective samplers read ``objective`` (or the only entry of ``objectives``).
+
+    >>> Feedback(3.1, objectives=(3.1, 167_987)).values()
+    (3.1, 167987.0)
     """
 
     objective: float | None
     violation: float = 0.0
+    objectives: tuple[float, ...] | None = None
+
+    def __post_init__(self) -> None:
+        if self.objectives is not None:
+            values = tuple(float(value) for value in self.objectives)
+            if not values:
+                raise ValueError("Feedback.objectives: give at least one value, or None")
+            object.__setattr__(self, "objectives", values)
 
     @property
     def failed(self) -> bool:
-        return self.objective is None
+        return self.objective is None and self.objectives is None
+
+    def values(self) -> tuple[float, ...] | None:
+        """The objective values: ``objectives`` when given, else ``(objective,)``; ``None`` if failed.
+
+        A NaN counts as a failure: no sampler can rank it.
+        """
+        if self.objectives is not None:
+            values = self.objectives
+        elif self.objective is not None:
+            values = (float(self.objective),)
+        else:
+            return None
+        return None if any(math.isnan(value) for value in values) else values
 
 
 class Sampler(ABC):

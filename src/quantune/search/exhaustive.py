@@ -1,9 +1,15 @@
-"""Exhaustive search: every valid point once, lazily, in the space's fixed order."""
+"""Exhaustive search: every valid point once, lazily, in the space's fixed order.
+
+The order is depth first over the parameters; at each parameter, higher-weight values come
+first, so with weights the most trusted settings run before the rest. Continuous parameters
+cannot be listed, so binding a space that has one raises a :class:`QuantuneError`.
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
 
+from quantune.errors import QuantuneError
 from quantune.search.base import Sampler
 from quantune.search.registry import register_sampler
 from quantune.space import Point, SearchSpace
@@ -16,6 +22,12 @@ class ExhaustiveSampler(Sampler):
     name = "exhaustive"
 
     def bind(self, space: SearchSpace) -> None:
+        continuous = space.continuous_params()
+        if continuous:
+            raise QuantuneError(
+                f"search.sampler: 'exhaustive' cannot list the continuous parameters {continuous}; "
+                "give each FloatRange a step, or choose a sampler that draws (random, tpe, cmaes, gp, qmc, nsga2)"
+            )
         super().bind(space)
         self._points: Iterator[Point] = space.iterate()
 

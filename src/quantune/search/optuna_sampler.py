@@ -1,20 +1,36 @@
-"""Optuna samplers (TPE and friends) driven through Optuna's ask/tell API.
+"""Optuna's samplers (TPE, CMA-ES, GP, QMC, NSGA-II) driven through Optuna's ask/tell API.
 
-Each quantune parameter becomes an Optuna categorical over the *indices* of its choices, so
-any value (lists, None) can be searched. A conditional parameter is registered under a name
-that includes its parents' values, because Optuna requires one distribution per name.
-Accuracy misses are passed to Optuna as constraint violations, so constrained TPE learns to
-avoid them instead of treating them as merely slow.
+:class:`OptunaSampler` adapts any ``optuna.samplers.BaseSampler``; each registered subclass
+below only says which one to build. How parameters map to Optuna's suggestions (ranges as
+numbers, categoricals and joints as indices, conditionals named by their parents' values) is
+in :mod:`quantune.search._optuna_space`.
+
+Accuracy misses are passed to Optuna as constraint violations, so the samplers that model
+constraints (TPE, GP, NSGA-II) learn to avoid them instead of treating them as merely slow.
+
+Weights on categorical values: no Optuna sampler reads them. The adapter enqueues one first
+trial that takes every weighted parameter's highest-weight value; after that the sampler
+goes its own way. (Random and exhaustive search honour weights throughout.)
+
+Multi-objective: give ``directions=("minimize", "minimize")`` (one per objective) and tell
+``Feedback(objective, violation, objectives=(a, b))``. TPE, GP, QMC and NSGA-II support
+several objectives; CMA-ES does not.
 """
 
 from __future__ import annotations
 
+import importlib.util
+import inspect
 import logging
+import random
 import warnings
+from collections.abc import Sequence
 from typing import Any
 
 import optuna
 
+from quantune.errors import QuantuneError
+from quantune.search._optuna_space import optuna_params, priority_params, suggest_point
 from quantune.search.base import Feedback, Sampler
 from quantune.search.registry import register_sampler
 from quantune.space import Point, SearchSpace, point_key
@@ -22,6 +38,9 @@ from quantune.space import Point, SearchSpace, point_key
 _VIOLATION = "quantune_violation"
 # Optuna 5 records constraints on the trial; older releases ask the sampler for a callback.
 _NATIVE_CONSTRAINTS = hasattr(optuna.trial.Trial, "set_constraint")
+_DIRECTIONS = ("minimize", "maximize")
+_FALLBACK_DRAWS = 200
+_LISTABLE = 200_000
 
 
 def _violation(trial: optuna.trial.FrozenTrial) -> tuple[float]:
@@ -35,21 +54,53 @@ def _set_violation(trial: optuna.trial.Trial, value: float) -> None:
         trial.set_user_attr(_VIOLATION, value)
 
 
-def constraint_options() -> dict[str, Any]:
-    """Sampler keyword arguments that make an Optuna sampler honour quantune's violations."""
-    return {} if _NATIVE_CONSTRAINTS else {"constraints_func": _violation}
+def constraint_options(sampler_cls: type[optuna.samplers.BaseSampler] | None = None) -> dict[str, Any]:
+    """Keyword arguments that make an Optuna sampler honour quantune's violations.
+
+    Empty on Optuna 5 (constraints travel with the trial) and for samplers that take no
+    ``constraints_func``.
+    """
+    if _NATIVE_CONSTRAINTS:
+        return {}
+    if sampler_cls is not None and "constraints_func" not in inspect.signature(sampler_cls).parameters:
+        return {}
+    return {"constraints_func": _violation}
+
+
+def _accepted(sampler_cls: type, **options: Any) -> dict[str, Any]:
+    """``options`` minus those this Optuna version's ``sampler_cls`` does not take (e.g. warning switches)."""
+    parameters = inspect.signature(sampler_cls).parameters
+    return {key: value for key, value in options.items() if key in parameters}
+
+
+def _require(module: str, sampler: str, extra: str, package: str) -> None:
+    if importlib.util.find_spec(module) is None:
+        raise QuantuneError(
+            f"search.sampler: '{sampler}' needs the '{package}' package, which is not installed; "
+            f"install it with: pip install 'quantune[{extra}]' (or: pip install {package})"
+        )
 
 
 class OptunaSampler(Sampler):
-    """Adapts an ``optuna.samplers.BaseSampler`` to quantune's ask/tell interface."""
+    """Adapts an ``optuna.samplers.BaseSampler`` to quantune's ask/tell interface.
+
+    Subclasses implement :meth:`make_optuna_sampler`. ``directions`` (one of ``minimize`` /
+    ``maximize`` per objective, default one ``minimize``) makes the study multi-objective.
+    """
 
     name = "optuna"
-    max_duplicate_asks = 50
+    max_duplicate_asks = 20
+    multi_objective = True
+    uses_constraints = True  # False where Optuna's sampler ignores constraints (and warns when given them)
 
-    def __init__(self, seed: int | None = 0) -> None:
+    def __init__(self, seed: int | None = 0, directions: Sequence[str] | None = None) -> None:
         super().__init__(seed)
-        self._pending: dict[str, list[optuna.trial.Trial]] = {}
-        self._seen: set[str] = set()
+        self.directions = tuple(directions or ("minimize",))
+        bad = [d for d in self.directions if d not in _DIRECTIONS]
+        if bad or isinstance(directions, str):
+            raise QuantuneError(f"search.directions: {list(self.directions)!r}; give a list of {list(_DIRECTIONS)}")
+        if len(self.directions) > 1 and not self.multi_objective:
+            raise QuantuneError(f"search.sampler: '{self.name}' optimizes one objective; got {len(self.directions)}")
 
     def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
         raise NotImplementedError
@@ -58,19 +109,27 @@ class OptunaSampler(Sampler):
         super().bind(space)
         optuna.logging.set_verbosity(logging.WARNING)
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
-        self._study = optuna.create_study(direction="minimize", sampler=self.make_optuna_sampler())
+        self._pending: dict[str, list[optuna.trial.Trial]] = {}
+        self._seen: set[str] = set()
+        self._rng = random.Random(self.seed)
+        self._remaining: list[Point] | None = None
+        self._patience = self.max_duplicate_asks
+        self._study = optuna.create_study(directions=list(self.directions), sampler=self.make_optuna_sampler())
         self._size = space.raw_size()
+        first = priority_params(space)
+        if first:
+            self._study.enqueue_trial(first)
 
     def ask(self) -> Point | None:
         space = self._require_space()
-        for _ in range(self.max_duplicate_asks):
+        for _ in range(self._patience):
             if len(self._seen) >= self._size:
                 return None
             trial = self._study.ask()
-            point = self._suggest(trial, space)
+            point = suggest_point(trial, space)
             key = point_key(point)
             if not space.is_valid(point):
-                _set_violation(trial, 1.0)
+                self._constrain(trial, 1.0)
                 self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
                 self._seen.add(key)
                 continue
@@ -78,9 +137,46 @@ class OptunaSampler(Sampler):
                 # Optuna proposed a point it already has a score for: tell it nothing new and ask again.
                 self._study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 continue
-            self._seen.add(key)
-            self._pending.setdefault(key, []).append(trial)
-            return point
+            self._patience = self.max_duplicate_asks
+            return self._accept(trial, point, key)
+        # Optuna keeps proposing points it cannot use (TPE ignores failed trials, so it may
+        # return to the same invalid point forever; near the end of a small space nearly every
+        # proposal is a repeat). Hand it an unseen valid point instead, as a trial it can learn
+        # from, and give up only when the space has none left. Patience halves while this
+        # goes on, so a saturated search does not pay for many wasted Optuna asks per point.
+        self._patience = max(1, self._patience // 2)
+        point = self._unseen_point(space)
+        if point is None:
+            return None
+        self._study.enqueue_trial(optuna_params(point, space))
+        trial = self._study.ask()
+        point = suggest_point(trial, space)
+        return self._accept(trial, point, point_key(point))
+
+    def _accept(self, trial: optuna.trial.Trial, point: Point, key: str) -> Point:
+        self._seen.add(key)
+        self._pending.setdefault(key, []).append(trial)
+        return point
+
+    def _unseen_point(self, space: SearchSpace) -> Point | None:
+        """A seeded random valid point not yet proposed; listed (once) only for small spaces."""
+        if self._remaining is None:
+            for _ in range(_FALLBACK_DRAWS):
+                point = space.sample(self._rng)
+                key = point_key(point)
+                if key in self._seen:
+                    continue
+                if space.is_valid(point):
+                    return point
+                self._seen.add(key)
+            if self._size > _LISTABLE:
+                return None
+            self._remaining = list(space.iterate())
+            self._rng.shuffle(self._remaining)
+        while self._remaining:
+            point = self._remaining.pop()
+            if point_key(point) not in self._seen:
+                return point
         return None
 
     def tell(self, point: Point, feedback: Feedback) -> None:
@@ -88,38 +184,144 @@ class OptunaSampler(Sampler):
         if not trials:
             return
         trial = trials.pop(0)
-        if feedback.failed:
+        values = feedback.values()
+        if values is None:
             self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
             return
-        _set_violation(trial, float(feedback.violation))
-        self._study.tell(trial, float(feedback.objective))
+        if len(values) != len(self.directions):
+            raise ValueError(
+                f"{self.name}: the study has {len(self.directions)} objective(s) {list(self.directions)}, "
+                f"the feedback gives {len(values)}"
+            )
+        self._constrain(trial, float(feedback.violation))
+        self._study.tell(trial, values[0] if len(values) == 1 else list(values))
 
-    @staticmethod
-    def _suggest(trial: optuna.trial.Trial, space: SearchSpace) -> Point:
-        point: Point = {}
-        for name, param in space.params.items():
-            choices = param.choices_given(point)
-            if not choices:
-                continue
-            label = name
-            if param.parents:
-                label += "|" + ",".join(f"{parent}={point[parent]!r}" for parent in param.parents)
-            index = trial.suggest_categorical(label, list(range(len(choices))))
-            point[name] = choices[index]
-        return point
+    def _constrain(self, trial: optuna.trial.Trial, violation: float) -> None:
+        if self.uses_constraints:
+            _set_violation(trial, violation)
+
+    @property
+    def study(self) -> optuna.Study:
+        """The underlying Optuna study (for inspection: trials, Pareto front)."""
+        return self._study
 
 
 @register_sampler("tpe")
 class TPESampler(OptunaSampler):
-    """Tree-structured Parzen Estimator with Optuna's constraint handling for accuracy misses."""
+    """Tree-structured Parzen Estimator (multivariate, grouped for conditionals) with constraints."""
 
     name = "tpe"
 
-    def __init__(self, seed: int | None = 0, n_startup_trials: int = 5, **options: Any) -> None:
-        super().__init__(seed)
+    def __init__(
+        self, seed: int | None = 0, n_startup_trials: int = 5, directions: Sequence[str] | None = None, **options: Any
+    ) -> None:
+        super().__init__(seed, directions)
         self._options = {"n_startup_trials": n_startup_trials, **options}
 
     def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
-        return optuna.samplers.TPESampler(
-            seed=self.seed, multivariate=True, group=True, **constraint_options(), **self._options
-        )
+        cls = optuna.samplers.TPESampler
+        return cls(seed=self.seed, multivariate=True, group=True, **constraint_options(cls), **self._options)
+
+
+@register_sampler("cmaes")
+class CmaEsSampler(OptunaSampler):
+    """CMA-ES over the numeric parameters; single objective; needs the ``cmaes`` package.
+
+    CMA-ES models only :class:`~quantune.space.IntRange` and :class:`~quantune.space.FloatRange`
+    parameters that are active in every point. Categorical, boolean and joint parameters, and
+    conditional ones (their Optuna name changes with their parents), fall back to Optuna's
+    independent sampler: seeded random sampling unless ``independent_sampler`` is given. A
+    space with fewer than two numeric parameters is therefore searched at random. CMA-ES
+    ignores accuracy violations (Optuna's CMA-ES has no constraint support).
+    """
+
+    name = "cmaes"
+    multi_objective = False
+    uses_constraints = False
+
+    def __init__(self, seed: int | None = 0, directions: Sequence[str] | None = None, **options: Any) -> None:
+        super().__init__(seed, directions)
+        _require("cmaes", self.name, "cmaes", "cmaes")
+        self._options = options
+
+    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
+        cls = optuna.samplers.CmaEsSampler
+        return cls(seed=self.seed, **_accepted(cls, warn_independent_sampling=False), **self._options)
+
+
+@register_sampler("gp")
+class GPSampler(OptunaSampler):
+    """Gaussian-process Bayesian optimisation (Optuna's ``GPSampler``); needs PyTorch.
+
+    Best on few numeric parameters and expensive trials. Like CMA-ES it models the
+    parameters present in every trial; conditional ones fall back to independent sampling.
+    """
+
+    name = "gp"
+
+    def __init__(
+        self, seed: int | None = 0, n_startup_trials: int = 10, directions: Sequence[str] | None = None, **options: Any
+    ) -> None:
+        super().__init__(seed, directions)
+        if not hasattr(optuna.samplers, "GPSampler"):
+            raise QuantuneError(f"search.sampler: 'gp' needs optuna>=3.6; this is optuna {optuna.__version__}")
+        _require("torch", self.name, "gp", "torch")
+        self._options = {"n_startup_trials": n_startup_trials, **options}
+
+    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
+        cls = optuna.samplers.GPSampler
+        extra = _accepted(cls, warn_independent_sampling=False)
+        return cls(seed=self.seed, **extra, **constraint_options(cls), **self._options)
+
+
+@register_sampler("qmc")
+class QMCSampler(OptunaSampler):
+    """Quasi-Monte Carlo (scrambled Sobol by default): spreads points evenly, learns nothing.
+
+    Scrambling makes the sequence depend on the seed, so different seeds explore differently
+    and the same seed repeats. The sequence's dimensions are fixed from the first trial's
+    parameters; conditionals fall back to independent (seeded random) sampling.
+    """
+
+    name = "qmc"
+    uses_constraints = False
+
+    def __init__(
+        self,
+        seed: int | None = 0,
+        qmc_type: str = "sobol",
+        scramble: bool = True,
+        directions: Sequence[str] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(seed, directions)
+        self._options = {"qmc_type": qmc_type, "scramble": scramble, **options}
+
+    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
+        cls = optuna.samplers.QMCSampler
+        return cls(seed=self.seed, **_accepted(cls, warn_independent_sampling=False), **self._options)
+
+
+@register_sampler("nsga2")
+class NSGAIISampler(OptunaSampler):
+    """NSGA-II, the genetic algorithm for several objectives (e.g. latency and size), with constraints.
+
+    ``population_size`` defaults to 20, not Optuna's 50: a quantization trial takes seconds,
+    runs last tens of trials, and the first generation is random.
+    """
+
+    name = "nsga2"
+
+    def __init__(
+        self,
+        seed: int | None = 0,
+        population_size: int = 20,
+        directions: Sequence[str] | None = None,
+        **options: Any,
+    ) -> None:
+        super().__init__(seed, directions)
+        self._options = {"population_size": population_size, **options}
+
+    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
+        cls = optuna.samplers.NSGAIISampler
+        return cls(seed=self.seed, **constraint_options(cls), **self._options)

@@ -1,8 +1,11 @@
 """Random search without replacement, reproducible from its seed.
 
-Draws are rejected when already seen or invalid. Once most of the space has been seen,
-rejection would spin, so the sampler switches to a shuffled list of what remains: the switch
-happens only for spaces small enough to list.
+Each parameter is drawn given its parents: uniformly over a categorical's values (in
+proportion to their weights when weighted), uniformly or log-uniformly over a range. Draws
+are rejected when already seen (compared by exact value, so a continuous range is simply
+never exhausted) or invalid. Once most of a finite space has been seen, rejection would
+spin, so the sampler switches to a shuffled list of what remains: the switch happens only
+for spaces small enough to list.
 """
 
 from __future__ import annotations
@@ -19,7 +22,7 @@ _LISTABLE = 200_000
 
 @register_sampler("random")
 class RandomSampler(Sampler):
-    """Uniform over each parameter's choices given its parents; never proposes a point twice."""
+    """Draws each parameter given its parents; never proposes a point twice."""
 
     name = "random"
 

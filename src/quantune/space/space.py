@@ -200,9 +200,7 @@ class SearchSpace:
         for name, param in self.params.items():
             domains = domains_of(param)
             if name in self._structural and not all(domain.finite for domain in domains):
-                raise ValueError(
-                    f"parameter '{name}' is continuous but other parameters depend on it; give it a step"
-                )
+                raise ValueError(f"parameter '{name}' is continuous but other parameters depend on it; give it a step")
             for member in {m for domain in domains if isinstance(domain, Joint) for m in domain.names}:
                 clash = "a parameter" if member in self.params else "a fixed value" if member in self.fixed else None
                 if clash or owners.get(member, name) != name:
@@ -224,7 +222,9 @@ def expand_joint(point: Mapping[str, Any], space: SearchSpace) -> Point:
     return space.expand(point)
 
 
-def _add(states: dict[tuple[Any, ...], tuple[Point, int | float]], key: tuple[Any, ...], partial: Point, count: int | float) -> None:
+def _add(
+    states: dict[tuple[Any, ...], tuple[Point, int | float]], key: tuple[Any, ...], partial: Point, count: int | float
+) -> None:
     if key in states:
         states[key] = (states[key][0], states[key][1] + count)
     else:

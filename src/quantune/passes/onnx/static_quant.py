@@ -41,13 +41,20 @@ class StaticQuantizationConfig(PassConfig):
     percentile: float = Field(default=99.999, gt=0, le=100)
     op_types_to_quantize: list[str] | None = None
     nodes_to_exclude: list[str] = []
+    # Per-tensor activation type (tensor name -> type), e.g. int16 for the activations of the
+    # few operators 8 bits cannot carry; onnxruntime's ``TensorQuantOverrides`` (QDQ only).
+    tensor_overrides: dict[str, QuantTypeName] = {}
 
     @model_validator(mode="after")
     def _supported(self) -> StaticQuantizationConfig:
-        wide = {self.activation_type, self.weight_type} & _WIDE
+        wide = self.wide_types()
         if wide and self.quant_format != "QDQ":
             raise ValueError(f"{sorted(wide)} types need quant_format 'QDQ' (QOperator has only 8-bit kernels)")
         return self
+
+    def wide_types(self) -> set[str]:
+        """The 16-bit types this config uses anywhere (model-wide or in a tensor override)."""
+        return ({self.activation_type, self.weight_type} | set(self.tensor_overrides.values())) & _WIDE
 
 
 @register_pass
@@ -90,8 +97,12 @@ class StaticQuantization(Pass):
             "WeightSymmetric": config.weight_symmetric,
             "CalibPercentile": config.percentile,
         }
-        if {config.activation_type, config.weight_type} & _WIDE:
+        if config.wide_types():
             extra["UseQDQContribOps"] = True
+        if config.tensor_overrides:
+            extra["TensorQuantOverrides"] = {
+                name: [{"quant_type": QUANT_TYPES[kind]}] for name, kind in sorted(config.tensor_overrides.items())
+            }
         ranges, fresh = self._calibration_cache(config, context)
         quantize_static(
             str(model_in),
@@ -131,7 +142,7 @@ class StaticQuantization(Pass):
             config.calibrate_method,
             config.percentile if config.calibrate_method == "Percentile" else None,
             sorted(config.op_types_to_quantize or []),
-            bool({config.activation_type, config.weight_type} & _WIDE),
+            bool(config.wide_types()),
         )
         context.cache_dir.mkdir(parents=True, exist_ok=True)
         path = context.cache_dir / f"{key}.json"

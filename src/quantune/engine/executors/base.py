@@ -1,5 +1,5 @@
-"""Where trials run. The engine submits trials and collects futures; an executor decides
-whether that is in this process, a pool of worker processes, or a cluster.
+"""The executor seam: the engine submits trials and waits on futures; an executor decides
+whether a trial runs in this process, in a worker process, or on a cluster node.
 """
 
 from __future__ import annotations
@@ -20,11 +20,12 @@ class Executor(ABC):
     def submit(self, trial: Trial) -> Future[TrialRecord]: ...
 
     def shutdown(self) -> None:  # noqa: B027 - optional hook
-        """Releases workers; the in-process executor has none."""
+        """Stops workers; trials still running are abandoned."""
 
 
 class InProcessExecutor(Executor):
-    """Runs each trial in this process, one at a time, when it is submitted."""
+    """Runs each trial in this process when it is submitted: no isolation, no start-up cost.
+    For debugging (a breakpoint in a pass works) and for tests."""
 
     capacity = 1
 
@@ -35,3 +36,11 @@ class InProcessExecutor(Executor):
         future: Future[TrialRecord] = Future()
         future.set_result(self.runner.run(trial))
         return future
+
+
+def failed_record(trial: Trial, error: str, log_tail: str = "") -> TrialRecord:
+    """The record of a trial whose worker died or timed out before it could report."""
+    record = TrialRecord(trial.number, list(trial.flow), dict(trial.params), "failed", error=error)
+    if log_tail:
+        record.log_tail = log_tail
+    return record

@@ -1,0 +1,43 @@
+"""Builds the executor a config asks for."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+from quantune.config.schema import ExecutorConfig
+from quantune.engine.executors.base import Executor, InProcessExecutor
+from quantune.engine.executors.process import ProcessExecutor
+from quantune.engine.executors.worker import WorkerSpec
+from quantune.engine.runner import TrialRunner
+
+
+def eval_threads_for(workers: int) -> int:
+    """Accuracy evaluations share the cores between workers (0: onnxruntime's default)."""
+    if workers <= 1:
+        return 0
+    return max(1, (os.cpu_count() or 1) // workers)
+
+
+def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunner, output_dir: Path) -> Executor:
+    if config.kind == "inline":
+        return InProcessExecutor(runner)
+    if config.kind == "ray":
+        from quantune.engine.executors.ray_executor import RayExecutor
+
+        return RayExecutor(
+            spec,
+            workers=config.workers,
+            address=config.address,
+            cpus_per_trial=config.cpus_per_trial,
+            gpus_per_trial=config.gpus_per_trial,
+            resources=config.resources,
+            trial_timeout_s=config.trial_timeout_s,
+        )
+    return ProcessExecutor(
+        spec,
+        workers=config.workers,
+        log_dir=output_dir / "workers",
+        trial_timeout_s=config.trial_timeout_s,
+        memory_limit_mb=config.memory_limit_mb,
+    )

@@ -1,0 +1,216 @@
+"""Isolated worker processes: a crash, a hang or a memory blow-up fails one trial, not the run.
+
+Each worker is a spawned process serving one trial at a time over a pipe, with its stdout
+and stderr (including onnxruntime's native logs and faulthandler's report of a segfault)
+going to its own log file, and an address-space limit when ``memory_limit_mb`` is set.
+A thread per worker waits on the pipe and the process at once: when the process dies or
+the trial's time runs out, the trial is recorded as failed with its cause and the tail of
+the log, and a fresh worker takes the next trial.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing as mp
+import os
+import queue
+import signal
+import threading
+import time
+from concurrent.futures import Future
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+
+from quantune.engine.executors.base import Executor, failed_record
+from quantune.engine.executors.worker import WorkerSpec
+from quantune.engine.trial import Trial, TrialRecord
+
+_SIGNALS = {
+    signal.SIGSEGV: "segmentation fault (SIGSEGV)",
+    signal.SIGABRT: "abort (SIGABRT)",
+    signal.SIGKILL: "killed (SIGKILL: out-of-memory killer or external kill)",
+    signal.SIGBUS: "bus error (SIGBUS)",
+    signal.SIGFPE: "floating point exception (SIGFPE)",
+    signal.SIGTERM: "terminated (SIGTERM)",
+}
+_TAIL_LINES = 20
+
+
+def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None, log_path: str) -> None:
+    import faulthandler
+    import logging
+    import sys
+
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    faulthandler.enable(sys.stderr)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the engine's to handle
+    if memory_limit_mb:
+        import resource
+
+        limit = int(memory_limit_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    from quantune.engine.executors.worker import run_trial
+
+    while True:
+        try:
+            trial = conn.recv()
+        except EOFError:
+            return
+        if trial is None:
+            return
+        print(f"--- trial {trial.number} ---", flush=True)
+        record = run_trial(spec, trial)
+        error = record.get("error") or ""
+        if memory_limit_mb and any(sign in error for sign in ("MemoryError", "bad_alloc", "Failed to allocate")):
+            record["error"] = f"out of memory (memory limit {memory_limit_mb} MB): {error}"
+        conn.send(record)
+
+
+class _Worker:
+    def __init__(self, index: int, spec: WorkerSpec, log_dir: Path, memory_limit_mb: int | None) -> None:
+        self.index = index
+        self.spec = spec
+        self.memory_limit_mb = memory_limit_mb
+        self.log_path = log_dir / f"worker-{index}.log"
+        self.process: mp.process.BaseProcess | None = None
+        self.conn: Connection | None = None
+
+    def ensure_started(self) -> None:
+        if self.process is not None and self.process.is_alive():
+            return
+        ctx = mp.get_context("spawn")
+        parent, child = ctx.Pipe()
+        self.process = ctx.Process(
+            target=_worker_main,
+            args=(child, self.spec, self.memory_limit_mb, str(self.log_path)),
+            daemon=True,
+            name=f"quantune-worker-{self.index}",
+        )
+        self.process.start()
+        child.close()
+        self.conn = parent
+
+    def log_offset(self) -> int:
+        try:
+            return self.log_path.stat().st_size
+        except FileNotFoundError:
+            return 0
+
+    def tail(self, offset: int) -> str:
+        try:
+            with open(self.log_path, "rb") as handle:
+                handle.seek(offset)
+                text = handle.read().decode(errors="replace")
+        except FileNotFoundError:
+            return ""
+        return "\n".join(text.strip().splitlines()[-_TAIL_LINES:])
+
+    def stop(self, *, kill: bool = False) -> None:
+        if self.process is None:
+            return
+        if not kill and self.conn is not None:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+            self.process.join(timeout=5)
+        if self.process.is_alive():
+            self.process.kill()
+            self.process.join(timeout=5)
+        if self.conn is not None:
+            self.conn.close()
+        self.process = None
+        self.conn = None
+
+    def run(self, trial: Trial, timeout_s: float | None) -> TrialRecord:
+        self.ensure_started()
+        assert self.process is not None and self.conn is not None
+        offset = self.log_offset()
+        try:
+            self.conn.send(trial)
+        except OSError:
+            self.stop(kill=True)
+            self.ensure_started()
+            assert self.conn is not None
+            self.conn.send(trial)
+        deadline = None if timeout_s is None else time.monotonic() + timeout_s
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait([self.conn, self.process.sentinel], timeout=remaining)
+            if self.conn in ready:
+                try:
+                    return TrialRecord.from_dict(self.conn.recv())
+                except (EOFError, OSError):
+                    pass  # the worker died while answering: fall through to its exit status
+            if ready:
+                self.process.join(timeout=5)
+                code = self.process.exitcode
+                cause = (
+                    _SIGNALS.get(-code, f"killed by signal {-code}")
+                    if code and code < 0
+                    else f"worker exited with code {code}"
+                )
+                tail = self.tail(offset)
+                self.stop(kill=True)
+                return failed_record(trial, f"worker crashed: {cause}", tail)
+            if deadline is not None and time.monotonic() >= deadline:
+                tail = self.tail(offset)
+                self.stop(kill=True)
+                return failed_record(trial, f"timeout: the trial ran longer than {timeout_s:g} s and was killed", tail)
+
+
+class ProcessExecutor(Executor):
+    """``workers`` isolated processes; each trial gets ``trial_timeout_s`` and ``memory_limit_mb``."""
+
+    def __init__(
+        self,
+        spec: WorkerSpec,
+        *,
+        workers: int = 1,
+        log_dir: Path,
+        trial_timeout_s: float | None = None,
+        memory_limit_mb: int | None = None,
+    ) -> None:
+        self.capacity = workers
+        self.trial_timeout_s = trial_timeout_s
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self._queue: queue.Queue[tuple[Trial, Future[TrialRecord]] | None] = queue.Queue()
+        self._workers = [_Worker(index, spec, log_dir, memory_limit_mb) for index in range(workers)]
+        self._threads = [
+            threading.Thread(target=self._serve, args=(worker,), daemon=True, name=f"quantune-slot-{worker.index}")
+            for worker in self._workers
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    def _serve(self, worker: _Worker) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            trial, future = item
+            if not future.set_running_or_notify_cancel():
+                continue
+            try:
+                future.set_result(worker.run(trial, self.trial_timeout_s))
+            except BaseException as exc:  # never leave the engine waiting on a future
+                future.set_result(failed_record(trial, f"executor error: {type(exc).__name__}: {exc}"))
+
+    def submit(self, trial: Trial) -> Future[TrialRecord]:
+        future: Future[TrialRecord] = Future()
+        self._queue.put((trial, future))
+        return future
+
+    def shutdown(self, *, kill: bool = False) -> None:
+        for _ in self._threads:
+            self._queue.put(None)
+        for worker in self._workers:
+            if kill:
+                worker.stop(kill=True)
+        for thread in self._threads:
+            thread.join(timeout=0 if kill else None)
+        for worker in self._workers:
+            worker.stop(kill=kill)

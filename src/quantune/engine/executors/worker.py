@@ -1,0 +1,40 @@
+"""The worker side: build the trial runner once per process, then run trials.
+
+Used by the process pool and by Ray tasks alike, so both run trials exactly as the
+in-process executor does.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from quantune.config import LoadedConfig
+from quantune.engine.runner import TrialRunner
+from quantune.engine.trial import Trial
+
+_RUNNERS: dict[str, TrialRunner] = {}
+
+
+@dataclass(frozen=True)
+class WorkerSpec:
+    """Everything a worker needs to rebuild the run's shared parts (picklable)."""
+
+    loaded: LoadedConfig
+    key: str
+    eval_threads: int = 0
+
+
+def runner_for(spec: WorkerSpec) -> TrialRunner:
+    runner = _RUNNERS.get(spec.key)
+    if runner is None:
+        from quantune.engine.setup import build_run
+
+        parts = build_run(spec.loaded, eval_threads=spec.eval_threads)
+        runner = TrialRunner(parts.context)
+        runner.baseline()  # the engine computed it first, so this reads the cache
+        _RUNNERS[spec.key] = runner
+    return runner
+
+
+def run_trial(spec: WorkerSpec, trial: Trial) -> dict:
+    return runner_for(spec).run(trial).to_dict()

@@ -1,0 +1,61 @@
+"""Resuming an interrupted run: finished trials are told again, not run again.
+
+The strategy is deterministic given the same sequence of asks and tells, so the engine
+replays the original sequence: each stored trial records how many tells had happened when
+it was asked (``asked_after``) and its place in the order of tells (``told_index``). Before
+asking trial n, the replay delivers the stored tells that came before it; when the strategy
+proposes what the store holds for n, the stored record stands in for running it. A trial
+that was running when the run died has no record and runs again; if a proposal ever differs
+from the store (a changed sampler, say), replay stops and the rest runs normally.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quantune.engine.trial import TrialRecord
+from quantune.space import point_key
+
+
+class Replay:
+    def __init__(self, stored: list[dict[str, Any]]) -> None:
+        self._stored = {row["number"]: row for row in stored}
+        self._waiting: dict[int, TrialRecord] = {}  # asked again, not yet told again
+        self.active = bool(self._stored)
+        self.replayed = 0
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def asked_after(self, number: int) -> float:
+        """Tells that must be delivered before trial ``number`` is asked. For a trial the store
+        does not hold (the one that was running at the crash, and all after), that is every
+        replayed tell: the original run had told them all by then, or lost nothing by it."""
+        row = self._stored.get(number)
+        return float("inf") if row is None else int(row.get("asked_after", 0))
+
+    def match(self, number: int, flow: list[str], params: dict[str, Any]) -> TrialRecord | None:
+        """The stored record if trial ``number`` was asked with the same flow and params."""
+        if not self.active:
+            return None
+        row = self._stored.get(number)
+        if row is None:
+            return None
+        if row["flow"] != list(flow) or point_key(row["params"]) != point_key(params):
+            self.active = False
+            return None
+        record = TrialRecord.from_dict(row)
+        self._waiting[number] = record
+        self.replayed += 1
+        return record
+
+    def next_tell(self) -> TrialRecord | None:
+        """The waiting replayed record that was told first in the original run."""
+        if not self._waiting:
+            return None
+        number = min(self._waiting, key=lambda n: self._stored[n].get("told_index", n))
+        return self._waiting.pop(number)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)

@@ -1,0 +1,369 @@
+"""Per-operator quantization sensitivity from one pass of calibration data, not one evaluation per op.
+
+Neural Compressor's basic strategy learns which operators to keep in fp32 by evaluating the
+model once per operator. Here one run of a slice of calibration data through the QDQ model
+(and the float model it came from) scores every node at once:
+
+* **activation noise** of each quantized tensor ``T``: the Q/DQ pair's own error,
+  ``DQ(Q(T))`` against ``T`` *inside the quantized model*, so the error already carried in
+  from upstream is not counted again (a late node is not blamed for an early one's noise);
+* **weight noise** of each Conv/MatMul/Gemm: the node is re-run alone on the activations it
+  really sees, once with its float weights and once with the dequantized ones, so a weight
+  error is measured where it matters (a tiny weight rounded to zero that multiplies a huge
+  activation shows up, although it is small as a weight).
+
+Errors are relative per channel (each channel's squared error over its energy, averaged over
+channels, each capped at 1): a per-tensor scale that crushes the small channels of a tensor
+whose few large channels dominate its energy is seen, although the tensor-wide MSE is small.
+A node's score is its weight noise plus the noise of the activation tensors it reads or
+writes; a group's is the sum over its nodes. For the report, every tensor is also compared
+with the float model (MSE, SQNR, cosine), and so are the final outputs.
+
+Results are cached in the artifact cache under (float model hash, quantized model hash,
+data fingerprint, rows): the quantized model's hash covers the whole quantization config.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import helper, numpy_helper
+
+from quantune.data import Dataset
+from quantune.model import file_sha256
+from quantune.passes import PassConfig, PassContext
+from quantune.store import ArtifactCache, cache_key
+
+log = logging.getLogger("quantune.sensitivity")
+
+VERSION = 1
+_CAP = 1.0
+_WEIGHTED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+
+
+@dataclass
+class _Stats:
+    """Streaming sums for one compared pair of tensors (per channel and overall)."""
+
+    err: np.ndarray | None = None  # per channel sum of squared error
+    energy: np.ndarray | None = None  # per channel sum of squared reference
+    dot: float = 0.0
+    q2: float = 0.0
+    count: int = 0
+
+    def add(self, value: np.ndarray, reference: np.ndarray) -> None:
+        value = np.asarray(value, dtype=np.float64)
+        reference = np.asarray(reference, dtype=np.float64)
+        if value.shape != reference.shape:
+            return
+        channels = _channels(reference)
+        diff = _channels(value) - channels
+        err = np.square(diff).sum(axis=0)
+        energy = np.square(channels).sum(axis=0)
+        self.err = err if self.err is None else self.err + err
+        self.energy = energy if self.energy is None else self.energy + energy
+        self.dot += float(np.sum(value * reference))
+        self.q2 += float(np.sum(value * value))
+        self.count += value.size
+
+    def channel_nmse(self) -> float:
+        """Median over live channels of squared error / energy (capped at 1): the typical channel."""
+        if self.err is None or self.energy is None:
+            return 0.0
+        live = self.energy > 1e-12 * max(float(self.energy.max()), 1e-30)
+        if not live.any():
+            return 0.0
+        return float(np.median(np.minimum(self.err[live] / self.energy[live], _CAP)))
+
+    def summary(self) -> dict[str, float]:
+        if self.err is None or self.energy is None or self.count == 0:
+            return {}
+        err, energy = float(self.err.sum()), float(self.energy.sum())
+        sqnr = 10 * np.log10(energy / err) if err > 0 else float("inf")
+        cosine = self.dot / np.sqrt(max(self.q2 * energy, 1e-300))
+        return {"mse": err / self.count, "sqnr_db": float(min(sqnr, 300.0)), "cosine": float(cosine)}
+
+
+def _channels(array: np.ndarray) -> np.ndarray:
+    """(rows, channels): NCHW-like tensors by axis 1, others by their last axis."""
+    if array.ndim == 0:
+        return array.reshape(1, 1)
+    if array.ndim >= 4:
+        moved = np.moveaxis(array, 1, -1)
+        return moved.reshape(-1, moved.shape[-1])
+    return array.reshape(-1, array.shape[-1])
+
+
+@dataclass
+class SensitivityReport:
+    """Scores per node of the float model (higher = more harm from quantizing it)."""
+
+    scores: dict[str, float]
+    weight_noise: dict[str, float] = field(default_factory=dict)
+    activation_noise: dict[str, float] = field(default_factory=dict)
+    tensors: dict[str, dict[str, float]] = field(default_factory=dict)  # vs the float model
+    outputs: dict[str, dict[str, float]] = field(default_factory=dict)
+    rows: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "scores": self.scores,
+            "weight_noise": self.weight_noise,
+            "activation_noise": self.activation_noise,
+            "tensors": self.tensors,
+            "outputs": self.outputs,
+            "rows": self.rows,
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> SensitivityReport:
+        return cls(
+            dict(data["scores"]),
+            dict(data["weight_noise"]),
+            dict(data["activation_noise"]),
+            dict(data["tensors"]),
+            dict(data["outputs"]),
+            int(data["rows"]),
+        )
+
+
+def _session(model: onnx.ModelProto) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    # No fusions: every tensor keeps the value the QDQ graph defines.
+    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
+
+
+def _with_outputs(model: onnx.ModelProto, names: Sequence[str]) -> onnx.ModelProto:
+    copy = onnx.ModelProto()
+    copy.CopyFrom(model)
+    present = {out.name for out in copy.graph.output}
+    for name in names:
+        if name not in present:
+            copy.graph.output.append(onnx.ValueInfoProto(name=name))
+            present.add(name)
+    return copy
+
+
+def _single_node(node: onnx.NodeProto, model: onnx.ModelProto, activations: Sequence[str]) -> onnx.ModelProto:
+    """A model of ``node`` alone: its activation inputs are graph inputs, the rest initializers."""
+    inits = {init.name: init for init in model.graph.initializer}
+    graph = helper.make_graph(
+        [node],
+        "single",
+        [helper.make_tensor_value_info(name, onnx.TensorProto.FLOAT, None) for name in activations],
+        [onnx.ValueInfoProto(name=out) for out in node.output if out],
+        [inits[name] for name in node.input if name in inits],
+    )
+    single = helper.make_model(graph, opset_imports=model.opset_import)
+    single.ir_version = model.ir_version
+    return single
+
+
+def measure(
+    float_model: str | Path,
+    quant_model: str | Path,
+    batches: Iterator[dict[str, np.ndarray]] | Sequence[dict[str, np.ndarray]],
+) -> SensitivityReport:
+    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``."""
+    fmodel = onnx.load(str(float_model))
+    qmodel = onnx.load(str(quant_model))
+    f_inits = {init.name for init in fmodel.graph.initializer}
+    q_inits = {init.name for init in qmodel.graph.initializer}
+    f_tensors = {out for node in fmodel.graph.node for out in node.output} | {i.name for i in fmodel.graph.input}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in qmodel.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    # Quantized activation tensors: raw float T -> its DQ(Q(T)), named by the float model's tensor.
+    qdq: dict[str, tuple[str, str]] = {}  # float name -> (raw in quant model, dequantized in quant model)
+    for node in qmodel.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in q_inits:
+            continue
+        for dq in consumers.get(node.output[0], []):
+            if dq.op_type == "DequantizeLinear":
+                raw, seen = node.input[0], dq.output[0]
+                name = raw if raw in f_tensors else seen
+                if name in f_tensors:
+                    qdq[name] = (raw, seen)
+                break
+
+    # Weighted nodes: (float node, the activations it sees in the quant model, its dequantized weights).
+    q_by_name = {node.name: node for node in qmodel.graph.node}
+    weighted: list[tuple[onnx.NodeProto, list[tuple[str, str]], list[tuple[str, str]]]] = []
+    for node in fmodel.graph.node:
+        qnode = q_by_name.get(node.name)
+        if node.op_type not in _WEIGHTED or qnode is None or len(qnode.input) != len(node.input):
+            continue
+        acts = [(f, q) for f, q in zip(node.input, qnode.input, strict=True) if f and f not in f_inits]
+        weights = [
+            (f, q) for f, q in zip(node.input, qnode.input, strict=True) if f in f_inits and q not in q_inits and q != f
+        ]
+        if acts and weights:
+            weighted.append((node, acts, weights))
+
+    q_capture = sorted(
+        {name for pair in qdq.values() for name in pair}
+        | {q for _, acts, weights in weighted for _, q in [*acts, *weights]}
+    )
+    f_capture = sorted(qdq) + [out.name for out in fmodel.graph.output]
+    q_session = _session(_with_outputs(qmodel, q_capture + [o.name for o in qmodel.graph.output]))
+    f_session = _session(_with_outputs(fmodel, f_capture))
+    singles = {node.name: _session(_single_node(node, fmodel, [f for f, _ in acts])) for node, acts, _ in weighted}
+    q_out_names = [o.name for o in q_session.get_outputs()]
+    f_out_names = [o.name for o in f_session.get_outputs()]
+    f_input_names = {i.name for i in f_session.get_inputs()}
+
+    act_stats = {name: _Stats() for name in qdq}
+    ref_stats = {name: _Stats() for name in qdq}
+    weight_stats = {node.name: _Stats() for node, _, _ in weighted}
+    out_stats = {o.name: _Stats() for o in fmodel.graph.output}
+    swapped: dict[str, ort.InferenceSession] = {}
+    rows = 0
+    for batch in batches:
+        feeds = {k: v for k, v in batch.items() if k in f_input_names}
+        rows += len(next(iter(feeds.values())))
+        qv = dict(zip(q_out_names, q_session.run(q_out_names, feeds), strict=True))
+        fv = dict(zip(f_out_names, f_session.run(f_out_names, feeds), strict=True))
+        for name, (raw, seen) in qdq.items():
+            act_stats[name].add(qv[seen], qv[raw])
+            ref_stats[name].add(qv[seen], fv[name])
+        for out in out_stats:
+            if out in qv and out in fv:
+                out_stats[out].add(qv[out], fv[out])
+        for node, acts, weights in weighted:
+            single = singles[node.name]
+            act_feeds = {f: qv[q] for f, q in acts}
+            reference = single.run(None, act_feeds)[0]
+            # The same node with dequantized weights: swap the initializers for what DQ produced.
+            if node.name not in swapped:  # dequantized weights are constants: build once
+                swapped[node.name] = _swap_weights(node, fmodel, {f: qv[q] for f, q in weights})
+            value = swapped[node.name].run(None, act_feeds)[0]
+            weight_stats[node.name].add(value, reference)
+
+    activation_noise = {name: stats.channel_nmse() for name, stats in act_stats.items()}
+    weight_noise = {name: stats.channel_nmse() for name, stats in weight_stats.items()}
+    scores: dict[str, float] = {}
+    for node in fmodel.graph.node:
+        adjacent = [t for t in [*node.input, *node.output] if t in activation_noise]
+        scores[node.name] = weight_noise.get(node.name, 0.0) + sum(activation_noise[t] for t in adjacent)
+    return SensitivityReport(
+        scores=scores,
+        weight_noise=weight_noise,
+        activation_noise=activation_noise,
+        tensors={name: stats.summary() for name, stats in ref_stats.items()},
+        outputs={name: stats.summary() for name, stats in out_stats.items()},
+        rows=rows,
+    )
+
+
+def _swap_weights(node: onnx.NodeProto, model: onnx.ModelProto, weights: Mapping[str, np.ndarray]):
+    """A session of ``node`` alone with ``weights`` in place of its float initializers."""
+    activations = [name for name in node.input if name and name not in weights and name not in _inits(model)]
+    single = _single_node(node, model, activations)
+    kept = [init for init in single.graph.initializer if init.name not in weights]
+    del single.graph.initializer[:]
+    single.graph.initializer.extend(kept)
+    single.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(value, dtype=np.float32), name) for name, value in weights.items()
+    )
+    return _session(single)
+
+
+def _inits(model: onnx.ModelProto) -> set[str]:
+    return {init.name for init in model.graph.initializer}
+
+
+# -- the probe a strategy calls -----------------------------------------------------------------
+
+StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
+
+
+@dataclass
+class SensitivityProbe:
+    """``probe(point)`` -> node scores for the flow's static quantization at ``point``.
+
+    Runs the flow's passes up to the static-quant step (through the artifact cache, with the
+    engine's keys, so trials reuse them), with the quantization forced to QDQ (same numbers
+    as QOperator, but every tensor stays visible), then :func:`measure` on a slice of the
+    calibration data. Reports are cached; the last one is kept in ``last``.
+    """
+
+    model_path: Path
+    model_sha: str
+    flow: tuple[str, ...]
+    quant_step: str
+    configs_for: StepConfigs
+    calibration: Dataset
+    input_names: list[str]
+    batch_size: int
+    cache: ArtifactCache
+    rows: int = 128
+    last: SensitivityReport | None = None
+    calls: int = 0
+
+    def __call__(self, point: Mapping[str, Any]) -> dict[str, float]:
+        return dict(self.report(point).scores)
+
+    def report(self, point: Mapping[str, Any]) -> SensitivityReport:
+        self.calls += 1
+        float_path, float_sha, quant_path, quant_sha = self._models(point)
+        key = cache_key("sensitivity", VERSION, float_sha, quant_sha, self.calibration.fingerprint, self.rows)
+        cached = self.cache.get_json("sensitivity", key)
+        if cached is not None:
+            self.last = SensitivityReport.from_json(cached)
+            return self.last
+        batches = self.calibration.batches(self.input_names, self.batch_size, self.rows)
+        report = measure(float_path, quant_path, batches)
+        self.cache.put_json("sensitivity", key, report.to_json())
+        self.last = report
+        return report
+
+    def _models(self, point: Mapping[str, Any]) -> tuple[Path, str, Path, str]:
+        steps = self.flow[: self.flow.index(self.quant_step) + 1]
+        current, current_sha = self.model_path, self.model_sha
+        float_path, float_sha = current, current_sha
+        for step, config in self.configs_for(point, steps):
+            if step.id == self.quant_step:
+                float_path, float_sha = current, current_sha
+                config = type(config).model_validate({**config.model_dump(), "quant_format": "QDQ"})
+            current, current_sha = self._run(step, config, current, current_sha)
+        return float_path, float_sha, current, current_sha
+
+    def _run(self, step: Any, config: PassConfig, model: Path, sha: str) -> tuple[Path, str]:
+        pass_cls = step.pass_cls
+        parts: list[Any] = ["pass", pass_cls.name, pass_cls.version, sha, config.model_dump(mode="json")]
+        if pass_cls.needs_calibration:
+            parts += [self.calibration.fingerprint, self.batch_size]
+        key = cache_key(*parts)
+        cached = self.cache.get_model(key)
+        if cached is not None:
+            return cached
+        work_dir = self.cache.new_work_dir()
+        output = work_dir / "model.onnx"
+        context = PassContext(
+            self.calibration,
+            self.input_names,
+            self.batch_size,
+            work_dir,
+            model_sha256=sha,
+            cache_dir=self.cache.root / "passes" / pass_cls.name,
+        )
+        with contextlib.redirect_stdout(io.StringIO()):
+            pass_cls().run(config, model, output, context)
+        return self.cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
+
+
+def model_sha(path: str | Path) -> str:
+    return file_sha256(path)

@@ -1,0 +1,62 @@
+"""Importing user code named in a config: ``path/to/script.py:function`` and plugin modules.
+
+User code runs only when a config names it. Scripts are imported by path (relative to the
+config's folder) under a stable module name, so every worker process imports the same file
+the same way.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import importlib
+import importlib.util
+import sys
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from quantune.errors import QuantuneError
+
+
+def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
+    path = (base_dir / script).resolve()
+    if not path.is_file():
+        raise QuantuneError(f"{field_name}: no script at '{script}' (looked in {path.parent})")
+    module_name = f"quantune_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+    module = sys.modules.get(module_name)
+    if module is not None:
+        return module
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    if spec is None or spec.loader is None:
+        raise QuantuneError(f"{field_name}: cannot import '{script}'")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[module_name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        del sys.modules[module_name]
+        raise QuantuneError(f"{field_name}: importing '{script}' failed: {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def load_function(spec: str, field_name: str, base_dir: Path) -> Any:
+    """Imports ``path/to/script.py:function`` and returns the function."""
+    script, _, func_name = spec.rpartition(":")
+    func = getattr(import_script(script, field_name, base_dir), func_name, None)
+    if not callable(func):
+        raise QuantuneError(f"{field_name}: '{script}' defines no function '{func_name}'")
+    return func
+
+
+def load_plugins(plugins: list[str], base_dir: Path) -> None:
+    """Imports each plugin (a ``.py`` file or an importable module) so its passes, samplers and
+    strategies register themselves."""
+    for index, plugin in enumerate(plugins):
+        field_name = f"plugins[{index}]"
+        if plugin.endswith(".py"):
+            import_script(plugin, field_name, base_dir)
+            continue
+        try:
+            importlib.import_module(plugin)
+        except ImportError as exc:
+            raise QuantuneError(f"{field_name}: cannot import module '{plugin}': {exc}") from None
