@@ -137,13 +137,14 @@ class OptunaSampler(Sampler):
                 # Optuna proposed a point it already has a score for: tell it nothing new and ask again.
                 self._study.tell(trial, state=optuna.trial.TrialState.PRUNED)
                 continue
-            self._patience = self.max_duplicate_asks
+            self._patience = min(self.max_duplicate_asks, 2 * self._patience)
             return self._accept(trial, point, key)
         # Optuna keeps proposing points it cannot use (TPE ignores failed trials, so it may
         # return to the same invalid point forever; near the end of a small space nearly every
         # proposal is a repeat). Hand it an unseen valid point instead, as a trial it can learn
         # from, and give up only when the space has none left. Patience halves while this
-        # goes on, so a saturated search does not pay for many wasted Optuna asks per point.
+        # goes on (and doubles back as Optuna finds new points again), so a saturated search does
+        # not pay for many wasted Optuna asks per point.
         self._patience = max(1, self._patience // 2)
         point = self._unseen_point(space)
         if point is None:
@@ -183,16 +184,16 @@ class OptunaSampler(Sampler):
         trials = self._pending.get(point_key(point))
         if not trials:
             return
-        trial = trials.pop(0)
         values = feedback.values()
-        if values is None:
-            self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
-            return
-        if len(values) != len(self.directions):
+        if values is not None and len(values) != len(self.directions):
             raise ValueError(
                 f"{self.name}: the study has {len(self.directions)} objective(s) {list(self.directions)}, "
                 f"the feedback gives {len(values)}"
             )
+        trial = trials.pop(0)
+        if values is None:
+            self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            return
         self._constrain(trial, float(feedback.violation))
         self._study.tell(trial, values[0] if len(values) == 1 else list(values))
 

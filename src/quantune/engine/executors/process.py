@@ -34,6 +34,7 @@ _SIGNALS = {
     signal.SIGTERM: "terminated (SIGTERM)",
 }
 _TAIL_LINES = 20
+_STARTUP_TIMEOUT_S = 600
 
 
 def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None, log_path: str) -> None:
@@ -54,8 +55,14 @@ def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None
 
         limit = int(memory_limit_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    from quantune.engine.executors.worker import run_trial
+    from quantune.engine.executors.base import failed_record
+    from quantune.engine.executors.worker import run_trial, runner_for
 
+    try:  # build the run's shared parts before any trial's clock starts
+        runner_for(spec)
+        conn.send(("ready", ""))
+    except Exception as exc:
+        conn.send(("error", f"{type(exc).__name__}: {exc}"))
     while True:
         try:
             trial = conn.recv()
@@ -64,7 +71,10 @@ def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None
         if trial is None:
             return
         print(f"--- trial {trial.number} ---", flush=True)
-        record = run_trial(spec, trial)
+        try:
+            record = run_trial(spec, trial)
+        except Exception as exc:  # e.g. the worker cannot rebuild the run (a pass defined outside plugins)
+            record = failed_record(trial, f"worker could not run the trial: {type(exc).__name__}: {exc}").to_dict()
         error = record.get("error") or ""
         if memory_limit_mb and any(sign in error for sign in ("MemoryError", "bad_alloc", "Failed to allocate")):
             record["error"] = f"out of memory (memory limit {memory_limit_mb} MB): {error}"
@@ -94,6 +104,11 @@ class _Worker:
         self.process.start()
         child.close()
         self.conn = parent
+        # Wait for the worker to import and build the run (slow under load; not part of any trial's time).
+        # A worker that cannot build the run says why again when it is given its trial.
+        if parent in wait([parent, self.process.sentinel], timeout=_STARTUP_TIMEOUT_S):
+            with contextlib.suppress(EOFError, OSError):
+                parent.recv()
 
     def log_offset(self) -> int:
         try:

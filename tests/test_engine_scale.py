@@ -1,0 +1,135 @@
+"""The engine at scale: isolated workers, fault injection, kill-and-resume, parallel and Ray runs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+import quantune
+from faulty_plugin import write_plugin as _plugin
+
+
+def test_faults_become_failed_trials_with_their_cause(tmp_path: Path, make_config) -> None:
+    modes = ["ok", "segfault", "oom", "hang", "raise"]
+    config = make_config(
+        passes=[{"name": "faulty", "params": {"mode": {"search": modes}}}],
+        plugins=[_plugin(tmp_path)],
+        executor={"kind": "process", "workers": 2, "trial_timeout_s": 6, "memory_limit_mb": 4000},
+    )
+    result = quantune.tune(config, output=tmp_path / "out")
+    by_mode = {record.params["faulty.mode"]: record for record in result.trials}
+    assert set(by_mode) == set(modes), "the run must complete every trial despite the faults"
+    assert by_mode["ok"].status == "ok" and by_mode["ok"].meets_criterion
+    assert "SIGSEGV" in by_mode["segfault"].error
+    assert by_mode["segfault"].log_tail, "a crash keeps the tail of the worker's log"
+    assert by_mode["oom"].error.startswith("out of memory")
+    assert by_mode["hang"].error.startswith("timeout")
+    assert "faulty pass raised on purpose" in by_mode["raise"].error
+    assert all(by_mode[mode].status == "failed" for mode in modes[1:])
+    assert result.best is not None and result.best.number == by_mode["ok"].number
+
+
+def _trials_in_store(db: Path) -> int:
+    try:
+        with sqlite3.connect(db) as conn:
+            return conn.execute("SELECT count(*) FROM trials").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path, make_config) -> None:
+    config = make_config(
+        passes=[{"name": "static_quant", "search": True}],
+        objective="size",  # deterministic, so both runs see the same figures
+        search={"sampler": "tpe", "seed": 5},
+        stop={"max_trials": 9},
+        executor={"kind": "process", "workers": 1},
+    )
+    reference = quantune.tune(config, output=tmp_path / "uninterrupted")
+    # The interrupted run gets a cold cache of its own, so it does the work for real.
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump({**config, "cache_dir": str(tmp_path / "cold-cache")}))
+
+    out = tmp_path / "killed"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "quantune", "run", str(path), "--output", str(out), "--quiet"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    deadline = time.monotonic() + 120
+    while _trials_in_store(out / "run.db") < 3 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    os.killpg(process.pid, signal.SIGKILL)  # the engine and its workers, at once
+    process.wait()
+    finished = _trials_in_store(out / "run.db")
+    assert 3 <= finished < 9, "the kill must land mid-run"
+    with sqlite3.connect(out / "run.db") as conn:
+        before = dict(conn.execute("SELECT number, finished_at FROM trials").fetchall())
+
+    resumed = quantune.tune(str(path), output=out)
+
+    assert resumed.replayed == finished
+    with sqlite3.connect(out / "run.db") as conn:
+        after = dict(conn.execute("SELECT number, finished_at FROM trials").fetchall())
+    assert all(after[number] == stamp for number, stamp in before.items()), "a finished trial was run again"
+    assert [t.params for t in resumed.trials] == [t.params for t in reference.trials]
+    assert [t.metrics["size_bytes"] for t in resumed.trials] == [t.metrics["size_bytes"] for t in reference.trials]
+    assert [t.meets_criterion for t in resumed.trials] == [t.meets_criterion for t in reference.trials]
+    # Equal sizes are ranked by measured latency, which differs between runs; the best size may not.
+    assert resumed.best.metrics["size_bytes"] == reference.best.metrics["size_bytes"]
+
+
+def test_changed_config_on_existing_folder_is_refused_unless_restart(tmp_path: Path, make_config) -> None:
+    config = make_config(executor={"kind": "inline"})
+    quantune.tune(config, output=tmp_path / "out")
+    changed = {**config, "stop": {"max_trials": 1}}
+    with pytest.raises(quantune.QuantuneError, match="--restart"):
+        quantune.tune(changed, output=tmp_path / "out")
+    result = quantune.tune(changed, output=tmp_path / "out", restart=True)
+    assert len(result.trials) == 1 and result.replayed == 0
+
+
+def test_parallel_workers_run_every_point_once(tmp_path: Path, make_config) -> None:
+    config = make_config(
+        passes=[
+            {
+                "name": "static_quant",
+                "params": {
+                    "calibrate_method": {"search": ["MinMax", "Percentile"]},
+                    "per_channel": {"search": [False, True]},
+                },
+            }
+        ],
+        executor={"kind": "process", "workers": 2},
+    )
+    result = quantune.tune(config, output=tmp_path / "out")
+    points = [json.dumps(t.params, sort_keys=True) for t in result.trials]
+    assert len(points) == 4 and len(set(points)) == 4
+    assert all(t.status == "ok" for t in result.trials), [t.error for t in result.trials]
+    assert sorted(t.number for t in result.trials) == [0, 1, 2, 3]
+    assert len(list((tmp_path / "out" / "workers").glob("worker-*.log"))) == 2
+
+
+def test_calibration_is_computed_once_per_setting(tmp_path: Path, make_config) -> None:
+    config = make_config(
+        passes=[
+            {
+                "name": "static_quant",
+                "params": {"activation_type": {"search": ["uint8", "int8"]}, "per_channel": {"search": [False, True]}},
+            }
+        ],
+        executor={"kind": "inline"},
+    )
+    quantune.tune(config, output=tmp_path / "out")
+    ranges = list((tmp_path / "cache" / "passes" / "static_quant").glob("*.json"))
+    assert len(ranges) == 1, "4 trials that differ only in types and per-channel share one calibration"

@@ -1,0 +1,37 @@
+"""The Ray executor, tested for real against a local Ray started by the test."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import quantune
+from faulty_plugin import write_plugin as _plugin
+
+ray = pytest.importorskip("ray")
+
+
+@pytest.fixture(scope="module")
+def local_ray():
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield
+    ray.shutdown()
+
+
+def test_ray_executor_runs_trials_on_a_local_ray(tmp_path: Path, make_config, local_ray: Any) -> None:
+    config = make_config(
+        passes=[
+            {"name": "faulty", "params": {"mode": {"search": ["ok", "raise"]}}},
+            {"name": "dynamic_quant", "params": {"weight_type": {"search": ["int8", "uint8"]}}},
+        ],
+        plugins=[_plugin(tmp_path)],
+        executor={"kind": "ray", "workers": 2},
+    )
+    result = quantune.tune(config, output=tmp_path / "out")
+    assert len(result.trials) == 4
+    statuses = {(t.params["faulty.mode"], t.status) for t in result.trials}
+    assert statuses == {("ok", "ok"), ("raise", "failed")}
+    assert result.best is not None
+    assert ray.is_initialized(), "a Ray the caller started is left running"
