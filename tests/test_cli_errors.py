@@ -177,11 +177,6 @@ def test_yaml_syntax_error_exits_2_without_traceback(base_config, tmp_path, cnn_
     assert not (tmp_path / "out").exists()
 
 
-@pytest.mark.xfail(
-    reason="BUG: load_config puts str(yaml.YAMLError) into the message; PyYAML's text spans several lines "
-    "(problem, position, source excerpt, caret), so the CLI prints more than one line",
-    strict=True,
-)
 def test_yaml_syntax_error_is_one_line(tmp_path, capsys):
     config_path = tmp_path / "config.yaml"
     config_path.write_text("model: cnn.onnx\ndata: [unclosed\n  evaluation: eval.npz\n")
@@ -215,13 +210,6 @@ def test_space_command_reports_config_errors_too(base_config, tmp_path, capsys):
     assert_one_line_error(code, out, err, "bogus_param")
 
 
-@pytest.mark.xfail(
-    reason="BUG: ModelHandle.from_path only checks that onnx.load parses the file; an empty (0-byte) file "
-    "parses as an empty ModelProto, so the error surfaces later as a TrialError from the baseline "
-    "evaluation, which the CLI does not catch (traceback, exit 1)",
-    strict=True,
-    raises=Exception,
-)
 def test_empty_model_file_is_a_one_line_error(base_config, tmp_path, capsys):
     (tmp_path / "empty.onnx").write_bytes(b"")
     base_config["model"] = "empty.onnx"
@@ -230,11 +218,6 @@ def test_empty_model_file_is_a_one_line_error(base_config, tmp_path, capsys):
     assert_one_line_error(code, out, err, "model", "empty.onnx")
 
 
-@pytest.mark.xfail(
-    reason="BUG: the sampler name is checked only after the output folder is claimed (config hash written to "
-    "run.db), so after fixing the typo the same --output is refused as 'a run of a different config'",
-    strict=True,
-)
 def test_a_config_error_does_not_claim_the_output_folder(base_config, tmp_path, capsys):
     out = tmp_path / "out"
     base_config["search"]["sampler"] = "bogus_sampler"

@@ -104,11 +104,6 @@ def test_violation_grows_with_the_miss():
     assert large == pytest.approx(0.35)
 
 
-@pytest.mark.xfail(
-    reason="BUG: Criterion.check adds a 1e-12 slack to 'meets' but not to 'violation', so a loss equal to the "
-    "budget up to float rounding meets the criterion with a violation > 0 (docstring: 0 when met)",
-    strict=True,
-)
 def test_violation_is_zero_whenever_the_criterion_is_met():
     check = Criterion("relative", 0.01).check(0.9, 0.891)  # 0.009 / 0.9 rounds to just above 0.01
     assert check.meets

@@ -101,11 +101,6 @@ def test_failures_are_not_cached(make_config, tmp_path):
     assert "toy failure on purpose" in again.trials[0].error
 
 
-@pytest.mark.xfail(
-    reason="BUG: TrialRunner._run_passes leaves the pass's scratch folder in <cache>/tmp when the pass raises "
-    "or writes no model, so every failed trial leaks a folder in the cache",
-    strict=True,
-)
 def test_failed_passes_leave_no_scratch_folders(make_config, tmp_path):
     config = make_config(toy_flow(["fail", "nothing"]))
     quantune.tune(config, output=tmp_path / "out")

@@ -105,12 +105,6 @@ def test_input_model_inside_best_is_never_overwritten(make_config, tmp_path):
     assert file_sha256(model) == sha
 
 
-@pytest.mark.xfail(
-    reason="BUG: open_output protects an input model only inside best/; one inside closest_miss/ (e.g. taking "
-    "a previous run's closest miss as the next input) is deleted by the stale-folder cleanup",
-    strict=True,
-    raises=Exception,
-)
 def test_input_model_inside_closest_miss_is_never_deleted(make_config, tmp_path):
     out = tmp_path / "out"
     (out / "closest_miss").mkdir(parents=True)

@@ -40,11 +40,14 @@ class ModelHandle:
         if not resolved.is_file():
             raise QuantuneError(f"{field_name}: no file at '{path}' (expected an .onnx model file)")
         try:
-            onnx.load(str(resolved), load_external_data=False)
+            model = onnx.load(str(resolved), load_external_data=False)
         except Exception as exc:  # onnx raises DecodeError and friends; all mean "not an ONNX file"
             raise QuantuneError(
                 f"{field_name}: '{path}' does not load as an ONNX model ({type(exc).__name__}: {exc})"
             ) from None
+        if not model.graph.node or not model.graph.output:
+            # An empty file parses as an empty ModelProto: say so here, not in a failed evaluation later.
+            raise QuantuneError(f"{field_name}: '{path}' is not an ONNX model (it has no graph nodes or outputs)")
         return cls(resolved)
 
     @cached_property

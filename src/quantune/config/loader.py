@@ -42,12 +42,20 @@ def load_config(config: str | Path | dict[str, Any] | Config | LoadedConfig) -> 
     try:
         raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
     except (ValueError, yaml.YAMLError) as exc:
-        raise ConfigError(
-            f"not valid {'JSON' if path.suffix == '.json' else 'YAML'}: {exc}", source=str(path)
-        ) from None
+        kind = "JSON" if path.suffix == ".json" else "YAML"
+        raise ConfigError(f"not valid {kind}: {_one_line(exc)}", source=str(path)) from None
     if not isinstance(raw, dict):
         raise ConfigError("the top level must be a mapping (model:, data:, passes:, ...)", source=str(path))
     return LoadedConfig(_validate(raw, str(path)), path.resolve().parent, str(path))
+
+
+def _one_line(exc: Exception) -> str:
+    """PyYAML's messages span lines (problem, excerpt, caret); keep the problem and its place."""
+    problem = getattr(exc, "problem", None)
+    mark = getattr(exc, "problem_mark", None)
+    if problem and mark is not None:
+        return f"{problem} at line {mark.line + 1}, column {mark.column + 1}"
+    return " ".join(str(exc).split())
 
 
 def _validate(raw: dict[str, Any], source: str) -> Config:

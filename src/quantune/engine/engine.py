@@ -80,11 +80,12 @@ class Engine:
         # Where and how trials run does not change their results, so it is not part of the run's identity.
         identity = self.config.model_dump(mode="json", exclude={"executor"})
         config_hash = cache_key("config", identity, parts.context.model.sha256)
+        strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
         store = open_output(self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path])
         (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
         handler = _attach_log(self.output_dir / "quantune.log")
         try:
-            return self._run(parts, store, WorkerSpec(self.loaded, config_hash, eval_threads_for(workers)))
+            return self._run(parts, strategy, store, WorkerSpec(self.loaded, config_hash, eval_threads_for(workers)))
         finally:
             store.close()
             _detach_log(handler)
@@ -108,10 +109,9 @@ class Engine:
         strategy.bind(problem)
         return strategy
 
-    def _run(self, parts: RunParts, store: RunStore, spec: WorkerSpec) -> Result:
+    def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
         started = time.perf_counter()
         runner = TrialRunner(parts.context)
-        strategy = self._strategy(parts)
         baseline, baseline_cache = runner.baseline()
         log.info("baseline (%s): %s", baseline_cache, baseline)
         replay = Replay(store.trials())
@@ -153,7 +153,7 @@ class Engine:
             stop_reason=stop_reason,
             duration_s=time.perf_counter() - started,
             output_dir=self.output_dir,
-            cache_stats=_cache_stats(records, baseline_cache),
+            cache_stats=_cache_stats([r for r in records if r.number not in loop.replayed_numbers], baseline_cache),
             step_configs=loop.step_configs,
             replayed=loop.replay.replayed,
         )
@@ -184,6 +184,7 @@ class _Loop:
         self.pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
         self.replayed_proposals: dict[int, Proposal] = {}
         self.asked_after: dict[int, int] = {}
+        self.replayed_numbers: set[int] = set()
         self.step_configs: dict[int, dict[str, Any]] = {}
         self.asked = 0
         self.told = 0
@@ -229,6 +230,7 @@ class _Loop:
         stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
         if stored is not None:
             self.replayed_proposals[trial.number] = proposal
+            self.replayed_numbers.add(trial.number)
             return
         self.asked_after[trial.number] = self.told
         self.pending[self.executor.submit(trial)] = (trial, proposal)
@@ -284,6 +286,7 @@ def _outcome(record: TrialRecord) -> Outcome:
 
 
 def _cache_stats(records: list[TrialRecord], baseline_cache: str) -> dict[str, dict[str, int]]:
+    """Cache hits and misses of the work this run did (replayed trials did none)."""
     stats: dict[str, dict[str, int]] = {"baseline": {"hits": 0, "misses": 0}}
     stats["baseline"]["hits" if baseline_cache == "hit" else "misses"] += 1
     for record in records:
@@ -293,16 +296,20 @@ def _cache_stats(records: list[TrialRecord], baseline_cache: str) -> dict[str, d
     return stats
 
 
-def _attach_log(path: Path) -> logging.Handler:
+def _attach_log(path: Path) -> tuple[logging.Handler, int]:
     """Sends this run's log (and onnxruntime's quantization warnings) to ``quantune.log``."""
     handler = logging.FileHandler(path, mode="a")
     handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
     root = logging.getLogger()
+    previous = root.level
     root.addHandler(handler)
     root.setLevel(logging.INFO)
-    return handler
+    return handler, previous
 
 
-def _detach_log(handler: logging.Handler) -> None:
-    logging.getLogger().removeHandler(handler)
+def _detach_log(attached: tuple[logging.Handler, int]) -> None:
+    handler, previous = attached
+    root = logging.getLogger()
+    root.removeHandler(handler)
+    root.setLevel(previous)
     handler.close()

@@ -29,8 +29,10 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
     model, the data) may never lie inside the parts quantune rewrites.
     """
     folder = folder.resolve()
+    rewritten = [folder / name for name in ("best", "closest_miss", "results.json", "config.json", RUN_DB)]
     for path in protected:
-        if path.resolve() == (folder / "best" / "model.onnx") or path.resolve().parent == folder / "best":
+        resolved = path.resolve()
+        if any(resolved == place or place in resolved.parents for place in rewritten):
             raise QuantuneError(f"--output: '{folder}' would overwrite the input file '{path}'; choose another folder")
     if folder.exists() and not folder.is_dir():
         raise QuantuneError(f"--output: '{folder}' is a file, not a folder")

@@ -301,6 +301,10 @@ def _resolve(param: Param, step_id: str, context: Mapping[str, Any], searched: M
     if not isinstance(param, Conditional):
         return param
     parent = param.parents[0]
+    if parent not in context:
+        raise ConfigError(
+            f"passes.{step_id}: 'when: {parent}' names no parameter of this pass; its parameters: {list(context)}"
+        )
     if parent not in searched:
         choices = param.choices_given({parent: context.get(parent)})
         return Categorical(choices) if choices else None

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import shutil
 import time
 import traceback
 from dataclasses import dataclass
@@ -114,13 +115,16 @@ class TrialRunner:
                 try:
                     with contextlib.redirect_stdout(printed):
                         pass_cls().run(config, current, output, pass_context)
+                    if not output.is_file():
+                        raise TrialError(f"pass '{step.id}' wrote no model")
                 except Exception as exc:
+                    shutil.rmtree(work_dir, ignore_errors=True)
+                    if isinstance(exc, TrialError):
+                        raise
                     raise TrialError(f"pass '{step.id}' failed: {type(exc).__name__}: {exc}") from exc
                 finally:
                     if printed.getvalue():
                         log.info("pass %s printed:\n%s", step.id, printed.getvalue().rstrip())
-                if not output.is_file():
-                    raise TrialError(f"pass '{step.id}' wrote no model")
                 meta = {"pass": pass_cls.name, "config": config.model_dump()}
                 current, current_sha = ctx.cache.put_model(key, work_dir, meta)
                 record.cache[step.id] = "miss"

@@ -18,7 +18,7 @@ from quantune.evaluate import (
     LatencySpec,
     metric_direction,
 )
-from quantune.model import ModelHandle
+from quantune.model import ModelHandle, file_sha256
 from quantune.store import ArtifactCache, default_cache_dir
 from quantune.userimport import load_function, load_plugins
 
@@ -50,8 +50,10 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
 
     metric = config.evaluation.metric
     user_metric = None
+    metric_source = None
     if ".py:" in metric:
         user_metric = load_function(metric, "evaluation.metric", loaded.base_dir)
+        metric_source = file_sha256(loaded.resolve(metric.rpartition(":")[0]))
         default_direction = True
     elif metric in LABEL_METRICS or metric in AGREEMENT_METRICS:
         default_direction = metric_direction(metric)
@@ -65,6 +67,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         label_key=config.data.label_key,
         latency=LatencySpec(latency.warmup, latency.repeats, latency.threads, latency.batch_size),
         user_metric=user_metric,
+        metric_source_sha256=metric_source,
     )
     evaluator = Evaluator(spec, evaluation, input_names, threads=eval_threads)
     higher = config.criterion.higher_is_better

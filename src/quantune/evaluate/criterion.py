@@ -32,9 +32,9 @@ class Criterion:
     def check(self, baseline: float, candidate: float) -> CriterionCheck:
         drop = baseline - candidate if self.higher_is_better else candidate - baseline
         loss = drop / max(abs(baseline), _EPS) if self.kind == "relative" else drop
-        violation = max(0.0, loss - self.tolerable_loss)
         # A tiny tolerance so that a loss equal to the budget (up to float rounding) meets it.
-        return CriterionCheck(meets=loss <= self.tolerable_loss + 1e-12, loss=loss, violation=violation)
+        meets = loss <= self.tolerable_loss + 1e-12
+        return CriterionCheck(meets=meets, loss=loss, violation=0.0 if meets else loss - self.tolerable_loss)
 
     def describe(self) -> str:
         budget = f"{self.tolerable_loss:.2%}" if self.kind == "relative" else f"{self.tolerable_loss:g}"

@@ -32,10 +32,13 @@ class EvaluationSpec:
     label_key: str = "label"
     latency: LatencySpec = field(default_factory=LatencySpec)
     user_metric: UserMetric | None = field(default=None, compare=False)
+    # sha256 of the metric script, so an edited metric never reuses old figures.
+    metric_source_sha256: str | None = None
 
     def fingerprint(self) -> dict[str, object]:
         return {
             "metric": self.metric,
+            "metric_source": self.metric_source_sha256,
             "batch_size": self.batch_size,
             "label_key": self.label_key,
             "latency": vars(self.latency),
