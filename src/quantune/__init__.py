@@ -4,47 +4,76 @@ that keeps its accuracy.
 >>> import quantune
 >>> result = quantune.tune("examples/digits/config.yaml")  # doctest: +SKIP
 >>> result.best_model_path  # doctest: +SKIP
+
+Public names are imported on first use (PEP 562), so ``import quantune`` stays cheap and a
+worker process loads only what it runs (no Optuna, no console code).
 """
 
 from __future__ import annotations
 
-from quantune.api import tune
-from quantune.config import Config, load_config
-from quantune.engine import Engine, Trial, TrialRecord
-from quantune.errors import ConfigError, QuantuneError, TrialError
-from quantune.evaluate import Criterion
-from quantune.passes import Pass, PassConfig, get_pass, pass_names, register_pass
-from quantune.report import Result
-from quantune.search import Feedback, Sampler, create_sampler, register_sampler, sampler_names
-from quantune.space import Boolean, Categorical, Conditional, SearchSpace
+import importlib
+from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-__all__ = [
-    "Boolean",
-    "Categorical",
-    "Conditional",
-    "Config",
-    "ConfigError",
-    "Criterion",
-    "Engine",
-    "Feedback",
-    "Pass",
-    "PassConfig",
-    "QuantuneError",
-    "Result",
-    "Sampler",
-    "SearchSpace",
-    "Trial",
-    "TrialError",
-    "TrialRecord",
-    "__version__",
-    "create_sampler",
-    "get_pass",
-    "load_config",
-    "pass_names",
-    "register_pass",
-    "register_sampler",
-    "sampler_names",
-    "tune",
-]
+_EXPORTS = {
+    "tune": "quantune.api",
+    "Config": "quantune.config",
+    "load_config": "quantune.config",
+    "Engine": "quantune.engine",
+    "Trial": "quantune.engine",
+    "TrialRecord": "quantune.engine",
+    "ConfigError": "quantune.errors",
+    "QuantuneError": "quantune.errors",
+    "TrialError": "quantune.errors",
+    "Criterion": "quantune.evaluate",
+    "Pass": "quantune.passes",
+    "PassConfig": "quantune.passes",
+    "get_pass": "quantune.passes",
+    "pass_names": "quantune.passes",
+    "register_pass": "quantune.passes",
+    "Result": "quantune.report",
+    "Feedback": "quantune.search",
+    "Sampler": "quantune.search",
+    "create_sampler": "quantune.search",
+    "register_sampler": "quantune.search",
+    "sampler_names": "quantune.search",
+    "Boolean": "quantune.space",
+    "Categorical": "quantune.space",
+    "Conditional": "quantune.space",
+    "FloatRange": "quantune.space",
+    "IntRange": "quantune.space",
+    "Joint": "quantune.space",
+    "SearchSpace": "quantune.space",
+    "Strategy": "quantune.strategy",
+    "register_strategy": "quantune.strategy",
+    "strategy_names": "quantune.strategy",
+}
+
+__all__ = ["__version__", *sorted(_EXPORTS)]
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quantune' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return __all__
+
+
+if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
+    from quantune.api import tune  # noqa: F401
+    from quantune.config import Config, load_config  # noqa: F401
+    from quantune.engine import Engine, Trial, TrialRecord  # noqa: F401
+    from quantune.errors import ConfigError, QuantuneError, TrialError  # noqa: F401
+    from quantune.evaluate import Criterion  # noqa: F401
+    from quantune.passes import Pass, PassConfig, get_pass, pass_names, register_pass  # noqa: F401
+    from quantune.report import Result  # noqa: F401
+    from quantune.search import Feedback, Sampler, create_sampler, register_sampler, sampler_names  # noqa: F401
+    from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, SearchSpace  # noqa: F401
+    from quantune.strategy import Strategy, register_strategy, strategy_names  # noqa: F401

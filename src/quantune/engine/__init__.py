@@ -1,26 +1,46 @@
-"""The run loop and its parts: plan, trial runner, executors, output folder."""
+"""The run loop and its parts: plan, trial runner, executors, output folder.
+
+Names are imported on first use, so worker processes that need only the trial runner do
+not load the search side (Optuna, strategies).
+"""
 
 from __future__ import annotations
 
-from quantune.engine.engine import Engine, RunListener, RunStatus
-from quantune.engine.executors import Executor, InProcessExecutor, ProcessExecutor, create_executor
-from quantune.engine.plan import Plan, Step, build_plan
-from quantune.engine.runner import RunContext, TrialRunner
-from quantune.engine.trial import Trial, TrialRecord
+import importlib
+from typing import TYPE_CHECKING, Any
 
-__all__ = [
-    "Engine",
-    "Executor",
-    "InProcessExecutor",
-    "Plan",
-    "ProcessExecutor",
-    "RunContext",
-    "RunListener",
-    "RunStatus",
-    "Step",
-    "Trial",
-    "TrialRecord",
-    "TrialRunner",
-    "build_plan",
-    "create_executor",
-]
+_EXPORTS = {
+    "Engine": "quantune.engine.engine",
+    "RunListener": "quantune.engine.engine",
+    "RunStatus": "quantune.engine.engine",
+    "Executor": "quantune.engine.executors",
+    "InProcessExecutor": "quantune.engine.executors",
+    "ProcessExecutor": "quantune.engine.executors",
+    "create_executor": "quantune.engine.executors",
+    "Plan": "quantune.engine.plan",
+    "Step": "quantune.engine.plan",
+    "build_plan": "quantune.engine.plan",
+    "RunContext": "quantune.engine.runner",
+    "TrialRunner": "quantune.engine.runner",
+    "Trial": "quantune.engine.trial",
+    "TrialRecord": "quantune.engine.trial",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'quantune.engine' has no attribute '{name}'")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value
+
+
+if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
+    from quantune.engine.engine import Engine, RunListener, RunStatus  # noqa: F401
+    from quantune.engine.executors import Executor, InProcessExecutor, ProcessExecutor, create_executor  # noqa: F401
+    from quantune.engine.plan import Plan, Step, build_plan  # noqa: F401
+    from quantune.engine.runner import RunContext, TrialRunner  # noqa: F401
+    from quantune.engine.trial import Trial, TrialRecord  # noqa: F401

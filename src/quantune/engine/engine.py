@@ -112,12 +112,12 @@ class Engine:
     def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
         started = time.perf_counter()
         runner = TrialRunner(parts.context)
+        replay = Replay(store.trials())
+        executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
         baseline, baseline_cache = runner.baseline()
         log.info("baseline (%s): %s", baseline_cache, baseline)
-        replay = Replay(store.trials())
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
-        executor = create_executor(self.config.executor, spec, runner, self.output_dir)
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         loop = _Loop(self, parts, strategy, executor, store, replay, baseline, started)

@@ -202,6 +202,7 @@ class ProcessExecutor(Executor):
             thread.start()
 
     def _serve(self, worker: _Worker) -> None:
+        worker.ensure_started()  # start up while the engine measures the original model
         while True:
             item = self._queue.get()
             if item is None:

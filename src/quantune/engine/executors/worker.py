@@ -30,8 +30,7 @@ def runner_for(spec: WorkerSpec) -> TrialRunner:
         from quantune.engine.setup import build_run
 
         parts = build_run(spec.loaded, eval_threads=spec.eval_threads)
-        runner = TrialRunner(parts.context)
-        runner.baseline()  # the engine computed it first, so this reads the cache
+        runner = TrialRunner(parts.context)  # its first evaluation reads the baseline the engine cached
         _RUNNERS[spec.key] = runner
     return runner
 
