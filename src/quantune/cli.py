@@ -56,10 +56,12 @@ def _cmd_passes(args: argparse.Namespace) -> int:
             space = pass_cls.search_space.get(param)
             if space is None:
                 searched = ""
+            elif hasattr(space, "cases"):
+                searched = "; ".join(f"when {k[0]}: {list(v)}" for k, v in space.cases.items())
             elif hasattr(space, "choices"):
                 searched = ", ".join(map(str, space.choices))
             else:
-                searched = "; ".join(f"{k[0]}: {list(v)}" for k, v in space.cases.items())
+                searched = repr(space)
             table.add_row(name if index == 0 else "", param, repr(field.default), searched)
     Console().print(table)
     return 0
@@ -121,6 +123,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("quantune: interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # output piped into head and friends
+        sys.stderr.close()
+        return 0
 
 
 if __name__ == "__main__":

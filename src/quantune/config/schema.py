@@ -49,11 +49,20 @@ class CriterionConfig(_Strict):
     )
 
 
+class JointSpec(_Strict):
+    """Parameters of one pass whose values move together, e.g. iterations with a learning rate."""
+
+    params: list[str] = Field(min_length=2, description="The pass parameters that move together.")
+    values: list[list[Any]] = Field(min_length=1, description="One list of values (one per parameter) per choice.")
+    weights: list[float] | None = Field(default=None, description="Priority per choice (higher: tried first).")
+
+
 class PassEntry(_Strict):
     name: str = Field(description="A registered pass, e.g. graph_opt, dynamic_quant, static_quant.")
     id: str | None = Field(default=None, description="Name of this step in results (default: the pass name).")
     search: bool = Field(default=False, description="Search the pass's default space.")
     params: dict[str, Any] = Field(default_factory=dict)
+    joint: list[JointSpec] = Field(default_factory=list, description="Coupled parameters searched together.")
 
     @property
     def step_id(self) -> str:

@@ -22,7 +22,8 @@ from quantune.config import Config
 from quantune.config.loader import format_validation_error
 from quantune.errors import ConfigError
 from quantune.passes import Pass, PassConfig, get_pass
-from quantune.space import Boolean, Categorical, Conditional, Param, Point, SearchSpace
+from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, Param, Point, SearchSpace
+from quantune.space.params import DOMAIN_TYPES, Domain
 
 FLOW = "flow"
 
@@ -41,6 +42,7 @@ class Step:
     fixed: Mapping[str, Any]
     searched: tuple[str, ...]
     subsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
+    joints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # joint param name -> pass params
 
     def config_for(self, point: Mapping[str, Any]) -> PassConfig:
         """The pass config for ``point``: fixed values, overridden by any ``<step>.<param>`` the
@@ -51,6 +53,9 @@ class Step:
         for key, value in point.items():
             if key.startswith(prefix) and key[len(prefix) :] in fields:
                 values[key[len(prefix) :]] = value
+        for name, members in self.joints.items():
+            if f"{prefix}{name}" in point:
+                values.update(zip(members, point[f"{prefix}{name}"], strict=True))
         for name, elements in self.subsets.items():
             chosen = [element for element in elements if point.get(subset_key(self.id, name, element))]
             values[name] = [*values.get(name, []), *chosen]
@@ -87,10 +92,19 @@ class Plan:
 
     def is_runnable(self, point: Mapping[str, Any]) -> bool:
         try:
-            self.configs_for(point)
+            configs = self.configs_for(point)
         except (ValidationError, KeyError):
             return False
-        return all(rule(point) for rule in self.rules)
+        return self._rules_allow(point, configs)
+
+    def _rules_allow(self, point: Mapping[str, Any], configs: list[tuple[Step, PassConfig]]) -> bool:
+        """User rules read the resolved pass configs, so they see fixed, default and joint values too."""
+        if not self.rules:
+            return True
+        values = {f"{step.id}.{name}": value for step, config in configs for name, value in config}
+        if FLOW in point:
+            values[FLOW] = point[FLOW]
+        return all(rule(values) for rule in self.rules)
 
     def subspace(self, step_ids: list[str], fixed: Mapping[str, Any] | None = None) -> SearchSpace:
         """The space of ``step_ids``' own parameters; ``fixed`` holds earlier steps' chosen values."""
@@ -103,10 +117,10 @@ class Plan:
         def runnable(point: Mapping[str, Any]) -> bool:
             full = {**fixed, **point}
             try:
-                self.configs_for(full, flow=steps)
+                configs = self.configs_for(full, flow=steps)
             except (ValidationError, KeyError):
                 return False
-            return all(rule(full) for rule in self.rules)
+            return self._rules_allow(full, configs)
 
         return SearchSpace(params, [runnable])
 
@@ -137,7 +151,7 @@ def build_plan(config: Config, nodes: NodeLister | None = None) -> Plan:
             continue
         for name, param in params.items():
             space_params[name] = _gate(param, using) if len(flows) > 1 else param
-    rules = tuple(_rule(index, rule, space_params) for index, rule in enumerate(config.rules))
+    rules = tuple(_rule(index, rule, steps) for index, rule in enumerate(config.rules))
     try:
         space = SearchSpace(space_params)
     except ValueError as exc:
@@ -173,9 +187,10 @@ def _build_step(index: int, entry: Any, provider: str, nodes: NodeLister | None)
         pass_cls.Config.model_validate(fixed)
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, prefix=f"{where}.params")) from None
+    coupled = {member for spec in entry.joint for member in spec.params}
     if entry.search:
         for name, param in pass_cls.search_space.items():
-            if name not in fixed and name not in searched:
+            if name not in fixed and name not in searched and name not in coupled:
                 searched[name] = param
     allowed = pass_cls.provider_rules.get(provider, {})
     context = {**{name: field.default for name, field in fields.items()}, **fixed}
@@ -188,7 +203,25 @@ def _build_step(index: int, entry: Any, provider: str, nodes: NodeLister | None)
     for name, elements in subsets.items():
         for element in elements:
             params[subset_key(entry.step_id, name, element)] = Boolean()
-    return Step(entry.step_id, pass_cls, fixed, tuple(searched), subsets), params
+    joints: dict[str, tuple[str, ...]] = {}
+    for position, spec in enumerate(entry.joint):
+        where_joint = f"{where}.joint[{position}]"
+        members = tuple(spec.params)
+        for member in members:
+            if member not in fields:
+                raise ConfigError(f"{where_joint}.params: '{member}' is not a parameter of '{entry.name}'")
+            if member in entry.params:
+                raise ConfigError(f"{where_joint}.params: '{member}' is also given in params; give it in one place")
+        try:
+            joint = Joint(members, [tuple(v) for v in spec.values], tuple(spec.weights) if spec.weights else None)
+        except (ValueError, TypeError) as exc:
+            raise ConfigError(f"{where_joint}: {exc}") from None
+        for value in joint.values:
+            _check_values(pass_cls, fixed, dict(zip(members, value, strict=True)), where_joint)
+        name = "+".join(members)
+        joints[name] = members
+        params[f"{entry.step_id}.{name}"] = joint
+    return Step(entry.step_id, pass_cls, fixed, tuple(searched), subsets, joints), params
 
 
 def _subset_elements(spec: dict[str, Any], where: str, nodes: NodeLister | None) -> tuple[str, ...]:
@@ -244,43 +277,74 @@ def _tree_paths(tree: Mapping[str, Any], prefix: tuple[str, ...]):
             yield path
 
 
+_SEARCH_FORMS = (
+    "a list of values; {values: [...], weights: [...]}; {int: [low, high], step: 1, log: false}; "
+    "{float: [low, high], step: null, log: false}; or {when: <parameter>, cases: {<parent value>: <any of these>}}"
+)
+
+
 def _parse_search(spec: Any, where: str) -> Param:
-    if isinstance(spec, list):
-        if not spec:
-            raise ConfigError(f"{where}: give at least one value to search")
-        return Categorical(tuple(spec))
-    if isinstance(spec, dict) and set(spec) == {"when", "cases"} and isinstance(spec["cases"], dict):
+    if isinstance(spec, dict) and "when" in spec:
+        if set(spec) != {"when", "cases"} or not isinstance(spec["cases"], dict):
+            raise ConfigError(f"{where}: a conditional takes 'when' and 'cases' only")
         parent = spec["when"]
         if not isinstance(parent, str):
             raise ConfigError(f"{where}.when: name one parameter of the same pass")
-        cases = {}
-        for key, values in spec["cases"].items():
-            if not isinstance(values, list) or not values:
-                raise ConfigError(f"{where}.cases.{key}: give a non-empty list of values")
-            cases[key] = tuple(values)
+        cases = {key: _parse_domain(case, f"{where}.cases.{key}") for key, case in spec["cases"].items()}
         return Conditional.on(parent, cases)
-    raise ConfigError(
-        f"{where}: expected a list of values, or {{when: <parameter>, cases: {{<parent value>: [values]}}}}"
-    )
+    return _parse_domain(spec, where)
+
+
+def _parse_domain(spec: Any, where: str) -> Domain:
+    try:
+        if isinstance(spec, list):
+            if not spec:
+                raise ConfigError(f"{where}: give at least one value to search")
+            return Categorical(tuple(spec))
+        if isinstance(spec, dict) and "values" in spec and set(spec) <= {"values", "weights"}:
+            weights = spec.get("weights")
+            return Categorical(tuple(spec["values"]), tuple(weights) if weights is not None else None)
+        numeric = {"int", "float"} & set(spec) if isinstance(spec, dict) else set()
+        if len(numeric) == 1 and set(spec) <= {*numeric, "step", "log"}:
+            kind = numeric.pop()
+            bounds = spec[kind]
+            if not isinstance(bounds, list) or len(bounds) != 2:
+                raise ConfigError(f"{where}.{kind}: give [low, high]")
+            log = bool(spec.get("log", False))
+            if kind == "int":
+                return IntRange(bounds[0], bounds[1], step=spec.get("step") or 1, log=log)
+            return FloatRange(bounds[0], bounds[1], step=spec.get("step"), log=log)
+    except (ValueError, TypeError) as exc:
+        raise ConfigError(f"{where}: {exc}") from None
+    raise ConfigError(f"{where}: expected {_SEARCH_FORMS}")
+
+
+def _domain_values(domain: Domain) -> list[Any]:
+    """The values to check a domain with: all of a categorical, the ends of a range."""
+    if isinstance(domain, IntRange | FloatRange):
+        return [domain.low, domain.last if domain.finite else domain.high]
+    return list(domain.choices_given({}))
 
 
 def _values(param: Param) -> list[Any]:
-    if isinstance(param, Categorical):
-        return list(param.choices)
-    if isinstance(param, Conditional):
-        return [value for choices in param.cases.values() for value in choices]
-    return []
+    domains = param.domains() if isinstance(param, Conditional) else (param,)
+    return [value for domain in domains for value in _domain_values(domain)]
+
+
+def _check_values(pass_cls: type[Pass], fixed: dict[str, Any], values: dict[str, Any], where: str) -> None:
+    try:
+        pass_cls.Config.model_validate({**fixed, **values})
+    except ValidationError as exc:
+        own = [error for error in exc.errors() if error["loc"][:1] and error["loc"][0] in values]
+        if own:
+            shown = values if len(values) > 1 else next(iter(values.values()))
+            raise ConfigError(f"{where}: value {shown!r} is not allowed: {own[0]['msg']}") from None
 
 
 def _check_choices(pass_cls: type[Pass], fixed: dict[str, Any], name: str, param: Param, where: str) -> None:
     """Each searched value must be valid for its field on its own (combinations may still be pruned)."""
     for value in _values(param):
-        try:
-            pass_cls.Config.model_validate({**fixed, name: value})
-        except ValidationError as exc:
-            own = [error for error in exc.errors() if error["loc"][:1] == (name,)]
-            if own:
-                raise ConfigError(f"{where}: value {value!r} is not allowed: {own[0]['msg']}") from None
+        _check_values(pass_cls, fixed, {name: value}, where)
 
 
 def _restrict(param: Param, allowed: tuple[Any, ...] | None) -> Param:
@@ -291,8 +355,13 @@ def _restrict(param: Param, allowed: tuple[Any, ...] | None) -> Param:
         kept = tuple(value for value in param.choices if value in allowed)
         return Categorical(kept) if kept else Categorical((allowed[0],))
     if isinstance(param, Conditional):
-        cases = {combo: tuple(v for v in choices if v in allowed) for combo, choices in param.cases.items()}
-        return Conditional(param.parents, {combo: choices for combo, choices in cases.items() if choices})
+        cases: dict[tuple[Any, ...], Any] = {}
+        for combo, case in param.cases.items():
+            if isinstance(case, DOMAIN_TYPES):
+                cases[combo] = _restrict(case, allowed)
+            elif kept := tuple(value for value in case if value in allowed):
+                cases[combo] = kept
+        return Conditional(param.parents, cases)
     return param
 
 
@@ -306,42 +375,46 @@ def _resolve(param: Param, step_id: str, context: Mapping[str, Any], searched: M
             f"passes.{step_id}: 'when: {parent}' names no parameter of this pass; its parameters: {list(context)}"
         )
     if parent not in searched:
-        choices = param.choices_given({parent: context.get(parent)})
-        return Categorical(choices) if choices else None
+        return param.domain_given({parent: context.get(parent)})
     parent_values = _values(searched[parent])
     cases = {}
-    for (key,), choices in param.cases.items():
+    for (key,), case in param.cases.items():
         matches = [value for value in parent_values if value == key or str(value) == str(key)]
         if not matches:
             raise ConfigError(
                 f"passes.{step_id}: case '{key}' is not a value of '{parent}' (its values: {parent_values})"
             )
         for match in matches:
-            cases[(match,)] = choices
+            cases[(match,)] = case
     return Conditional((f"{step_id}.{parent}",), cases)
 
 
 def _gate(param: Param, flows: tuple[str, ...]) -> Param:
     """Makes a step's parameter active only in the flows that contain the step."""
-    if isinstance(param, Categorical):
-        return Conditional((FLOW,), {(flow,): param.choices for flow in flows})
     if isinstance(param, Conditional):
-        cases = {(flow, *combo): choices for flow in flows for combo, choices in param.cases.items()}
+        cases = {(flow, *combo): case for flow in flows for combo, case in param.cases.items()}
         return Conditional((FLOW, *param.parents), cases)
-    raise ConfigError(f"parameters of type {type(param).__name__} cannot yet be used in configs with several flows")
+    return Conditional((FLOW,), {(flow,): param for flow in flows})
 
 
-def _rule(index: int, rule: Any, params: Mapping[str, Param]):
+def _rule(index: int, rule: Any, steps: Mapping[str, Step]):
+    """A rule names pass parameters as ``<step id>.<parameter>`` (or ``flow``)."""
     for name in [*rule.when, *rule.forbid]:
-        if name not in params:
-            raise ConfigError(f"rules[{index}]: '{name}' is not a searched parameter; searched: {list(params)}")
+        step_id, _, param = name.partition(".")
+        if name == FLOW:
+            continue
+        if step_id not in steps or param not in steps[step_id].pass_cls.Config.model_fields:
+            known = {sid: list(step.pass_cls.Config.model_fields) for sid, step in steps.items()}
+            raise ConfigError(
+                f"rules[{index}]: '{name}' names no pass parameter; use '<step id>.<parameter>' from {known}"
+            )
     when = dict(rule.when)
     forbid = {name: list(values) for name, values in rule.forbid.items()}
 
-    def allowed(point: Mapping[str, Any]) -> bool:
-        if any(point.get(name) != value for name, value in when.items()):
+    def allowed(values: Mapping[str, Any]) -> bool:
+        if any(name not in values or values[name] != value for name, value in when.items()):
             return True
-        return not any(point.get(name) in values for name, values in forbid.items() if name in point)
+        return not any(values.get(name) in forbidden for name, forbidden in forbid.items() if name in values)
 
     return allowed
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
@@ -32,7 +33,7 @@ def _fmt_params(params: dict[str, Any]) -> str:
             parts.append(value)
         else:
             parts.append(f"{short}={value}")
-    return " ".join(parts) or "(defaults)"
+    return escape(" ".join(parts)) or "(defaults)"  # node names like "[/conv/Conv]" are not markup
 
 
 class ConsoleListener:
@@ -94,7 +95,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     for record in result.trials[:max_rows]:
         style = "bold green" if record.number == chosen else None
         if record.status != "ok":
-            reason = (record.error or "failed")[:80]
+            reason = escape((record.error or "failed")[:80])
             table.add_row(
                 str(record.number), f"{_fmt_params(record.params)}: {reason}", "failed", "", "", "", "", "", style="red"
             )
@@ -117,7 +118,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     if len(result.trials) > max_rows:
         table.caption = f"{len(result.trials) - max_rows} more trials in results.json"
     console.print(table)
-    console.print(summary(result))
+    console.print(summary(result), markup=False, highlight=False)
 
 
 def summary(result: Result) -> str:
