@@ -133,3 +133,36 @@ def test_calibration_is_computed_once_per_setting(tmp_path: Path, make_config) -
     quantune.tune(config, output=tmp_path / "out")
     ranges = list((tmp_path / "cache" / "passes" / "static_quant").glob("*.json"))
     assert len(ranges) == 1, "4 trials that differ only in types and per-channel share one calibration"
+
+
+def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path: Path, make_config) -> None:
+    config = make_config(
+        passes=[{"name": "static_quant", "search": True}],
+        objective="size",
+        search={"sampler": "random", "seed": 1},
+        stop={"max_trials": 12},
+        executor={"kind": "process", "workers": 1},
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    out = tmp_path / "out"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "quantune", "run", str(path), "--output", str(out), "--quiet"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 120
+    while _trials_in_store(out / "run.db") < 2 and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=120)
+    assert process.returncode == 130, stderr
+    assert "Traceback" not in stderr
+    written = json.loads((out / "results.json").read_text())
+    assert written["stop_reason"].startswith("interrupted")
+    finished = len(written["trials"])
+    assert 2 <= finished < 12
+    assert finished == _trials_in_store(out / "run.db")
+    resumed = quantune.tune(str(path), output=out)
+    assert resumed.replayed == finished and len(resumed.trials) == 12
