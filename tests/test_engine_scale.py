@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -46,6 +47,17 @@ def _trials_in_store(db: Path) -> int:
         return 0
 
 
+def _start_run(path: Path, out: Path, *, until_trials: int, **popen: Any) -> subprocess.Popen:
+    """Starts ``quantune run`` in a subprocess and returns once ``until_trials`` are in its store."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "quantune", "run", str(path), "--output", str(out), "--quiet"], **popen
+    )
+    deadline = time.monotonic() + 120
+    while _trials_in_store(out / "run.db") < until_trials and time.monotonic() < deadline and process.poll() is None:
+        time.sleep(0.05)
+    return process
+
+
 def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path, make_config) -> None:
     config = make_config(
         passes=[{"name": "static_quant", "search": True}],
@@ -60,15 +72,9 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path, make_co
     path.write_text(yaml.safe_dump({**config, "cache_dir": str(tmp_path / "cold-cache")}))
 
     out = tmp_path / "killed"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "quantune", "run", str(path), "--output", str(out), "--quiet"],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-        start_new_session=True,
+    process = _start_run(
+        path, out, until_trials=3, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
     )
-    deadline = time.monotonic() + 120
-    while _trials_in_store(out / "run.db") < 3 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.05)
     os.killpg(process.pid, signal.SIGKILL)  # the engine and its workers, at once
     process.wait()
     finished = _trials_in_store(out / "run.db")
@@ -146,15 +152,7 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path: Path, make_config) -
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "out"
-    process = subprocess.Popen(
-        [sys.executable, "-m", "quantune", "run", str(path), "--output", str(out), "--quiet"],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
-    deadline = time.monotonic() + 120
-    while _trials_in_store(out / "run.db") < 2 and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.05)
+    process = _start_run(path, out, until_trials=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     process.send_signal(signal.SIGINT)
     _, stderr = process.communicate(timeout=120)
     assert process.returncode == 130, stderr

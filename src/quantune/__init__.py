@@ -11,8 +11,9 @@ worker process loads only what it runs (no Optuna, no console code).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from quantune._lazy import lazy_exports
 
 __version__ = "0.1.0"
 
@@ -53,13 +54,7 @@ _EXPORTS = {
 __all__ = ["__version__", *sorted(_EXPORTS)]
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'quantune' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("quantune", _EXPORTS, globals())
 
 
 def __dir__() -> list[str]:

@@ -86,6 +86,12 @@ class SearchConfig(_Strict):
         default=None, gt=0, description="pass-by-pass/chain: trials per group (default: max_trials / groups)."
     )
     keep_best: int = Field(default=3, gt=0, description="pass-by-pass/chain: outputs kept per group for backtracking.")
+    strategy_options: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Options of the accuracy-driven strategies (like Neural Compressor's strategy_kwargs): "
+        "fp32_op_types, fp32_nodes, int8_op_types, int8_nodes (op constraints), precisions (e.g. [int16, fp32]), "
+        "flow, tuning_trials, screen_trials, prune_trials, latency_trials, calibration_trials, sensitivity_rows.",
+    )
 
 
 class Rule(_Strict):

@@ -6,8 +6,9 @@ not load the search side (Optuna, strategies).
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from quantune._lazy import lazy_exports
 
 _EXPORTS = {
     "Engine": "quantune.engine.engine",
@@ -29,13 +30,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'quantune.engine' has no attribute '{name}'")
-    value = getattr(importlib.import_module(module), name)
-    globals()[name] = value
-    return value
+__getattr__ = lazy_exports("quantune.engine", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above

@@ -30,6 +30,7 @@ from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
 from quantune.store import RunStore, cache_key
 from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, create_strategy
+from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
 
 log = logging.getLogger("quantune")
 
@@ -104,6 +105,7 @@ class Engine:
             groups=search.groups,
             trials_per_group=search.trials_per_group,
             keep_best=search.keep_best,
+            **accuracy_fields(parts.context, parts.plan, search.strategy_options),  # for accuracy-driven strategies
         )
         strategy = create_strategy(search.strategy)
         strategy.bind(problem)

@@ -39,7 +39,6 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from quantune.data import Dataset
-from quantune.model import file_sha256
 from quantune.passes import PassConfig, PassContext
 from quantune.store import ArtifactCache, cache_key
 
@@ -363,7 +362,3 @@ class SensitivityProbe:
         with contextlib.redirect_stdout(io.StringIO()):
             pass_cls().run(config, model, output, context)
         return self.cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
-
-
-def model_sha(path: str | Path) -> str:
-    return file_sha256(path)

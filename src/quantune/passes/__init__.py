@@ -3,15 +3,23 @@
 from __future__ import annotations
 
 from quantune.passes.base import Pass, PassConfig, PassContext
-from quantune.passes.onnx import DynamicQuantization, GraphOptimization, StaticQuantization
+from quantune.passes.onnx import (
+    CrossLayerEqualization,
+    DynamicQuantization,
+    GraphOptimization,
+    SmoothQuant,
+    StaticQuantization,
+)
 from quantune.passes.registry import get_pass, pass_names, register_pass
 
 __all__ = [
+    "CrossLayerEqualization",
     "DynamicQuantization",
     "GraphOptimization",
     "Pass",
     "PassConfig",
     "PassContext",
+    "SmoothQuant",
     "StaticQuantization",
     "get_pass",
     "pass_names",

@@ -6,6 +6,7 @@ order, and what to carry from one stage to the next. The engine talks only to st
 
 from __future__ import annotations
 
+from quantune.strategy import accuracy  # noqa: F401 - registers basic, conservative, auto, mse, mse_v2, ...
 from quantune.strategy.base import WAIT, Outcome, Proposal, SearchProblem, Strategy
 from quantune.strategy.joint import JointStrategy
 from quantune.strategy.pass_by_pass import PassByPassStrategy

@@ -10,6 +10,7 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from quantune.search import Feedback, Sampler
@@ -60,6 +61,13 @@ class SearchProblem:
     groups: list[list[str]] | None = None
     trials_per_group: int | None = None
     keep_best: int = 3
+    # For accuracy-driven strategies (per-operator precision); empty when the engine does not fill them.
+    model_path: Path | None = None  # the input model, read only: its graph names the operators
+    step_passes: Mapping[str, str] = field(default_factory=dict)  # step id -> pass name
+    step_fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step id -> params the user fixed
+    # (point, flow) -> a score per node of the model (higher: quantizing it does more harm).
+    sensitivity: Callable[[Point, tuple[str, ...]], Mapping[str, float]] | None = None
+    options: Mapping[str, Any] = field(default_factory=dict)  # strategy options (strategy_kwargs)
 
 
 class Strategy(ABC):

@@ -1,9 +1,12 @@
-"""Passes built on onnxruntime: graph optimization, dynamic and static quantization."""
+"""Passes built on onnxruntime and onnx: graph optimization, dynamic and static quantization,
+and the range-fixing recipes tried before any fallback (cross-layer equalization, SmoothQuant)."""
 
 from __future__ import annotations
 
+from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
 from quantune.passes.onnx.graph_opt import GraphOptimization
+from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
 
-__all__ = ["DynamicQuantization", "GraphOptimization", "StaticQuantization"]
+__all__ = ["CrossLayerEqualization", "DynamicQuantization", "GraphOptimization", "SmoothQuant", "StaticQuantization"]

@@ -1,0 +1,38 @@
+"""Accuracy-driven strategies: which operators stay in higher precision, and how to find out fast.
+
+Registered names: ``basic``, ``conservative``, ``auto``, ``mse``, ``mse_v2`` (Neural
+Compressor's recipes), ``two_stage`` (Quark's), and ``quantune`` (sensitivity ranking +
+bisection + pruning + latency search). Each tunes a flow's ``static_quant`` step.
+"""
+
+from __future__ import annotations
+
+from quantune.strategy.accuracy.bisect import Bisection, minimal_k
+from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.fallback import (
+    AutoStrategy,
+    BasicStrategy,
+    ConservativeStrategy,
+    MSEStrategy,
+    MSEv2Strategy,
+)
+from quantune.strategy.accuracy.problem import accuracy_fields
+from quantune.strategy.accuracy.quantune import QuantuneStrategy
+from quantune.strategy.accuracy.staged import StagedStrategy, Tried
+from quantune.strategy.accuracy.two_stage import TwoStageStrategy
+
+__all__ = [
+    "AccuracyContext",
+    "AutoStrategy",
+    "BasicStrategy",
+    "Bisection",
+    "ConservativeStrategy",
+    "MSEStrategy",
+    "MSEv2Strategy",
+    "QuantuneStrategy",
+    "StagedStrategy",
+    "Tried",
+    "TwoStageStrategy",
+    "accuracy_fields",
+    "minimal_k",
+]

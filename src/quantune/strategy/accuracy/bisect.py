@@ -1,0 +1,60 @@
+"""Bisection on how many of the most sensitive groups stay in high precision.
+
+With groups ranked by sensitivity, "keep the top k in fp32" is (close to) monotone in k:
+more fallback, less error. The smallest feasible k is then found in ``1 + ceil(log2 n)``
+evaluations instead of Neural Compressor's one per group. ``k = 0`` is known to miss (it is
+the quantized model that made us fall back). When the top ``n`` do not meet it either, no
+fallback of these groups will, and the search says so instead of guessing.
+
+The algorithm is kept pure (``next_k`` / ``record``) so it can be driven by a strategy's
+asks and tells, and tested with a fake feasibility function.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+
+@dataclass
+class Bisection:
+    """Smallest k in ``[1, n]`` with ``feasible(k)``, assuming feasibility is monotone in k."""
+
+    n: int
+    lo: int = 0  # largest k known infeasible
+    hi: int | None = None  # smallest k known feasible
+    tried: dict[int, bool] = field(default_factory=dict)
+    exhausted: bool = False  # k = n was infeasible
+
+    def next_k(self) -> int | None:
+        """The next k to evaluate, or None when the answer (``hi``) is known or none exists."""
+        if self.n <= 0 or self.exhausted:
+            return None
+        if self.hi is None:
+            return self.n
+        if self.hi - self.lo <= 1:
+            return None
+        return (self.lo + self.hi) // 2
+
+    def record(self, k: int, feasible: bool) -> None:
+        self.tried[k] = feasible
+        if feasible:
+            self.hi = k if self.hi is None else min(self.hi, k)
+        else:
+            self.lo = max(self.lo, k)
+            if k >= self.n:
+                self.exhausted = True
+
+    @property
+    def answer(self) -> int | None:
+        return self.hi
+
+
+def minimal_k(n: int, feasible: Callable[[int], bool]) -> tuple[int | None, list[int]]:
+    """Runs the bisection against ``feasible``; returns (smallest feasible k or None, ks evaluated)."""
+    search = Bisection(n)
+    order: list[int] = []
+    while (k := search.next_k()) is not None:
+        order.append(k)
+        search.record(k, feasible(k))
+    return search.answer, order

@@ -1,0 +1,172 @@
+"""Stages shared by the accuracy-driven strategies: default, recipes, parameter tuning, fallbacks.
+
+Each helper is a generator to be used with ``yield from`` inside a strategy's ``stages``; it
+yields batches of proposals and returns what it learned (the outcomes, or the best point).
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Generator, Mapping, Sequence
+from typing import Any
+
+from quantune.passes.onnx.capability import Group, Precision
+from quantune.space import Point
+from quantune.strategy.accuracy.context import ACCURACY_PARAMS, AccuracyContext, describe
+from quantune.strategy.accuracy.staged import StagedStrategy, Tried
+from quantune.strategy.base import Outcome, Proposal
+
+log = logging.getLogger("quantune.strategy")
+
+Step = Generator[list[Proposal], list[Outcome], Any]
+
+
+class AccuracyStrategy(StagedStrategy):
+    """Base of the fallback strategies: the context, and stages they share."""
+
+    def setup(self) -> None:
+        self.ctx = AccuracyContext.from_problem(self.problem, self.name)
+        self.smallest_meeting_fallback: int | None = None  # groups kept in high precision
+
+    # -- evaluation -----------------------------------------------------------------------------
+    def try_points(self, items: Sequence[tuple[Point, str]]) -> Step:
+        """Evaluates ``(point, stage)`` pairs as one batch; invalid points fail without running."""
+        valid = [(i, point, stage) for i, (point, stage) in enumerate(items) if self.ctx.valid(point)]
+        outcomes: list[Outcome] = [Outcome(None)] * len(items)
+        if valid:
+            told = yield [Proposal(point, flow=self.ctx.flow, stage=stage) for _, point, stage in valid]
+            for (index, _, _), outcome in zip(valid, told, strict=True):
+                outcomes[index] = outcome
+        return outcomes
+
+    def try_point(self, point: Point, stage: str) -> Step:
+        outcomes = yield from self.try_points([(point, stage)])
+        return outcomes[0]
+
+    def pick(self, tried: Sequence[tuple[Point, Outcome]]) -> tuple[Point, Outcome] | None:
+        """Meeting points by lowest objective, else the smallest violation."""
+        ok = [(p, o) for p, o in tried if not o.failed]
+        if not ok:
+            return None
+        return min(ok, key=lambda po: (not po[1].meets, po[1].violation, po[1].objective or 0.0))
+
+    def fallback(self, base: Point, groups: Sequence[Group], precision: Precision = "fp32") -> Point:
+        return self.ctx.with_fallback(base, self.ctx.fallback_of((g.name for g in groups), precision))
+
+    def note_meeting(self, size: int) -> None:
+        if self.smallest_meeting_fallback is None or size < self.smallest_meeting_fallback:
+            self.smallest_meeting_fallback = size
+
+    # -- shared stages --------------------------------------------------------------------------
+    def stage_default(self) -> Step:
+        """Stage: the pass defaults (plus the user's fixed values and constraints)."""
+        base = self.ctx.base_point()
+        outcome = yield from self.try_point(base, "default")
+        return base, outcome
+
+    def stage_recipes(self, base: Point) -> Step:
+        """Stage: each value of the recipe passes' (cle, smooth_quant) searched parameters."""
+        items = []
+        for name, choices in self.ctx.recipe_params().items():
+            for value in choices:
+                if base.get(name) != value:
+                    items.append(({**base, name: value}, f"recipes: {name.split('.', 1)[1]}={value}"))
+        if not items:
+            return base, self.known(base)
+        outcomes = yield from self.try_points(items)
+        tried = [(p, o) for (p, _), o in zip(items, outcomes, strict=True)]
+        known = self.known(base)
+        if known is not None:
+            tried.append((base, known))
+        best = self.pick(tried)
+        return best if best is not None else (base, known)
+
+    def stage_screen(self, base: Point, limit: int) -> Step:
+        """Stage: one-at-a-time changes of the quant parameters that move accuracy most."""
+        params = self.ctx.quant_params()
+        items: list[tuple[Point, str]] = []
+        for short in ACCURACY_PARAMS:
+            name = self.ctx.key(short)
+            param = params.get(name)
+            if param is None:
+                continue
+            for value in _choices(param, base):
+                if base.get(name, _default(self.ctx, short)) != value:
+                    items.append(({**base, name: value}, f"screen: {short}={value}"))
+        items = [(p, s) for p, s in items if self.ctx.valid(p)][:limit]
+        if not items:
+            return base, self.known(base)
+        tried = []
+        for point, stage in items:  # one at a time: the first change that meets ends the stage
+            outcome = yield from self.try_point(point, stage)
+            tried.append((point, outcome))
+            if outcome.meets:
+                break
+        known = self.known(base)
+        if known is not None:
+            tried.append((base, known))
+        best = self.pick(tried)
+        return best if best is not None else (base, known)
+
+    def stage_sampler(self, fixed: Point, trials: int, stage: str, names: Sequence[str] | None = None) -> Step:
+        """Stage: a sampler over the flow's searched parameters (``names`` only), ``fixed`` held."""
+        space = self.ctx.flow_space(fixed, names)
+        tried: list[tuple[Point, Outcome]] = []
+        if not space.params or trials <= 0:
+            return tried
+        sampler = self.problem.make_sampler()
+        sampler.bind(space)
+        for _ in range(trials):
+            local = sampler.ask()
+            if local is None:
+                break
+            point = {**fixed, **local}
+            outcome = yield from self.try_point(point, stage)
+            sampler.tell(local, outcome.feedback())
+            tried.append((point, outcome))
+        return tried
+
+    def stage_accumulate(self, base: Point, ordered: Sequence[Group], stage: str) -> Step:
+        """Stage: fall back the first 1, 2, ... groups of ``ordered`` until the criterion holds."""
+        for count in range(1, len(ordered) + 1):
+            groups = ordered[:count]
+            point = self.fallback(base, groups)
+            outcome = yield from self.try_point(point, f"{stage}: {count} in fp32 {describe([g.name for g in groups])}")
+            if outcome.meets:
+                self.note_meeting(count)
+                return point, outcome, count
+        return None
+
+    def remaining(self) -> int:
+        """Trials left under ``stop.max_trials`` (a large number when unbounded)."""
+        if self.problem.max_trials is None:
+            return 1_000_000
+        return max(0, self.problem.max_trials - self.evaluations())
+
+    def summary(self) -> dict[str, Any]:
+        """Evaluations, stages and the smallest fallback that met the criterion (for reports and logs)."""
+        best: Tried | None = self.best_meeting()
+        return {
+            "strategy": self.name,
+            "evaluations": self.evaluations(),
+            "stages": list(dict.fromkeys(s.split(":")[0] for s in self.stage_log)),
+            "smallest_meeting_fallback": self.smallest_meeting_fallback,
+            "best_stage": best.stage if best else None,
+        }
+
+
+def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:
+    try:
+        return tuple(param.choices_given(point))
+    except (KeyError, AttributeError, TypeError):
+        return ()
+
+
+def _default(ctx: AccuracyContext, short: str) -> Any:
+    from quantune.passes import get_pass
+
+    fixed = ctx.problem.step_fixed.get(ctx.quant_step, {})
+    if short in fixed:
+        return fixed[short]
+    field = get_pass("static_quant").Config.model_fields.get(short)
+    return None if field is None else field.default

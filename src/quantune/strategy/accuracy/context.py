@@ -1,0 +1,181 @@
+"""What accuracy-driven strategies know about the flow and the model, and how they write points.
+
+Fallback is expressed only through the static-quant step's own parameters, so nothing new is
+needed downstream: a group kept in fp32 puts its node names in ``<step>.nodes_to_exclude``,
+a group kept in int16 puts its activations in ``<step>.tensor_overrides``.
+
+User constraints (Neural Compressor's ``op_type_dict`` / ``op_name_dict``) come from the
+strategy options and from the step's fixed parameters:
+
+* ``fp32_op_types`` / ``fp32_nodes``: always kept in fp32 (never quantized);
+* ``int8_op_types`` / ``int8_nodes``: never fallen back (always quantized);
+* ``precisions``: the fallback precisions to use, in order of preference (default
+  ``["fp32"]``; ``["int16", "fp32"]`` tries int16 activations first, QDQ only);
+* the step's fixed ``op_types_to_quantize`` and ``nodes_to_exclude`` hold as well.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from quantune.errors import QuantuneError
+from quantune.passes.onnx.capability import Group, ModelCapability, Precision
+from quantune.space import Categorical, Point, SearchSpace
+from quantune.strategy.base import SearchProblem
+
+QUANT_PASS = "static_quant"
+RECIPE_PASSES = ("cle", "smooth_quant")
+FLOW_KEY = "flow"
+# Quant-step parameters that change accuracy more than speed: screened before any fallback.
+ACCURACY_PARAMS = ("per_channel", "calibrate_method", "activation_symmetric", "reduce_range")
+
+
+@dataclass
+class AccuracyContext:
+    problem: SearchProblem
+    flow_name: str
+    flow: tuple[str, ...]
+    quant_step: str
+    capability: ModelCapability
+    always_fp32: list[str]  # node names
+    candidates: list[Group]  # groups a strategy may fall back
+    precisions: list[Precision]
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def from_problem(cls, problem: SearchProblem, strategy: str) -> AccuracyContext:
+        options = dict(problem.options)
+        if problem.model_path is None:
+            raise QuantuneError(f"search.strategy: '{strategy}' needs the model's graph (run it through the engine)")
+        chosen = options.get("flow")
+        flows = [
+            (name, steps)
+            for name, steps in problem.flows.items()
+            if any(problem.step_passes.get(step) == QUANT_PASS for step in steps)
+        ]
+        if chosen is not None:
+            flows = [(name, steps) for name, steps in flows if name == chosen]
+        if not flows:
+            raise QuantuneError(
+                f"search.strategy: '{strategy}' tunes per-operator precision of a 'static_quant' pass; "
+                f"no flow {'named ' + repr(chosen) + ' ' if chosen else ''}has one (flows: {list(problem.flows)})"
+            )
+        flow_name, flow = flows[0]
+        quant_step = next(step for step in flow if problem.step_passes.get(step) == QUANT_PASS)
+        fixed = problem.step_fixed.get(quant_step, {})
+        capability = ModelCapability.from_model(problem.model_path, fixed.get("op_types_to_quantize"))
+        fp32_types = set(options.get("fp32_op_types", []))
+        fp32_nodes = set(options.get("fp32_nodes", [])) | set(fixed.get("nodes_to_exclude", []))
+        int8_types = set(options.get("int8_op_types", []))
+        int8_nodes = set(options.get("int8_nodes", []))
+        unknown = (fp32_nodes | int8_nodes) - set(capability.by_name)
+        if unknown:
+            raise QuantuneError(f"search.strategy_options: no nodes named {sorted(unknown)} in the model")
+        always = sorted(
+            name
+            for name in capability.quantizable
+            if name in fp32_nodes or capability.by_name[name].op_type in fp32_types
+        )
+        candidates = [
+            group
+            for group in capability.groups
+            if not set(group.nodes) <= set(always)
+            and not (set(group.nodes) & int8_nodes)
+            and group.op_type not in int8_types
+        ]
+        precisions: list[Precision] = list(options.get("precisions", ["fp32"]))
+        for precision in precisions:
+            if precision not in ("int16", "fp32"):
+                raise QuantuneError(
+                    f"search.strategy_options.precisions: '{precision}' is not a fallback precision; use int16 or fp32"
+                    " (fp16 is not offered on CPU: onnxruntime's CPU provider lacks fp16 kernels for most ops)"
+                )
+        return cls(problem, flow_name, flow, quant_step, capability, always, candidates, precisions, options)
+
+    # -- points -------------------------------------------------------------------------------
+    @property
+    def flow_fixed(self) -> Point:
+        return {FLOW_KEY: self.flow_name} if len(self.problem.flows) > 1 else {}
+
+    def base_point(self) -> Point:
+        """The pass defaults (and the user's fixed values) for this flow, with user constraints."""
+        return self.with_fallback(dict(self.flow_fixed), {})
+
+    def with_fallback(self, point: Mapping[str, Any], precisions: Mapping[str, Precision]) -> Point:
+        """``point`` with these groups in these precisions (and the always-fp32 nodes excluded)."""
+        excluded, overrides = self.capability.assignment(precisions, base_excluded=self.always_fp32)
+        out = {k: v for k, v in point.items() if k not in (self.key("nodes_to_exclude"), self.key("tensor_overrides"))}
+        if excluded:
+            out[self.key("nodes_to_exclude")] = excluded
+        if overrides:
+            out[self.key("tensor_overrides")] = overrides
+        return out
+
+    def fallback_of(self, names: Iterable[str], precision: Precision = "fp32") -> dict[str, Precision]:
+        return dict.fromkeys(names, precision)
+
+    def key(self, param: str) -> str:
+        return f"{self.quant_step}.{param}"
+
+    def valid(self, point: Mapping[str, Any]) -> bool:
+        return self.problem.space.is_valid(point)
+
+    def precision_allowed(self, point: Mapping[str, Any], precision: Precision) -> bool:
+        """int16 needs QDQ; test the point as the pass would see it."""
+        if precision != "int16":
+            return True
+        probe = dict(point)
+        probe[self.key("tensor_overrides")] = {"__probe__": "int16"}
+        return self.valid(probe)
+
+    # -- spaces for sub-searches --------------------------------------------------------------
+    def flow_space(self, fixed: Mapping[str, Any], names: Sequence[str] | None = None) -> SearchSpace:
+        """The flow's searched parameters (only ``names`` when given), with ``fixed`` set in every point."""
+        full = self.problem.subspace(list(self.flow), {**self.flow_fixed, **fixed})
+        params = {k: v for k, v in full.params.items() if (names is None or k in names) and k not in fixed}
+        context = {**self.flow_fixed, **fixed}
+        space = self.problem.space
+
+        def runnable(point: Mapping[str, Any]) -> bool:
+            return space.is_valid({**context, **point})
+
+        return SearchSpace(params, [runnable], fixed={k: v for k, v in fixed.items() if k not in params})
+
+    def quant_params(self) -> dict[str, Any]:
+        """The quant step's searched parameters (name -> Param) in this flow."""
+        full = self.problem.subspace(list(self.flow), dict(self.flow_fixed))
+        prefix = f"{self.quant_step}."
+        return {k: v for k, v in full.params.items() if k.startswith(prefix)}
+
+    def recipe_params(self) -> dict[str, tuple[Any, ...]]:
+        """Searched categorical parameters of recipe passes (cle, smooth_quant) in the flow."""
+        full = self.problem.subspace(list(self.flow), dict(self.flow_fixed))
+        steps = [s for s in self.flow if self.problem.step_passes.get(s) in RECIPE_PASSES]
+        return {
+            name: param.choices
+            for name, param in full.params.items()
+            if isinstance(param, Categorical) and any(name.startswith(f"{s}.") for s in steps)
+        }
+
+    def has_recipes(self) -> bool:
+        return any(self.problem.step_passes.get(s) in RECIPE_PASSES for s in self.flow)
+
+    # -- sensitivity --------------------------------------------------------------------------
+    def ranked(self, point: Mapping[str, Any], groups: Sequence[Group] | None = None) -> list[tuple[Group, float]]:
+        """Candidate groups, most sensitive first (graph order when no sensitivity is available)."""
+        pool = list(self.candidates if groups is None else groups)
+        if self.problem.sensitivity is None:
+            return [(group, 0.0) for group in pool]
+        scores = self.problem.sensitivity(dict(point), self.flow)
+        scored = [(group, sum(scores.get(node, 0.0) for node in group.nodes)) for group in pool]
+        order = {group.name: index for index, group in enumerate(pool)}
+        return sorted(scored, key=lambda gs: (-gs[1], order[gs[0].name]))
+
+
+def describe(names: Sequence[str], limit: int = 4) -> str:
+    """A short list of group names for stage texts."""
+    short = [name.rsplit("/", 2)[-2] if name.count("/") >= 2 else name for name in names]
+    text = ", ".join(short[:limit])
+    return f"[{text}{', ...' if len(short) > limit else ''}]"

@@ -1,0 +1,41 @@
+"""Quark's two-stage search: calibration settings first, then everything else from the best.
+
+Calibration (method, percentile, sample count) decides the activation ranges; the rest
+(format, types, symmetry, per-channel) decides how ranges become scales and which kernels
+run. Searching them apart costs ``a + b`` trials instead of ``a * b``, and every trial of
+the second stage reuses the first stage's calibration ranges from the cache.
+"""
+
+from __future__ import annotations
+
+from quantune.strategy.accuracy.common import AccuracyStrategy
+from quantune.strategy.accuracy.staged import Stages
+from quantune.strategy.registry import register_strategy
+
+CALIBRATION_PARAMS = ("calibrate_method", "percentile", "calibration_samples")
+
+
+@register_strategy("two_stage")
+class TwoStageStrategy(AccuracyStrategy):
+    """Stages: ``calibration`` (a sampler over calibrate_method, percentile, calibration_samples,
+    the rest at defaults; ``calibration_trials`` trials, default half of ``stop.max_trials``)
+    -> ``rest`` (a sampler over the other parameters with the best calibration fixed: the
+    meeting trial with the lowest objective, else the one with the least loss)."""
+
+    name = "two_stage"
+
+    def stages(self) -> Stages:
+        params = list(self.ctx.quant_params())
+        calibration = [p for p in params if p.split(".", 1)[1] in CALIBRATION_PARAMS]
+        rest = [p for p in params if p not in calibration]
+        base = self.ctx.base_point()
+        budget = self.remaining() if self.problem.max_trials is not None else 16
+        first = int(self.ctx.options.get("calibration_trials", max(1, budget // 2)))
+        tried = yield from self.stage_sampler(base, first, "calibration", calibration)
+        if not tried:
+            outcome = yield from self.try_point(base, "calibration")
+            tried = [(base, outcome)]
+        best = self.pick(tried)
+        chosen = best[0] if best is not None else base
+        fixed = {**base, **{k: v for k, v in chosen.items() if k in calibration}}
+        yield from self.stage_sampler(fixed, max(1, self.remaining()), "rest", rest)

@@ -1,0 +1,199 @@
+"""Accuracy-driven strategies: stage orders, bisection, user constraints, and real runs."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import quantune
+from quantune.config import load_config
+from quantune.engine.setup import build_run
+from quantune.search import create_sampler
+from quantune.space import Point
+from quantune.strategy import WAIT, Outcome, SearchProblem, create_strategy
+from quantune.strategy.accuracy import Bisection, accuracy_fields, minimal_k
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits"
+SCALED = ROOT / "examples" / "scaled_cnn"
+CONV2 = "/features/features.2/Conv"
+CONV5 = "/features/features.5/Conv"
+STRATEGIES = ["basic", "conservative", "auto", "mse", "mse_v2", "two_stage", "quantune"]
+
+
+def scaled_config(tmp_path: Path, strategy: str, *, max_trials: int = 12, passes: list | None = None) -> dict:
+    """The scaled CNN with per-channel weights off, so only fallback (or CLE) recovers accuracy."""
+    return {
+        "model": str(SCALED / "model.onnx"),
+        "data": {
+            "calibration": str(DIGITS / "calib.npz"),
+            "evaluation": str(DIGITS / "eval.npz"),
+            "batch_size": 64,
+        },
+        "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 3, "threads": 1}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.01},
+        "passes": passes or [{"name": "static_quant", "search": True, "params": {"per_channel": False}}],
+        "search": {"sampler": "random", "seed": 0, "strategy": strategy},
+        "stop": {"max_trials": max_trials},
+        "cache_dir": str(tmp_path / "cache"),
+        "executor": {"kind": "inline"},
+    }
+
+
+def make_problem(config: dict, options: Mapping[str, Any] | None = None) -> SearchProblem:
+    parts = build_run(load_config(config))
+    return SearchProblem(
+        space=parts.plan.space,
+        flows=parts.plan.flows,
+        subspace=parts.plan.subspace,
+        make_sampler=lambda: create_sampler("random", seed=0),
+        max_trials=config["stop"]["max_trials"],
+        **accuracy_fields(parts.context, parts.plan, options),
+    )
+
+
+def needs_both_convs(point: Point) -> Outcome:
+    """A fake evaluation: the criterion holds iff both scaled convs stay in fp32."""
+    excluded = set(point.get("static_quant.nodes_to_exclude", []))
+    meets = {CONV2, CONV5} <= excluded
+    return Outcome(1.0 + 0.1 * len(excluded), 0.0 if meets else 0.05, meets, {})
+
+
+def drive(strategy: Any, judge: Callable[[Point], Outcome], limit: int = 60) -> list[Point]:
+    """ask/tell without the engine; returns the proposed points in order."""
+    points = []
+    for _ in range(limit):
+        proposal = strategy.ask()
+        if proposal is None:
+            break
+        assert proposal is not WAIT  # told at once, so never waits
+        points.append(proposal.point)
+        strategy.tell(proposal, judge(proposal.point))
+    return points
+
+
+def stages_of(strategy: Any) -> list[str]:
+    return list(dict.fromkeys(stage.split(":")[0] for stage in strategy.stage_log))
+
+
+# -- bisection (pure) -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("n", [1, 2, 5, 17, 64])
+def test_bisection_finds_minimal_k_in_log_evaluations(n: int) -> None:
+    for answer in range(1, n + 1):
+        k, tried = minimal_k(n, lambda k, answer=answer: k >= answer)
+        assert k == answer
+        assert len(tried) <= 1 + max(1, (n - 1).bit_length())
+
+
+def test_bisection_reports_none_when_even_full_fallback_misses() -> None:
+    k, tried = minimal_k(8, lambda k: False)
+    assert k is None and tried == [8]
+    assert Bisection(0).next_k() is None
+
+
+# -- stage orders (fake evaluations, real graph and sensitivity) ------------------------------------
+
+EXPECTED = {
+    "basic": [
+        "default",
+        "op-type-wise tuning",
+        "op-type-wise fallback",
+        "instance-wise fallback",
+        "accumulated fallback",
+    ],
+    "conservative": ["fp32", "quantize Conv", "quantize Gemm"],
+    # op-type-wise fallback repeats conservative's points: answered from memory, never re-run
+    "auto": ["default", "fp32", "quantize Conv", "quantize Gemm", "instance-wise fallback", "accumulated fallback"],
+    "mse": ["default", "op-type-wise tuning", "accumulated fallback (by error)"],
+    "mse_v2": ["default", "fallback", "revert"],
+    "two_stage": ["calibration", "rest"],
+    "quantune": ["default", "screen", "bisect", "prune", "latency (2 groups in fp32)"],
+}
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_stage_order(tmp_path: Path, name: str) -> None:
+    strategy = create_strategy(name)
+    strategy.bind(make_problem(scaled_config(tmp_path, name, max_trials=30)))
+    drive(strategy, needs_both_convs)
+    assert stages_of(strategy)[: len(EXPECTED[name])] == EXPECTED[name]
+
+
+def test_quantune_bisects_to_the_two_scaled_convs(tmp_path: Path) -> None:
+    strategy = create_strategy("quantune")
+    strategy.bind(make_problem(scaled_config(tmp_path, "quantune", max_trials=30), {"latency_trials": 0}))
+    drive(strategy, needs_both_convs)
+    bisect = [s for s in strategy.stage_log if s.startswith("bisect")]
+    assert len(bisect) <= 4  # 1 + ceil(log2(5 groups))
+    assert [g.name for g in strategy.ranking[:2]] == [CONV2, CONV5]  # sensitivity ranks them first
+    assert strategy.smallest_meeting_fallback == 2
+    best = strategy.best_meeting()
+    assert best is not None and best.stage.startswith("bisect: k=2/")
+    assert {CONV2, CONV5} <= set(best.point["static_quant.nodes_to_exclude"])
+
+
+def test_user_op_constraints_are_honoured(tmp_path: Path) -> None:
+    options = {"fp32_op_types": ["Gemm"], "int8_nodes": [CONV5]}
+    strategy = create_strategy("basic")
+    strategy.bind(make_problem(scaled_config(tmp_path, "basic", max_trials=30), options))
+    points = drive(strategy, needs_both_convs)
+    gemms = {"/classifier/classifier.1/Gemm", "/classifier/classifier.3/Gemm"}
+    assert points
+    for point in points:
+        excluded = set(point.get("static_quant.nodes_to_exclude", []))
+        assert gemms <= excluded  # always fp32
+        assert CONV5 not in excluded  # never falls back
+
+
+def test_fixed_nodes_to_exclude_stay_excluded(tmp_path: Path) -> None:
+    passes = [{"name": "static_quant", "params": {"per_channel": False, "nodes_to_exclude": [CONV2]}}]
+    strategy = create_strategy("mse_v2")
+    strategy.bind(make_problem(scaled_config(tmp_path, "mse_v2", passes=passes)))
+    points = drive(strategy, needs_both_convs)
+    assert all(CONV2 in p.get("static_quant.nodes_to_exclude", []) for p in points)
+
+
+# -- real runs through the engine -----------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", STRATEGIES)
+def test_every_strategy_completes_on_digits(tmp_path: Path, name: str) -> None:
+    config = load_config(DIGITS / "config.yaml").config.model_dump(mode="json")
+    config.update(
+        model=str(DIGITS / "model.onnx"),
+        data={**config["data"], "calibration": str(DIGITS / "calib.npz"), "evaluation": str(DIGITS / "eval.npz")},
+        cache_dir=str(tmp_path / "cache"),
+    )
+    config["evaluation"]["latency"].update(warmup=1, repeats=3)
+    config["search"]["strategy"] = name
+    config["stop"]["max_trials"] = 4
+    config["executor"] = {"kind": "inline"}
+    result = quantune.tune(config, output=tmp_path / "run")
+    assert 1 <= len(result.trials) <= 4
+    assert all(trial.status == "ok" for trial in result.trials)
+    assert result.best is not None or result.closest_miss is not None
+
+
+@pytest.mark.parametrize("name", ["quantune", "auto"])
+def test_scaled_cnn_meets_the_budget(tmp_path: Path, name: str) -> None:
+    started = time.perf_counter()
+    result = quantune.tune(scaled_config(tmp_path, name, max_trials=14), output=tmp_path / "run")
+    assert result.best is not None, "no model met the budget"
+    first = min(t.number for t in result.trials if t.meets_criterion)
+    print(f"{name}: first meeting model after {first + 1} evaluations, {time.perf_counter() - started:.1f} s")
+    # a meeting model keeps most of the graph in int8 (which one is *best* depends on measured latency)
+    sizes = [len(t.params.get("static_quant.nodes_to_exclude", [])) for t in result.trials if t.meets_criterion]
+    assert min(sizes) < 12
+
+
+def test_cle_keeps_the_scaled_cnn_all_int8(tmp_path: Path) -> None:
+    passes = [{"name": "cle"}, {"name": "static_quant", "search": True, "params": {"per_channel": False}}]
+    result = quantune.tune(scaled_config(tmp_path, "quantune", max_trials=3, passes=passes), output=tmp_path / "run")
+    assert result.trials[0].stage == "default" and result.trials[0].meets_criterion
+    assert "static_quant.nodes_to_exclude" not in result.best.params
