@@ -162,6 +162,26 @@ def test_stop_when_met_stops_at_the_first_success(make_config, tmp_path):
     assert result.best.params[f"{TOY}.mode"] == "copy"
 
 
+def test_timeout_zero_stops_at_the_first_success(make_config, tmp_path):
+    """Neural Compressor's ``timeout: 0``: stop at the first model that meets the budget."""
+    config = make_config(toy_flow(["negate", "roll", "copy"]), stop={"max_trials": 10, "timeout_s": 0})
+    result = quantune.tune(config, output=tmp_path / "out")
+    assert [t.params[f"{TOY}.mode"] for t in result.trials] == ["negate", "roll", "copy"]
+    assert "timeout: 0" in result.stop_reason
+
+
+def test_n_candidates_stops_after_that_many_successes(make_config, tmp_path):
+    config = make_config(toy_flow(["copy", "negate", "roll"]), stop={"max_trials": 10, "n_candidates": 1})
+    result = quantune.tune(config, output=tmp_path / "out")
+    assert len(result.trials) == 1 and "n_candidates" in result.stop_reason
+
+
+def test_wall_clock_timeout_stops_the_run(make_config, tmp_path):
+    config = make_config(toy_flow(["negate", "copy", "roll"]), stop={"max_trials": 10, "timeout_s": 1e-9})
+    result = quantune.tune(config, output=tmp_path / "out")
+    assert result.trials == [] and "timeout" in result.stop_reason
+
+
 def test_max_trials_limits_the_run(make_config, tmp_path):
     config = make_config(toy_flow(["negate", "copy", "roll"]), stop={"max_trials": 2})
     result = quantune.tune(config, output=tmp_path / "out")

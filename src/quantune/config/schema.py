@@ -107,7 +107,12 @@ class TargetConfig(_Strict):
 
 class StopConfig(_Strict):
     max_trials: int | None = Field(default=20, gt=0)
-    timeout_s: float | None = Field(default=None, gt=0)
+    timeout_s: float | None = Field(
+        default=None,
+        ge=0,
+        description="Wall-clock limit over all phases; 0 means stop at the first trial that meets the criterion "
+        "(Neural Compressor's timeout: 0).",
+    )
     stop_when_met: bool = Field(default=False, description="Stop at the first trial that meets the criterion.")
     n_candidates: int | None = Field(default=None, gt=0, description="Stop once this many trials meet it.")
 

@@ -271,7 +271,10 @@ class _Loop:
         met = sum(1 for r in self.records if r.meets_criterion)
         if stop.max_trials is not None and self.asked >= stop.max_trials:
             return f"max_trials ({stop.max_trials}) reached"
-        if stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s:
+        if stop.timeout_s == 0:
+            if met:
+                return "a trial met the criterion (timeout: 0)"
+        elif stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s:
             return f"timeout ({stop.timeout_s:g} s) reached"
         if stop.stop_when_met and met:
             return "a trial met the criterion (stop_when_met)"
