@@ -1,6 +1,7 @@
-"""Sampler overhead: what asking and telling cost when a trial itself costs nothing.
+"""Search overhead: what asking and telling cost, alone and with the engine, when a trial
+itself costs nothing.
 
-    python bench/overhead.py [--seed 0] [--fast N] [--optuna N]
+    python bench/overhead.py [--seed 0] [--fast N] [--optuna N] [--engine-fast N] [--engine-optuna N]
 
 Builds a space of more than 10^12 points (12 ten-way categoricals, a conditional on one of
 them, an integer range and a stepped float range, and a rule that prunes a few points), then
@@ -9,7 +10,12 @@ search machinery alone: what quantune adds on top of each real trial (each sampl
 3-trial warm-up first, so one-time imports such as scipy's are not counted). It also times
 ``raw_size()`` on that space and on a far larger one (10^400+ points, 300 conditionals).
 
-A benchmark, not a test: it prints a markdown table and asserts nothing.
+The second table runs the whole engine (``quantune.tune``, in-process executor) over a
+10^12-point space of a no-op pass (it copies a tiny model): per trial it pays for the
+sampler, plan validation, the pass cache (hash, atomic rename), the evaluation cache hit, the
+SQLite record and the log line — everything quantune adds around a real pass.
+
+A benchmark, not a test: it prints markdown tables and asserts nothing.
 """
 
 from __future__ import annotations
@@ -18,12 +24,18 @@ import argparse
 import importlib.util
 import platform
 import sys
+import tempfile
 import time
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
+import numpy as np
+import onnx
 import optuna
+from onnx import TensorProto, helper
 
+import quantune
 from quantune.search import Feedback, create_sampler
 from quantune.space import Categorical, Conditional, FloatRange, IntRange, SearchSpace
 
@@ -60,6 +72,69 @@ def run(name: str, space: SearchSpace, trials: int, seed: int, **options: Any) -
     return done, time.perf_counter() - started
 
 
+NOOP_PLUGIN = """
+from __future__ import annotations
+import shutil
+from quantune import Pass, PassConfig, register_pass
+
+class NoopConfig(PassConfig):
+    p0: int = 0
+    p1: int = 0
+    p2: int = 0
+    p3: int = 0
+    p4: int = 0
+    p5: int = 0
+    p6: int = 0
+    p7: int = 0
+    p8: int = 0
+    p9: int = 0
+    p10: int = 0
+    p11: int = 0
+
+@register_pass
+class Noop(Pass):
+    name = "noop"
+    Config = NoopConfig
+    def run(self, config, model_in, model_out, context):
+        shutil.copyfile(model_in, model_out)
+"""
+
+
+def engine_config(folder: Path, sampler: str, trials: int, seed: int) -> dict[str, Any]:
+    """A 10^12-point space (12 parameters x 10 values) over a pass that does nothing."""
+    node = helper.make_node("Relu", ["x"], ["y"])
+    graph = helper.make_graph(
+        [node],
+        "tiny",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 4])],
+    )
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), folder / "tiny.onnx")
+    np.savez(folder / "data.npz", x=np.random.default_rng(0).normal(size=(4, 4)).astype(np.float32))
+    (folder / "noop.py").write_text(NOOP_PLUGIN)
+    return {
+        "model": str(folder / "tiny.onnx"),
+        "data": {"evaluation": str(folder / "data.npz"), "batch_size": 4},
+        "evaluation": {"metric": "cosine", "latency": {"warmup": 0, "repeats": 1}},
+        "plugins": [str(folder / "noop.py")],
+        "passes": [{"name": "noop", "params": {f"p{i}": {"search": {"int": [0, 9]}} for i in range(12)}}],
+        "search": {"sampler": sampler, "seed": seed},
+        "stop": {"max_trials": trials},
+        "cache_dir": str(folder / "cache"),
+        "executor": {"kind": "inline"},
+    }
+
+
+def run_engine(sampler: str, trials: int, seed: int) -> tuple[int, float]:
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        config = engine_config(folder, sampler, trials, seed)
+        quantune.tune({**config, "stop": {"max_trials": 1}}, output=folder / "warm")  # imports, baseline
+        started = time.perf_counter()
+        result = quantune.tune(config, output=folder / "out")
+        return len(result.trials), time.perf_counter() - started
+
+
 def timed(call: Any, repeats: int = 5) -> tuple[Any, float]:
     best = float("inf")
     result = None
@@ -75,6 +150,8 @@ def main() -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--fast", type=int, default=200, help="trials for exhaustive and random")
     parser.add_argument("--optuna", type=int, default=100, help="trials for the Optuna samplers")
+    parser.add_argument("--engine-fast", type=int, default=200, help="engine trials for exhaustive and random")
+    parser.add_argument("--engine-optuna", type=int, default=50, help="engine trials for the Optuna samplers")
     args = parser.parse_args()
 
     space = big_space()
@@ -109,6 +186,20 @@ def main() -> int:
             continue
         run(name, space, 3, args.seed, **options)  # warm-up: first-use imports (scipy, cmaes) are not overhead
         done, seconds = run(name, space, trials, args.seed, **options)
+        print(f"| {name} | {done} | {seconds:.3f} | {seconds / max(done, 1) * 1e3:.2f} |")
+        sys.stdout.flush()
+
+    print()
+    print("Engine + sampler, no-op pass, 10^12-point space, in-process executor:")
+    print()
+    print("| sampler | trials | total s | ms per trial |")
+    print("| --- | ---: | ---: | ---: |")
+    for name, _, _, skipped in plan:
+        if skipped:
+            print(f"| {name} | skipped: {skipped} | | |")
+            continue
+        engine_trials = args.engine_fast if name in ("exhaustive", "random") else args.engine_optuna
+        done, seconds = run_engine(name, engine_trials, args.seed)
         print(f"| {name} | {done} | {seconds:.3f} | {seconds / max(done, 1) * 1e3:.2f} |")
         sys.stdout.flush()
     return 0

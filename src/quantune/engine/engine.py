@@ -23,7 +23,7 @@ from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.output import open_output
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
-from quantune.engine.selection import closest_miss, objective_value, pareto_front, select_best
+from quantune.engine.selection import better, closest_miss, objective_value, pareto_front, select_best
 from quantune.engine.setup import RunParts, build_run
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.report.result import Result, write_outputs
@@ -187,6 +187,8 @@ class _Loop:
         self.replayed_proposals: dict[int, Proposal] = {}
         self.asked_after: dict[int, int] = {}
         self.replayed_numbers: set[int] = set()
+        self.best: TrialRecord | None = None
+        self.failed = 0
         self.step_configs: dict[int, dict[str, Any]] = {}
         self.asked = 0
         self.told = 0
@@ -251,15 +253,18 @@ class _Loop:
         self.told += 1
         self.strategy.tell(proposal, _outcome(record))
         if not replayed:
-            self.store.record_trial(record.to_dict())
-            log.info("trial %d: %s", record.number, record.to_dict())
+            row = record.to_dict()
+            self.store.record_trial(row)
+            log.info("trial %d: %s", record.number, row)
         self.records.append(record)
+        self.best = better(record, self.best, self.engine.objectives)
+        self.failed += record.status == "failed"
         status = RunStatus(
             done=len(self.records),
             running=len(self.pending),
-            failed=sum(r.status == "failed" for r in self.records),
+            failed=self.failed,
             max_trials=self.engine.config.stop.max_trials,
-            best=select_best(self.records, self.engine.objectives),
+            best=self.best,
             elapsed_s=time.perf_counter() - self.started,
             replayed=self.replay.replayed,
         )

@@ -30,14 +30,27 @@ def _feasible(records: Iterable[TrialRecord]) -> list[TrialRecord]:
     return [r for r in records if r.status == "ok" and r.meets_criterion]
 
 
+def rank_key(record: TrialRecord, objectives: Sequence[str]) -> tuple[float, ...]:
+    """Lower is better: the objectives in declared order, then the others, then the trial number."""
+    return (*(objective_value(record, name) for name in ranking(objectives)), record.number)
+
+
 def select_best(records: Iterable[TrialRecord], objectives: Sequence[str]) -> TrialRecord | None:
     """The trial meeting the criterion that is best by ``objectives`` in order (ties: the
     other objectives, then the earlier trial)."""
-    order = ranking(objectives)
     feasible = _feasible(records)
     if not feasible:
         return None
-    return min(feasible, key=lambda r: (*(objective_value(r, name) for name in order), r.number))
+    return min(feasible, key=lambda r: rank_key(r, objectives))
+
+
+def better(record: TrialRecord, best: TrialRecord | None, objectives: Sequence[str]) -> TrialRecord | None:
+    """The best of ``best`` and ``record``, for keeping the best up to date one trial at a time."""
+    if record.status != "ok" or not record.meets_criterion:
+        return best
+    if best is None or rank_key(record, objectives) < rank_key(best, objectives):
+        return record
+    return best
 
 
 def pareto_front(records: Iterable[TrialRecord], objectives: Sequence[str]) -> list[TrialRecord]:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from quantune.space import Point
@@ -39,7 +39,8 @@ class TrialRecord:
     told_index: int = 0  # place in the order of tells
 
     def to_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        """A shallow dict of the record (its values are plain JSON data already)."""
+        return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
     def from_dict(cls, data: dict[str, Any]) -> TrialRecord:

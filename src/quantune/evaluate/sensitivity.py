@@ -284,6 +284,106 @@ def _inits(model: onnx.ModelProto) -> set[str]:
     return {init.name for init in model.graph.initializer}
 
 
+# -- dynamic quantization ------------------------------------------------------------------------
+
+
+def _fake_quant(array: np.ndarray, kind: str, *, reduce_range: bool = False, axis: int | None = None) -> np.ndarray:
+    """``array`` quantized and dequantized as onnxruntime does: int8 symmetric, uint8 asymmetric
+    (range widened to hold 0, like DynamicQuantizeLinear); per tensor, or per slice along ``axis``."""
+    x = np.asarray(array, dtype=np.float32)
+    reduce = tuple(i for i in range(x.ndim) if axis is None or i != axis % x.ndim)
+    if kind == "int8":
+        qmax = 63.0 if reduce_range else 127.0
+        scale = np.max(np.abs(x), axis=reduce, keepdims=True) / qmax
+        scale = np.where(scale > 0, scale, 1.0)
+        return np.clip(np.round(x / scale), -qmax, qmax) * scale
+    qmax = 127.0 if reduce_range else 255.0
+    low = np.minimum(np.min(x, axis=reduce, keepdims=True), 0.0)
+    high = np.maximum(np.max(x, axis=reduce, keepdims=True), 0.0)
+    scale = (high - low) / qmax
+    scale = np.where(scale > 0, scale, 1.0)
+    zero = np.round(-low / scale)
+    return (np.clip(np.round(x / scale) + zero, 0, qmax) - zero) * scale
+
+
+def measure_dynamic(
+    float_model: str | Path,
+    batches: Iterator[dict[str, np.ndarray]] | Sequence[dict[str, np.ndarray]],
+    *,
+    weight_type: str = "int8",
+    per_channel: bool = False,
+    reduce_range: bool = False,
+) -> SensitivityReport:
+    """Scores the nodes ``quantize_dynamic`` would touch, without building the quantized model.
+
+    Each MatMul with constant weights is re-computed on the activations it sees in the float
+    model, once in float and once as the dynamic kernel does it (the activation quantized to
+    uint8 per tensor and per batch at run time, the weights to ``weight_type``, per output
+    column when ``per_channel``); an embedding Gather is compared with a lookup in its
+    quantized table. A node's score is the relative per-channel error of its output, so the
+    activation's own noise (outlier channels stretch the per-tensor range) counts where it
+    is multiplied, as much as the weights'.
+    """
+    from quantune.passes.onnx.capability import ModelCapability
+
+    model = onnx.load(str(float_model))
+    inits = {init.name: init for init in model.graph.initializer}
+    capability = ModelCapability.from_model(model, mode="dynamic")
+    nodes = [node for node in model.graph.node if (node.name or "") in capability.quantizable]
+    plans: list[tuple[onnx.NodeProto, str, np.ndarray]] = []  # (node, activation input, quantized constant)
+    references: dict[str, np.ndarray] = {}
+    for node in nodes:
+        if node.op_type == "MatMul" and node.input[1] in inits:
+            weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
+            axis = -1 if per_channel and weight.ndim >= 2 else None
+            plans.append((node, node.input[0], _fake_quant(weight, weight_type, reduce_range=reduce_range, axis=axis)))
+            references[node.name] = weight
+        elif node.op_type == "Gather" and node.input[0] in inits:
+            table = numpy_helper.to_array(inits[node.input[0]]).astype(np.float32)
+            plans.append((node, node.input[1], _fake_quant(table, weight_type, reduce_range=reduce_range)))
+            references[node.name] = table
+    capture = sorted({act for _, act, _ in plans} - set(inits))
+    session = _session(_with_outputs(model, capture))
+    out_names = [o.name for o in session.get_outputs()]
+    input_names = {i.name for i in session.get_inputs()}
+    stats = {node.name: _Stats() for node, _, _ in plans}
+    rows = 0
+    for batch in batches:
+        feeds = {k: v for k, v in batch.items() if k in input_names}
+        rows += len(next(iter(feeds.values())))
+        values = dict(zip(out_names, session.run(out_names, feeds), strict=True))
+        values.update({k: v for k, v in feeds.items() if k in capture and k not in values})
+        for node, act, quantized in plans:
+            if act not in values:
+                continue
+            if node.op_type == "MatMul":
+                a = np.asarray(values[act], dtype=np.float32)
+                reference = a @ references[node.name]
+                value = _fake_quant(a, "uint8", reduce_range=False) @ quantized
+            else:
+                indices = np.asarray(values[act]).astype(np.int64)
+                axis = _attr(node, "axis", 0)
+                reference = np.take(references[node.name], indices, axis=axis)
+                value = np.take(quantized, indices, axis=axis)
+            stats[node.name].add(value, reference)
+    scores = {node.name: 0.0 for node in model.graph.node}
+    noise = {name: stat.channel_nmse() for name, stat in stats.items()}
+    scores.update(noise)
+    return SensitivityReport(
+        scores=scores,
+        weight_noise=noise,
+        tensors={name: stat.summary() for name, stat in stats.items()},
+        rows=rows,
+    )
+
+
+def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
+    for attribute in node.attribute:
+        if attribute.name == name:
+            return int(attribute.i)
+    return default
+
+
 # -- the probe a strategy calls -----------------------------------------------------------------
 
 StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
@@ -311,12 +411,15 @@ class SensitivityProbe:
     rows: int = 128
     last: SensitivityReport | None = None
     calls: int = 0
+    dynamic: bool = False  # the quant step is dynamic_quant: scored by :func:`measure_dynamic`
 
     def __call__(self, point: Mapping[str, Any]) -> dict[str, float]:
         return dict(self.report(point).scores)
 
     def report(self, point: Mapping[str, Any]) -> SensitivityReport:
         self.calls += 1
+        if self.dynamic:
+            return self._report_dynamic(point)
         float_path, float_sha, quant_path, quant_sha = self._models(point)
         key = cache_key("sensitivity", VERSION, float_sha, quant_sha, self.calibration.fingerprint, self.rows)
         cached = self.cache.get_json("sensitivity", key)
@@ -325,6 +428,27 @@ class SensitivityProbe:
             return self.last
         batches = self.calibration.batches(self.input_names, self.batch_size, self.rows)
         report = measure(float_path, quant_path, batches)
+        self.cache.put_json("sensitivity", key, report.to_json())
+        self.last = report
+        return report
+
+    def _report_dynamic(self, point: Mapping[str, Any]) -> SensitivityReport:
+        steps = self.flow[: self.flow.index(self.quant_step) + 1]
+        current, current_sha = self.model_path, self.model_sha
+        options: dict[str, Any] = {}
+        for step, config in self.configs_for(point, steps):
+            if step.id == self.quant_step:
+                dumped = config.model_dump()
+                options = {k: dumped[k] for k in ("weight_type", "per_channel", "reduce_range") if k in dumped}
+                break
+            current, current_sha = self._run(step, config, current, current_sha)
+        key = cache_key("sensitivity-dynamic", VERSION, current_sha, options, self.calibration.fingerprint, self.rows)
+        cached = self.cache.get_json("sensitivity", key)
+        if cached is not None:
+            self.last = SensitivityReport.from_json(cached)
+            return self.last
+        batches = self.calibration.batches(self.input_names, self.batch_size, self.rows)
+        report = measure_dynamic(current, batches, **options)
         self.cache.put_json("sensitivity", key, report.to_json())
         self.last = report
         return report

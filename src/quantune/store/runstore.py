@@ -32,6 +32,9 @@ class RunStore:
         self.path = Path(path)
         self._conn = sqlite3.connect(self.path)
         self._conn.execute("PRAGMA journal_mode=WAL")
+        # In WAL mode NORMAL syncs at checkpoints, not at every commit: a killed process loses
+        # nothing committed (only an OS crash or power cut could lose the last trials).
+        self._conn.execute("PRAGMA synchronous=NORMAL")
         self._conn.executescript(_SCHEMA)
 
     def set_meta(self, key: str, value: Any) -> None:

@@ -31,9 +31,10 @@ from pathlib import Path
 from typing import Literal
 
 import onnx
-from onnxruntime.quantization.registry import QDQRegistry, QLinearOpsRegistry
+from onnxruntime.quantization.registry import IntegerOpsRegistry, QDQRegistry, QLinearOpsRegistry
 
 Precision = Literal["int8", "int16", "fp32"]
+Mode = Literal["static", "dynamic"]
 
 # Ops that do the arithmetic; each starts a group.
 ANCHOR_TYPES = frozenset(
@@ -60,11 +61,38 @@ FOLLOWER_TYPES = frozenset(
         "Split",
     }
 )
+# Ops that only move or reshape data: quantizing them adds no arithmetic error of their own (they
+# pass quantized values through), so a fallback of them alone fixes nothing; never candidates.
+# A Gather of a constant table (an embedding) is not among them: its table is quantized.
+SHAPE_TYPES = frozenset(
+    {
+        "Gather",
+        "Reshape",
+        "Transpose",
+        "Squeeze",
+        "Unsqueeze",
+        "Flatten",
+        "Slice",
+        "Split",
+        "Concat",
+        "Expand",
+        "Tile",
+        "Pad",
+        "Resize",
+        "MaxPool",
+        "GatherElements",
+        "GatherND",
+        "DepthToSpace",
+        "SpaceToDepth",
+    }
+)
 _BLOCK = re.compile(r"(?:^|[/._])((?:layers?|blocks?|h|encoder_layer|decoder_layer)[._/]?(\d+))(?=[/._]|$)")
 
 
-def quantizable_op_types() -> frozenset[str]:
-    """Op types ``quantize_static`` quantizes by default (either format)."""
+def quantizable_op_types(mode: Mode = "static") -> frozenset[str]:
+    """Op types ``quantize_static`` (either format) or ``quantize_dynamic`` quantizes by default."""
+    if mode == "dynamic":
+        return frozenset(IntegerOpsRegistry)
     return frozenset(QLinearOpsRegistry) | frozenset(QDQRegistry)
 
 
@@ -75,6 +103,8 @@ class NodeInfo:
     inputs: tuple[str, ...]  # activation inputs only (no initializers, no empty names)
     outputs: tuple[str, ...]
     weights: tuple[str, ...]  # initializer inputs
+    first_constant: bool = False  # input 0 is a constant (a Gather's table)
+    second_constant: bool = False  # input 1 is a constant (a MatMul's weights)
 
 
 @dataclass(frozen=True)
@@ -85,6 +115,7 @@ class Group:
     op_type: str
     nodes: tuple[str, ...]
     activations: tuple[str, ...]  # activation tensors the group reads or writes
+    shape_only: bool = field(default=False, compare=False)  # only data movement: no fallback candidate
 
     def __len__(self) -> int:
         return len(self.nodes)
@@ -97,29 +128,54 @@ class ModelCapability:
     nodes: list[NodeInfo]
     quantizable: frozenset[str]  # node names
     groups: list[Group] = field(default_factory=list)
+    mode: Mode = "static"
 
     @classmethod
     def from_model(
         cls,
         model: str | Path | onnx.ModelProto,
         op_types: Iterable[str] | None = None,
+        mode: Mode = "static",
     ) -> ModelCapability:
-        """``op_types`` restricts what may be quantized (a user's ``op_types_to_quantize``)."""
+        """``op_types`` restricts what may be quantized (a user's ``op_types_to_quantize``).
+
+        ``mode="dynamic"`` reads what ``quantize_dynamic`` touches: a MatMul only with a constant
+        B (its default ``MatMulConstBOnly``), a Gather only of a constant table; every such node
+        is a group of its own (activations are quantized inside each op at run time, so nothing
+        fuses across ops).
+        """
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
         graph = proto.graph
         constants = {init.name for init in graph.initializer}
         constants |= {node.output[0] for node in graph.node if node.op_type == "Constant" and node.output}
-        allowed = quantizable_op_types() if op_types is None else quantizable_op_types() & set(op_types)
+        every = quantizable_op_types(mode)
+        allowed = every if op_types is None else every & set(op_types)
         nodes: list[NodeInfo] = []
         for index, node in enumerate(graph.node):
             name = node.name or f"{node.op_type}_{index}"
             inputs = tuple(t for t in node.input if t and t not in constants)
             weights = tuple(t for t in node.input if t and t in constants)
-            nodes.append(NodeInfo(name, node.op_type, inputs, tuple(node.output), weights))
+            first = len(node.input) > 0 and node.input[0] in constants
+            second = len(node.input) > 1 and node.input[1] in constants
+            nodes.append(NodeInfo(name, node.op_type, inputs, tuple(node.output), weights, first, second))
         quantizable = frozenset(n.name for n in nodes if n.op_type in allowed and n.op_type != "Constant")
-        capability = cls(nodes, quantizable)
-        capability.groups = _group(nodes, quantizable)
+        if mode == "dynamic":
+            by_name = {n.name: n for n in nodes}
+            quantizable = frozenset(name for name in quantizable if _dynamic_quantizes(by_name[name], constants))
+        capability = cls(nodes, quantizable, mode=mode)
+        if mode == "dynamic":
+            capability.groups = [
+                Group(n.name, n.op_type, (n.name,), n.inputs + n.outputs) for n in nodes if n.name in quantizable
+            ]
+        else:
+            capability.groups = _group(nodes, quantizable)
+        for group in capability.groups:
+            object.__setattr__(group, "shape_only", _shape_only(group, capability.by_name))
         return capability
+
+    def candidates(self) -> list[Group]:
+        """Groups worth a fallback: every group but the shape-only ones (Reshape, Transpose, ...)."""
+        return [group for group in self.groups if not group.shape_only]
 
     @cached_property
     def by_name(self) -> dict[str, NodeInfo]:
@@ -171,6 +227,24 @@ class ModelCapability:
             elif precision == "int16":
                 overrides.update(dict.fromkeys(group.activations, "int16"))
         return sorted(excluded), dict(sorted(overrides.items()))
+
+
+def _dynamic_quantizes(node: NodeInfo, constants: set[str]) -> bool:
+    """Whether ``quantize_dynamic`` quantizes this node (MatMul: constant B; Gather: constant table)."""
+    if node.op_type in ("MatMul", "Gather"):
+        return node.first_constant if node.op_type == "Gather" else node.second_constant
+    return True
+
+
+def _shape_only(group: Group, by_name: Mapping[str, NodeInfo]) -> bool:
+    """Every node only moves data (a Gather of a constant table, an embedding, does not)."""
+    for name in group.nodes:
+        node = by_name[name]
+        if node.op_type not in SHAPE_TYPES:
+            return False
+        if node.op_type == "Gather" and node.first_constant:
+            return False
+    return True
 
 
 def _group(nodes: list[NodeInfo], quantizable: frozenset[str]) -> list[Group]:

@@ -168,5 +168,5 @@ def _default(ctx: AccuracyContext, short: str) -> Any:
     fixed = ctx.problem.step_fixed.get(ctx.quant_step, {})
     if short in fixed:
         return fixed[short]
-    field = get_pass("static_quant").Config.model_fields.get(short)
+    field = get_pass(ctx.quant_pass).Config.model_fields.get(short)
     return None if field is None else field.default

@@ -1,8 +1,13 @@
 """What accuracy-driven strategies know about the flow and the model, and how they write points.
 
-Fallback is expressed only through the static-quant step's own parameters, so nothing new is
+Fallback is expressed only through the quant step's own parameters, so nothing new is
 needed downstream: a group kept in fp32 puts its node names in ``<step>.nodes_to_exclude``,
-a group kept in int16 puts its activations in ``<step>.tensor_overrides``.
+a group kept in int16 puts its activations in ``<step>.tensor_overrides`` (static QDQ only).
+
+The quant step is a ``static_quant`` or a ``dynamic_quant`` step: the strategies tune the
+first flow that has one, or the flow named by the ``flow`` option. For a dynamic step the
+groups are the nodes ``quantize_dynamic`` touches (MatMuls with constant weights, embedding
+Gathers), each alone; shape-only groups (Reshape, Transpose, ...) are never candidates.
 
 User constraints (Neural Compressor's ``op_type_dict`` / ``op_name_dict``) come from the
 strategy options and from the step's fixed parameters:
@@ -26,6 +31,7 @@ from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
 
 QUANT_PASS = "static_quant"
+QUANT_PASSES = ("static_quant", "dynamic_quant")
 RECIPE_PASSES = ("cle", "smooth_quant")
 FLOW_KEY = "flow"
 # Quant-step parameters that change accuracy more than speed: screened before any fallback.
@@ -53,19 +59,21 @@ class AccuracyContext:
         flows = [
             (name, steps)
             for name, steps in problem.flows.items()
-            if any(problem.step_passes.get(step) == QUANT_PASS for step in steps)
+            if any(problem.step_passes.get(step) in QUANT_PASSES for step in steps)
         ]
         if chosen is not None:
             flows = [(name, steps) for name, steps in flows if name == chosen]
         if not flows:
             raise QuantuneError(
-                f"search.strategy: '{strategy}' tunes per-operator precision of a 'static_quant' pass; "
+                f"search.strategy: '{strategy}' tunes per-operator precision of a 'static_quant' or 'dynamic_quant' "
+                f"pass; "
                 f"no flow {'named ' + repr(chosen) + ' ' if chosen else ''}has one (flows: {list(problem.flows)})"
             )
         flow_name, flow = flows[0]
-        quant_step = next(step for step in flow if problem.step_passes.get(step) == QUANT_PASS)
+        quant_step = next(step for step in flow if problem.step_passes.get(step) in QUANT_PASSES)
         fixed = problem.step_fixed.get(quant_step, {})
-        capability = ModelCapability.from_model(problem.model_path, fixed.get("op_types_to_quantize"))
+        mode = "dynamic" if problem.step_passes.get(quant_step) == "dynamic_quant" else "static"
+        capability = ModelCapability.from_model(problem.model_path, fixed.get("op_types_to_quantize"), mode)
         fp32_types = set(options.get("fp32_op_types", []))
         fp32_nodes = set(options.get("fp32_nodes", [])) | set(fixed.get("nodes_to_exclude", []))
         int8_types = set(options.get("int8_op_types", []))
@@ -80,7 +88,7 @@ class AccuracyContext:
         )
         candidates = [
             group
-            for group in capability.groups
+            for group in capability.candidates()
             if not set(group.nodes) <= set(always)
             and not (set(group.nodes) & int8_nodes)
             and group.op_type not in int8_types
@@ -92,6 +100,8 @@ class AccuracyContext:
                     f"search.strategy_options.precisions: '{precision}' is not a fallback precision; use int16 or fp32"
                     " (fp16 is not offered on CPU: onnxruntime's CPU provider lacks fp16 kernels for most ops)"
                 )
+        if mode == "dynamic":
+            precisions = [p for p in precisions if p == "fp32"] or ["fp32"]  # no tensor overrides in dynamic
         return cls(problem, flow_name, flow, quant_step, capability, always, candidates, precisions, options)
 
     # -- points -------------------------------------------------------------------------------
@@ -116,6 +126,15 @@ class AccuracyContext:
     def fallback_of(self, names: Iterable[str], precision: Precision = "fp32") -> dict[str, Precision]:
         return dict.fromkeys(names, precision)
 
+    @property
+    def quant_pass(self) -> str:
+        """The quant step's pass: static_quant or dynamic_quant."""
+        return str(self.problem.step_passes.get(self.quant_step, QUANT_PASS))
+
+    @property
+    def dynamic(self) -> bool:
+        return self.quant_pass == "dynamic_quant"
+
     def key(self, param: str) -> str:
         return f"{self.quant_step}.{param}"
 
@@ -126,6 +145,8 @@ class AccuracyContext:
         """int16 needs QDQ; test the point as the pass would see it."""
         if precision != "int16":
             return True
+        if self.dynamic:
+            return False
         probe = dict(point)
         probe[self.key("tensor_overrides")] = {"__probe__": "int16"}
         return self.valid(probe)

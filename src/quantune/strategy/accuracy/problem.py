@@ -13,7 +13,7 @@ from typing import Any
 from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.space import Point
 
-QUANT_PASS = "static_quant"
+QUANT_PASSES = ("static_quant", "dynamic_quant")
 
 
 def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -24,7 +24,7 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
     options = dict(options or {})
 
     def sensitivity(point: Point, flow: tuple[str, ...]) -> Mapping[str, float]:
-        quant = next((s for s in flow if step_passes.get(s) == QUANT_PASS), None)
+        quant = next((s for s in flow if step_passes.get(s) in QUANT_PASSES), None)
         if quant is None or context.calibration is None:
             return {}
         probe = probes.get(flow)
@@ -40,6 +40,7 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
                 batch_size=context.batch_size,
                 cache=context.cache,
                 rows=int(options.get("sensitivity_rows", 128)),
+                dynamic=step_passes.get(quant) == "dynamic_quant",
             )
         return probe(point)
 
