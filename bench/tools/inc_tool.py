@@ -1,0 +1,78 @@
+"""Intel Neural Compressor 2.x (ONNX Runtime adaptor): accuracy-driven post-training static quantization.
+
+Usage: python inc_tool.py CASE.json OUT_DIR [strategy]   (runs in venv-inc; strategy: basic | mse | auto)
+
+quant_level=1 is set, because the default quant_level="auto" ignores the strategy named.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import Scorer, calibration_batches, load_case, write_result
+
+
+class CalibLoader:
+    """What INC's ONNX adaptor iterates for calibration: (inputs dict, label) with a batch_size."""
+
+    def __init__(self, case: dict) -> None:
+        self.batch_size = 1
+        self.items = calibration_batches(case, batch_size=1)
+
+    def __iter__(self):
+        for item in self.items:
+            yield item, None
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+
+def main() -> None:
+    case = load_case(sys.argv[1])
+    out = Path(sys.argv[2]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    strategy = sys.argv[3] if len(sys.argv) > 3 else case.get("inc_strategy", "basic")
+    from neural_compressor import quantization
+    from neural_compressor.config import AccuracyCriterion, PostTrainingQuantConfig, TuningCriterion
+
+    loader = CalibLoader(case)
+    scorer = Scorer(case)
+    conf = PostTrainingQuantConfig(
+        approach="static",
+        quant_level=1,
+        calibration_sampling_size=[len(loader)],
+        accuracy_criterion=AccuracyCriterion(
+            higher_is_better=case["higher_is_better"], criterion="relative", tolerable_loss=case["tolerable_loss"]
+        ),
+        tuning_criterion=TuningCriterion(
+            strategy=strategy, max_trials=case["max_trials"], timeout=int(case["timeout_s"])
+        ),
+    )
+    started = time.perf_counter()
+    scorer.restart_clock()
+    model = quantization.fit(model=case["model"], conf=conf, calib_dataloader=loader, eval_func=scorer.score_proto)
+    total = time.perf_counter() - started
+    path = None
+    if model is not None:
+        path = out / "model.onnx"
+        model.save(str(path))
+    write_result(
+        out,
+        {
+            "tool": f"inc-{strategy}",
+            "status": "ok" if model is not None else "no model met the budget",
+            "model": str(path) if path else None,
+            "first_feasible_s": scorer.first_feasible_s,
+            "total_s": total,
+            "evaluations": scorer.calls,
+            "tool_metric": scorer.history[-1]["value"] if scorer.history else None,
+            "history": scorer.history,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,192 @@
+"""Olive: the OnnxStaticQuantization pass with its searchable parameters, TPE sampler, an accuracy
+(custom metric, goal: at most the case's relative degradation) + latency evaluator.
+
+Usage: python olive_tool.py CASE.json OUT_DIR   (runs in venv-olive)
+
+Olive ignores its sampler's max_samples/seed, so the trial limit is ``max_iter``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import Scorer, batches, calibration_batches, load_case, write_result
+
+CASE: dict = {}
+SCORER: Scorer | None = None
+
+
+class _Items:
+    """A map-style dataset of (inputs dict, label) pairs, as Olive's dataloaders expect."""
+
+    def __init__(self, items: list[dict]) -> None:
+        self.items = items
+
+    def __len__(self) -> int:
+        return len(self.items)
+
+    def __getitem__(self, index: int):
+        return {key: value[0] for key, value in self.items[index].items()}, 0
+
+
+def bench_calibration_dataset(**_kwargs):
+    return _Items(calibration_batches(CASE, batch_size=1))
+
+
+def bench_latency_dataset(**_kwargs):
+    data = SCORER.data
+    return _Items(list(batches(data, CASE["input_names"], 1, limit=CASE["batch_size"])))
+
+
+def evaluate(model, device=None, execution_providers=None) -> float:
+    """Olive's custom metric; Olive imports this file again as a user script, so the scorer
+    (which counts the evaluations) is the one of the running tool, ``__main__``."""
+    import __main__
+
+    return __main__.SCORER.score(model.model_path)
+
+
+def main() -> None:
+    global CASE, SCORER
+    CASE = load_case(sys.argv[1])
+    out = Path(sys.argv[2]).resolve()
+    out.mkdir(parents=True, exist_ok=True)
+    import olive
+    from olive.data.registry import Registry
+    from olive.evaluator.metric import Metric, SubMetric
+
+    # Olive 0.13 cannot serialize a custom metric (its backend and metric_config are None:
+    # "'NoneType' object has no attribute 'model_dump'"), which every run does: let its
+    # serializers pass None through
+    def serialize_optional(self, value):
+        return value if value is None or isinstance(value, str) else value.model_dump()
+
+    for model, name in ((Metric, "serialize_backend"), (SubMetric, "serialize_metric_config")):
+        model.__pydantic_decorators__.field_serializers[name].func.__code__ = serialize_optional.__code__
+    # ... and its resource finder then trips on those None values ({"type": None}) with an
+    # AttributeError where it expects a ValueError for "not a resource"
+    import olive.resource_path as resource_path
+
+    create_resource_path = resource_path.create_resource_path
+
+    def tolerant_create_resource_path(value):
+        try:
+            return create_resource_path(value)
+        except AttributeError as exc:
+            raise ValueError(str(exc)) from None
+
+    resource_path.create_resource_path = tolerant_create_resource_path
+    # ... and its configs' round trips through dicts drop the metric's user_config (pydantic dumps
+    # a field by its declared type, ConfigBase, which has no fields): dump as the actual type
+    from olive.common.config_utils import ConfigBase
+
+    model_dump = ConfigBase.model_dump
+
+    def model_dump_as_any(self, *args, **kwargs):
+        kwargs.setdefault("serialize_as_any", True)
+        return model_dump(self, *args, **kwargs)
+
+    ConfigBase.model_dump = model_dump_as_any
+
+    Registry.register_dataset("bench_calibration_dataset")(bench_calibration_dataset)
+    Registry.register_dataset("bench_latency_dataset")(bench_latency_dataset)
+    SCORER = Scorer(CASE)
+    batch = CASE["batch_size"]
+    config = {
+        "input_model": {"type": "ONNXModel", "model_path": CASE["model"]},
+        "systems": {
+            "local_system": {
+                "type": "LocalSystem",
+                "accelerators": [{"device": "cpu", "execution_providers": ["CPUExecutionProvider"]}],
+            }
+        },
+        "data_configs": [
+            {
+                "name": "calibration",
+                "load_dataset_config": {"type": "bench_calibration_dataset"},
+                "dataloader_config": {"batch_size": 1},
+            },
+            {
+                "name": "latency",
+                "load_dataset_config": {"type": "bench_latency_dataset"},
+                "dataloader_config": {"batch_size": batch},
+            },
+        ],
+        "evaluators": {
+            "bench": {
+                "metrics": [
+                    {
+                        "name": "accuracy",
+                        "type": "custom",
+                        "sub_types": [
+                            {
+                                "name": "score",
+                                "priority": 1,
+                                "higher_is_better": CASE["higher_is_better"],
+                                "goal": {"type": "percent-max-degradation", "value": CASE["tolerable_loss"] * 100},
+                            }
+                        ],
+                        "user_config": {"user_script": __file__, "evaluate_func": "evaluate"},
+                    },
+                    {
+                        "name": "latency",
+                        "type": "latency",
+                        "data_config": "latency",
+                        "sub_types": [{"name": "avg", "priority": 2}],
+                        "user_config": {
+                            "inference_settings": {"onnx": {"session_options": {"intra_op_num_threads": 1}}}
+                        },
+                    },
+                ]
+            }
+        },
+        "passes": {
+            "quantization": {
+                "type": "OnnxStaticQuantization",
+                "data_config": "calibration",
+                "quant_preprocess": False,
+            }
+        },
+        "search_strategy": {
+            "execution_order": "joint",
+            "sampler": "tpe",
+            "max_iter": CASE["max_trials"],
+            "max_time": int(CASE["timeout_s"]),
+        },
+        "evaluator": "bench",
+        "host": "local_system",
+        "target": "local_system",
+        "cache_dir": str(out / "cache"),
+        "output_dir": str(out / "output"),
+        "log_severity_level": 1,
+    }
+    started = time.perf_counter()
+    SCORER.restart_clock()
+    workflow = olive.run(config)
+    total = time.perf_counter() - started
+    best = workflow.get_best_candidate() if workflow is not None else None
+    path = None
+    if best is not None and best.model_path:
+        path = Path(best.model_path)
+        if path.is_dir():
+            path = next(path.glob("*.onnx"))
+    write_result(
+        out,
+        {
+            "tool": "olive",
+            "status": "ok" if path else "no model met the budget",
+            "model": str(path) if path else None,
+            "first_feasible_s": SCORER.first_feasible_s,
+            "total_s": total,
+            "evaluations": SCORER.calls,
+            "tool_metric": best.metrics_value if best is not None else None,
+            "history": SCORER.history,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()

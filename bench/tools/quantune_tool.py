@@ -1,0 +1,87 @@
+"""quantune's row: ``quantune.tune`` on the case's own config, cold cache, the case's trial/time limit.
+
+Usage: python quantune_tool.py CASE.json OUT_DIR   (runs in quantune's venv)
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from common import load_case, write_result
+
+
+def absolute_config(path: Path, case: dict, cache_dir: Path) -> dict:
+    """The case's quantune config with every path made absolute and the limits set by the bench."""
+    raw = yaml.safe_load(path.read_text())
+    base = path.resolve().parent
+
+    def resolve(value: str) -> str:
+        if ".py:" in value:
+            script, _, func = value.rpartition(":")
+            return f"{(base / script).resolve()}:{func}"
+        return str((base / value).resolve())
+
+    raw["model"] = resolve(raw["model"])
+    for key in ("calibration", "evaluation"):
+        if key in raw.get("data", {}):
+            raw["data"][key] = resolve(raw["data"][key])
+    metric = raw.get("evaluation", {}).get("metric", "")
+    if ".py:" in metric:
+        raw["evaluation"]["metric"] = resolve(metric)
+    raw["stop"] = {**raw.get("stop", {}), "max_trials": case["max_trials"], "timeout_s": case["timeout_s"]}
+    raw["cache_dir"] = str(cache_dir)
+    return raw
+
+
+class FirstFeasible:
+    """A RunListener that notes when the first trial meeting the criterion finished."""
+
+    def __init__(self, started: float) -> None:
+        self.started = started
+        self.first_s: float | None = None
+
+    def on_start(self, max_trials, baseline) -> None:
+        pass
+
+    def on_trial(self, record, best) -> None:
+        if record.meets_criterion and self.first_s is None:
+            self.first_s = time.perf_counter() - self.started
+
+    def on_end(self, result) -> None:
+        pass
+
+
+def main() -> None:
+    case = load_case(sys.argv[1])
+    out = Path(sys.argv[2]).resolve()
+    import quantune
+
+    config = absolute_config(Path(case["quantune_config"]), case, out / "cache")
+    started = time.perf_counter()
+    listener = FirstFeasible(started)
+    result = quantune.tune(config, output=out / "run", restart=True, listeners=[listener])
+    total = time.perf_counter() - started
+    chosen = result.best or result.closest_miss
+    write_result(
+        out,
+        {
+            "tool": "quantune",
+            "status": "ok" if result.best else "no model met the budget",
+            "model": str(result.best_model_path or (out / "run" / "closest_miss" / "model.onnx")) if chosen else None,
+            "first_feasible_s": listener.first_s,
+            "total_s": total,
+            "evaluations": len(result.trials) + 1,  # + the fp32 baseline
+            "tool_metric": chosen.metrics.get(result.metric) if chosen else None,
+            "settings": chosen.params if chosen else None,
+            "notes": result.stop_reason,
+        },
+    )
+
+
+if __name__ == "__main__":
+    main()
