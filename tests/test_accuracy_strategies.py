@@ -108,8 +108,16 @@ EXPECTED = {
         "accumulated fallback",
     ],
     "conservative": ["fp32", "quantize Conv", "quantize Gemm"],
-    # op-type-wise fallback repeats conservative's points: answered from memory, never re-run
-    "auto": ["default", "fp32", "quantize Conv", "quantize Gemm", "instance-wise fallback", "accumulated fallback"],
+    "auto": [
+        "default",
+        "fp32",
+        "quantize Conv",
+        "quantize Gemm",
+        "op-type-wise tuning",
+        "op-type-wise fallback",  # from the best tuned config: new points
+        "instance-wise fallback",
+        "accumulated fallback",
+    ],
     "mse": ["default", "op-type-wise tuning", "accumulated fallback (by error)"],
     "mse_v2": ["default", "fallback", "revert"],
     "two_stage": ["calibration", "rest"],

@@ -123,7 +123,9 @@ def test_parallel_workers_run_every_point_once(tmp_path: Path, make_config) -> N
     assert len(points) == 4 and len(set(points)) == 4
     assert all(t.status == "ok" for t in result.trials), [t.error for t in result.trials]
     assert sorted(t.number for t in result.trials) == [0, 1, 2, 3]
-    assert len(list((tmp_path / "out" / "workers").glob("worker-*.log"))) == 2
+    # Which worker ran what depends on start-up speed; every trial ran in some worker's process.
+    logs = "".join(path.read_text() for path in (tmp_path / "out" / "workers").glob("worker-*.log"))
+    assert all(f"--- trial {number} ---" in logs for number in range(4))
 
 
 def test_calibration_is_computed_once_per_setting(tmp_path: Path, make_config) -> None:

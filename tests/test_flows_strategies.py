@@ -136,7 +136,9 @@ def test_pareto_front_matches_brute_force() -> None:
     expected = {
         r.number
         for r in feasible
-        if not any(all(a <= b for a, b in zip(values(o), values(r), strict=True)) and values(o) != values(r) for o in feasible)
+        if not any(
+            all(a <= b for a, b in zip(values(o), values(r), strict=True)) and values(o) != values(r) for o in feasible
+        )
     }
     assert front == expected and front
     assert not any(r.number in front for r in records if not r.meets_criterion)

@@ -10,13 +10,17 @@ model once per operator. Here one run of a slice of calibration data through the
 * **weight noise** of each Conv/MatMul/Gemm: the node is re-run alone on the activations it
   really sees, once with its float weights and once with the dequantized ones, so a weight
   error is measured where it matters (a tiny weight rounded to zero that multiplies a huge
-  activation shows up, although it is small as a weight).
+  activation shows up, although it is small as a weight);
+* **product noise** of each MatMul of two activations (attention's ``Softmax -> MatMul`` and
+  ``Q @ K^T``): the node is re-run alone on its inputs before and after their Q/DQ pairs, so
+  the error the activations' rounding causes *through the product* is seen (softmax
+  probabilities rounded to 1/255 look harmless as a tensor, not once they weight the values).
 
 Errors are relative per channel (each channel's squared error over its energy, averaged over
 channels, each capped at 1): a per-tensor scale that crushes the small channels of a tensor
 whose few large channels dominate its energy is seen, although the tensor-wide MSE is small.
-A node's score is its weight noise plus the noise of the activation tensors it reads or
-writes; a group's is the sum over its nodes. For the report, every tensor is also compared
+A node's score is its weight (or product) noise plus the noise of the activation tensors it
+reads or writes; a group's is the sum over its nodes. For the report, every tensor is also compared
 with the float model (MSE, SQNR, cosine), and so are the final outputs.
 
 Results are cached in the artifact cache under (float model hash, quantized model hash,
@@ -44,7 +48,7 @@ from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.sensitivity")
 
-VERSION = 1
+VERSION = 3
 _CAP = 1.0
 _WEIGHTED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 
@@ -78,10 +82,19 @@ class _Stats:
         """Median over live channels of squared error / energy (capped at 1): the typical channel."""
         if self.err is None or self.energy is None:
             return 0.0
-        live = self.energy > 1e-12 * max(float(self.energy.max()), 1e-30)
+        # A non-finite error or reference (a tensor that holds inf, like an attention mask of
+        # -inf, quantized with an infinite scale) is the worst there is: capped, never a NaN
+        # that sorts anywhere.
+        bad = ~np.isfinite(self.err) | ~np.isfinite(self.energy)
+        finite = self.energy[~bad]
+        top = float(finite.max()) if finite.size else 0.0
+        live = bad | (self.energy > 1e-12 * max(top, 1e-30))
         if not live.any():
             return 0.0
-        return float(np.median(np.minimum(self.err[live] / self.energy[live], _CAP)))
+        with np.errstate(invalid="ignore", divide="ignore", over="ignore"):
+            ratio = self.err[live] / self.energy[live]
+        ratio = np.where(np.isfinite(ratio) & ~bad[live], ratio, _CAP)
+        return float(np.median(np.minimum(ratio, _CAP)))
 
     def summary(self) -> dict[str, float]:
         if self.err is None or self.energy is None or self.count == 0:
@@ -112,9 +125,11 @@ class SensitivityReport:
     tensors: dict[str, dict[str, float]] = field(default_factory=dict)  # vs the float model
     outputs: dict[str, dict[str, float]] = field(default_factory=dict)
     rows: int = 0
+    product_noise: dict[str, float] = field(default_factory=dict)  # MatMuls of two activations
 
     def to_json(self) -> dict[str, Any]:
         return {
+            "product_noise": self.product_noise,
             "scores": self.scores,
             "weight_noise": self.weight_noise,
             "activation_noise": self.activation_noise,
@@ -132,6 +147,7 @@ class SensitivityReport:
             dict(data["tensors"]),
             dict(data["outputs"]),
             int(data["rows"]),
+            dict(data.get("product_noise", {})),
         )
 
 
@@ -212,14 +228,29 @@ def measure(
         if acts and weights:
             weighted.append((node, acts, weights))
 
+    # MatMuls of two quantized activations: (float node, [(float input, raw, dequantized)]).
+    raw_of = {seen: raw for raw, seen in qdq.values()}
+    products: list[tuple[onnx.NodeProto, list[tuple[str, str, str]]]] = []
+    for node in fmodel.graph.node:
+        qnode = q_by_name.get(node.name)
+        if node.op_type != "MatMul" or qnode is None or len(qnode.input) != len(node.input):
+            continue
+        if any(f in f_inits for f in node.input):
+            continue
+        pairs = [(f, raw_of.get(q, q), q) for f, q in zip(node.input, qnode.input, strict=True)]
+        if any(seen in raw_of for _, _, seen in pairs):
+            products.append((node, pairs))
+
     q_capture = sorted(
         {name for pair in qdq.values() for name in pair}
         | {q for _, acts, weights in weighted for _, q in [*acts, *weights]}
+        | {name for _, pairs in products for _, raw, seen in pairs for name in (raw, seen)}
     )
     f_capture = sorted(qdq) + [out.name for out in fmodel.graph.output]
     q_session = _session(_with_outputs(qmodel, q_capture + [o.name for o in qmodel.graph.output]))
     f_session = _session(_with_outputs(fmodel, f_capture))
     singles = {node.name: _session(_single_node(node, fmodel, [f for f, _ in acts])) for node, acts, _ in weighted}
+    singles.update({node.name: _session(_single_node(node, fmodel, list(node.input))) for node, _ in products})
     q_out_names = [o.name for o in q_session.get_outputs()]
     f_out_names = [o.name for o in f_session.get_outputs()]
     f_input_names = {i.name for i in f_session.get_inputs()}
@@ -228,6 +259,7 @@ def measure(
     ref_stats = {name: _Stats() for name in qdq}
     weight_stats = {node.name: _Stats() for node, _, _ in weighted}
     out_stats = {o.name: _Stats() for o in fmodel.graph.output}
+    product_stats = {node.name: _Stats() for node, _ in products}
     swapped: dict[str, ort.InferenceSession] = {}
     rows = 0
     for batch in batches:
@@ -250,13 +282,23 @@ def measure(
                 swapped[node.name] = _swap_weights(node, fmodel, {f: qv[q] for f, q in weights})
             value = swapped[node.name].run(None, act_feeds)[0]
             weight_stats[node.name].add(value, reference)
+        for node, pairs in products:
+            single = singles[node.name]
+            reference = single.run(None, {f: qv[raw] for f, raw, _ in pairs})[0]
+            value = single.run(None, {f: qv[seen] for f, _, seen in pairs})[0]
+            product_stats[node.name].add(value, reference)
 
     activation_noise = {name: stats.channel_nmse() for name, stats in act_stats.items()}
     weight_noise = {name: stats.channel_nmse() for name, stats in weight_stats.items()}
+    product_noise = {name: stats.channel_nmse() for name, stats in product_stats.items()}
     scores: dict[str, float] = {}
     for node in fmodel.graph.node:
         adjacent = [t for t in [*node.input, *node.output] if t in activation_noise]
-        scores[node.name] = weight_noise.get(node.name, 0.0) + sum(activation_noise[t] for t in adjacent)
+        scores[node.name] = (
+            weight_noise.get(node.name, 0.0)
+            + product_noise.get(node.name, 0.0)
+            + sum(activation_noise[t] for t in adjacent)
+        )
     return SensitivityReport(
         scores=scores,
         weight_noise=weight_noise,
@@ -264,6 +306,7 @@ def measure(
         tensors={name: stats.summary() for name, stats in ref_stats.items()},
         outputs={name: stats.summary() for name, stats in out_stats.items()},
         rows=rows,
+        product_noise=product_noise,
     )
 
 

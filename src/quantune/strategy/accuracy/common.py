@@ -11,8 +11,8 @@ from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
 from quantune.passes.onnx.capability import Group, Precision
-from quantune.space import Point
-from quantune.strategy.accuracy.context import ACCURACY_PARAMS, AccuracyContext, describe
+from quantune.space import Conditional, Point
+from quantune.strategy.accuracy.context import ACCURACY_PARAMS, FLOW_KEY, AccuracyContext, describe
 from quantune.strategy.accuracy.staged import StagedStrategy, Tried
 from quantune.strategy.base import Outcome, Proposal
 
@@ -31,13 +31,41 @@ class AccuracyStrategy(StagedStrategy):
     # -- evaluation -----------------------------------------------------------------------------
     def try_points(self, items: Sequence[tuple[Point, str]]) -> Step:
         """Evaluates ``(point, stage)`` pairs as one batch; invalid points fail without running."""
+        items = [(self.complete(point), stage) for point, stage in items]
         valid = [(i, point, stage) for i, (point, stage) in enumerate(items) if self.ctx.valid(point)]
         outcomes: list[Outcome] = [Outcome(None)] * len(items)
         if valid:
-            told = yield [Proposal(point, flow=self.ctx.flow, stage=stage) for _, point, stage in valid]
+            told = yield [Proposal(point, flow=self.flow_of(point), stage=stage) for _, point, stage in valid]
             for (index, _, _), outcome in zip(valid, told, strict=True):
                 outcomes[index] = outcome
         return outcomes
+
+    def complete(self, point: Point, ctx: AccuracyContext | None = None) -> Point:
+        """``point`` with the tuned step's unset searched parameters at their defaults.
+
+        The same model then has one point, whichever stage proposes it (a screen's
+        ``per_channel=True`` and a sampler's full point with the other values at their
+        defaults), so it is evaluated once. Conditional parameters are left alone.
+        """
+        ctx = ctx or self.ctx
+        if self.flow_of(point) != ctx.flow:
+            return point
+        filled = dict(point)
+        for name, param in ctx.quant_params().items():
+            if name in filled or isinstance(param, Conditional):
+                continue
+            default = _default(ctx, name.split(".", 1)[1])
+            if default is not None and default in _choices(param, filled):
+                filled[name] = default
+        return filled if filled != point and ctx.valid(filled) else point
+
+    def known(self, point: Mapping[str, Any]) -> Outcome | None:
+        return super().known(self.complete(dict(point)))
+
+    def flow_of(self, point: Point) -> tuple[str, ...]:
+        """The point's flow (its ``flow`` key names one), else the tuned flow."""
+        name = point.get(FLOW_KEY)
+        return tuple(self.problem.flows[name]) if name in self.problem.flows else self.ctx.flow
 
     def try_point(self, point: Point, stage: str) -> Step:
         outcomes = yield from self.try_points([(point, stage)])

@@ -21,6 +21,7 @@ strategy options and from the step's fixed parameters:
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,12 +53,24 @@ class AccuracyContext:
 
     @classmethod
     def from_problem(cls, problem: SearchProblem, strategy: str) -> AccuracyContext:
+        """The context of the flow the strategies tune: the ``flow`` option's, else the first with a quant step."""
+        name, steps = cls._flows(problem, strategy)[0]
+        return cls._for_flow(problem, name, steps, dict(problem.options))
+
+    @classmethod
+    def all_from_problem(cls, problem: SearchProblem, strategy: str) -> list[AccuracyContext]:
+        """One context per flow with a quant step (only the ``flow`` option's when it is set)."""
+        options = dict(problem.options)
+        return [cls._for_flow(problem, name, steps, options) for name, steps in cls._flows(problem, strategy)]
+
+    @staticmethod
+    def _flows(problem: SearchProblem, strategy: str) -> list[tuple[str, tuple[str, ...]]]:
         options = dict(problem.options)
         if problem.model_path is None:
             raise QuantuneError(f"search.strategy: '{strategy}' needs the model's graph (run it through the engine)")
         chosen = options.get("flow")
         flows = [
-            (name, steps)
+            (name, tuple(steps))
             for name, steps in problem.flows.items()
             if any(problem.step_passes.get(step) in QUANT_PASSES for step in steps)
         ]
@@ -69,7 +82,13 @@ class AccuracyContext:
                 f"pass; "
                 f"no flow {'named ' + repr(chosen) + ' ' if chosen else ''}has one (flows: {list(problem.flows)})"
             )
-        flow_name, flow = flows[0]
+        return flows
+
+    @classmethod
+    def _for_flow(
+        cls, problem: SearchProblem, flow_name: str, flow: tuple[str, ...], options: dict[str, Any]
+    ) -> AccuracyContext:
+        assert problem.model_path is not None
         quant_step = next(step for step in flow if problem.step_passes.get(step) in QUANT_PASSES)
         fixed = problem.step_fixed.get(quant_step, {})
         mode = "dynamic" if problem.step_passes.get(quant_step) == "dynamic_quant" else "static"
@@ -190,9 +209,14 @@ class AccuracyContext:
         if self.problem.sensitivity is None:
             return [(group, 0.0) for group in pool]
         scores = self.problem.sensitivity(dict(point), self.flow)
-        scored = [(group, sum(scores.get(node, 0.0) for node in group.nodes)) for group in pool]
+        scored = [(group, _finite(sum(scores.get(node, 0.0) for node in group.nodes))) for group in pool]
         order = {group.name: index for index, group in enumerate(pool)}
         return sorted(scored, key=lambda gs: (-gs[1], order[gs[0].name]))
+
+
+def _finite(score: float) -> float:
+    """A NaN score (a broken measurement) ranks first, never at an arbitrary place in the sort."""
+    return float("inf") if math.isnan(score) else score
 
 
 def describe(names: Sequence[str], limit: int = 4) -> str:

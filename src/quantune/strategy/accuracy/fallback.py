@@ -143,8 +143,10 @@ class AutoStrategy(BasicStrategy, ConservativeStrategy):
     """Neural Compressor's default ``quant_level: auto``: default config, then conservative, then basic.
 
     Stages: ``default`` -> (if it misses) conservative's ``fp32`` and ``quantize <op type>``
-    -> (if some op type is still in fp32) basic's fallback stages from the default config,
-    ``op-type-wise fallback`` -> ``block-wise`` -> ``instance-wise`` -> ``accumulated``.
+    -> (if some op type is still in fp32) basic's stages: ``op-type-wise tuning`` (a sampler
+    over the quantization parameters, ``tuning_trials``; stops here when one meets) and the
+    fallback stages from the best tuned config, ``op-type-wise fallback`` -> ``block-wise``
+    -> ``instance-wise`` -> ``accumulated``.
     """
 
     name = "auto"
@@ -160,6 +162,13 @@ class AutoStrategy(BasicStrategy, ConservativeStrategy):
         result = yield from self.conservative(self.ctx.base_point())
         if result is not None and result[1] == 0:
             return  # every op type quantized and the criterion holds
+        # basic from here: op-type-wise tuning of the quantization parameters, then fallback
+        tried = yield from self.stage_sampler(self.ctx.base_point(), self.tuning_trials(), "op-type-wise tuning")
+        best = self.pick([*tried, (base, outcome)] if outcome is not None else tried)
+        if best is not None and best[1].meets:
+            return
+        if best is not None:
+            base, outcome = best
         yield from self.fallback_stages(base, outcome)
 
 

@@ -13,7 +13,7 @@ from quantune.passes.onnx.capability import Group, Precision
 from quantune.space import Point
 from quantune.strategy.accuracy.bisect import Bisection
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
-from quantune.strategy.accuracy.context import describe
+from quantune.strategy.accuracy.context import AccuracyContext, describe
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.registry import register_strategy
 
@@ -22,12 +22,17 @@ from quantune.strategy.registry import register_strategy
 class QuantuneStrategy(AccuracyStrategy):
     """Rank by sensitivity, bisect the fallback size, prune, then tune latency.
 
-    Stages: ``default`` (pass defaults; if it meets, straight to ``latency``) -> ``recipes``
+    Stages: ``default`` (pass defaults; with several flows that quantize -- say a static and
+    a dynamic one -- each flow's defaults, and the flow whose default misses least is tuned;
+    the ``flow`` option picks one instead; if it meets, straight to ``latency``) -> ``recipes``
     (cle / smooth_quant values, when in the flow: accuracy without leaving int8) ->
     ``screen`` (one-at-a-time changes of the accuracy-relevant quantization parameters:
     per_channel, calibrate_method, ...; the one with the least loss becomes the base) ->
     ``bisect`` (groups ranked by one sensitivity run on the base; the smallest k such that
-    the k most sensitive groups in high precision meet the criterion) -> ``prune`` (each of
+    the k most sensitive groups in high precision meet the criterion; when the model has
+    repeated blocks -- transformer layers -- ``bisect blocks`` first finds how many of the
+    most sensitive blocks must go to fp32 whole, then the groups are bisected inside those;
+    option ``bisect_blocks: false`` skips it) -> ``prune`` (each of
     those k, least sensitive first, back to int8 if the criterion still holds; with
     ``precisions: [int16, fp32]``, int16 is tried before giving up a group) -> ``latency``
     (the sampler over the quantization parameters with the fallback fixed, for the remaining
@@ -38,7 +43,7 @@ class QuantuneStrategy(AccuracyStrategy):
     name = "quantune"
 
     def stages(self) -> Stages:
-        base, outcome = yield from self.stage_default()
+        base, outcome = yield from self.stage_flows()
         if not outcome.meets and self.ctx.has_recipes():
             base, outcome = yield from self.stage_recipes(base)
         if outcome is not None and not outcome.meets:
@@ -51,15 +56,47 @@ class QuantuneStrategy(AccuracyStrategy):
             fallback = yield from self.prune(base, found)
         yield from self.latency(base, fallback)
 
+    def stage_flows(self) -> Step:
+        """Stage: the defaults of every flow that quantizes; the one that misses least is tuned."""
+        if "flow" in self.ctx.options:
+            return (yield from self.stage_default())
+        contexts = AccuracyContext.all_from_problem(self.problem, self.name)
+        if len(contexts) <= 1:
+            return (yield from self.stage_default())
+        items = [(self.complete(ctx.base_point(), ctx), f"default: {ctx.flow_name}") for ctx in contexts]
+        outcomes = yield from self.try_points(items)
+        ranked = sorted(
+            range(len(contexts)),
+            key=lambda i: (
+                outcomes[i].failed,
+                not outcomes[i].meets,
+                outcomes[i].violation if not outcomes[i].failed else float("inf"),
+                outcomes[i].objective or 0.0,
+            ),
+        )
+        chosen = ranked[0]
+        self.ctx = contexts[chosen]
+        return items[chosen][0], outcomes[chosen]
+
     def bisect(self, base: Point) -> Step:
-        ranked = [group for group, _ in self.ctx.ranked(base)]
+        ranked_scores = self.ctx.ranked(base)
+        ranked = [group for group, _ in ranked_scores]
         self.ranking = ranked
-        search = Bisection(len(ranked))
+        blocks = self._blocks(ranked_scores)
+        if blocks and self.ctx.options.get("bisect_blocks", True):
+            found = yield from self._bisect_blocks(base, ranked, blocks)
+            if found is not None:
+                return found
+        return (yield from self._bisect(base, ranked, "bisect"))
+
+    def _bisect(self, base: Point, ranked: list[Group], label: str, known_feasible: bool = False) -> Step:
+        """The smallest k such that ``ranked[:k]`` in fp32 meets the criterion (None: not even all)."""
+        search = Bisection(len(ranked), hi=len(ranked) if known_feasible else None)
         while (k := search.next_k()) is not None:
             groups = ranked[:k]
             point = self.fallback(base, groups)
             outcome = yield from self.try_point(
-                point, f"bisect: k={k}/{len(ranked)} {describe([g.name for g in groups])}"
+                point, f"{label}: k={k}/{len(ranked)} {describe([g.name for g in groups])}"
             )
             search.record(k, bool(outcome.meets))
             if outcome.meets:
@@ -67,6 +104,47 @@ class QuantuneStrategy(AccuracyStrategy):
         if search.answer is None:
             return None
         return ranked[: search.answer]
+
+    def _blocks(self, ranked_scores: list[tuple[Group, float]]) -> list[tuple[str, list[Group]]]:
+        """Repeated blocks (transformer layers) with their candidate groups, most sensitive first."""
+        blocks = self.ctx.capability.blocks()
+        if len(blocks) < 2:
+            return []
+        score = {group.name: value for group, value in ranked_scores}
+        order = [group for group, _ in ranked_scores]
+        found = []
+        for block, names in blocks.items():
+            members = set(names)
+            groups = [g for g in order if g.name in members]
+            if groups:
+                found.append((block, groups, sum(score[g.name] for g in groups)))
+        if len(found) < 2:
+            return []
+        found.sort(key=lambda item: -item[2])
+        return [(block, groups) for block, groups, _ in found]
+
+    def _bisect_blocks(self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]]) -> Step:
+        """Stage: bisect over whole blocks (most sensitive first), then over the groups inside those.
+
+        A transformer's sensitivity is spread over many small groups whose ranks are noisy; a
+        block-level bisection first finds how many layers must keep some fp32 (few
+        evaluations), and the group-level bisection then only ranks groups of those layers.
+        """
+        names = [block for block, _ in blocks]
+        search = Bisection(len(blocks))
+        while (k := search.next_k()) is not None:
+            groups = [g for _, members in blocks[:k] for g in members]
+            outcome = yield from self.try_point(
+                self.fallback(base, groups), f"bisect blocks: {k}/{len(blocks)} in fp32 {describe(names[:k])}"
+            )
+            search.record(k, bool(outcome.meets))
+            if outcome.meets:
+                self.note_meeting(len(groups))
+        if search.answer is None:
+            return None
+        inside = {g.name for _, members in blocks[: search.answer] for g in members}
+        inner = [g for g in ranked if g.name in inside]  # sensitivity order
+        return (yield from self._bisect(base, inner, "bisect", known_feasible=True))
 
     def prune(self, base: Point, groups: list[Group]) -> Step:
         """Re-quantize fallen groups the budget does not need, least sensitive (last ranked) first."""
