@@ -18,6 +18,7 @@ _OURS = {
     "config.json",
     "best",
     "closest_miss",
+    "workers",
 }
 
 

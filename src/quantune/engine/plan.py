@@ -22,7 +22,7 @@ from quantune.config import Config
 from quantune.config.loader import format_validation_error
 from quantune.errors import ConfigError
 from quantune.passes import Pass, PassConfig, get_pass
-from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, Param, Point, SearchSpace
+from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, Param, SearchSpace
 from quantune.space.params import DOMAIN_TYPES, Domain
 
 FLOW = "flow"
@@ -417,7 +417,3 @@ def _rule(index: int, rule: Any, steps: Mapping[str, Step]):
         return not any(values.get(name) in forbidden for name, forbidden in forbid.items() if name in values)
 
     return allowed
-
-
-def describe_point(point: Point) -> str:
-    return ", ".join(f"{name}={value}" for name, value in point.items()) or "(defaults)"
