@@ -104,6 +104,40 @@ def latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], warmup: int
     return {"latency_ms": float(np.median(timings)), "latency_p90_ms": float(np.percentile(timings, 90))}
 
 
+def latency_interleaved(
+    models: dict[str, str | Path], feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100
+) -> dict[str, dict]:
+    """The same method as :func:`latency_ms`, for several models at once, in interleaved rounds.
+
+    On a shared or throttled machine, timing one model after another lets a slow minute land
+    on one tool; one run of every model per round (in rotating order) gives each the same
+    conditions, so the ratios between tools are fair.
+    """
+    sessions = {}
+    for name, path in models.items():
+        options = ort.SessionOptions()
+        options.intra_op_num_threads = 1
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        options.log_severity_level = 3
+        sessions[name] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+        for _ in range(warmup):
+            sessions[name].run(None, feeds)
+    names = list(sessions)
+    timings = {name: np.empty(repeats) for name in names}
+    for index in range(repeats):
+        for offset in range(len(names)):
+            name = names[(index + offset) % len(names)]
+            start = time.perf_counter()
+            sessions[name].run(None, feeds)
+            timings[name][index] = time.perf_counter() - start
+    return {
+        name: {"latency_ms": float(np.median(t) * 1000), "latency_p90_ms": float(np.percentile(t, 90) * 1000)}
+        for name, t in timings.items()
+    }
+
+
 def meets(case: dict, value: float) -> bool:
     """The case's budget: relative loss vs the fp32 figure at most ``tolerable_loss``."""
     return relative_loss(case, value) <= case["tolerable_loss"] + 1e-12
