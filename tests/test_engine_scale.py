@@ -143,13 +143,14 @@ def test_calibration_is_computed_once_per_setting(tmp_path: Path, make_config) -
     assert len(ranges) == 1, "4 trials that differ only in types and per-channel share one calibration"
 
 
-def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path: Path, make_config) -> None:
+@pytest.mark.parametrize("kind", ["process", "inline"])
+def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path: Path, make_config, kind: str) -> None:
     config = make_config(
         passes=[{"name": "static_quant", "search": True}],
         objective="size",
         search={"sampler": "random", "seed": 1},
         stop={"max_trials": 12},
-        executor={"kind": "process", "workers": 1},
+        executor={"kind": kind, "workers": 1},
     )
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))

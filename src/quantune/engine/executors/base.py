@@ -19,8 +19,8 @@ class Executor(ABC):
     @abstractmethod
     def submit(self, trial: Trial) -> Future[TrialRecord]: ...
 
-    def shutdown(self) -> None:  # noqa: B027 - optional hook
-        """Stops workers; trials still running are abandoned."""
+    def shutdown(self, *, kill: bool = False) -> None:  # noqa: B027 - optional hook
+        """Stops workers (``kill``: at once, abandoning running trials); in-process has none."""
 
 
 class InProcessExecutor(Executor):
