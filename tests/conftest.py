@@ -168,3 +168,15 @@ def make_config(tmp_path: Path, cnn_model: Path, cnn_data: dict[str, Path]) -> C
         return config
 
     return make
+
+
+def accuracy_problem(config: dict[str, Any], options: dict[str, Any] | None = None):
+    """The SearchProblem the engine would give a strategy for ``config``, with a seeded random
+    sampler and ``options`` as the strategy options (built by the engine's own function)."""
+    from quantune.config import load_config
+    from quantune.engine.engine import search_problem
+    from quantune.engine.setup import build_run
+
+    search = {**config.get("search", {}), "sampler": "random", "seed": 0, "strategy_options": dict(options or {})}
+    loaded = load_config({**config, "search": search})
+    return search_problem(build_run(loaded), loaded.config)

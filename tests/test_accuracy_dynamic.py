@@ -10,14 +10,11 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quantune
-from quantune.config import load_config
-from quantune.engine.setup import build_run
+from conftest import accuracy_problem
 from quantune.evaluate.sensitivity import measure_dynamic
 from quantune.passes.onnx.capability import ModelCapability
-from quantune.search import create_sampler
 from quantune.space import Point
-from quantune.strategy import WAIT, Outcome, SearchProblem, create_strategy
-from quantune.strategy.accuracy import accuracy_fields
+from quantune.strategy import WAIT, Outcome, create_strategy
 
 
 def build_mlp(folder: Path, seed: int = 0) -> Path:
@@ -89,18 +86,6 @@ def mlp_config(tmp_path: Path, strategy: str, *, flows: list | None = None, max_
     }
 
 
-def make_problem(config: dict, options: dict | None = None) -> SearchProblem:
-    parts = build_run(load_config(config))
-    return SearchProblem(
-        space=parts.plan.space,
-        flows=parts.plan.flows,
-        subspace=parts.plan.subspace,
-        make_sampler=lambda: create_sampler("random", seed=0),
-        max_trials=config["stop"]["max_trials"],
-        **accuracy_fields(parts.context, parts.plan, options),
-    )
-
-
 def drive(strategy, judge, limit: int = 60) -> list[Point]:
     points = []
     for _ in range(limit):
@@ -162,7 +147,7 @@ def needs_mm1(point: Point) -> Outcome:
 
 def test_quantune_screens_per_channel_on_a_dynamic_step(tmp_path: Path) -> None:
     strategy = create_strategy("quantune")
-    strategy.bind(make_problem(mlp_config(tmp_path, "quantune"), {"latency_trials": 0}))
+    strategy.bind(accuracy_problem(mlp_config(tmp_path, "quantune"), {"latency_trials": 0}))
     points = drive(strategy, needs_mm1_or_per_channel)
     assert strategy.ctx.dynamic and strategy.ctx.quant_step == "dynamic_quant"
     assert [s.split(":")[0] for s in strategy.stage_log] == ["default", "screen"]
@@ -173,7 +158,7 @@ def test_quantune_bisects_the_dynamic_fallback(tmp_path: Path) -> None:
     strategy = create_strategy("quantune")
     config = mlp_config(tmp_path, "quantune")
     config["passes"][0] = {"name": "dynamic_quant"}  # nothing to screen: straight to the fallback
-    strategy.bind(make_problem(config, {"latency_trials": 0}))
+    strategy.bind(accuracy_problem(config, {"latency_trials": 0}))
     drive(strategy, needs_mm1)
     assert strategy.ranking[0].name == "mm1"  # ranked first by the dynamic sensitivity
     best = strategy.best_meeting()
@@ -183,7 +168,7 @@ def test_quantune_bisects_the_dynamic_fallback(tmp_path: Path) -> None:
 @pytest.mark.parametrize("name", ["auto", "basic", "mse", "mse_v2", "conservative"])
 def test_fallback_strategies_tune_a_dynamic_step(tmp_path: Path, name: str) -> None:
     strategy = create_strategy(name)
-    strategy.bind(make_problem(mlp_config(tmp_path, name, max_trials=30)))
+    strategy.bind(accuracy_problem(mlp_config(tmp_path, name, max_trials=30)))
     points = drive(strategy, needs_mm1)
     assert points and all(k == "flow" or k.startswith("dynamic_quant.") for p in points for k in p)
     assert all("tensor_overrides" not in k for p in points for k in p)
@@ -199,14 +184,14 @@ def test_quantune_tunes_the_flow_whose_default_misses_least(tmp_path: Path) -> N
         return needs_mm1_or_per_channel(point)
 
     strategy = create_strategy("quantune")
-    strategy.bind(make_problem(config, {"latency_trials": 0}))
+    strategy.bind(accuracy_problem(config, {"latency_trials": 0}))
     points = drive(strategy, judge)
     assert {p["flow"] for p in points[:2]} == {"static_quant", "dynamic_quant"}  # both defaults
     assert strategy.ctx.flow_name == "dynamic_quant"
     assert all(p["flow"] == "dynamic_quant" for p in points[2:])
     # the flow option pins one flow: no other default is tried
     pinned = create_strategy("quantune")
-    pinned.bind(make_problem(config, {"latency_trials": 0, "flow": "static_quant"}))
+    pinned.bind(accuracy_problem(config, {"latency_trials": 0, "flow": "static_quant"}))
     assert all(p["flow"] == "static_quant" for p in drive(pinned, judge))
 
 
@@ -271,7 +256,7 @@ def test_softmax_matmul_product_noise_is_scored(tmp_path: Path) -> None:
 def test_a_model_is_evaluated_once_whichever_stage_proposes_it(tmp_path: Path) -> None:
     """The screen's ``per_channel=True`` and the latency sampler's full point are one point."""
     strategy = create_strategy("quantune")
-    strategy.bind(make_problem(mlp_config(tmp_path, "quantune", max_trials=30)))
+    strategy.bind(accuracy_problem(mlp_config(tmp_path, "quantune", max_trials=30)))
     points = drive(strategy, needs_mm1_or_per_channel)
     assert len(points) <= 8  # weight_type x per_channel x reduce_range
     models = {tuple(sorted((k, str(v)) for k, v in p.items())) for p in points}
@@ -282,7 +267,7 @@ def test_a_model_is_evaluated_once_whichever_stage_proposes_it(tmp_path: Path) -
 def test_the_chosen_flows_default_is_not_evaluated_again(tmp_path: Path) -> None:
     config = mlp_config(tmp_path, "quantune", flows=[["static_quant"], ["dynamic_quant"]], max_trials=30)
     strategy = create_strategy("quantune")
-    strategy.bind(make_problem(config))
+    strategy.bind(accuracy_problem(config))
     points = drive(strategy, lambda p: Outcome(1.0, 0.5, False, {}) if p["flow"] == "static_quant" else needs_mm1(p))
     keys = [tuple(sorted((k, str(v)) for k, v in p.items())) for p in points]
     assert len(set(keys)) == len(keys)
@@ -342,7 +327,7 @@ def test_bisection_goes_by_blocks_first(tmp_path: Path, blocks: bool) -> None:
         return Outcome(1.0 + 0.1 * len(excluded), 0.0 if target in excluded else 0.05, target in excluded, {})
 
     strategy = create_strategy("quantune")
-    strategy.bind(make_problem(config, {"latency_trials": 0, "bisect_blocks": blocks}))
+    strategy.bind(accuracy_problem(config, {"latency_trials": 0, "bisect_blocks": blocks}))
     drive(strategy, judge)
     stages = [s.split(":")[0] for s in strategy.stage_log]
     assert ("bisect blocks" in stages) == blocks

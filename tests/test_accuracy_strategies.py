@@ -3,19 +3,18 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import pytest
 
 import quantune
+from conftest import accuracy_problem
 from quantune.config import load_config
-from quantune.engine.setup import build_run
-from quantune.search import create_sampler
 from quantune.space import Point
-from quantune.strategy import WAIT, Outcome, SearchProblem, create_strategy
-from quantune.strategy.accuracy import Bisection, accuracy_fields, minimal_k
+from quantune.strategy import WAIT, Outcome, create_strategy
+from quantune.strategy.accuracy import Bisection, minimal_k
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits"
@@ -42,18 +41,6 @@ def scaled_config(tmp_path: Path, strategy: str, *, max_trials: int = 12, passes
         "cache_dir": str(tmp_path / "cache"),
         "executor": {"kind": "inline"},
     }
-
-
-def make_problem(config: dict, options: Mapping[str, Any] | None = None) -> SearchProblem:
-    parts = build_run(load_config(config))
-    return SearchProblem(
-        space=parts.plan.space,
-        flows=parts.plan.flows,
-        subspace=parts.plan.subspace,
-        make_sampler=lambda: create_sampler("random", seed=0),
-        max_trials=config["stop"]["max_trials"],
-        **accuracy_fields(parts.context, parts.plan, options),
-    )
 
 
 def needs_both_convs(point: Point) -> Outcome:
@@ -128,14 +115,14 @@ EXPECTED = {
 @pytest.mark.parametrize("name", STRATEGIES)
 def test_stage_order(tmp_path: Path, name: str) -> None:
     strategy = create_strategy(name)
-    strategy.bind(make_problem(scaled_config(tmp_path, name, max_trials=30)))
+    strategy.bind(accuracy_problem(scaled_config(tmp_path, name, max_trials=30)))
     drive(strategy, needs_both_convs)
     assert stages_of(strategy)[: len(EXPECTED[name])] == EXPECTED[name]
 
 
 def test_quantune_bisects_to_the_two_scaled_convs(tmp_path: Path) -> None:
     strategy = create_strategy("quantune")
-    strategy.bind(make_problem(scaled_config(tmp_path, "quantune", max_trials=30), {"latency_trials": 0}))
+    strategy.bind(accuracy_problem(scaled_config(tmp_path, "quantune", max_trials=30), {"latency_trials": 0}))
     drive(strategy, needs_both_convs)
     bisect = [s for s in strategy.stage_log if s.startswith("bisect")]
     assert len(bisect) <= 4  # 1 + ceil(log2(5 groups))
@@ -149,7 +136,7 @@ def test_quantune_bisects_to_the_two_scaled_convs(tmp_path: Path) -> None:
 def test_user_op_constraints_are_honoured(tmp_path: Path) -> None:
     options = {"fp32_op_types": ["Gemm"], "int8_nodes": [CONV5]}
     strategy = create_strategy("basic")
-    strategy.bind(make_problem(scaled_config(tmp_path, "basic", max_trials=30), options))
+    strategy.bind(accuracy_problem(scaled_config(tmp_path, "basic", max_trials=30), options))
     points = drive(strategy, needs_both_convs)
     gemms = {"/classifier/classifier.1/Gemm", "/classifier/classifier.3/Gemm"}
     assert points
@@ -162,7 +149,7 @@ def test_user_op_constraints_are_honoured(tmp_path: Path) -> None:
 def test_fixed_nodes_to_exclude_stay_excluded(tmp_path: Path) -> None:
     passes = [{"name": "static_quant", "params": {"per_channel": False, "nodes_to_exclude": [CONV2]}}]
     strategy = create_strategy("mse_v2")
-    strategy.bind(make_problem(scaled_config(tmp_path, "mse_v2", passes=passes)))
+    strategy.bind(accuracy_problem(scaled_config(tmp_path, "mse_v2", passes=passes)))
     points = drive(strategy, needs_both_convs)
     assert all(CONV2 in p.get("static_quant.nodes_to_exclude", []) for p in points)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from quantune.config import LoadedConfig
+from quantune.config import Config, LoadedConfig
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.output import open_output
@@ -92,23 +92,8 @@ class Engine:
             _detach_log(handler)
 
     def _strategy(self, parts: RunParts) -> Strategy:
-        search = self.config.search
-        options: dict[str, Any] = {}
-        if self.config.executor.workers > 1 and search.sampler == "tpe":
-            options["constant_liar"] = True  # pending trials count as in-progress for TPE
-        problem = SearchProblem(
-            space=parts.plan.space,
-            flows=parts.plan.flows,
-            subspace=parts.plan.subspace,
-            make_sampler=lambda: create_sampler(search.sampler, seed=search.seed, **options),
-            max_trials=self.config.stop.max_trials,
-            groups=search.groups,
-            trials_per_group=search.trials_per_group,
-            keep_best=search.keep_best,
-            **accuracy_fields(parts.context, parts.plan, search.strategy_options),  # for accuracy-driven strategies
-        )
-        strategy = create_strategy(search.strategy)
-        strategy.bind(problem)
+        strategy = create_strategy(self.config.search.strategy)
+        strategy.bind(search_problem(parts, self.config))
         return strategy
 
     def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
@@ -168,6 +153,26 @@ class Engine:
         record.meets_criterion = check.meets
         record.accuracy_loss = check.loss
         record.objective = objective_value(record, self.objectives[0])
+
+
+def search_problem(parts: RunParts, config: Config) -> SearchProblem:
+    """What the config's strategy may know of this run: spaces, flows, a sampler factory, limits,
+    and (for accuracy-driven strategies) the model graph and a sensitivity function."""
+    search = config.search
+    options: dict[str, Any] = {}
+    if config.executor.workers > 1 and search.sampler == "tpe":
+        options["constant_liar"] = True  # pending trials count as in-progress for TPE
+    return SearchProblem(
+        space=parts.plan.space,
+        flows=parts.plan.flows,
+        subspace=parts.plan.subspace,
+        make_sampler=lambda: create_sampler(search.sampler, seed=search.seed, **options),
+        max_trials=config.stop.max_trials,
+        groups=search.groups,
+        trials_per_group=search.trials_per_group,
+        keep_best=search.keep_best,
+        **accuracy_fields(parts.context, parts.plan, search.strategy_options),
+    )
 
 
 class _Loop:
