@@ -43,10 +43,6 @@ class Result:
     def best_model_path(self) -> Path | None:
         return self.output_dir / "best" / "model.onnx" if self.best is not None else None
 
-    @property
-    def met_budget(self) -> bool:
-        return self.best is not None
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "baseline": self.baseline,

@@ -182,11 +182,6 @@ class ModelCapability:
         return {node.name: node for node in self.nodes}
 
     @cached_property
-    def group_of(self) -> dict[str, str]:
-        """Node name -> name of its group."""
-        return {node: group.name for group in self.groups for node in group.nodes}
-
-    @cached_property
     def group_by_name(self) -> dict[str, Group]:
         return {group.name: group for group in self.groups}
 
@@ -196,10 +191,6 @@ class ModelCapability:
         for group in self.groups:
             seen.setdefault(group.op_type, None)
         return list(seen)
-
-    def nodes_of_type(self, op_type: str) -> list[str]:
-        """Every node of the groups anchored by ``op_type`` (an op-type-wise fallback)."""
-        return [node for group in self.groups if group.op_type == op_type for node in group.nodes]
 
     def blocks(self) -> dict[str, list[str]]:
         """Repeated blocks (``layer.0``, ``layer.1``, ...) -> their group names; empty when fewer than two."""

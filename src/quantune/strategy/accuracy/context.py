@@ -160,17 +160,6 @@ class AccuracyContext:
     def valid(self, point: Mapping[str, Any]) -> bool:
         return self.problem.space.is_valid(point)
 
-    def precision_allowed(self, point: Mapping[str, Any], precision: Precision) -> bool:
-        """int16 needs QDQ; test the point as the pass would see it."""
-        if precision != "int16":
-            return True
-        if self.dynamic:
-            return False
-        probe = dict(point)
-        probe[self.key("tensor_overrides")] = {"__probe__": "int16"}
-        return self.valid(probe)
-
-    # -- spaces for sub-searches --------------------------------------------------------------
     def flow_space(self, fixed: Mapping[str, Any], names: Sequence[str] | None = None) -> SearchSpace:
         """The flow's searched parameters (only ``names`` when given), with ``fixed`` set in every point."""
         full = self.problem.subspace(list(self.flow), {**self.flow_fixed, **fixed})
