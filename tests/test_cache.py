@@ -83,9 +83,24 @@ def test_model_entry_missing_its_model_is_a_miss(tmp_path, cnn_model):
     assert cache.get_model("k") is None
 
 
-def test_put_model_replaces_an_existing_entry(tmp_path, cnn_model, mlp_model):
+def test_put_model_keeps_an_entry_another_worker_put_first(tmp_path, cnn_model, mlp_model):
+    # Two workers that miss on the same key both run the pass; the second must not replace the
+    # first's entry, which the first worker's next pass may be reading at that moment.
     cache = ArtifactCache(tmp_path / "cache")
-    put_model_copy(cache, "k", cnn_model)
+    first, first_sha = put_model_copy(cache, "k", cnn_model)
+    inode = first.stat().st_ino
+    work_dir = cache.new_work_dir()
+    shutil.copyfile(mlp_model, work_dir / "model.onnx")
+    second, second_sha = cache.put_model("k", work_dir, {"pass": "test"})
+    assert (second, second_sha) == (first, first_sha) == (first, file_sha256(cnn_model))
+    assert first.stat().st_ino == inode, "the entry in use was replaced"
+    assert not work_dir.exists(), "the losing worker's folder must be cleaned up"
+
+
+def test_put_model_replaces_a_partial_entry(tmp_path, cnn_model, mlp_model):
+    cache = ArtifactCache(tmp_path / "cache")
+    stored, _ = put_model_copy(cache, "k", cnn_model)
+    (stored.parent / "meta.json").unlink()  # a crash between writing the model and its meta
     _, sha = put_model_copy(cache, "k", mlp_model)
     path, found_sha = cache.get_model("k")
     assert found_sha == sha == file_sha256(mlp_model)

@@ -7,6 +7,7 @@ same model wherever they live, so a pass that produced them runs once.
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
@@ -24,6 +25,37 @@ def file_sha256(path: str | Path) -> str:
     with open(path, "rb") as handle:
         for block in iter(lambda: handle.read(_CHUNK), b""):
             digest.update(block)
+    return digest.hexdigest()
+
+
+def external_data_files(path: str | Path) -> list[Path]:
+    """The files holding ``path``'s external data (weights saved beside the model), sorted.
+
+    They are part of the model: its identity in the cache hashes them, its size counts them,
+    and copying the model copies them.
+    """
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
+    path = Path(path)
+    if all(entry.name in (path.name, "meta.json") for entry in os.scandir(path.parent)):
+        return []  # alone in its folder (every cache entry of a single-file model): nothing to parse
+    model = onnx.load(str(path), load_external_data=False)
+    locations = {ExternalDataInfo(tensor).location for tensor in _get_all_tensors(model) if uses_external_data(tensor)}
+    # onnx and onnxruntime refuse locations outside the model's folder; so do we.
+    inside = [
+        location for location in locations if not Path(location).is_absolute() and ".." not in Path(location).parts
+    ]
+    return sorted(path.parent / location for location in inside)
+
+
+def files_sha256(model: str | Path, others: list[Path]) -> str:
+    """The identity of a model stored as several files: the model file's hash when it is alone."""
+    if not others:
+        return file_sha256(model)
+    digest = hashlib.sha256(file_sha256(model).encode())
+    base = Path(model).parent
+    for other in sorted(others):
+        digest.update(f"\0{other.relative_to(base).as_posix()}\0{file_sha256(other)}".encode())
     return digest.hexdigest()
 
 
@@ -51,17 +83,18 @@ class ModelHandle:
         return cls(resolved)
 
     @cached_property
+    def external_data(self) -> list[Path]:
+        return external_data_files(self.path)
+
+    @cached_property
     def sha256(self) -> str:
-        return file_sha256(self.path)
+        """Content hash of the model file and its external-data files."""
+        return files_sha256(self.path, self.external_data)
 
     @property
     def size_bytes(self) -> int:
         """Bytes on disk, including external-data files stored beside the model."""
-        total = self.path.stat().st_size
-        data = self.path.with_name(self.path.name + ".data")
-        if data.is_file():
-            total += data.stat().st_size
-        return total
+        return self.path.stat().st_size + sum(data.stat().st_size for data in self.external_data)
 
     def load(self) -> onnx.ModelProto:
         return onnx.load(str(self.path))

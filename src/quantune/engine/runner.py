@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import io
 import logging
+import os
 import shutil
 import time
 import traceback
@@ -21,7 +22,7 @@ from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import TrialError
 from quantune.evaluate import Evaluator
-from quantune.model import ModelHandle
+from quantune.model import ModelHandle, external_data_files
 from quantune.passes import PassContext
 from quantune.store import ArtifactCache, cache_key
 
@@ -102,6 +103,8 @@ class TrialRunner:
                 record.cache[step.id] = "hit"
             else:
                 work_dir = ctx.cache.new_work_dir()
+                view_dir = ctx.cache.new_work_dir()
+                known_data = ctx.model.external_data if current == ctx.model.path else None
                 output = work_dir / "model.onnx"
                 pass_context = PassContext(
                     ctx.calibration,
@@ -114,7 +117,7 @@ class TrialRunner:
                 printed = io.StringIO()  # onnxruntime's calibrators print progress; keep it in the log
                 try:
                     with contextlib.redirect_stdout(printed):
-                        pass_cls().run(config, current, output, pass_context)
+                        pass_cls().run(config, private_view(current, view_dir, known_data), output, pass_context)
                     if not output.is_file():
                         raise TrialError(f"pass '{step.id}' wrote no model")
                 except Exception as exc:
@@ -123,6 +126,7 @@ class TrialRunner:
                         raise
                     raise TrialError(f"pass '{step.id}' failed: {type(exc).__name__}: {exc}") from exc
                 finally:
+                    shutil.rmtree(view_dir, ignore_errors=True)
                     if printed.getvalue():
                         log.info("pass %s printed:\n%s", step.id, printed.getvalue().rstrip())
                 meta = {"pass": pass_cls.name, "config": config.model_dump()}
@@ -148,3 +152,28 @@ class TrialRunner:
             record.cache["evaluation"] = "miss"
         record.durations["evaluation_s"] = time.perf_counter() - started
         return metrics
+
+
+def private_view(model_path: Path, folder: Path, external_data: list[Path] | None = None) -> Path:
+    """``model_path`` as seen from ``folder``, so a pass's side files land in ``folder``.
+
+    onnxruntime's quantizers write side files next to the model they read (``quantize_dynamic``
+    writes ``<name>-inferred.onnx`` there and deletes it again). Beside a cached model that is
+    a race between workers running passes on the same input (one deletes the file the other
+    is reading), and beside the user's model it writes into the user's folder.
+
+    A single-file model is seen through a symlink (free). A model with external data is
+    copied with its data files: onnx refuses external data reached through a symlink or a
+    hard link (it resolves outside the folder, or looks like a hard-link attack), and the side
+    file onnxruntime writes must sit beside the data it refers to.
+    """
+    source = Path(os.path.abspath(model_path))  # absolute, symlinks kept as the user made them
+    data = external_data_files(source) if external_data is None else external_data
+    if not data:
+        os.symlink(source, folder / source.name)
+        return folder / source.name
+    for file in [source, *data]:
+        target = folder / file.relative_to(source.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
+    return folder / source.name

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.engine.trial import TrialRecord
+from quantune.model import external_data_files
 
 
 @dataclass
@@ -69,7 +70,12 @@ def write_outputs(result: Result) -> None:
     if chosen is not None and chosen.model_path:
         target = folder / ("best" if result.best else "closest_miss")
         target.mkdir(exist_ok=True)
-        shutil.copyfile(chosen.model_path, target / "model.onnx")
+        source = Path(chosen.model_path)
+        shutil.copyfile(source, target / "model.onnx")
+        for data in external_data_files(source):  # weights saved beside the model travel with it
+            destination = target / data.relative_to(source.parent)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(data, destination)
         params = {
             "trial": chosen.number,
             "flow": chosen.flow,

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from quantune.model import file_sha256
+from quantune.model import files_sha256
 
 
 def cache_key(*parts: Any) -> str:
@@ -60,7 +60,7 @@ class ArtifactCache:
             expected = json.loads(meta_path.read_text())["sha256"]
         except (ValueError, KeyError):
             expected = None
-        if expected is None or file_sha256(model_path) != expected:
+        if expected is None or _entry_sha256(folder) != expected:
             shutil.rmtree(folder, ignore_errors=True)
             return None
         return model_path, expected
@@ -71,16 +71,24 @@ class ArtifactCache:
 
     def put_model(self, key: str, work_dir: Path, meta: dict[str, Any]) -> tuple[Path, str]:
         """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``."""
-        model_path = work_dir / "model.onnx"
-        record = {**meta, "sha256": file_sha256(model_path)}
+        record = {**meta, "sha256": _entry_sha256(work_dir)}
         (work_dir / "meta.json").write_text(json.dumps(record, indent=1, default=str))
         target = self._model_dir(key)
-        if target.exists():
+        existing = self.get_model(key)  # (a corrupt entry is removed by get_model)
+        if existing is not None:
+            # Another worker put the same entry first. Theirs is as good as ours, and it may
+            # be in use right now by that worker's next pass: keep it, never replace it.
+            shutil.rmtree(work_dir, ignore_errors=True)
+            return existing
+        if target.exists():  # a partial entry (no meta.json yet, or no model): not in use
             shutil.rmtree(target, ignore_errors=True)
         try:
             os.replace(work_dir, target)
-        except OSError:  # another worker put the same entry first; theirs is as good as ours
+        except OSError:  # another worker put the same entry in between; keep theirs
             shutil.rmtree(work_dir, ignore_errors=True)
+            existing = self.get_model(key)
+            if existing is not None:
+                return existing
         return target / "model.onnx", record["sha256"]
 
     # -- json records -------------------------------------------------------------------------
@@ -116,6 +124,12 @@ class ArtifactCache:
         tmp = target.with_name(f".{uuid.uuid4().hex}.npz")
         np.savez(tmp, **arrays)
         os.replace(tmp, target)
+
+
+def _entry_sha256(folder: Path) -> str:
+    """A model entry's identity: ``model.onnx`` and any external-data files a pass wrote beside it."""
+    others = [p for p in folder.rglob("*") if p.is_file() and p.name not in ("model.onnx", "meta.json")]
+    return files_sha256(folder / "model.onnx", others)
 
 
 def _atomic_write(path: Path, data: bytes) -> None:
