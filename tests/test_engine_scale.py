@@ -167,3 +167,24 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path: Path, make_config, k
     assert finished == _trials_in_store(out / "run.db")
     resumed = quantune.tune(str(path), output=out)
     assert resumed.replayed == finished and len(resumed.trials) == 12
+
+
+def test_a_script_calling_tune_unguarded_gets_advice_not_a_hang(tmp_path: Path, make_config) -> None:
+    # Spawned workers import the script that started them; an unguarded tune() there would
+    # start a second run inside each worker. The run must stop at once and say what to do.
+    config = make_config(executor={"kind": "process", "workers": 1})
+    script = tmp_path / "tune_me.py"
+    script.write_text(f"import quantune\nquantune.tune({config!r}, output={str(tmp_path / 'out')!r})\n")
+    done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert 'put the call under `if __name__ == "__main__":`' in done.stderr
+    assert "tune_me.py" in done.stderr.splitlines()[-1]
+
+    guarded = tmp_path / "tune_guarded.py"
+    guarded.write_text(
+        f"import quantune\nif __name__ == '__main__':\n"
+        f"    print(len(quantune.tune({config!r}, output={str(tmp_path / 'out2')!r}).trials))\n"
+    )
+    done = subprocess.run([sys.executable, str(guarded)], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split()[-1] == "2"

@@ -8,6 +8,7 @@ from typing import Any
 
 from quantune.config import Config, LoadedConfig, load_config
 from quantune.engine import Engine, RunListener
+from quantune.engine.executors.process import refuse_in_starting_worker
 from quantune.errors import QuantuneError
 from quantune.report import Result
 
@@ -31,6 +32,7 @@ def tune(
     >>> result = quantune.tune("examples/digits/config.yaml")  # doctest: +SKIP
     >>> result.best.metrics["latency_ms"], result.best_model_path  # doctest: +SKIP
     """
+    refuse_in_starting_worker()
     loaded: LoadedConfig = load_config(config)
     overrides: dict[str, Any] = {}
     if workers is not None:

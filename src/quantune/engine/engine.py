@@ -114,6 +114,9 @@ class Engine:
         except KeyboardInterrupt:
             stop_reason = "interrupted (Ctrl-C): finished trials are saved; run again to resume"
             executor.shutdown(kill=True)
+        except BaseException:  # e.g. workers that cannot start: stop them, then say why
+            executor.shutdown(kill=True)
+            raise
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started)
         write_outputs(result)
         for listener in self.listeners:

@@ -15,6 +15,7 @@ import multiprocessing as mp
 import os
 import queue
 import signal
+import sys
 import threading
 import time
 from concurrent.futures import Future
@@ -24,6 +25,7 @@ from pathlib import Path
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trial import Trial, TrialRecord
+from quantune.errors import QuantuneError
 
 _SIGNALS = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)",
@@ -35,12 +37,45 @@ _SIGNALS = {
 }
 _TAIL_LINES = 20
 _STARTUP_TIMEOUT_S = 600
+_EXIT_UNGUARDED_MAIN = 3  # a worker found the user's script calling quantune.tune() at its top level
+
+
+class WorkerStartError(QuantuneError):
+    """A worker process died before it was ready: no trial can run, so the run stops."""
+
+    def __init__(self, index: int, exit_code: int | None, log_tail: str) -> None:
+        cause = (
+            _SIGNALS.get(-exit_code, f"killed by signal {-exit_code}")
+            if exit_code and exit_code < 0
+            else f"exit code {exit_code}"
+        )
+        message = f"executor: worker process {index} died while starting ({cause})"
+        if log_tail:
+            message += f"; its log ends with: {log_tail.splitlines()[-1]}"
+        if exit_code == _EXIT_UNGUARDED_MAIN:
+            script = getattr(sys.modules.get("__main__"), "__file__", "your script")
+            message = (
+                f"executor: worker processes import the script that started them ({script}), and it calls "
+                'quantune.tune() at its top level: put the call under `if __name__ == "__main__":` '
+                "(or use executor: {kind: inline})"
+            )
+        super().__init__(message)
+
+
+def refuse_in_starting_worker() -> None:
+    """Stops a worker that, while importing the user's script, reached ``quantune.tune()``.
+
+    Spawned workers import the main module first (so passes defined in a script exist in
+    them too); a script that calls ``tune()`` unguarded would start a second run inside the
+    worker and hang both. The worker exits with a code its parent turns into advice.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
+        raise SystemExit(_EXIT_UNGUARDED_MAIN)
 
 
 def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None, log_path: str) -> None:
     import faulthandler
     import logging
-    import sys
 
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -106,9 +141,17 @@ class _Worker:
         self.conn = parent
         # Wait for the worker to import and build the run (slow under load; not part of any trial's time).
         # A worker that cannot build the run says why again when it is given its trial.
-        if parent in wait([parent, self.process.sentinel], timeout=_STARTUP_TIMEOUT_S):
+        ready = wait([parent, self.process.sentinel], timeout=_STARTUP_TIMEOUT_S)
+        if parent in ready:
             with contextlib.suppress(EOFError, OSError):
                 parent.recv()
+                return
+        if self.process.sentinel in ready:
+            self.process.join(timeout=5)
+            code = self.process.exitcode
+            tail = self.tail(0)
+            self.stop(kill=True)
+            raise WorkerStartError(self.index, code, tail)
 
     def log_offset(self) -> int:
         try:
@@ -202,7 +245,11 @@ class ProcessExecutor(Executor):
             thread.start()
 
     def _serve(self, worker: _Worker) -> None:
-        worker.ensure_started()  # start up while the engine measures the original model
+        fatal: WorkerStartError | None = None
+        try:
+            worker.ensure_started()  # start up while the engine measures the original model
+        except WorkerStartError as exc:
+            fatal = exc
         while True:
             item = self._queue.get()
             if item is None:
@@ -210,8 +257,14 @@ class ProcessExecutor(Executor):
             trial, future = item
             if not future.set_running_or_notify_cancel():
                 continue
+            if fatal is not None:  # no trial can run: the engine stops the run with this error
+                future.set_exception(fatal)
+                continue
             try:
                 future.set_result(worker.run(trial, self.trial_timeout_s))
+            except WorkerStartError as exc:  # a replacement worker died while starting
+                fatal = exc
+                future.set_exception(exc)
             except BaseException as exc:  # never leave the engine waiting on a future
                 future.set_result(failed_record(trial, f"executor error: {type(exc).__name__}: {exc}"))
 
