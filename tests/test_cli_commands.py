@@ -1,4 +1,4 @@
-"""The informational commands: schema, passes, space."""
+"""The commands: schema, passes, space, and the table `run` prints."""
 
 from __future__ import annotations
 
@@ -60,3 +60,26 @@ def test_cli_without_a_command_is_a_usage_error(capsys):
 
 def test_version_is_exposed():
     assert isinstance(quantune.__version__, str) and quantune.__version__
+
+
+def test_run_table_fits_80_columns_with_a_user_metric(tmp_path, make_config, capsys, monkeypatch):
+    script = tmp_path / "long_folder_name_for_the_metric_script" / "metric.py"
+    script.parent.mkdir()
+    script.write_text(
+        "import numpy as np\ndef agreement(outputs, data):\n    return float(np.mean(next(iter(outputs.values())) > -100))\n"
+    )
+    config = make_config(
+        passes=[{"name": "static_quant", "params": {"per_channel": {"search": [False, True]}}}],
+        evaluation={"metric": f"{script}:agreement", "latency": {"warmup": 0, "repeats": 2, "threads": 1}},
+        search={"sampler": "exhaustive", "seed": 0},
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    monkeypatch.setenv("COLUMNS", "80")
+    assert main(["run", str(path), "--output", str(tmp_path / "out")]) == 0
+    out = capsys.readouterr().out
+    assert "agreement" in out and str(script) not in out
+    rows = [line for line in out.splitlines() if line.startswith("│")]
+    numbers = [row.split("│")[1].strip() for row in rows]
+    assert numbers[:3] == ["orig", "0", "1"]
+    assert all(len(line) <= 80 for line in out.splitlines())

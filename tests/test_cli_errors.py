@@ -3,6 +3,7 @@ traceback, and never a change to the input model."""
 
 from __future__ import annotations
 
+import multiprocessing
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -241,3 +242,19 @@ def test_a_valid_run_exits_0_and_leaves_the_model_alone(base_config, tmp_path, c
     assert cnn_model.read_bytes() == model_bytes
     # Relative paths were resolved against the config file's folder, including the cache.
     assert (tmp_path / "cache" / "models").is_dir()
+
+
+@pytest.mark.parametrize("kind", ["inline", "process"])
+def test_a_metric_that_fails_on_the_original_model_is_one_line(tmp_path, make_config, capsys, kind):
+    script = tmp_path / "metric.py"
+    script.write_text("def broken(outputs, data):\n    return outputs[0]\n")  # outputs is a dict by name
+    config = make_config(
+        evaluation={"metric": f"{script}:broken", "latency": {"warmup": 0, "repeats": 2}},
+        executor={"kind": kind, "workers": 2},
+    )
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code = main(["run", str(path), "--output", str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert_one_line_error(code, "", err, "evaluating the original model failed", "broken", "KeyError")
+    assert multiprocessing.active_children() == [], "workers started for the run must be stopped"

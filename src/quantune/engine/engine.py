@@ -101,7 +101,11 @@ class Engine:
         runner = TrialRunner(parts.context)
         replay = Replay(store.trials())
         executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
-        baseline, baseline_cache = runner.baseline()
+        try:
+            baseline, baseline_cache = runner.baseline()
+        except BaseException:  # the original does not evaluate (or Ctrl-C): no run, no workers left behind
+            executor.shutdown(kill=True)
+            raise
         log.info("baseline (%s): %s", baseline_cache, baseline)
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))

@@ -20,7 +20,7 @@ from typing import Any
 from quantune.data import Dataset
 from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
-from quantune.errors import TrialError
+from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Evaluator
 from quantune.model import ModelHandle, external_data_files
 from quantune.passes import PassContext
@@ -60,7 +60,10 @@ class TrialRunner:
         if cached is not None and reference is not None:
             self._reference = reference
             return cached["metrics"], "hit"
-        metrics, outputs = ctx.evaluator.evaluate(ctx.model.path, None)
+        try:
+            metrics, outputs = ctx.evaluator.evaluate(ctx.model.path, None)
+        except TrialError as exc:  # nothing can be compared to a reference that does not evaluate
+            raise QuantuneError(f"evaluating the original model failed: {exc}") from None
         ctx.cache.put_arrays(reference_key, outputs)
         ctx.cache.put_json("evals", key, {"metrics": metrics})
         self._reference = outputs

@@ -36,6 +36,11 @@ def _fmt_params(params: dict[str, Any]) -> str:
     return escape(" ".join(parts)) or "(defaults)"  # node names like "[/conv/Conv]" are not markup
 
 
+def metric_label(metric: str) -> str:
+    """A user metric ``path/to/metric.py:function`` is shown by its function's name."""
+    return metric.rpartition(":")[2] if ".py:" in metric else metric
+
+
 class ConsoleListener:
     """Progress bar: trials done / running / failed, best so far, elapsed and time left."""
 
@@ -79,8 +84,8 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     metric = result.metric
     base = result.baseline
     table = Table(title=f"quantune: {len(result.trials)} trials ({result.stop_reason})")
-    for column in ("#", "params", metric, "loss", "ms", "KB", "ok", "cache"):
-        table.add_column(column, overflow="fold", no_wrap=column != "params")
+    for column in ("#", "params", metric_label(metric), "loss", "ms", "KB", "ok", "cache"):
+        table.add_column(column, overflow="fold", no_wrap=column != "params", min_width=4 if column == "#" else None)
     table.add_row(
         "orig",
         "(original model)",
@@ -123,11 +128,12 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
 
 def summary(result: Result) -> str:
     base = result.baseline
-    lines = [f"criterion: {result.metric} {result.criterion['description']}; objective: {result.objective}"]
+    label = metric_label(result.metric)
+    lines = [f"criterion: {label} {result.criterion['description']}; objective: {result.objective}"]
     if result.best is not None:
         m = result.best.metrics
         lines.append(
-            f"best: trial {result.best.number}  {result.metric} {m[result.metric]:.4f} "
+            f"best: trial {result.best.number}  {label} {m[result.metric]:.4f} "
             f"(original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
             f"({base['latency_ms'] / m['latency_ms']:.2f}x faster), size {m['size_bytes'] / 1024:.0f} KB "
             f"({base['size_bytes'] / m['size_bytes']:.2f}x smaller)"
@@ -138,7 +144,7 @@ def summary(result: Result) -> str:
         if result.closest_miss is not None:
             miss = result.closest_miss
             lines.append(
-                f"closest miss: trial {miss.number}, {result.metric} {miss.metrics[result.metric]:.4f} "
+                f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
                 f"(loss {miss.accuracy_loss:.4g}); saved in {result.output_dir / 'closest_miss'}"
             )
     if result.replayed:

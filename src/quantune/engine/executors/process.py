@@ -40,6 +40,10 @@ _STARTUP_TIMEOUT_S = 600
 _EXIT_UNGUARDED_MAIN = 3  # a worker found the user's script calling quantune.tune() at its top level
 
 
+class ExecutorClosed(Exception):
+    """The executor shut down while a slot was starting its worker."""
+
+
 class WorkerStartError(QuantuneError):
     """A worker process died before it was ready: no trial can run, so the run stops."""
 
@@ -117,6 +121,12 @@ def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None
 
 
 class _Worker:
+    """One worker process, started and stopped by its slot thread or (at shutdown) by the engine.
+
+    ``_lock`` guards swapping the process; once ``closed`` no new process starts, so a
+    shutdown racing a start-up leaves nothing running.
+    """
+
     def __init__(self, index: int, spec: WorkerSpec, log_dir: Path, memory_limit_mb: int | None) -> None:
         self.index = index
         self.spec = spec
@@ -124,34 +134,40 @@ class _Worker:
         self.log_path = log_dir / f"worker-{index}.log"
         self.process: mp.process.BaseProcess | None = None
         self.conn: Connection | None = None
+        self.closed = False
+        self._lock = threading.Lock()
 
     def ensure_started(self) -> None:
-        if self.process is not None and self.process.is_alive():
-            return
-        ctx = mp.get_context("spawn")
-        parent, child = ctx.Pipe()
-        self.process = ctx.Process(
-            target=_worker_main,
-            args=(child, self.spec, self.memory_limit_mb, str(self.log_path)),
-            daemon=True,
-            name=f"quantune-worker-{self.index}",
-        )
-        self.process.start()
-        child.close()
-        self.conn = parent
+        with self._lock:
+            if self.closed:
+                raise ExecutorClosed()
+            if self.process is not None and self.process.is_alive():
+                return
+            ctx = mp.get_context("spawn")
+            parent, child = ctx.Pipe()
+            process = ctx.Process(
+                target=_worker_main,
+                args=(child, self.spec, self.memory_limit_mb, str(self.log_path)),
+                daemon=True,
+                name=f"quantune-worker-{self.index}",
+            )
+            process.start()
+            child.close()
+            self.process, self.conn = process, parent
         # Wait for the worker to import and build the run (slow under load; not part of any trial's time).
         # A worker that cannot build the run says why again when it is given its trial.
-        ready = wait([parent, self.process.sentinel], timeout=_STARTUP_TIMEOUT_S)
+        ready = wait([parent, process.sentinel], timeout=_STARTUP_TIMEOUT_S)
+        if self.closed:
+            raise ExecutorClosed()
         if parent in ready:
             with contextlib.suppress(EOFError, OSError):
                 parent.recv()
                 return
-        if self.process.sentinel in ready:
-            self.process.join(timeout=5)
-            code = self.process.exitcode
+        if process.sentinel in ready:
+            process.join(timeout=5)
             tail = self.tail(0)
             self.stop(kill=True)
-            raise WorkerStartError(self.index, code, tail)
+            raise WorkerStartError(self.index, process.exitcode, tail)
 
     def log_offset(self) -> int:
         try:
@@ -169,19 +185,25 @@ class _Worker:
         return "\n".join(text.strip().splitlines()[-_TAIL_LINES:])
 
     def stop(self, *, kill: bool = False) -> None:
-        if self.process is None:
+        with self._lock:
+            process, conn = self.process, self.conn
+            self.process = self.conn = None
+        if process is None:
             return
-        if not kill and self.conn is not None:
+        if not kill and conn is not None:
             with contextlib.suppress(OSError):
-                self.conn.send(None)
-            self.process.join(timeout=5)
-        if self.process.is_alive():
-            self.process.kill()
-            self.process.join(timeout=5)
-        if self.conn is not None:
-            self.conn.close()
-        self.process = None
-        self.conn = None
+                conn.send(None)
+            process.join(timeout=5)
+        if process.is_alive():
+            process.kill()
+            process.join(timeout=5)
+        if conn is not None:
+            conn.close()
+
+    def close(self, *, kill: bool = False) -> None:
+        """Stops the worker for good: a slot thread still starting one gives up."""
+        self.closed = True
+        self.stop(kill=kill)
 
     def run(self, trial: Trial, timeout_s: float | None) -> TrialRecord:
         self.ensure_started()
@@ -250,6 +272,8 @@ class ProcessExecutor(Executor):
             worker.ensure_started()  # start up while the engine measures the original model
         except WorkerStartError as exc:
             fatal = exc
+        except ExecutorClosed:
+            pass  # shut down while starting: what is left in the queue ends below
         while True:
             item = self._queue.get()
             if item is None:
@@ -278,8 +302,8 @@ class ProcessExecutor(Executor):
             self._queue.put(None)
         for worker in self._workers:
             if kill:
-                worker.stop(kill=True)
+                worker.close(kill=True)
         for thread in self._threads:
             thread.join(timeout=0 if kill else None)
         for worker in self._workers:
-            worker.stop(kill=kill)
+            worker.close(kill=kill)
