@@ -124,6 +124,29 @@ def test_graph_opt_levels_are_honoured(cnn_model, tmp_path):
     assert len(extended) < len(disabled)
 
 
+def test_dynamic_quant_after_fusing_graph_opt(cnn_model, tmp_path, cnn_feeds):
+    # Fused com.microsoft ops have no inferred output types; the quantizer must still quantize
+    # what it can instead of failing the trial.
+    fused = run_pass("graph_opt", {"level": "extended"}, cnn_model, tmp_path)
+    assert {"FusedConv", "FusedGemm"} & set(op_types(fused)), "no com.microsoft op to test with"
+    out = run_pass("dynamic_quant", {}, fused, tmp_path)
+    assert "DynamicQuantizeLinear" in op_types(out)
+    assert_close(run_model(out, cnn_feeds)[0], run_model(cnn_model, cnn_feeds)[0], fraction=0.15)
+
+
+def test_flows_quantizing_after_layout_specific_graph_opt_are_pruned(make_config):
+    from quantune.config import load_config
+    from quantune.engine.plan import build_plan
+
+    levels = ["basic", "extended", "all"]
+    for quantizer, allowed in [("dynamic_quant", {"basic", "extended"}), ("static_quant", {"basic"})]:
+        config = make_config(
+            passes=[{"name": "graph_opt", "params": {"level": {"search": levels}}}, {"name": quantizer}]
+        )
+        plan = build_plan(load_config(config).config)
+        assert {point["graph_opt.level"] for point in plan.space.iterate()} == allowed, quantizer
+
+
 def test_graph_opt_rejects_unknown_level():
     with pytest.raises(ValidationError):
         quantune.get_pass("graph_opt").Config(level="aggressive")

@@ -7,7 +7,9 @@ A pass turns one model file into another. It declares:
 * ``search_space``: its default search values, used when a config says ``search: true``;
 * ``needs_calibration``: whether it reads calibration data (which then enters its cache key);
 * ``providers`` / ``provider_rules``: what a target execution provider can run, so the space
-  for a target holds only what runs there.
+  for a target holds only what runs there;
+* ``accepts``: which outputs of earlier passes it can take as input, so flows that cannot
+  work (quantizing a graph with layout-specific fused operators) are never tried.
 
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
@@ -57,6 +59,12 @@ class Pass(ABC):
     provider_rules: ClassVar[dict[str, dict[str, tuple[object, ...]]]] = {}
     # Bump when the output for the same input and config changes, so old cache entries are not reused.
     version: ClassVar[int] = 1
+
+    @classmethod
+    def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
+        """Whether this pass, with ``config``, can take the output of ``upstream`` (pass name and
+        config of each earlier step of the flow, in order). Points where it cannot are pruned."""
+        return True
 
     @abstractmethod
     def run(self, config: PassConfig, model_in: Path, model_out: Path, context: PassContext) -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
+import onnx
 from onnxruntime.quantization import quantize_dynamic
 
 from quantune.passes.base import Pass, PassConfig, PassContext
@@ -35,6 +36,11 @@ class DynamicQuantization(Pass):
         "reduce_range": Boolean(),
     }
 
+    @classmethod
+    def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
+        """Not after graph_opt at all: level 'all' rewrites convolutions to NCHWc layout ops whose quantized form onnxruntime cannot load."""
+        return not any(name == "graph_opt" and getattr(c, "level", None) in ("all",) for name, c in upstream)
+
     def run(self, config: DynamicQuantizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
         quantize_dynamic(
             str(model_in),
@@ -44,4 +50,7 @@ class DynamicQuantization(Pass):
             reduce_range=config.reduce_range,
             op_types_to_quantize=config.op_types_to_quantize,
             nodes_to_exclude=list(config.nodes_to_exclude),
+            # after graph_opt at extended/all, fused com.microsoft ops have no inferred types;
+            # the quantizer then asks for this instead of failing the trial
+            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )

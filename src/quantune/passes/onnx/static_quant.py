@@ -14,6 +14,7 @@ import uuid
 from pathlib import Path
 from typing import Literal
 
+import onnx
 from onnxruntime.quantization import quantize_static
 from pydantic import Field, model_validator
 
@@ -90,6 +91,11 @@ class StaticQuantization(Pass):
         "reduce_range": Boolean(weights=(2, 1)),
     }
 
+    @classmethod
+    def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
+        """Not after graph_opt at extended or all: levels 'extended' and 'all' fuse into com.microsoft ops without inferred types; calibration and bias quantization then fail."""
+        return not any(name == "graph_opt" and getattr(c, "level", None) in ("extended", "all") for name, c in upstream)
+
     def run(self, config: StaticQuantizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
         if context.calibration is None:
             raise TrialError("static_quant needs calibration data: set data.calibration in the config")
@@ -100,6 +106,7 @@ class StaticQuantization(Pass):
             "ActivationSymmetric": config.activation_symmetric,
             "WeightSymmetric": config.weight_symmetric,
             "CalibPercentile": config.percentile,
+            "DefaultTensorType": onnx.TensorProto.FLOAT,  # fused ops after graph_opt have no inferred types
         }
         if config.wide_types():
             extra["UseQDQContribOps"] = True
