@@ -233,6 +233,10 @@ def static_search_config(make_config, **overrides):
             },
         }
     ]
+    # Caching is about the search's own figures: no end-of-run latency re-timing here (test_confirm.py).
+    overrides.setdefault(
+        "evaluation", {"metric": "top1", "latency": {"warmup": 1, "repeats": 3, "threads": 1, "confirm_top": 0}}
+    )
     return make_config(passes, **overrides)
 
 

@@ -125,7 +125,16 @@ def test_best_is_the_fastest_trial_meeting_the_criterion(digits_run):
     results = digits_run["results"]
     feasible = [t for t in results["trials"] if t["meets_criterion"]]
     assert feasible, "no static-quant trial met 1% relative loss on digits"
-    fastest = min(feasible, key=lambda t: (t["metrics"]["latency_ms"], t["number"]))
+    # The two fastest models (by search-time figures) were timed again beside the original ...
+    confirmed_numbers = results["latency_confirmation"]["trials"]
+    confirmed = [t for t in feasible if t["number"] in confirmed_numbers]
+    others = [t for t in feasible if t["number"] not in confirmed_numbers]
+    assert 1 <= len({t["model_path"] for t in confirmed}) <= 2
+    slowest_confirmed = max(t["metrics"]["latency_search_ms"] for t in confirmed)
+    assert all(t["metrics"]["latency_ms"] >= slowest_confirmed for t in others)
+    assert "latency_search_ms" in results["baseline"]
+    # ... and the best is the fastest on those side-by-side figures.
+    fastest = min(confirmed, key=lambda t: (t["metrics"]["latency_ms"], t["number"]))
     assert results["best"]["number"] == fastest["number"]
     assert results["best"]["params"] == fastest["params"]
     assert results["closest_miss"] is None

@@ -30,6 +30,12 @@ class LatencyConfig(_Strict):
     repeats: int = Field(default=50, gt=0)
     threads: int = Field(default=1, gt=0, description="onnxruntime intra-op threads while timing.")
     batch_size: int | None = Field(default=None, gt=0, description="Rows in the timed batch (default: data's).")
+    confirm_top: int = Field(
+        default=2,
+        ge=0,
+        description="When the objective is latency: at the end, time this many of the best models again, "
+        "interleaved with the original, and choose and report on those figures (0: off).",
+    )
 
 
 class EvaluationConfig(_Strict):

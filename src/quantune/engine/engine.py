@@ -18,8 +18,10 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from quantune.config import Config, LoadedConfig
+from quantune.engine.confirm import confirm_latency
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
+from quantune.engine.interrupts import DeferredInterrupt
 from quantune.engine.output import open_output
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
@@ -121,18 +123,26 @@ class Engine:
         except BaseException:  # e.g. workers that cannot start: stop them, then say why
             executor.shutdown(kill=True)
             raise
-        result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started)
+        confirmation = None
+        top = self.config.evaluation.latency.confirm_top
+        if self.objectives == ["latency"] and top > 0 and not stop_reason.startswith("interrupted"):
+            original = parts.context.model.path
+            confirmation = confirm_latency(parts.context.evaluator, original, baseline, loop.records, top)
+        result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)
         return result
 
-    def _result(self, parts, loop: _Loop, baseline, baseline_cache: str, stop_reason: str, started: float) -> Result:
+    def _result(
+        self, parts, loop: _Loop, baseline, baseline_cache: str, stop_reason: str, started: float, confirmation=None
+    ) -> Result:
         records = sorted(loop.records, key=lambda r: r.number)
         return Result(
             baseline=baseline,
             trials=records,
-            best=select_best(records, self.objectives),
+            # after a confirmation, only figures timed side by side compete
+            best=select_best(confirmation.records if confirmation else records, self.objectives),
             closest_miss=closest_miss(records, self.objectives),
             pareto_front=[r.number for r in pareto_front(records, self.objectives)] if len(self.objectives) > 1 else [],
             metric=self.config.evaluation.metric,
@@ -150,6 +160,7 @@ class Engine:
             cache_stats=_cache_stats([r for r in records if r.number not in loop.replayed_numbers], baseline_cache),
             step_configs=loop.step_configs,
             replayed=loop.replay.replayed,
+            latency_confirmation=confirmation.to_dict() if confirmation else None,
         )
 
     def judge(self, record: TrialRecord, baseline: dict[str, float], criterion) -> None:
@@ -204,8 +215,13 @@ class _Loop:
         self.step_configs: dict[int, dict[str, Any]] = {}
         self.asked = 0
         self.told = 0
+        self.interrupts = DeferredInterrupt()
 
     def run(self) -> str:
+        with self.interrupts:
+            return self._run()
+
+    def _run(self) -> str:
         stop_reason = ""
         while True:
             while not stop_reason and len(self.pending) < self.executor.capacity:
@@ -257,6 +273,10 @@ class _Loop:
             self._finish(record, self.replayed_proposals.pop(record.number), replayed=True)
 
     def _finish(self, record: TrialRecord, proposal: Proposal, *, replayed: bool) -> None:
+        with self.interrupts.critical():  # stored, counted and told together, or not at all
+            self._record(record, proposal, replayed=replayed)
+
+    def _record(self, record: TrialRecord, proposal: Proposal, *, replayed: bool) -> None:
         if not replayed:
             record.stage = proposal.stage
             record.asked_after = self.asked_after.pop(record.number)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from quantune.evaluate.criterion import Criterion, CriterionCheck
 from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
-from quantune.evaluate.latency import LatencySpec, measure_latency
+from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
 
 __all__ = [
@@ -16,5 +16,6 @@ __all__ = [
     "Evaluator",
     "LatencySpec",
     "measure_latency",
+    "measure_side_by_side",
     "metric_direction",
 ]

@@ -16,7 +16,7 @@ import onnxruntime as ort
 
 from quantune.data import Dataset
 from quantune.errors import QuantuneError, TrialError
-from quantune.evaluate.latency import LatencySpec, measure_latency
+from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.model import ModelHandle
 
@@ -76,6 +76,10 @@ class Evaluator:
             for index, value in enumerate(session.run(names, batch)):
                 chunks[index].append(value)
         return {name: np.concatenate(parts, axis=0) for name, parts in zip(names, chunks, strict=True)}
+
+    def latency_side_by_side(self, models: list[Path]) -> list[dict[str, float]]:
+        """Latency figures of ``models`` timed interleaved on the latency batch (see ``measure_side_by_side``)."""
+        return measure_side_by_side(models, self._latency_feeds, self.spec.latency)
 
     def evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs.

@@ -47,15 +47,28 @@ def latency_lane() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def measure_latency(model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec) -> dict[str, float]:
-    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane."""
+def _timing_session(model: Path, spec: LatencySpec) -> ort.InferenceSession:
     options = ort.SessionOptions()
     options.intra_op_num_threads = spec.threads
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+
+
+def _figures(timings: np.ndarray) -> dict[str, float]:
+    timings = timings * 1000.0
+    return {
+        "latency_ms": float(np.median(timings)),
+        "latency_p90_ms": float(np.percentile(timings, 90)),
+        "latency_mean_ms": float(np.mean(timings)),
+    }
+
+
+def measure_latency(model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec) -> dict[str, float]:
+    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane."""
+    session = _timing_session(model, spec)
     timings = np.empty(spec.repeats)
     with latency_lane():
         for _ in range(spec.warmup):
@@ -64,9 +77,24 @@ def measure_latency(model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec
             start = time.perf_counter()
             session.run(None, feeds)
             timings[index] = time.perf_counter() - start
-    timings *= 1000.0
-    return {
-        "latency_ms": float(np.median(timings)),
-        "latency_p90_ms": float(np.percentile(timings, 90)),
-        "latency_mean_ms": float(np.mean(timings)),
-    }
+    return _figures(timings)
+
+
+def measure_side_by_side(models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec) -> list[dict[str, float]]:
+    """``measure_latency`` for several models at once, interleaved: round ``i`` times each model once.
+
+    Whatever else the machine does drifts over minutes; interleaving spreads that drift over
+    every model alike, so their ratios hold even when their absolute figures move.
+    """
+    sessions = [_timing_session(model, spec) for model in models]
+    timings = np.empty((len(sessions), spec.repeats))
+    with latency_lane():
+        for session in sessions:
+            for _ in range(spec.warmup):
+                session.run(None, feeds)
+        for index in range(spec.repeats):
+            for row, session in enumerate(sessions):
+                start = time.perf_counter()
+                session.run(None, feeds)
+                timings[row, index] = time.perf_counter() - start
+    return [_figures(row) for row in timings]

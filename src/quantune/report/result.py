@@ -35,6 +35,7 @@ class Result:
     cache_stats: dict[str, dict[str, int]] = field(default_factory=dict)
     step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     replayed: int = 0
+    latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
 
     @property
     def interrupted(self) -> bool:
@@ -59,6 +60,7 @@ class Result:
             "duration_s": self.duration_s,
             "cache": self.cache_stats,
             "replayed_trials": self.replayed,
+            "latency_confirmation": self.latency_confirmation,
         }
 
 

@@ -47,12 +47,13 @@ class ExecutorClosed(Exception):
 class WorkerStartError(QuantuneError):
     """A worker process died before it was ready: no trial can run, so the run stops."""
 
-    def __init__(self, index: int, exit_code: int | None, log_tail: str) -> None:
-        cause = (
-            _SIGNALS.get(-exit_code, f"killed by signal {-exit_code}")
-            if exit_code and exit_code < 0
-            else f"exit code {exit_code}"
-        )
+    def __init__(self, index: int, exit_code: int | None, log_tail: str, cause: str | None = None) -> None:
+        if cause is None:
+            cause = (
+                _SIGNALS.get(-exit_code, f"killed by signal {-exit_code}")
+                if exit_code and exit_code < 0
+                else f"exit code {exit_code}"
+            )
         message = f"executor: worker process {index} died while starting ({cause})"
         if log_tail:
             message += f"; its log ends with: {log_tail.splitlines()[-1]}"
@@ -156,7 +157,10 @@ class _Worker:
             self.process, self.conn = process, parent
         # Wait for the worker to import and build the run (slow under load; not part of any trial's time).
         # A worker that cannot build the run says why again when it is given its trial.
-        ready = wait([parent, process.sentinel], timeout=_STARTUP_TIMEOUT_S)
+        try:
+            ready = wait([parent, process.sentinel], timeout=_STARTUP_TIMEOUT_S)
+        except (OSError, ValueError):  # the pipe was closed under us: only a shutdown does that
+            ready = []
         if self.closed:
             raise ExecutorClosed()
         if parent in ready:
@@ -274,6 +278,8 @@ class ProcessExecutor(Executor):
             fatal = exc
         except ExecutorClosed:
             pass  # shut down while starting: what is left in the queue ends below
+        except Exception as exc:  # no process could be started at all (e.g. out of file handles)
+            fatal = WorkerStartError(worker.index, None, "", cause=f"{type(exc).__name__}: {exc}")
         while True:
             item = self._queue.get()
             if item is None:
