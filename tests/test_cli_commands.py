@@ -82,4 +82,6 @@ def test_run_table_fits_80_columns_with_a_user_metric(tmp_path, make_config, cap
     rows = [line for line in out.splitlines() if line.startswith("│")]
     numbers = [row.split("│")[1].strip() for row in rows]
     assert numbers[:3] == ["orig", "0", "1"]
+    assert all(row.split("│")[5].strip().endswith("*") for row in rows[:3]), "re-timed figures are marked"
+    assert "timed again at the end" in out
     assert all(len(line) <= 80 for line in out.splitlines())

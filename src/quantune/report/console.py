@@ -91,7 +91,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         "(original model)",
         f"{base[metric]:.4f}",
         "",
-        f"{base['latency_ms']:.3f}",
+        f"{base['latency_ms']:.3f}{'*' if 'latency_search_ms' in base else ''}",
         f"{base['size_bytes'] / 1024:.0f}",
         "",
         "",
@@ -106,6 +106,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             )
             continue
         m = record.metrics
+        retimed = "*" if "latency_search_ms" in m else ""
         hits = sum(1 for outcome in record.cache.values() if outcome == "hit")
         table.add_row(
             str(record.number),
@@ -114,14 +115,18 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             f"{record.accuracy_loss:+.2%}"
             if result.criterion["type"] == "relative"
             else f"{record.accuracy_loss:+.4g}",
-            f"{m['latency_ms']:.3f}",
+            f"{m['latency_ms']:.3f}{retimed}",
             f"{m['size_bytes'] / 1024:.0f}",
             "yes" if record.meets_criterion else "no",
             f"{hits}/{len(record.cache)}",
             style=style,
         )
+    captions = []
+    if result.latency_confirmation:
+        captions.append("* timed again at the end, side by side with the original (so is 'orig')")
     if len(result.trials) > max_rows:
-        table.caption = f"{len(result.trials) - max_rows} more trials in results.json"
+        captions.append(f"{len(result.trials) - max_rows} more trials in results.json")
+    table.caption = "; ".join(captions) or None
     console.print(table)
     console.print(summary(result), markup=False, highlight=False)
 
