@@ -126,3 +126,18 @@ def test_results_are_written_where_asked(make_config, tmp_path):
         assert (out / name).is_file(), name
     assert result.best_model_path == out.resolve() / "best" / "model.onnx"
     assert result.best_model_path.is_file()
+
+
+def test_resume_after_the_cache_was_cleared_keeps_a_matching_best_pair(make_config, tmp_path):
+    config = make_config()
+    out = tmp_path / "out"
+    first = quantune.tune(config, output=out)
+    model_bytes = (out / "best" / "model.onnx").read_bytes()
+    shutil.rmtree(tmp_path / "cache")  # the models the trials made are gone
+    second = quantune.tune(config, output=out)  # resumes: every trial replayed from run.db
+    assert second.replayed == len(first.trials) == 2
+    assert second.latency_confirmation is None, "models that are gone cannot be re-timed"
+    assert json.loads((out / "results.json").read_text())["replayed_trials"] == 2
+    # best/ still holds a model and the params.json that describes that same model
+    assert (out / "best" / "model.onnx").read_bytes() == model_bytes
+    assert json.loads((out / "best" / "params.json").read_text())["trial"] == first.best.number

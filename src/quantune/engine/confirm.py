@@ -10,6 +10,7 @@ chooses and reports on those figures. The search-time figure stays in ``latency_
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,8 @@ from typing import Any
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator
 
+log = logging.getLogger("quantune.confirm")
+_MIN_ROUNDS = 5
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
 
 
@@ -35,12 +38,26 @@ class Confirmation:
 
 
 def confirm_latency(
-    evaluator: Evaluator, original: Path, baseline: dict[str, float], records: list[TrialRecord], top: int
+    evaluator: Evaluator,
+    original: Path,
+    baseline: dict[str, float],
+    records: list[TrialRecord],
+    top: int,
+    budget_s: float | None = None,
 ) -> Confirmation | None:
     """Re-times the ``top`` fastest distinct models meeting the criterion with the original,
-    updating their figures and the baseline's in place. ``None`` when no trial meets it."""
+    updating their figures and the baseline's in place. ``None`` when no trial meets it.
+
+    ``budget_s`` bounds the re-timing (estimated from the search-time figures): on a large
+    model, fewer interleaved rounds (at least 5) rather than minutes of timing.
+    """
     feasible = sorted(
-        (r for r in records if r.status == "ok" and r.meets_criterion and r.model_path),
+        # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
+        (
+            r
+            for r in records
+            if r.status == "ok" and r.meets_criterion and r.model_path and Path(r.model_path).is_file()
+        ),
         key=lambda r: (r.metrics["latency_ms"], r.number),
     )
     chosen: list[str] = []
@@ -49,7 +66,15 @@ def confirm_latency(
             chosen.append(str(record.model_path))
     if not chosen:
         return None
-    figures = evaluator.latency_side_by_side([original, *(Path(path) for path in chosen)])
+    round_s = (baseline["latency_ms"] + sum(_latency_of(feasible, path) for path in chosen)) / 1000.0
+    warmup, repeats = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, round_s, budget_s)
+    try:
+        figures = evaluator.latency_side_by_side(
+            [original, *(Path(path) for path in chosen)], warmup=warmup, repeats=repeats
+        )
+    except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
+        log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)
+        return None
     baseline_search_ms = baseline["latency_ms"]
     _replace(baseline, figures[0])
     by_model = dict(zip(chosen, figures[1:], strict=True))
@@ -64,3 +89,17 @@ def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
     metrics["latency_search_ms"] = metrics["latency_ms"]
     for name in _FIGURES:
         metrics[name] = fresh[name]
+
+
+def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
+    """(warm-up, timed) rounds for a re-timing where one round of every model takes ``round_s``:
+    the config's ``repeats`` when they fit ``budget_s``, else as many as fit, at least 5."""
+    warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
+    if budget_s is None:
+        return warmup, repeats
+    fitting = int(budget_s / max(round_s, 1e-9)) - warmup
+    return warmup, max(_MIN_ROUNDS, min(repeats, fitting))
+
+
+def _latency_of(records: list[TrialRecord], model_path: str) -> float:
+    return next(r.metrics["latency_ms"] for r in records if r.model_path == model_path)

@@ -127,7 +127,14 @@ class Engine:
         top = self.config.evaluation.latency.confirm_top
         if self.objectives == ["latency"] and top > 0 and not stop_reason.startswith("interrupted"):
             original = parts.context.model.path
-            confirmation = confirm_latency(parts.context.evaluator, original, baseline, loop.records, top)
+            try:
+                # at most a tenth of the search's time (at least 3 s): a few rounds suffice interleaved
+                budget_s = max(3.0, 0.1 * (time.perf_counter() - started))
+                confirmation = confirm_latency(
+                    parts.context.evaluator, original, baseline, loop.records, top, budget_s=budget_s
+                )
+            except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
+                stop_reason += "; latency re-timing skipped (Ctrl-C)"
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         write_outputs(result)
         for listener in self.listeners:

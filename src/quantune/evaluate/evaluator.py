@@ -8,7 +8,7 @@ metric, latency, and size on disk.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
@@ -77,9 +77,18 @@ class Evaluator:
                 chunks[index].append(value)
         return {name: np.concatenate(parts, axis=0) for name, parts in zip(names, chunks, strict=True)}
 
-    def latency_side_by_side(self, models: list[Path]) -> list[dict[str, float]]:
-        """Latency figures of ``models`` timed interleaved on the latency batch (see ``measure_side_by_side``)."""
-        return measure_side_by_side(models, self._latency_feeds, self.spec.latency)
+    def latency_side_by_side(
+        self, models: list[Path], *, warmup: int | None = None, repeats: int | None = None
+    ) -> list[dict[str, float]]:
+        """Latency figures of ``models`` timed interleaved on the latency batch (see
+        ``measure_side_by_side``); ``warmup`` / ``repeats`` override the config's."""
+        spec = self.spec.latency
+        spec = replace(
+            spec,
+            warmup=spec.warmup if warmup is None else warmup,
+            repeats=spec.repeats if repeats is None else repeats,
+        )
+        return measure_side_by_side(models, self._latency_feeds, spec)
 
     def evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs.

@@ -8,6 +8,7 @@ status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 from dataclasses import dataclass, field
@@ -16,6 +17,8 @@ from typing import Any
 
 from quantune.engine.trial import TrialRecord
 from quantune.model import external_data_files
+
+log = logging.getLogger("quantune")
 
 
 @dataclass
@@ -70,23 +73,46 @@ def write_outputs(result: Result) -> None:
     folder.mkdir(parents=True, exist_ok=True)
     chosen = result.best or result.closest_miss
     if chosen is not None and chosen.model_path:
-        target = folder / ("best" if result.best else "closest_miss")
-        target.mkdir(exist_ok=True)
-        source = Path(chosen.model_path)
-        shutil.copyfile(source, target / "model.onnx")
-        for data in external_data_files(source):  # weights saved beside the model travel with it
-            destination = target / data.relative_to(source.parent)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(data, destination)
-        params = {
-            "trial": chosen.number,
-            "flow": chosen.flow,
-            "params": chosen.params,
-            "pass_configs": result.step_configs.get(chosen.number, {}),
-            "metrics": chosen.metrics,
-            "meets_criterion": chosen.meets_criterion,
-        }
-        (target / "params.json").write_text(json.dumps(params, indent=2, default=str))
+        _save_model(folder / ("best" if result.best else "closest_miss"), chosen, result)
     tmp = folder / ".results.json.tmp"
     tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
     os.replace(tmp, folder / "results.json")
+
+
+def _saved_trial(folder: Path) -> int | None:
+    """The trial whose model ``folder`` (best/ or closest_miss/) holds, from its params.json."""
+    try:
+        return json.loads((folder / "params.json").read_text())["trial"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
+    """``target``/model.onnx (with its external data) and params.json, always as a matching pair."""
+    target.mkdir(exist_ok=True)
+    source = Path(str(chosen.model_path))
+    if not source.is_file():
+        # Resumed after the cache was cleared: the model cannot be copied. Whatever pair the
+        # folder holds from an earlier run stays as it is (nothing of the user's is deleted).
+        log.warning(
+            "trial %d's model is no longer in the cache (%s); %s keeps %s. Run again with --restart to rebuild it",
+            chosen.number,
+            source,
+            target,
+            f"trial {_saved_trial(target)}'s model" if _saved_trial(target) is not None else "no model",
+        )
+        return
+    shutil.copyfile(source, target / "model.onnx")
+    for data in external_data_files(source):  # weights saved beside the model travel with it
+        destination = target / data.relative_to(source.parent)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(data, destination)
+    params = {
+        "trial": chosen.number,
+        "flow": chosen.flow,
+        "params": chosen.params,
+        "pass_configs": result.step_configs.get(chosen.number, {}),
+        "metrics": chosen.metrics,
+        "meets_criterion": chosen.meets_criterion,
+    }
+    (target / "params.json").write_text(json.dumps(params, indent=2, default=str))
