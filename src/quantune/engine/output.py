@@ -55,9 +55,10 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
         )
     if previous != config_hash or restart:
         store.clear()
-    # Same config: the stored trials are resumed (see engine/resume.py); outputs are rewritten.
-    for stale in ("best", "closest_miss"):
-        shutil.rmtree(folder / stale, ignore_errors=True)
+        for stale in ("best", "closest_miss"):  # another config's models
+            shutil.rmtree(folder / stale, ignore_errors=True)
+    # Same config: the stored trials are resumed (see engine/resume.py); best/ stays until the
+    # end of the run rewrites it (its model may be gone from a cleared cache: keep what we have).
     (folder / "results.json").unlink(missing_ok=True)
     store.set_meta("config_hash", config_hash)
     return store

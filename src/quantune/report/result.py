@@ -72,8 +72,11 @@ def write_outputs(result: Result) -> None:
     folder = result.output_dir
     folder.mkdir(parents=True, exist_ok=True)
     chosen = result.best or result.closest_miss
+    kind = "best" if result.best else "closest_miss"
+    for other in {"best", "closest_miss"} - ({kind} if chosen is not None else set()):
+        shutil.rmtree(folder / other, ignore_errors=True)  # from an earlier pass over this run
     if chosen is not None and chosen.model_path:
-        _save_model(folder / ("best" if result.best else "closest_miss"), chosen, result)
+        _save_model(folder / kind, chosen, result)
     tmp = folder / ".results.json.tmp"
     tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
     os.replace(tmp, folder / "results.json")
@@ -102,6 +105,8 @@ def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
             f"trial {_saved_trial(target)}'s model" if _saved_trial(target) is not None else "no model",
         )
         return
+    shutil.rmtree(target)  # no file of an earlier best (its external data) may stay beside this one
+    target.mkdir()
     shutil.copyfile(source, target / "model.onnx")
     for data in external_data_files(source):  # weights saved beside the model travel with it
         destination = target / data.relative_to(source.parent)
