@@ -193,3 +193,34 @@ def test_search_true_uses_the_pass_default_space(make_config, tmp_path):
     config = make_config([{"name": TOY, "search": True}])
     result = quantune.tune(config, output=tmp_path / "out")
     assert sorted(t.params[f"{TOY}.mode"] for t in result.trials) == ["copy", "negate"]
+
+
+def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
+    import time
+    from types import SimpleNamespace
+
+    from quantune.engine.engine import _Loop
+    from quantune.engine.trial import TrialRecord
+
+    def loop_at(elapsed_s: float, timeout_s: float | None, durations: dict[str, list[float]]) -> _Loop:
+        loop = _Loop.__new__(_Loop)  # only what _would_overrun reads
+        loop.engine = SimpleNamespace(config=SimpleNamespace(stop=SimpleNamespace(timeout_s=timeout_s)))
+        loop.records = [
+            TrialRecord(number=i, flow=[flow], params={}, status="ok", durations={"total_s": d})
+            for flow, values in durations.items()
+            for i, d in enumerate(values)
+        ]
+        loop.started = time.perf_counter() - elapsed_s
+        loop._overrun_reason = ""
+        return loop
+
+    slow_static = {"static": [40.0, 60.0], "dynamic": [10.0]}
+    assert not loop_at(80, 100, slow_static)._would_overrun(("dynamic",))  # 80 + 10 fits
+    late = loop_at(80, 100, slow_static)
+    assert late._would_overrun(("static",))  # 80 + 50 does not
+    assert "timeout (100 s)" in late._overrun_reason and "about 50 s" in late._overrun_reason
+    assert loop_at(80, 100, slow_static)._would_overrun(("new_flow",))  # all trials' mean: 36.7
+    assert not loop_at(50, 100, slow_static)._would_overrun(("new_flow",))
+    assert not loop_at(99, 100, {})._would_overrun(("static",)), "nothing finished yet: no estimate"
+    assert not loop_at(1e6, None, slow_static)._would_overrun(("static",))
+    assert not loop_at(1e6, 0, slow_static)._would_overrun(("static",)), "timeout 0 means stop at first success"

@@ -116,8 +116,8 @@ class StopConfig(_Strict):
     timeout_s: float | None = Field(
         default=None,
         ge=0,
-        description="Wall-clock limit over all phases; 0 means stop at the first trial that meets the criterion "
-        "(Neural Compressor's timeout: 0).",
+        description="Wall-clock limit over all phases (a trial expected to end after it is not started); "
+        "0 means stop at the first trial that meets the criterion (Neural Compressor's timeout: 0).",
     )
     stop_when_met: bool = Field(default=False, description="Stop at the first trial that meets the criterion.")
     n_candidates: int | None = Field(default=None, gt=0, description="Stop once this many trials meet it.")

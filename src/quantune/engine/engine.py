@@ -223,6 +223,7 @@ class _Loop:
         self.asked = 0
         self.told = 0
         self.interrupts = DeferredInterrupt()
+        self._overrun_reason = ""
 
     def run(self) -> str:
         with self.interrupts:
@@ -247,7 +248,9 @@ class _Loop:
                 if proposal is None:
                     stop_reason = "search finished (space exhausted or strategy done)"
                     break
-                self._launch(proposal)
+                if not self._launch(proposal):
+                    stop_reason = self._overrun_reason
+                    break
             if self.replay.waiting and not self.pending:
                 self._tell_replayed()
                 continue
@@ -258,21 +261,46 @@ class _Loop:
                 _, proposal = self.pending.pop(future)
                 self._finish(future.result(), proposal, replayed=False)
 
-    def _launch(self, proposal: Proposal) -> None:
+    def _launch(self, proposal: Proposal) -> bool:
+        """Runs (or replays) the proposal; ``False`` when it would not finish before ``timeout_s``."""
         plan = self.parts.plan
         flow = proposal.flow or plan.flow_of(proposal.point)
         trial = Trial(self.asked, tuple(flow), proposal.point)
+        stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
+        if stored is None and self._would_overrun(trial.flow):
+            return False
         self.step_configs[trial.number] = {
             step.id: config.model_dump(mode="json") for step, config in plan.configs_for(proposal.point, flow)
         }
         self.asked += 1
-        stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
         if stored is not None:
             self.replayed_proposals[trial.number] = proposal
             self.replayed_numbers.add(trial.number)
-            return
+            return True
         self.asked_after[trial.number] = self.told
         self.pending[self.executor.submit(trial)] = (trial, proposal)
+        return True
+
+    def _would_overrun(self, flow: tuple[str, ...]) -> bool:
+        """Whether a new trial of ``flow`` is expected to end after ``stop.timeout_s``.
+
+        The expectation is the mean duration of the finished trials of the same flow (of all
+        trials when the flow has none yet); with no finished trial there is none. A run stops
+        rather than start work it would have to abandon or overrun its limit for.
+        """
+        timeout = self.engine.config.stop.timeout_s
+        if not timeout:
+            return False
+        same = [r.durations.get("total_s") for r in self.records if tuple(r.flow) == flow]
+        durations = [d for d in same if d] or [d for r in self.records if (d := r.durations.get("total_s"))]
+        if not durations:
+            return False
+        expected = sum(durations) / len(durations)
+        elapsed = time.perf_counter() - self.started
+        if elapsed + expected <= timeout:
+            return False
+        self._overrun_reason = f"timeout ({timeout:g} s): the next trial (about {expected:.0f} s) would end after it"
+        return True
 
     def _tell_replayed(self) -> None:
         record = self.replay.next_tell()
