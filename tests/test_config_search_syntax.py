@@ -125,3 +125,82 @@ def test_rules_see_joint_and_fixed_values():
 def test_rule_naming_an_unknown_parameter_is_a_config_error():
     with pytest.raises(quantune.ConfigError, match=r"rules\[0\]"):
         plan_for([static({})], rules=[{"forbid": {"static_quant.bogus": [1]}}])
+
+
+def _symmetric_when(cases: dict[str, Any], parents: Any = ("activation_type", "quant_format")) -> dict[str, Any]:
+    return {"search": {"when": list(parents), "cases": cases}}
+
+
+def test_conditional_on_two_parents():
+    plan = plan_for(
+        [
+            static(
+                {
+                    "activation_type": {"search": ["uint8", "int8"]},
+                    "quant_format": {"search": ["QDQ", "QOperator"]},
+                    "activation_symmetric": _symmetric_when({"int8, QDQ": [False, True]}),
+                }
+            )
+        ]
+    )
+    points = list(plan.space.iterate())
+    assert len(points) == 3 + 2  # three combinations without it, int8+QDQ with both values
+    for point in points:
+        active = point["static_quant.activation_type"] == "int8" and point["static_quant.quant_format"] == "QDQ"
+        assert ("static_quant.activation_symmetric" in point) == active
+
+
+def test_conditional_parents_that_are_fixed_settle_the_cases():
+    one_fixed = plan_for(
+        [
+            static(
+                {
+                    "activation_type": {"search": ["uint8", "int8"]},
+                    "quant_format": "QDQ",
+                    "activation_symmetric": _symmetric_when({"int8, QDQ": [False, True], "int8, QOperator": [True]}),
+                }
+            )
+        ]
+    )
+    assert len(list(one_fixed.space.iterate())) == 1 + 2
+    none_match = plan_for(
+        [
+            static(
+                {
+                    "activation_type": "uint8",
+                    "quant_format": "QDQ",
+                    "activation_symmetric": _symmetric_when({"int8, QDQ": [False, True]}),
+                }
+            )
+        ]
+    )
+    assert "static_quant.activation_symmetric" not in none_match.space.params
+    all_match = plan_for(
+        [
+            static(
+                {
+                    "per_channel": True,
+                    "quant_format": "QDQ",
+                    "reduce_range": _symmetric_when(
+                        {"true, QDQ": [False, True]}, parents=("per_channel", "quant_format")
+                    ),
+                }
+            )
+        ]
+    )
+    assert sorted(p["static_quant.reduce_range"] for p in all_match.space.iterate()) == [False, True]
+
+
+def test_conditional_case_must_name_one_value_per_parent():
+    with pytest.raises(quantune.ConfigError, match="one value per parameter"):
+        plan_for(
+            [
+                static(
+                    {
+                        "activation_type": {"search": ["uint8", "int8"]},
+                        "quant_format": {"search": ["QDQ", "QOperator"]},
+                        "activation_symmetric": _symmetric_when({"int8": [False, True]}),
+                    }
+                )
+            ]
+        )

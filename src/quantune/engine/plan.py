@@ -12,6 +12,7 @@ rules, and the user's ``rules``.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -292,11 +293,20 @@ def _parse_search(spec: Any, where: str) -> Param:
     if isinstance(spec, dict) and "when" in spec:
         if set(spec) != {"when", "cases"} or not isinstance(spec["cases"], dict):
             raise ConfigError(f"{where}: a conditional takes 'when' and 'cases' only")
-        parent = spec["when"]
-        if not isinstance(parent, str):
-            raise ConfigError(f"{where}.when: name one parameter of the same pass")
-        cases = {key: _parse_domain(case, f"{where}.cases.{key}") for key, case in spec["cases"].items()}
-        return Conditional.on(parent, cases)
+        when = spec["when"]
+        parents = [when] if isinstance(when, str) else when
+        if not isinstance(parents, list) or not parents or not all(isinstance(p, str) for p in parents):
+            raise ConfigError(f"{where}.when: name a parameter of the same pass, or a list of them")
+        cases: dict[tuple[Any, ...], Any] = {}
+        for key, case in spec["cases"].items():
+            combo = (key,) if len(parents) == 1 else tuple(part.strip() for part in str(key).split(","))
+            if len(combo) != len(parents):
+                raise ConfigError(
+                    f"{where}.cases.{key}: give one value per parameter of 'when' {parents}, "
+                    f"separated by commas (e.g. '{', '.join('<' + p + '>' for p in parents)}')"
+                )
+            cases[combo] = _parse_domain(case, f"{where}.cases.{key}")
+        return Conditional(tuple(parents), cases)
     return _parse_domain(spec, where)
 
 
@@ -371,27 +381,46 @@ def _restrict(param: Param, allowed: tuple[Any, ...] | None) -> Param:
 
 
 def _resolve(param: Param, step_id: str, context: Mapping[str, Any], searched: Mapping[str, Param]) -> Param | None:
-    """Prefixes a conditional's parents with the step id, or settles it when its parent is fixed."""
+    """Prefixes a conditional's parents with the step id, and settles the parents that are
+    fixed: only the cases matching their values remain (none left: the parameter is inactive)."""
     if not isinstance(param, Conditional):
         return param
-    parent = param.parents[0]
-    if parent not in context:
-        raise ConfigError(
-            f"passes.{step_id}: 'when: {parent}' names no parameter of this pass; its parameters: {list(context)}"
-        )
-    if parent not in searched:
-        return param.domain_given({parent: context.get(parent)})
-    parent_values = _values(searched[parent])
-    cases = {}
-    for (key,), case in param.cases.items():
-        matches = [value for value in parent_values if value == key or str(value) == str(key)]
-        if not matches:
+    for parent in param.parents:
+        if parent not in context:
             raise ConfigError(
-                f"passes.{step_id}: case '{key}' is not a value of '{parent}' (its values: {parent_values})"
+                f"passes.{step_id}: 'when: {parent}' names no parameter of this pass; its parameters: {list(context)}"
             )
-        for match in matches:
-            cases[(match,)] = case
-    return Conditional((f"{step_id}.{parent}",), cases)
+    free = [index for index, parent in enumerate(param.parents) if parent in searched]
+    cases: dict[tuple[Any, ...], Any] = {}
+    for combo, case in param.cases.items():
+        if not all(_same(context.get(parent), combo[i]) for i, parent in enumerate(param.parents) if i not in free):
+            continue  # a fixed parent has another value
+        choices = []
+        for i in free:
+            parent = param.parents[i]
+            parent_values = _values(searched[parent])
+            matches = [value for value in parent_values if _same(value, combo[i])]
+            if not matches:
+                raise ConfigError(
+                    f"passes.{step_id}: case '{combo[i]}' is not a value of '{parent}' (its values: {parent_values})"
+                )
+            choices.append(matches)
+        for values in itertools.product(*choices):
+            cases[tuple(values)] = case
+    if not free:  # every parent fixed: the parameter is the matching case's domain, or inactive
+        case = cases.get(())
+        if case is None or isinstance(case, DOMAIN_TYPES):
+            return case
+        return Categorical(tuple(case)) if len(case) else None
+    return Conditional(tuple(f"{step_id}.{param.parents[i]}" for i in free), cases)
+
+
+def _same(value: Any, key: Any) -> bool:
+    """A parent's value against a case key from YAML/JSON (``"0.5"``, ``"true"`` and ``true`` alike)."""
+    if value == key:
+        return True
+    text = str(value)
+    return text == str(key) or (isinstance(value, bool) and text.lower() == str(key).lower())
 
 
 def _gate(param: Param, flows: tuple[str, ...]) -> Param:
