@@ -34,6 +34,7 @@ _EXPORTS = {
     "pass_names": "quantune.passes",
     "register_pass": "quantune.passes",
     "Result": "quantune.report",
+    "write_report": "quantune.report",
     "Feedback": "quantune.search",
     "Sampler": "quantune.search",
     "create_sampler": "quantune.search",

@@ -1,4 +1,4 @@
-"""The ``quantune`` command: run, schema, passes, space.
+"""The ``quantune`` command: run, report, schema, passes, space.
 
 User mistakes (a bad config, a missing file) print one line naming the field or file and
 exit with code 2; they never show a traceback.
@@ -33,6 +33,13 @@ def _cmd_run(args: argparse.Namespace) -> int:
     )
     render_result(result, Console())
     return 130 if result.interrupted else 0
+
+
+def _cmd_report(args: argparse.Namespace) -> int:
+    from quantune.report.html import write_report
+
+    print(write_report(args.run_dir, args.output))
+    return 0
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
@@ -99,6 +106,11 @@ def build_parser() -> argparse.ArgumentParser:
         "--executor", choices=["process", "inline", "ray"], help="where trials run (overrides executor.kind)"
     )
     run.set_defaults(func=_cmd_run)
+
+    report = sub.add_parser("report", help="write report.html (plots and the trial table) for a run folder")
+    report.add_argument("run_dir", help="a run's --output folder (it holds results.json)")
+    report.add_argument("--output", help="where to write the page (default: RUN_DIR/report.html)")
+    report.set_defaults(func=_cmd_report)
 
     schema = sub.add_parser("schema", help="print the config's JSON Schema")
     schema.set_defaults(func=_cmd_schema)

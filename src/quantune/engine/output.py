@@ -19,6 +19,7 @@ _OURS = {
     "best",
     "closest_miss",
     "workers",
+    "report.html",
 }
 
 
