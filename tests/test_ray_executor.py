@@ -35,3 +35,16 @@ def test_ray_executor_runs_trials_on_a_local_ray(tmp_path: Path, make_config, lo
     assert statuses == {("ok", "ok"), ("raise", "failed")}
     assert result.best is not None
     assert ray.is_initialized(), "a Ray the caller started is left running"
+
+
+def test_ray_trial_timeout_cancels_a_hanging_trial(tmp_path: Path, make_config, local_ray: Any) -> None:
+    config = make_config(
+        passes=[{"name": "faulty", "params": {"mode": {"search": ["hang", "ok"]}}}],
+        plugins=[_plugin(tmp_path)],
+        executor={"kind": "ray", "workers": 2, "trial_timeout_s": 5},
+    )
+    result = quantune.tune(config, output=tmp_path / "out")
+    by_mode = {t.params["faulty.mode"]: t for t in result.trials}
+    assert by_mode["hang"].status == "failed" and by_mode["hang"].error.startswith("timeout")
+    assert by_mode["ok"].status == "ok"
+    assert result.best is not None and result.best.number == by_mode["ok"].number
