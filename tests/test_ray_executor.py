@@ -35,6 +35,7 @@ def test_ray_executor_runs_trials_on_a_local_ray(tmp_path: Path, make_config, lo
     assert statuses == {("ok", "ok"), ("raise", "failed")}
     assert result.best is not None
     assert ray.is_initialized(), "a Ray the caller started is left running"
+    assert result.latency_confirmation is None, "Ray trials are timed on the workers: no local re-timing"
 
 
 def test_ray_trial_timeout_cancels_a_hanging_trial(tmp_path: Path, make_config, local_ray: Any) -> None:

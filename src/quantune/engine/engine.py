@@ -125,7 +125,10 @@ class Engine:
             raise
         confirmation = None
         top = self.config.evaluation.latency.confirm_top
-        if self.objectives == ["latency"] and top > 0 and not stop_reason.startswith("interrupted"):
+        # On Ray the trials were timed on the cluster's workers, which may be other hardware than
+        # the machine running the engine: their figures stand as measured.
+        local = self.config.executor.kind != "ray"
+        if self.objectives == ["latency"] and top > 0 and local and not stop_reason.startswith("interrupted"):
             original = parts.context.model.path
             try:
                 # at most a tenth of the search's time (at least 3 s): a few rounds suffice interleaved
