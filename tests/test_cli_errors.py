@@ -258,3 +258,13 @@ def test_a_metric_that_fails_on_the_original_model_is_one_line(tmp_path, make_co
     _, err = capsys.readouterr()
     assert_one_line_error(code, "", err, "evaluating the original model failed", "broken", "KeyError")
     assert multiprocessing.active_children() == [], "workers started for the run must be stopped"
+
+
+def test_a_space_with_nothing_runnable_is_a_config_error(tmp_path, make_config, capsys):
+    config = make_config(passes=[{"name": "graph_opt", "params": {"level": "all"}}, {"name": "static_quant"}])
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    code = main(["run", str(path), "--output", str(tmp_path / "out")])
+    _, err = capsys.readouterr()
+    assert_one_line_error(code, "", err, "every point of the search space is pruned", "graph_opt")
+    assert not (tmp_path / "out").exists(), "a config mistake must not claim the output folder"

@@ -28,8 +28,10 @@ from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front, select_best
 from quantune.engine.setup import RunParts, build_run
 from quantune.engine.trial import Trial, TrialRecord
+from quantune.errors import ConfigError
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
+from quantune.space import SearchSpace
 from quantune.store import RunStore, cache_key
 from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, create_strategy
 from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
@@ -94,6 +96,7 @@ class Engine:
             _detach_log(handler)
 
     def _strategy(self, parts: RunParts) -> Strategy:
+        _check_runnable(parts.plan.space)
         strategy = create_strategy(self.config.search.strategy)
         strategy.bind(search_problem(parts, self.config))
         return strategy
@@ -181,6 +184,22 @@ class Engine:
         record.meets_criterion = check.meets
         record.accuracy_loss = check.loss
         record.objective = objective_value(record, self.objectives[0])
+
+
+_CHECK_LIMIT = 20_000  # spaces this small are walked to prove they hold a runnable point
+
+
+def _check_runnable(space: SearchSpace) -> None:
+    """A space whose every point is pruned is a config mistake, not a run of zero trials."""
+    if not space.is_finite() or space.raw_size() > _CHECK_LIMIT:
+        return
+    if next(iter(space.iterate()), None) is None:
+        raise ConfigError(
+            "passes: every point of the search space is pruned, so nothing can run: check the fixed "
+            "parameters against the pass validators, target.provider, which passes may follow which "
+            "(e.g. static_quant never follows graph_opt at level 'extended' or 'all'), and your rules "
+            "(`quantune space CONFIG` shows the size per flow)"
+        )
 
 
 def search_problem(parts: RunParts, config: Config) -> SearchProblem:
