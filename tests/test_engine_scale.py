@@ -178,7 +178,7 @@ def test_a_script_calling_tune_unguarded_gets_advice_not_a_hang(tmp_path: Path, 
     done = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=300)
     assert done.returncode == 1
     assert 'put the call under `if __name__ == "__main__":`' in done.stderr
-    assert "tune_me.py" in done.stderr.splitlines()[-1]
+    assert "tune_me.py" in done.stderr and "Traceback" in done.stderr  # a Python API error, raised
 
     guarded = tmp_path / "tune_guarded.py"
     guarded.write_text(
