@@ -84,46 +84,35 @@ def run_model(model_path: str | Path, data: dict[str, np.ndarray], batch_size: i
     return {name: np.concatenate(parts) for name, parts in zip(outs, chunks, strict=True)}
 
 
-def latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100) -> dict:
-    """The one latency method: CPU provider, 1 intra-op thread, no spinning, fixed batch, median."""
+def _timing_session(model_path: str | Path) -> ort.InferenceSession:
+    """CPU provider, 1 intra-op thread, sequential, no spinning: the one way every model is timed."""
     options = ort.SessionOptions()
     options.intra_op_num_threads = 1
     options.inter_op_num_threads = 1
     options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     options.log_severity_level = 3
-    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-    for _ in range(warmup):
-        session.run(None, feeds)
-    timings = np.empty(repeats)
-    for index in range(repeats):
-        start = time.perf_counter()
-        session.run(None, feeds)
-        timings[index] = time.perf_counter() - start
-    timings *= 1000.0
-    return {"latency_ms": float(np.median(timings)), "latency_p90_ms": float(np.percentile(timings, 90))}
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
+
+
+def latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100) -> dict:
+    """The one latency method (see :func:`latency_interleaved`) for a single model: median and p90."""
+    return latency_interleaved({"model": model_path}, feeds, warmup=warmup, repeats=repeats)["model"]
 
 
 def latency_interleaved(
     models: dict[str, str | Path], feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100
 ) -> dict[str, dict]:
-    """The same method as :func:`latency_ms`, for several models at once, in interleaved rounds.
+    """Median and p90 latency (ms) of several models on a fixed batch, timed in interleaved rounds.
 
     On a shared or throttled machine, timing one model after another lets a slow minute land
     on one tool; one run of every model per round (in rotating order) gives each the same
     conditions, so the ratios between tools are fair.
     """
-    sessions = {}
-    for name, path in models.items():
-        options = ort.SessionOptions()
-        options.intra_op_num_threads = 1
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-        options.log_severity_level = 3
-        sessions[name] = ort.InferenceSession(str(path), options, providers=["CPUExecutionProvider"])
+    sessions = {name: _timing_session(path) for name, path in models.items()}
+    for session in sessions.values():
         for _ in range(warmup):
-            sessions[name].run(None, feeds)
+            session.run(None, feeds)
     names = list(sessions)
     timings = {name: np.empty(repeats) for name in names}
     for index in range(repeats):

@@ -39,9 +39,11 @@ import quantune
 from quantune.search import Feedback, create_sampler
 from quantune.space import Categorical, Conditional, FloatRange, IntRange, SearchSpace
 
+N_PARAMS = 12  # p0 ... p11, in the sampler-only space and in the engine's no-op pass alike
+
 
 def big_space() -> SearchSpace:
-    params: dict[str, Any] = {f"p{i}": Categorical(tuple(range(10))) for i in range(12)}
+    params: dict[str, Any] = {f"p{i}": Categorical(tuple(range(10))) for i in range(N_PARAMS)}
     params["percentile"] = Conditional.on("p0", {value: (99.9, 99.99, 99.999) for value in range(5)})
     params["samples"] = IntRange(16, 1024, step=16)
     params["alpha"] = FloatRange(0.0, 1.0, step=0.05)
@@ -78,18 +80,7 @@ import shutil
 from quantune import Pass, PassConfig, register_pass
 
 class NoopConfig(PassConfig):
-    p0: int = 0
-    p1: int = 0
-    p2: int = 0
-    p3: int = 0
-    p4: int = 0
-    p5: int = 0
-    p6: int = 0
-    p7: int = 0
-    p8: int = 0
-    p9: int = 0
-    p10: int = 0
-    p11: int = 0
+{FIELDS}
 
 @register_pass
 class Noop(Pass):
@@ -97,7 +88,7 @@ class Noop(Pass):
     Config = NoopConfig
     def run(self, config, model_in, model_out, context):
         shutil.copyfile(model_in, model_out)
-"""
+""".replace("{FIELDS}", "\n".join(f"    p{i}: int = 0" for i in range(N_PARAMS)))
 
 
 def engine_config(folder: Path, sampler: str, trials: int, seed: int) -> dict[str, Any]:
@@ -117,7 +108,7 @@ def engine_config(folder: Path, sampler: str, trials: int, seed: int) -> dict[st
         "data": {"evaluation": str(folder / "data.npz"), "batch_size": 4},
         "evaluation": {"metric": "cosine", "latency": {"warmup": 0, "repeats": 1}},
         "plugins": [str(folder / "noop.py")],
-        "passes": [{"name": "noop", "params": {f"p{i}": {"search": {"int": [0, 9]}} for i in range(12)}}],
+        "passes": [{"name": "noop", "params": {f"p{i}": {"search": {"int": [0, 9]}} for i in range(N_PARAMS)}}],
         "search": {"sampler": sampler, "seed": seed},
         "stop": {"max_trials": trials},
         "cache_dir": str(folder / "cache"),

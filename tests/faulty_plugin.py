@@ -33,12 +33,6 @@ class Faulty(Pass):
 '''
 
 
-def _plugin(tmp_path: Path) -> str:
-    path = tmp_path / "faulty.py"
-    path.write_text(FAULTY_PLUGIN)
-    return str(path)
-
-
 def write_plugin(folder: Path) -> str:
     path = folder / "faulty.py"
     path.write_text(FAULTY_PLUGIN)

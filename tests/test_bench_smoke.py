@@ -25,9 +25,22 @@ def test_bench_runs_quantune_on_digits(tmp_path: Path) -> None:
     pytest.importorskip("yaml")
     env = {**os.environ, "QUANTUNE_BENCH_CACHE": str(tmp_path / "cache"), "ORT_DISABLE_TELEMETRY": "1"}
     out = tmp_path / "results"
-    args = ["--cases", "digits", "--tools", "quantune", "--max-trials", "2", "--timeout", "60", "--out", str(out)]
+    args = [
+        "--cases",
+        "digits",
+        "--tools",
+        "quantune",
+        "--max-trials",
+        "2",
+        "--timeout",
+        "60",
+        "--grace",
+        "30",
+        "--out",
+        str(out),
+    ]
     proc = subprocess.run(
-        [sys.executable, str(RUN), *args], env=env, capture_output=True, text=True, timeout=120, cwd=tmp_path
+        [sys.executable, str(RUN), *args], env=env, capture_output=True, text=True, timeout=300, cwd=tmp_path
     )
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     reports = list(out.glob("*.json"))

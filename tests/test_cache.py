@@ -272,15 +272,6 @@ def test_second_run_in_another_folder_is_all_cache_hits(sampler, make_config, tm
     )
 
 
-def test_second_run_in_the_same_folder_repeats_the_same_trials(make_config, tmp_path):
-    config = static_search_config(make_config, search={"sampler": "tpe", "seed": 0})
-    first = quantune.tune(config, output=tmp_path / "out")
-    second = quantune.tune(config, output=tmp_path / "out")
-    assert [(t.number, t.params) for t in second.trials] == [(t.number, t.params) for t in first.trials]
-    assert [t.metrics for t in second.trials] == [t.metrics for t in first.trials]
-    assert len(json.loads((tmp_path / "out" / "results.json").read_text())["trials"]) == 4
-
-
 @pytest.mark.parametrize("sampler", ["exhaustive", "tpe"])
 def test_second_run_in_the_same_folder_resumes_and_computes_nothing(sampler, make_config, tmp_path):
     """The same config in the same folder resumes: every finished trial is taken from the run

@@ -76,7 +76,10 @@ def main() -> None:
             "model": str(result.best_model_path or (out / "run" / "closest_miss" / "model.onnx")) if chosen else None,
             "first_feasible_s": listener.first_s,
             "total_s": total,
-            "evaluations": len(result.trials) + 1,  # + the fp32 baseline
+            # evaluations this run computed (cache hits and failed trials are not evaluations)
+            "evaluations": sum(
+                result.cache_stats.get(kind, {}).get("misses", 0) for kind in ("baseline", "evaluation")
+            ),
             "tool_metric": chosen.metrics.get(result.metric) if chosen else None,
             "settings": chosen.params if chosen else None,
             "notes": result.stop_reason,

@@ -226,9 +226,6 @@ def hashable(value: Any) -> Any:
     return value
 
 
-_hashable = hashable  # the old private name
-
-
 __all__ = [
     "DOMAIN_TYPES",
     "Boolean",
