@@ -6,11 +6,7 @@ cache) and is built once per worker process; executors only decide where ``run``
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
-import os
-import shutil
 import time
 import traceback
 from dataclasses import dataclass
@@ -22,8 +18,8 @@ from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Evaluator
-from quantune.model import ModelHandle, external_data_files
-from quantune.passes import PassContext
+from quantune.model import ModelHandle
+from quantune.passes.cached import run_pass_cached
 from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
@@ -88,53 +84,20 @@ class TrialRunner:
         current, current_sha = ctx.model.path, ctx.model.sha256
         pass_times: dict[str, float] = {}
         for step, config in ctx.plan.configs_for(trial.params, trial.flow):
-            pass_cls = step.pass_cls
-            parts: list[Any] = [
-                "pass",
-                pass_cls.name,
-                pass_cls.version,
-                current_sha,
-                config.model_dump(mode="json"),
-            ]
-            if pass_cls.needs_calibration:
-                parts += [ctx.calibration.fingerprint if ctx.calibration else None, ctx.batch_size]
-            key = cache_key(*parts)
-            cached = ctx.cache.get_model(key)
             started = time.perf_counter()
-            if cached is not None:
-                current, current_sha = cached
-                record.cache[step.id] = "hit"
-            else:
-                work_dir = ctx.cache.new_work_dir()
-                view_dir = ctx.cache.new_work_dir()
-                known_data = ctx.model.external_data if current == ctx.model.path else None
-                output = work_dir / "model.onnx"
-                pass_context = PassContext(
-                    ctx.calibration,
-                    ctx.evaluator.input_names,
-                    ctx.batch_size,
-                    work_dir,
-                    model_sha256=current_sha,
-                    cache_dir=ctx.cache.root / "passes" / pass_cls.name,
-                )
-                printed = io.StringIO()  # onnxruntime's calibrators print progress; keep it in the log
-                try:
-                    with contextlib.redirect_stdout(printed):
-                        pass_cls().run(config, private_view(current, view_dir, known_data), output, pass_context)
-                    if not output.is_file():
-                        raise TrialError(f"pass '{step.id}' wrote no model")
-                except Exception as exc:
-                    shutil.rmtree(work_dir, ignore_errors=True)
-                    if isinstance(exc, TrialError):
-                        raise
-                    raise TrialError(f"pass '{step.id}' failed: {type(exc).__name__}: {exc}") from exc
-                finally:
-                    shutil.rmtree(view_dir, ignore_errors=True)
-                    if printed.getvalue():
-                        log.info("pass %s printed:\n%s", step.id, printed.getvalue().rstrip())
-                meta = {"pass": pass_cls.name, "config": config.model_dump()}
-                current, current_sha = ctx.cache.put_model(key, work_dir, meta)
-                record.cache[step.id] = "miss"
+            current, current_sha, hit = run_pass_cached(
+                ctx.cache,
+                step.pass_cls,
+                config,
+                current,
+                current_sha,
+                calibration=ctx.calibration,
+                input_names=ctx.evaluator.input_names,
+                batch_size=ctx.batch_size,
+                label=step.id,
+                external_data=ctx.model.external_data if current == ctx.model.path else None,
+            )
+            record.cache[step.id] = "hit" if hit else "miss"
             pass_times[step.id] = time.perf_counter() - started
         record.durations["passes_s"] = pass_times
         return current, current_sha
@@ -155,28 +118,3 @@ class TrialRunner:
             record.cache["evaluation"] = "miss"
         record.durations["evaluation_s"] = time.perf_counter() - started
         return metrics
-
-
-def private_view(model_path: Path, folder: Path, external_data: list[Path] | None = None) -> Path:
-    """``model_path`` as seen from ``folder``, so a pass's side files land in ``folder``.
-
-    onnxruntime's quantizers write side files next to the model they read (``quantize_dynamic``
-    writes ``<name>-inferred.onnx`` there and deletes it again). Beside a cached model that is
-    a race between workers running passes on the same input (one deletes the file the other
-    is reading), and beside the user's model it writes into the user's folder.
-
-    A single-file model is seen through a symlink (free). A model with external data is
-    copied with its data files: onnx refuses external data reached through a symlink or a
-    hard link (it resolves outside the folder, or looks like a hard-link attack), and the side
-    file onnxruntime writes must sit beside the data it refers to.
-    """
-    source = Path(os.path.abspath(model_path))  # absolute, symlinks kept as the user made them
-    data = external_data_files(source) if external_data is None else external_data
-    if not data:
-        os.symlink(source, folder / source.name)
-        return folder / source.name
-    for file in [source, *data]:
-        target = folder / file.relative_to(source.parent)
-        target.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(file, target)
-    return folder / source.name

@@ -29,8 +29,6 @@ data fingerprint, rows): the quantized model's hash covers the whole quantizatio
 
 from __future__ import annotations
 
-import contextlib
-import io
 import logging
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -43,7 +41,8 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from quantune.data import Dataset
-from quantune.passes import PassConfig, PassContext
+from quantune.passes import PassConfig
+from quantune.passes.cached import run_pass_cached
 from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.sensitivity")
@@ -508,24 +507,15 @@ class SensitivityProbe:
         return float_path, float_sha, current, current_sha
 
     def _run(self, step: Any, config: PassConfig, model: Path, sha: str) -> tuple[Path, str]:
-        pass_cls = step.pass_cls
-        parts: list[Any] = ["pass", pass_cls.name, pass_cls.version, sha, config.model_dump(mode="json")]
-        if pass_cls.needs_calibration:
-            parts += [self.calibration.fingerprint, self.batch_size]
-        key = cache_key(*parts)
-        cached = self.cache.get_model(key)
-        if cached is not None:
-            return cached
-        work_dir = self.cache.new_work_dir()
-        output = work_dir / "model.onnx"
-        context = PassContext(
-            self.calibration,
-            self.input_names,
-            self.batch_size,
-            work_dir,
-            model_sha256=sha,
-            cache_dir=self.cache.root / "passes" / pass_cls.name,
+        path, model_sha, _ = run_pass_cached(
+            self.cache,
+            step.pass_cls,
+            config,
+            model,
+            sha,
+            calibration=self.calibration,
+            input_names=self.input_names,
+            batch_size=self.batch_size,
+            label=f"{step.id} (sensitivity)",
         )
-        with contextlib.redirect_stdout(io.StringIO()):
-            pass_cls().run(config, model, output, context)
-        return self.cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
+        return path, model_sha

@@ -1,0 +1,101 @@
+"""One pass run through the content-addressed cache.
+
+The trial runner and the sensitivity probe both run passes; they share this function, so they
+find each other's outputs under the same keys, and both give the pass a private view of its
+input (onnxruntime's quantizers write side files beside the model they read).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import shutil
+from pathlib import Path
+from typing import Any
+
+from quantune.data import Dataset
+from quantune.errors import TrialError
+from quantune.model import external_data_files
+from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.store import ArtifactCache, cache_key
+
+log = logging.getLogger("quantune.runner")
+
+
+def run_pass_cached(
+    cache: ArtifactCache,
+    pass_cls: type[Pass],
+    config: PassConfig,
+    model: Path,
+    model_sha: str,
+    *,
+    calibration: Dataset | None,
+    input_names: list[str],
+    batch_size: int,
+    label: str,
+    external_data: list[Path] | None = None,
+) -> tuple[Path, str, bool]:
+    """(output model, its sha256, whether it came from the cache). Failures raise ``TrialError``
+    naming ``label`` (the step id); a failed pass leaves nothing behind."""
+    parts: list[Any] = ["pass", pass_cls.name, pass_cls.version, model_sha, config.model_dump(mode="json")]
+    if pass_cls.needs_calibration:
+        parts += [calibration.fingerprint if calibration else None, batch_size]
+    key = cache_key(*parts)
+    cached = cache.get_model(key)
+    if cached is not None:
+        return (*cached, True)
+    work_dir = cache.new_work_dir()
+    view_dir = cache.new_work_dir()
+    output = work_dir / "model.onnx"
+    context = PassContext(
+        calibration,
+        input_names,
+        batch_size,
+        work_dir,
+        model_sha256=model_sha,
+        cache_dir=cache.root / "passes" / pass_cls.name,
+    )
+    printed = io.StringIO()  # onnxruntime's calibrators print progress; keep it in the log
+    try:
+        with contextlib.redirect_stdout(printed):
+            pass_cls().run(config, private_view(model, view_dir, external_data), output, context)
+        if not output.is_file():
+            raise TrialError(f"pass '{label}' wrote no model")
+    except Exception as exc:
+        shutil.rmtree(work_dir, ignore_errors=True)
+        if isinstance(exc, TrialError):
+            raise
+        raise TrialError(f"pass '{label}' failed: {type(exc).__name__}: {exc}") from exc
+    finally:
+        shutil.rmtree(view_dir, ignore_errors=True)
+        if printed.getvalue():
+            log.info("pass %s printed:\n%s", label, printed.getvalue().rstrip())
+    path, sha = cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
+    return path, sha, False
+
+
+def private_view(model_path: Path, folder: Path, external_data: list[Path] | None = None) -> Path:
+    """``model_path`` as seen from ``folder``, so a pass's side files land in ``folder``.
+
+    onnxruntime's quantizers write side files next to the model they read (``quantize_dynamic``
+    writes ``<name>-inferred.onnx`` there and deletes it again). Beside a cached model that is
+    a race between workers running passes on the same input (one deletes the file the other
+    is reading), and beside the user's model it writes into the user's folder.
+
+    A single-file model is seen through a symlink (free). A model with external data is
+    copied with its data files: onnx refuses external data reached through a symlink or a
+    hard link (it resolves outside the folder, or looks like a hard-link attack), and the side
+    file onnxruntime writes must sit beside the data it refers to.
+    """
+    source = Path(os.path.abspath(model_path))  # absolute, symlinks kept as the user made them
+    data = external_data_files(source) if external_data is None else external_data
+    if not data:
+        os.symlink(source, folder / source.name)
+        return folder / source.name
+    for file in [source, *data]:
+        target = folder / file.relative_to(source.parent)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(file, target)
+    return folder / source.name
