@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 import yaml
 
+import quantune
 from conftest import INLINE_EXECUTOR
 from quantune.cli import main
 
@@ -268,3 +269,11 @@ def test_a_space_with_nothing_runnable_is_a_config_error(tmp_path, make_config, 
     _, err = capsys.readouterr()
     assert_one_line_error(code, "", err, "every point of the search space is pruned", "graph_opt")
     assert not (tmp_path / "out").exists(), "a config mistake must not claim the output folder"
+
+
+@pytest.mark.parametrize(
+    ("override", "needle"), [({"workers": 0}, "executor.workers"), ({"executor": "foo"}, "executor.kind")]
+)
+def test_tune_overrides_are_validated_like_the_config(make_config, tmp_path, override, needle):
+    with pytest.raises(quantune.QuantuneError, match=needle):
+        quantune.tune(make_config(), output=tmp_path / "out", **override)

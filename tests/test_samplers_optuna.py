@@ -232,6 +232,13 @@ def test_optuna_samplers_start_with_the_highest_priority_point(name):
     assert (first["method"], first["pct"], first["schedule"]) == ("Percentile", 99.99, (400, 1e-5))
 
 
+def test_the_highest_priority_value_is_told_apart_from_an_equal_one_of_another_type():
+    # 1 == True in Python; the first point must still be the heavier value, True, not 1
+    space = SearchSpace({"x": Categorical((1, True), weights=(1, 3)), "n": IntRange(1, 100)})
+    first = drive("tpe", space, 1, feedback=lambda p: Feedback(p["n"]))[0]
+    assert first["x"] is True
+
+
 def test_tpe_leaves_inactive_conditionals_out():
     points = drive("tpe", mixed_space(), 30)
     assert any("pct" in p for p in points) and any("pct" not in p for p in points)

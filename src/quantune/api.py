@@ -6,7 +6,10 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from pydantic import ValidationError
+
 from quantune.config import Config, LoadedConfig, load_config
+from quantune.config.loader import format_validation_error
 from quantune.engine import Engine, RunListener
 from quantune.engine.executors.process import refuse_in_starting_worker
 from quantune.errors import QuantuneError
@@ -36,13 +39,15 @@ def tune(
     loaded: LoadedConfig = load_config(config)
     overrides: dict[str, Any] = {}
     if workers is not None:
-        if workers < 1:
-            raise QuantuneError(f"--workers: must be at least 1, got {workers}")
         overrides["workers"] = workers
     if executor is not None:
         overrides["kind"] = executor
-    if overrides:
-        new_executor = loaded.config.executor.model_copy(update=overrides)
+    if overrides:  # validated like the config's own executor section (model_copy would not check)
+        section = type(loaded.config.executor)
+        try:
+            new_executor = section.model_validate({**loaded.config.executor.model_dump(), **overrides})
+        except ValidationError as exc:
+            raise QuantuneError(format_validation_error(exc, prefix="executor")) from None
         loaded = replace(loaded, config=loaded.config.model_copy(update={"executor": new_executor}))
     if output is None:
         name = Path(loaded.source).stem if loaded.source != "config" else "quantune"

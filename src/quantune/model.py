@@ -34,12 +34,20 @@ def external_data_files(path: str | Path) -> list[Path]:
     They are part of the model: its identity in the cache hashes them, its size counts them,
     and copying the model copies them.
     """
-    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
-
     path = Path(path)
     if all(entry.name in (path.name, "meta.json") for entry in os.scandir(path.parent)):
         return []  # alone in its folder (every cache entry of a single-file model): nothing to parse
-    model = onnx.load(str(path), load_external_data=False)
+    return _external_data_of(onnx.load(str(path), load_external_data=False), path)
+
+
+def model_size_bytes(path: str | Path) -> int:
+    """Bytes on disk of the model at ``path``, its external-data files included."""
+    return Path(path).stat().st_size + sum(data.stat().st_size for data in external_data_files(path))
+
+
+def _external_data_of(model: onnx.ModelProto, path: Path) -> list[Path]:
+    from onnx.external_data_helper import ExternalDataInfo, _get_all_tensors, uses_external_data
+
     locations = {ExternalDataInfo(tensor).location for tensor in _get_all_tensors(model) if uses_external_data(tensor)}
     # onnx and onnxruntime refuse locations outside the model's folder; so do we.
     inside = [
@@ -60,8 +68,26 @@ def files_sha256(model: str | Path, others: list[Path]) -> str:
 
 
 @dataclass(frozen=True)
+class _Graph:
+    """What the engine reads from a model's graph, taken in one parse (the weights are not kept)."""
+
+    nodes: list[tuple[str, str]]
+    input_names: list[str]
+    external_data: list[Path]
+
+
+def _graph_of(model: onnx.ModelProto, path: Path) -> _Graph:
+    initializers = {init.name for init in model.graph.initializer}
+    return _Graph(
+        nodes=[(node.name, node.op_type) for node in model.graph.node],
+        input_names=[inp.name for inp in model.graph.input if inp.name not in initializers],
+        external_data=_external_data_of(model, path),
+    )
+
+
+@dataclass(frozen=True)
 class ModelHandle:
-    """An ONNX model file. Cheap to create; hashing and loading happen on first use."""
+    """An ONNX model file. Cheap to create; hashing and parsing happen once, on first use."""
 
     path: Path
 
@@ -80,11 +106,17 @@ class ModelHandle:
         if not model.graph.node or not model.graph.output:
             # An empty file parses as an empty ModelProto: say so here, not in a failed evaluation later.
             raise QuantuneError(f"{field_name}: '{path}' is not an ONNX model (it has no graph nodes or outputs)")
-        return cls(resolved)
+        handle = cls(resolved)
+        handle.__dict__["_graph"] = _graph_of(model, resolved)  # this parse serves every later question
+        return handle
 
     @cached_property
+    def _graph(self) -> _Graph:
+        return _graph_of(onnx.load(str(self.path), load_external_data=False), self.path)
+
+    @property
     def external_data(self) -> list[Path]:
-        return external_data_files(self.path)
+        return self._graph.external_data
 
     @cached_property
     def sha256(self) -> str:
@@ -96,15 +128,9 @@ class ModelHandle:
         """Bytes on disk, including external-data files stored beside the model."""
         return self.path.stat().st_size + sum(data.stat().st_size for data in self.external_data)
 
-    def load(self) -> onnx.ModelProto:
-        return onnx.load(str(self.path))
-
     def nodes(self) -> list[tuple[str, str]]:
         """(name, op type) of every node of the main graph, in graph order."""
-        model = onnx.load(str(self.path), load_external_data=False)
-        return [(node.name, node.op_type) for node in model.graph.node]
+        return list(self._graph.nodes)
 
     def input_names(self) -> list[str]:
-        model = onnx.load(str(self.path), load_external_data=False)
-        initializers = {init.name for init in model.graph.initializer}
-        return [inp.name for inp in model.graph.input if inp.name not in initializers]
+        return list(self._graph.input_names)

@@ -18,7 +18,7 @@ from quantune.data import Dataset
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
-from quantune.model import ModelHandle
+from quantune.model import model_size_bytes
 
 UserMetric = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], float]
 
@@ -107,7 +107,7 @@ class Evaluator:
         for name, func in AGREEMENT_METRICS.items():
             figures[name] = func(first, ref_first)
         figures.update(measure_latency(model, self._latency_feeds, self.spec.latency))
-        figures["size_bytes"] = float(ModelHandle(model).size_bytes)
+        figures["size_bytes"] = float(model_size_bytes(model))
         return figures, outputs
 
 

@@ -97,6 +97,6 @@ def priority_params(space: SearchSpace) -> dict[str, Any]:
         if not isinstance(domain, Categorical | Joint) or domain.weights is None:
             continue
         top = domain.visit_order()[0]
-        fixed[label(name, param, context)] = list(domain.choices_given({})).index(top)
+        fixed[label(name, param, context)] = _index(domain.choices_given({}), top)
         context[name] = top
     return fixed

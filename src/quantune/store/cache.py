@@ -42,6 +42,7 @@ class ArtifactCache:
 
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
+        self._verified: dict[str, tuple[int, int, str]] = {}  # key -> (size, mtime_ns, sha256) hashed here
         for sub in ("models", "evals", "outputs", "tmp"):
             (self.root / sub).mkdir(parents=True, exist_ok=True)
 
@@ -50,11 +51,22 @@ class ArtifactCache:
         return self.root / "models" / key
 
     def get_model(self, key: str) -> tuple[Path, str] | None:
-        """The cached model for ``key`` and its sha256, or ``None`` (also when the entry was corrupt)."""
+        """The cached model for ``key`` and its sha256, or ``None`` (also when the entry was corrupt).
+
+        An entry is hashed in full the first time this process reads it; later reads trust it
+        while its model file keeps the size and modification time it had then.
+        """
         folder = self._model_dir(key)
         meta_path = folder / "meta.json"
         model_path = folder / "model.onnx"
-        if not meta_path.is_file() or not model_path.is_file():
+        try:
+            stat = model_path.stat()
+        except FileNotFoundError:
+            return None
+        seen = self._verified.get(key)
+        if seen is not None and seen[:2] == (stat.st_size, stat.st_mtime_ns):
+            return model_path, seen[2]
+        if not meta_path.is_file():
             return None
         try:
             expected = json.loads(meta_path.read_text())["sha256"]
@@ -63,6 +75,7 @@ class ArtifactCache:
         if expected is None or _entry_sha256(folder) != expected:
             shutil.rmtree(folder, ignore_errors=True)
             return None
+        self._verified[key] = (stat.st_size, stat.st_mtime_ns, expected)
         return model_path, expected
 
     def new_work_dir(self) -> Path:
