@@ -32,6 +32,7 @@ from quantune.errors import ConfigError
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
 from quantune.space import SearchSpace
+from quantune.space.report import EXACT_LIMIT
 from quantune.store import RunStore, cache_key
 from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, create_strategy
 from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
@@ -186,12 +187,9 @@ class Engine:
         record.objective = objective_value(record, self.objectives[0])
 
 
-_CHECK_LIMIT = 20_000  # spaces this small are walked to prove they hold a runnable point
-
-
 def _check_runnable(space: SearchSpace) -> None:
     """A space whose every point is pruned is a config mistake, not a run of zero trials."""
-    if not space.is_finite() or space.raw_size() > _CHECK_LIMIT:
+    if not space.is_finite() or space.raw_size() > EXACT_LIMIT:  # walked to prove a runnable point
         return
     if next(iter(space.iterate()), None) is None:
         raise ConfigError(

@@ -41,7 +41,6 @@ class Step:
     id: str
     pass_cls: type[Pass]
     fixed: Mapping[str, Any]
-    searched: tuple[str, ...]
     subsets: Mapping[str, tuple[str, ...]] = field(default_factory=dict)
     joints: Mapping[str, tuple[str, ...]] = field(default_factory=dict)  # joint param name -> pass params
 
@@ -75,11 +74,6 @@ class Plan:
     space: SearchSpace
     rules: tuple[Any, ...] = ()
 
-    @property
-    def flow(self) -> list[str]:
-        """The steps of the only flow (or of the first, when there are several)."""
-        return list(next(iter(self.flows.values())))
-
     def flow_of(self, point: Mapping[str, Any]) -> tuple[str, ...]:
         if len(self.flows) == 1:
             return next(iter(self.flows.values()))
@@ -91,9 +85,10 @@ class Plan:
         steps = flow if flow is not None else self.flow_of(point)
         return [(self.steps[step_id], self.steps[step_id].config_for(point)) for step_id in steps]
 
-    def is_runnable(self, point: Mapping[str, Any]) -> bool:
+    def is_runnable(self, point: Mapping[str, Any], flow: tuple[str, ...] | None = None) -> bool:
+        """Whether ``point`` (run through ``flow``, by default the point's own) passes every check."""
         try:
-            configs = self.configs_for(point)
+            configs = self.configs_for(point, flow)
         except (ValidationError, KeyError):
             return False
         return self._rules_allow(point, configs)
@@ -120,15 +115,7 @@ class Plan:
             params.update(self.step_params[step_id])
         steps = tuple(step_ids)
 
-        def runnable(point: Mapping[str, Any]) -> bool:
-            full = {**fixed, **point}
-            try:
-                configs = self.configs_for(full, flow=steps)
-            except (ValidationError, KeyError):
-                return False
-            return self._rules_allow(full, configs)
-
-        return SearchSpace(params, [runnable])
+        return SearchSpace(params, [lambda point: self.is_runnable({**fixed, **point}, steps)])
 
     def flow_space(self, name: str) -> SearchSpace:
         """The space of one flow, for reports (``quantune space``)."""
@@ -227,7 +214,7 @@ def _build_step(index: int, entry: Any, provider: str, nodes: NodeLister | None)
         name = "+".join(members)
         joints[name] = members
         params[f"{entry.step_id}.{name}"] = joint
-    return Step(entry.step_id, pass_cls, fixed, tuple(searched), subsets, joints), params
+    return Step(entry.step_id, pass_cls, fixed, subsets, joints), params
 
 
 def _subset_elements(spec: dict[str, Any], where: str, nodes: NodeLister | None) -> tuple[str, ...]:

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from quantune.engine.engine import RunStatus
 from quantune.engine.trial import TrialRecord
-from quantune.report.result import Result
+from quantune.report.result import Result, format_loss
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
@@ -112,9 +112,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             str(record.number),
             _fmt_params(record.params),
             f"{m[metric]:.4f}",
-            f"{record.accuracy_loss:+.2%}"
-            if result.criterion["type"] == "relative"
-            else f"{record.accuracy_loss:+.4g}",
+            format_loss(record.accuracy_loss, result.criterion["type"]),
             f"{m['latency_ms']:.3f}{retimed}",
             f"{m['size_bytes'] / 1024:.0f}",
             "yes" if record.meets_criterion else "no",
@@ -150,7 +148,7 @@ def summary(result: Result) -> str:
             miss = result.closest_miss
             lines.append(
                 f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
-                f"(loss {miss.accuracy_loss:.4g}); saved in {result.output_dir / 'closest_miss'}"
+                f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
             )
     if result.replayed:
         lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")

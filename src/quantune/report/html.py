@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.errors import QuantuneError
+from quantune.report.result import format_loss
 
 _UNITS = {"latency": ("latency_ms", "latency (ms, median)"), "size": ("size_bytes", "size (KB)")}
 
@@ -177,7 +178,7 @@ def _table(results: dict[str, Any]) -> str:
             " > ".join(trial.get("flow", [])),
             ", ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in trial.get("params", {}).items()),
             f"{m[results['metric']]:.4f}" if results.get("metric") in m else "",
-            _loss(loss, results.get("criterion", {}).get("type")),
+            format_loss(loss, results.get("criterion", {}).get("type")),
             f"{m['latency_ms']:.3f}{'*' if 'latency_search_ms' in m else ''}" if "latency_ms" in m else "",
             f"{m['size_bytes'] / 1024:.0f}" if "size_bytes" in m else "",
             {True: "yes", False: "no"}.get(trial.get("meets_criterion"), ""),
@@ -188,12 +189,6 @@ def _table(results: dict[str, Any]) -> str:
         )
         rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
-
-
-def _loss(loss: float | None, kind: str | None) -> str:
-    if loss is None:
-        return ""
-    return f"{100 * loss:+.2f}%" if kind == "relative" else f"{loss:+.4g}"
 
 
 _PAGE = """<!doctype html>

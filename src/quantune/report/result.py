@@ -67,6 +67,13 @@ class Result:
         }
 
 
+def format_loss(loss: float | None, kind: str | None) -> str:
+    """An accuracy loss as people read it: percent of the original for a relative criterion."""
+    if loss is None:
+        return ""
+    return f"{loss:+.2%}" if kind == "relative" else f"{loss:+.4g}"
+
+
 def write_outputs(result: Result) -> None:
     """Writes ``results.json`` and ``best/`` (model + the parameters that made it)."""
     folder = result.output_dir

@@ -11,13 +11,13 @@ import random
 
 from quantune.space.space import SearchSpace
 
-_EXACT_LIMIT = 20_000
+EXACT_LIMIT = 20_000  # spaces this small are walked, not estimated
 _DRAWS = 2_000
 
 
 def pruned_size(space: SearchSpace, raw: float) -> tuple[float, bool]:
     """(size after rules, exact?)"""
-    if raw <= _EXACT_LIMIT:
+    if raw <= EXACT_LIMIT:
         return sum(1 for _ in space.iterate()), True
     rng = random.Random(0)
     valid = sum(space.is_valid(space.sample(rng)) for _ in range(_DRAWS))

@@ -40,6 +40,13 @@ _STARTUP_TIMEOUT_S = 600
 _EXIT_UNGUARDED_MAIN = 3  # a worker found the user's script calling quantune.tune() at its top level
 
 
+def exit_cause(code: int | None) -> str:
+    """A dead worker's exit status in words: the signal that killed it, or its exit code."""
+    if code is not None and code < 0:
+        return _SIGNALS.get(-code, f"killed by signal {-code}")
+    return f"worker exited with code {code}"
+
+
 class ExecutorClosed(Exception):
     """The executor shut down while a slot was starting its worker."""
 
@@ -49,11 +56,7 @@ class WorkerStartError(QuantuneError):
 
     def __init__(self, index: int, exit_code: int | None, log_tail: str, cause: str | None = None) -> None:
         if cause is None:
-            cause = (
-                _SIGNALS.get(-exit_code, f"killed by signal {-exit_code}")
-                if exit_code and exit_code < 0
-                else f"exit code {exit_code}"
-            )
+            cause = exit_cause(exit_code)
         message = f"executor: worker process {index} died while starting ({cause})"
         if log_tail:
             message += f"; its log ends with: {log_tail.splitlines()[-1]}"
@@ -231,12 +234,7 @@ class _Worker:
                     pass  # the worker died while answering: fall through to its exit status
             if ready:
                 self.process.join(timeout=5)
-                code = self.process.exitcode
-                cause = (
-                    _SIGNALS.get(-code, f"killed by signal {-code}")
-                    if code and code < 0
-                    else f"worker exited with code {code}"
-                )
+                cause = exit_cause(self.process.exitcode)
                 tail = self.tail(offset)
                 self.stop(kill=True)
                 return failed_record(trial, f"worker crashed: {cause}", tail)

@@ -36,10 +36,6 @@ from onnxruntime.quantization.registry import IntegerOpsRegistry, QDQRegistry, Q
 Precision = Literal["int8", "int16", "fp32"]
 Mode = Literal["static", "dynamic"]
 
-# Ops that do the arithmetic; each starts a group.
-ANCHOR_TYPES = frozenset(
-    {"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "EmbedLayerNormalization", "Gather", "LSTM"}
-)
 # Ops that onnxruntime fuses into, or quantizes only together with, the op that feeds them.
 FOLLOWER_TYPES = frozenset(
     {

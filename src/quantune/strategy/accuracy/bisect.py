@@ -13,7 +13,7 @@ asks and tells, and tested with a fake feasibility function.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 
 @dataclass
@@ -23,7 +23,6 @@ class Bisection:
     n: int
     lo: int = 0  # largest k known infeasible
     hi: int | None = None  # smallest k known feasible
-    tried: dict[int, bool] = field(default_factory=dict)
     exhausted: bool = False  # k = n was infeasible
 
     def next_k(self) -> int | None:
@@ -37,7 +36,6 @@ class Bisection:
         return (self.lo + self.hi) // 2
 
     def record(self, k: int, feasible: bool) -> None:
-        self.tried[k] = feasible
         if feasible:
             self.hi = k if self.hi is None else min(self.hi, k)
         else:

@@ -13,7 +13,7 @@ from typing import Any
 from quantune.passes.onnx.capability import Group, Precision
 from quantune.space import Conditional, Point
 from quantune.strategy.accuracy.context import ACCURACY_PARAMS, FLOW_KEY, AccuracyContext, describe
-from quantune.strategy.accuracy.staged import StagedStrategy, Tried
+from quantune.strategy.accuracy.staged import StagedStrategy
 from quantune.strategy.base import Outcome, Proposal
 
 log = logging.getLogger("quantune.strategy")
@@ -170,17 +170,6 @@ class AccuracyStrategy(StagedStrategy):
         if self.problem.max_trials is None:
             return 1_000_000
         return max(0, self.problem.max_trials - self.evaluations())
-
-    def summary(self) -> dict[str, Any]:
-        """Evaluations, stages and the smallest fallback that met the criterion (for reports and logs)."""
-        best: Tried | None = self.best_meeting()
-        return {
-            "strategy": self.name,
-            "evaluations": self.evaluations(),
-            "stages": list(dict.fromkeys(s.split(":")[0] for s in self.stage_log)),
-            "smallest_meeting_fallback": self.smallest_meeting_fallback,
-            "best_stage": best.stage if best else None,
-        }
 
 
 def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:

@@ -31,7 +31,6 @@ from quantune.passes.onnx.capability import Group, ModelCapability, Precision
 from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
 
-QUANT_PASS = "static_quant"
 QUANT_PASSES = ("static_quant", "dynamic_quant")
 RECIPE_PASSES = ("cle", "smooth_quant")
 FLOW_KEY = "flow"
@@ -58,10 +57,16 @@ class AccuracyContext:
         return cls._for_flow(problem, name, steps, dict(problem.options))
 
     @classmethod
-    def all_from_problem(cls, problem: SearchProblem, strategy: str) -> list[AccuracyContext]:
-        """One context per flow with a quant step (only the ``flow`` option's when it is set)."""
+    def all_from_problem(
+        cls, problem: SearchProblem, strategy: str, known: AccuracyContext | None = None
+    ) -> list[AccuracyContext]:
+        """One context per flow with a quant step (only the ``flow`` option's when it is set);
+        ``known``, already built for one of them, is reused rather than analysing the model again."""
         options = dict(problem.options)
-        return [cls._for_flow(problem, name, steps, options) for name, steps in cls._flows(problem, strategy)]
+        return [
+            known if known is not None and known.flow_name == name else cls._for_flow(problem, name, steps, options)
+            for name, steps in cls._flows(problem, strategy)
+        ]
 
     @staticmethod
     def _flows(problem: SearchProblem, strategy: str) -> list[tuple[str, tuple[str, ...]]]:
@@ -148,7 +153,7 @@ class AccuracyContext:
     @property
     def quant_pass(self) -> str:
         """The quant step's pass: static_quant or dynamic_quant."""
-        return str(self.problem.step_passes.get(self.quant_step, QUANT_PASS))
+        return str(self.problem.step_passes[self.quant_step])
 
     @property
     def dynamic(self) -> bool:

@@ -12,8 +12,7 @@ from typing import Any
 
 from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.space import Point
-
-QUANT_PASSES = ("static_quant", "dynamic_quant")
+from quantune.strategy.accuracy.context import QUANT_PASSES
 
 
 def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None = None) -> dict[str, Any]:

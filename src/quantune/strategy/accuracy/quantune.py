@@ -60,7 +60,7 @@ class QuantuneStrategy(AccuracyStrategy):
         """Stage: the defaults of every flow that quantizes; the one that misses least is tuned."""
         if "flow" in self.ctx.options:
             return (yield from self.stage_default())
-        contexts = AccuracyContext.all_from_problem(self.problem, self.name)
+        contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
         if len(contexts) <= 1:
             return (yield from self.stage_default())
         items = [(self.complete(ctx.base_point(), ctx), f"default: {ctx.flow_name}") for ctx in contexts]

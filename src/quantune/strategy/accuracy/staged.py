@@ -17,7 +17,7 @@ stage may re-propose freely and evaluation counts stay honest.
 from __future__ import annotations
 
 from abc import abstractmethod
-from collections.abc import Generator, Mapping, Sequence
+from collections.abc import Generator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -115,10 +115,3 @@ class StagedStrategy(Strategy):
         """The told proposal that meets the criterion with the lowest objective."""
         meeting = [t for t in self.history if t.outcome.meets and t.outcome.objective is not None]
         return min(meeting, key=lambda t: t.outcome.objective) if meeting else None  # type: ignore[arg-type, return-value]
-
-    def closest(self, candidates: Sequence[Tried] | None = None) -> Tried | None:
-        """The told proposal with the smallest violation (meeting ones first, then by objective)."""
-        pool = [t for t in (self.history if candidates is None else candidates) if not t.outcome.failed]
-        if not pool:
-            return None
-        return min(pool, key=lambda t: (t.outcome.violation, t.outcome.objective or 0.0))
