@@ -29,6 +29,7 @@ from quantune.engine.selection import better, closest_miss, objective_value, par
 from quantune.engine.setup import RunParts, build_run
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import ConfigError
+from quantune.evaluate import Criterion
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
 from quantune.space import SearchSpace
@@ -338,7 +339,7 @@ class _Loop:
             self.engine.judge(record, self.baseline, self.parts.criterion)
         record.told_index = self.told
         self.told += 1
-        self.strategy.tell(proposal, _outcome(record))
+        self.strategy.tell(proposal, _outcome(record, self.parts.criterion))
         if not replayed:
             row = record.to_dict()
             self.store.record_trial(row)
@@ -375,10 +376,10 @@ class _Loop:
         return ""
 
 
-def _outcome(record: TrialRecord) -> Outcome:
+def _outcome(record: TrialRecord, criterion: Criterion) -> Outcome:
     if record.status != "ok":
         return Outcome(None)
-    violation = 0.0 if record.meets_criterion or record.accuracy_loss is None else max(record.accuracy_loss, 1e-9)
+    violation = 0.0 if record.accuracy_loss is None else criterion.violation(record.accuracy_loss)
     return Outcome(record.objective, violation, record.meets_criterion, record.metrics)
 
 

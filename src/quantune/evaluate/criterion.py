@@ -32,9 +32,15 @@ class Criterion:
     def check(self, baseline: float, candidate: float) -> CriterionCheck:
         drop = baseline - candidate if self.higher_is_better else candidate - baseline
         loss = drop / max(abs(baseline), _EPS) if self.kind == "relative" else drop
+        return CriterionCheck(meets=self.meets(loss), loss=loss, violation=self.violation(loss))
+
+    def meets(self, loss: float) -> bool:
         # A tiny tolerance so that a loss equal to the budget (up to float rounding) meets it.
-        meets = loss <= self.tolerable_loss + 1e-12
-        return CriterionCheck(meets=meets, loss=loss, violation=0.0 if meets else loss - self.tolerable_loss)
+        return loss <= self.tolerable_loss + 1e-12
+
+    def violation(self, loss: float) -> float:
+        """How far ``loss`` is over the budget: 0 when it meets it, else > 0 (what samplers minimise)."""
+        return 0.0 if self.meets(loss) else loss - self.tolerable_loss
 
     def describe(self) -> str:
         budget = f"{self.tolerable_loss:.2%}" if self.kind == "relative" else f"{self.tolerable_loss:g}"
