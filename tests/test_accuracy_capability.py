@@ -165,3 +165,15 @@ def test_int16_groups_become_tensor_overrides(tmp_path: Path) -> None:
     zero_points = {init.name: init.data_type for init in graph.initializer if "zero_point" in init.name}
     assert TensorProto.INT16 in zero_points.values()
     ort.InferenceSession(str(out), providers=["CPUExecutionProvider"]).run(None, {"input": rows[:2]})
+
+
+def test_an_unnamed_node_is_no_fallback_candidate(tmp_path: Path, cnn_model: Path) -> None:
+    # onnxruntime matches nodes_to_exclude against node.name: an invented name would exclude nothing
+    model = onnx.load(str(cnn_model))
+    model.graph.node[2].name = ""  # the second Conv
+    path = tmp_path / "unnamed.onnx"
+    onnx.save(model, str(path))
+    capability = ModelCapability.from_model(path)
+    assert "conv1" in capability.quantizable
+    assert not any(name.startswith("Conv_") for name in capability.quantizable)
+    assert len(capability.quantizable) == len(ModelCapability.from_model(cnn_model).quantizable) - 1

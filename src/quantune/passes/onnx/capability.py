@@ -147,14 +147,21 @@ class ModelCapability:
         every = quantizable_op_types(mode)
         allowed = every if op_types is None else every & set(op_types)
         nodes: list[NodeInfo] = []
+        unnamed: set[str] = set()
         for index, node in enumerate(graph.node):
             name = node.name or f"{node.op_type}_{index}"
+            if not node.name:
+                unnamed.add(name)
             inputs = tuple(t for t in node.input if t and t not in constants)
             weights = tuple(t for t in node.input if t and t in constants)
             first = len(node.input) > 0 and node.input[0] in constants
             second = len(node.input) > 1 and node.input[1] in constants
             nodes.append(NodeInfo(name, node.op_type, inputs, tuple(node.output), weights, first, second))
-        quantizable = frozenset(n.name for n in nodes if n.op_type in allowed and n.op_type != "Constant")
+        # An unnamed node cannot be named in nodes_to_exclude (onnxruntime matches node.name), so
+        # it is no fallback candidate: it stays in the graph for grouping and is quantized as is.
+        quantizable = frozenset(
+            n.name for n in nodes if n.op_type in allowed and n.op_type != "Constant" and n.name not in unnamed
+        )
         if mode == "dynamic":
             by_name = {n.name: n for n in nodes}
             quantizable = frozenset(name for name in quantizable if _dynamic_quantizes(by_name[name], constants))
