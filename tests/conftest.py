@@ -30,9 +30,12 @@ MLP_FEATURES = 16
 MLP_CLASSES = 5
 
 
-def _save(model: onnx.ModelProto, path: Path) -> Path:
+def save_graph(graph: onnx.GraphProto, path: Path) -> Path:
+    """The graph as a checked opset-17 model file (IR 8, which every onnxruntime here loads)."""
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
     onnx.checker.check_model(model)
+    path.parent.mkdir(parents=True, exist_ok=True)
     onnx.save(model, str(path))
     return path
 
@@ -64,7 +67,7 @@ def build_cnn(path: Path, seed: int = 0) -> Path:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", CNN_CLASSES])],
         inits,
     )
-    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return save_graph(graph, path)
 
 
 def build_mlp(path: Path, seed: int = 0) -> Path:
@@ -90,7 +93,7 @@ def build_mlp(path: Path, seed: int = 0) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", MLP_CLASSES])],
         inits,
     )
-    return _save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+    return save_graph(graph, path)
 
 
 def run_model(path: str | Path, feeds: dict[str, np.ndarray]) -> list[np.ndarray]:

@@ -15,6 +15,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
+from conftest import save_graph
 from quantune.passes.onnx.capability import ModelCapability, quantizable_op_types
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -51,11 +52,7 @@ def build_residual(path: Path, seed: int = 0) -> Path:
         [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 3])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path)
 
 
 class _Reader(CalibrationDataReader):

@@ -5,19 +5,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quantune
-from conftest import accuracy_problem
+from conftest import accuracy_problem, save_graph
 from quantune.evaluate.sensitivity import measure_dynamic
 from quantune.passes.onnx.capability import ModelCapability
 from quantune.space import Point
 from quantune.strategy import WAIT, Outcome, create_strategy
 
 
-def build_mlp(folder: Path, seed: int = 0) -> Path:
+def build_outlier_mlp(folder: Path, seed: int = 0) -> Path:
     """x[batch, 8] -> Reshape -> MatMul(w1) -> Relu -> MatMul(w2) -> Transpose -> y, plus an embedding Gather.
 
     Column 3 of ``w1`` is an outlier (x100): a per-tensor weight scale crushes the other
@@ -52,11 +51,7 @@ def build_mlp(folder: Path, seed: int = 0) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 4])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.checker.check_model(model)
-    folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(folder / "model.onnx"))
+    save_graph(graph, folder / "model.onnx")
     for name, rows in (("calib", 64), ("eval", 64)):
         np.savez(
             folder / f"{name}.npz",
@@ -67,7 +62,7 @@ def build_mlp(folder: Path, seed: int = 0) -> Path:
 
 
 def mlp_config(tmp_path: Path, strategy: str, *, flows: list | None = None, max_trials: int = 12) -> dict:
-    build_mlp(tmp_path / "mlp")
+    build_outlier_mlp(tmp_path / "mlp")
     return {
         "model": str(tmp_path / "mlp" / "model.onnx"),
         "data": {
@@ -104,7 +99,7 @@ def drive(strategy, judge, limit: int = 60) -> list[Point]:
 
 
 def test_dynamic_capability_is_what_quantize_dynamic_touches(tmp_path: Path) -> None:
-    capability = ModelCapability.from_model(build_mlp(tmp_path), mode="dynamic")
+    capability = ModelCapability.from_model(build_outlier_mlp(tmp_path), mode="dynamic")
     assert capability.quantizable == {"mm1", "mm2", "embed", "transpose"}
     assert [g.nodes for g in capability.groups] == [("mm1",), ("mm2",), ("embed",), ("transpose",)]
     # the Transpose only moves data: never a fallback candidate
@@ -112,7 +107,7 @@ def test_dynamic_capability_is_what_quantize_dynamic_touches(tmp_path: Path) -> 
 
 
 def test_shape_only_static_groups_are_not_candidates(tmp_path: Path) -> None:
-    capability = ModelCapability.from_model(build_mlp(tmp_path))
+    capability = ModelCapability.from_model(build_outlier_mlp(tmp_path))
     shape_only = {g.name for g in capability.groups if g.shape_only}
     assert "reshape" in shape_only
     assert "embed" not in shape_only  # a Gather of a constant table is an embedding, not shape-only
@@ -120,7 +115,7 @@ def test_shape_only_static_groups_are_not_candidates(tmp_path: Path) -> None:
 
 
 def test_dynamic_sensitivity_finds_the_matmul_with_the_outlier_weights(tmp_path: Path) -> None:
-    path = build_mlp(tmp_path)
+    path = build_outlier_mlp(tmp_path)
     data = dict(np.load(tmp_path / "calib.npz"))
     batches = [{k: v[i : i + 16] for k, v in data.items()} for i in range(0, 64, 16)]
     report = measure_dynamic(path, batches)
@@ -228,10 +223,7 @@ def test_softmax_matmul_product_noise_is_scored(tmp_path: Path) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8, 8])],
         [w],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    float_path, quant_path = tmp_path / "f.onnx", tmp_path / "q.onnx"
-    onnx.save(model, str(float_path))
+    float_path, quant_path = save_graph(graph, tmp_path / "f.onnx"), tmp_path / "q.onnx"
     rows = rng.normal(0, 1, (32, 8, 8)).astype(np.float32)
 
     class Reader(CalibrationDataReader):
@@ -300,10 +292,7 @@ def build_layers(folder: Path, layers: int = 4) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["batch", 8])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    folder.mkdir(parents=True, exist_ok=True)
-    onnx.save(model, str(folder / "model.onnx"))
+    save_graph(graph, folder / "model.onnx")
     for name in ("calib", "eval"):
         np.savez(folder / f"{name}.npz", x=rng.normal(0, 1, (32, 8)).astype(np.float32))
     return folder / "model.onnx"

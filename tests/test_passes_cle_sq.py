@@ -15,6 +15,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
 import quantune
+from conftest import save_graph
 from quantune.data import Dataset
 from quantune.evaluate.sensitivity import measure
 from quantune.passes import PassContext
@@ -96,10 +97,7 @@ def _outlier_mlp(path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    return path
+    return save_graph(graph, path)
 
 
 @pytest.mark.parametrize("alpha", [0.3, 0.5, 0.7])
