@@ -33,14 +33,13 @@ from quantune.errors import QuantuneError
 from quantune.search._optuna_space import optuna_params, priority_params, suggest_point
 from quantune.search.base import Feedback, Sampler
 from quantune.search.registry import register_sampler
+from quantune.search.unseen import UnseenPoints
 from quantune.space import Point, SearchSpace, point_key
 
 _VIOLATION = "quantune_violation"
 # Optuna 5 records constraints on the trial; older releases ask the sampler for a callback.
 _NATIVE_CONSTRAINTS = hasattr(optuna.trial.Trial, "set_constraint")
 _DIRECTIONS = ("minimize", "maximize")
-_FALLBACK_DRAWS = 200
-_LISTABLE = 200_000
 
 
 def _violation(trial: optuna.trial.FrozenTrial) -> tuple[float]:
@@ -111,11 +110,9 @@ class OptunaSampler(Sampler):
         warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
         self._pending: dict[str, list[optuna.trial.Trial]] = {}
         self._seen: set[str] = set()
-        self._rng = random.Random(self.seed)
-        self._remaining: list[Point] | None = None
+        self._unseen = UnseenPoints(space, random.Random(self.seed), self._seen)
         self._patience = self.max_duplicate_asks
         self._study = optuna.create_study(directions=list(self.directions), sampler=self.make_optuna_sampler())
-        self._size = space.raw_size()
         first = priority_params(space)
         if first:
             self._study.enqueue_trial(first)
@@ -123,7 +120,7 @@ class OptunaSampler(Sampler):
     def ask(self) -> Point | None:
         space = self._require_space()
         for _ in range(self._patience):
-            if len(self._seen) >= self._size:
+            if len(self._seen) >= self._unseen.size:
                 return None
             trial = self._study.ask()
             point = suggest_point(trial, space)
@@ -146,7 +143,7 @@ class OptunaSampler(Sampler):
         # goes on (and doubles back as Optuna finds new points again), so a saturated search does
         # not pay for many wasted Optuna asks per point.
         self._patience = max(1, self._patience // 2)
-        point = self._unseen_point(space)
+        point = self._unseen.next()
         if point is None:
             return None
         self._study.enqueue_trial(optuna_params(point, space))
@@ -158,27 +155,6 @@ class OptunaSampler(Sampler):
         self._seen.add(key)
         self._pending.setdefault(key, []).append(trial)
         return point
-
-    def _unseen_point(self, space: SearchSpace) -> Point | None:
-        """A seeded random valid point not yet proposed; listed (once) only for small spaces."""
-        if self._remaining is None:
-            for _ in range(_FALLBACK_DRAWS):
-                point = space.sample(self._rng)
-                key = point_key(point)
-                if key in self._seen:
-                    continue
-                if space.is_valid(point):
-                    return point
-                self._seen.add(key)
-            if self._size > _LISTABLE:
-                return None
-            self._remaining = list(space.iterate())
-            self._rng.shuffle(self._remaining)
-        while self._remaining:
-            point = self._remaining.pop()
-            if point_key(point) not in self._seen:
-                return point
-        return None
 
     def tell(self, point: Point, feedback: Feedback) -> None:
         trials = self._pending.get(point_key(point))
