@@ -107,6 +107,9 @@ class StaticQuantization(Pass):
             "WeightSymmetric": config.weight_symmetric,
             "CalibPercentile": config.percentile,
             "DefaultTensorType": onnx.TensorProto.FLOAT,  # fused ops after graph_opt have no inferred types
+            # One batch (or feed) per collection, merged by onnxruntime: batches of different
+            # shapes (a ragged last batch, feeds of different widths) never meet in one array.
+            "CalibStridedMinMax": 1,
         }
         if config.wide_types():
             extra["UseQDQContribOps"] = True
@@ -146,6 +149,7 @@ class StaticQuantization(Pass):
             return None, None
         key = cache_key(
             "calibration",
+            "per-batch",  # ranges merged batch by batch (CalibStridedMinMax): not those of one collection
             context.model_sha256,
             context.calibration.fingerprint,
             context.batch_size,
