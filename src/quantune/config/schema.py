@@ -18,10 +18,21 @@ class _Strict(BaseModel):
 
 class DataConfig(_Strict):
     calibration: str | None = Field(
-        default=None, description="Calibration data: an .npz file or 'path/to/script.py:function'."
+        default=None,
+        description="Calibration data: an .npz file or 'path/to/script.py:function' returning a dict of "
+        "equal-length arrays (sliced into batches) or a list of dicts (feeds, each run as it is).",
     )
-    evaluation: str = Field(description="Evaluation data: an .npz file or 'path/to/script.py:function'.")
+    evaluation: str = Field(
+        description="Evaluation data: an .npz file or 'path/to/script.py:function' returning a dict of "
+        "equal-length arrays (sliced into batches) or a list of dicts (feeds, each run as it is)."
+    )
     batch_size: int = Field(default=32, gt=0, description="Rows per batch for calibration and evaluation.")
+    calibration_batch_size: int | None = Field(
+        default=None, gt=0, description="Rows per calibration batch (default: batch_size); feeds run as they are."
+    )
+    evaluation_batch_size: int | None = Field(
+        default=None, gt=0, description="Rows per evaluation batch (default: batch_size); feeds run as they are."
+    )
     label_key: str = Field(default="label", description="Name of the label array in the evaluation data.")
 
 
@@ -29,7 +40,10 @@ class LatencyConfig(_Strict):
     warmup: int = Field(default=10, ge=0)
     repeats: int = Field(default=50, gt=0)
     threads: int = Field(default=1, gt=0, description="onnxruntime intra-op threads while timing.")
-    batch_size: int | None = Field(default=None, gt=0, description="Rows in the timed batch (default: data's).")
+    batch_size: int | None = Field(
+        default=None, gt=0, description="Rows in the timed batch of a table (default: the evaluation batch size)."
+    )
+    feed: int = Field(default=0, ge=0, description="Which evaluation feed (or batch) is timed (default: the first).")
     confirm_top: int = Field(
         default=2,
         ge=0,
@@ -45,6 +59,12 @@ class EvaluationConfig(_Strict):
         "l2, max_abs_diff (agreement with the original model), or 'path/to/script.py:function'.",
     )
     latency: LatencyConfig = Field(default_factory=LatencyConfig)
+    runner: str | None = Field(
+        default=None,
+        description="'path/to/script.py:function' called as runner(session, feeds) -> outputs per feed (a list "
+        "of dicts), for the original and every candidate: drives a stateful model as deployed (state carried "
+        "between feeds, a decoder loop). Latency then times the runner over the latency feed.",
+    )
 
 
 class CriterionConfig(_Strict):

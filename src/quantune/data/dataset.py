@@ -51,6 +51,12 @@ class Dataset:
             return list(self.arrays)
         return list(self.feeds[0]) if self.feeds else []
 
+    def has(self, key: str) -> bool:
+        """Whether array ``key`` exists (in every feed)."""
+        if self.feeds is None:
+            return key in self.arrays
+        return all(key in feed for feed in self.feeds)
+
     @cached_property
     def fingerprint(self) -> str:
         digest = hashlib.sha256()

@@ -26,7 +26,7 @@ from quantune.engine.output import open_output
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front, select_best
-from quantune.engine.setup import RunParts, build_run
+from quantune.engine.setup import RunParts, build_run, preflight
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import ConfigError
 from quantune.evaluate import Criterion
@@ -88,6 +88,7 @@ class Engine:
         identity = self.config.model_dump(mode="json", exclude={"executor"})
         config_hash = cache_key("config", identity, parts.context.model.sha256)
         strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
+        preflight(parts)  # so do data the model cannot take and a metric that is not a finite number
         store = open_output(self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path])
         (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
         handler = _attach_log(self.output_dir / "quantune.log")

@@ -34,7 +34,10 @@ class RunContext:
     calibration: Dataset | None
     evaluator: Evaluator
     cache: ArtifactCache
-    batch_size: int
+    batch_size: int  # rows per calibration batch
+    # "miss" once this process computed the baseline (the preflight does, before the run), so the
+    # run's own baseline() -- then a cache hit -- still reports where the figures came from.
+    baseline_status: str | None = None
 
     def eval_key(self, model_sha: str) -> str:
         spec = self.evaluator.spec
@@ -55,7 +58,7 @@ class TrialRunner:
         reference = ctx.cache.get_arrays(reference_key)
         if cached is not None and reference is not None:
             self._reference = reference
-            return cached["metrics"], "hit"
+            return cached["metrics"], ctx.baseline_status or "hit"
         try:
             metrics, outputs = ctx.evaluator.evaluate(ctx.model.path, None)
         except TrialError as exc:  # nothing can be compared to a reference that does not evaluate
@@ -63,6 +66,7 @@ class TrialRunner:
         ctx.cache.put_arrays(reference_key, outputs)
         ctx.cache.put_json("evals", key, {"metrics": metrics})
         self._reference = outputs
+        ctx.baseline_status = "miss"
         return metrics, "miss"
 
     def run(self, trial: Trial) -> TrialRecord:

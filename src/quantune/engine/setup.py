@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
-from quantune.config import LoadedConfig
+from quantune.config import Config, LoadedConfig
 from quantune.data import Dataset, load_dataset
+from quantune.data.preflight import DataChecks, check_data, model_inputs
 from quantune.engine.plan import Plan, build_plan
-from quantune.engine.runner import RunContext
+from quantune.engine.runner import RunContext, TrialRunner
 from quantune.errors import ConfigError
 from quantune.evaluate import (
     AGREEMENT_METRICS,
@@ -44,9 +46,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         raise ConfigError(f"data.calibration: passes {needs_calibration} need calibration data; name an .npz file")
     evaluation = load_dataset(config.data.evaluation, field_name="data.evaluation", base_dir=loaded.base_dir)
     input_names = model.input_names()
-    evaluation.inputs(input_names)
-    if calibration is not None:
-        calibration.inputs(input_names)
+    calibration, evaluation = check_run_data(config, model, calibration, evaluation)
 
     metric = config.evaluation.metric
     user_metric = None
@@ -61,13 +61,23 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         allowed = sorted(LABEL_METRICS) + sorted(AGREEMENT_METRICS)
         raise ConfigError(f"evaluation.metric: unknown metric '{metric}'; use one of {allowed} or 'script.py:function'")
     latency = config.evaluation.latency
+    runner, runner_source = None, None
+    if config.evaluation.runner is not None:
+        runner_spec = config.evaluation.runner
+        if ".py:" not in runner_spec:
+            raise ConfigError(f"evaluation.runner: '{runner_spec}' is not 'path/to/script.py:function'")
+        runner = load_function(runner_spec, "evaluation.runner", loaded.base_dir)
+        runner_source = file_sha256(loaded.resolve(runner_spec.rpartition(":")[0]))
     spec = EvaluationSpec(
         metric=metric,
-        batch_size=config.data.batch_size,
+        batch_size=config.data.evaluation_batch_size or config.data.batch_size,
         label_key=config.data.label_key,
-        latency=LatencySpec(latency.warmup, latency.repeats, latency.threads, latency.batch_size),
+        latency=LatencySpec(latency.warmup, latency.repeats, latency.threads, latency.batch_size, latency.feed),
         user_metric=user_metric,
         metric_source_sha256=metric_source,
+        runner=runner,
+        runner_name=config.evaluation.runner,
+        runner_source_sha256=runner_source,
     )
     evaluator = Evaluator(spec, evaluation, input_names, threads=eval_threads)
     higher = config.criterion.higher_is_better
@@ -77,5 +87,45 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         higher_is_better=default_direction if higher is None else higher,
     )
     cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
-    context = RunContext(model, plan, calibration, evaluator, cache, config.data.batch_size)
+    calibration_batch = config.data.calibration_batch_size or config.data.batch_size
+    context = RunContext(model, plan, calibration, evaluator, cache, calibration_batch)
     return RunParts(context, criterion, plan)
+
+
+def check_run_data(
+    config: Config, model: ModelHandle, calibration: Dataset | None, evaluation: Dataset
+) -> tuple[Dataset | None, Dataset]:
+    """Both data sources checked against the model's inputs (see ``data.preflight``), converted
+    where a dtype converts without changing kind."""
+    data = config.data
+    inputs = model_inputs(model.path)
+
+    def batch_field(own: str, value: int | None) -> dict[str, int]:
+        return {f"data.{own}" if value else "data.batch_size": value or data.batch_size}
+
+    if calibration is not None:
+        checks = DataChecks(
+            f"data.calibration ('{data.calibration}')",
+            batch_field("calibration_batch_size", data.calibration_batch_size),
+        )
+        calibration = check_data(calibration, inputs, checks)
+    sizes = batch_field("evaluation_batch_size", data.evaluation_batch_size)
+    if config.evaluation.latency.batch_size:
+        sizes["evaluation.latency.batch_size"] = config.evaluation.latency.batch_size
+    labels = data.label_key if config.evaluation.metric in LABEL_METRICS else None
+    evaluation = check_data(evaluation, inputs, DataChecks(f"data.evaluation ('{data.evaluation}')", sizes, labels))
+    return calibration, evaluation
+
+
+def preflight(parts: RunParts) -> dict[str, float]:
+    """The original model evaluated before the output folder is claimed: the data runs through it
+    (a runner too) and the criterion's metric is a finite number. The figures are cached, so the
+    run's baseline reuses them. Returns the original's figures."""
+    metrics, _ = TrialRunner(parts.context).baseline()
+    metric = parts.context.evaluator.spec.metric
+    value = metrics.get(metric)
+    if value is None or not math.isfinite(value):
+        raise ConfigError(
+            f"evaluation.metric: '{metric}' gave {value} on the original model; it must return a finite number"
+        )
+    return metrics

@@ -1,4 +1,4 @@
-"""Runs one model over the evaluation data and returns all its figures.
+"""Runs one model over the evaluation data, feed by feed, and returns all its figures.
 
 Every candidate is measured the same way as the original: the criterion metric (from labels,
 from agreement with the original's outputs, or from a user function), every agreement
@@ -10,17 +10,22 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 
 from quantune.data import Dataset
 from quantune.errors import QuantuneError, TrialError
+from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
 from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.model import model_size_bytes
 
-UserMetric = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], float]
+UserMetric = Callable[[dict[str, Any], dict[str, Any]], float]
+# runner(session, feeds) -> outputs per feed: drives a model the way it is deployed (state carried
+# between calls, a decoder loop) instead of one session.run per feed.
+Runner = Callable[[ort.InferenceSession, list[dict[str, np.ndarray]]], list[dict[str, np.ndarray]]]
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,9 @@ class EvaluationSpec:
     user_metric: UserMetric | None = field(default=None, compare=False)
     # sha256 of the metric script, so an edited metric never reuses old figures.
     metric_source_sha256: str | None = None
+    runner: Runner | None = field(default=None, compare=False)
+    runner_name: str | None = None
+    runner_source_sha256: str | None = None  # likewise for the runner script
 
     def fingerprint(self) -> dict[str, object]:
         return {
@@ -42,27 +50,37 @@ class EvaluationSpec:
             "batch_size": self.batch_size,
             "label_key": self.label_key,
             "latency": vars(self.latency),
+            "runner": self.runner_name,
+            "runner_source": self.runner_source_sha256,
+            "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
         }
 
 
 class Evaluator:
-    """Measures models on one dataset against one reference (the original model's outputs)."""
+    """Measures models on one dataset against one reference (the original model's outputs).
+
+    The model runs on each evaluation feed as it is -- a batch of the table, or a feed the
+    loader gave -- or, with a runner, the runner drives it over all of them.
+    """
 
     def __init__(self, spec: EvaluationSpec, dataset: Dataset, input_names: list[str], threads: int = 0) -> None:
         self.spec = spec
         self.threads = threads
         self.dataset = dataset
         self.input_names = input_names
-        if spec.metric in LABEL_METRICS and spec.label_key not in dataset.arrays:
+        if spec.metric in LABEL_METRICS and not dataset.has(spec.label_key):
             raise QuantuneError(
                 f"evaluation.metric: '{spec.metric}' needs labels, but the evaluation data has no "
                 f"'{spec.label_key}' array (set data.label_key, or use an agreement metric such as "
                 f"{sorted(AGREEMENT_METRICS)})"
             )
-        self._latency_feeds = next(dataset.batches(input_names, spec.latency.batch_size or spec.batch_size))
+        self.feeds = list(dataset.batches(input_names, spec.batch_size))
+        if not self.feeds:
+            raise QuantuneError(f"{dataset.source}: holds no rows to evaluate on")
+        self._latency_feeds = latency_feed(dataset, input_names, spec)
 
-    def outputs(self, model: Path) -> dict[str, np.ndarray]:
-        """All outputs of ``model`` over the evaluation data, concatenated along the batch axis."""
+    def outputs(self, model: Path) -> FeedOutputs:
+        """All outputs of ``model``, one dict per evaluation feed."""
         options = ort.SessionOptions()
         options.log_severity_level = 3
         options.intra_op_num_threads = self.threads
@@ -70,17 +88,15 @@ class Evaluator:
             session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
         except Exception as exc:
             raise TrialError(f"onnxruntime cannot load the model: {exc}") from exc
+        if self.spec.runner is not None:
+            return _call_runner(self.spec, session, self.feeds)
         names = [out.name for out in session.get_outputs()]
-        chunks: list[list[np.ndarray]] = [[] for _ in names]
-        for batch in self.dataset.batches(self.input_names, self.spec.batch_size):
-            for index, value in enumerate(session.run(names, batch)):
-                chunks[index].append(value)
-        return {name: np.concatenate(parts, axis=0) for name, parts in zip(names, chunks, strict=True)}
+        return [dict(zip(names, session.run(names, feed), strict=True)) for feed in self.feeds]
 
     def latency_side_by_side(
         self, models: list[Path], *, warmup: int | None = None, repeats: int | None = None
     ) -> list[dict[str, float]]:
-        """Latency figures of ``models`` timed interleaved on the latency batch (see
+        """Latency figures of ``models`` timed interleaved on the latency feed (see
         ``measure_side_by_side``); ``warmup`` / ``repeats`` override the config's."""
         spec = self.spec.latency
         spec = replace(
@@ -88,32 +104,70 @@ class Evaluator:
             warmup=spec.warmup if warmup is None else warmup,
             repeats=spec.repeats if repeats is None else repeats,
         )
-        return measure_side_by_side(models, self._latency_feeds, spec)
+        return measure_side_by_side(models, self._latency_feeds, spec, runner=self.spec.runner)
 
     def evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
-        """Figures for ``model``, and its outputs.
+        """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
 
-        ``reference`` is the original model's outputs; ``None`` means ``model`` is the original.
+        ``reference`` is the original model's packed outputs; ``None`` means ``model`` is the original.
         """
         outputs = self.outputs(model)
-        first = next(iter(outputs.values()))
+        first = [next(iter(feed.values())) for feed in outputs]
         figures: dict[str, float] = {}
         if self.spec.metric in LABEL_METRICS:
-            labels = self.dataset.arrays[self.spec.label_key]
-            figures[self.spec.metric] = LABEL_METRICS[self.spec.metric](first, labels)
+            labels = self.dataset.parts(self.spec.label_key, self.spec.batch_size)
+            figures[self.spec.metric] = over_feeds(self.spec.metric, LABEL_METRICS[self.spec.metric], first, labels)
         elif self.spec.user_metric is not None:
             figures[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
-        ref_first = first if reference is None else next(iter(reference.values()))
+        ref_first = first if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
         for name, func in AGREEMENT_METRICS.items():
-            figures[name] = func(first, ref_first)
-        figures.update(measure_latency(model, self._latency_feeds, self.spec.latency))
+            figures[name] = over_feeds(name, func, first, ref_first)
+        figures.update(measure_latency(model, self._latency_feeds, self.spec.latency, runner=self.spec.runner))
         figures["size_bytes"] = float(model_size_bytes(model))
-        return figures, outputs
+        return figures, pack(outputs)
 
 
-def _call_user_metric(spec: EvaluationSpec, outputs: dict[str, np.ndarray], dataset: Dataset) -> float:
+def latency_feed(dataset: Dataset, input_names: list[str], spec: EvaluationSpec) -> dict[str, np.ndarray]:
+    """The timed feed: feed ``latency.feed`` of the evaluation data (for a table, batches of
+    ``latency.batch_size`` rows, default the evaluation batch size)."""
+    index = spec.latency.feed
+    for position, feed in enumerate(dataset.batches(input_names, spec.latency.batch_size or spec.batch_size)):
+        if position == index:
+            return feed
+    raise QuantuneError(
+        f"evaluation.latency.feed: {index} is past the last evaluation feed ({dataset.source} has "
+        f"{len(list(dataset.batches(input_names, spec.latency.batch_size or spec.batch_size)))}); use a smaller index"
+    )
+
+
+def _call_runner(spec: EvaluationSpec, session: ort.InferenceSession, feeds: list[dict]) -> FeedOutputs:
     try:
-        value = spec.user_metric(outputs, dict(dataset.arrays))  # type: ignore[misc]
+        produced = spec.runner(session, [dict(feed) for feed in feeds])  # type: ignore[misc]
+    except Exception as exc:
+        raise TrialError(f"runner '{spec.runner_name}' raised {type(exc).__name__}: {exc}") from exc
+    return check_runner_outputs(produced, len(feeds), spec.runner_name or "runner")
+
+
+def check_runner_outputs(produced: object, count: int, name: str) -> FeedOutputs:
+    """The runner's outputs as a list of ``count`` dicts of arrays, or a ``TrialError`` saying what is wrong."""
+    expected = f"a list of {count} dict(s) (output name -> array), one per feed"
+    if not isinstance(produced, (list, tuple)) or len(produced) != count:
+        size = f" of {len(produced)}" if isinstance(produced, (list, tuple)) else ""
+        raise TrialError(f"runner '{name}' returned {type(produced).__name__}{size}; expected {expected}")
+    outputs: FeedOutputs = []
+    for index, item in enumerate(produced):
+        if not isinstance(item, dict) or not item:
+            raise TrialError(f"runner '{name}': item {index} is {type(item).__name__}; expected {expected}")
+        try:
+            outputs.append({str(key): np.asarray(value) for key, value in item.items()})
+        except Exception as exc:
+            raise TrialError(f"runner '{name}': item {index} holds a non-array ({exc})") from exc
+    return outputs
+
+
+def _call_user_metric(spec: EvaluationSpec, outputs: FeedOutputs, dataset: Dataset) -> float:
+    try:
+        value = spec.user_metric(stacked_outputs(outputs), dataset.view())  # type: ignore[misc]
         return float(value)
     except Exception as exc:
         raise TrialError(f"metric function '{spec.metric}' raised {type(exc).__name__}: {exc}") from exc

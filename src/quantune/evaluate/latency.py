@@ -1,4 +1,7 @@
-"""Latency measured, never assumed: warm-up, then repeated timed runs of one fixed batch.
+"""Latency measured, never assumed: warm-up, then repeated timed runs of one fixed feed.
+
+With an ``evaluation.runner`` the timed call is the runner over that one feed
+(``runner(session, [feed])``), so a model driven step by step is timed as it is deployed.
 
 Threads are set explicitly (default 1) so figures are comparable between models and runs;
 spinning is disabled so an idle thread pool does not eat the other core.
@@ -10,7 +13,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -24,6 +27,7 @@ class LatencySpec:
     repeats: int = 50
     threads: int = 1
     batch_size: int | None = None  # None: the data's batch size
+    feed: int = 0  # which evaluation feed (or batch) is timed
 
 
 @contextlib.contextmanager
@@ -57,6 +61,13 @@ def _timing_session(model: Path, spec: LatencySpec) -> ort.InferenceSession:
     return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
 
 
+def _call(session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None) -> Callable[[], object]:
+    """The timed call: one ``session.run`` on the feed, or the runner over that one feed."""
+    if runner is None:
+        return lambda: session.run(None, feeds)
+    return lambda: runner(session, [feeds])
+
+
 def _figures(timings: np.ndarray) -> dict[str, float]:
     timings = timings * 1000.0
     return {
@@ -66,35 +77,39 @@ def _figures(timings: np.ndarray) -> dict[str, float]:
     }
 
 
-def measure_latency(model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec) -> dict[str, float]:
+def measure_latency(
+    model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
+) -> dict[str, float]:
     """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane."""
-    session = _timing_session(model, spec)
+    call = _call(_timing_session(model, spec), feeds, runner)
     timings = np.empty(spec.repeats)
     with latency_lane():
         for _ in range(spec.warmup):
-            session.run(None, feeds)
+            call()
         for index in range(spec.repeats):
             start = time.perf_counter()
-            session.run(None, feeds)
+            call()
             timings[index] = time.perf_counter() - start
     return _figures(timings)
 
 
-def measure_side_by_side(models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec) -> list[dict[str, float]]:
+def measure_side_by_side(
+    models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
+) -> list[dict[str, float]]:
     """``measure_latency`` for several models at once, interleaved: round ``i`` times each model once.
 
     Whatever else the machine does drifts over minutes; interleaving spreads that drift over
     every model alike, so their ratios hold even when their absolute figures move.
     """
-    sessions = [_timing_session(model, spec) for model in models]
-    timings = np.empty((len(sessions), spec.repeats))
+    calls = [_call(_timing_session(model, spec), feeds, runner) for model in models]
+    timings = np.empty((len(calls), spec.repeats))
     with latency_lane():
-        for session in sessions:
+        for call in calls:
             for _ in range(spec.warmup):
-                session.run(None, feeds)
+                call()
         for index in range(spec.repeats):
-            for row, session in enumerate(sessions):
+            for row, call in enumerate(calls):
                 start = time.perf_counter()
-                session.run(None, feeds)
+                call()
                 timings[row, index] = time.perf_counter() - start
     return [_figures(row) for row in timings]
