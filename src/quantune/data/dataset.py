@@ -148,7 +148,7 @@ def _load_npz(path: Path, field_name: str) -> dict[str, np.ndarray]:
 
 def _as_arrays(item: object, what: str) -> dict[str, np.ndarray]:
     if not isinstance(item, Mapping):
-        raise QuantuneError(f"{what} is a {type(item).__name__}; expected a dict of arrays (name -> array)")
+        raise QuantuneError(f"{what} is {type(item).__name__}; expected a dict of arrays (name -> array)")
     arrays: dict[str, np.ndarray] = {}
     for key, value in item.items():
         if not isinstance(key, str):
@@ -172,9 +172,7 @@ def _from_function(spec: str, field_name: str, base_dir: Path) -> dict[str, np.n
         if isinstance(produced, Mapping):
             return _as_arrays(produced, f"{field_name}: '{spec}'")
         if isinstance(produced, (str, bytes, np.ndarray)) or not isinstance(produced, Iterable):
-            raise QuantuneError(
-                f"{field_name}: '{spec}' returned a {type(produced).__name__}; it must return {expected}"
-            )
+            raise QuantuneError(f"{field_name}: '{spec}' returned {type(produced).__name__}; it must return {expected}")
         return [_as_arrays(item, f"{field_name}: '{spec}' feed {i}") for i, item in enumerate(produced)]
     except QuantuneError:
         raise
