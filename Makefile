@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: demo test lint install install-test clean
+.PHONY: demo test fuzz lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: install
 
 test: install-test
 	$(BIN)/python -m pytest -q
+
+# the property-based fuzz tests of the suite (tests/test_*fuzz*.py) with many more examples, random each time
+FUZZ_EXAMPLES ?= 2000
+fuzz: install-test
+	QUANTUNE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUANTUNE_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q $(wildcard tests/test_*fuzz*.py)
 
 lint: install-test
 	$(BIN)/ruff check src tests examples bench

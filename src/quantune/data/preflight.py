@@ -95,6 +95,11 @@ def _check_part(part: Feed, inputs: list[InputSpec], checks: DataChecks, where: 
             f"{checks.field}:{where} no label array '{checks.labels}' (the metric needs labels; it has {sorted(part)}; "
             "set data.label_key, or use an agreement metric)"
         )
+    if checks.labels is not None and np.asarray(part[checks.labels]).dtype.kind not in "biuf":
+        raise QuantuneError(
+            f"{checks.field}:{where} label array '{checks.labels}' has dtype {np.asarray(part[checks.labels]).dtype}; "
+            "labels must be numbers (class indices)"
+        )
     checked = dict(part)
     for spec in inputs:
         checked[spec.name] = _check_array(np.asarray(part[spec.name]), spec, checks.field + ":" + where, table=table)
@@ -120,16 +125,19 @@ def _check_array(array: np.ndarray, spec: InputSpec, where: str, *, table: bool)
                 f"{label} has shape {tuple(array.shape)}; model input '{spec.name}' needs {size} along axis {axis} "
                 f"({spec.describe()})"
             )
-    if array.dtype.kind == "f" and not np.isfinite(array).all():
-        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
-        raise QuantuneError(f"{label} holds {bad} NaN/Inf value(s); the model's inputs must be finite numbers")
     if spec.dtype is not None and array.dtype != spec.dtype:
         if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
             raise QuantuneError(
                 f"{label} has dtype {array.dtype}; model input '{spec.name}' takes {spec.dtype}, which {array.dtype} "
                 f"does not convert to without changing kind (save it as {spec.dtype})"
             )
-        array = array.astype(spec.dtype)
+        with np.errstate(all="ignore"):
+            array = array.astype(spec.dtype)
+    if array.dtype.kind == "f" and not np.isfinite(array).all():  # after conversion: 1e300 is inf in float32
+        bad = int(array.size - np.count_nonzero(np.isfinite(array)))
+        raise QuantuneError(
+            f"{label} holds {bad} NaN/Inf value(s) as {array.dtype}; the model's inputs must be finite numbers"
+        )
     return array
 
 

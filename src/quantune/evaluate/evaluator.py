@@ -116,7 +116,12 @@ class Evaluator:
         figures: dict[str, float] = {}
         if self.spec.metric in LABEL_METRICS:
             labels = self.dataset.parts(self.spec.label_key, self.spec.batch_size)
-            figures[self.spec.metric] = over_feeds(self.spec.metric, LABEL_METRICS[self.spec.metric], first, labels)
+            try:
+                figures[self.spec.metric] = over_feeds(self.spec.metric, LABEL_METRICS[self.spec.metric], first, labels)
+            except ValueError as exc:  # labels that do not match the outputs (count, shape)
+                raise TrialError(
+                    f"metric '{self.spec.metric}' cannot compare the outputs with '{self.spec.label_key}': {exc}"
+                ) from exc
         elif self.spec.user_metric is not None:
             figures[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
         ref_first = first if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
