@@ -226,3 +226,13 @@ def test_through_the_installed_command_no_traceback(base, tmp_path):
     assert done.returncode == 2, done.stderr
     assert "Traceback" not in done.stderr and len(done.stderr.strip().splitlines()) == 1, done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_check_runs_the_preflight_alone(base, tmp_path, capsys):
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(base))
+    assert main(["check", str(tmp_path / "config.yaml")]) == 0
+    assert "ok: the data fits the model and the original scores top1 = 1" in capsys.readouterr().out
+    base["evaluation"]["metric"] = "scripts.py:nan_metric"
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(base))
+    assert main(["check", str(tmp_path / "config.yaml")]) == 2
+    assert "gave nan on the original model" in capsys.readouterr().err

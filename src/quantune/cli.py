@@ -1,4 +1,4 @@
-"""The ``quantune`` command: run, report, schema, passes, space.
+"""The ``quantune`` command: run, check, report, schema, passes, space.
 
 User mistakes (a bad config, a missing file) print one line naming the field or file and
 exit with code 2; they never show a traceback.
@@ -92,6 +92,17 @@ def _cmd_space(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_check(args: argparse.Namespace) -> int:
+    from quantune.config import load_config
+    from quantune.engine.setup import build_run, preflight
+
+    parts = build_run(load_config(args.config))
+    metrics = preflight(parts)
+    metric = parts.context.evaluator.spec.metric
+    print(f"ok: the data fits the model and the original scores {metric} = {metrics[metric]:.6g}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quantune", description="Search for the best optimized ONNX model.")
     sub = parser.add_subparsers(dest="command", required=True)
@@ -117,6 +128,12 @@ def build_parser() -> argparse.ArgumentParser:
 
     passes = sub.add_parser("passes", help="list passes, their parameters and default search values")
     passes.set_defaults(func=_cmd_passes)
+
+    check = sub.add_parser(
+        "check", help="preflight only: check the data against the model and the metric on the original"
+    )
+    check.add_argument("config")
+    check.set_defaults(func=_cmd_check)
 
     space = sub.add_parser("space", help="print the size of a config's search space and sample points")
     space.add_argument("config")
