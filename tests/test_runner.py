@@ -17,12 +17,15 @@ from quantune.engine.setup import build_run
 FEATURES, STATE, CLASSES, FRAMES = 4, 6, 3, 40
 
 RUNNER = """
+import numpy as np
+
 def run(session, feeds):
     state, outputs = None, []
     for feed in feeds:
         feed = dict(feed)
         if state is not None:
             feed["h"] = state  # the state the model returned for the previous frame
+        feed.setdefault("h", np.zeros((1, 6), np.float32))  # data without a state: start from zeros
         y, state = session.run(["y", "h_out"], feed)
         outputs.append({"y": y, "h_out": state})
     return outputs
@@ -35,6 +38,10 @@ def frames():
     data = np.load("frames.npz")
     return [{{"x": data["x"][i:i + 1], "h": np.zeros((1, {state}), np.float32), "label": data["label"][i:i + 1]}}
             for i in range(len(data["x"]))]
+
+def frames_without_state():
+    data = np.load("frames.npz")
+    return {{"x": data["x"], "label": data["label"]}}  # a table: batches of 1 row are the frames
 """
 
 
@@ -132,3 +139,11 @@ def test_the_runner_script_is_part_of_the_evaluation_identity(recurrent):
     plain = build_run(load_config(recurrent["config"])).context
     keys = {ctx.eval_key(before.model.sha256) for ctx in (before, after, plain)}
     assert len(keys) == 3
+
+
+def test_a_runner_may_supply_inputs_the_data_lacks(recurrent, tmp_path):
+    config = with_runner(recurrent)
+    config["data"] = {"evaluation": str(recurrent["dir"] / "loader.py") + ":frames_without_state", "batch_size": 1}
+    result = quantune.tune(config, tmp_path / "run")
+    assert result.baseline["top1"] == 1.0
+    assert all(r.status == "ok" for r in result.trials)

@@ -45,7 +45,7 @@ class Dataset:
             return len(next(iter(self.arrays.values()))) if self.arrays else 0
         return sum(feed_rows(feed) for feed in self.feeds)
 
-    def keys(self) -> list[str]:
+    def names(self) -> list[str]:
         """Every array name (for feeds: those of the first feed, in order)."""
         if self.feeds is None:
             return list(self.arrays)
@@ -116,7 +116,7 @@ class Dataset:
 
     def view(self) -> dict[str, np.ndarray | list[np.ndarray]]:
         """Every array, for a user metric: stacked when it stacks, else a list with one per feed."""
-        return {key: self.column(key) for key in self.keys()}
+        return {key: self.column(key) for key in self.names()}
 
 
 def feed_rows(feed: Feed) -> int:

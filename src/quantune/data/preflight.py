@@ -66,6 +66,7 @@ class DataChecks:
     field: str  # e.g. "data.calibration ('calib.npz')"
     batch_sizes: dict[str, int]  # config field -> rows per batch, e.g. {"data.calibration_batch_size": 32}
     labels: str | None = None  # a label array every part must have
+    runner: bool = False  # a runner drives the model: it may supply inputs the data lacks
 
 
 def check_data(dataset: Dataset, inputs: list[InputSpec], checks: DataChecks) -> Dataset:
@@ -85,7 +86,9 @@ def check_data(dataset: Dataset, inputs: list[InputSpec], checks: DataChecks) ->
 def _check_part(part: Feed, inputs: list[InputSpec], checks: DataChecks, where: str, *, table: bool) -> dict:
     names = [spec.name for spec in inputs]
     missing = [name for name in names if name not in part]
-    if missing:
+    if checks.runner:  # the runner supplies what is missing; what is there must still fit
+        inputs = [spec for spec in inputs if spec.name in part]
+    elif missing:
         raise QuantuneError(
             f"{checks.field}:{where} no array for model input(s) {missing}; it has {sorted(part)} "
             f"(name the arrays after the model's inputs {names})"
@@ -146,7 +149,7 @@ def _check_batch_axis(dataset: Dataset, inputs: list[InputSpec], checks: DataChe
     rows = len(dataset)
     for spec in inputs:
         fixed = spec.dims[0] if spec.dims else None
-        if fixed is None:
+        if fixed is None or spec.name not in dataset.arrays:
             continue
         for field, batch_size in checks.batch_sizes.items():
             if batch_size != fixed:

@@ -113,7 +113,9 @@ def check_run_data(
     if config.evaluation.latency.batch_size:
         sizes["evaluation.latency.batch_size"] = config.evaluation.latency.batch_size
     labels = data.label_key if config.evaluation.metric in LABEL_METRICS else None
-    evaluation = check_data(evaluation, inputs, DataChecks(f"data.evaluation ('{data.evaluation}')", sizes, labels))
+    driven = config.evaluation.runner is not None
+    checks = DataChecks(f"data.evaluation ('{data.evaluation}')", sizes, labels, runner=driven)
+    evaluation = check_data(evaluation, inputs, checks)
     return calibration, evaluation
 
 

@@ -74,10 +74,13 @@ class Evaluator:
                 f"'{spec.label_key}' array (set data.label_key, or use an agreement metric such as "
                 f"{sorted(AGREEMENT_METRICS)})"
             )
-        self.feeds = list(dataset.batches(input_names, spec.batch_size))
+        # A runner gets every array but the labels: it may supply inputs itself (a recurrent
+        # state, decoder tokens) or need more than the model takes.
+        self.feed_names = input_names if spec.runner is None else [k for k in dataset.names() if k != spec.label_key]
+        self.feeds = list(dataset.batches(self.feed_names, spec.batch_size))
         if not self.feeds:
             raise QuantuneError(f"{dataset.source}: holds no rows to evaluate on")
-        self._latency_feeds = latency_feed(dataset, input_names, spec)
+        self._latency_feeds = latency_feed(dataset, self.feed_names, spec)
 
     def outputs(self, model: Path) -> FeedOutputs:
         """All outputs of ``model``, one dict per evaluation feed."""
