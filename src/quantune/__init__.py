@@ -19,6 +19,7 @@ __version__ = "0.1.0"
 
 _EXPORTS = {
     "tune": "quantune.api",
+    "check": "quantune.api",
     "Config": "quantune.config",
     "load_config": "quantune.config",
     "Engine": "quantune.engine",
@@ -63,7 +64,7 @@ def __dir__() -> list[str]:
 
 
 if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
-    from quantune.api import tune  # noqa: F401
+    from quantune.api import check, tune  # noqa: F401
     from quantune.config import Config, load_config  # noqa: F401
     from quantune.engine import Engine, Trial, TrialRecord  # noqa: F401
     from quantune.errors import ConfigError, QuantuneError, TrialError  # noqa: F401

@@ -1,4 +1,4 @@
-"""The Python API: ``quantune.tune(config) -> Result``."""
+"""The Python API: ``quantune.tune(config) -> Result``, ``quantune.check(config)``."""
 
 from __future__ import annotations
 
@@ -53,3 +53,14 @@ def tune(
         name = Path(loaded.source).stem if loaded.source != "config" else "quantune"
         output = Path("runs") / name
     return Engine(loaded, Path(output), restart=restart, listeners=listeners or []).run()
+
+
+def check(config: str | Path | dict[str, Any] | Config) -> dict[str, float]:
+    """The preflight alone: the config, its data checked against the model's inputs, and the
+    original model evaluated (its metric must be a finite number). Returns the original's
+    figures; a mistake raises :class:`~quantune.errors.QuantuneError` naming the file or field.
+    Nothing is written but the artifact cache."""
+    from quantune.engine.setup import build_run, preflight
+
+    refuse_in_starting_worker()
+    return preflight(build_run(load_config(config)))

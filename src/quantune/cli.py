@@ -93,12 +93,11 @@ def _cmd_space(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from quantune.api import check
     from quantune.config import load_config
-    from quantune.engine.setup import build_run, preflight
 
-    parts = build_run(load_config(args.config))
-    metrics = preflight(parts)
-    metric = parts.context.evaluator.spec.metric
+    metric = load_config(args.config).config.evaluation.metric
+    metrics = check(args.config)
     print(f"ok: the data fits the model and the original scores {metric} = {metrics[metric]:.6g}")
     return 0
 
