@@ -236,3 +236,25 @@ def test_check_runs_the_preflight_alone(base, tmp_path, capsys):
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(base))
     assert main(["check", str(tmp_path / "config.yaml")]) == 2
     assert "gave nan on the original model" in capsys.readouterr().err
+
+
+def test_data_the_model_rejects_at_run_time_is_one_line(tmp_path, capsys):
+    """Shapes each fine alone that the model cannot combine (3 by 5): onnxruntime's error, one line."""
+    from onnx import TensorProto, helper
+
+    from conftest import save_graph
+
+    inputs = [helper.make_tensor_value_info(n, TensorProto.FLOAT, ["N", "W"]) for n in ("a", "b")]
+    output = helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", "W"])
+    graph = helper.make_graph([helper.make_node("Add", ["a", "b"], ["y"], name="add")], "add", inputs, [output])
+    save_graph(graph, tmp_path / "add.onnx")
+    np.savez(tmp_path / "ab.npz", a=np.ones((4, 3), np.float32), b=np.ones((4, 5), np.float32))
+    config = {
+        "model": "add.onnx",
+        "data": {"evaluation": "ab.npz"},
+        "evaluation": {"metric": "cosine"},
+        "passes": [{"name": "graph_opt"}],
+        "cache_dir": "cache",
+        **INLINE_EXECUTOR,
+    }
+    check(tmp_path, config, capsys, "evaluating the original model failed: onnxruntime failed on evaluation feed 0")

@@ -94,7 +94,15 @@ class Evaluator:
         if self.spec.runner is not None:
             return _call_runner(self.spec, session, self.feeds)
         names = [out.name for out in session.get_outputs()]
-        return [dict(zip(names, session.run(names, feed), strict=True)) for feed in self.feeds]
+        outputs: FeedOutputs = []
+        for index, feed in enumerate(self.feeds):
+            try:
+                outputs.append(dict(zip(names, session.run(names, feed), strict=True)))
+            except Exception as exc:  # the original too: then a one-line error, not a traceback
+                shapes = {name: tuple(value.shape) for name, value in feed.items()}
+                cause = " ".join(str(exc).split())  # onnxruntime's messages may span lines
+                raise TrialError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from exc
+        return outputs
 
     def latency_side_by_side(
         self, models: list[Path], *, warmup: int | None = None, repeats: int | None = None
