@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -245,6 +245,8 @@ class _Loop:
         self.told = 0
         self.interrupts = DeferredInterrupt()
         self._overrun_reason = ""
+        self.model_owner: dict[str, int] = {}  # candidate model hash -> first trial that produced it
+        self.duplicates = 0  # trials whose model an earlier trial produced: not counted in max_trials
 
     def run(self) -> str:
         with self.interrupts:
@@ -339,7 +341,13 @@ class _Loop:
             self.engine.judge(record, self.baseline, self.parts.criterion)
         record.told_index = self.told
         self.told += 1
-        self.strategy.tell(proposal, _outcome(record, self.parts.criterion))
+        duplicate_of = self._duplicate_of(record)
+        if duplicate_of is not None and not replayed:
+            record.stage = f"{record.stage} (duplicate of trial {duplicate_of})".lstrip()
+        outcome = _outcome(record, self.parts.criterion)
+        if duplicate_of is not None:
+            outcome = replace(outcome, duplicate_of=duplicate_of)
+        self.strategy.tell(proposal, outcome)
         if not replayed:
             row = record.to_dict()
             self.store.record_trial(row)
@@ -359,10 +367,23 @@ class _Loop:
         for listener in self.engine.listeners:
             listener.on_trial(record, status)
 
+    def _duplicate_of(self, record: TrialRecord) -> int | None:
+        """The earlier trial whose model is byte-identical to this one's (its evaluation is cached, and
+        this trial does not count against ``stop.max_trials``: two settings that give one model are one
+        candidate, e.g. Entropy and MinMax calibration on some models)."""
+        sha = record.model_sha256
+        if record.status != "ok" or sha is None:
+            return None
+        first = self.model_owner.setdefault(sha, record.number)
+        if first == record.number:
+            return None
+        self.duplicates += 1
+        return first
+
     def _should_stop(self) -> str:
         stop = self.engine.config.stop
         met = sum(1 for r in self.records if r.meets_criterion)
-        if stop.max_trials is not None and self.asked >= stop.max_trials:
+        if stop.max_trials is not None and self.asked - self.duplicates >= stop.max_trials:
             return f"max_trials ({stop.max_trials}) reached"
         if stop.timeout_s == 0:
             if met:

@@ -32,6 +32,7 @@ class Outcome:
     violation: float = 0.0
     meets: bool | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
+    duplicate_of: int | None = None  # the earlier trial that produced the byte-identical model
 
     @property
     def failed(self) -> bool:

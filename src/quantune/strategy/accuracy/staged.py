@@ -109,7 +109,8 @@ class StagedStrategy(Strategy):
         return self.memo.get(point_key(point))
 
     def evaluations(self) -> int:
-        return len(self.history)
+        """Trials spent: a byte-identical model of an earlier trial is no new evaluation."""
+        return sum(1 for tried in self.history if tried.outcome.duplicate_of is None)
 
     def best_meeting(self) -> Tried | None:
         """The told proposal that meets the criterion with the lowest objective."""
