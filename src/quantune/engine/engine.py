@@ -116,6 +116,7 @@ class Engine:
         log.info("baseline (%s): %s", baseline_cache, baseline)
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
+        strategy.observe_baseline(baseline)
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         loop = _Loop(self, parts, strategy, executor, store, replay, baseline, started)
@@ -347,7 +348,9 @@ class _Loop:
         outcome = _outcome(record, self.parts.criterion)
         if duplicate_of is not None:
             outcome = replace(outcome, duplicate_of=duplicate_of)
-        self.strategy.tell(proposal, outcome)
+        note = self.strategy.tell(proposal, outcome)
+        if note and not replayed:
+            record.stage = f"{record.stage} -> {note}"
         if not replayed:
             row = record.to_dict()
             self.store.record_trial(row)

@@ -82,12 +82,17 @@ class StagedStrategy(Strategy):
             self._advance()
         return None
 
-    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+    def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
         key = point_key(proposal.point)
         self.memo[key] = outcome
         self.history.append(Tried(proposal.stage, dict(proposal.point), outcome))
         for index in self._pending.pop(key, []):
             self._results[index] = outcome
+        return self.annotate(proposal, outcome)
+
+    def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        """A note for the trial's ``stage`` on what this outcome decides (none by default)."""
+        return None
 
     def _advance(self) -> None:
         try:
