@@ -173,6 +173,10 @@ class QuantuneStrategy(AccuracyStrategy):
         if found is None:
             return None
         assignment = yield from self.prune(base, found, fallen)
+        if fallen:  # the op types put in fp32 wholesale: back to int8 those the budget does not need
+            inner = {name: p for name, p in assignment.items() if name not in {g.name for g in fallen}}
+            still = yield from self.add_back(base, list(fallen), inner)
+            assignment = {**inner, **self._assign(still)}
         return base, assignment
 
     def stage_op_types(self, base: Point, compute: list[Group], others: list[Group]) -> Step:
@@ -192,13 +196,19 @@ class QuantuneStrategy(AccuracyStrategy):
                 break
         if fallen is None:
             return None
+        return (yield from self.add_back(base, fallen, {}))
+
+    def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
+        """Op types of ``fallen`` back to int8, the costliest first, each kept if the criterion holds
+        (``fixed``: other groups' precisions, held); returns the groups still in fp32."""
         limit = int(self.ctx.options.get("op_type_trials", 3))
         for op_type in types_by_cost(fallen, self._costs())[:limit]:
             trial = [g for g in fallen if g.op_type != op_type]
-            outcome = yield from self.try_point(self.fallback(base, trial), f"op types: + {op_type} to int8")
+            point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
+            outcome = yield from self.try_point(point, f"op types: + {op_type} to int8")
             if outcome.meets:
                 fallen = trial
-                self.note_meeting(len(trial))
+                self.note_meeting(len(trial) + sum(1 for p in fixed.values() if p == "fp32"))
         return fallen
 
     def bisect(self, base: Point, pool: Sequence[Group], fallen: Sequence[Group]) -> Step:
