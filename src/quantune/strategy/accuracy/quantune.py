@@ -45,8 +45,8 @@ class QuantuneStrategy(AccuracyStrategy):
     Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
     activation type of a static step, the defaults of a dynamic one -- their latency is the
     most a fallback can keep; a variant not faster than the original by ``speed_margin``
-    (default 0.03) is dropped, and its trial's stage says so; the ``flow`` option restricts
-    the flows) -> in the fastest kept variant that misses: ``recipes`` (cle / smooth_quant
+    (default 0.03) is dropped, and its trial's stage says so -- ``drop_slow: false`` keeps
+    them, ordered by speed; the ``flow`` option restricts the flows) -> in the fastest kept variant that misses: ``recipes`` (cle / smooth_quant
     values, when in the flow) -> ``screen`` (per_channel, calibrate_method, ... one at a
     time; ``screen_trials``, default 2) -> ``op types`` (quantize only Conv/MatMul/Gemm and
     Add/Mul, then only the compute types; when one holds, the op types left in float are
@@ -135,6 +135,8 @@ class QuantuneStrategy(AccuracyStrategy):
         if ratio is None:
             return True, "kept (no baseline latency to compare)"
         margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
+        if ratio >= 1.0 - margin and not self.ctx.options.get("drop_slow", True):
+            return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
         return True, f"kept: {ratio:.2f}x fp32 latency"
