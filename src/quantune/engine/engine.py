@@ -37,6 +37,7 @@ from quantune.space.report import EXACT_LIMIT
 from quantune.store import RunStore, cache_key
 from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, create_strategy
 from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
+from quantune.strategy.options import checked_options
 
 log = logging.getLogger("quantune")
 
@@ -218,7 +219,7 @@ def search_problem(parts: RunParts, config: Config) -> SearchProblem:
         groups=search.groups,
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
-        **accuracy_fields(parts.context, parts.plan, search.strategy_options),
+        **accuracy_fields(parts.context, parts.plan, checked_options(search.strategy, search.strategy_options)),
     )
 
 

@@ -11,10 +11,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from quantune.search import Feedback, Sampler
 from quantune.space import Point, SearchSpace
+from quantune.strategy.options import StrategyOptions
 
 
 @dataclass(frozen=True)
@@ -78,6 +79,8 @@ class SearchProblem:
 
 class Strategy(ABC):
     name: str = "strategy"
+    # The typed ``search.strategy_options`` (quantune.strategy.options); None: options unchecked.
+    Options: ClassVar[type[StrategyOptions] | None] = None
     baseline: Mapping[str, float] = {}  # the original model's figures, once the engine measured them
 
     def bind(self, problem: SearchProblem) -> None:

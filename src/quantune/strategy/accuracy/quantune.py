@@ -32,6 +32,7 @@ from quantune.strategy.accuracy.speed import (
 )
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.base import Outcome, Proposal
+from quantune.strategy.options import QuantuneOptions
 from quantune.strategy.registry import register_strategy
 
 log = logging.getLogger("quantune.strategy")
@@ -62,6 +63,7 @@ class QuantuneStrategy(AccuracyStrategy):
     """
 
     name = "quantune"
+    Options = QuantuneOptions
 
     def setup(self) -> None:
         super().setup()
