@@ -219,6 +219,7 @@ def search_problem(parts: RunParts, config: Config) -> SearchProblem:
         groups=search.groups,
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
+        objective=(config.objectives or [config.objective])[0],
         **accuracy_fields(parts.context, parts.plan, checked_options(search.strategy, search.strategy_options)),
     )
 

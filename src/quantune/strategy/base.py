@@ -75,6 +75,7 @@ class SearchProblem:
     node_costs: Callable[[], Mapping[str, float]] | None = None
     # (point, flow) -> the point's model latency over the original's, timed side by side (None: unknown).
     latency_ratio: Callable[[Point, tuple[str, ...]], float | None] | None = None
+    objective: str = "latency"  # what the run minimises once the criterion holds (latency, size)
 
 
 class Strategy(ABC):

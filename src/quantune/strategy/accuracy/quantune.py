@@ -134,6 +134,8 @@ class QuantuneStrategy(AccuracyStrategy):
             return False, "dropped: failed"
         baseline = self.baseline.get("latency_ms")
         ratio = variant.ratio(baseline)
+        if self.problem.objective != "latency":
+            return True, f"kept (objective: {self.problem.objective}, not latency)"
         if ratio is None:
             return True, "kept (no baseline latency to compare)"
         margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
