@@ -54,7 +54,11 @@ def _optimized(path: Path, tmp_path: Path) -> onnx.ModelProto:
 
 def _quantized_weighted(model: onnx.ModelProto) -> set[str]:
     """Names (prefixes) of the nodes that run as QLinearConv."""
-    return {node.name.split("_token")[0] for node in model.graph.node if node.op_type == "QLinearConv"}
+    return {
+        node.name.split("_token")[0].removesuffix("_quant")
+        for node in model.graph.node
+        if node.op_type == "QLinearConv"
+    }
 
 
 @pytest.fixture
@@ -64,9 +68,10 @@ def chain(tmp_path: Path) -> tuple[Path, Dataset]:
     return model, Dataset({"input": rows}, "data.calibration")
 
 
-def test_excluded_conv_runs_in_float(chain: tuple[Path, Dataset], tmp_path: Path) -> None:
+@pytest.mark.parametrize("quant_format", ["QDQ", "QOperator"])
+def test_excluded_conv_runs_in_float(chain: tuple[Path, Dataset], tmp_path: Path, quant_format: str) -> None:
     model, calibration = chain
-    params = {"quant_format": "QDQ", "activation_type": "uint8", "nodes_to_exclude": ["conv2", "relu2"]}
+    params = {"quant_format": quant_format, "activation_type": "uint8", "nodes_to_exclude": ["conv2", "relu2"]}
     out = run_pass("static_quant", params, model, tmp_path, calibration=calibration)
     running = _optimized(out, tmp_path)
     quantized = _quantized_weighted(running)
