@@ -173,13 +173,20 @@ def make_config(tmp_path: Path, cnn_model: Path, cnn_data: dict[str, Path]) -> C
     return make
 
 
-def accuracy_problem(config: dict[str, Any], options: dict[str, Any] | None = None):
+def accuracy_problem(config: dict[str, Any], options: dict[str, Any] | None = None, *, timed: bool = False):
     """The SearchProblem the engine would give a strategy for ``config``, with a seeded random
-    sampler and ``options`` as the strategy options (built by the engine's own function)."""
+    sampler and ``options`` as the strategy options (built by the engine's own function).
+
+    Tests that drive a strategy with made-up outcomes judge speed by those outcomes alone:
+    unless ``timed``, the side-by-side timing of real candidate models is left out (on these
+    tiny models every quantized variant is slower than fp32, which would end the search)."""
+    import dataclasses
+
     from quantune.config import load_config
     from quantune.engine.engine import search_problem
     from quantune.engine.setup import build_run
 
     search = {**config.get("search", {}), "sampler": "random", "seed": 0, "strategy_options": dict(options or {})}
     loaded = load_config({**config, "search": search})
-    return search_problem(build_run(loaded), loaded.config)
+    problem = search_problem(build_run(loaded), loaded.config)
+    return problem if timed else dataclasses.replace(problem, latency_ratio=None)

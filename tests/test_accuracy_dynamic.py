@@ -145,7 +145,7 @@ def test_quantune_screens_per_channel_on_a_dynamic_step(tmp_path: Path) -> None:
     strategy.bind(accuracy_problem(mlp_config(tmp_path, "quantune"), {"latency_trials": 0}))
     points = drive(strategy, needs_mm1_or_per_channel)
     assert strategy.ctx.dynamic and strategy.ctx.quant_step == "dynamic_quant"
-    assert [s.split(":")[0] for s in strategy.stage_log] == ["default", "screen"]
+    assert [s.split(":")[0] for s in strategy.stage_log] == ["ceiling", "screen"]
     assert points[1]["dynamic_quant.per_channel"] is True
 
 
@@ -170,20 +170,27 @@ def test_fallback_strategies_tune_a_dynamic_step(tmp_path: Path, name: str) -> N
     assert strategy.best_meeting() is not None
 
 
-def test_quantune_tunes_the_flow_whose_default_misses_least(tmp_path: Path) -> None:
+def test_quantune_tunes_the_fastest_flow(tmp_path: Path) -> None:
+    """Speed first: the flow whose fully-quantized variant is fastest is tuned, even though the
+    other one misses the budget by less (the flow the old strategy chose)."""
     config = mlp_config(tmp_path, "quantune", flows=[["static_quant"], ["dynamic_quant"]])
 
     def judge(point: Point) -> Outcome:
         if point["flow"] == "static_quant":
-            return Outcome(1.0, 0.5, False, {})
-        return needs_mm1_or_per_channel(point)
+            return Outcome(2.0, 0.01, False, {"latency_ms": 2.0})
+        return (
+            Outcome(1.0, 0.05, False, {"latency_ms": 1.0})
+            if not needs_mm1_or_per_channel(point).meets
+            else (Outcome(1.0, 0.0, True, {"latency_ms": 1.0}))
+        )
 
     strategy = create_strategy("quantune")
     strategy.bind(accuracy_problem(config, {"latency_trials": 0}))
     points = drive(strategy, judge)
-    assert {p["flow"] for p in points[:2]} == {"static_quant", "dynamic_quant"}  # both defaults
+    ceilings = [p for p, s in zip(points, strategy.stage_log, strict=False) if s.startswith("ceiling")]
+    assert {p["flow"] for p in ceilings} == {"static_quant", "dynamic_quant"}  # every flow's ceiling
     assert strategy.ctx.flow_name == "dynamic_quant"
-    assert all(p["flow"] == "dynamic_quant" for p in points[2:])
+    assert all(p["flow"] == "dynamic_quant" for p in points[len(ceilings) :])
     # the flow option pins one flow: no other default is tried
     pinned = create_strategy("quantune")
     pinned.bind(accuracy_problem(config, {"latency_trials": 0, "flow": "static_quant"}))

@@ -114,9 +114,10 @@ class SearchConfig(_Strict):
     keep_best: int = Field(default=3, gt=0, description="pass-by-pass/chain: outputs kept per group for backtracking.")
     strategy_options: dict[str, Any] = Field(
         default_factory=dict,
-        description="Options of the accuracy-driven strategies (like Neural Compressor's strategy_kwargs): "
-        "fp32_op_types, fp32_nodes, int8_op_types, int8_nodes (op constraints), precisions (e.g. [int16, fp32]), "
-        "flow, tuning_trials, screen_trials, prune_trials, latency_trials, calibration_trials, sensitivity_rows.",
+        description="Options of the chosen strategy (like Neural Compressor's strategy_kwargs), checked against "
+        "its options model (listed per strategy under x-strategy-options): e.g. fp32_op_types, fp32_nodes, "
+        "int8_op_types, int8_nodes, precisions, flow, sensitivity_rows for every accuracy-driven strategy; "
+        "speed_margin, drop_slow, screen_trials, op_type_trials, prune_trials, latency_trials for quantune.",
     )
 
 
@@ -202,4 +203,9 @@ class Config(_Strict):
 
 
 def config_json_schema() -> dict[str, Any]:
-    return Config.model_json_schema()
+    """The config's JSON Schema; ``x-strategy-options`` holds each registered strategy's options."""
+    from quantune.strategy.options import options_json_schemas
+
+    schema = Config.model_json_schema()
+    schema["x-strategy-options"] = options_json_schemas()
+    return schema

@@ -13,7 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -37,6 +37,7 @@ from quantune.space.report import EXACT_LIMIT
 from quantune.store import RunStore, cache_key
 from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, create_strategy
 from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
+from quantune.strategy.options import checked_options
 
 log = logging.getLogger("quantune")
 
@@ -117,6 +118,7 @@ class Engine:
         log.info("baseline (%s): %s", baseline_cache, baseline)
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
+        strategy.observe_baseline(baseline)
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         loop = _Loop(self, parts, strategy, executor, store, replay, baseline, started)
@@ -218,7 +220,8 @@ def search_problem(parts: RunParts, config: Config) -> SearchProblem:
         groups=search.groups,
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
-        **accuracy_fields(parts.context, parts.plan, search.strategy_options),
+        objective=(config.objectives or [config.objective])[0],
+        **accuracy_fields(parts.context, parts.plan, checked_options(search.strategy, search.strategy_options)),
     )
 
 
@@ -246,6 +249,8 @@ class _Loop:
         self.told = 0
         self.interrupts = DeferredInterrupt()
         self._overrun_reason = ""
+        self.model_owner: dict[str, int] = {}  # candidate model hash -> first trial that produced it
+        self.duplicates = 0  # trials whose model an earlier trial produced: not counted in max_trials
 
     def run(self) -> str:
         with self.interrupts:
@@ -340,7 +345,15 @@ class _Loop:
             self.engine.judge(record, self.baseline, self.parts.criterion)
         record.told_index = self.told
         self.told += 1
-        self.strategy.tell(proposal, _outcome(record, self.parts.criterion))
+        duplicate_of = self._duplicate_of(record)
+        if duplicate_of is not None and not replayed:
+            record.stage = f"{record.stage} (duplicate of trial {duplicate_of})".lstrip()
+        outcome = _outcome(record, self.parts.criterion)
+        if duplicate_of is not None:
+            outcome = replace(outcome, duplicate_of=duplicate_of)
+        note = self.strategy.tell(proposal, outcome)
+        if note and not replayed:
+            record.stage = f"{record.stage} -> {note}"
         if not replayed:
             row = record.to_dict()
             self.store.record_trial(row)
@@ -360,10 +373,23 @@ class _Loop:
         for listener in self.engine.listeners:
             listener.on_trial(record, status)
 
+    def _duplicate_of(self, record: TrialRecord) -> int | None:
+        """The earlier trial whose model is byte-identical to this one's (its evaluation is cached, and
+        this trial does not count against ``stop.max_trials``: two settings that give one model are one
+        candidate, e.g. Entropy and MinMax calibration on some models)."""
+        sha = record.model_sha256
+        if record.status != "ok" or sha is None:
+            return None
+        first = self.model_owner.setdefault(sha, record.number)
+        if first == record.number:
+            return None
+        self.duplicates += 1
+        return first
+
     def _should_stop(self) -> str:
         stop = self.engine.config.stop
         met = sum(1 for r in self.records if r.meets_criterion)
-        if stop.max_trials is not None and self.asked >= stop.max_trials:
+        if stop.max_trials is not None and self.asked - self.duplicates >= stop.max_trials:
             return f"max_trials ({stop.max_trials}) reached"
         if stop.timeout_s == 0:
             if met:

@@ -75,6 +75,7 @@ class TrialRunner:
         try:
             model_path, model_sha = self._run_passes(trial, record)
             record.model_path = str(model_path)
+            record.model_sha256 = model_sha
             record.metrics = self._evaluate(model_path, model_sha, record)
         except Exception as exc:  # a trial's failure is data, not a crash of the run
             record.status = "failed"

@@ -11,10 +11,11 @@ from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from quantune.search import Feedback, Sampler
 from quantune.space import Point, SearchSpace
+from quantune.strategy.options import StrategyOptions
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Outcome:
     violation: float = 0.0
     meets: bool | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
+    duplicate_of: int | None = None  # the earlier trial that produced the byte-identical model
 
     @property
     def failed(self) -> bool:
@@ -68,16 +70,31 @@ class SearchProblem:
     # (point, flow) -> a score per node of the model (higher: quantizing it does more harm).
     sensitivity: Callable[[Point, tuple[str, ...]], Mapping[str, float]] | None = None
     options: Mapping[str, Any] = field(default_factory=dict)  # strategy options (strategy_kwargs)
+    # () -> each node's share (0..1) of the original model's kernel time (onnxruntime's profiler),
+    # measured once when first asked; empty when unknown.
+    node_costs: Callable[[], Mapping[str, float]] | None = None
+    # (point, flow) -> the point's model latency over the original's, timed side by side (None: unknown).
+    latency_ratio: Callable[[Point, tuple[str, ...]], float | None] | None = None
+    objective: str = "latency"  # what the run minimises once the criterion holds (latency, size)
 
 
 class Strategy(ABC):
     name: str = "strategy"
+    # The typed ``search.strategy_options`` (quantune.strategy.options); None: options unchecked.
+    Options: ClassVar[type[StrategyOptions] | None] = None
+    baseline: Mapping[str, float] = {}  # the original model's figures, once the engine measured them
 
     def bind(self, problem: SearchProblem) -> None:
         self.problem = problem
+
+    def observe_baseline(self, metrics: Mapping[str, float]) -> None:
+        """The original model's figures (latency, metric), measured before the first ``ask``."""
+        self.baseline = dict(metrics)
 
     @abstractmethod
     def ask(self) -> Proposal | None: ...
 
     @abstractmethod
-    def tell(self, proposal: Proposal, outcome: Outcome) -> None: ...
+    def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        """Takes a proposal's outcome; may return a note on what it decided from it, which the
+        engine appends to the trial's ``stage`` (e.g. why a flow was dropped)."""

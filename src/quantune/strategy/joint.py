@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 from quantune.strategy.base import Outcome, Proposal, SearchProblem, Strategy
+from quantune.strategy.options import StrategyOptions
 from quantune.strategy.registry import register_strategy
 
 
 @register_strategy("joint")
 class JointStrategy(Strategy):
     name = "joint"
+    Options = StrategyOptions
 
     def bind(self, problem: SearchProblem) -> None:
         super().bind(problem)

@@ -17,6 +17,7 @@ from quantune.errors import QuantuneError
 from quantune.search import Sampler
 from quantune.space import Point, point_key
 from quantune.strategy.base import WAIT, Outcome, Proposal, SearchProblem, Strategy
+from quantune.strategy.options import StrategyOptions
 from quantune.strategy.registry import register_strategy
 
 
@@ -36,6 +37,7 @@ class _Stage:
 @register_strategy("pass-by-pass")
 class PassByPassStrategy(Strategy):
     name = "pass-by-pass"
+    Options = StrategyOptions
     requires_groups = False
 
     def bind(self, problem: SearchProblem) -> None:

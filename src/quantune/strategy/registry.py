@@ -33,6 +33,10 @@ def strategy_names() -> list[str]:
     return sorted(_STRATEGIES)
 
 
+def strategy_class(name: str) -> type[Strategy] | None:
+    return _STRATEGIES.get(name)
+
+
 def create_strategy(name: str) -> Strategy:
     try:
         return _STRATEGIES[name]()

@@ -21,6 +21,7 @@ from pydantic import Field, model_validator
 from quantune.data import CalibrationReader
 from quantune.errors import TrialError
 from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.registry import register_pass
 from quantune.space import Boolean, Categorical, Conditional
@@ -63,6 +64,7 @@ class StaticQuantization(Pass):
     """Calibrates activation ranges on calibration data, then quantizes weights and activations."""
 
     name = "static_quant"
+    version = 2  # 2: excluded Conv/Gemm stay float at session load (float_fallback.py)
     Config = StaticQuantizationConfig
     needs_calibration = True
     # Accelerator EPs take QDQ graphs only; TensorRT wants symmetric int8 activations.
@@ -135,6 +137,8 @@ class StaticQuantization(Pass):
         )
         if fresh is not None and fresh.is_file():
             os.replace(fresh, ranges)  # published whole, so a concurrent reader never sees half a file
+        if config.nodes_to_exclude:
+            _keep_fallback_float(model_out, config.nodes_to_exclude)
 
     @staticmethod
     def _calibration_cache(config: StaticQuantizationConfig, context: PassContext) -> tuple[Path | None, Path | None]:
@@ -164,3 +168,10 @@ class StaticQuantization(Pass):
         if path.is_file():
             return path, None
         return path, context.cache_dir / f".{key}.{uuid.uuid4().hex}.json"
+
+
+def _keep_fallback_float(model_out: Path, excluded: list[str]) -> None:
+    """Excluded weighted nodes run in float when onnxruntime loads the model (see float_fallback.py)."""
+    model = onnx.load(str(model_out), load_external_data=False)
+    if keep_excluded_float(model, excluded):
+        onnx.save(model, str(model_out))

@@ -16,10 +16,13 @@ from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import describe
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.base import Outcome
+from quantune.strategy.options import FallbackOptions
 from quantune.strategy.registry import register_strategy
 
 
 class _Fallback(AccuracyStrategy):
+    Options = FallbackOptions
+
     def tuning_trials(self) -> int:
         return int(self.ctx.options.get("tuning_trials", 4))
 

@@ -7,12 +7,20 @@ step's pass and fixed parameters, a sensitivity function, the strategy options).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Mapping
 from typing import Any
 
+import numpy as np
+
+from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.sensitivity import SensitivityProbe
+from quantune.passes.cached import run_pass_cached
 from quantune.space import Point
+from quantune.store import cache_key
 from quantune.strategy.accuracy.context import QUANT_PASSES
+
+log = logging.getLogger("quantune.strategy")
 
 
 def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
@@ -43,10 +51,74 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
             )
         return probe(point)
 
+    costs: dict[str, float] | None = None
+
+    def node_costs() -> Mapping[str, float]:
+        """Each node's share of the original's kernel time, profiled once (cached by model and batch)."""
+        nonlocal costs
+        if costs is None:
+            costs = _profile(context)
+        return costs
+
+    def latency_ratio(point: Point, flow: tuple[str, ...]) -> float | None:
+        """The point's model latency over the original's, timed interleaved (cached per model pair)."""
+        try:
+            return _side_by_side(context, plan, point, flow)
+        except Exception as exc:  # a failed timing leaves the decision to the trial's own figure
+            log.warning("side-by-side timing failed (%s); using the trial's own latency", exc)
+            return None
+
     return {
         "model_path": context.model.path,
         "step_passes": step_passes,
         "step_fixed": step_fixed,
         "sensitivity": sensitivity,
         "options": options,
+        "node_costs": node_costs,
+        "latency_ratio": latency_ratio,
     }
+
+
+def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
+    """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
+    path, sha = context.model.path, context.model.sha256
+    for step, config in plan.configs_for(point, flow):
+        path, sha, _ = run_pass_cached(
+            context.cache,
+            step.pass_cls,
+            config,
+            path,
+            sha,
+            calibration=context.calibration,
+            input_names=list(context.evaluator.input_names),
+            batch_size=context.batch_size,
+            label=f"{step.id} (speed ceiling)",
+        )
+    spec = context.evaluator.spec.latency
+    key = cache_key("side-by-side", context.model.sha256, sha, vars(spec), context.evaluator.dataset.fingerprint)
+    cached = context.cache.get_json("evals", key)
+    if cached is not None:
+        return cached["ratio"]
+    original, candidate = context.evaluator.latency_side_by_side([context.model.path, path])
+    ratio = candidate["latency_ms"] / original["latency_ms"] if original["latency_ms"] > 0 else None
+    context.cache.put_json("evals", key, {"ratio": ratio})
+    return ratio
+
+
+def _profile(context: Any) -> dict[str, float]:
+    feeds = getattr(context.evaluator, "latency_feeds", None) or getattr(context.evaluator, "_latency_feeds", None)
+    if not feeds:
+        return {}
+    shapes = sorted((name, list(np.shape(value))) for name, value in feeds.items())
+    threads = context.evaluator.spec.latency.threads
+    key = cache_key("node-profile", context.model.sha256, shapes, threads)
+    cached = context.cache.get_json("profiles", key)
+    if cached is not None:
+        return dict(cached["shares"])
+    try:
+        shares = node_time_shares(context.model.path, feeds, threads=threads)
+    except Exception as exc:  # a profile is a hint for ordering, never a reason to fail the run
+        log.warning("per-node profile of the original failed (%s); fallbacks are ordered by sensitivity alone", exc)
+        return {}
+    context.cache.put_json("profiles", key, {"shares": shares})
+    return shares

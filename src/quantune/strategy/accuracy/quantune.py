@@ -1,109 +1,270 @@
-"""quantune's accuracy-driven strategy: few evaluations to the first feasible model, then speed.
+"""quantune's accuracy-driven strategy: speed first, then accuracy at the right grain, few evaluations.
 
 Neural Compressor finds which operators must stay in fp32 by evaluating the model once per
-operator. Here one sensitivity run ranks the groups, a bisection finds how many of the most
-sensitive must stay in high precision (``O(log n)`` evaluations), a prune step re-quantizes
-those the budget does not need, and the rest of the trials go to the sampler to minimise
-latency with that fallback fixed.
+operator, inside whatever quantization format it was given. Here the strategy first learns
+where speed can come from at all (each flow's speed ceiling, see :mod:`.speed`), drops what
+cannot beat the original, and recovers accuracy only inside the fastest variant: op types
+first (quantize the compute-heavy types, keep the rest only if they hold), then a bisection
+over single groups ranked by harm per unit of time given up (``O(log n)`` evaluations), a
+prune that re-quantizes what the budget does not need, and the rest of the trials to the
+sampler for latency with that fallback fixed.
 """
 
 from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
 
 from quantune.passes.onnx.capability import Group, Precision
 from quantune.space import Point
 from quantune.strategy.accuracy.bisect import Bisection
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import AccuracyContext, describe
+from quantune.strategy.accuracy.speed import (
+    COMPUTE_TYPES,
+    SAFE_TYPES,
+    SPEED_MARGIN,
+    Variant,
+    priced,
+    speed_params,
+    speed_variants,
+    types_by_cost,
+)
 from quantune.strategy.accuracy.staged import Stages
+from quantune.strategy.base import Outcome, Proposal
+from quantune.strategy.options import QuantuneOptions
 from quantune.strategy.registry import register_strategy
+
+log = logging.getLogger("quantune.strategy")
+CEILING = "ceiling"
 
 
 @register_strategy("quantune")
 class QuantuneStrategy(AccuracyStrategy):
-    """Rank by sensitivity, bisect the fallback size, prune, then tune latency.
+    """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
-    Stages: ``default`` (pass defaults; with several flows that quantize -- say a static and
-    a dynamic one -- each flow's defaults, and the flow whose default misses least is tuned;
-    the ``flow`` option picks one instead; if it meets, straight to ``latency``) -> ``recipes``
-    (cle / smooth_quant values, when in the flow: accuracy without leaving int8) ->
-    ``screen`` (one-at-a-time changes of the accuracy-relevant quantization parameters:
-    per_channel, calibrate_method, ...; the one with the least loss becomes the base) ->
-    ``bisect`` (groups ranked by one sensitivity run on the base; the smallest k such that
-    the k most sensitive groups in high precision meet the criterion; when the model has
-    repeated blocks -- transformer layers -- ``bisect blocks`` first finds how many of the
-    most sensitive blocks must go to fp32 whole, then the groups are bisected inside those;
-    option ``bisect_blocks: false`` skips it) -> ``prune`` (each of
-    those k, least sensitive first, back to int8 if the criterion still holds; with
-    ``precisions: [int16, fp32]``, int16 is tried before giving up a group) -> ``latency``
-    (the sampler over the quantization parameters with the fallback fixed, for the remaining
-    trials). Options: ``screen_trials`` (default 4), ``prune_trials`` (default 8),
-    ``latency_trials`` (default: what ``stop.max_trials`` leaves).
+    Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
+    activation type of a static step, the defaults of a dynamic one -- their latency is the
+    most a fallback can keep; a variant not faster than the original by ``speed_margin``
+    (default 0.03) is dropped, and its trial's stage says so -- ``drop_slow: false`` keeps
+    them, ordered by speed; the ``flow`` option restricts the flows) -> in the fastest kept variant that misses: ``recipes`` (cle / smooth_quant
+    values, when in the flow) -> ``screen`` (per_channel, calibrate_method, ... one at a
+    time; ``screen_trials``, default 2) -> ``op types`` (quantize only Conv/MatMul/Gemm and
+    Add/Mul, then only the compute types; when one holds, the op types left in float are
+    added back, the costliest first, each kept if the criterion holds; ``op_type_trials``,
+    default 3) -> ``bisect`` (groups ranked by sensitivity over their share of the original's
+    time; the smallest k such that the k first in fp32 meet the criterion, never all the
+    compute in fp32; ``bisect blocks`` first when the model has repeated blocks, option
+    ``bisect_blocks``) -> ``prune`` (each fallen group, costliest first, back to int8 -- or
+    int16 with ``precisions: [int16, fp32]`` -- if the criterion holds; ``prune_trials``,
+    default 8) -> ``latency`` (the sampler over the quant parameters with the speed class and
+    the fallback fixed; ``latency_trials``, default what ``stop.max_trials`` leaves). When
+    recovery finds nothing in a variant, the next fastest is tried.
     """
 
     name = "quantune"
+    Options = QuantuneOptions
+
+    def setup(self) -> None:
+        super().setup()
+        self.ranking: list[Group] = []
+        self.variants: list[Variant] = []
+        self._ceiling_stage: dict[str, Variant] = {}
+        self.decisions: list[str] = []  # why variants were kept or dropped, in order
 
     def stages(self) -> Stages:
-        base, outcome = yield from self.stage_flows()
-        if not outcome.meets and self.ctx.has_recipes():
-            base, outcome = yield from self.stage_recipes(base)
-        if outcome is not None and not outcome.meets:
-            base, outcome = yield from self.stage_screen(base, int(self.ctx.options.get("screen_trials", 4)))
-        fallback: dict[str, Precision] = {}
-        if outcome is not None and not outcome.meets:
-            found = yield from self.bisect(base)
-            if found is None:
-                return  # nothing meets: the engine reports the closest miss
-            fallback = yield from self.prune(base, found)
-        yield from self.latency(base, fallback)
+        kept = yield from self.stage_ceiling()
+        for variant in kept:
+            self.ctx = variant.ctx
+            base = variant.point
+            if variant.meets:
+                fallback: dict[str, Precision] | None = {}
+            else:
+                found = yield from self.recover(base, self.known(base))
+                if found is None:
+                    continue
+                base, fallback = found
+            yield from self.latency(base, fallback or {})
+            return
 
-    def stage_flows(self) -> Step:
-        """Stage: the defaults of every flow that quantizes; the one that misses least is tuned."""
-        if "flow" in self.ctx.options:
-            return (yield from self.stage_default())
+    # -- speed ceilings -----------------------------------------------------------------------------
+    def stage_ceiling(self) -> Step:
+        """Stage: each flow's fully-quantized variants; returns the kept ones, fastest first."""
         contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
-        if len(contexts) <= 1:
-            return (yield from self.stage_default())
-        items = [(self.complete(ctx.base_point(), ctx), f"default: {ctx.flow_name}") for ctx in contexts]
+        items = []
+        for ctx in contexts:
+            for point, label in speed_variants(ctx):
+                point = self.complete(point, ctx)
+                stage = f"{CEILING}: {label}"
+                variant = Variant(ctx, point, label)
+                self.variants.append(variant)
+                self._ceiling_stage[stage] = variant
+                items.append((point, stage))
         outcomes = yield from self.try_points(items)
-        ranked = sorted(
-            range(len(contexts)),
-            key=lambda i: (
-                outcomes[i].failed,
-                not outcomes[i].meets,
-                outcomes[i].violation if not outcomes[i].failed else float("inf"),
-                outcomes[i].objective or 0.0,
-            ),
-        )
-        chosen = ranked[0]
-        self.ctx = contexts[chosen]
-        return items[chosen][0], outcomes[chosen]
+        for variant, outcome in zip(self.variants, outcomes, strict=True):
+            self._measure(variant, outcome)
+        kept = [v for v in self.variants if self._keeps(v)]
+        order = {id(v): i for i, v in enumerate(self.variants)}
+        baseline = self.baseline.get("latency_ms")
+        kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
+        meeting = [v for v in kept if v.meets]
+        if meeting and meeting[0] is not kept[0]:
+            self.decisions.append(f"{meeting[0].label} meets the budget; recovering accuracy in faster {kept[0].label}")
+        for line in self.decisions:
+            log.info("quantune strategy: %s", line)
+        if not kept:
+            log.info("quantune strategy: no variant is faster than the original: keep the original")
+        return kept
 
-    def bisect(self, base: Point) -> Step:
-        ranked_scores = self.ctx.ranked(base)
+    def _measure(self, variant: Variant, outcome: Outcome | None) -> None:
+        if outcome is None or outcome.failed:
+            variant.failed = True
+            return
+        variant.latency_ms = outcome.metrics.get("latency_ms")
+        variant.meets = bool(outcome.meets)
+        variant.violation = outcome.violation
+        if variant.side_by_side is None and self.problem.latency_ratio is not None:
+            variant.side_by_side = self.problem.latency_ratio(variant.point, variant.ctx.flow)
+
+    def _keeps(self, variant: Variant) -> bool:
+        return variant.failed is False and self._verdict(variant)[0]
+
+    def _verdict(self, variant: Variant) -> tuple[bool, str]:
+        if variant.failed:
+            return False, "dropped: failed"
+        baseline = self.baseline.get("latency_ms")
+        ratio = variant.ratio(baseline)
+        if self.problem.objective != "latency":
+            return True, f"kept (objective: {self.problem.objective}, not latency)"
+        if ratio is None:
+            return True, "kept (no baseline latency to compare)"
+        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
+        if ratio >= 1.0 - margin and not self.ctx.options.get("drop_slow", True):
+            return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
+        if ratio >= 1.0 - margin:
+            return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
+        return True, f"kept: {ratio:.2f}x fp32 latency"
+
+    def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        """A ceiling trial's stage says whether its variant was kept or dropped, and why."""
+        variant = self._ceiling_stage.get(proposal.stage)
+        if variant is None:
+            return None
+        self._measure(variant, outcome)
+        why = self._verdict(variant)[1]
+        self.decisions.append(f"{variant.label} {why}")
+        return why
+
+    # -- recovery inside one variant --------------------------------------------------------------
+    def recover(self, base: Point, outcome: Outcome | None) -> Step:
+        """Recipes, screen, op types, bisection, prune; returns (base point, fallback) or None."""
+        if self.ctx.has_recipes():
+            base, outcome = yield from self.stage_recipes(base)
+            if outcome is not None and outcome.meets:
+                return base, {}
+        limit = int(self.ctx.options.get("screen_trials", 2))
+        base, outcome = yield from self.stage_screen(base, limit)
+        if outcome is not None and outcome.meets:
+            return base, {}
+        compute = [g for g in self.ctx.candidates if g.op_type in COMPUTE_TYPES]
+        others = [g for g in self.ctx.candidates if g.op_type not in COMPUTE_TYPES]
+        fallen: list[Group] = []
+        if compute and others:
+            held = yield from self.stage_op_types(base, compute, others)
+            if held is not None:
+                return base, self._assign(held)
+            fallen = others  # no op-type set holds: bisect the compute groups with the rest in fp32
+        pool = compute if fallen else list(self.ctx.candidates)
+        found = yield from self.bisect(base, pool, fallen)
+        if found is None:
+            return None
+        assignment = yield from self.prune(base, found, fallen)
+        if fallen:  # the op types put in fp32 wholesale: back to int8 those the budget does not need
+            inner = {name: p for name, p in assignment.items() if name not in {g.name for g in fallen}}
+            still = yield from self.add_back(base, list(fallen), inner)
+            assignment = {**inner, **self._assign(still)}
+        return base, assignment
+
+    def stage_op_types(self, base: Point, compute: list[Group], others: list[Group]) -> Step:
+        """Stage: quantize the safe types, else only compute; then add types back; returns fp32 groups or None."""
+        risky = [g for g in others if g.op_type not in SAFE_TYPES]
+        tries: list[tuple[list[Group], str]] = []
+        if risky and len(risky) < len(others):
+            safe = sorted({g.op_type for g in compute + others if g not in risky})
+            tries.append((risky, f"op types: int8 {safe}, fp32 {sorted({g.op_type for g in risky})}"))
+        tries.append((others, f"op types: int8 {sorted({g.op_type for g in compute})} only"))
+        fallen: list[Group] | None = None
+        for groups, stage in tries:
+            outcome = yield from self.try_point(self.fallback(base, groups), stage)
+            if outcome.meets:
+                fallen = groups
+                self.note_meeting(len(groups))
+                break
+        if fallen is None:
+            return None
+        return (yield from self.add_back(base, fallen, {}))
+
+    def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
+        """Op types of ``fallen`` back to int8, the costliest first, each kept if the criterion holds
+        (``fixed``: other groups' precisions, held); returns the groups still in fp32."""
+        limit = int(self.ctx.options.get("op_type_trials", 3))
+        for op_type in types_by_cost(fallen, self._costs())[:limit]:
+            trial = [g for g in fallen if g.op_type != op_type]
+            point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
+            outcome = yield from self.try_point(point, f"op types: + {op_type} to int8")
+            if outcome.meets:
+                fallen = trial
+                self.note_meeting(len(trial) + sum(1 for p in fixed.values() if p == "fp32"))
+        return fallen
+
+    def bisect(self, base: Point, pool: Sequence[Group], fallen: Sequence[Group]) -> Step:
+        """The fewest of ``pool`` (by harm per time) in fp32, with ``fallen`` too, that meet; None if none."""
+        start = self.fallback(base, fallen)
+        ranked_scores = priced(self.ctx.ranked(start, pool), self._costs())
         ranked = [group for group, _ in ranked_scores]
         self.ranking = ranked
         blocks = self._blocks(ranked_scores)
         if blocks and self.ctx.options.get("bisect_blocks", True):
-            found = yield from self._bisect_blocks(base, ranked, blocks)
+            found = yield from self._bisect_blocks(base, ranked, blocks, fallen)
             if found is not None:
                 return found
-        return (yield from self._bisect(base, ranked, "bisect"))
+        return (yield from self._bisect(base, ranked, fallen, "bisect"))
 
-    def _bisect(self, base: Point, ranked: list[Group], label: str, known_feasible: bool = False) -> Step:
-        """The smallest k such that ``ranked[:k]`` in fp32 meets the criterion (None: not even all)."""
-        search = Bisection(len(ranked), hi=len(ranked) if known_feasible else None)
-        while (k := search.next_k()) is not None:
-            groups = ranked[:k]
-            point = self.fallback(base, groups)
-            outcome = yield from self.try_point(
-                point, f"{label}: k={k}/{len(ranked)} {describe([g.name for g in groups])}"
-            )
-            search.record(k, bool(outcome.meets))
-            if outcome.meets:
-                self.note_meeting(k)
-        if search.answer is None:
+    def _limit(self, ranked: Sequence[Group], fallen: Sequence[Group]) -> int:
+        """The most of ``ranked`` that may fall back and leave some compute int8 (never all of it in fp32)."""
+        down = {g.name for g in fallen}
+        for k in range(len(ranked), -1, -1):
+            rest = [g for g in ranked[k:] if g.name not in down]
+            others = [g for g in self.ctx.candidates if g not in ranked and g.name not in down]
+            if any(g.op_type in COMPUTE_TYPES for g in rest + others):
+                return k
+        return 0
+
+    def _bisect(self, base: Point, ranked: list[Group], fallen: Sequence[Group], label: str) -> Step:
+        """The smallest k such that ``ranked[:k]`` (and ``fallen``) in fp32 meet the criterion (None: not even
+        the most allowed). The top is assumed feasible until shown otherwise, so no trial is spent on it
+        when a smaller k meets."""
+        top = self._limit(ranked, fallen)
+        if top <= 0:
             return None
+        search = Bisection(top, hi=top)
+        met_any = False
+        while (k := search.next_k()) is not None:
+            meets = yield from self._try_fallback(base, ranked[:k], fallen, f"{label}: k={k}/{len(ranked)}")
+            search.record(k, meets)
+            met_any = met_any or meets
+        if not met_any:  # the top was only assumed: evaluate it
+            meets = yield from self._try_fallback(base, ranked[:top], fallen, f"{label}: k={top}/{len(ranked)}")
+            if not meets:
+                return None
         return ranked[: search.answer]
+
+    def _try_fallback(self, base: Point, groups: Sequence[Group], fallen: Sequence[Group], label: str) -> Step:
+        point = self.fallback(base, [*fallen, *groups])
+        outcome = yield from self.try_point(point, f"{label} {describe([g.name for g in groups])}")
+        if outcome.meets:
+            self.note_meeting(len(groups) + len(fallen))
+        return bool(outcome.meets)
 
     def _blocks(self, ranked_scores: list[tuple[Group, float]]) -> list[tuple[str, list[Group]]]:
         """Repeated blocks (transformer layers) with their candidate groups, most sensitive first."""
@@ -123,7 +284,9 @@ class QuantuneStrategy(AccuracyStrategy):
         found.sort(key=lambda item: -item[2])
         return [(block, groups) for block, groups, _ in found]
 
-    def _bisect_blocks(self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]]) -> Step:
+    def _bisect_blocks(
+        self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]], fallen: Sequence[Group]
+    ) -> Step:
         """Stage: bisect over whole blocks (most sensitive first), then over the groups inside those.
 
         A transformer's sensitivity is spread over many small groups whose ranks are noisy; a
@@ -131,28 +294,33 @@ class QuantuneStrategy(AccuracyStrategy):
         evaluations), and the group-level bisection then only ranks groups of those layers.
         """
         names = [block for block, _ in blocks]
-        search = Bisection(len(blocks))
+        search = Bisection(len(blocks) - 1)  # never every block in fp32
         while (k := search.next_k()) is not None:
             groups = [g for _, members in blocks[:k] for g in members]
             outcome = yield from self.try_point(
-                self.fallback(base, groups), f"bisect blocks: {k}/{len(blocks)} in fp32 {describe(names[:k])}"
+                self.fallback(base, [*fallen, *groups]),
+                f"bisect blocks: {k}/{len(blocks)} in fp32 {describe(names[:k])}",
             )
             search.record(k, bool(outcome.meets))
             if outcome.meets:
-                self.note_meeting(len(groups))
+                self.note_meeting(len(groups) + len(fallen))
         if search.answer is None:
             return None
         inside = {g.name for _, members in blocks[: search.answer] for g in members}
         inner = [g for g in ranked if g.name in inside]  # sensitivity order
-        return (yield from self._bisect(base, inner, "bisect", known_feasible=True))
+        return (yield from self._bisect(base, inner, fallen, "bisect"))
 
-    def prune(self, base: Point, groups: list[Group]) -> Step:
-        """Re-quantize fallen groups the budget does not need, least sensitive (last ranked) first."""
+    def prune(self, base: Point, groups: list[Group], fallen: Sequence[Group]) -> Step:
+        """Re-quantize fallen groups the budget does not need, the costliest (most speed back) first."""
         limit = int(self.ctx.options.get("prune_trials", 8))
-        assignment: dict[str, Precision] = {g.name: "fp32" for g in groups}
+        assignment: dict[str, Precision] = {g.name: "fp32" for g in [*fallen, *groups]}
         if len(groups) <= 1 and "int16" not in self.ctx.precisions:
             return assignment
-        for group in list(reversed(groups)) if len(groups) > 1 else list(groups):
+        costs = self._costs()
+        order = list(reversed(groups))  # least harmful first when there is no profile
+        if costs:
+            order.sort(key=lambda g: -sum(costs.get(n, 0.0) for n in g.nodes))
+        for group in order if len(groups) > 1 else list(groups):
             for precision in self._lower_precisions():
                 if limit <= 0:
                     return assignment
@@ -179,11 +347,23 @@ class QuantuneStrategy(AccuracyStrategy):
             lower.append("int16")
         return lower
 
+    def _assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
+        return {g.name: "fp32" for g in groups}
+
+    def _costs(self) -> dict[str, float]:
+        if self.problem.node_costs is None:
+            return {}
+        return dict(self.problem.node_costs())
+
     def latency(self, base: Point, fallback: dict[str, Precision]) -> Step:
-        """Stage: the sampler over the quant parameters, with the fallback found held fixed."""
-        fixed = self.ctx.with_fallback(dict(self.ctx.flow_fixed), fallback)
+        """Stage: the sampler over the quant parameters, with the speed class and the fallback held fixed."""
+        fixed = self.ctx.with_fallback({**self.ctx.flow_fixed, **speed_params(self.ctx, base)}, fallback)
         trials = int(self.ctx.options.get("latency_trials", self.remaining()))
         names = list(self.ctx.quant_params())
         label = f"latency ({sum(1 for p in fallback.values() if p == 'fp32')} groups in fp32)"
         tried = yield from self.stage_sampler(fixed, trials, label, names)
         return tried
+
+
+def _or_inf(value: float | None) -> float:
+    return float("inf") if value is None else value

@@ -82,12 +82,17 @@ class StagedStrategy(Strategy):
             self._advance()
         return None
 
-    def tell(self, proposal: Proposal, outcome: Outcome) -> None:
+    def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
         key = point_key(proposal.point)
         self.memo[key] = outcome
         self.history.append(Tried(proposal.stage, dict(proposal.point), outcome))
         for index in self._pending.pop(key, []):
             self._results[index] = outcome
+        return self.annotate(proposal, outcome)
+
+    def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        """A note for the trial's ``stage`` on what this outcome decides (none by default)."""
+        return None
 
     def _advance(self) -> None:
         try:
@@ -109,7 +114,8 @@ class StagedStrategy(Strategy):
         return self.memo.get(point_key(point))
 
     def evaluations(self) -> int:
-        return len(self.history)
+        """Trials spent: a byte-identical model of an earlier trial is no new evaluation."""
+        return sum(1 for tried in self.history if tried.outcome.duplicate_of is None)
 
     def best_meeting(self) -> Tried | None:
         """The told proposal that meets the criterion with the lowest objective."""

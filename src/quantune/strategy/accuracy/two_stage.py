@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from quantune.strategy.accuracy.common import AccuracyStrategy
 from quantune.strategy.accuracy.staged import Stages
+from quantune.strategy.options import TwoStageOptions
 from quantune.strategy.registry import register_strategy
 
 CALIBRATION_PARAMS = ("calibrate_method", "percentile", "calibration_samples")
@@ -23,6 +24,7 @@ class TwoStageStrategy(AccuracyStrategy):
     meeting trial with the lowest objective, else the one with the least loss)."""
 
     name = "two_stage"
+    Options = TwoStageOptions
 
     def stages(self) -> Stages:
         params = list(self.ctx.quant_params())

@@ -1,0 +1,141 @@
+"""Speed facts for the ``quantune`` strategy: speed ceilings, op-type classes, fallback prices.
+
+A flow can only win if its *fastest fully-quantized variant* (its speed ceiling) beats the
+original: no fallback makes a model faster than quantizing everything. So the strategy first
+times the ceilings -- each quant format and activation type of a static step, the dynamic
+step's default -- as ordinary trials, drops the variants that are not faster than the
+original by a margin, and recovers accuracy only inside the fastest of the rest.
+
+Fallback then goes by grain: op types first (the compute-heavy ones -- Conv, MatMul, Gemm --
+carry the speed; Neural Compressor's capability defaults also quantize Add and Mul, and leave
+the elementwise ops of a decomposed LayerNorm in float), then single groups ordered by harm
+per unit of time given up (sensitivity over ``1 + `` the group's share of the original's kernel
+time: a group that carries all the time must be twice as harmful as a free one to go first --
+sensitivity decides, the price breaks near-ties; a stronger price pushed the scaled CNN's
+second culprit conv, 0.77 against the Gemms' 0.47, behind them).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from quantune.passes.onnx.capability import Group
+from quantune.space import Conditional, Point
+from quantune.strategy.accuracy.context import AccuracyContext
+
+# Op types whose quantized kernels carry the speed: a candidate keeps at least one of them int8.
+COMPUTE_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU"})
+# Besides compute, what Neural Compressor's ONNX capability table quantizes by default
+# (QLinearAdd, QLinearMul): a residual add or a scale stays int8 and saves a Q/DQ pair.
+SAFE_TYPES = frozenset({"Add", "Mul"})
+SPEED_MARGIN = 0.03  # a ceiling must beat the original by this share to be worth recovering
+
+
+@dataclass
+class Variant:
+    """One fully-quantized variant of a flow (its ceiling trial) and what it measured."""
+
+    ctx: AccuracyContext
+    point: Point
+    label: str
+    latency_ms: float | None = None
+    side_by_side: float | None = None  # latency over the original's, timed interleaved with it
+    meets: bool = False
+    violation: float = float("inf")
+    failed: bool = False
+
+    def ratio(self, baseline_ms: float | None) -> float | None:
+        """Latency over the original's: side by side when timed so, else against the baseline figure."""
+        if self.side_by_side is not None:
+            return self.side_by_side
+        if self.latency_ms is None or not baseline_ms:
+            return None
+        return self.latency_ms / baseline_ms
+
+
+def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
+    """The flow's fastest-candidate points: every quant format x activation type (static), or the defaults."""
+    base = ctx.base_point()
+    if ctx.dynamic:
+        return [(base, f"{ctx.flow_name}: dynamic")]
+    params = ctx.quant_params()
+    formats = _values(params.get(ctx.key("quant_format")), base)
+    types = _values(params.get(ctx.key("activation_type")), base)
+    out: list[tuple[Point, str]] = []
+    for quant_format in formats:
+        for activation in types:
+            point = dict(base)
+            if quant_format is not None:
+                point[ctx.key("quant_format")] = quant_format
+            if activation is not None:
+                point[ctx.key("activation_type")] = activation
+            point = fill_conditionals(ctx, point)
+            if ctx.valid(point):
+                name = "/".join(str(v) for v in (quant_format, activation) if v is not None) or "defaults"
+                out.append((point, f"{ctx.flow_name}: {name}"))
+    return out or [(base, f"{ctx.flow_name}: defaults")]
+
+
+def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
+    """Active conditional parameters of the quant step at their first value (e.g. activation_symmetric)."""
+    filled = dict(point)
+    for name, param in ctx.quant_params().items():
+        if name in filled or not isinstance(param, Conditional):
+            continue
+        choices = _choices(param, filled)
+        if choices:
+            filled[name] = False if False in choices else choices[0]
+    return filled
+
+
+def speed_params(ctx: AccuracyContext, point: Mapping[str, Any]) -> Point:
+    """The values of a point that decide its speed class (held fixed while accuracy is recovered)."""
+    keys = [ctx.key("quant_format"), ctx.key("activation_type"), ctx.key("activation_symmetric")]
+    return {key: point[key] for key in keys if key in point}
+
+
+def group_cost(group: Group, costs: Mapping[str, float]) -> float:
+    """The group's share of the original's kernel time (0 when unknown)."""
+    return sum(costs.get(node, 0.0) for node in group.nodes)
+
+
+def priced(scored: Sequence[tuple[Group, float]], costs: Mapping[str, float]) -> list[tuple[Group, float]]:
+    """Groups by harm per unit of time given up: sensitivity / (1 + time share), highest first.
+
+    Falling back a cheap op costs almost nothing, a heavy one a lot; when two groups are
+    about as sensitive, the cheap one goes to float first. Without a profile, sensitivity alone.
+    """
+    if not costs:
+        return list(scored)
+    order = {group.name: index for index, (group, _) in enumerate(scored)}
+    value = [(group, score / (1.0 + group_cost(group, costs))) for group, score in scored]
+    return sorted(value, key=lambda gs: (-gs[1], order[gs[0].name]))
+
+
+def types_by_cost(groups: Sequence[Group], costs: Mapping[str, float]) -> list[str]:
+    """Op types of ``groups``, the most time in the original first (first-seen order breaks ties)."""
+    totals: dict[str, float] = {}
+    for group in groups:
+        totals[group.op_type] = totals.get(group.op_type, 0.0) + group_cost(group, costs)
+    order = list(totals)
+    return sorted(order, key=lambda t: (-totals[t], order.index(t)))
+
+
+def _values(param: Any, point: Mapping[str, Any]) -> list[Any]:
+    """A searched parameter's values in the order the space prefers (heaviest weight first)."""
+    if param is None:
+        return [None]
+    choices = list(_choices(param, point))
+    weights = getattr(param, "weights", None)
+    if weights and len(weights) == len(choices):
+        choices = [c for _, c in sorted(zip(weights, choices, strict=True), key=lambda wc: -wc[0])]
+    return choices or [None]
+
+
+def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:
+    try:
+        return tuple(param.choices_given(point))
+    except (KeyError, AttributeError, TypeError):
+        return ()

@@ -1,0 +1,99 @@
+"""Typed ``search.strategy_options``: one pydantic model per strategy.
+
+A typo in an option (``screen_trial``) used to be ignored silently; now each strategy declares
+its options (``Strategy.Options``), the config is checked against them before the run, a
+mistake is one line naming the key and the allowed ones, and ``quantune schema`` lists them.
+A strategy registered by a plugin without an ``Options`` class gets its options unchecked.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from quantune.errors import ConfigError
+
+
+class StrategyOptions(BaseModel):
+    """No options (joint, pass-by-pass, chain)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class AccuracyOptions(StrategyOptions):
+    """Options every accuracy-driven strategy takes: op constraints (Neural Compressor's op_type_dict)."""
+
+    fp32_op_types: list[str] = Field(default_factory=list, description="Op types always kept in fp32.")
+    fp32_nodes: list[str] = Field(default_factory=list, description="Node names always kept in fp32.")
+    int8_op_types: list[str] = Field(default_factory=list, description="Op types never fallen back.")
+    int8_nodes: list[str] = Field(default_factory=list, description="Node names never fallen back.")
+    precisions: list[Literal["int16", "fp32"]] = Field(
+        default_factory=lambda: ["fp32"], description="Fallback precisions, preferred first (int16: QDQ only)."
+    )
+    flow: str | None = Field(default=None, description="Tune only this flow (default: every flow that quantizes).")
+    sensitivity_rows: int = Field(default=128, gt=0, description="Calibration rows of the sensitivity run.")
+
+
+class FallbackOptions(AccuracyOptions):
+    """basic, conservative, auto, mse, mse_v2."""
+
+    tuning_trials: int = Field(default=4, ge=0, description="Parameter-tuning trials before any fallback.")
+
+
+class TwoStageOptions(AccuracyOptions):
+    """two_stage."""
+
+    calibration_trials: int | None = Field(
+        default=None, gt=0, description="Trials of the calibration stage (default: half of stop.max_trials)."
+    )
+
+
+class QuantuneOptions(AccuracyOptions):
+    """quantune: speed ceilings, op-type-wise and per-group fallback, latency."""
+
+    speed_margin: float = Field(
+        default=0.03, ge=-1, lt=1, description="A variant must beat the original's latency by this share."
+    )
+    drop_slow: bool = Field(default=True, description="Drop variants whose ceiling is not faster than the original.")
+    screen_trials: int = Field(default=2, ge=0, description="One-at-a-time accuracy parameter changes.")
+    op_type_trials: int = Field(default=3, ge=0, description="Op types tried back in int8 after an op-type fallback.")
+    bisect_blocks: bool = Field(default=True, description="Bisect over repeated blocks before single groups.")
+    prune_trials: int = Field(default=8, ge=0, description="Fallen groups tried back in int8 (or int16).")
+    latency_trials: int | None = Field(
+        default=None, ge=0, description="Sampler trials for latency at the end (default: what max_trials leaves)."
+    )
+
+
+def checked_options(strategy: str, raw: dict[str, Any]) -> dict[str, Any]:
+    """``search.strategy_options`` checked against the named strategy's options (unknown strategy: as is,
+    the strategy lookup reports it)."""
+    from quantune.strategy.registry import strategy_class
+
+    cls = strategy_class(strategy)
+    return validate_options(strategy, None if cls is None else cls.Options, raw)
+
+
+def options_json_schemas() -> dict[str, Any]:
+    """strategy name -> the JSON Schema of its options (for ``quantune schema``)."""
+    from quantune.strategy.registry import _STRATEGIES
+
+    return {name: cls.Options.model_json_schema() for name, cls in sorted(_STRATEGIES.items()) if cls.Options}
+
+
+def validate_options(strategy: str, options_cls: type[StrategyOptions] | None, raw: dict[str, Any]) -> dict[str, Any]:
+    """The options the user set, checked against the strategy's model (unchecked when it has none)."""
+    if options_cls is None:
+        return dict(raw)
+    try:
+        options_cls.model_validate(raw)
+    except ValidationError as exc:
+        error = exc.errors()[0]
+        key = ".".join(str(part) for part in error["loc"])
+        allowed = ", ".join(options_cls.model_fields) or "none"
+        if error["type"] == "extra_forbidden":
+            message = f"strategy '{strategy}' has no option '{key}' (allowed: {allowed})"
+        else:
+            message = f"{error['msg']} (strategy '{strategy}')"
+        raise ConfigError(f"search.strategy_options.{key}: {message}") from None
+    return dict(raw)

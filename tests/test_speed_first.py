@@ -1,0 +1,148 @@
+"""The ``quantune`` strategy goes speed first: ceilings, dropped flows, op-type-wise fallback."""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import quantune
+from conftest import INLINE_EXECUTOR, accuracy_problem
+from layernorm_model import build_layernorm_mlp, layernorm_data
+from quantune.space import Point
+from quantune.strategy import WAIT, Outcome, create_strategy
+
+COMPUTE = {"conv1", "conv2", "fc"}
+
+
+def _drive(strategy: Any, judge, limit: int = 60) -> list[tuple[Point, str, str | None]]:
+    """ask/tell without the engine; returns (point, stage, note) in order."""
+    seen = []
+    for _ in range(limit):
+        proposal = strategy.ask()
+        if proposal is None:
+            break
+        assert proposal is not WAIT
+        note = strategy.tell(proposal, judge(proposal.point))
+        seen.append((proposal.point, proposal.stage, note))
+    return seen
+
+
+def _two_flows(make_config) -> dict[str, Any]:
+    passes = [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}]
+    return make_config(passes, flows=[["static_quant"], ["dynamic_quant"]], search={"strategy": "quantune"})
+
+
+def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_config) -> None:
+    """Constructed timings (ConvInteger slower than fp32, QDQ int8 fastest): the decisions follow them."""
+    ratios = {"dynamic_quant": 1.4, ("QDQ", "uint8"): 0.8, ("QDQ", "int8"): 0.5, ("QOperator", "uint8"): 0.9}
+
+    def ratio(point: Point, flow: tuple[str, ...]) -> float:
+        if flow == ("dynamic_quant",):
+            return ratios["dynamic_quant"]
+        key = (point["static_quant.quant_format"], point["static_quant.activation_type"])
+        return ratios.get(key, 3.0)
+
+    problem = dataclasses.replace(accuracy_problem(_two_flows(make_config)), latency_ratio=ratio)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+
+    def judge(point: Point) -> Outcome:  # only conv2 in fp32 holds the budget
+        meets = "conv2" in point.get("static_quant.nodes_to_exclude", [])
+        return Outcome(1.0, 0.0 if meets else 0.1, meets, {"latency_ms": 1.0})
+
+    seen = _drive(strategy, judge)
+    ceilings = [(p, s, n) for p, s, n in seen if s.startswith("ceiling")]
+    assert {s.split(": ")[1] for _, s, _ in ceilings} == {"static_quant", "dynamic_quant"}
+    for point, stage, note in ceilings:
+        expected = ratio(point, ("dynamic_quant",) if "dynamic" in stage else ("static_quant",))
+        assert f"{expected:.2f}x" in note
+        assert note.startswith("kept") == (expected < 0.97)
+    after = [p for p, s, _ in seen if not s.startswith("ceiling")]
+    assert after, "nothing was recovered"
+    assert all(p["flow"] == "static_quant" for p in after), "a dropped flow was tuned"
+    recovering = [p for p, s, _ in seen if s.startswith(("screen", "bisect", "prune"))]
+    assert all(p["static_quant.activation_type"] == "int8" for p in recovering), "not the fastest variant"
+    assert all(p["static_quant.quant_format"] == "QDQ" for p in recovering)
+    best = strategy.best_meeting()
+    assert best is not None and "conv2" in best.point["static_quant.nodes_to_exclude"]
+    for point, _, _ in seen:  # never every compute op in fp32: that is the original, already a candidate
+        assert not set(point.get("static_quant.nodes_to_exclude", [])) >= COMPUTE
+
+
+def test_a_real_run_decides_on_the_latencies_it_measured(make_config, tmp_path: Path) -> None:
+    """Whatever this machine measures, a variant is kept iff its side-by-side ratio beats the margin,
+    and only kept variants are tuned further."""
+    config = _two_flows(make_config)
+    config["stop"] = {"max_trials": 10}
+    config["criterion"] = {"type": "relative", "tolerable_loss": 0.01}
+    result = quantune.tune(config, output=tmp_path / "run")
+    ceilings = [t for t in result.trials if t.stage.startswith("ceiling")]
+    assert len(ceilings) == 5  # QDQ/QOperator x uint8/int8, and the dynamic defaults
+    kept = set()
+    for trial in ceilings:
+        match = re.search(r"-> (kept|dropped): ([0-9.]+)x fp32 latency", trial.stage)
+        assert match, trial.stage
+        assert (match.group(1) == "kept") == (float(match.group(2)) < 0.97)
+        if match.group(1) == "kept":
+            kept.add(_speed_class(trial.params, trial.flow))
+    for trial in result.trials:
+        if not trial.stage.startswith("ceiling") and "duplicate" not in trial.stage:
+            assert _speed_class(trial.params, trial.flow) in kept, f"{trial.stage} tunes a dropped variant"
+
+
+def _speed_class(params: dict[str, Any], flow: list[str]) -> tuple:
+    if flow == ["dynamic_quant"]:
+        return ("dynamic",)
+    return (params.get("static_quant.quant_format"), params.get("static_quant.activation_type"))
+
+
+@pytest.fixture
+def layernorm_config(tmp_path: Path) -> dict[str, Any]:
+    model = build_layernorm_mlp(tmp_path / "ln.onnx")
+    data = layernorm_data(tmp_path, model)
+    return {
+        "model": str(model),
+        "data": {"calibration": str(data["calibration"]), "evaluation": str(data["evaluation"]), "batch_size": 50},
+        "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 3, "threads": 1}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.03},
+        "passes": [{"name": "static_quant", "search": True, "params": {"quant_format": "QDQ"}}],
+        "search": {
+            "sampler": "random",
+            "seed": 0,
+            "strategy": "quantune",
+            # tiny models run faster in fp32: keep every variant to see the accuracy path
+            "strategy_options": {"drop_slow": False, "screen_trials": 0, "latency_trials": 0},
+        },
+        "stop": {"max_trials": 12},
+        "cache_dir": str(tmp_path / "cache"),
+        **INLINE_EXECUTOR,
+    }
+
+
+def test_op_type_wise_fallback_finds_the_fragile_op_type(layernorm_config: dict[str, Any], tmp_path: Path) -> None:
+    """Quantizing the LayerNorm's ``variance + eps`` Add loses the small rows; the MatMuls hold."""
+    result = quantune.tune(layernorm_config, output=tmp_path / "run")
+    stages = [t.stage for t in result.trials]
+    compute_only = [t for t in result.trials if t.stage.startswith("op types: int8 ['MatMul'] only")]
+    assert compute_only and compute_only[0].meets_criterion, stages
+    assert result.best is not None
+    meeting = [set(t.params.get("static_quant.nodes_to_exclude", [])) for t in result.trials if t.meets_criterion]
+    assert {"ln/add_eps"} in meeting, "the fragile Add alone in fp32 was not found"
+    assert not any(excluded & {"mlp/fc1", "mlp/fc2"} for excluded in meeting), "a MatMul fell back"
+    assert all("ln/add_eps" in excluded for excluded in meeting)  # truth: quantizing it breaks the model
+    first = min(t.number for t in result.trials if t.meets_criterion)
+    assert first + 1 <= 2 + 3  # two ceilings (uint8, int8), then the op-type stage's first try
+
+
+def test_sensitivity_ranks_the_fragile_layernorm_op_first(layernorm_config: dict[str, Any]) -> None:
+    """Truth (measured: top-1 with each group alone int8): ln/add_eps 0.60, every other group >= 0.98."""
+    strategy = create_strategy("quantune")
+    strategy.bind(accuracy_problem(layernorm_config))
+    ranked = strategy.ctx.ranked(strategy.ctx.base_point())
+    assert ranked[0][0].name == "ln/add_eps"
+    assert ranked[0][1] > 0.5
