@@ -16,8 +16,9 @@ import onnxruntime as ort
 
 from quantune.data import Dataset
 from quantune.errors import QuantuneError, TrialError
-from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side
+from quantune.evaluate.latency import LatencySpec, measure_latency, time_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
+from quantune.evaluate.quantized import quantization_figures
 from quantune.model import model_size_bytes
 
 UserMetric = Callable[[dict[str, np.ndarray], dict[str, np.ndarray]], float]
@@ -42,6 +43,7 @@ class EvaluationSpec:
             "batch_size": self.batch_size,
             "label_key": self.label_key,
             "latency": vars(self.latency),
+            "figures": 2,  # 2: quantized_ops and quantized_compute_fraction (older entries lack them)
         }
 
 
@@ -77,18 +79,18 @@ class Evaluator:
                 chunks[index].append(value)
         return {name: np.concatenate(parts, axis=0) for name, parts in zip(names, chunks, strict=True)}
 
-    def latency_side_by_side(
+    def timings_side_by_side(
         self, models: list[Path], *, warmup: int | None = None, repeats: int | None = None
-    ) -> list[dict[str, float]]:
-        """Latency figures of ``models`` timed interleaved on the latency batch (see
-        ``measure_side_by_side``); ``warmup`` / ``repeats`` override the config's."""
+    ) -> np.ndarray:
+        """Seconds per round of ``models`` timed interleaved on the latency batch (one row per
+        model, see ``time_side_by_side``); ``warmup`` / ``repeats`` override the config's."""
         spec = self.spec.latency
         spec = replace(
             spec,
             warmup=spec.warmup if warmup is None else warmup,
             repeats=spec.repeats if repeats is None else repeats,
         )
-        return measure_side_by_side(models, self._latency_feeds, spec)
+        return time_side_by_side(models, self._latency_feeds, spec)
 
     def evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs.
@@ -108,6 +110,7 @@ class Evaluator:
             figures[name] = func(first, ref_first)
         figures.update(measure_latency(model, self._latency_feeds, self.spec.latency))
         figures["size_bytes"] = float(model_size_bytes(model))
+        figures.update(quantization_figures(model))  # what actually runs quantized (0 for a float original)
         return figures, outputs
 
 

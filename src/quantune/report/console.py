@@ -18,7 +18,7 @@ from rich.table import Table
 
 from quantune.engine.engine import RunStatus
 from quantune.engine.trial import TrialRecord
-from quantune.report.result import Result, format_loss
+from quantune.report.result import Result, format_loss, format_ratio
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
@@ -84,7 +84,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     metric = result.metric
     base = result.baseline
     table = Table(title=f"quantune: {len(result.trials)} trials ({result.stop_reason})")
-    for column in ("#", "params", metric_label(metric), "loss", "ms", "KB", "ok", "cache"):
+    for column in ("#", "params", metric_label(metric), "loss", "ms", "KB", "quant", "ok", "cache"):
         table.add_column(column, overflow="fold", no_wrap=column != "params", min_width=4 if column == "#" else None)
     table.add_row(
         "orig",
@@ -95,6 +95,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         f"{base['size_bytes'] / 1024:.0f}",
         "",
         "",
+        "",
     )
     chosen = result.best.number if result.best else None
     for record in result.trials[:max_rows]:
@@ -102,7 +103,16 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         if record.status != "ok":
             reason = escape((record.error or "failed")[:80])
             table.add_row(
-                str(record.number), f"{_fmt_params(record.params)}: {reason}", "failed", "", "", "", "", "", style="red"
+                str(record.number),
+                f"{_fmt_params(record.params)}: {reason}",
+                "failed",
+                "",
+                "",
+                "",
+                "",
+                "",
+                "",
+                style="red",
             )
             continue
         m = record.metrics
@@ -115,6 +125,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             format_loss(record.accuracy_loss, result.criterion["type"]),
             f"{m['latency_ms']:.3f}{retimed}",
             f"{m['size_bytes'] / 1024:.0f}",
+            quantized_label(m),
             "yes" if record.meets_criterion else "no",
             f"{hits}/{len(record.cache)}",
             style=style,
@@ -122,6 +133,8 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     captions = []
     if result.latency_confirmation:
         captions.append("* timed again at the end, side by side with the original (so is 'orig')")
+    if any(quantized_label(r.metrics) == "none" for r in result.trials if r.status == "ok"):
+        captions.append("quant none: no compute op quantized, a copy of the original, never a candidate")
     if len(result.trials) > max_rows:
         captions.append(f"{len(result.trials) - max_rows} more trials in results.json")
     table.caption = "; ".join(captions) or None
@@ -129,27 +142,66 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     console.print(summary(result), markup=False, highlight=False)
 
 
+def quantized_label(metrics: dict[str, float]) -> str:
+    """Quantized compute ops and their share of the model's: "3 (100%)", or "none"."""
+    if "quantized_ops" not in metrics:
+        return ""
+    if not metrics["quantized_ops"]:
+        return "none"
+    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
+
+
+def verdict_line(result: Result) -> str:
+    """The run's answer in one line: which model to use, and why."""
+    best, base = result.best, result.baseline
+    if result.verdict == "improved" and best is not None:
+        return f"improved: {result.verdict_reason}"
+    if result.verdict == "keep_original" and best is not None:
+        if result.objective == "size":
+            words = format_ratio(best.metrics["size_bytes"], base["size_bytes"], less="smaller", more="larger")
+            return f"keep the original: no candidate was smaller (best candidate {words}, trial {best.number})"
+        if result.objective == "latency":
+            ratio = (result.latency_confirmation or {}).get("ratios", {}).get(str(best.number))
+            words = (
+                format_ratio(ratio["ratio_median"], 1.0)
+                if ratio
+                else format_ratio(best.metrics["latency_ms"], base["latency_ms"])
+            )
+            return f"keep the original: no candidate was faster (best candidate {words}, trial {best.number})"
+        return f"keep the original: {result.verdict_reason}"
+    return (
+        f"no candidate in the budget: {result.verdict_reason}"
+        if result.verdict_reason
+        else "no trial met the criterion."
+    )
+
+
 def summary(result: Result) -> str:
     base = result.baseline
     label = metric_label(result.metric)
     lines = [f"criterion: {label} {result.criterion['description']}; objective: {result.objective}"]
+    lines.append(verdict_line(result))
     if result.best is not None:
         m = result.best.metrics
         lines.append(
-            f"best: trial {result.best.number}  {label} {m[result.metric]:.4f} "
-            f"(original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
-            f"({base['latency_ms'] / m['latency_ms']:.2f}x faster), size {m['size_bytes'] / 1024:.0f} KB "
-            f"({base['size_bytes'] / m['size_bytes']:.2f}x smaller)"
+            f"best: trial {result.best.number}{'' if result.improved else ' (a candidate only, not saved)'}  "
+            f"{label} {m[result.metric]:.4f} (original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
+            f"({format_ratio(m['latency_ms'], base['latency_ms'])}), size {m['size_bytes'] / 1024:.0f} KB "
+            f"({format_ratio(m['size_bytes'], base['size_bytes'], less='smaller', more='larger')}), "
+            f"quantized ops {quantized_label(m) or 'unknown'}"
         )
-        lines.append(f"best model: {result.best_model_path}")
-    else:
-        lines.append("no trial met the criterion.")
-        if result.closest_miss is not None:
-            miss = result.closest_miss
+        if result.improved:
+            lines.append(f"best model: {result.best_model_path}")
+        else:
             lines.append(
-                f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
-                f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
+                f"the original stays the answer; the candidate's model is in the cache: {result.best.model_path}"
             )
+    elif result.closest_miss is not None:
+        miss = result.closest_miss
+        lines.append(
+            f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
+            f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
+        )
     if result.replayed:
         lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")
     if result.interrupted:
