@@ -7,7 +7,7 @@ Objectives are minimised: ``latency`` (median ms) and ``size`` (bytes) as measur
 A *candidate* is a trial that meets the criterion and runs some compute quantized: a model
 with no quantized compute op is the original in disguise (every group excluded, a quantizer
 that skipped everything, graph optimisation alone, which onnxruntime does anyway when it
-loads a model), so it is never the result nor the closest miss.
+loads a model), so it is never the result (nor, when it meets the criterion, the closest miss).
 """
 
 from __future__ import annotations
@@ -87,10 +87,14 @@ def pareto_front(records: Iterable[TrialRecord], objectives: Sequence[str]) -> l
 
 
 def closest_miss(records: Iterable[TrialRecord], objectives: Sequence[str]) -> TrialRecord | None:
-    """The evaluated trial that quantizes something with the smallest accuracy loss (then the
-    best objective)."""
+    """The evaluated trial with the smallest accuracy loss (then the best objective); a model
+    that quantizes nothing yet meets the criterion is the original in disguise, not a miss."""
     first = ranking(objectives)[0]
-    evaluated = [r for r in records if r.status == "ok" and r.accuracy_loss is not None and not quantizes_nothing(r)]
+    evaluated = [
+        r
+        for r in records
+        if r.status == "ok" and r.accuracy_loss is not None and not (r.meets_criterion and quantizes_nothing(r))
+    ]
     if not evaluated:
         return None
     return min(evaluated, key=lambda r: (r.accuracy_loss, objective_value(r, first), r.number))
