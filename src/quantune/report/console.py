@@ -84,7 +84,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     metric = result.metric
     base = result.baseline
     table = Table(title=f"quantune: {len(result.trials)} trials ({result.stop_reason})")
-    for column in ("#", "params", metric_label(metric), "loss", "ms", "KB", "quant", "ok", "cache"):
+    for column in ("#", "params", metric_label(metric), "loss", "ms", "KB", "ok", "cache"):
         table.add_column(column, overflow="fold", no_wrap=column != "params", min_width=4 if column == "#" else None)
     table.add_row(
         "orig",
@@ -93,7 +93,6 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         "",
         f"{base['latency_ms']:.3f}{'*' if 'latency_search_ms' in base else ''}",
         f"{base['size_bytes'] / 1024:.0f}",
-        "",
         "",
         "",
     )
@@ -106,7 +105,6 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
                 str(record.number),
                 f"{_fmt_params(record.params)}: {reason}",
                 "failed",
-                "",
                 "",
                 "",
                 "",
@@ -125,21 +123,27 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             format_loss(record.accuracy_loss, result.criterion["type"]),
             f"{m['latency_ms']:.3f}{retimed}",
             f"{m['size_bytes'] / 1024:.0f}",
-            quantized_label(m),
-            "yes" if record.meets_criterion else "no",
+            _ok_label(record),
             f"{hits}/{len(record.cache)}",
             style=style,
         )
     captions = []
     if result.latency_confirmation:
         captions.append("* timed again at the end, side by side with the original (so is 'orig')")
-    if any(quantized_label(r.metrics) == "none" for r in result.trials if r.status == "ok"):
-        captions.append("quant none: no compute op quantized, a copy of the original, never a candidate")
+    if any(_ok_label(r) == "copy" for r in result.trials[:max_rows] if r.status == "ok"):
+        captions.append("ok 'copy': meets the criterion but quantizes no compute op (the original in disguise)")
     if len(result.trials) > max_rows:
         captions.append(f"{len(result.trials) - max_rows} more trials in results.json")
     table.caption = "; ".join(captions) or None
     console.print(table)
     console.print(summary(result), markup=False, highlight=False)
+
+
+def _ok_label(record: TrialRecord) -> str:
+    """Meets the criterion: "yes", "no", or "copy" for a model that quantizes nothing."""
+    if not record.meets_criterion:
+        return "no"
+    return "copy" if quantized_label(record.metrics) == "none" else "yes"
 
 
 def quantized_label(metrics: dict[str, float]) -> str:
