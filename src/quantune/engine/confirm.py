@@ -28,6 +28,10 @@ from quantune.evaluate.paired import CONFIDENCE
 
 log = logging.getLogger("quantune.confirm")
 _MIN_ROUNDS = 5
+# Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5 rounds
+# one round disturbed by other work vetoes a real speed-up (all 5 ratios must be below 1); with
+# 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
+VERDICT_ROUNDS = 30
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
 
 
@@ -112,12 +116,13 @@ def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
 
 def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
     """(warm-up, timed) rounds for a re-timing where one round of every model takes ``round_s``:
-    the config's ``repeats`` when they fit ``budget_s``, else as many as fit, at least 5."""
+    the config's ``repeats`` (at least ``VERDICT_ROUNDS``) when they fit ``budget_s``, else as
+    many as fit, at least 5."""
     warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
     if budget_s is None:
         return warmup, repeats
     fitting = int(budget_s / max(round_s, 1e-9)) - warmup
-    return warmup, max(_MIN_ROUNDS, min(repeats, fitting))
+    return warmup, max(_MIN_ROUNDS, min(max(repeats, VERDICT_ROUNDS), fitting))
 
 
 def _latency_of(records: list[TrialRecord], model_path: str) -> float:

@@ -90,7 +90,7 @@ def _trade_off(ax: Any, results: dict[str, Any]) -> None:
             s=260,
             c="gold",
             edgecolors="black",
-            label=f"best (trial {best['number']})",
+            label=f"{'best' if results.get('verdict', 'improved') == 'improved' else 'best candidate'} (trial {best['number']})",
             zorder=3,
         )
     ax.set_xlabel(label)
