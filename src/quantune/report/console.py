@@ -18,7 +18,7 @@ from rich.table import Table
 
 from quantune.engine.engine import RunStatus
 from quantune.engine.trial import TrialRecord
-from quantune.report.result import Result, format_loss, format_ratio
+from quantune.report.result import Result, format_loss, format_ratio, speed_words
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
@@ -155,6 +155,11 @@ def quantized_label(metrics: dict[str, float]) -> str:
     return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
 
 
+def _as_results(result: Result) -> dict[str, Any]:
+    """The parts of results.json that ``speed_words`` reads."""
+    return {"latency_confirmation": result.latency_confirmation, "baseline": result.baseline}
+
+
 def verdict_line(result: Result) -> str:
     """The run's answer in one line: which model to use, and why."""
     best, base = result.best, result.baseline
@@ -165,12 +170,7 @@ def verdict_line(result: Result) -> str:
             words = format_ratio(best.metrics["size_bytes"], base["size_bytes"], less="smaller", more="larger")
             return f"keep the original: no candidate was smaller (best candidate {words}, trial {best.number})"
         if result.objective == "latency":
-            ratio = (result.latency_confirmation or {}).get("ratios", {}).get(str(best.number))
-            words = (
-                format_ratio(ratio["ratio_median"], 1.0)
-                if ratio
-                else format_ratio(best.metrics["latency_ms"], base["latency_ms"])
-            )
+            words = speed_words(_as_results(result), {"number": best.number, "metrics": best.metrics})
             return f"keep the original: no candidate was faster (best candidate {words}, trial {best.number})"
         return f"keep the original: {result.verdict_reason}"
     return (
@@ -190,7 +190,8 @@ def summary(result: Result) -> str:
         lines.append(
             f"best: trial {result.best.number}{'' if result.improved else ' (a candidate only, not saved)'}  "
             f"{label} {m[result.metric]:.4f} (original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
-            f"({format_ratio(m['latency_ms'], base['latency_ms'])}), size {m['size_bytes'] / 1024:.0f} KB "
+            f"({speed_words(_as_results(result), {'number': result.best.number, 'metrics': m})}), "
+            f"size {m['size_bytes'] / 1024:.0f} KB "
             f"({format_ratio(m['size_bytes'], base['size_bytes'], less='smaller', more='larger')}), "
             f"quantized ops {quantized_label(m) or 'unknown'}"
         )

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.errors import QuantuneError
-from quantune.report.result import format_loss, format_ratio
+from quantune.report.result import format_loss, format_ratio, speed_words
 
 _UNITS = {"latency": ("latency_ms", "latency (ms, median)"), "size": ("size_bytes", "size (KB)")}
 
@@ -156,7 +156,7 @@ def _summary(results: dict[str, Any]) -> str:
         lines.append(
             f"best: trial {best['number']}{'' if improved else ' (a candidate only: the original stays the answer)'}, "
             f"{metric} {m.get(metric, float('nan')):.4f}, latency "
-            f"{m['latency_ms']:.3f} ms ({format_ratio(m['latency_ms'], base.get('latency_ms', 0))}), size "
+            f"{m['latency_ms']:.3f} ms ({speed_words(results, best)}), size "
             f"{m['size_bytes'] / 1024:.0f} KB "
             f"({format_ratio(m['size_bytes'], base.get('size_bytes', 0), less='smaller', more='larger')}); "
             f"flow {' > '.join(best.get('flow', []))}"

@@ -100,6 +100,16 @@ def format_ratio(candidate: float, original: float, *, less: str = "faster", mor
     return f"{factor:.2f}x {less if ratio < 1 else more}"
 
 
+def speed_words(results: dict[str, Any], trial: dict[str, Any]) -> str:
+    """A trial's speed against the original as people read it, from a results.json dict: the
+    median paired ratio when the trial was re-timed side by side (what the verdict used),
+    else the ratio of the two medians."""
+    ratio = ((results.get("latency_confirmation") or {}).get("ratios") or {}).get(str(trial["number"]))
+    if ratio:
+        return f"{format_ratio(ratio['ratio_median'], 1.0)} side by side"
+    return format_ratio(trial["metrics"].get("latency_ms", 0.0), results["baseline"].get("latency_ms", 0.0))
+
+
 def write_outputs(result: Result) -> None:
     """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
     parameters that made it) only when the verdict is ``improved``; ``closest_miss/`` when no
