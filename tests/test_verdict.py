@@ -102,7 +102,7 @@ def test_a_slower_candidate_keeps_the_original_and_writes_no_best(make_config, t
     assert ratio["ratio_ci_low"] <= ratio["ratio_median"] <= ratio["ratio_ci_high"]
     text = summary(result)
     assert "keep the original: no candidate was faster (best candidate" in text
-    assert "x slower, trial" in text and "x faster" not in text
+    assert "x slower side by side, trial" in text and "x faster" not in text
     assert saved["best"]["metrics"]["quantized_ops"] > 0
 
 
