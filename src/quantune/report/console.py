@@ -102,15 +102,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         if record.status != "ok":
             reason = escape((record.error or "failed")[:80])
             table.add_row(
-                str(record.number),
-                f"{_fmt_params(record.params)}: {reason}",
-                "failed",
-                "",
-                "",
-                "",
-                "",
-                "",
-                style="red",
+                str(record.number), f"{_fmt_params(record.params)}: {reason}", "failed", "", "", "", "", "", style="red"
             )
             continue
         m = record.metrics
