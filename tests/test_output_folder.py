@@ -15,6 +15,9 @@ from conftest import build_cnn
 from quantune.cli import main
 from quantune.model import file_sha256
 
+# QOperator int8 makes the tiny CNN's file smaller, so on size the verdict is a sure "improved"
+IMPROVING = {"passes": [{"name": "static_quant", "params": {"quant_format": "QOperator"}}], "objective": "size"}
+
 
 def small_config(make_config, **overrides):
     return make_config(
@@ -120,7 +123,7 @@ def test_input_model_inside_closest_miss_is_never_deleted(make_config, tmp_path)
 
 def test_results_are_written_where_asked(make_config, tmp_path):
     out = tmp_path / "deep" / "nested" / "out"
-    result = quantune.tune(small_config(make_config), output=out)
+    result = quantune.tune(make_config(**IMPROVING), output=out)
     assert result.output_dir == out.resolve()
     for name in ("results.json", "run.db", "config.json", "quantune.log"):
         assert (out / name).is_file(), name
@@ -129,15 +132,14 @@ def test_results_are_written_where_asked(make_config, tmp_path):
 
 
 def test_resume_after_the_cache_was_cleared_keeps_a_matching_best_pair(make_config, tmp_path):
-    config = make_config()
+    config = make_config(**IMPROVING)
     out = tmp_path / "out"
     first = quantune.tune(config, output=out)
     model_bytes = (out / "best" / "model.onnx").read_bytes()
     shutil.rmtree(tmp_path / "cache")  # the models the trials made are gone
     second = quantune.tune(config, output=out)  # resumes: every trial replayed from run.db
-    assert second.replayed == len(first.trials) == 2
-    assert second.latency_confirmation is None, "models that are gone cannot be re-timed"
-    assert json.loads((out / "results.json").read_text())["replayed_trials"] == 2
+    assert second.replayed == len(first.trials) == 1
+    assert json.loads((out / "results.json").read_text())["replayed_trials"] == 1
     # best/ still holds a model and the params.json that describes that same model
     assert (out / "best" / "model.onnx").read_bytes() == model_bytes
     assert json.loads((out / "best" / "params.json").read_text())["trial"] == first.best.number

@@ -68,12 +68,18 @@ def main() -> None:
     result = quantune.tune(config, output=out / "run", restart=True, listeners=[listener])
     total = time.perf_counter() - started
     chosen = result.best or result.closest_miss
+    if result.best_model_path is not None:  # improved: best/
+        model = str(result.best_model_path)
+    elif result.best is not None:  # keep_original: the best candidate stays in the cache, measured all the same
+        model = str(result.best.model_path)
+    else:
+        model = str(out / "run" / "closest_miss" / "model.onnx") if chosen else None
     write_result(
         out,
         {
             "tool": "quantune",
             "status": "ok" if result.best else "no model met the budget",
-            "model": str(result.best_model_path or (out / "run" / "closest_miss" / "model.onnx")) if chosen else None,
+            "model": model,
             "first_feasible_s": listener.first_s,
             "total_s": total,
             # evaluations this run computed (cache hits and failed trials are not evaluations)
@@ -82,7 +88,7 @@ def main() -> None:
             ),
             "tool_metric": chosen.metrics.get(result.metric) if chosen else None,
             "settings": chosen.params if chosen else None,
-            "notes": result.stop_reason,
+            "notes": f"{result.stop_reason}; verdict {result.verdict}: {result.verdict_reason}",
         },
     )
 

@@ -6,20 +6,32 @@ a few percent between those moments can crown the wrong model, and a baseline ti
 workers were importing onnxruntime inflates every speed-up. So a latency run ends by timing
 its ``top`` best distinct models and the original again, interleaved round by round, and
 chooses and reports on those figures. The search-time figure stays in ``latency_search_ms``.
+
+The same rounds decide the verdict: each candidate's per-round time over the original's in
+that round is a paired ratio, and only a candidate whose ratio's confidence interval lies
+below 1 is faster (see ``evaluate/paired.py``). The raw rounds are not kept; each re-timed
+model's ratio median and interval are (``latency_confirmation.ratios``).
 """
 
 from __future__ import annotations
 
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quantune.engine.selection import is_candidate
 from quantune.engine.trial import TrialRecord
-from quantune.evaluate import Evaluator
+from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
+from quantune.evaluate.latency import latency_figures
+from quantune.evaluate.paired import CONFIDENCE
 
 log = logging.getLogger("quantune.confirm")
 _MIN_ROUNDS = 5
+# Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5 rounds
+# one round disturbed by other work vetoes a real speed-up (all 5 ratios must be below 1); with
+# 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
+VERDICT_ROUNDS = 30
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
 
 
@@ -29,11 +41,22 @@ class Confirmation:
 
     records: list[TrialRecord]
     baseline_search_ms: float
+    rounds: int = 0
+    ratios: dict[int, RatioInterval] = field(default_factory=dict)  # trial number -> paired ratio to the original
+
+    def ratio_of(self, record: TrialRecord) -> RatioInterval | None:
+        return self.ratios.get(record.number)
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "trials": sorted(r.number for r in self.records),
             "baseline_search_ms": self.baseline_search_ms,
+            "rounds": self.rounds,
+            "method": (
+                f"median of per-round paired ratios (candidate / original), {CONFIDENCE:.0%} interval from "
+                "order statistics (sign test); faster only when the interval's upper end is below 1"
+            ),
+            "ratios": {str(number): ratio.to_dict() for number, ratio in sorted(self.ratios.items())},
         }
 
 
@@ -45,19 +68,16 @@ def confirm_latency(
     top: int,
     budget_s: float | None = None,
 ) -> Confirmation | None:
-    """Re-times the ``top`` fastest distinct models meeting the criterion with the original,
-    updating their figures and the baseline's in place. ``None`` when no trial meets it.
+    """Re-times the ``top`` fastest distinct candidates (meeting the criterion, quantizing
+    something) with the original, updating their figures and the baseline's in place, and
+    measuring each one's paired ratio to the original. ``None`` when there is no candidate.
 
     ``budget_s`` bounds the re-timing (estimated from the search-time figures): on a large
     model, fewer interleaved rounds (at least 5) rather than minutes of timing.
     """
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
-        (
-            r
-            for r in records
-            if r.status == "ok" and r.meets_criterion and r.model_path and Path(r.model_path).is_file()
-        ),
+        (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
         key=lambda r: (r.metrics["latency_ms"], r.number),
     )
     chosen: list[str] = []
@@ -69,20 +89,23 @@ def confirm_latency(
     round_s = (baseline["latency_ms"] + sum(_latency_of(feasible, path) for path in chosen)) / 1000.0
     warmup, repeats = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, round_s, budget_s)
     try:
-        figures = evaluator.latency_side_by_side(
+        timings = evaluator.timings_side_by_side(
             [original, *(Path(path) for path in chosen)], warmup=warmup, repeats=repeats
         )
     except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
         log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)
         return None
     baseline_search_ms = baseline["latency_ms"]
-    _replace(baseline, figures[0])
-    by_model = dict(zip(chosen, figures[1:], strict=True))
+    _replace(baseline, latency_figures(timings[0]))
+    by_model = dict(zip(chosen, timings[1:], strict=True))
     confirmed = [r for r in feasible if r.model_path in by_model]
+    ratios: dict[int, RatioInterval] = {}
     for record in confirmed:
-        _replace(record.metrics, by_model[str(record.model_path)])
+        rounds = by_model[str(record.model_path)]
+        _replace(record.metrics, latency_figures(rounds))
         record.objective = record.metrics["latency_ms"]
-    return Confirmation(confirmed, baseline_search_ms)
+        ratios[record.number] = paired_ratio(rounds, timings[0])
+    return Confirmation(confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios)
 
 
 def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
@@ -93,12 +116,13 @@ def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
 
 def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
     """(warm-up, timed) rounds for a re-timing where one round of every model takes ``round_s``:
-    the config's ``repeats`` when they fit ``budget_s``, else as many as fit, at least 5."""
+    the config's ``repeats`` (at least ``VERDICT_ROUNDS``) when they fit ``budget_s``, else as
+    many as fit, at least 5."""
     warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
     if budget_s is None:
         return warmup, repeats
     fitting = int(budget_s / max(round_s, 1e-9)) - warmup
-    return warmup, max(_MIN_ROUNDS, min(repeats, fitting))
+    return warmup, max(_MIN_ROUNDS, min(max(repeats, VERDICT_ROUNDS), fitting))
 
 
 def _latency_of(records: list[TrialRecord], model_path: str) -> float:

@@ -25,9 +25,10 @@ from quantune.engine.interrupts import DeferredInterrupt
 from quantune.engine.output import open_output
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
-from quantune.engine.selection import better, closest_miss, objective_value, pareto_front, select_best
+from quantune.engine.selection import better, closest_miss, objective_value, pareto_front
 from quantune.engine.setup import RunParts, build_run, preflight
 from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
 from quantune.evaluate import Criterion
 from quantune.report.result import Result, write_outputs
@@ -156,11 +157,12 @@ class Engine:
         self, parts, loop: _Loop, baseline, baseline_cache: str, stop_reason: str, started: float, confirmation=None
     ) -> Result:
         records = sorted(loop.records, key=lambda r: r.number)
+        # after a confirmation, only figures timed side by side compete, and their paired ratios decide
+        verdict = decide(records, self.objectives, baseline, confirmation, parts.criterion.kind)
         return Result(
             baseline=baseline,
             trials=records,
-            # after a confirmation, only figures timed side by side compete
-            best=select_best(confirmation.records if confirmation else records, self.objectives),
+            best=verdict.best,
             closest_miss=closest_miss(records, self.objectives),
             pareto_front=[r.number for r in pareto_front(records, self.objectives)] if len(self.objectives) > 1 else [],
             metric=self.config.evaluation.metric,
@@ -179,6 +181,8 @@ class Engine:
             step_configs=loop.step_configs,
             replayed=loop.replay.replayed,
             latency_confirmation=confirmation.to_dict() if confirmation else None,
+            verdict=verdict.kind,
+            verdict_reason=verdict.reason,
         )
 
     def judge(self, record: TrialRecord, baseline: dict[str, float], criterion) -> None:

@@ -3,6 +3,11 @@ closest miss.
 
 Objectives are minimised: ``latency`` (median ms) and ``size`` (bytes) as measured, and
 ``accuracy`` as the loss against the original model.
+
+A *candidate* is a trial that meets the criterion and runs some compute quantized: a model
+with no quantized compute op is the original in disguise (every group excluded, a quantizer
+that skipped everything, graph optimisation alone, which onnxruntime does anyway when it
+loads a model), so it is never the result (nor, when it meets the criterion, the closest miss).
 """
 
 from __future__ import annotations
@@ -26,8 +31,19 @@ def ranking(objectives: Sequence[str]) -> list[str]:
     return [*objectives, *rest]
 
 
+def quantizes_nothing(record: TrialRecord) -> bool:
+    """Whether the trial's model runs no compute op quantized (``False`` when not measured, as
+    in a run store written before the count existed)."""
+    return record.status == "ok" and record.metrics.get("quantized_ops", 1) == 0
+
+
+def is_candidate(record: TrialRecord) -> bool:
+    """Meets the criterion and quantizes something."""
+    return record.status == "ok" and bool(record.meets_criterion) and not quantizes_nothing(record)
+
+
 def _feasible(records: Iterable[TrialRecord]) -> list[TrialRecord]:
-    return [r for r in records if r.status == "ok" and r.meets_criterion]
+    return [r for r in records if is_candidate(r)]
 
 
 def rank_key(record: TrialRecord, objectives: Sequence[str]) -> tuple[float, ...]:
@@ -46,7 +62,7 @@ def select_best(records: Iterable[TrialRecord], objectives: Sequence[str]) -> Tr
 
 def better(record: TrialRecord, best: TrialRecord | None, objectives: Sequence[str]) -> TrialRecord | None:
     """The best of ``best`` and ``record``, for keeping the best up to date one trial at a time."""
-    if record.status != "ok" or not record.meets_criterion:
+    if not is_candidate(record):
         return best
     if best is None or rank_key(record, objectives) < rank_key(best, objectives):
         return record
@@ -71,9 +87,14 @@ def pareto_front(records: Iterable[TrialRecord], objectives: Sequence[str]) -> l
 
 
 def closest_miss(records: Iterable[TrialRecord], objectives: Sequence[str]) -> TrialRecord | None:
-    """The evaluated trial with the smallest accuracy loss (then the best objective)."""
+    """The evaluated trial with the smallest accuracy loss (then the best objective); a model
+    that quantizes nothing yet meets the criterion is the original in disguise, not a miss."""
     first = ranking(objectives)[0]
-    evaluated = [r for r in records if r.status == "ok" and r.accuracy_loss is not None]
+    evaluated = [
+        r
+        for r in records
+        if r.status == "ok" and r.accuracy_loss is not None and not (r.meets_criterion and quantizes_nothing(r))
+    ]
     if not evaluated:
         return None
     return min(evaluated, key=lambda r: (r.accuracy_loss, objective_value(r, first), r.number))

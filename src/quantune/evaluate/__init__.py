@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from quantune.evaluate.criterion import Criterion, CriterionCheck
 from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
-from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side
+from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side, time_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
+from quantune.evaluate.paired import RatioInterval, paired_ratio
+from quantune.evaluate.quantized import count_quantized, quantization_figures
 
 __all__ = [
     "AGREEMENT_METRICS",
@@ -15,7 +17,12 @@ __all__ = [
     "EvaluationSpec",
     "Evaluator",
     "LatencySpec",
+    "RatioInterval",
+    "count_quantized",
     "measure_latency",
     "measure_side_by_side",
     "metric_direction",
+    "paired_ratio",
+    "quantization_figures",
+    "time_side_by_side",
 ]

@@ -18,8 +18,9 @@ import onnxruntime as ort
 from quantune.data import Dataset
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
-from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side
+from quantune.evaluate.latency import LatencySpec, measure_latency, time_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
+from quantune.evaluate.quantized import quantization_figures
 from quantune.model import model_size_bytes
 
 UserMetric = Callable[[dict[str, Any], dict[str, Any]], float]
@@ -53,6 +54,7 @@ class EvaluationSpec:
             "runner": self.runner_name,
             "runner_source": self.runner_source_sha256,
             "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
+            "figures": 2,  # 2: quantized_ops and quantized_compute_fraction (older entries lack them)
         }
 
 
@@ -104,18 +106,18 @@ class Evaluator:
                 raise TrialError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from exc
         return outputs
 
-    def latency_side_by_side(
+    def timings_side_by_side(
         self, models: list[Path], *, warmup: int | None = None, repeats: int | None = None
-    ) -> list[dict[str, float]]:
-        """Latency figures of ``models`` timed interleaved on the latency feed (see
-        ``measure_side_by_side``); ``warmup`` / ``repeats`` override the config's."""
+    ) -> np.ndarray:
+        """Seconds per round of ``models`` timed interleaved on the latency batch (one row per
+        model, see ``time_side_by_side``); ``warmup`` / ``repeats`` override the config's."""
         spec = self.spec.latency
         spec = replace(
             spec,
             warmup=spec.warmup if warmup is None else warmup,
             repeats=spec.repeats if repeats is None else repeats,
         )
-        return measure_side_by_side(models, self._latency_feeds, spec, runner=self.spec.runner)
+        return time_side_by_side(models, self._latency_feeds, spec, runner=self.spec.runner)
 
     def evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
@@ -140,6 +142,7 @@ class Evaluator:
             figures[name] = over_feeds(name, func, first, ref_first)
         figures.update(measure_latency(model, self._latency_feeds, self.spec.latency, runner=self.spec.runner))
         figures["size_bytes"] = float(model_size_bytes(model))
+        figures.update(quantization_figures(model))  # what actually runs quantized (0 for a float original)
         return figures, pack(outputs)
 
 

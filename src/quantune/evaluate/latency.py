@@ -101,6 +101,14 @@ def measure_side_by_side(
     Whatever else the machine does drifts over minutes; interleaving spreads that drift over
     every model alike, so their ratios hold even when their absolute figures move.
     """
+    return [_figures(row) for row in time_side_by_side(models, feeds, spec, runner=runner)]
+
+
+def time_side_by_side(
+    models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
+) -> np.ndarray:
+    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
+    round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one)."""
     calls = [_call(_timing_session(model, spec), feeds, runner) for model in models]
     timings = np.empty((len(calls), spec.repeats))
     with latency_lane():
@@ -112,4 +120,9 @@ def measure_side_by_side(
                 start = time.perf_counter()
                 call()
                 timings[row, index] = time.perf_counter() - start
-    return [_figures(row) for row in timings]
+    return timings
+
+
+def latency_figures(timings_s: np.ndarray) -> dict[str, float]:
+    """Median, p90 and mean in milliseconds of one model's timed runs (seconds)."""
+    return _figures(np.asarray(timings_s, dtype=np.float64))

@@ -18,7 +18,7 @@ from rich.table import Table
 
 from quantune.engine.engine import RunStatus
 from quantune.engine.trial import TrialRecord
-from quantune.report.result import Result, format_loss
+from quantune.report.result import Result, format_loss, format_ratio, speed_words
 
 
 def _fmt_params(params: dict[str, Any]) -> str:
@@ -115,13 +115,15 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             format_loss(record.accuracy_loss, result.criterion["type"]),
             f"{m['latency_ms']:.3f}{retimed}",
             f"{m['size_bytes'] / 1024:.0f}",
-            "yes" if record.meets_criterion else "no",
+            _ok_label(record),
             f"{hits}/{len(record.cache)}",
             style=style,
         )
     captions = []
     if result.latency_confirmation:
         captions.append("* timed again at the end, side by side with the original (so is 'orig')")
+    if any(_ok_label(r) == "copy" for r in result.trials[:max_rows] if r.status == "ok"):
+        captions.append("ok 'copy': meets the criterion but quantizes no compute op (the original in disguise)")
     if len(result.trials) > max_rows:
         captions.append(f"{len(result.trials) - max_rows} more trials in results.json")
     table.caption = "; ".join(captions) or None
@@ -129,27 +131,74 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     console.print(summary(result), markup=False, highlight=False)
 
 
+def _ok_label(record: TrialRecord) -> str:
+    """Meets the criterion: "yes", "no", or "copy" for a model that quantizes nothing."""
+    if not record.meets_criterion:
+        return "no"
+    return "copy" if quantized_label(record.metrics) == "none" else "yes"
+
+
+def quantized_label(metrics: dict[str, float]) -> str:
+    """Quantized compute ops and their share of the model's: "3 (100%)", or "none"."""
+    if "quantized_ops" not in metrics:
+        return ""
+    if not metrics["quantized_ops"]:
+        return "none"
+    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
+
+
+def _as_results(result: Result) -> dict[str, Any]:
+    """The parts of results.json that ``speed_words`` reads."""
+    return {"latency_confirmation": result.latency_confirmation, "baseline": result.baseline}
+
+
+def verdict_line(result: Result) -> str:
+    """The run's answer in one line: which model to use, and why."""
+    best, base = result.best, result.baseline
+    if result.verdict == "improved" and best is not None:
+        return f"improved: {result.verdict_reason}"
+    if result.verdict == "keep_original" and best is not None:
+        if result.objective == "size":
+            words = format_ratio(best.metrics["size_bytes"], base["size_bytes"], less="smaller", more="larger")
+            return f"keep the original: no candidate was smaller (best candidate {words}, trial {best.number})"
+        if result.objective == "latency":
+            words = speed_words(_as_results(result), {"number": best.number, "metrics": best.metrics})
+            return f"keep the original: no candidate was faster (best candidate {words}, trial {best.number})"
+        return f"keep the original: {result.verdict_reason}"
+    return (
+        f"no candidate in the budget: {result.verdict_reason}"
+        if result.verdict_reason
+        else "no trial met the criterion."
+    )
+
+
 def summary(result: Result) -> str:
     base = result.baseline
     label = metric_label(result.metric)
     lines = [f"criterion: {label} {result.criterion['description']}; objective: {result.objective}"]
+    lines.append(verdict_line(result))
     if result.best is not None:
         m = result.best.metrics
         lines.append(
-            f"best: trial {result.best.number}  {label} {m[result.metric]:.4f} "
-            f"(original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
-            f"({base['latency_ms'] / m['latency_ms']:.2f}x faster), size {m['size_bytes'] / 1024:.0f} KB "
-            f"({base['size_bytes'] / m['size_bytes']:.2f}x smaller)"
+            f"best: trial {result.best.number}{'' if result.improved else ' (a candidate only, not saved)'}  "
+            f"{label} {m[result.metric]:.4f} (original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
+            f"({speed_words(_as_results(result), {'number': result.best.number, 'metrics': m})}), "
+            f"size {m['size_bytes'] / 1024:.0f} KB "
+            f"({format_ratio(m['size_bytes'], base['size_bytes'], less='smaller', more='larger')}), "
+            f"quantized ops {quantized_label(m) or 'unknown'}"
         )
-        lines.append(f"best model: {result.best_model_path}")
-    else:
-        lines.append("no trial met the criterion.")
-        if result.closest_miss is not None:
-            miss = result.closest_miss
+        if result.improved:
+            lines.append(f"best model: {result.best_model_path}")
+        else:
             lines.append(
-                f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
-                f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
+                f"the original stays the answer; the candidate's model is in the cache: {result.best.model_path}"
             )
+    elif result.closest_miss is not None:
+        miss = result.closest_miss
+        lines.append(
+            f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
+            f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
+        )
     if result.replayed:
         lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")
     if result.interrupted:

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.errors import QuantuneError
-from quantune.report.result import format_loss
+from quantune.report.result import format_loss, format_ratio, speed_words
 
 _UNITS = {"latency": ("latency_ms", "latency (ms, median)"), "size": ("size_bytes", "size (KB)")}
 
@@ -90,7 +90,7 @@ def _trade_off(ax: Any, results: dict[str, Any]) -> None:
             s=260,
             c="gold",
             edgecolors="black",
-            label=f"best (trial {best['number']})",
+            label=f"{'best' if results.get('verdict', 'improved') == 'improved' else 'best candidate'} (trial {best['number']})",
             zorder=3,
         )
     ax.set_xlabel(label)
@@ -147,13 +147,18 @@ def _summary(results: dict[str, Any]) -> str:
         f"size {base.get('size_bytes', 0) / 1024:.0f} KB",
         f"stop: {results.get('stop_reason', '')} after {results.get('duration_s', 0):.1f} s",
     ]
+    if results.get("verdict"):
+        lines.append(f"verdict: {results['verdict']} ({results.get('verdict_reason', '')})")
     best = results.get("best")
     if best:
         m = best["metrics"]
+        improved = results.get("verdict", "improved") == "improved"
         lines.append(
-            f"best: trial {best['number']}, {metric} {m.get(metric, float('nan')):.4f}, latency "
-            f"{m['latency_ms']:.3f} ms ({base['latency_ms'] / m['latency_ms']:.2f}x faster), size "
-            f"{m['size_bytes'] / 1024:.0f} KB ({base['size_bytes'] / m['size_bytes']:.2f}x smaller); "
+            f"best: trial {best['number']}{'' if improved else ' (a candidate only: the original stays the answer)'}, "
+            f"{metric} {m.get(metric, float('nan')):.4f}, latency "
+            f"{m['latency_ms']:.3f} ms ({speed_words(results, best)}), size "
+            f"{m['size_bytes'] / 1024:.0f} KB "
+            f"({format_ratio(m['size_bytes'], base.get('size_bytes', 0), less='smaller', more='larger')}); "
             f"flow {' > '.join(best.get('flow', []))}"
         )
     else:
@@ -167,7 +172,7 @@ def _table(results: dict[str, Any]) -> str:
     best = (results.get("best") or {}).get("number")
     head = "".join(
         f"<th>{html.escape(c)}</th>"
-        for c in ("#", "flow", "params", results.get("metric", ""), "loss", "ms", "KB", "meets", "error")
+        for c in ("#", "flow", "params", results.get("metric", ""), "loss", "ms", "KB", "quantized", "meets", "error")
     )
     rows = []
     for trial in results["trials"]:
@@ -181,6 +186,7 @@ def _table(results: dict[str, Any]) -> str:
             format_loss(loss, results.get("criterion", {}).get("type")),
             f"{m['latency_ms']:.3f}{'*' if 'latency_search_ms' in m else ''}" if "latency_ms" in m else "",
             f"{m['size_bytes'] / 1024:.0f}" if "size_bytes" in m else "",
+            _quantized(m),
             {True: "yes", False: "no"}.get(trial.get("meets_criterion"), ""),
             (trial.get("error") or "")[:160],
         ]
@@ -189,6 +195,14 @@ def _table(results: dict[str, Any]) -> str:
         )
         rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
     return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+
+
+def _quantized(metrics: dict[str, Any]) -> str:
+    if "quantized_ops" not in metrics:
+        return ""
+    if not metrics["quantized_ops"]:
+        return "none (a copy of the original)"
+    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
 
 
 _PAGE = """<!doctype html>

@@ -1,8 +1,10 @@
 """The result of a run and the files that record it.
 
 ``results.json`` is the machine-readable record other tools read. Its top level is stable:
+``verdict`` (improved, keep_original or no_candidate_in_budget) and ``verdict_reason``,
 ``baseline`` (the original model's metrics), ``trials`` (every trial: number, flow, params,
-status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null).
+status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null:
+the best candidate, which is the result only when the verdict is ``improved``).
 """
 
 from __future__ import annotations
@@ -39,17 +41,26 @@ class Result:
     step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     replayed: int = 0
     latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
+    verdict: str = "no_candidate_in_budget"  # improved | keep_original | no_candidate_in_budget
+    verdict_reason: str = ""
 
     @property
     def interrupted(self) -> bool:
         return self.stop_reason.startswith("interrupted")
 
     @property
+    def improved(self) -> bool:
+        return self.verdict == "improved" and self.best is not None
+
+    @property
     def best_model_path(self) -> Path | None:
-        return self.output_dir / "best" / "model.onnx" if self.best is not None else None
+        """``best/model.onnx``, written only when a candidate beat the original (else ``None``)."""
+        return self.output_dir / "best" / "model.onnx" if self.improved else None
 
     def to_dict(self) -> dict[str, Any]:
         return {
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
             "baseline": self.baseline,
             "trials": [record.to_dict() for record in self.trials],
             "best": self.best.to_dict() if self.best else None,
@@ -74,12 +85,43 @@ def format_loss(loss: float | None, kind: str | None) -> str:
     return f"{loss:+.2%}" if kind == "relative" else f"{loss:+.4g}"
 
 
+def format_ratio(candidate: float, original: float, *, less: str = "faster", more: str = "slower") -> str:
+    """``candidate`` against ``original`` as people read it: "2.10x faster", "1.50x slower"
+    (``less`` / ``more`` name the smaller / larger side: "smaller" / "larger" for sizes).
+
+    The factor is always >= 1 and the word says the direction, never "0.66x faster".
+    """
+    if not (candidate > 0 and original > 0):
+        return "no ratio"
+    ratio = candidate / original
+    factor = max(ratio, 1 / ratio)
+    if round(factor, 2) <= 1.0:
+        return "the same (1.00x)"
+    return f"{factor:.2f}x {less if ratio < 1 else more}"
+
+
+def speed_words(results: dict[str, Any], trial: dict[str, Any]) -> str:
+    """A trial's speed against the original as people read it, from a results.json dict: the
+    median paired ratio when the trial was re-timed side by side (what the verdict used),
+    else the ratio of the two medians."""
+    ratio = ((results.get("latency_confirmation") or {}).get("ratios") or {}).get(str(trial["number"]))
+    if ratio:
+        return f"{format_ratio(ratio['ratio_median'], 1.0)} side by side"
+    return format_ratio(trial["metrics"].get("latency_ms", 0.0), results["baseline"].get("latency_ms", 0.0))
+
+
 def write_outputs(result: Result) -> None:
-    """Writes ``results.json`` and ``best/`` (model + the parameters that made it)."""
+    """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
+    parameters that made it) only when the verdict is ``improved``; ``closest_miss/`` when no
+    candidate met the criterion; neither when the original should be kept (the best
+    candidate is in ``results.json`` and the cache, for information, not dressed up as a win)."""
     folder = result.output_dir
     folder.mkdir(parents=True, exist_ok=True)
-    chosen = result.best or result.closest_miss
-    kind = "best" if result.best else "closest_miss"
+    chosen, kind = None, "best"
+    if result.improved:
+        chosen = result.best
+    elif result.best is None:
+        chosen, kind = result.closest_miss, "closest_miss"
     for other in {"best", "closest_miss"} - ({kind} if chosen is not None else set()):
         shutil.rmtree(folder / other, ignore_errors=True)  # from an earlier pass over this run
     if chosen is not None and chosen.model_path:

@@ -13,6 +13,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.passes.cached import run_pass_cached
@@ -99,8 +100,8 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     cached = context.cache.get_json("evals", key)
     if cached is not None:
         return cached["ratio"]
-    original, candidate = context.evaluator.latency_side_by_side([context.model.path, path])
-    ratio = candidate["latency_ms"] / original["latency_ms"] if original["latency_ms"] > 0 else None
+    timings = context.evaluator.timings_side_by_side([context.model.path, path])
+    ratio = paired_ratio(timings[1], timings[0]).median  # per-round ratios cancel the machine's drift
     context.cache.put_json("evals", key, {"ratio": ratio})
     return ratio
 

@@ -1,0 +1,108 @@
+"""The verdict: does the run's best candidate beat the original, or should the original stay?
+
+The original model is always a candidate. The verdict is one of
+
+* ``improved``: a candidate beats the original on the first objective — for latency, side by
+  side beyond the timing noise (its paired-ratio interval from the end-of-run re-timing lies
+  below 1, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
+  accuracy, a smaller loss than the original's (below 0);
+* ``keep_original``: candidates met the criterion but none beats the original;
+* ``no_candidate_in_budget``: no trial met the criterion with a model that quantizes something.
+
+Only ``improved`` writes ``best/``; the other two say so in one sentence (``verdict_reason``)
+and keep the best candidate in ``results.json`` for information.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from quantune.engine.confirm import Confirmation
+from quantune.engine.selection import is_candidate, quantizes_nothing, select_best
+from quantune.engine.trial import TrialRecord
+from quantune.report.result import format_loss, format_ratio
+
+IMPROVED = "improved"
+KEEP_ORIGINAL = "keep_original"
+NO_CANDIDATE = "no_candidate_in_budget"
+VERDICTS = (IMPROVED, KEEP_ORIGINAL, NO_CANDIDATE)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    kind: str
+    reason: str
+    best: TrialRecord | None  # the best candidate: the result when improved, else for information
+
+
+def decide(
+    records: Sequence[TrialRecord],
+    objectives: Sequence[str],
+    baseline: dict[str, float],
+    confirmation: Confirmation | None = None,
+    loss_kind: str | None = None,
+) -> Verdict:
+    """The verdict on ``records`` (every trial of the run) against the original's ``baseline``."""
+    if not any(is_candidate(r) for r in records):
+        return Verdict(NO_CANDIDATE, _why_none(records), None)
+    objective = objectives[0]
+    if objective == "latency" and confirmation is not None and confirmation.ratios:
+        return _latency_side_by_side(confirmation, objectives)
+    best = select_best(records, objectives)
+    assert best is not None
+    if objective == "latency":
+        ratio = format_ratio(best.metrics["latency_ms"], baseline["latency_ms"])
+        note = "timed during the search only, not side by side with the original, so not checked against the noise"
+        if best.metrics["latency_ms"] < baseline["latency_ms"]:
+            return Verdict(IMPROVED, f"trial {best.number} is {ratio} than the original ({note})", best)
+        return Verdict(
+            KEEP_ORIGINAL, f"no candidate was faster (best candidate trial {best.number}: {ratio}; {note})", best
+        )
+    if objective == "size":
+        ratio = format_ratio(best.metrics["size_bytes"], baseline["size_bytes"], less="smaller", more="larger")
+        if best.metrics["size_bytes"] < baseline["size_bytes"]:
+            return Verdict(IMPROVED, f"trial {best.number} is {ratio} than the original", best)
+        return Verdict(KEEP_ORIGINAL, f"no candidate was smaller (best candidate trial {best.number}: {ratio})", best)
+    loss = format_loss(best.accuracy_loss, loss_kind)
+    if best.accuracy_loss is not None and best.accuracy_loss < 0:
+        return Verdict(IMPROVED, f"trial {best.number} is more accurate than the original (loss {loss})", best)
+    return Verdict(
+        KEEP_ORIGINAL, f"no candidate was more accurate (best candidate trial {best.number}: loss {loss})", best
+    )
+
+
+def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str]) -> Verdict:
+    rounds = confirmation.rounds
+    faster = [r for r in confirmation.records if (ratio := confirmation.ratio_of(r)) is not None and ratio.faster]
+    best = select_best(faster or confirmation.records, objectives)
+    assert best is not None
+    ratio = confirmation.ratio_of(best)
+    assert ratio is not None
+    interval = (
+        f"median paired ratio {ratio.median:.3f}, 90% interval {ratio.low:.3f}-{ratio.high:.3f}"
+        if ratio.high != float("inf")
+        else f"median paired ratio {ratio.median:.3f}, too few rounds for an interval"
+    )
+    words = format_ratio(ratio.median, 1.0)
+    detail = f"{interval}, {rounds} interleaved rounds"
+    if faster:
+        return Verdict(IMPROVED, f"trial {best.number} is {words} than the original side by side ({detail})", best)
+    return Verdict(
+        KEEP_ORIGINAL,
+        f"no candidate was faster than the original beyond the timing noise (best candidate trial {best.number}: "
+        f"{words}, {detail})",
+        best,
+    )
+
+
+def _why_none(records: Sequence[TrialRecord]) -> str:
+    failed = sum(r.status != "ok" for r in records)
+    copies = [r.number for r in records if r.status == "ok" and r.meets_criterion and quantizes_nothing(r)]
+    if not records:
+        return "no trial ran"
+    text = f"no trial met the criterion with a quantized model ({len(records)} trials, {failed} failed"
+    if copies:
+        shown = ", ".join(str(n) for n in copies[:5]) + (", ..." if len(copies) > 5 else "")
+        text += f"; trial(s) {shown} met it but quantize no compute op, so they are the original in disguise"
+    return text + ")"

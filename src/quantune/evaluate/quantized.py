@@ -1,0 +1,107 @@
+"""What a candidate actually quantized: its quantized compute ops, counted from its graph.
+
+A trial's flow says what was *asked* (a quantization pass), not what happened: a pass with
+every group excluded, or a quantizer that skipped ops it could not handle, writes a model
+that is float where it matters — a copy of the original in disguise, whose latency is the
+original's give or take the noise. So every evaluated model gets two figures, read from its
+graph (a cheap walk; weights are not loaded):
+
+* ``quantized_ops``: compute ops that run quantized — the QOperator and integer kernels
+  (``QLinearConv``, ``QLinearMatMul``, ``ConvInteger``, ``MatMulInteger``, ``QGemm``,
+  ``QAttention``, ``DynamicQuantizeLSTM``, ``MatMulNBits``, ...), and in QDQ form a compute op
+  (Conv, ConvTranspose, MatMul, Gemm, Attention, LSTM, GRU, ...) whose data input and weight
+  both come from a ``DequantizeLinear`` (onnxruntime fuses that pattern into an integer kernel;
+  a weight-only DequantizeLinear leaves the op computing in float);
+* ``quantized_compute_fraction``: ``quantized_ops`` over all compute ops of the same graph
+  (quantized + float), 0..1.
+
+The denominator is the candidate's own compute ops, not the original's: graph optimisation
+fuses (MatMul+Add into Gemm, several MatMuls into one Attention), so the original's count
+would misstate a fully quantized fused model; quantizing itself is one op for one op.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from pathlib import Path
+
+import onnx
+
+# Ops that compute in integer arithmetic (QOperator format, dynamic quantization, weight-only kernels).
+QUANTIZED_COMPUTE_OPS = frozenset(
+    {
+        "QLinearConv",
+        "QLinearMatMul",
+        "ConvInteger",
+        "MatMulInteger",
+        "MatMulIntegerToFloat",
+        "DynamicQuantizeMatMul",
+        "QGemm",
+        "QAttention",
+        "QOrderedAttention",
+        "QOrderedMatMul",
+        "QLinearConvTranspose",
+        "DynamicQuantizeLSTM",
+        "MatMulNBits",
+        "MatMulBnb4",
+        "GatherBlockQuantized",
+    }
+)
+# Ops that carry a model's compute when they run in float.
+FLOAT_COMPUTE_OPS = frozenset(
+    {
+        "Conv",
+        "ConvTranspose",
+        "MatMul",
+        "Gemm",
+        "Attention",
+        "MultiHeadAttention",
+        "LSTM",
+        "GRU",
+        "RNN",
+        "FusedConv",
+        "FusedGemm",
+        "FusedMatMul",
+        "NchwcConv",
+    }
+)
+# Input index of the weight, per float compute op (the data input is index 0).
+_WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Attention": 1, "LSTM": 1, "GRU": 1}
+
+
+def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
+    """The graph and every subgraph (If/Loop/Scan bodies) inside it."""
+    yield graph
+    for node in graph.node:
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _graphs(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for sub in attribute.graphs:
+                    yield from _graphs(sub)
+
+
+def count_quantized(model: onnx.ModelProto) -> tuple[int, int]:
+    """(quantized compute ops, all compute ops) of ``model``, subgraphs included."""
+    quantized = total = 0
+    for graph in _graphs(model.graph):
+        dequantized = {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
+        for node in graph.node:
+            if node.op_type in QUANTIZED_COMPUTE_OPS:
+                quantized += 1
+                total += 1
+            elif node.op_type in FLOAT_COMPUTE_OPS:
+                total += 1
+                weight = _WEIGHT_INPUT.get(node.op_type)
+                inputs = list(node.input)
+                if weight is not None and len(inputs) > weight and {inputs[0], inputs[weight]} <= dequantized:
+                    quantized += 1
+    return quantized, total
+
+
+def quantization_figures(model_path: str | Path) -> dict[str, float]:
+    """``quantized_ops`` and ``quantized_compute_fraction`` of the model file (0 and 0.0 for a
+    model without compute ops)."""
+    model = onnx.load(str(model_path), load_external_data=False)
+    quantized, total = count_quantized(model)
+    return {"quantized_ops": quantized, "quantized_compute_fraction": quantized / total if total else 0.0}
