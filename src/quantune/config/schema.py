@@ -145,6 +145,14 @@ class ExecutorConfig(_Strict):
 class Config(_Strict):
     model: str = Field(description="Path to the input ONNX model (never modified).")
     data: DataConfig
+    prepare: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: before any pass, bring the model into the form the quantizers assume (Constant "
+        "weights to initializers, the opset raised to what the passes need, onnxruntime's basic clean-up such as "
+        "constant folding and BatchNorm folding, shape inference), each step checked to keep the outputs on a few "
+        "evaluation rows and cached; trials start from the prepared model, the original stays the baseline. "
+        "off: trials start from the model as it is.",
+    )
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     criterion: CriterionConfig = Field(default_factory=CriterionConfig)
     objective: Literal["latency", "size"] = "latency"

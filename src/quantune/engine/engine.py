@@ -114,6 +114,7 @@ class Engine:
             executor.shutdown(kill=True)
             raise
         log.info("baseline (%s): %s", baseline_cache, baseline)
+        _announce_preparation(parts, self.listeners)
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
         for listener in self.listeners:
@@ -176,6 +177,7 @@ class Engine:
             step_configs=loop.step_configs,
             replayed=loop.replay.replayed,
             latency_confirmation=confirmation.to_dict() if confirmation else None,
+            preparation=parts.context.preparation.to_dict() if parts.context.preparation else None,
         )
 
     def judge(self, record: TrialRecord, baseline: dict[str, float], criterion) -> None:
@@ -186,6 +188,24 @@ class Engine:
         record.meets_criterion = check.meets
         record.accuracy_loss = check.loss
         record.objective = objective_value(record, self.objectives[0])
+
+
+def _announce_preparation(parts: RunParts, listeners: Sequence[RunListener]) -> None:
+    """The run log gets every change and dropped step of model preparation; a listener with an
+    ``on_prepared`` method (the console) gets the preparation itself."""
+    preparation = parts.context.preparation
+    if preparation is None:
+        return
+    for line in preparation.steps:
+        log.info("prepared (%s): %s", preparation.cache, line)
+    for line in preparation.warnings:
+        log.warning("%s", line)
+    if preparation.steps:
+        log.info("trials start from the prepared model %s; the baseline is the original", preparation.model)
+    for listener in listeners:
+        hook = getattr(listener, "on_prepared", None)
+        if hook is not None:
+            hook(preparation)
 
 
 def _check_runnable(space: SearchSpace) -> None:

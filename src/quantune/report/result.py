@@ -39,6 +39,7 @@ class Result:
     step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     replayed: int = 0
     latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
+    preparation: dict[str, Any] | None = None  # what model preparation changed (quantune.prepare)
 
     @property
     def interrupted(self) -> bool:
@@ -64,6 +65,7 @@ class Result:
             "cache": self.cache_stats,
             "replayed_trials": self.replayed,
             "latency_confirmation": self.latency_confirmation,
+            "preparation": self.preparation,
         }
 
 

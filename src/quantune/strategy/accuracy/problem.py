@@ -29,8 +29,8 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
         probe = probes.get(flow)
         if probe is None:
             probe = probes[flow] = SensitivityProbe(
-                model_path=context.model.path,
-                model_sha=context.model.sha256,
+                model_path=context.start.path,  # trials start from the prepared model
+                model_sha=context.start.sha256,
                 flow=tuple(flow),
                 quant_step=quant,
                 configs_for=lambda p, steps: plan.configs_for(p, steps),
@@ -44,7 +44,7 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
         return probe(point)
 
     return {
-        "model_path": context.model.path,
+        "model_path": context.start.path,
         "step_passes": step_passes,
         "step_fixed": step_fixed,
         "sensitivity": sensitivity,
