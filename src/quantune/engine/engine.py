@@ -87,6 +87,8 @@ class Engine:
         # Where and how trials run does not change their results, so it is not part of the run's identity.
         identity = self.config.model_dump(mode="json", exclude={"executor"})
         config_hash = cache_key("config", identity, parts.context.model.sha256)
+        if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
+            config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
         strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
         store = open_output(self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path])
         (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
@@ -216,8 +218,9 @@ def _check_runnable(space: SearchSpace) -> None:
         raise ConfigError(
             "passes: every point of the search space is pruned, so nothing can run: check the fixed "
             "parameters against the pass validators, target.provider, which passes may follow which "
-            "(e.g. static_quant never follows graph_opt at level 'extended' or 'all'), and your rules "
-            "(`quantune space CONFIG` shows the size per flow)"
+            "(e.g. static_quant never follows graph_opt at level 'extended' or 'all'), what the model allows "
+            "(per-channel QDQ needs opset 13, dynamic_quant needs Conv weights as initializers: prepare: auto "
+            "fixes both where it can), and your rules (`quantune space CONFIG` shows the size per flow)"
         )
 
 

@@ -99,7 +99,8 @@ def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cac
     dimension runs only at that size), or the original as it is (``prepare: off``)."""
     if config.prepare == "off":
         return unprepared(model)
-    opset = max((get_pass(entry.name).min_opset for entry in config.passes), default=0)
+    passes = [get_pass(entry.name, field_name=f"passes[{i}].name") for i, entry in enumerate(config.passes)]
+    opset = max((pass_cls.min_opset for pass_cls in passes), default=0)
     batch = config.data.batch_size
     batches = max(1, min(CHECK_BATCHES, -(-CHECK_ROWS // batch)))
     feeds = list(evaluation.batches(model.input_names(), batch, limit=batches * batch))
