@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import io
 import json
 import re
 from pathlib import Path
@@ -12,6 +13,7 @@ import onnx
 import pytest
 import yaml
 from onnx import TensorProto, helper, numpy_helper
+from rich.console import Console
 
 import quantune
 from conftest import CNN_CLASSES, cnn_inputs, run_model
@@ -29,6 +31,7 @@ from quantune.prepare import (
     model_facts,
     prepare_model,
 )
+from quantune.report.console import ConsoleListener
 from quantune.store import ArtifactCache
 
 FEEDS = [{"input": cnn_inputs(8, seed=3)}]
@@ -130,6 +133,17 @@ def test_opset_12_is_raised_and_per_channel_qdq_runs(tmp_path, make_config):
     assert result.trials[0].status == "ok", result.trials[0].error
     assert "opset 12 -> 13" in result.preparation["steps"]
     assert model_facts(onnx.load(str(model)))["opset"] == 12  # the user's file is untouched
+    assert "prepared (miss): opset 12 -> 13" in (tmp_path / "run" / "quantune.log").read_text()
+
+
+def test_the_console_prints_one_line_per_change(tmp_path, make_config):
+    model = build_variant(tmp_path / "op12.onnx", opset=12, batch_norm=True)
+    console = Console(file=io.StringIO(), width=200)
+    config = make_config([{"name": "static_quant"}], model=str(model))
+    quantune.tune(config, tmp_path / "run", listeners=[ConsoleListener(console)])
+    lines = [line for line in console.file.getvalue().splitlines() if line.startswith("prepared: ")]
+    assert lines[0] == "prepared: opset 12 -> 13"
+    assert "BatchNormalization -1" in lines[1] and len(lines) == 2
 
 
 def test_a_model_at_the_needed_opset_is_left_alone(tmp_path):
