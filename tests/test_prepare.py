@@ -185,6 +185,12 @@ def test_prepare_off_leaves_the_model_as_it_is(tmp_path, make_config):
     assert result.preparation["steps"] == [] and Path(result.preparation["model"]) == model.resolve()
 
 
+def test_prepare_off_unquoted_in_yaml_means_off(tmp_path, make_config):
+    path = tmp_path / "c.yaml"
+    path.write_text(yaml.safe_dump(make_config()) + "prepare: off\n")
+    assert load_config(path).config.prepare == "off"
+
+
 def test_the_baseline_is_the_original_model(tmp_path, make_config):
     model = build_variant(tmp_path / "bn.onnx", batch_norm=True)
     parts = build_run(load_config(make_config(model=str(model))))

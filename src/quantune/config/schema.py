@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -178,6 +178,14 @@ class Config(_Strict):
         description="Python files (path/to/file.py) or modules imported first, in the engine and in every "
         "worker, so their passes, samplers and strategies register.",
     )
+
+    @field_validator("prepare", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        """YAML reads an unquoted ``off`` as false (and ``on`` as true): take them as meant."""
+        if isinstance(value, bool):
+            return "auto" if value else "off"
+        return value
 
     @model_validator(mode="after")
     def _unique_steps(self) -> Config:

@@ -37,6 +37,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     config = loaded.config
     load_plugins(config.plugins, loaded.base_dir)
     model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
+    build_plan(config, nodes=model.nodes)  # a config mistake is reported before preparation's work
     cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
     evaluation = load_dataset(config.data.evaluation, field_name="data.evaluation", base_dir=loaded.base_dir)
     input_names = model.input_names()

@@ -125,6 +125,15 @@ def _prepare(
     key: str,
     work: Path,
 ) -> Preparation:
+    if not feeds:  # nothing to check a step against: an unchecked model is never used
+        return Preparation(
+            model.path,
+            model.sha256,
+            [],
+            ["not prepared: no evaluation rows to check it on"],
+            unprepared(model).facts,
+            "miss",
+        )
     try:
         reference = run_feeds(model.path, feeds)
     except Exception as exc:  # not cached: the run's own checks say what is wrong with model or data
