@@ -76,15 +76,18 @@ def _cmd_passes(args: argparse.Namespace) -> int:
 
 def _cmd_space(args: argparse.Namespace) -> int:
     from quantune.config import load_config
-    from quantune.engine.plan import build_plan
-    from quantune.model import ModelHandle
+    from quantune.engine.setup import build_run
     from quantune.space.report import describe_space
-    from quantune.userimport import load_plugins
 
     loaded = load_config(args.config)
-    load_plugins(loaded.config.plugins, loaded.base_dir)
-    model = ModelHandle.from_path(loaded.resolve(loaded.config.model), field_name="model")
-    plan = build_plan(loaded.config, nodes=model.nodes)
+    # The run's own plan: the model prepared (cached) and the points it cannot run pruned.
+    parts = build_run(loaded)
+    plan = parts.plan
+    preparation = parts.context.preparation
+    for line in preparation.steps if preparation else []:
+        print(f"prepared: {line}")
+    for line in preparation.warnings if preparation else []:
+        print(f"prepare: {line}")
     print(f"{len(plan.flows)} flow(s); joint space over {len(plan.space)} parameter(s)")
     for name in plan.flows:
         print()

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 
 class _Strict(BaseModel):
@@ -166,6 +166,14 @@ class ExecutorConfig(_Strict):
 class Config(_Strict):
     model: str = Field(description="Path to the input ONNX model (never modified).")
     data: DataConfig
+    prepare: Literal["auto", "off"] = Field(
+        default="auto",
+        description="auto: before any pass, bring the model into the form the quantizers assume (Constant "
+        "weights to initializers, the opset raised to what the passes need, onnxruntime's basic clean-up such as "
+        "constant folding and BatchNorm folding, shape inference), each step checked to keep the outputs on a few "
+        "evaluation rows and cached; trials start from the prepared model, the original stays the baseline. "
+        "off: trials start from the model as it is.",
+    )
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     criterion: CriterionConfig = Field(default_factory=CriterionConfig)
     objective: Literal["latency", "size"] = "latency"
@@ -191,6 +199,14 @@ class Config(_Strict):
         description="Python files (path/to/file.py) or modules imported first, in the engine and in every "
         "worker, so their passes, samplers and strategies register.",
     )
+
+    @field_validator("prepare", mode="before")
+    @classmethod
+    def _yaml_switch(cls, value: Any) -> Any:
+        """YAML reads an unquoted ``off`` as false (and ``on`` as true): take them as meant."""
+        if isinstance(value, bool):
+            return "auto" if value else "off"
+        return value
 
     @model_validator(mode="after")
     def _unique_steps(self) -> Config:

@@ -89,6 +89,8 @@ class Engine:
         # Where and how trials run does not change their results, so it is not part of the run's identity.
         identity = self.config.model_dump(mode="json", exclude={"executor"})
         config_hash = cache_key("config", identity, parts.context.model.sha256)
+        if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
+            config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
         strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
         preflight(parts)  # so do data the model cannot take and a metric that is not a finite number
         store = open_output(self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path])
@@ -117,6 +119,7 @@ class Engine:
             executor.shutdown(kill=True)
             raise
         log.info("baseline (%s): %s", baseline_cache, baseline)
+        _announce_preparation(parts, self.listeners)
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
         strategy.observe_baseline(baseline)
@@ -183,6 +186,7 @@ class Engine:
             latency_confirmation=confirmation.to_dict() if confirmation else None,
             verdict=verdict.kind,
             verdict_reason=verdict.reason,
+            preparation=parts.context.preparation.to_dict() if parts.context.preparation else None,
         )
 
     def judge(self, record: TrialRecord, baseline: dict[str, float], criterion) -> None:
@@ -195,6 +199,24 @@ class Engine:
         record.objective = objective_value(record, self.objectives[0])
 
 
+def _announce_preparation(parts: RunParts, listeners: Sequence[RunListener]) -> None:
+    """The run log gets every change and dropped step of model preparation; a listener with an
+    ``on_prepared`` method (the console) gets the preparation itself."""
+    preparation = parts.context.preparation
+    if preparation is None:
+        return
+    for line in preparation.steps:
+        log.info("prepared (%s): %s", preparation.cache, line)
+    for line in preparation.warnings:
+        log.warning("%s", line)
+    if preparation.steps:
+        log.info("trials start from the prepared model %s; the baseline is the original", preparation.model)
+    for listener in listeners:
+        hook = getattr(listener, "on_prepared", None)
+        if hook is not None:
+            hook(preparation)
+
+
 def _check_runnable(space: SearchSpace) -> None:
     """A space whose every point is pruned is a config mistake, not a run of zero trials."""
     if not space.is_finite() or space.raw_size() > EXACT_LIMIT:  # walked to prove a runnable point
@@ -203,8 +225,9 @@ def _check_runnable(space: SearchSpace) -> None:
         raise ConfigError(
             "passes: every point of the search space is pruned, so nothing can run: check the fixed "
             "parameters against the pass validators, target.provider, which passes may follow which "
-            "(e.g. static_quant never follows graph_opt at level 'extended' or 'all'), and your rules "
-            "(`quantune space CONFIG` shows the size per flow)"
+            "(e.g. static_quant never follows graph_opt at level 'extended' or 'all'), what the model allows "
+            "(per-channel QDQ needs opset 13, dynamic_quant needs Conv weights as initializers: prepare: auto "
+            "fixes both where it can), and your rules (`quantune space CONFIG` shows the size per flow)"
         )
 
 

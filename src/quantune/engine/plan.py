@@ -5,9 +5,10 @@ a ``flow`` parameter, and each step's parameters are active only in the flows th
 the step. Flows that share a prefix share its work through the content-addressed cache: the
 same input model and pass config is one cache entry, however many flows pass through it.
 
-Invalid points are pruned three ways, all as constraints of the space so none is ever run:
+Invalid points are pruned four ways, all as constraints of the space so none is ever run:
 each pass's config validators (what onnxruntime cannot do), the target execution provider's
-rules, and the user's ``rules``.
+rules, what the prepared model allows (``Pass.supports`` reads the model's facts, e.g. its
+opset), and the user's ``rules``.
 """
 
 from __future__ import annotations
@@ -73,6 +74,7 @@ class Plan:
     step_params: Mapping[str, Mapping[str, Param]]
     space: SearchSpace
     rules: tuple[Any, ...] = ()
+    facts: Mapping[str, Any] = field(default_factory=dict)  # of the model flows start from
 
     def flow_of(self, point: Mapping[str, Any]) -> tuple[str, ...]:
         if len(self.flows) == 1:
@@ -94,11 +96,14 @@ class Plan:
         return self._rules_allow(point, configs)
 
     def _rules_allow(self, point: Mapping[str, Any], configs: list[tuple[Step, PassConfig]]) -> bool:
-        """Each pass must accept what the steps before it made; then the user's rules, which
-        read the resolved pass configs, so they see fixed, default and joint values too."""
+        """Each pass must accept what the steps before it made and support the model the flow
+        starts from; then the user's rules, which read the resolved pass configs, so they see
+        fixed, default and joint values too."""
         for index, (step, config) in enumerate(configs):
             upstream = [(earlier.pass_cls.name, earlier_config) for earlier, earlier_config in configs[:index]]
             if upstream and not step.pass_cls.accepts(config, upstream):
+                return False
+            if self.facts and not step.pass_cls.supports(config, self.facts, upstream):
                 return False
         if not self.rules:
             return True
@@ -125,8 +130,9 @@ class Plan:
 NodeLister = Callable[[], list[tuple[str, str]]]
 
 
-def build_plan(config: Config, nodes: NodeLister | None = None) -> Plan:
-    """``nodes`` lists the input model's (name, op type) pairs, for ``subset_of`` searches."""
+def build_plan(config: Config, nodes: NodeLister | None = None, facts: Mapping[str, Any] | None = None) -> Plan:
+    """``nodes`` lists the input model's (name, op type) pairs, for ``subset_of`` searches;
+    ``facts`` describe the model flows start from (see :mod:`quantune.prepare.facts`)."""
     steps: dict[str, Step] = {}
     step_params: dict[str, dict[str, Param]] = {}
     provider = config.target.provider
@@ -149,7 +155,7 @@ def build_plan(config: Config, nodes: NodeLister | None = None) -> Plan:
         space = SearchSpace(space_params)
     except ValueError as exc:
         raise ConfigError(f"passes: {exc}") from None
-    plan = Plan(steps, flows, step_params, space, rules)
+    plan = Plan(steps, flows, step_params, space, rules, dict(facts or {}))
     space.constraints.append(plan.is_runnable)
     return plan
 

@@ -20,6 +20,7 @@ from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Evaluator
 from quantune.model import ModelHandle
 from quantune.passes.cached import run_pass_cached
+from quantune.prepare import Preparation
 from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
@@ -27,7 +28,11 @@ log = logging.getLogger("quantune.runner")
 
 @dataclass
 class RunContext:
-    """Everything shared by the trials of one run."""
+    """Everything shared by the trials of one run.
+
+    ``model`` is the user's original: the baseline, always the thing to beat. Trials start
+    from ``prepared`` (see :mod:`quantune.prepare`), which is the original when preparation
+    is off or changed nothing; ``start`` is whichever trials start from."""
 
     model: ModelHandle
     plan: Plan
@@ -38,6 +43,13 @@ class RunContext:
     # "miss" once this process computed the baseline (the preflight does, before the run), so the
     # run's own baseline() -- then a cache hit -- still reports where the figures came from.
     baseline_status: str | None = None
+    prepared: ModelHandle | None = None
+    preparation: Preparation | None = None
+
+    @property
+    def start(self) -> ModelHandle:
+        """The model every flow starts from."""
+        return self.prepared or self.model
 
     def eval_key(self, model_sha: str) -> str:
         spec = self.evaluator.spec
@@ -86,7 +98,8 @@ class TrialRunner:
 
     def _run_passes(self, trial: Trial, record: TrialRecord) -> tuple[Path, str]:
         ctx = self.context
-        current, current_sha = ctx.model.path, ctx.model.sha256
+        start = ctx.start
+        current, current_sha = start.path, start.sha256
         pass_times: dict[str, float] = {}
         for step, config in ctx.plan.configs_for(trial.params, trial.flow):
             started = time.perf_counter()
@@ -100,7 +113,7 @@ class TrialRunner:
                 input_names=ctx.evaluator.input_names,
                 batch_size=ctx.batch_size,
                 label=step.id,
-                external_data=ctx.model.external_data if current == ctx.model.path else None,
+                external_data=start.external_data if current == start.path else None,
             )
             record.cache[step.id] = "hit" if hit else "miss"
             pass_times[step.id] = time.perf_counter() - started

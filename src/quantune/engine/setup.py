@@ -21,6 +21,8 @@ from quantune.evaluate import (
     metric_direction,
 )
 from quantune.model import ModelHandle, file_sha256
+from quantune.passes import get_pass
+from quantune.prepare import Preparation, PrepareOptions, prepare_model, unprepared
 from quantune.store import ArtifactCache, default_cache_dir
 from quantune.userimport import load_function, load_plugins
 
@@ -37,16 +39,21 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     config = loaded.config
     load_plugins(config.plugins, loaded.base_dir)
     model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
-    plan = build_plan(config, nodes=model.nodes)
-    needs_calibration = [step.id for step in plan.steps.values() if step.pass_cls.needs_calibration]
+    build_plan(config, nodes=model.nodes)  # a config mistake is reported before preparation's work
+    cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
+    evaluation = load_dataset(config.data.evaluation, field_name="data.evaluation", base_dir=loaded.base_dir)
+    input_names = model.input_names()
     calibration: Dataset | None = None
     if config.data.calibration:
         calibration = load_dataset(config.data.calibration, field_name="data.calibration", base_dir=loaded.base_dir)
-    elif needs_calibration:
-        raise ConfigError(f"data.calibration: passes {needs_calibration} need calibration data; name an .npz file")
-    evaluation = load_dataset(config.data.evaluation, field_name="data.evaluation", base_dir=loaded.base_dir)
-    input_names = model.input_names()
+    # checked (and converted) before preparation runs the evaluation data through the model
     calibration, evaluation = check_run_data(config, model, calibration, evaluation)
+    preparation = prepare_for_run(config, model, evaluation, cache)
+    start = model if preparation.model == model.path else prepared_handle(preparation)
+    plan = build_plan(config, nodes=start.nodes, facts=preparation.facts)
+    needs_calibration = [step.id for step in plan.steps.values() if step.pass_cls.needs_calibration]
+    if calibration is None and needs_calibration:
+        raise ConfigError(f"data.calibration: passes {needs_calibration} need calibration data; name an .npz file")
 
     metric = config.evaluation.metric
     user_metric = None
@@ -86,9 +93,10 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         tolerable_loss=config.criterion.tolerable_loss,
         higher_is_better=default_direction if higher is None else higher,
     )
-    cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
     calibration_batch = config.data.calibration_batch_size or config.data.batch_size
-    context = RunContext(model, plan, calibration, evaluator, cache, calibration_batch)
+    context = RunContext(
+        model, plan, calibration, evaluator, cache, calibration_batch, prepared=start, preparation=preparation
+    )
     return RunParts(context, criterion, plan)
 
 
@@ -131,3 +139,30 @@ def preflight(parts: RunParts) -> dict[str, float]:
             f"evaluation.metric: '{metric}' gave {value} on the original model; it must return a finite number"
         )
     return metrics
+
+
+# Evaluation rows the prepared model is checked on: enough to catch a broken step, few enough
+# to cost a fraction of one evaluation.
+CHECK_ROWS = 8
+CHECK_BATCHES = 4
+
+
+def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cache: ArtifactCache) -> Preparation:
+    """The model trials start from: prepared for the config's passes (``prepare: auto``), checked
+    on the first evaluation batches at the evaluation batch size (a model with a fixed batch
+    dimension runs only at that size), or the original as it is (``prepare: off``)."""
+    if config.prepare == "off":
+        return unprepared(model)
+    passes = [get_pass(entry.name, field_name=f"passes[{i}].name") for i, entry in enumerate(config.passes)]
+    opset = max((pass_cls.min_opset for pass_cls in passes), default=0)
+    batch = config.data.evaluation_batch_size or config.data.batch_size
+    batches = max(1, min(CHECK_BATCHES, -(-CHECK_ROWS // batch)))
+    feeds = list(evaluation.batches(model.input_names(), batch, limit=batches * batch))
+    return prepare_model(model, feeds, cache, PrepareOptions(opset=opset))
+
+
+def prepared_handle(preparation: Preparation) -> ModelHandle:
+    """A handle on the prepared model in the cache, its hash taken from the cache entry."""
+    handle = ModelHandle.from_path(preparation.model, field_name="prepared model")
+    handle.__dict__["sha256"] = preparation.sha256  # verified by the cache when it was read
+    return handle

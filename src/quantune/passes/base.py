@@ -9,7 +9,10 @@ A pass turns one model file into another. It declares:
 * ``providers`` / ``provider_rules``: what a target execution provider can run, so the space
   for a target holds only what runs there;
 * ``accepts``: which outputs of earlier passes it can take as input, so flows that cannot
-  work (quantizing a graph with layout-specific fused operators) are never tried.
+  work (quantizing a graph with layout-specific fused operators) are never tried;
+* ``min_opset`` / ``supports``: the opset its whole space needs (preparation raises the model
+  to it) and, from facts about the prepared model, which points cannot work on it (a
+  per-channel QDQ point on a model whose opset could not be raised), so they are pruned.
 
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
@@ -17,9 +20,10 @@ Passes know nothing about search or caching; the engine hands them paths and a c
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -59,11 +63,21 @@ class Pass(ABC):
     provider_rules: ClassVar[dict[str, dict[str, tuple[object, ...]]]] = {}
     # Bump when the output for the same input and config changes, so old cache entries are not reused.
     version: ClassVar[int] = 1
+    # The default-domain opset every value of this pass's space works at; model preparation
+    # raises a lower opset to the highest ``min_opset`` of the run's passes (0: no need).
+    min_opset: ClassVar[int] = 0
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
         """Whether this pass, with ``config``, can take the output of ``upstream`` (pass name and
         config of each earlier step of the flow, in order). Points where it cannot are pruned."""
+        return True
+
+    @classmethod
+    def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
+        """Whether ``config`` can work on the model the flow starts from, described by ``facts``
+        (see :mod:`quantune.prepare.facts`; empty when unknown), after ``upstream``. Points where
+        it cannot are pruned before they run."""
         return True
 
     @abstractmethod

@@ -49,6 +49,13 @@ class ConsoleListener:
         self._progress: Progress | None = None
         self._task: Any = None
 
+    def on_prepared(self, preparation: Any) -> None:
+        """One line per change model preparation made, and per step it dropped."""
+        for line in preparation.steps:
+            self.console.print(f"prepared: {escape(line)}")
+        for line in preparation.warnings:
+            self.console.print(f"[yellow]prepare: {escape(line)}[/yellow]")
+
     def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None:
         self._progress = Progress(
             TextColumn("[bold]tuning"),

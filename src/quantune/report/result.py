@@ -43,6 +43,7 @@ class Result:
     latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
     verdict: str = "no_candidate_in_budget"  # improved | keep_original | no_candidate_in_budget
     verdict_reason: str = ""
+    preparation: dict[str, Any] | None = None  # what model preparation changed (quantune.prepare)
 
     @property
     def interrupted(self) -> bool:
@@ -75,6 +76,7 @@ class Result:
             "cache": self.cache_stats,
             "replayed_trials": self.replayed,
             "latency_confirmation": self.latency_confirmation,
+            "preparation": self.preparation,
         }
 
 

@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import onnx
 from onnxruntime.quantization import quantize_dynamic
@@ -11,6 +12,7 @@ from onnxruntime.quantization import quantize_dynamic
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.quant_types import QUANT_TYPES
 from quantune.passes.registry import register_pass
+from quantune.prepare.facts import facts_apply, quantized_among
 from quantune.space import Boolean, Categorical
 
 
@@ -35,6 +37,19 @@ class DynamicQuantization(Pass):
         "per_channel": Boolean(),
         "reduce_range": Boolean(),
     }
+
+    # DynamicQuantizeLinear is an opset-11 op (onnxruntime's quantizer upgrades older models itself).
+    min_opset = 11
+
+    @classmethod
+    def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
+        """ConvInteger needs the weights of the convolutions it quantizes as initializers."""
+        assert isinstance(config, DynamicQuantizationConfig)
+        if not facts_apply(facts, upstream):
+            return True
+        return not quantized_among(
+            facts.get("computed_weights", ()), config.op_types_to_quantize, config.nodes_to_exclude
+        )
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:

@@ -11,8 +11,9 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import onnx
 from onnxruntime.quantization import quantize_static
@@ -24,6 +25,7 @@ from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.registry import register_pass
+from quantune.prepare.facts import facts_apply, quantized_among
 from quantune.space import Boolean, Categorical, Conditional
 from quantune.store.cache import cache_key
 
@@ -92,6 +94,22 @@ class StaticQuantization(Pass):
         "per_channel": Boolean(weights=(1, 2)),
         "reduce_range": Boolean(weights=(2, 1)),
     }
+
+    # Per-channel QDQ writes DequantizeLinear with an axis, which opset 13 introduced.
+    min_opset = 13
+
+    @classmethod
+    def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
+        """Per-channel QDQ needs opset 13; QOperator needs the weights and biases of the
+        Conv/Gemm nodes it quantizes as initializers (else ``quantize_bias_static`` fails)."""
+        assert isinstance(config, StaticQuantizationConfig)
+        if config.quant_format == "QDQ" and config.per_channel and facts.get("opset", 13) < 13:
+            return False
+        if config.quant_format == "QOperator" and facts_apply(facts, upstream):
+            computed = [*facts.get("computed_weights", ()), *facts.get("computed_biases", ())]
+            if quantized_among(computed, config.op_types_to_quantize, config.nodes_to_exclude):
+                return False
+        return True
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:

@@ -38,8 +38,8 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
         probe = probes.get(flow)
         if probe is None:
             probe = probes[flow] = SensitivityProbe(
-                model_path=context.model.path,
-                model_sha=context.model.sha256,
+                model_path=context.start.path,  # trials start from the prepared model
+                model_sha=context.start.sha256,
                 flow=tuple(flow),
                 quant_step=quant,
                 configs_for=lambda p, steps: plan.configs_for(p, steps),
@@ -70,7 +70,7 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
             return None
 
     return {
-        "model_path": context.model.path,
+        "model_path": context.start.path,
         "step_passes": step_passes,
         "step_fixed": step_fixed,
         "sensitivity": sensitivity,
@@ -82,7 +82,7 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
 
 def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
     """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
-    path, sha = context.model.path, context.model.sha256
+    path, sha = context.start.path, context.start.sha256
     for step, config in plan.configs_for(point, flow):
         path, sha, _ = run_pass_cached(
             context.cache,
@@ -112,12 +112,12 @@ def _profile(context: Any) -> dict[str, float]:
         return {}
     shapes = sorted((name, list(np.shape(value))) for name, value in feeds.items())
     threads = context.evaluator.spec.latency.threads
-    key = cache_key("node-profile", context.model.sha256, shapes, threads)
+    key = cache_key("node-profile", context.start.sha256, shapes, threads)
     cached = context.cache.get_json("profiles", key)
     if cached is not None:
         return dict(cached["shares"])
     try:
-        shares = node_time_shares(context.model.path, feeds, threads=threads)
+        shares = node_time_shares(context.start.path, feeds, threads=threads)
     except Exception as exc:  # a profile is a hint for ordering, never a reason to fail the run
         log.warning("per-node profile of the original failed (%s); fallbacks are ordered by sensitivity alone", exc)
         return {}

@@ -1,0 +1,64 @@
+"""Facts about the model a flow starts from, which passes read to prune points that cannot work.
+
+Preparation fixes what it can (Constant weights, a low opset, computed biases); what it
+could not fix, or what ``prepare: off`` left as it was, is written down here, so a pass can
+say beforehand that a point would fail (:meth:`quantune.passes.Pass.supports`) and the
+search never spends a trial on it. Keys (all JSON values, so they travel in cache records):
+
+* ``opset``: the default-domain opset of the model;
+* ``computed_weights``: ``[name, op_type]`` of each Conv/ConvTranspose whose weight is not an
+  initializer (``quantize_dynamic`` fails on it: "Expected ... to be an initializer");
+* ``computed_biases``: ``[name, op_type]`` of each Conv/ConvTranspose/Gemm whose bias is not
+  an initializer (QOperator's bias quantization fails on it).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import onnx
+
+WEIGHTED_OPS = frozenset({"Conv", "ConvTranspose"})
+BIASED_OPS = frozenset({"Conv", "ConvTranspose", "Gemm"})
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    """The model's ``ai.onnx`` opset (0 when it imports none)."""
+    return next((entry.version for entry in model.opset_import if entry.domain in ("", "ai.onnx")), 0)
+
+
+def model_facts(model: onnx.ModelProto) -> dict[str, Any]:
+    """The facts above, read from the main graph (weights need not be loaded)."""
+    graph = model.graph
+    initializers = {init.name for init in graph.initializer}
+    weights: list[list[str]] = []
+    biases: list[list[str]] = []
+    for node in graph.node:
+        if node.op_type in WEIGHTED_OPS and len(node.input) > 1 and node.input[1] not in initializers:
+            weights.append([node.name, node.op_type])
+        if node.op_type in BIASED_OPS and len(node.input) > 2 and node.input[2] and node.input[2] not in initializers:
+            biases.append([node.name, node.op_type])
+    return {"opset": default_opset(model), "computed_weights": weights, "computed_biases": biases}
+
+
+def quantized_among(
+    nodes: Iterable[Sequence[str]], op_types_to_quantize: Iterable[str] | None, nodes_to_exclude: Iterable[str]
+) -> list[str]:
+    """The names of ``nodes`` ([name, op_type]) a quantizer with these options would touch.
+
+    An unnamed node cannot be excluded (onnxruntime matches ``nodes_to_exclude`` by name)."""
+    wanted = None if op_types_to_quantize is None else set(op_types_to_quantize)
+    excluded = set(nodes_to_exclude)
+    return [
+        name for name, op_type in nodes if (wanted is None or op_type in wanted) and (not name or name not in excluded)
+    ]
+
+
+def facts_apply(facts: Mapping[str, Any], upstream: Sequence[tuple[str, Any]]) -> bool:
+    """Whether the graph facts still describe a step's input: only before any pass that rewrites
+    the graph (graph_opt folds constants; a quantizer rewrites everything). The opset is kept
+    by every pass, so callers read ``opset`` whatever ran upstream."""
+    return bool(facts) and not any(
+        not (name == "graph_opt" and getattr(config, "level", None) == "disable") for name, config in upstream
+    )

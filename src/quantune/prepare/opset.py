@@ -1,0 +1,29 @@
+"""Step: the default-domain opset raised to what the run's passes need.
+
+Per-channel QDQ quantization writes ``DequantizeLinear`` with an ``axis``, which exists from
+opset 13; on an opset-12 model every such trial fails. onnx's version converter rewrites the
+ops whose signature changed (Split, Squeeze, ReduceSum: attributes that became inputs).
+A model at or above the needed opset is left alone: raising is never done for its own sake.
+"""
+
+from __future__ import annotations
+
+import onnx
+from onnx import version_converter
+
+from quantune.prepare.facts import default_opset
+
+
+class OpsetError(RuntimeError):
+    """onnx's version converter could not raise the opset."""
+
+
+def raise_opset(model: onnx.ModelProto, wanted: int) -> tuple[onnx.ModelProto, list[str]]:
+    current = default_opset(model)
+    if not wanted or current >= wanted or current == 0:
+        return model, []
+    try:
+        converted = version_converter.convert_version(model, wanted)
+    except Exception as exc:  # the converter raises bare RuntimeErrors and friends
+        raise OpsetError(f"onnx's version converter cannot raise opset {current} to {wanted}: {exc}") from exc
+    return converted, [f"opset {current} -> {wanted}"]

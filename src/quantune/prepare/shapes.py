@@ -1,0 +1,56 @@
+"""Step: symbolic shape inference, where onnx's own inference leaves tensors without a shape.
+
+onnxruntime's quantizers run onnx's ``infer_shapes`` on every model they read, so a model
+that it shapes fully needs nothing here (and is left as it is). onnxruntime's symbolic shape
+inference (what its ``quant_pre_process`` uses) follows symbolic dimensions through Reshape,
+Slice and friends where onnx's gives up; its result is kept only when it shapes more tensors.
+When it raises (it needs sympy, and fails on ops it does not know), the fallback is onnx's
+inference, which the quantizers apply themselves, so the model is kept as it is.
+"""
+
+from __future__ import annotations
+
+import logging
+
+import onnx
+
+log = logging.getLogger("quantune.prepare")
+
+
+def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
+    baseline = _shaped(_onnx(model) or model)  # what the quantizers will see anyway
+    symbolic = _symbolic(model)
+    if symbolic is None or _shaped(symbolic) <= baseline:
+        return model, []
+    return symbolic, [f"shape inference (symbolic): {_shaped(symbolic)} tensors shaped, onnx's inference {baseline}"]
+
+
+def _symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    try:
+        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
+
+        return SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
+    except Exception as exc:  # ImportError (no sympy), or an op it cannot follow
+        log.info("symbolic shape inference failed (%s: %s); onnx's inference stands", type(exc).__name__, exc)
+        return None
+
+
+def _onnx(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    try:
+        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=False, data_prop=True)
+    except Exception as exc:
+        log.info("onnx shape inference failed (%s: %s)", type(exc).__name__, exc)
+        return None
+
+
+def _shaped(model: onnx.ModelProto) -> int:
+    """Intermediate tensors (not graph outputs) whose type and every dimension (a number or a
+    symbol) value_info knows."""
+    outputs = {out.name for out in model.graph.output}
+    return sum(1 for info in model.graph.value_info if info.name not in outputs and _known(info.type.tensor_type))
+
+
+def _known(tensor_type: onnx.TypeProto.Tensor) -> bool:
+    if not tensor_type.elem_type or not tensor_type.HasField("shape"):
+        return False
+    return all(dim.HasField("dim_value") or dim.HasField("dim_param") for dim in tensor_type.shape.dim)
