@@ -21,6 +21,8 @@ from quantune.config import Config, LoadedConfig
 from quantune.engine.confirm import confirm_latency
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
+from quantune.engine.failures import KnownFailures, classify
+from quantune.engine.identity import fingerprints
 from quantune.engine.interrupts import DeferredInterrupt
 from quantune.engine.output import open_output
 from quantune.engine.resume import Replay
@@ -39,6 +41,11 @@ from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, 
 from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
 
 log = logging.getLogger("quantune")
+
+# Proposals in a row that share a known failure before the run stops: the strategy keeps
+# proposing only what is known to fail (told as failed each time, it learns nothing new).
+MAX_CONSECUTIVE_SKIPS = 500
+SKIP_LOG = "skipped_known_failures"  # run-store meta: [trials asked, trials told] at each skip, in order
 
 
 @dataclass
@@ -86,13 +93,18 @@ class Engine:
         parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
         # Where and how trials run does not change their results, so it is not part of the run's identity.
         identity = self.config.model_dump(mode="json", exclude={"executor"})
-        config_hash = cache_key("config", identity, parts.context.model.sha256)
+        # ... but the content of the model, the data and the scripts the config names is (identity.py).
+        sources = parts.context.sources
+        config_hash = cache_key("config", identity, fingerprints(sources))
         strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
-        store = open_output(self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path])
+        store = open_output(
+            self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path], sources=sources
+        )
         (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
         handler = _attach_log(self.output_dir / "quantune.log")
         try:
-            return self._run(parts, strategy, store, WorkerSpec(self.loaded, config_hash, eval_threads_for(workers)))
+            spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
+            return self._run(parts, strategy, store, spec)
         finally:
             store.close()
             _detach_log(handler)
@@ -144,6 +156,7 @@ class Engine:
             except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
                 stop_reason += "; latency re-timing skipped (Ctrl-C)"
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
+        result.skipped_known_failures = loop.skipped
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)
@@ -245,6 +258,12 @@ class _Loop:
         self.told = 0
         self.interrupts = DeferredInterrupt()
         self._overrun_reason = ""
+        self.known = KnownFailures()
+        # Skips are not trials (no number, no worker), but they are tells: a resumed run must make
+        # them at the same moments, so each is logged with the asks and tells that preceded it.
+        self.skip_log: list[list[int]] = list(store.get_meta(SKIP_LOG) or []) if replay.active else []
+        self.skipped = 0
+        self._consecutive_skips = 0
 
     def run(self) -> str:
         with self.interrupts:
@@ -255,7 +274,7 @@ class _Loop:
         while True:
             while not stop_reason and len(self.pending) < self.executor.capacity:
                 # Replaying: deliver the tells that came before this ask in the original run.
-                while self.replay.waiting and self.told < self.replay.asked_after(self.asked):
+                while self.replay.waiting and self.told < self._tells_before_ask():
                     self._tell_replayed()
                 stop_reason = self._should_stop()
                 if stop_reason:
@@ -269,6 +288,14 @@ class _Loop:
                 if proposal is None:
                     stop_reason = "search finished (space exhausted or strategy done)"
                     break
+                if self._skip_known_failure(proposal):
+                    if self._consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+                        stop_reason = (
+                            f"every remaining point shares a known failure ({self._consecutive_skips} "
+                            "proposals in a row were not run)"
+                        )
+                        break
+                    continue
                 if not self._launch(proposal):
                     stop_reason = self._overrun_reason
                     break
@@ -290,16 +317,49 @@ class _Loop:
         stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
         if stored is None and self._would_overrun(trial.flow):
             return False
-        self.step_configs[trial.number] = {
-            step.id: config.model_dump(mode="json") for step, config in plan.configs_for(proposal.point, flow)
-        }
+        self.step_configs[trial.number] = self._configs(proposal.point, tuple(flow))
         self.asked += 1
+        self._consecutive_skips = 0
         if stored is not None:
             self.replayed_proposals[trial.number] = proposal
             self.replayed_numbers.add(trial.number)
             return True
         self.asked_after[trial.number] = self.told
         self.pending[self.executor.submit(trial)] = (trial, proposal)
+        return True
+
+    def _configs(self, point, flow: tuple[str, ...]) -> dict[str, dict[str, Any]]:
+        return {step.id: config.model_dump(mode="json") for step, config in self.parts.plan.configs_for(point, flow)}
+
+    def _tells_before_ask(self) -> float:
+        """While replaying: the tells the original run had made before its next ask (a skip's or a trial's)."""
+        if self.skipped < len(self.skip_log) and self.skip_log[self.skipped][0] == self.asked:
+            return self.skip_log[self.skipped][1]
+        return self.replay.asked_after(self.asked)
+
+    def _skip_known_failure(self, proposal: Proposal) -> bool:
+        """Tells the strategy that ``proposal`` failed, without running it, when it shares the
+        signature of a known failure class (see failures.py); ``False`` when it must run."""
+        flow = tuple(proposal.flow or self.parts.plan.flow_of(proposal.point))
+        try:
+            configs = self._configs(proposal.point, flow)
+        except Exception:  # not for this check to judge: the launch says why
+            return False
+        failure_class = self.known.match(flow, configs)
+        if failure_class is None:
+            return False
+        with self.interrupts.critical():
+            self.strategy.tell(proposal, Outcome(None))
+            event = [self.asked, self.told]
+            if self.skipped < len(self.skip_log) and self.skip_log[self.skipped] == event:
+                pass  # replaying the original run's skip
+            else:
+                del self.skip_log[self.skipped :]
+                self.skip_log.append(event)
+                self.store.set_meta(SKIP_LOG, self.skip_log)
+            self.skipped += 1
+            self._consecutive_skips += 1
+        log.info("not run, shares the known failure %r: %s %s", failure_class, list(flow), dict(proposal.point))
         return True
 
     def _would_overrun(self, flow: tuple[str, ...]) -> bool:
@@ -333,6 +393,10 @@ class _Loop:
             self._record(record, proposal, replayed=replayed)
 
     def _record(self, record: TrialRecord, proposal: Proposal, *, replayed: bool) -> None:
+        if record.status == "failed" and record.failure_class is None:
+            record.failure_class = classify(record.error)
+        failure = record.failure_class if record.status == "failed" else None
+        self.known.learn(record.flow, self.step_configs.get(record.number, {}), failure)
         if not replayed:
             record.stage = proposal.stage
             record.asked_after = self.asked_after.pop(record.number)

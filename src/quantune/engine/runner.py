@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -35,10 +35,23 @@ class RunContext:
     evaluator: Evaluator
     cache: ArtifactCache
     batch_size: int
+    # config field -> {"label", "fingerprint"}: the content of the model, data and scripts (identity.py)
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
 
     def eval_key(self, model_sha: str) -> str:
+        """The evaluation cache key: the model evaluated, how, on which data, against which original,
+        with which user scripts (an edited metric, runner or loader never reuses old figures)."""
+        from quantune.engine.identity import fingerprints
+
         spec = self.evaluator.spec
-        return cache_key("eval", model_sha, spec.fingerprint(), self.evaluator.dataset.fingerprint, self.model.sha256)
+        return cache_key(
+            "eval",
+            model_sha,
+            spec.fingerprint(),
+            self.evaluator.dataset.fingerprint,
+            self.model.sha256,
+            fingerprints(self.sources, evaluation_only=True),
+        )
 
 
 class TrialRunner:

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 
 from quantune.config import LoadedConfig
 from quantune.data import Dataset, load_dataset
+from quantune.engine.identity import run_sources
 from quantune.engine.plan import Plan, build_plan
 from quantune.engine.runner import RunContext
 from quantune.errors import ConfigError
@@ -78,4 +79,5 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     )
     cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
     context = RunContext(model, plan, calibration, evaluator, cache, config.data.batch_size)
+    context.sources = run_sources(loaded, context)
     return RunParts(context, criterion, plan)

@@ -39,6 +39,17 @@ class Result:
     step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     replayed: int = 0
     latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
+    skipped_known_failures: int = 0  # proposals not run: they shared a known failure's signature
+
+    @property
+    def failure_classes(self) -> dict[str, int]:
+        """Failed trials per failure class (see engine/failures.py), most frequent first."""
+        counts: dict[str, int] = {}
+        for record in self.trials:
+            if record.status == "failed":
+                name = record.failure_class or "unclassified"
+                counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
     @property
     def interrupted(self) -> bool:
@@ -64,6 +75,8 @@ class Result:
             "cache": self.cache_stats,
             "replayed_trials": self.replayed,
             "latency_confirmation": self.latency_confirmation,
+            "failure_classes": self.failure_classes,
+            "skipped_known_failures": self.skipped_known_failures,
         }
 
 
