@@ -158,24 +158,30 @@ def test_classes_normalise_names_paths_and_numbers():
 def test_signatures_keep_only_shared_values_and_never_cover_a_point_that_ran():
     flow = ("q",)
     known = KnownFailures()
-    known.learn(flow, {"q": {"a": 1, "b": 1}}, "q: E")
-    assert known.match(flow, {"q": {"a": 1, "b": 1}}) == "q: E"
-    assert known.match(flow, {"q": {"a": 1, "b": 2}}) is None, "one failure says nothing of other values"
-    known.learn(flow, {"q": {"a": 1, "b": 2}}, "q: E")
-    assert known.match(flow, {"q": {"a": 1, "b": 3}}) == "q: E", "b differed between failures: not the cause"
-    assert known.match(flow, {"q": {"a": 2, "b": 3}}) is None
-    known.learn(flow, {"q": {"a": 1, "b": 3}}, None)  # ... yet a=1, b=3 ran: the cause is narrower
-    assert known.match(flow, {"q": {"a": 1, "b": 4}}) is None
-    assert known.match(flow, {"q": {"a": 1, "b": 2}}) == "q: E"
+    known.learn(flow, {"q.a": 1, "q.b": 1}, "q: E")
+    assert known.match(flow, {"q.a": 1, "q.b": 1}) == "q: E"
+    assert known.match(flow, {"q.a": 1, "q.b": 2}) is None, "one failure says nothing of other values"
+    known.learn(flow, {"q.a": 1, "q.b": 2}, "q: E")
+    assert known.match(flow, {"q.a": 1, "q.b": 3}) == "q: E", "b differed between failures: not the cause"
+    assert known.match(flow, {"q.a": 2, "q.b": 3}) is None
+    known.learn(flow, {"q.a": 1, "q.b": 3}, None)  # ... yet a=1, b=3 ran: the cause is narrower
+    assert known.match(flow, {"q.a": 1, "q.b": 4}) is None
+    assert known.match(flow, {"q.a": 1, "q.b": 2}) == "q: E"
     # A pass that fails stops its flow there: later steps' values play no part, other flows' prefixes do.
-    known.learn(("p", "q"), {"p": {"x": 0}, "q": {"a": 5}}, "p: F")
-    assert known.match(("p", "q"), {"p": {"x": 0}, "q": {"a": 6}}) == "p: F"
-    assert known.match(("p",), {"p": {"x": 0}}) == "p: F"
-    assert known.match(("r", "p"), {"r": {}, "p": {"x": 0}}) is None
+    known.learn(("p", "q"), {"p.x": 0, "q.a": 5}, "p: F")
+    assert known.match(("p", "q"), {"p.x": 0, "q.a": 6}) == "p: F"
+    assert known.match(("p",), {"p.x": 0}) == "p: F"
+    assert known.match(("r", "p"), {"p.x": 0}) is None
     # An evaluation failure is the whole flow's.
-    known.learn(("p",), {"p": {"x": 1}}, "evaluation: E")
-    assert known.match(("p",), {"p": {"x": 1}}) == "evaluation: E"
-    assert known.match(("p", "q"), {"p": {"x": 1}, "q": {"a": 0}}) is None
+    known.learn(("p",), {"p.x": 1}, "evaluation: E")
+    assert known.match(("p",), {"p.x": 1}) == "evaluation: E"
+    assert known.match(("p", "q"), {"p.x": 1, "q.a": 0}) is None
+    # A conditional parameter that one failure did not search is no part of the cause; a joint value
+    # is the same as a tuple or (from the run store) a list.
+    known.learn(("c",), {"c.t": "u8", "c.j": ("a", "b")}, "c: E")
+    known.learn(("c",), {"c.t": "i8", "c.sym": True, "c.j": ["a", "b"]}, "c: E")
+    assert known.match(("c",), {"c.t": "i8", "c.sym": False, "c.j": ("a", "b")}) == "c: E"
+    assert known.match(("c",), {"c.t": "i8", "c.sym": False, "c.j": ("b", "b")}) is None
 
 
 @pytest.mark.parametrize("name", ["tpe", "nsga2", "gp"])

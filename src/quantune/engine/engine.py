@@ -317,7 +317,9 @@ class _Loop:
         stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
         if stored is None and self._would_overrun(trial.flow):
             return False
-        self.step_configs[trial.number] = self._configs(proposal.point, tuple(flow))
+        self.step_configs[trial.number] = {
+            step.id: config.model_dump(mode="json") for step, config in plan.configs_for(proposal.point, flow)
+        }
         self.asked += 1
         self._consecutive_skips = 0
         if stored is not None:
@@ -327,9 +329,6 @@ class _Loop:
         self.asked_after[trial.number] = self.told
         self.pending[self.executor.submit(trial)] = (trial, proposal)
         return True
-
-    def _configs(self, point, flow: tuple[str, ...]) -> dict[str, dict[str, Any]]:
-        return {step.id: config.model_dump(mode="json") for step, config in self.parts.plan.configs_for(point, flow)}
 
     def _tells_before_ask(self) -> float:
         """While replaying: the tells the original run had made before its next ask (a skip's or a trial's)."""
@@ -341,11 +340,7 @@ class _Loop:
         """Tells the strategy that ``proposal`` failed, without running it, when it shares the
         signature of a known failure class (see failures.py); ``False`` when it must run."""
         flow = tuple(proposal.flow or self.parts.plan.flow_of(proposal.point))
-        try:
-            configs = self._configs(proposal.point, flow)
-        except Exception:  # not for this check to judge: the launch says why
-            return False
-        failure_class = self.known.match(flow, configs)
+        failure_class = self.known.match(flow, proposal.point)
         if failure_class is None:
             return False
         with self.interrupts.critical():
@@ -396,7 +391,7 @@ class _Loop:
         if record.status == "failed" and record.failure_class is None:
             record.failure_class = classify(record.error)
         failure = record.failure_class if record.status == "failed" else None
-        self.known.learn(record.flow, self.step_configs.get(record.number, {}), failure)
+        self.known.learn(record.flow, record.params, failure)
         if not replayed:
             record.stage = proposal.stage
             record.asked_after = self.asked_after.pop(record.number)

@@ -9,8 +9,10 @@ the same cause on different nodes is one class::
     'dynamic_quant: ValueError: Expected <name> to be an initializer'
 
 :class:`KnownFailures` learns, per class, a *signature*: the steps run up to the place that
-failed, and the resolved parameter values shared by every failing point of that class (a
-parameter whose value differed between two failures did not cause them). A proposal matching
+failed, and the searched values of those steps' parameters shared by every failing point of
+that class (a parameter whose value differed between two failures, or that one of them did
+not search, as a conditional parameter whose parent took another value, did not cause them;
+values the config fixes are the same for every point). A proposal matching
 a signature is not run: it would fail the same way. A signature is never widened so far that
 it covers a point which ran without failing; the failures are then kept as separate signatures.
 Everything is learnt from the trials in the order they were told, so a resumed run (which
@@ -19,6 +21,7 @@ tells the stored trials again in that order) skips exactly what the original run
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -103,9 +106,13 @@ class Signature:
         return Signature(self.steps, self.exact, shared, self.failures + other.failures)
 
 
-def flat_values(step_configs: Mapping[str, Mapping[str, Any]], steps: tuple[str, ...]) -> dict[str, Any]:
-    """``<step>.<param>`` -> resolved value, for ``steps`` (pass configs as JSON data)."""
-    return {f"{step}.{name}": value for step in steps for name, value in step_configs.get(step, {}).items()}
+def flat_values(point: Mapping[str, Any], steps: tuple[str, ...]) -> dict[str, str]:
+    """``point``'s values of ``steps``' parameters (``<step>.<param>`` keys), as canonical JSON
+    text: a joint value is the same whether it is a tuple or came back from the run store a list."""
+    prefixes = tuple(f"{step}." for step in steps)
+    return {
+        key: json.dumps(value, sort_keys=True, default=str) for key, value in point.items() if key.startswith(prefixes)
+    }
 
 
 @dataclass
@@ -116,16 +123,11 @@ class KnownFailures:
     _signatures: dict[str, list[Signature]] = field(default_factory=dict)  # class -> what is skipped
     _successes: list[tuple[tuple[str, ...], dict[str, Any]]] = field(default_factory=list)
 
-    def learn(
-        self,
-        flow: list[str] | tuple[str, ...],
-        step_configs: Mapping[str, Mapping[str, Any]],
-        failure_class: str | None,
-    ) -> None:
+    def learn(self, flow: list[str] | tuple[str, ...], point: Mapping[str, Any], failure_class: str | None) -> None:
         """Adds a finished trial: a failure of ``failure_class``, or (``None``) one that ran."""
         flow = tuple(flow)
         if failure_class is None:
-            values = flat_values(step_configs, flow)
+            values = flat_values(point, flow)
             self._successes.append((flow, values))
             for name, signatures in self._signatures.items():
                 if any(sig.matches(flow, values) for sig in signatures):
@@ -133,7 +135,7 @@ class KnownFailures:
             return
         step = failed_step(failure_class, flow)
         steps = flow[: flow.index(step) + 1] if step is not None else flow
-        entry = Signature(steps, exact=step is None, values=flat_values(step_configs, steps))
+        entry = Signature(steps, exact=step is None, values=flat_values(point, steps))
         self._failures.setdefault(failure_class, []).append(entry)
         self._rebuild(failure_class)
 
@@ -149,9 +151,9 @@ class KnownFailures:
                 signatures.append(Signature(entry.steps, entry.exact, dict(entry.values)))
         self._signatures[failure_class] = signatures
 
-    def match(self, flow: tuple[str, ...], step_configs: Mapping[str, Mapping[str, Any]]) -> str | None:
-        """The known failure class a proposal would fail with, or ``None``."""
-        values = flat_values(step_configs, tuple(flow))
+    def match(self, flow: tuple[str, ...], point: Mapping[str, Any]) -> str | None:
+        """The known failure class a proposal (``flow``, ``point``) would fail with, or ``None``."""
+        values = flat_values(point, tuple(flow))
         for name, signatures in self._signatures.items():
             if any(sig.matches(tuple(flow), values) for sig in signatures):
                 return name

@@ -100,7 +100,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     for record in result.trials[:max_rows]:
         style = "bold green" if record.number == chosen else None
         if record.status != "ok":
-            reason = escape((record.error or "failed")[:80])
+            reason = escape((record.failure_class or record.error or "failed")[:80])
             table.add_row(
                 str(record.number), f"{_fmt_params(record.params)}: {reason}", "failed", "", "", "", "", "", style="red"
             )
