@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import html
 import json
 from pathlib import Path
 from typing import Literal
@@ -14,6 +15,8 @@ import quantune
 from quantune import Categorical
 from quantune.engine import engine as engine_module
 from quantune.engine.failures import KnownFailures, classify, normalise
+from quantune.report.console import summary
+from quantune.report.html import write_report
 from quantune.search import Feedback, create_sampler
 from quantune.space import SearchSpace
 
@@ -93,6 +96,8 @@ def test_a_known_failure_is_not_run_again_and_the_rest_is_explored(make_config, 
     assert saved["failure_classes"] == {CLASS: len(failed)}
     assert saved["skipped_known_failures"] == result.skipped_known_failures
     assert all(t["failure_class"] == (CLASS if t["status"] == "failed" else None) for t in saved["trials"])
+    assert f"{len(failed)} x {CLASS}" in summary(result), "the console's end summary lists the classes"
+    assert html.escape(CLASS) in Path(write_report(out)).read_text()
 
     again = quantune.tune(config, output=tmp_path / "again")
     assert sequence(again) == sequence(result), "same config and seed: same trials in the same order"

@@ -79,6 +79,9 @@ def classify(error: str | None) -> str:
     return f"{where}: {normalise(rest)}"
 
 
+classify_failure = classify  # the name the package exports
+
+
 def failed_step(failure_class: str, flow: list[str] | tuple[str, ...]) -> str | None:
     """The step a class names, when it is one of ``flow``'s (else the evaluation or the worker)."""
     where = failure_class.partition(":")[0]
