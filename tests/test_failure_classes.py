@@ -14,11 +14,13 @@ import pytest
 import quantune
 from quantune import Categorical
 from quantune.engine import engine as engine_module
+from quantune.engine.executors import InProcessExecutor
 from quantune.engine.failures import KnownFailures, classify, normalise
 from quantune.report.console import summary
 from quantune.report.html import write_report
 from quantune.search import Feedback, create_sampler
 from quantune.space import SearchSpace
+from quantune.strategy import WAIT, Proposal, Strategy, register_strategy
 
 FRAGILE = "test_fragile"
 CLASS = f"{FRAGILE}: ValueError: Expected <name> to be an initializer"
@@ -123,6 +125,63 @@ def test_a_resumed_run_skips_what_the_original_skipped(make_config, tmp_path, sa
     assert sequence(resumed) == sequence(reference)
     assert resumed.skipped_known_failures == reference.skipped_known_failures
     assert resumed.failure_classes == reference.failure_classes
+
+
+@register_strategy("test_scripted")
+class ScriptedStrategy(Strategy):
+    """Waits at each barrier until its trials are told; a ``bad`` point's level depends on how
+    many tells came before its ask, so asking it after another tell proposes another point."""
+
+    script = ("bad", "barrier", "copy", "bad", "barrier", "negate")
+
+    def bind(self, problem):
+        super().bind(problem)
+        self.step = self.pending = self.tells = 0
+
+    def ask(self):
+        while self.step < len(self.script):
+            kind = self.script[self.step]
+            if kind == "barrier":
+                if self.pending:
+                    return WAIT
+                self.step += 1
+                continue
+            self.step += 1
+            self.pending += 1
+            level = 1 if kind != "bad" or self.tells <= 1 else 2
+            return Proposal({f"{FRAGILE}.mode": kind, f"{FRAGILE}.level": level})
+        return None
+
+    def tell(self, proposal, outcome):
+        self.pending -= 1
+        self.tells += 1
+
+
+class TwoAtOnce(InProcessExecutor):
+    capacity = 2  # two trials in flight, each run when submitted: a deterministic parallel executor
+
+
+def test_a_skip_between_a_trial_and_its_tell_is_replayed_at_the_same_moment(make_config, tmp_path, monkeypatch):
+    """A skip followed by a wait for a running trial: the resumed run must make the skip before
+    it tells that trial again, or the strategy proposes another point."""
+    monkeypatch.setattr(engine_module, "create_executor", lambda config, spec, runner, out: TwoAtOnce(runner))
+
+    def config(cache: str) -> dict:
+        search = {"strategy": "test_scripted", "sampler": "random", "seed": 0}
+        return {**fragile_config(make_config, tmp_path, "random", cache), "search": search}
+
+    reference = quantune.tune(config("ref-cache"), output=tmp_path / "ref")
+    assert sequence(reference) == [(("bad", 1), "failed"), (("copy", 1), "ok"), (("negate", 1), "ok")]
+    assert reference.skipped_known_failures == 1
+
+    CALLS.update(count=0, interrupt_at=3)  # Ctrl-C in the last trial, after the skip
+    out = tmp_path / "out"
+    assert quantune.tune(config("cache"), output=out).interrupted
+    CALLS.update(interrupt_at=None)
+    resumed = quantune.tune(config("cache"), output=out)
+    assert resumed.replayed == 2
+    assert sequence(resumed) == sequence(reference)
+    assert resumed.skipped_known_failures == 1
 
 
 def test_a_run_whose_every_proposal_shares_a_known_failure_stops(make_config, tmp_path, monkeypatch):
