@@ -25,7 +25,7 @@ from quantune.engine.failures import KnownFailures, classify
 from quantune.engine.identity import fingerprints
 from quantune.engine.interrupts import DeferredInterrupt
 from quantune.engine.output import open_output
-from quantune.engine.resume import Replay
+from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front, select_best
 from quantune.engine.setup import RunParts, build_run
@@ -45,7 +45,6 @@ log = logging.getLogger("quantune")
 # Proposals in a row that share a known failure before the run stops: the strategy keeps
 # proposing only what is known to fail (told as failed each time, it learns nothing new).
 MAX_CONSECUTIVE_SKIPS = 500
-SKIP_LOG = "skipped_known_failures"  # run-store meta: [trials asked, trials told] at each skip, in order
 
 
 @dataclass
@@ -156,7 +155,7 @@ class Engine:
             except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
                 stop_reason += "; latency re-timing skipped (Ctrl-C)"
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
-        result.skipped_known_failures = loop.skipped
+        result.skipped_known_failures = loop.skips.count
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)
@@ -259,10 +258,7 @@ class _Loop:
         self.interrupts = DeferredInterrupt()
         self._overrun_reason = ""
         self.known = KnownFailures()
-        # Skips are not trials (no number, no worker), but they are tells: a resumed run must make
-        # them at the same moments, so each is logged with the asks and tells that preceded it.
-        self.skip_log: list[list[int]] = list(store.get_meta(SKIP_LOG) or []) if replay.active else []
-        self.skipped = 0
+        self.skips = SkipLog(store, resuming=replay.active)
         self._consecutive_skips = 0
 
     def run(self) -> str:
@@ -274,7 +270,9 @@ class _Loop:
         while True:
             while not stop_reason and len(self.pending) < self.executor.capacity:
                 # Replaying: deliver the tells that came before this ask in the original run.
-                while self.replay.waiting and self.told < self._tells_before_ask():
+                while self.replay.waiting and self.told < self.skips.tells_before(
+                    self.asked, self.replay.asked_after(self.asked)
+                ):
                     self._tell_replayed()
                 stop_reason = self._should_stop()
                 if stop_reason:
@@ -330,12 +328,6 @@ class _Loop:
         self.pending[self.executor.submit(trial)] = (trial, proposal)
         return True
 
-    def _tells_before_ask(self) -> float:
-        """While replaying: the tells the original run had made before its next ask (a skip's or a trial's)."""
-        if self.skipped < len(self.skip_log) and self.skip_log[self.skipped][0] == self.asked:
-            return self.skip_log[self.skipped][1]
-        return self.replay.asked_after(self.asked)
-
     def _skip_known_failure(self, proposal: Proposal) -> bool:
         """Tells the strategy that ``proposal`` failed, without running it, when it shares the
         signature of a known failure class (see failures.py); ``False`` when it must run."""
@@ -345,14 +337,7 @@ class _Loop:
             return False
         with self.interrupts.critical():
             self.strategy.tell(proposal, Outcome(None))
-            event = [self.asked, self.told]
-            if self.skipped < len(self.skip_log) and self.skip_log[self.skipped] == event:
-                pass  # replaying the original run's skip
-            else:
-                del self.skip_log[self.skipped :]
-                self.skip_log.append(event)
-                self.store.set_meta(SKIP_LOG, self.skip_log)
-            self.skipped += 1
+            self.skips.record(self.asked, self.told)
             self._consecutive_skips += 1
         log.info("not run, shares the known failure %r: %s %s", failure_class, list(flow), dict(proposal.point))
         return True
