@@ -2,7 +2,9 @@
 
 User code runs only when a config names it. Scripts are imported by path (relative to the
 config's folder) under a stable module name, so every worker process imports the same file
-the same way.
+the same way. A script whose file changed since it was imported is imported again, so a
+process that runs several configs (tests, notebooks) never runs an old version of a script
+(the run's identity, engine/identity.py, fingerprints the new one).
 """
 
 from __future__ import annotations
@@ -23,13 +25,15 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     if not path.is_file():
         raise QuantuneError(f"{field_name}: no script at '{script}' (looked in {path.parent})")
     module_name = f"quantune_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
+    content = hashlib.sha256(path.read_bytes()).hexdigest()
     module = sys.modules.get(module_name)
-    if module is not None:
+    if module is not None and getattr(module, "__quantune_sha256__", content) == content:
         return module
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise QuantuneError(f"{field_name}: cannot import '{script}'")
     module = importlib.util.module_from_spec(spec)
+    module.__quantune_sha256__ = content  # type: ignore[attr-defined]
     sys.modules[module_name] = module
     try:
         spec.loader.exec_module(module)

@@ -18,6 +18,9 @@ _EXPORTS = {
     "InProcessExecutor": "quantune.engine.executors",
     "ProcessExecutor": "quantune.engine.executors",
     "create_executor": "quantune.engine.executors",
+    "KnownFailures": "quantune.engine.failures",
+    "classify_failure": "quantune.engine.failures",
+    "run_sources": "quantune.engine.identity",
     "Plan": "quantune.engine.plan",
     "Step": "quantune.engine.plan",
     "build_plan": "quantune.engine.plan",
@@ -36,6 +39,8 @@ __getattr__ = lazy_exports("quantune.engine", _EXPORTS, globals())
 if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
     from quantune.engine.engine import Engine, RunListener, RunStatus  # noqa: F401
     from quantune.engine.executors import Executor, InProcessExecutor, ProcessExecutor, create_executor  # noqa: F401
+    from quantune.engine.failures import KnownFailures, classify_failure  # noqa: F401
+    from quantune.engine.identity import run_sources  # noqa: F401
     from quantune.engine.plan import Plan, Step, build_plan  # noqa: F401
     from quantune.engine.runner import RunContext, TrialRunner  # noqa: F401
     from quantune.engine.trial import Trial, TrialRecord  # noqa: F401

@@ -21,9 +21,11 @@ from quantune.config import Config, LoadedConfig
 from quantune.engine.confirm import confirm_latency
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
+from quantune.engine.failures import KnownFailures, classify
+from quantune.engine.identity import fingerprints
 from quantune.engine.interrupts import DeferredInterrupt
 from quantune.engine.output import open_output
-from quantune.engine.resume import Replay
+from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front
 from quantune.engine.setup import RunParts, build_run, preflight
@@ -41,6 +43,10 @@ from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivi
 from quantune.strategy.options import checked_options
 
 log = logging.getLogger("quantune")
+
+# Proposals in a row that share a known failure before the run stops: the strategy keeps
+# proposing only what is known to fail (told as failed each time, it learns nothing new).
+MAX_CONSECUTIVE_SKIPS = 500
 
 
 @dataclass
@@ -88,16 +94,21 @@ class Engine:
         parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
         # Where and how trials run does not change their results, so it is not part of the run's identity.
         identity = self.config.model_dump(mode="json", exclude={"executor"})
-        config_hash = cache_key("config", identity, parts.context.model.sha256)
+        # ... but the content of the model, the data and the scripts the config names is (identity.py).
+        sources = parts.context.sources
+        config_hash = cache_key("config", identity, fingerprints(sources))
         if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
             config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
         strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
         preflight(parts)  # so do data the model cannot take and a metric that is not a finite number
-        store = open_output(self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path])
+        store = open_output(
+            self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path], sources=sources
+        )
         (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
         handler = _attach_log(self.output_dir / "quantune.log")
         try:
-            return self._run(parts, strategy, store, WorkerSpec(self.loaded, config_hash, eval_threads_for(workers)))
+            spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
+            return self._run(parts, strategy, store, spec)
         finally:
             store.close()
             _detach_log(handler)
@@ -151,6 +162,7 @@ class Engine:
             except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
                 stop_reason += "; latency re-timing skipped (Ctrl-C)"
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
+        result.skipped_known_failures = loop.skips.count
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)
@@ -278,6 +290,9 @@ class _Loop:
         self._overrun_reason = ""
         self.model_owner: dict[str, int] = {}  # candidate model hash -> first trial that produced it
         self.duplicates = 0  # trials whose model an earlier trial produced: not counted in max_trials
+        self.known = KnownFailures()
+        self.skips = SkipLog(store, resuming=replay.active)
+        self._consecutive_skips = 0
 
     def run(self) -> str:
         with self.interrupts:
@@ -288,7 +303,9 @@ class _Loop:
         while True:
             while not stop_reason and len(self.pending) < self.executor.capacity:
                 # Replaying: deliver the tells that came before this ask in the original run.
-                while self.replay.waiting and self.told < self.replay.asked_after(self.asked):
+                while self.replay.waiting and self.told < self.skips.tells_before(
+                    self.asked, self.replay.asked_after(self.asked)
+                ):
                     self._tell_replayed()
                 stop_reason = self._should_stop()
                 if stop_reason:
@@ -302,6 +319,14 @@ class _Loop:
                 if proposal is None:
                     stop_reason = "search finished (space exhausted or strategy done)"
                     break
+                if self._skip_known_failure(proposal):
+                    if self._consecutive_skips >= MAX_CONSECUTIVE_SKIPS:
+                        stop_reason = (
+                            f"every remaining point shares a known failure ({self._consecutive_skips} "
+                            "proposals in a row were not run)"
+                        )
+                        break
+                    continue
                 if not self._launch(proposal):
                     stop_reason = self._overrun_reason
                     break
@@ -327,12 +352,27 @@ class _Loop:
             step.id: config.model_dump(mode="json") for step, config in plan.configs_for(proposal.point, flow)
         }
         self.asked += 1
+        self._consecutive_skips = 0
         if stored is not None:
             self.replayed_proposals[trial.number] = proposal
             self.replayed_numbers.add(trial.number)
             return True
         self.asked_after[trial.number] = self.told
         self.pending[self.executor.submit(trial)] = (trial, proposal)
+        return True
+
+    def _skip_known_failure(self, proposal: Proposal) -> bool:
+        """Tells the strategy that ``proposal`` failed, without running it, when it shares the
+        signature of a known failure class (see failures.py); ``False`` when it must run."""
+        flow = tuple(proposal.flow or self.parts.plan.flow_of(proposal.point))
+        failure_class = self.known.match(flow, proposal.point)
+        if failure_class is None:
+            return False
+        with self.interrupts.critical():
+            self.strategy.tell(proposal, Outcome(None))
+            self.skips.record(self.asked, self.told)
+            self._consecutive_skips += 1
+        log.info("not run, shares the known failure %r: %s %s", failure_class, list(flow), dict(proposal.point))
         return True
 
     def _would_overrun(self, flow: tuple[str, ...]) -> bool:
@@ -366,6 +406,10 @@ class _Loop:
             self._record(record, proposal, replayed=replayed)
 
     def _record(self, record: TrialRecord, proposal: Proposal, *, replayed: bool) -> None:
+        if record.status == "failed" and record.failure_class is None:
+            record.failure_class = classify(record.error)
+        failure = record.failure_class if record.status == "failed" else None
+        self.known.learn(record.flow, record.params, failure)
         if not replayed:
             record.stage = proposal.stage
             record.asked_after = self.asked_after.pop(record.number)

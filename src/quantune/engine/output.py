@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
+from quantune.engine.identity import changed_sources
 from quantune.errors import QuantuneError
 from quantune.store import RunStore
 
@@ -23,12 +25,20 @@ _OURS = {
 }
 
 
-def open_output(folder: Path, config_hash: str, *, restart: bool, protected: list[Path]) -> RunStore:
+def open_output(
+    folder: Path,
+    config_hash: str,
+    *,
+    restart: bool,
+    protected: list[Path],
+    sources: Mapping[str, Mapping[str, str]] | None = None,
+) -> RunStore:
     """Opens (or creates) the run store in ``folder``.
 
     A folder holding a run of a different config is refused unless ``restart``; a folder
     holding files quantune did not write is refused always; ``protected`` files (the input
-    model, the data) may never lie inside the parts quantune rewrites.
+    model, the data) may never lie inside the parts quantune rewrites. ``sources`` (see
+    identity.py) are kept in the store, so a refusal names the data or script that changed.
     """
     folder = folder.resolve()
     rewritten = [folder / name for name in ("best", "closest_miss", "results.json", "config.json", RUN_DB)]
@@ -49,7 +59,13 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
     store = RunStore(folder / RUN_DB)
     previous = store.get_meta("config_hash")
     if previous is not None and previous != config_hash and not restart:
+        changed = changed_sources(store.get_meta("sources") or {}, sources or {}) if store.get_meta("sources") else []
         store.close()
+        if changed:
+            raise QuantuneError(
+                f"--output '{folder}': {', '.join(changed)} changed since this run started; pass --restart "
+                "to replace the run, or choose another --output folder"
+            )
         raise QuantuneError(
             f"--output: '{folder}' holds a run of a different config; pass --restart to replace it, "
             "or choose another --output folder"
@@ -62,4 +78,6 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
     # end of the run rewrites it (its model may be gone from a cleared cache: keep what we have).
     (folder / "results.json").unlink(missing_ok=True)
     store.set_meta("config_hash", config_hash)
+    if sources is not None:
+        store.set_meta("sources", dict(sources))
     return store

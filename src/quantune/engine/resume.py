@@ -15,6 +15,9 @@ from typing import Any
 
 from quantune.engine.trial import TrialRecord
 from quantune.space import point_key
+from quantune.store import RunStore
+
+SKIP_LOG = "skipped_known_failures"  # run-store meta: [trials asked, trials told] at each skip, in order
 
 
 class Replay:
@@ -59,3 +62,34 @@ class Replay:
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+
+class SkipLog:
+    """Proposals not run because they share a known failure (engine/failures.py).
+
+    A skip is no trial (no number, no worker) but it is a tell: the strategy hears the point
+    failed. A resumed run must make each skip at the same moment as the original, before the
+    stored tells that came after it, or the strategy proposes other points. So each skip is
+    logged in the run store with the trials asked and told before it; while replaying,
+    :meth:`tells_before` says how many stored tells to deliver before the next ask.
+    """
+
+    def __init__(self, store: RunStore, *, resuming: bool) -> None:
+        self.store = store
+        self.events: list[list[int]] = list(store.get_meta(SKIP_LOG) or []) if resuming else []
+        self.count = 0  # skips made by this run, replayed ones included
+
+    def tells_before(self, asked: int, trial_tells: float) -> float:
+        """Tells due before the next ask: the next logged skip's, when it came before trial
+        ``asked`` in the original run; else ``trial_tells`` (that trial's)."""
+        if self.count < len(self.events) and self.events[self.count][0] == asked:
+            return self.events[self.count][1]
+        return trial_tells
+
+    def record(self, asked: int, told: int) -> None:
+        event = [asked, told]
+        if not (self.count < len(self.events) and self.events[self.count] == event):  # else: a replayed skip
+            del self.events[self.count :]
+            self.events.append(event)
+            self.store.set_meta(SKIP_LOG, self.events)
+        self.count += 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -43,6 +43,8 @@ class RunContext:
     # "miss" once this process computed the baseline (the preflight does, before the run), so the
     # run's own baseline() -- then a cache hit -- still reports where the figures came from.
     baseline_status: str | None = None
+    # config field -> {"label", "fingerprint"}: the content of the model, data and scripts (identity.py)
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)
     prepared: ModelHandle | None = None
     preparation: Preparation | None = None
 
@@ -52,8 +54,19 @@ class RunContext:
         return self.prepared or self.model
 
     def eval_key(self, model_sha: str) -> str:
+        """The evaluation cache key: the model evaluated, how, on which data, against which original,
+        with which user scripts (an edited metric, runner or loader never reuses old figures)."""
+        from quantune.engine.identity import fingerprints
+
         spec = self.evaluator.spec
-        return cache_key("eval", model_sha, spec.fingerprint(), self.evaluator.dataset.fingerprint, self.model.sha256)
+        return cache_key(
+            "eval",
+            model_sha,
+            spec.fingerprint(),
+            self.evaluator.dataset.fingerprint,
+            self.model.sha256,
+            fingerprints(self.sources, evaluation_only=True),
+        )
 
 
 class TrialRunner:

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from quantune.config import Config, LoadedConfig
 from quantune.data import Dataset, load_dataset
 from quantune.data.preflight import DataChecks, check_data, model_inputs
+from quantune.engine.identity import run_sources
 from quantune.engine.plan import Plan, build_plan
 from quantune.engine.runner import RunContext, TrialRunner
 from quantune.errors import ConfigError
@@ -97,6 +98,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     context = RunContext(
         model, plan, calibration, evaluator, cache, calibration_batch, prepared=start, preparation=preparation
     )
+    context.sources = run_sources(loaded, context)
     return RunParts(context, criterion, plan)
 
 

@@ -38,6 +38,7 @@ class TrialRecord:
     asked_after: int = 0  # tells done when this trial was asked (for exact resume)
     told_index: int = 0  # place in the order of tells
     model_sha256: str | None = None  # content hash of the candidate model (same hash: same model)
+    failure_class: str | None = None  # a failed trial's cause: where it failed + the kind of error (failures.py)
 
     def to_dict(self) -> dict[str, Any]:
         """A shallow dict of the record (its values are plain JSON data already)."""

@@ -12,12 +12,13 @@ import io
 import logging
 import os
 import shutil
+import sys
 from pathlib import Path
 from typing import Any
 
 from quantune.data import Dataset
 from quantune.errors import TrialError
-from quantune.model import external_data_files
+from quantune.model import external_data_files, file_sha256
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.store import ArtifactCache, cache_key
 
@@ -40,6 +41,7 @@ def run_pass_cached(
     """(output model, its sha256, whether it came from the cache). Failures raise ``TrialError``
     naming ``label`` (the step id); a failed pass leaves nothing behind."""
     parts: list[Any] = ["pass", pass_cls.name, pass_cls.version, model_sha, config.model_dump(mode="json")]
+    parts += user_code(pass_cls)
     if pass_cls.needs_calibration:
         parts += [calibration.fingerprint if calibration else None, batch_size]
     key = cache_key(*parts)
@@ -74,6 +76,20 @@ def run_pass_cached(
             log.info("pass %s printed:\n%s", label, printed.getvalue().rstrip())
     path, sha = cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
     return path, sha, False
+
+
+def user_code(pass_cls: type[Pass]) -> list[str]:
+    """The sha256 of the file defining a pass that is not quantune's own (a plugin, a script):
+    an edited plugin pass never reuses the outputs of its old code. Empty for built-in passes,
+    whose ``version`` says when their outputs change."""
+    if pass_cls.__module__.split(".")[0] == "quantune":
+        return []
+    module = sys.modules.get(pass_cls.__module__)
+    sha = getattr(module, "__quantune_sha256__", None)  # set when quantune imported the script
+    if sha is None:
+        path = getattr(module, "__file__", None)
+        sha = file_sha256(path) if path and os.path.isfile(path) else None
+    return [sha] if sha else []
 
 
 def private_view(model_path: Path, folder: Path, external_data: list[Path] | None = None) -> Path:

@@ -107,7 +107,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     for record in result.trials[:max_rows]:
         style = "bold green" if record.number == chosen else None
         if record.status != "ok":
-            reason = escape((record.error or "failed")[:80])
+            reason = escape((record.failure_class or record.error or "failed")[:80])
             table.add_row(
                 str(record.number), f"{_fmt_params(record.params)}: {reason}", "failed", "", "", "", "", "", style="red"
             )
@@ -206,6 +206,11 @@ def summary(result: Result) -> str:
             f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
             f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
         )
+    if result.failure_classes:
+        lines.append("failed trials by cause:")
+        lines += [f"  {count} x {name}" for name, count in result.failure_classes.items()]
+    if result.skipped_known_failures:
+        lines.append(f"not run: {result.skipped_known_failures} proposal(s) shared a known failure")
     if result.replayed:
         lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")
     if result.interrupted:

@@ -163,6 +163,10 @@ def _summary(results: dict[str, Any]) -> str:
         )
     else:
         lines.append("no trial met the criterion")
+    for name, count in (results.get("failure_classes") or {}).items():
+        lines.append(f"failed {count}x: {name}")
+    if results.get("skipped_known_failures"):
+        lines.append(f"not run: {results['skipped_known_failures']} proposal(s) shared a known failure")
     if results.get("latency_confirmation"):
         lines.append("latencies marked * were timed again at the end, side by side with the original")
     return "".join(f"<li>{html.escape(line)}</li>" for line in lines)

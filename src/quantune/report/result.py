@@ -44,6 +44,17 @@ class Result:
     verdict: str = "no_candidate_in_budget"  # improved | keep_original | no_candidate_in_budget
     verdict_reason: str = ""
     preparation: dict[str, Any] | None = None  # what model preparation changed (quantune.prepare)
+    skipped_known_failures: int = 0  # proposals not run: they shared a known failure's signature
+
+    @property
+    def failure_classes(self) -> dict[str, int]:
+        """Failed trials per failure class (see engine/failures.py), most frequent first."""
+        counts: dict[str, int] = {}
+        for record in self.trials:
+            if record.status == "failed":
+                name = record.failure_class or "unclassified"
+                counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
 
     @property
     def interrupted(self) -> bool:
@@ -77,6 +88,8 @@ class Result:
             "replayed_trials": self.replayed,
             "latency_confirmation": self.latency_confirmation,
             "preparation": self.preparation,
+            "failure_classes": self.failure_classes,
+            "skipped_known_failures": self.skipped_known_failures,
         }
 
 

@@ -8,6 +8,12 @@ in :mod:`quantune.search._optuna_space`.
 Accuracy misses are passed to Optuna as constraint violations, so the samplers that model
 constraints (TPE, GP, NSGA-II) learn to avoid them instead of treating them as merely slow.
 
+Failed trials are told as the worst of all, not as Optuna's ``FAIL`` (which TPE, CMA-ES, GP
+and NSGA-II leave out of their models, so they would propose the failing region again): a
+completed trial whose value is a little worse than the worst value seen and whose violation
+is at least 1 (twice the largest seen), so it ranks below every trial that ran. A failure
+told before any trial has a value waits (as a running trial) until there is one to compare.
+
 Weights on categorical values: no Optuna sampler reads them. The adapter enqueues one first
 trial that takes every weighted parameter's highest-weight value; after that the sampler
 goes its own way. (Random and exhaustive search honour weights throughout.)
@@ -113,6 +119,9 @@ class OptunaSampler(Sampler):
         self._unseen = UnseenPoints(space, random.Random(self.seed), self._seen)
         self._patience = self.max_duplicate_asks
         self._study = optuna.create_study(directions=list(self.directions), sampler=self.make_optuna_sampler())
+        self._worst: list[float] | None = None  # per objective, the worst value told so far
+        self._worst_violation = 0.0
+        self._deferred: list[optuna.trial.Trial] = []  # failures told before any value was known
         first = priority_params(space)
         if first:
             self._study.enqueue_trial(first)
@@ -168,10 +177,36 @@ class OptunaSampler(Sampler):
             )
         trial = trials.pop(0)
         if values is None:
-            self._study.tell(trial, state=optuna.trial.TrialState.FAIL)
+            if self._worst is None:
+                self._deferred.append(trial)
+            else:
+                self._tell_failed(trial)
             return
+        self._remember_worst(values, float(feedback.violation))
         self._constrain(trial, float(feedback.violation))
         self._study.tell(trial, values[0] if len(values) == 1 else list(values))
+        deferred, self._deferred = self._deferred, []
+        for waiting in deferred:
+            self._tell_failed(waiting)
+
+    def _remember_worst(self, values: tuple[float, ...], violation: float) -> None:
+        self._worst_violation = max(self._worst_violation, violation)
+        if self._worst is None:
+            self._worst = list(values)
+            return
+        for index, (value, direction) in enumerate(zip(values, self.directions, strict=True)):
+            worse = max if direction == "minimize" else min
+            self._worst[index] = worse(self._worst[index], value)
+
+    def _tell_failed(self, trial: optuna.trial.Trial) -> None:
+        """A failed trial as the worst of all: beyond the worst value, and infeasible."""
+        assert self._worst is not None
+        penalty = [
+            value + (0.1 * max(abs(value), 1e-9)) * (1 if direction == "minimize" else -1)
+            for value, direction in zip(self._worst, self.directions, strict=True)
+        ]
+        self._constrain(trial, max(1.0, 2 * self._worst_violation))
+        self._study.tell(trial, penalty[0] if len(penalty) == 1 else penalty)
 
     def _constrain(self, trial: optuna.trial.Trial, violation: float) -> None:
         if self.uses_constraints:

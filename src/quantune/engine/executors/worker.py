@@ -6,7 +6,7 @@ in-process executor does.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from quantune.config import LoadedConfig
 from quantune.engine.runner import TrialRunner
@@ -22,14 +22,18 @@ class WorkerSpec:
     loaded: LoadedConfig
     key: str
     eval_threads: int = 0
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)  # the engine's (identity.py); checked here
 
 
 def runner_for(spec: WorkerSpec) -> TrialRunner:
     runner = _RUNNERS.get(spec.key)
     if runner is None:
+        from quantune.engine.identity import check_unchanged
         from quantune.engine.setup import build_run
 
         parts = build_run(spec.loaded, eval_threads=spec.eval_threads)
+        if spec.sources:  # data or scripts edited since the engine loaded them: never mix them into the run
+            check_unchanged(spec.sources, parts.context.sources)
         runner = TrialRunner(parts.context)  # its first evaluation reads the baseline the engine cached
         _RUNNERS[spec.key] = runner
     return runner
