@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
+
+import numpy as np
 
 from quantune.config import Config, LoadedConfig
 from quantune.data import Dataset, load_dataset
@@ -26,6 +29,8 @@ from quantune.passes import get_pass
 from quantune.prepare import Preparation, PrepareOptions, prepare_model, unprepared
 from quantune.store import ArtifactCache, default_cache_dir
 from quantune.userimport import load_function, load_plugins
+
+log = logging.getLogger("quantune.setup")
 
 
 @dataclass(frozen=True)
@@ -159,8 +164,22 @@ def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cac
     opset = max((pass_cls.min_opset for pass_cls in passes), default=0)
     batch = config.data.evaluation_batch_size or config.data.batch_size
     batches = max(1, min(CHECK_BATCHES, -(-CHECK_ROWS // batch)))
-    feeds = list(evaluation.batches(model.input_names(), batch, limit=batches * batch))
-    return prepare_model(model, feeds, cache, PrepareOptions(opset=opset))
+    present = [name for name in model.input_names() if evaluation.has(name)]
+    feeds = list(evaluation.batches(present, batch, limit=batches * batch))
+    # Inputs a runner supplies (a recurrent state) are not in the data: the check feeds them zeros,
+    # a state's usual start; the check compares two forms of one graph, any real input will do.
+    missing = [spec for spec in model_inputs(model.path) if not evaluation.has(spec.name)]
+    if not missing:
+        return prepare_model(model, feeds, cache, PrepareOptions(opset=opset))
+    if any(spec.dims is None or spec.dtype is None for spec in missing):
+        log.warning("prepare: skipped, inputs %s are not in the data and their shape is unknown", missing)
+        return unprepared(model)
+    zeros = {spec.name: np.zeros([dim or 1 for dim in spec.dims], spec.dtype) for spec in missing}
+    try:
+        return prepare_model(model, [{**feed, **zeros} for feed in feeds], cache, PrepareOptions(opset=opset))
+    except Exception as exc:  # the original does not run on zero states: no check, so no preparation
+        log.warning("prepare: skipped, the original does not run with zeros for %s: %s", list(zeros), exc)
+        return unprepared(model)
 
 
 def prepared_handle(preparation: Preparation) -> ModelHandle:
