@@ -6,6 +6,7 @@ has ~100 points (enough trials to signal or kill a run in the middle of its sear
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import sqlite3
@@ -17,13 +18,16 @@ from typing import Any
 
 import numpy as np
 import yaml
+
 from conftest import build_cnn, cnn_inputs, run_model
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
 
 
-def make_project(folder: Path, *, max_trials: int = 60, executor: dict[str, Any] | None = None, **overrides: Any) -> Path:
+def make_project(
+    folder: Path, *, max_trials: int = 60, executor: dict[str, Any] | None = None, **overrides: Any
+) -> Path:
     """Writes ``folder``/{cnn.onnx, calib.npz, eval.npz, config.yaml}; returns the config's path."""
     folder.mkdir(parents=True, exist_ok=True)
     model = build_cnn(folder / "cnn.onnx")
@@ -95,7 +99,7 @@ def wait_for(condition, timeout: float = 300, what: str = "condition", process: 
     deadline = time.monotonic() + timeout
     while not condition():
         if process is not None and process.poll() is not None:
-            out, err = process.communicate()
+            _out, err = process.communicate()
             raise AssertionError(f"the run ended (exit {process.returncode}) before {what}: {err[-2000:]}")
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
@@ -140,7 +144,5 @@ def alive(pid: int) -> bool:
 def kill_session(pid: int) -> None:
     """Cleans up after a failed test: SIGKILL to the run's session (only processes this test started)."""
     for child in [pid, *descendants(pid)]:
-        try:
+        with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
-        except ProcessLookupError:
-            pass
