@@ -70,12 +70,26 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
     created_folder = not folder.exists()
     with storage_errors(folder, "--output"):
         folder.mkdir(parents=True, exist_ok=True)
-    lock = RunLock.acquire(folder)  # before anything in the folder is read or changed
+    try:
+        lock = RunLock.acquire(folder)  # before anything in the folder is read or changed
+    except QuantuneError:  # held by another run (which may have made the folder): not ours to touch
+        raise
+    except BaseException:
+        if created_folder:
+            shutil.rmtree(folder, ignore_errors=True)  # made a moment ago: nothing but ours is in it
+        raise
     existing = {name for name in _OURS if (folder / name).exists()}
     try:
         store = RunStore(folder / RUN_DB, lock=lock)
-    except BaseException:
-        lock.release()
+    except BaseException:  # e.g. a full disk: take back the store files and the folder this run made
+        for name in _STORE_FILES:
+            if name not in existing:
+                with contextlib.suppress(OSError):
+                    (folder / name).unlink()
+        lock.release(remove=created_folder)
+        if created_folder:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
         raise
     _CLAIMS[id(store)] = _Claim(created_folder, existing)
     try:

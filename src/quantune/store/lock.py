@@ -53,6 +53,7 @@ class RunLock:
                 if same:
                     break
                 os.close(fd)
+        with contextlib.suppress(OSError):  # the PID only names the holder; a full disk fails the store next
             os.ftruncate(fd, 0)
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(path, fd)

@@ -51,12 +51,13 @@ def die_with_parent(parent_pid: int) -> None:
     threading.Thread(target=watch, daemon=True, name="quantune-parent-watchdog").start()
 
 
-def storage_fault(record: TrialRecord, cache_root: Path | None) -> DiskFull | None:
+def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -> DiskFull | None:
     """The :class:`DiskFull` behind a failed trial, or ``None`` when the disk is not the cause.
 
     Either the trial's error says so, or the cache's file system is (all but) full: native
     model writers may stop short silently, and the trial then fails on a truncated model
-    ("Wire format was corrupt") instead.
+    ("Wire format was corrupt") instead. ``others``: more folders whose full disk fails trials
+    (the worker logs in the output folder).
     """
     if record.status != "failed":
         return None
@@ -66,8 +67,8 @@ def storage_fault(record: TrialRecord, cache_root: Path | None) -> DiskFull | No
         return DiskFull(named.group(1))
     if "No space left on device" in error or "Disk quota exceeded" in error or "disk is full" in error:
         return DiskFull(cache_root or "the cache")
-    if cache_root is not None:
-        free = free_bytes(cache_root)
+    for root in [cache_root, *others]:
+        free = None if root is None else free_bytes(root)
         if free is not None and free < LOW_SPACE_BYTES:
-            return DiskFull(cache_root)
+            return DiskFull(root)
     return None

@@ -103,6 +103,7 @@ def _worker_main(
     sys.stderr = os.fdopen(2, "w", buffering=1)
     faulthandler.enable(sys.stderr)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.raiseExceptions = False  # a log line lost to a full disk fails no trial
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the engine's to handle
     signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so is SIGTERM (the engine kills its workers itself)
     if memory_limit_mb:
@@ -125,7 +126,8 @@ def _worker_main(
             return
         if trial is None:
             return
-        print(f"--- trial {trial.number} ---", flush=True)
+        with contextlib.suppress(OSError):  # a full disk under the log is the engine's to report
+            print(f"--- trial {trial.number} ---", flush=True)
         try:
             record = run_trial(spec, trial)
         except Exception as exc:  # e.g. the worker cannot rebuild the run (a pass defined outside plugins)
@@ -272,6 +274,7 @@ class ProcessExecutor(Executor):
         """``cache_root``: the cache whose full disk turns a failed trial into :class:`DiskFull`."""
         self.capacity = workers
         self.cache_root = cache_root
+        self.log_dir = log_dir
         self.trial_timeout_s = trial_timeout_s
         log_dir.mkdir(parents=True, exist_ok=True)
         self._queue: queue.Queue[tuple[Trial, Future[TrialRecord]] | None] = queue.Queue()
@@ -305,7 +308,7 @@ class ProcessExecutor(Executor):
                 continue
             try:
                 record = worker.run(trial, self.trial_timeout_s)
-                fault = storage_fault(record, self.cache_root)
+                fault = storage_fault(record, self.cache_root, self.log_dir)
                 if fault is not None:  # the disk, not the trial: the engine stops the run with it
                     future.set_exception(fault)
                 else:
