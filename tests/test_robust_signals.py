@@ -13,6 +13,7 @@ import signal
 from pathlib import Path
 
 import pytest
+
 from robust_helpers import alive, descendants, kill_session, make_project, quantune, start_run, stored_trials, wait_for
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")

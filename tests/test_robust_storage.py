@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+
 from robust_helpers import kill_session, make_project, quantune, start_run, stored_trials, wait_for
 
 SLOW_LATENCY = {"metric": "top1", "latency": {"warmup": 1, "repeats": 600, "threads": 1, "confirm_top": 0}}
