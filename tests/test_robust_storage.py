@@ -140,3 +140,84 @@ def test_report_writes_into_a_new_folder_or_says_why_not(tmp_path):
     assert refused.returncode == 2
     assert "report --output" in _one_line_error(refused.stderr)
     shutil.rmtree(tmp_path / "missing")
+
+
+# -- the cache: every entry verified by its hash when read ------------------------------------
+
+
+def test_an_altered_evaluation_or_reference_entry_is_never_read_as_valid(tmp_path):
+    import numpy as np
+
+    from quantune.store import ArtifactCache
+
+    cache = ArtifactCache(tmp_path / "cache")
+    cache.put_json("evals", "k", {"metrics": {"top1": 0.5}})
+    path = tmp_path / "cache" / "evals" / "k.json"
+    path.write_text(path.read_text().replace("0.5", "0.9"))  # still valid JSON, other content
+    assert cache.get_json("evals", "k") is None and not path.exists()
+
+    cache.put_arrays("r", {"y": np.arange(4.0)})
+    assert np.array_equal(cache.get_arrays("r")["y"], np.arange(4.0))
+    archive = dict(np.load(tmp_path / "cache" / "outputs" / "r.npz"))
+    archive["y"] = archive["y"] * 2
+    np.savez(tmp_path / "cache" / "outputs" / "r.npz", **archive)  # content changed, old hash kept
+    assert cache.get_arrays("r") is None
+
+
+@pytest.mark.parametrize("kind", ["evals", "outputs", "models"])
+def test_an_entry_cut_short_is_never_read_as_valid(tmp_path, kind):
+    import numpy as np
+
+    from quantune.store import ArtifactCache
+
+    cache = ArtifactCache(tmp_path / "cache")
+    if kind == "evals":
+        path, read = tmp_path / "cache" / "evals" / "k.json", lambda: cache.get_json("evals", "k")
+
+        def put():
+            cache.put_json("evals", "k", {"metrics": {"top1": 0.5}})
+    elif kind == "outputs":
+        path, read = tmp_path / "cache" / "outputs" / "k.npz", lambda: cache.get_arrays("k")
+
+        def put():
+            cache.put_arrays("k", {"y": np.arange(1000.0)})
+    else:
+        from conftest import build_cnn
+
+        path, read = (
+            tmp_path / "cache" / "models" / "k" / "model.onnx",
+            lambda: ArtifactCache(cache.root).get_model("k"),
+        )
+
+        def put():
+            work = cache.new_work_dir()
+            build_cnn(work / "model.onnx")
+            cache.put_model("k", work, {"pass": "test"})
+
+    put()
+    data = path.read_bytes()
+    for cut in (0, len(data) // 2, len(data) - 1):
+        put()
+        assert read() is not None
+        path.write_bytes(data[:cut])  # as a write stopped by a full disk or a kill would leave it
+        assert read() is None
+
+
+def test_a_failed_cache_write_on_a_full_disk_raises_diskfull_and_leaves_no_entry(tmp_path, mount_tmpfs):
+    import numpy as np
+
+    from quantune.errors import DiskFull
+    from quantune.store import ArtifactCache
+
+    disk = mount_tmpfs("disk", "1m")
+    cache = ArtifactCache(disk / "cache")
+    filler = _fill(disk)
+    with pytest.raises(DiskFull, match="No space left on device writing"):
+        cache.put_arrays("k", {"y": np.zeros(100_000)})
+    with pytest.raises(DiskFull):
+        cache.put_json("evals", "k", {"metrics": {"blob": "x" * 200_000}})
+    leftovers = [p for p in (disk / "cache").rglob("*") if p.is_file()]
+    assert leftovers == []
+    filler.unlink()
+    cache.put_arrays("k", {"y": np.zeros(10)})
+    assert cache.get_arrays("k") is not None

@@ -70,6 +70,7 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
     created_folder = not folder.exists()
     with storage_errors(folder, "--output"):
         folder.mkdir(parents=True, exist_ok=True)
+    existing = {name for name in _OURS if (folder / name).exists()}  # as found, before this run wrote
     try:
         lock = RunLock.acquire(folder)  # before anything in the folder is read or changed
     except QuantuneError:  # held by another run (which may have made the folder): not ours to touch
@@ -78,7 +79,6 @@ def open_output(folder: Path, config_hash: str, *, restart: bool, protected: lis
         if created_folder:
             shutil.rmtree(folder, ignore_errors=True)  # made a moment ago: nothing but ours is in it
         raise
-    existing = {name for name in _OURS if (folder / name).exists()}
     try:
         store = RunStore(folder / RUN_DB, lock=lock)
     except BaseException:  # e.g. a full disk: take back the store files and the folder this run made
@@ -142,7 +142,7 @@ def close_output(store: RunStore, *, failed: bool) -> None:
                     path.unlink()
     made_folder = claim.created_folder
     if store.lock is not None:
-        store.lock.release(remove=cleanup and made_folder)
+        store.lock.release(remove=cleanup and (made_folder or LOCK_NAME not in claim.existed))
         store.lock = None
     if cleanup and made_folder:
         with contextlib.suppress(OSError):
