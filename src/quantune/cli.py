@@ -135,16 +135,22 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message: str) -> str:
+    """``message`` as one printable line: a newline or control character (a config key can hold
+    one) is shown escaped, never as a break."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback
     try:
         return args.func(args)
     except QuantuneError as exc:
-        print(f"quantune: error: {exc}", file=sys.stderr)
+        print(f"quantune: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
     except EnvironmentFault as exc:
-        print(f"quantune: error: {exc}", file=sys.stderr)
+        print(f"quantune: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
