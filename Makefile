@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: demo test lint install install-test clean
+.PHONY: demo test lint install install-test clean fuzz-config
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -23,6 +23,11 @@ demo: install
 
 test: install-test
 	$(BIN)/python -m pytest -q
+
+# many more fuzzed configs than `make test` runs (tests/test_config_fuzz.py), new cases each time
+FUZZ_EXAMPLES ?= 1000
+fuzz-config: install-test
+	QUANTUNE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUANTUNE_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q tests/test_config_fuzz.py
 
 lint: install-test
 	$(BIN)/ruff check src tests examples bench

@@ -12,6 +12,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -23,6 +24,10 @@ from conftest import build_cnn, cnn_inputs, run_model
 
 ROOT = Path(__file__).resolve().parents[1]
 PYTHON = sys.executable
+# The latency lane is machine-wide (/tmp/quantune-latency.lock): a run elsewhere on this machine
+# holding it would stall these runs for as long as it times its models. These runs share a lane
+# of their own.
+PRIVATE_LATENCY_LOCK = os.path.join(tempfile.gettempdir(), f"quantune-latency-robust-{os.getpid()}.lock")
 
 
 def make_project(
@@ -58,6 +63,7 @@ def cli_env(**extra: str) -> dict[str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
     env["ORT_DISABLE_TELEMETRY"] = "1"
+    env["QUANTUNE_LATENCY_LOCK"] = PRIVATE_LATENCY_LOCK
     env.update(extra)
     return env
 

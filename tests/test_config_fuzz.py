@@ -20,6 +20,7 @@ import math
 import os
 import signal
 import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -59,12 +60,18 @@ MISSING = st.sampled_from(
 
 
 @pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from robust_helpers import make_project
+def project(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    from robust_helpers import PRIVATE_LATENCY_LOCK, make_project
 
     folder = tmp_path_factory.mktemp("fuzz-project")
     make_project(folder, max_trials=2)
-    return folder
+    previous = os.environ.get("QUANTUNE_LATENCY_LOCK")
+    os.environ["QUANTUNE_LATENCY_LOCK"] = PRIVATE_LATENCY_LOCK  # (see robust_helpers)
+    yield folder
+    if previous is None:
+        os.environ.pop("QUANTUNE_LATENCY_LOCK", None)
+    else:
+        os.environ["QUANTUNE_LATENCY_LOCK"] = previous
 
 
 def base_config() -> dict[str, Any]:
@@ -187,7 +194,11 @@ def broken_yaml(draw) -> str:
     if how == "truncate":
         return text[:at]
     if how == "insert":
-        return text[:at] + draw(st.sampled_from([":", "- ", "{", "[", "'", '"', "&a", "*b", "!!python/object", "\t", "%"])) + text[at:]
+        return (
+            text[:at]
+            + draw(st.sampled_from([":", "- ", "{", "[", "'", '"', "&a", "*b", "!!python/object", "\t", "%"]))
+            + text[at:]
+        )
     if how == "replace":
         return text[:at] + draw(st.text(max_size=8)) + text[at + 4 :]
     if how == "tabs":

@@ -41,6 +41,7 @@ _SIGNALS = {
 }
 _TAIL_LINES = 20
 _STARTUP_TIMEOUT_S = 600
+_START_ATTEMPTS = 3
 _EXIT_UNGUARDED_MAIN = 3  # a worker found the user's script calling quantune.tune() at its top level
 
 
@@ -59,6 +60,7 @@ class WorkerStartError(QuantuneError):
     """A worker process died before it was ready: no trial can run, so the run stops."""
 
     def __init__(self, index: int, exit_code: int | None, log_tail: str, cause: str | None = None) -> None:
+        self.exit_code = exit_code
         if cause is None:
             cause = exit_cause(exit_code)
         message = f"executor: worker process {index} died while starting ({cause})"
@@ -156,6 +158,19 @@ class _Worker:
         self._lock = threading.Lock()
 
     def ensure_started(self) -> None:
+        """Starts the worker unless it runs. A worker killed by a signal while starting (the
+        out-of-memory killer, a stray kill) is started again, up to ``_START_ATTEMPTS`` times in a
+        row; one that exits by itself (a broken plugin, say) fails the start at once."""
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                self._start()
+                return
+            except WorkerStartError as exc:
+                if exc.exit_code is None or exc.exit_code >= 0 or attempt == _START_ATTEMPTS:
+                    raise
+
+    def _start(self) -> None:
+        offset = self.log_offset()
         with self._lock:
             if self.closed:
                 raise ExecutorClosed()
@@ -186,7 +201,7 @@ class _Worker:
                 return
         if process.sentinel in ready:
             process.join(timeout=5)
-            tail = self.tail(0)
+            tail = self.tail(offset)
             self.stop(kill=True)
             raise WorkerStartError(self.index, process.exitcode, tail)
 
