@@ -23,7 +23,7 @@ SLOW_LATENCY = {"metric": "top1", "latency": {"warmup": 1, "repeats": 1500, "thr
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "project", max_trials=80, evaluation=SLOW_LATENCY)
+    return make_project(tmp_path / "project", max_trials=24, evaluation=SLOW_LATENCY)
 
 
 def _ignore_sigint() -> None:  # what a non-interactive shell does to `cmd &`
@@ -64,7 +64,7 @@ def test_a_signal_stops_the_run_keeps_its_trials_and_leaves_no_process(project: 
     assert resumed.returncode == 0, resumed.stderr
     final = json.loads((output / "results.json").read_text())
     assert final["replayed_trials"] == kept
-    assert len(final["trials"]) == 80
+    assert len(final["trials"]) == 24
 
 
 def test_workers_and_the_resource_tracker_exit_when_the_run_is_killed(project: Path):
@@ -78,4 +78,4 @@ def test_workers_and_the_resource_tracker_exit_when_the_run_is_killed(project: P
 
     resumed = quantune("run", str(project), "--output", str(output), "--quiet", cwd=project.parent)
     assert resumed.returncode == 0, resumed.stderr  # the dead run's lock is taken over
-    assert len(json.loads((output / "results.json").read_text())["trials"]) == 80
+    assert len(json.loads((output / "results.json").read_text())["trials"]) == 24
