@@ -188,9 +188,11 @@ def _write(project: Path, text: str, suffix: str = ".yaml") -> Path:
 def _check_both(project: Path, path: Path, text: str) -> None:
     code, err = _cli(["space", str(path), "--samples", "2"])
     _assert_clean(code, err, text)
+    hypothesis.event(f"space: exit {code}")
     output = tempfile.mkdtemp(prefix="out-", dir=project)
     code, err = _cli(["run", str(path), "--output", output, "--quiet", "--executor", "inline"])
     _assert_clean(code, err, text)
+    hypothesis.event(f"run: exit {code}")  # pytest --hypothesis-show-statistics shows the mix
 
 
 @FUZZ
