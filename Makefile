@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: demo test fuzz lint install install-test clean
+.PHONY: demo test fuzz fuzz-config lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -28,6 +28,10 @@ test: install-test
 FUZZ_EXAMPLES ?= 2000
 fuzz: install-test
 	QUANTUNE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUANTUNE_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q $(wildcard tests/test_*fuzz*.py)
+
+# many more fuzzed configs than `make test` runs (tests/test_config_fuzz.py), new cases each time
+fuzz-config: install-test
+	QUANTUNE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUANTUNE_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q tests/test_config_fuzz.py
 
 lint: install-test
 	$(BIN)/ruff check src tests examples bench

@@ -26,6 +26,8 @@ _EXPORTS = {
     "Trial": "quantune.engine",
     "TrialRecord": "quantune.engine",
     "ConfigError": "quantune.errors",
+    "DiskFull": "quantune.errors",
+    "EnvironmentFault": "quantune.errors",
     "QuantuneError": "quantune.errors",
     "TrialError": "quantune.errors",
     "Criterion": "quantune.evaluate",
@@ -67,7 +69,7 @@ if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
     from quantune.api import check, tune  # noqa: F401
     from quantune.config import Config, load_config  # noqa: F401
     from quantune.engine import Engine, Trial, TrialRecord  # noqa: F401
-    from quantune.errors import ConfigError, QuantuneError, TrialError  # noqa: F401
+    from quantune.errors import ConfigError, DiskFull, EnvironmentFault, QuantuneError, TrialError  # noqa: F401
     from quantune.evaluate import Criterion  # noqa: F401
     from quantune.passes import Pass, PassConfig, get_pass, pass_names, register_pass  # noqa: F401
     from quantune.report import Result  # noqa: F401

@@ -1,27 +1,35 @@
 """The ``quantune`` command: run, check, report, schema, passes, space.
 
-User mistakes (a bad config, a missing file) print one line naming the field or file and
-exit with code 2; they never show a traceback.
+User mistakes (a bad config, a missing file, a read-only folder) print one line naming the
+field or file and exit with code 2; a fault of the machine (a full disk) prints one line and
+exits with 1; SIGINT and SIGTERM stop a run as Ctrl-C does (exit 130 and 143). None of these
+show a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import errno
 import json
+import logging
+import signal
 import sys
 from collections.abc import Sequence
 
 from rich.console import Console
 
-from quantune.errors import QuantuneError
+from quantune.errors import EnvironmentFault, QuantuneError
 
 EXIT_USER_ERROR = 2
+EXIT_ENVIRONMENT = 1
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from quantune.api import tune
+    from quantune.engine.interrupts import EXIT_CODES, install_stop_signals
     from quantune.report.console import ConsoleListener, render_result
 
+    install_stop_signals()
     listeners = [] if args.quiet else [ConsoleListener()]
     result = tune(
         args.config,
@@ -32,7 +40,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
         executor=args.executor,
     )
     render_result(result, Console())
-    return 130 if result.interrupted else 0
+    if not result.interrupted:
+        return 0
+    return EXIT_CODES[signal.SIGTERM] if "SIGTERM" in result.stop_reason else EXIT_CODES[signal.SIGINT]
 
 
 def _cmd_report(args: argparse.Namespace) -> int:
@@ -144,16 +154,33 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def one_line(message: str) -> str:
+    """``message`` as one printable line: a newline or control character (a config key can hold
+    one) is shown escaped, never as a break."""
+    return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in message)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback
     try:
         return args.func(args)
     except QuantuneError as exc:
-        print(f"quantune: error: {exc}", file=sys.stderr)
+        print(f"quantune: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
-    except KeyboardInterrupt:
-        print("quantune: interrupted", file=sys.stderr)
-        return 130
+    except EnvironmentFault as exc:
+        print(f"quantune: error: {one_line(str(exc))}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    except OSError as exc:
+        if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
+            raise
+        print(f"quantune: error: No space left on device writing {exc.filename or 'a file'}", file=sys.stderr)
+        return EXIT_ENVIRONMENT
+    except KeyboardInterrupt as exc:
+        from quantune.engine.interrupts import exit_code, stop_cause
+
+        print(f"quantune: interrupted ({stop_cause(exc)})", file=sys.stderr)
+        return exit_code(exc)
     except BrokenPipeError:  # output piped into head and friends
         sys.stderr.close()
         return 0

@@ -21,5 +21,21 @@ class ConfigError(QuantuneError):
         super().__init__(f"{source}: {message}" if source else message)
 
 
+class EnvironmentFault(Exception):
+    """The machine, not the user's input, stopped the run (a full disk): one line, exit 1.
+
+    Not a :class:`QuantuneError` (exit 2): the config was right, and the same run succeeds
+    once the cause is gone -- the finished trials are kept for that resume.
+    """
+
+
+class DiskFull(EnvironmentFault):
+    """No space left on the device holding the output folder or the cache."""
+
+    def __init__(self, path: object) -> None:
+        self.path = str(path)
+        super().__init__(f"No space left on device writing {path}")
+
+
 class TrialError(Exception):
     """A pass or an evaluation failed inside one trial; the run records it and goes on."""

@@ -37,9 +37,10 @@ class DataConfig(_Strict):
 
 
 class LatencyConfig(_Strict):
-    warmup: int = Field(default=10, ge=0)
-    repeats: int = Field(default=50, gt=0)
-    threads: int = Field(default=1, gt=0, description="onnxruntime intra-op threads while timing.")
+    # Upper bounds: a number past them is a typo, and would run for ever (or not fit in memory) rather than fail.
+    warmup: int = Field(default=10, ge=0, le=100_000)
+    repeats: int = Field(default=50, gt=0, le=1_000_000)
+    threads: int = Field(default=1, gt=0, le=1024, description="onnxruntime intra-op threads while timing.")
     batch_size: int | None = Field(
         default=None, gt=0, description="Rows in the timed batch of a table (default: the evaluation batch size)."
     )
@@ -97,7 +98,7 @@ class PassEntry(_Strict):
 
 class SearchConfig(_Strict):
     sampler: str = Field(default="tpe", description="exhaustive, random, tpe, or a registered sampler.")
-    seed: int = 0
+    seed: int = Field(default=0, ge=0, le=2**32 - 1, description="Seeds the samplers (numpy's range).")
     strategy: str = Field(
         default="joint",
         description="joint (one space over all passes), pass-by-pass (optimise each pass in turn, continuing "
@@ -154,7 +155,7 @@ class ExecutorConfig(_Strict):
         description="process: isolated worker processes (a crash fails one trial); inline: in this process "
         "(for debugging); ray: Ray tasks on a cluster or a local Ray.",
     )
-    workers: int = Field(default=1, gt=0, description="Trials run at once.")
+    workers: int = Field(default=1, gt=0, le=1024, description="Trials run at once.")
     trial_timeout_s: float | None = Field(default=None, gt=0, description="A trial running longer is killed.")
     memory_limit_mb: int | None = Field(default=None, gt=0, description="Address-space limit of each worker.")
     address: str | None = Field(default=None, description="ray: cluster address (default: start a local Ray).")

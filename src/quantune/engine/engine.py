@@ -23,8 +23,8 @@ from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.failures import KnownFailures, classify
 from quantune.engine.identity import fingerprints
-from quantune.engine.interrupts import DeferredInterrupt
-from quantune.engine.output import open_output
+from quantune.engine.interrupts import DeferredInterrupt, stop_cause
+from quantune.engine.output import close_output, open_output
 from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front
@@ -33,11 +33,13 @@ from quantune.engine.trial import Trial, TrialRecord
 from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
 from quantune.evaluate import Criterion
+from quantune.evaluate.criterion import check_budget
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
 from quantune.space import SearchSpace
 from quantune.space.report import EXACT_LIMIT
 from quantune.store import RunStore, cache_key
+from quantune.store.faults import storage_errors
 from quantune.strategy import WAIT, Outcome, Proposal, SearchProblem, Strategy, create_strategy
 from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
 from quantune.strategy.options import checked_options
@@ -104,14 +106,20 @@ class Engine:
         store = open_output(
             self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path], sources=sources
         )
-        (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
-        handler = _attach_log(self.output_dir / "quantune.log")
+        failed = True  # until the run returns: a run that fails with no finished trial leaves nothing behind
         try:
-            spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
-            return self._run(parts, strategy, store, spec)
+            with storage_errors(self.output_dir, "--output", refused=False):
+                (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
+                handler = _attach_log(self.output_dir / "quantune.log")
+                try:
+                    spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
+                    result = self._run(parts, strategy, store, spec)
+                finally:
+                    _detach_log(handler)
+            failed = False
+            return result
         finally:
-            store.close()
-            _detach_log(handler)
+            close_output(store, failed=failed)
 
     def _strategy(self, parts: RunParts) -> Strategy:
         _check_runnable(parts.plan.space)
@@ -126,6 +134,7 @@ class Engine:
         executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
         try:
             baseline, baseline_cache = runner.baseline()
+            check_budget(parts.criterion, self.config.evaluation.metric, baseline)
         except BaseException:  # the original does not evaluate (or Ctrl-C): no run, no workers left behind
             executor.shutdown(kill=True)
             raise
@@ -140,8 +149,8 @@ class Engine:
         try:
             stop_reason = loop.run()
             executor.shutdown()
-        except KeyboardInterrupt:
-            stop_reason = "interrupted (Ctrl-C): finished trials are saved; run again to resume"
+        except KeyboardInterrupt as exc:
+            stop_reason = f"interrupted ({stop_cause(exc)}): finished trials are saved; run again to resume"
             executor.shutdown(kill=True)
         except BaseException:  # e.g. workers that cannot start: stop them, then say why
             executor.shutdown(kill=True)

@@ -1,9 +1,14 @@
-"""Ctrl-C at a safe moment: never between writing a trial to the run store and counting it.
+"""Ctrl-C and SIGTERM at a safe moment: never between writing a trial to the run store and counting it.
 
 Ctrl-C stops a run at once (the engine then saves what finished and exits with 130), except
 while a finished trial is being recorded: a ``KeyboardInterrupt`` there would leave the
 trial in ``run.db`` but not in ``results.json``. Inside :meth:`DeferredInterrupt.critical`
 the interrupt waits for the block to end, then is raised as usual.
+
+SIGTERM stops a run the same way (as :class:`Terminated`, a ``KeyboardInterrupt``; exit 143)
+once the command line has installed :func:`install_stop_signals`, which also gives Ctrl-C
+back to a run started in the background by a non-interactive shell (it inherits SIGINT
+ignored). A library caller keeps its own signal handling.
 """
 
 from __future__ import annotations
@@ -15,35 +20,71 @@ from collections.abc import Iterator
 from types import FrameType
 from typing import Any
 
+EXIT_CODES = {signal.SIGINT: 130, signal.SIGTERM: 143}
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM: stops the run as Ctrl-C does, but exits with 143."""
+
+    signum = signal.SIGTERM
+
+
+def interrupt_for(signum: int) -> KeyboardInterrupt:
+    return Terminated() if signum == signal.SIGTERM else KeyboardInterrupt()
+
+
+def stop_cause(exc: BaseException) -> str:
+    """The stop in words, for ``stop_reason``."""
+    return "SIGTERM" if isinstance(exc, Terminated) else "Ctrl-C"
+
+
+def exit_code(exc: BaseException) -> int:
+    return EXIT_CODES[signal.SIGTERM] if isinstance(exc, Terminated) else EXIT_CODES[signal.SIGINT]
+
+
+def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    raise interrupt_for(signum)
+
+
+def install_stop_signals() -> None:
+    """For the ``quantune`` command (main thread): SIGINT and SIGTERM raise a ``KeyboardInterrupt``,
+    even when SIGINT came in ignored (``cmd &`` in a script), so the run stops and saves as on Ctrl-C."""
+    if threading.current_thread() is not threading.main_thread():
+        return
+    signal.signal(signal.SIGINT, _raise_stop)
+    signal.signal(signal.SIGTERM, _raise_stop)
+
 
 class DeferredInterrupt:
-    """While entered (main thread only), SIGINT raises ``KeyboardInterrupt`` outside ``critical()``
-    blocks and at the end of one inside them."""
+    """While entered (main thread only), SIGINT (and SIGTERM, when a Python handler owns it) raise
+    ``KeyboardInterrupt`` outside ``critical()`` blocks and at the end of one inside them."""
 
     def __init__(self) -> None:
         self._depth = 0
-        self._pending = False
-        self._previous: Any = None
-        self._installed = False
+        self._pending: int | None = None
+        self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> DeferredInterrupt:
         if threading.current_thread() is threading.main_thread():
-            previous = signal.getsignal(signal.SIGINT)
-            if previous is not signal.SIG_IGN:  # a caller that ignores Ctrl-C keeps ignoring it
-                self._previous = signal.signal(signal.SIGINT, self._handle)
-                self._installed = True
+            for signum in (signal.SIGINT, signal.SIGTERM):
+                previous = signal.getsignal(signum)
+                if previous is signal.SIG_IGN:  # a caller that ignores Ctrl-C keeps ignoring it
+                    continue
+                if signum == signal.SIGTERM and not callable(previous):
+                    continue  # SIGTERM's default (end the process) stays unless quantune's CLI took it
+                self._previous[signum] = signal.signal(signum, self._handle)
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._installed:
-            signal.signal(signal.SIGINT, self._previous)
-            self._installed = False
+        for signum, previous in self._previous.items():
+            signal.signal(signum, previous)
+        self._previous = {}
 
     def _handle(self, signum: int, frame: FrameType | None) -> None:
         if self._depth:
-            self._pending = True
+            self._pending = signum
             return
-        raise KeyboardInterrupt
+        raise interrupt_for(signum)
 
     @contextlib.contextmanager
     def critical(self) -> Iterator[None]:
@@ -52,6 +93,6 @@ class DeferredInterrupt:
             yield
         finally:
             self._depth -= 1
-            if not self._depth and self._pending:
-                self._pending = False
-                raise KeyboardInterrupt
+            if not self._depth and self._pending is not None:
+                signum, self._pending = self._pending, None
+                raise interrupt_for(signum)

@@ -1,14 +1,23 @@
-"""The run's output folder: claimed safely, never clobbering what a user put there."""
+"""The run's output folder: claimed safely, never clobbering what a user put there.
+
+One run at a time holds a folder (``run.lock``, see store/lock.py). A run that fails before
+any trial finished removes what it created there, so the next run starts as if it had never
+been (no ``--restart`` needed after fixing the cause).
+"""
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 
 from quantune.engine.identity import changed_sources
 from quantune.errors import QuantuneError
 from quantune.store import RunStore
+from quantune.store.faults import storage_errors
+from quantune.store.lock import LOCK_NAME, RunLock
 
 RUN_DB = "run.db"
 _OURS = {
@@ -22,7 +31,20 @@ _OURS = {
     "closest_miss",
     "workers",
     "report.html",
+    LOCK_NAME,
 }
+_STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
+
+
+@dataclass(frozen=True)
+class _Claim:
+    """What a run found in its output folder when it claimed it (what it may take back)."""
+
+    created_folder: bool
+    existed: set[str]
+
+
+_CLAIMS: dict[int, _Claim] = {}  # id(store) -> its claim, while the store is open
 
 
 def open_output(
@@ -55,12 +77,48 @@ def open_output(
                 f"--output: '{folder}' already holds files quantune did not write ({', '.join(foreign[:3])}...); "
                 "choose an empty or new folder"
             )
-    folder.mkdir(parents=True, exist_ok=True)
-    store = RunStore(folder / RUN_DB)
+    created_folder = not folder.exists()
+    with storage_errors(folder, "--output"):
+        folder.mkdir(parents=True, exist_ok=True)
+    existing = {name for name in _OURS if (folder / name).exists()}  # as found, before this run wrote
+    try:
+        lock = RunLock.acquire(folder)  # before anything in the folder is read or changed
+    except QuantuneError:  # held by another run (which may have made the folder): not ours to touch
+        raise
+    except BaseException:
+        if created_folder:
+            shutil.rmtree(folder, ignore_errors=True)  # made a moment ago: nothing but ours is in it
+        raise
+    try:
+        store = RunStore(folder / RUN_DB, lock=lock)
+    except BaseException:  # e.g. a full disk: take back the store files and the folder this run made
+        for name in _STORE_FILES:
+            if name not in existing:
+                with contextlib.suppress(OSError):
+                    (folder / name).unlink()
+        lock.release(remove=created_folder)
+        if created_folder:
+            with contextlib.suppress(OSError):
+                folder.rmdir()
+        raise
+    _CLAIMS[id(store)] = _Claim(created_folder, existing)
+    try:
+        return _claim(store, folder, config_hash, restart, sources)
+    except BaseException:
+        close_output(store, failed=True)
+        raise
+
+
+def _claim(
+    store: RunStore,
+    folder: Path,
+    config_hash: str,
+    restart: bool,
+    sources: Mapping[str, Mapping[str, str]] | None,
+) -> RunStore:
     previous = store.get_meta("config_hash")
     if previous is not None and previous != config_hash and not restart:
         changed = changed_sources(store.get_meta("sources") or {}, sources or {}) if store.get_meta("sources") else []
-        store.close()
         if changed:
             raise QuantuneError(
                 f"--output '{folder}': {', '.join(changed)} changed since this run started; pass --restart "
@@ -81,3 +139,35 @@ def open_output(
     if sources is not None:
         store.set_meta("sources", dict(sources))
     return store
+
+
+def close_output(store: RunStore, *, failed: bool) -> None:
+    """Closes the run store and releases the folder. A ``failed`` run with no finished trial
+    takes back what it created (its store, config.json, log, worker logs; the folder itself
+    when it made it), so a fixed config runs next time without ``--restart``."""
+    folder = store.path.parent
+    claim = _CLAIMS.pop(id(store), _Claim(False, set(_OURS)))
+    cleanup = False
+    if failed:
+        with contextlib.suppress(Exception):
+            cleanup = not store.trials()
+    with contextlib.suppress(Exception):
+        store._conn.close()
+    if cleanup:
+        existed = claim.existed
+        for name in sorted(_OURS - {LOCK_NAME}):
+            if name in existed and name not in _STORE_FILES:
+                continue  # a file of an earlier run, not this one's to take back
+            path = folder / name
+            if path.is_dir():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                with contextlib.suppress(OSError):
+                    path.unlink()
+    made_folder = claim.created_folder
+    if store.lock is not None:
+        store.lock.release(remove=cleanup and (made_folder or LOCK_NAME not in claim.existed))
+        store.lock = None
+    if cleanup and made_folder:
+        with contextlib.suppress(OSError):
+            folder.rmdir()  # only if empty: nothing but ours was in it

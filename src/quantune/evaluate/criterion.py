@@ -46,3 +46,35 @@ class Criterion:
         budget = f"{self.tolerable_loss:.2%}" if self.kind == "relative" else f"{self.tolerable_loss:g}"
         direction = "higher is better" if self.higher_is_better else "lower is better"
         return f"at most {budget} {self.kind} loss ({direction})"
+
+
+RELATIVE_WARN = 0.5  # a relative budget above this allows losing more than half the metric
+
+
+def check_budget(criterion: Criterion, metric: str, baseline: dict[str, float]) -> None:
+    """Budgets that make no sense: a relative criterion against a baseline of 0 can never be met
+    (an error: every trial would miss), one above 50% is allowed but said on stderr."""
+    from quantune.errors import ConfigError
+
+    if criterion.kind != "relative":
+        return
+    value = baseline.get(metric)
+    if value is not None and abs(value) <= _EPS:
+        raise ConfigError(
+            f"criterion.type: relative losses are fractions of the original model's {metric} ({value:g}), "
+            "so no candidate can ever meet the criterion; use `type: absolute` with tolerable_loss in the "
+            f"metric's own units (e.g. tolerable_loss: 0.01 for {metric})"
+        )
+    if criterion.tolerable_loss > RELATIVE_WARN:
+        _warn(
+            f"criterion.tolerable_loss: {criterion.tolerable_loss:g} with type relative allows losing "
+            f"{criterion.tolerable_loss:.0%} of the original's {metric}; did you mean {criterion.tolerable_loss / 100:g}?"
+        )
+
+
+def _warn(message: str) -> None:
+    import logging
+    import sys
+
+    logging.getLogger("quantune").warning(message)
+    print(f"quantune: warning: {message}", file=sys.stderr)

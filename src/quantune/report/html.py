@@ -13,11 +13,13 @@ import base64
 import html
 import io
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 from quantune.errors import QuantuneError
 from quantune.report.result import format_loss, format_ratio, speed_words
+from quantune.store.faults import storage_errors
 
 _UNITS = {"latency": ("latency_ms", "latency (ms, median)"), "size": ("size_bytes", "size (KB)")}
 
@@ -35,7 +37,22 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     if not isinstance(results, dict) or "trials" not in results or "baseline" not in results:
         raise QuantuneError(f"report: '{path}' is not a quantune results.json (no 'trials' or 'baseline')")
     target = Path(output) if output is not None else run_dir / "report.html"
-    target.write_text(render_html(results))
+    page = render_html(results)
+    field = "report --output" if output is not None else "report"
+    if target.is_dir():
+        raise QuantuneError(f"{field}: '{target}' is a folder; name the file to write, e.g. '{target / 'report.html'}'")
+    try:
+        with storage_errors(target, field):
+            target.parent.mkdir(parents=True, exist_ok=True)  # a new folder for the page is made
+            tmp = target.with_name(f".{target.name}.tmp")
+            try:
+                tmp.write_text(page)
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
+    except OSError as exc:  # e.g. a file where a parent folder should be
+        raise QuantuneError(f"{field}: cannot write '{target}' ({exc.strerror or exc})") from None
     return target
 
 

@@ -21,6 +21,10 @@ from typing import Any
 import numpy as np
 
 from quantune.model import files_sha256
+from quantune.store.faults import check_space, probe_writable, storage_errors
+
+_FIELD = "cache_dir (or $QUANTUNE_CACHE_DIR)"
+_ARRAYS_HASH = "__sha256__"
 
 
 def cache_key(*parts: Any) -> str:
@@ -43,8 +47,10 @@ class ArtifactCache:
     def __init__(self, root: str | Path) -> None:
         self.root = Path(root)
         self._verified: dict[str, tuple[int, int, str]] = {}  # key -> (size, mtime_ns, sha256) hashed here
-        for sub in ("models", "evals", "outputs", "tmp"):
-            (self.root / sub).mkdir(parents=True, exist_ok=True)
+        with storage_errors(self.root, _FIELD):
+            for sub in ("models", "evals", "outputs", "tmp"):
+                (self.root / sub).mkdir(parents=True, exist_ok=True)
+        probe_writable(self.root / "tmp", _FIELD)  # a read-only cache is named now, not in a worker
 
     # -- models -------------------------------------------------------------------------------
     def _model_dir(self, key: str) -> Path:
@@ -80,12 +86,23 @@ class ArtifactCache:
 
     def new_work_dir(self) -> Path:
         """A fresh scratch folder on the cache's file system (so results can be renamed in)."""
-        return Path(tempfile.mkdtemp(dir=self.root / "tmp"))
+        with storage_errors(self.root / "tmp", _FIELD):
+            return Path(tempfile.mkdtemp(dir=self.root / "tmp"))
 
     def put_model(self, key: str, work_dir: Path, meta: dict[str, Any]) -> tuple[Path, str]:
-        """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``."""
-        record = {**meta, "sha256": _entry_sha256(work_dir)}
-        (work_dir / "meta.json").write_text(json.dumps(record, indent=1, default=str))
+        """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``.
+
+        A full file system fails the put (:class:`DiskFull`) before the entry exists: a model
+        writer in native code may have stopped short without saying so.
+        """
+        try:
+            with storage_errors(work_dir, _FIELD):
+                check_space(work_dir)
+                record = {**meta, "sha256": _entry_sha256(work_dir)}
+                _atomic_write(work_dir / "meta.json", json.dumps(record, indent=1, default=str).encode())
+        except BaseException:
+            shutil.rmtree(work_dir, ignore_errors=True)
+            raise
         target = self._model_dir(key)
         existing = self.get_model(key)  # (a corrupt entry is removed by get_model)
         if existing is not None:
@@ -106,26 +123,38 @@ class ArtifactCache:
 
     # -- json records -------------------------------------------------------------------------
     def get_json(self, kind: str, key: str) -> dict[str, Any] | None:
+        """The record for ``key``, or ``None`` (also when it was corrupt or fails its hash)."""
         path = self.root / kind / f"{key}.json"
         try:
-            return json.loads(path.read_text())
+            envelope = json.loads(path.read_text())
+            value = envelope["value"]
+            if envelope["sha256"] != _json_sha256(value):
+                raise ValueError("hash mismatch")
+            return value
         except FileNotFoundError:
             return None
-        except ValueError:
+        except (ValueError, KeyError, TypeError, UnicodeDecodeError):  # cut short, altered, or an older format
             path.unlink(missing_ok=True)
             return None
 
     def put_json(self, kind: str, key: str, value: dict[str, Any]) -> None:
         folder = self.root / kind
-        folder.mkdir(parents=True, exist_ok=True)
-        _atomic_write(folder / f"{key}.json", json.dumps(value, indent=1, default=str).encode())
+        value = json.loads(json.dumps(value, default=str))  # as it will read back
+        envelope = {"sha256": _json_sha256(value), "value": value}
+        with storage_errors(folder, _FIELD):
+            folder.mkdir(parents=True, exist_ok=True)
+            _atomic_write(folder / f"{key}.json", json.dumps(envelope, indent=1).encode())
 
     # -- arrays -------------------------------------------------------------------------------
     def get_arrays(self, key: str) -> dict[str, np.ndarray] | None:
         path = self.root / "outputs" / f"{key}.npz"
         try:
             with np.load(path, allow_pickle=False) as archive:
-                return {name: archive[name] for name in archive.files}
+                arrays = {name: archive[name] for name in archive.files}
+            expected = str(arrays.pop(_ARRAYS_HASH))
+            if expected != _arrays_sha256(arrays):
+                raise ValueError("hash mismatch")
+            return arrays
         except FileNotFoundError:
             return None
         except Exception:
@@ -135,8 +164,14 @@ class ArtifactCache:
     def put_arrays(self, key: str, arrays: dict[str, np.ndarray]) -> None:
         target = self.root / "outputs" / f"{key}.npz"
         tmp = target.with_name(f".{uuid.uuid4().hex}.npz")
-        np.savez(tmp, **arrays)
-        os.replace(tmp, target)
+        arrays = {name: np.asarray(value) for name, value in arrays.items()}
+        with storage_errors(target.parent, _FIELD):
+            try:
+                np.savez(tmp, **arrays, **{_ARRAYS_HASH: np.array(_arrays_sha256(arrays))})
+                os.replace(tmp, target)
+            except BaseException:
+                tmp.unlink(missing_ok=True)
+                raise
 
 
 def _entry_sha256(folder: Path) -> str:
@@ -145,7 +180,26 @@ def _entry_sha256(folder: Path) -> str:
     return files_sha256(folder / "model.onnx", others)
 
 
+def _json_sha256(value: Any) -> str:
+    return hashlib.sha256(json.dumps(value, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+
+
+def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
+    """Names, dtypes, shapes and bytes of every array, in name order."""
+    digest = hashlib.sha256()
+    for name in sorted(arrays):
+        array = np.ascontiguousarray(arrays[name])
+        digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
+        digest.update(array.tobytes())
+    return digest.hexdigest()
+
+
 def _atomic_write(path: Path, data: bytes) -> None:
+    """``data`` at ``path`` whole or not at all: a failed write (disk full) leaves no temporary behind."""
     tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}.tmp")
-    tmp.write_bytes(data)
-    os.replace(tmp, path)
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise

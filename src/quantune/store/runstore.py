@@ -1,7 +1,8 @@
 """The run's own record: an SQLite database in the output folder, one row per finished trial.
 
 Written as each trial finishes (WAL mode), so a crash loses at most the trials in flight; it
-is the source from which a run can later be inspected or resumed.
+is the source from which a run can later be inspected or resumed. A full disk raises
+:class:`~quantune.errors.DiskFull` (SQLite rolls the transaction back: no half-written trial).
 """
 
 from __future__ import annotations
@@ -11,6 +12,9 @@ import sqlite3
 import time
 from pathlib import Path
 from typing import Any
+
+from quantune.store.faults import storage_errors
+from quantune.store.lock import RunLock
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS run (key TEXT PRIMARY KEY, value TEXT NOT NULL);
@@ -28,17 +32,20 @@ CREATE TABLE IF NOT EXISTS trials (
 class RunStore:
     """Trials of one run, keyed by trial number; each row holds the full trial record as JSON."""
 
-    def __init__(self, path: str | Path) -> None:
+    def __init__(self, path: str | Path, *, lock: RunLock | None = None) -> None:
+        """``lock``: the output folder's run lock, released by :meth:`close`."""
         self.path = Path(path)
-        self._conn = sqlite3.connect(self.path)
-        self._conn.execute("PRAGMA journal_mode=WAL")
-        # In WAL mode NORMAL syncs at checkpoints, not at every commit: a killed process loses
-        # nothing committed (only an OS crash or power cut could lose the last trials).
-        self._conn.execute("PRAGMA synchronous=NORMAL")
-        self._conn.executescript(_SCHEMA)
+        self.lock = lock
+        with storage_errors(self.path, "--output"):
+            self._conn = sqlite3.connect(self.path)
+            self._conn.execute("PRAGMA journal_mode=WAL")
+            # In WAL mode NORMAL syncs at checkpoints, not at every commit: a killed process loses
+            # nothing committed (only an OS crash or power cut could lose the last trials).
+            self._conn.execute("PRAGMA synchronous=NORMAL")
+            self._conn.executescript(_SCHEMA)
 
     def set_meta(self, key: str, value: Any) -> None:
-        with self._conn:
+        with storage_errors(self.path, "--output"), self._conn:
             self._conn.execute(
                 "INSERT OR REPLACE INTO run (key, value) VALUES (?, ?)", (key, json.dumps(value, default=str))
             )
@@ -48,7 +55,7 @@ class RunStore:
         return None if row is None else json.loads(row[0])
 
     def record_trial(self, record: dict[str, Any]) -> None:
-        with self._conn:
+        with storage_errors(self.path, "--output"), self._conn:
             self._conn.execute(
                 "INSERT OR REPLACE INTO trials (number, flow, params, status, record, finished_at) "
                 "VALUES (?, ?, ?, ?, ?, ?)",
@@ -67,9 +74,11 @@ class RunStore:
         return [json.loads(row[0]) for row in rows]
 
     def clear(self) -> None:
-        with self._conn:
+        with storage_errors(self.path, "--output"), self._conn:
             self._conn.execute("DELETE FROM trials")
             self._conn.execute("DELETE FROM run")
 
     def close(self) -> None:
         self._conn.close()
+        if self.lock is not None:
+            self.lock.release()

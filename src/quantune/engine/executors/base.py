@@ -33,8 +33,15 @@ class InProcessExecutor(Executor):
         self.runner = runner
 
     def submit(self, trial: Trial) -> Future[TrialRecord]:
+        from quantune.engine.executors.lifeline import storage_fault
+
         future: Future[TrialRecord] = Future()
-        future.set_result(self.runner.run(trial))
+        record = self.runner.run(trial)
+        fault = storage_fault(record, self.runner.context.cache.root)
+        if fault is not None:  # a full disk stops the run (see lifeline.py)
+            future.set_exception(fault)
+        else:
+            future.set_result(record)
         return future
 
 

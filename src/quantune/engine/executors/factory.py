@@ -40,4 +40,5 @@ def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunne
         log_dir=output_dir / "workers",
         trial_timeout_s=config.trial_timeout_s,
         memory_limit_mb=config.memory_limit_mb,
+        cache_root=runner.context.cache.root,
     )

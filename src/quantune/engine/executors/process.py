@@ -5,7 +5,10 @@ and stderr (including onnxruntime's native logs and faulthandler's report of a s
 going to its own log file, and an address-space limit when ``memory_limit_mb`` is set.
 A thread per worker waits on the pipe and the process at once: when the process dies or
 the trial's time runs out, the trial is recorded as failed with its cause and the tail of
-the log, and a fresh worker takes the next trial.
+the log, and a fresh worker takes the next trial. Workers die with the run (lifeline.py), ignore
+SIGINT and SIGTERM (stopping them is the engine's job: a signal to the whole process group
+must not turn running trials into failed ones), and a trial failed by a full disk stops the
+run with :class:`~quantune.errors.DiskFull` rather than being recorded.
 """
 
 from __future__ import annotations
@@ -23,6 +26,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from quantune.engine.executors.base import Executor, failed_record
+from quantune.engine.executors.lifeline import storage_fault
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError
@@ -37,6 +41,7 @@ _SIGNALS = {
 }
 _TAIL_LINES = 20
 _STARTUP_TIMEOUT_S = 600
+_START_ATTEMPTS = 3
 _EXIT_UNGUARDED_MAIN = 3  # a worker found the user's script calling quantune.tune() at its top level
 
 
@@ -55,6 +60,7 @@ class WorkerStartError(QuantuneError):
     """A worker process died before it was ready: no trial can run, so the run stops."""
 
     def __init__(self, index: int, exit_code: int | None, log_tail: str, cause: str | None = None) -> None:
+        self.exit_code = exit_code
         if cause is None:
             cause = exit_cause(exit_code)
         message = f"executor: worker process {index} died while starting ({cause})"
@@ -81,9 +87,16 @@ def refuse_in_starting_worker() -> None:
         raise SystemExit(_EXIT_UNGUARDED_MAIN)
 
 
-def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None, log_path: str) -> None:
+def _worker_main(
+    conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None, log_path: str, parent_pid: int | None = None
+) -> None:
     import faulthandler
     import logging
+
+    from quantune.engine.executors.lifeline import die_with_parent
+
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
 
     fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
     os.dup2(fd, 1)
@@ -92,7 +105,9 @@ def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None
     sys.stderr = os.fdopen(2, "w", buffering=1)
     faulthandler.enable(sys.stderr)
     logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.raiseExceptions = False  # a log line lost to a full disk fails no trial
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the engine's to handle
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so is SIGTERM (the engine kills its workers itself)
     if memory_limit_mb:
         import resource
 
@@ -113,7 +128,8 @@ def _worker_main(conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None
             return
         if trial is None:
             return
-        print(f"--- trial {trial.number} ---", flush=True)
+        with contextlib.suppress(OSError):  # a full disk under the log is the engine's to report
+            print(f"--- trial {trial.number} ---", flush=True)
         try:
             record = run_trial(spec, trial)
         except Exception as exc:  # e.g. the worker cannot rebuild the run (a pass defined outside plugins)
@@ -142,6 +158,19 @@ class _Worker:
         self._lock = threading.Lock()
 
     def ensure_started(self) -> None:
+        """Starts the worker unless it runs. A worker killed by a signal while starting (the
+        out-of-memory killer, a stray kill) is started again, up to ``_START_ATTEMPTS`` times in a
+        row; one that exits by itself (a broken plugin, say) fails the start at once."""
+        for attempt in range(1, _START_ATTEMPTS + 1):
+            try:
+                self._start()
+                return
+            except WorkerStartError as exc:
+                if exc.exit_code is None or exc.exit_code >= 0 or attempt == _START_ATTEMPTS:
+                    raise
+
+    def _start(self) -> None:
+        offset = self.log_offset()
         with self._lock:
             if self.closed:
                 raise ExecutorClosed()
@@ -151,7 +180,7 @@ class _Worker:
             parent, child = ctx.Pipe()
             process = ctx.Process(
                 target=_worker_main,
-                args=(child, self.spec, self.memory_limit_mb, str(self.log_path)),
+                args=(child, self.spec, self.memory_limit_mb, str(self.log_path), os.getpid()),
                 daemon=True,
                 name=f"quantune-worker-{self.index}",
             )
@@ -172,7 +201,7 @@ class _Worker:
                 return
         if process.sentinel in ready:
             process.join(timeout=5)
-            tail = self.tail(0)
+            tail = self.tail(offset)
             self.stop(kill=True)
             raise WorkerStartError(self.index, process.exitcode, tail)
 
@@ -255,8 +284,12 @@ class ProcessExecutor(Executor):
         log_dir: Path,
         trial_timeout_s: float | None = None,
         memory_limit_mb: int | None = None,
+        cache_root: Path | None = None,
     ) -> None:
+        """``cache_root``: the cache whose full disk turns a failed trial into :class:`DiskFull`."""
         self.capacity = workers
+        self.cache_root = cache_root
+        self.log_dir = log_dir
         self.trial_timeout_s = trial_timeout_s
         log_dir.mkdir(parents=True, exist_ok=True)
         self._queue: queue.Queue[tuple[Trial, Future[TrialRecord]] | None] = queue.Queue()
@@ -289,7 +322,12 @@ class ProcessExecutor(Executor):
                 future.set_exception(fatal)
                 continue
             try:
-                future.set_result(worker.run(trial, self.trial_timeout_s))
+                record = worker.run(trial, self.trial_timeout_s)
+                fault = storage_fault(record, self.cache_root, self.log_dir)
+                if fault is not None:  # the disk, not the trial: the engine stops the run with it
+                    future.set_exception(fault)
+                else:
+                    future.set_result(record)
             except WorkerStartError as exc:  # a replacement worker died while starting
                 fatal = exc
                 future.set_exception(exc)

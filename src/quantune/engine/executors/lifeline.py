@@ -1,0 +1,74 @@
+"""Worker processes never outlive the run, and a full disk stops the run instead of failing trials.
+
+A worker asks the kernel for SIGKILL when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``)
+and, where that is not available or misses (the parent died before the call), a watchdog
+thread checks the parent's PID once a second. So a run killed with SIGKILL leaves no worker
+behind (and with them gone, multiprocessing's resource tracker sees its pipe close and exits).
+
+A trial that failed because the cache's disk is full is no failure of its parameters: every
+later trial would fail the same way. :func:`storage_fault` recognises it, and the executor
+hands the engine :class:`~quantune.errors.DiskFull` instead of a failed record: the run stops
+with one line, the trial is not recorded, and a resume runs it again.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import re
+import signal
+import sys
+import threading
+import time
+from pathlib import Path
+
+from quantune.engine.trial import TrialRecord
+from quantune.errors import DiskFull
+from quantune.store.faults import LOW_SPACE_BYTES, free_bytes
+
+_PR_SET_PDEATHSIG = 1
+_WATCH_INTERVAL_S = 1.0
+_WRITING = re.compile(r"No space left on device writing (\S+)")
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Called first in a worker: it ends (SIGKILL, or ``os._exit``) as soon as ``parent_pid`` is gone."""
+    if sys.platform.startswith("linux"):
+        try:
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        except (OSError, AttributeError):
+            pass  # the watchdog below still notices
+    if os.getppid() != parent_pid:  # the parent died before the request took effect
+        os._exit(1)
+
+    def watch() -> None:
+        while True:
+            time.sleep(_WATCH_INTERVAL_S)
+            if os.getppid() != parent_pid:
+                os._exit(1)
+
+    threading.Thread(target=watch, daemon=True, name="quantune-parent-watchdog").start()
+
+
+def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -> DiskFull | None:
+    """The :class:`DiskFull` behind a failed trial, or ``None`` when the disk is not the cause.
+
+    Either the trial's error says so, or the cache's file system is (all but) full: native
+    model writers may stop short silently, and the trial then fails on a truncated model
+    ("Wire format was corrupt") instead. ``others``: more folders whose full disk fails trials
+    (the worker logs in the output folder).
+    """
+    if record.status != "failed":
+        return None
+    error = f"{record.error or ''}\n{getattr(record, 'log_tail', '') or ''}"
+    named = _WRITING.search(error)
+    if named:
+        return DiskFull(named.group(1))
+    if "No space left on device" in error or "Disk quota exceeded" in error or "disk is full" in error:
+        return DiskFull(cache_root or "the cache")
+    for root in [cache_root, *others]:
+        free = None if root is None else free_bytes(root)
+        if free is not None and free < LOW_SPACE_BYTES:
+            return DiskFull(root)
+    return None

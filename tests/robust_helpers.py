@@ -1,0 +1,154 @@
+"""Real projects and real processes for the robustness tests and bench/fault_soak.py.
+
+A project is a folder holding the tiny CNN, its data and a YAML config whose static_quant space
+has ~100 points (enough trials to signal or kill a run in the middle of its search).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import yaml
+
+from conftest import build_cnn, cnn_inputs, run_model
+
+ROOT = Path(__file__).resolve().parents[1]
+PYTHON = sys.executable
+# The latency lane is machine-wide (/tmp/quantune-latency.lock): a run elsewhere on this machine
+# holding it would stall these runs for as long as it times its models. These runs share a lane
+# of their own.
+PRIVATE_LATENCY_LOCK = os.path.join(tempfile.gettempdir(), f"quantune-latency-robust-{os.getpid()}.lock")
+
+
+def make_project(
+    folder: Path, *, max_trials: int = 60, executor: dict[str, Any] | None = None, **overrides: Any
+) -> Path:
+    """Writes ``folder``/{cnn.onnx, calib.npz, eval.npz, config.yaml}; returns the config's path."""
+    folder.mkdir(parents=True, exist_ok=True)
+    model = build_cnn(folder / "cnn.onnx")
+    calib = cnn_inputs(32, seed=1)
+    evaluation = cnn_inputs(32, seed=2)
+    labels = np.argmax(run_model(model, {"input": evaluation})[0], axis=1).astype(np.int64)
+    np.savez(folder / "calib.npz", input=calib)
+    np.savez(folder / "eval.npz", input=evaluation, label=labels)
+    config: dict[str, Any] = {
+        "model": "cnn.onnx",
+        "data": {"calibration": "calib.npz", "evaluation": "eval.npz", "batch_size": 16},
+        "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 2, "threads": 1, "confirm_top": 0}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.5},
+        "objective": "latency",
+        "passes": [{"name": "static_quant", "search": True, "params": {"calibration_samples": 16}}],
+        "search": {"sampler": "random", "seed": 0},
+        "stop": {"max_trials": max_trials},
+        "cache_dir": "cache",
+        "executor": executor or {"kind": "process", "workers": 1},
+    }
+    config.update(overrides)
+    path = folder / "config.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return path
+
+
+def cli_env(**extra: str) -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = str(ROOT / "src") + os.pathsep + env.get("PYTHONPATH", "")
+    env["ORT_DISABLE_TELEMETRY"] = "1"
+    env["QUANTUNE_LATENCY_LOCK"] = PRIVATE_LATENCY_LOCK
+    env.update(extra)
+    return env
+
+
+def start_run(config: Path, output: Path, *args: str, **popen: Any) -> subprocess.Popen[str]:
+    """``quantune run`` in a new session (its own process group), output captured."""
+    return subprocess.Popen(
+        [PYTHON, "-m", "quantune.cli", "run", str(config), "--output", str(output), "--quiet", *args],
+        cwd=config.parent,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+        **popen,
+    )
+
+
+def quantune(*args: str, cwd: Path, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [PYTHON, "-m", "quantune.cli", *args], cwd=cwd, env=cli_env(), capture_output=True, text=True, timeout=timeout
+    )
+
+
+def stored_trials(output: Path) -> int:
+    """Trials in ``output``/run.db (0 while it does not exist yet)."""
+    db = output / "run.db"
+    if not db.exists():
+        return 0
+    try:
+        with sqlite3.connect(f"file:{db}?mode=ro", uri=True, timeout=5) as conn:
+            return conn.execute("SELECT COUNT(*) FROM trials").fetchone()[0]
+    except sqlite3.Error:
+        return 0
+
+
+def wait_for(condition, timeout: float = 300, what: str = "condition", process: subprocess.Popen | None = None) -> None:
+    """Polls ``condition`` (a synchronisation point, not a timing assertion)."""
+    deadline = time.monotonic() + timeout
+    while not condition():
+        if process is not None and process.poll() is not None:
+            _out, err = process.communicate()
+            raise AssertionError(f"the run ended (exit {process.returncode}) before {what}: {err[-2000:]}")
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        time.sleep(0.1)
+
+
+def descendants(pid: int) -> list[int]:
+    """Live processes whose parent chain includes ``pid`` (read from /proc), and processes of its session."""
+    parents: dict[int, int] = {}
+    sessions: dict[int, int] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat.rsplit(")", 1)[1].split()
+        if fields[0] == "Z":  # a zombie has exited; only its parent has yet to reap it
+            continue
+        parents[int(entry.name)] = int(fields[1])
+        sessions[int(entry.name)] = int(fields[3])
+    found = {p for p, s in sessions.items() if s == pid and p != pid}
+    changed = True
+    while changed:
+        changed = False
+        for child, parent in parents.items():
+            if child not in found and (parent == pid or parent in found):
+                found.add(child)
+                changed = True
+    return sorted(found)
+
+
+def alive(pid: int) -> bool:
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat.rsplit(")", 1)[1].split()[0] != "Z"
+
+
+def kill_session(pid: int) -> None:
+    """Cleans up after a failed test: SIGKILL to the run's session (only processes this test started)."""
+    for child in [pid, *descendants(pid)]:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(child, signal.SIGKILL)
