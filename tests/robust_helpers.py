@@ -152,3 +152,9 @@ def kill_session(pid: int) -> None:
     for child in [pid, *descendants(pid)]:
         with contextlib.suppress(ProcessLookupError):
             os.kill(child, signal.SIGKILL)
+
+
+def counted(trials: list[dict[str, Any]]) -> int:
+    """Trials that count against ``stop.max_trials``: a trial whose model an earlier trial already
+    produced (``stage`` says "duplicate of trial N") does not."""
+    return sum("(duplicate of trial" not in (trial.get("stage") or "") for trial in trials)

@@ -14,7 +14,17 @@ from pathlib import Path
 
 import pytest
 
-from robust_helpers import alive, descendants, kill_session, make_project, quantune, start_run, stored_trials, wait_for
+from robust_helpers import (
+    alive,
+    counted,
+    descendants,
+    kill_session,
+    make_project,
+    quantune,
+    start_run,
+    stored_trials,
+    wait_for,
+)
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 
@@ -64,7 +74,7 @@ def test_a_signal_stops_the_run_keeps_its_trials_and_leaves_no_process(project: 
     assert resumed.returncode == 0, resumed.stderr
     final = json.loads((output / "results.json").read_text())
     assert final["replayed_trials"] == kept
-    assert len(final["trials"]) == 24
+    assert counted(final["trials"]) == 24
 
 
 def test_workers_and_the_resource_tracker_exit_when_the_run_is_killed(project: Path):
@@ -78,4 +88,4 @@ def test_workers_and_the_resource_tracker_exit_when_the_run_is_killed(project: P
 
     resumed = quantune("run", str(project), "--output", str(output), "--quiet", cwd=project.parent)
     assert resumed.returncode == 0, resumed.stderr  # the dead run's lock is taken over
-    assert len(json.loads((output / "results.json").read_text())["trials"]) == 24
+    assert counted(json.loads((output / "results.json").read_text())["trials"]) == 24
