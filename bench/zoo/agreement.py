@@ -30,11 +30,26 @@ except ImportError:  # imported by path from a metric script: zoolib sits beside
 Batch = np.ndarray | Sequence[np.ndarray]
 
 
-def _feeds(data: dict[str, Batch], names: list[str], batch: int) -> list[dict[str, np.ndarray]]:
-    first = data[names[0]]
-    if isinstance(first, np.ndarray):
-        return [{n: np.asarray(data[n])[i : i + batch] for n in names} for i in range(0, len(first), batch)]
-    return [{n: np.asarray(data[n][i]) for n in names} for i in range(len(first))]
+def split_feeds(data: dict[str, Batch], names: list[str], batch: int = 16) -> list[dict[str, np.ndarray]]:
+    """The feeds back out of a metric's ``data``: per feed when any input came as a list.
+
+    quantune stacks each array name on its own: a name whose arrays all have one shape comes
+    stacked even when another name comes as a list (one per feed), so a stacked name is cut
+    into the listed name's row counts. With every name stacked, rows go in runs of ``batch``.
+    """
+    listed = next((n for n in names if not isinstance(data[n], np.ndarray)), None)
+    if listed is None:
+        total = len(data[names[0]])
+        return [{n: np.asarray(data[n])[i : i + batch] for n in names} for i in range(0, total, batch)]
+    feeds, start = [], 0
+    for index, part in enumerate(data[listed]):
+        rows, feed = len(part), {}
+        for name in names:
+            value = data[name]
+            feed[name] = np.asarray(value[start : start + rows] if isinstance(value, np.ndarray) else value[index])
+        feeds.append(feed)
+        start += rows
+    return feeds
 
 
 def reference(model: Path, data: dict[str, Batch]) -> dict[str, Batch]:
@@ -44,7 +59,7 @@ def reference(model: Path, data: dict[str, Batch]) -> dict[str, Batch]:
     session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     names = [i.name for i in session.get_inputs()]
     dim = session.get_inputs()[0].shape[0]
-    feeds = _feeds(data, names, dim if isinstance(dim, int) and dim > 0 else 16)
+    feeds = split_feeds(data, names, dim if isinstance(dim, int) and dim > 0 else 16)
     digest = hashlib.sha256(model.read_bytes())
     for feed in feeds:
         for name in names:
@@ -60,7 +75,7 @@ def reference(model: Path, data: dict[str, Batch]) -> dict[str, Batch]:
         partial = store.with_suffix(".tmp.npz")
         np.savez(partial, **{f"{i}/{o}": out[o] for i, out in enumerate(per_feed) for o in outputs})
         partial.replace(store)
-    if isinstance(data[names[0]], np.ndarray):
+    if all(isinstance(data[n], np.ndarray) for n in names):
         return {o: np.concatenate([out[o] for out in per_feed]) for o in outputs}
     return {o: [out[o] for out in per_feed] for o in outputs}
 

@@ -15,7 +15,8 @@ from pathlib import Path
 import numpy as np
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE))
+sys.path[:0] = [str(HERE), str(HERE.parent)]
+from agreement import split_feeds  # noqa: E402
 from runner import run  # noqa: E402
 
 TOKENS = json.loads((HERE / "vocab.json").read_text(encoding="utf-8"))["tokens"]
@@ -29,8 +30,7 @@ def spell(ids) -> str:
 def _reference(data: dict) -> list[str]:
     import onnxruntime as ort
 
-    names = ("prefix", "memory", "src_mask", "hidden")
-    feeds = [{n: np.asarray(data[n][i]) for n in names} for i in range(len(data["prefix"]))]
+    feeds = split_feeds(data, ["prefix", "memory", "src_mask", "hidden"], batch=1)
     key = hash(b"".join(np.ascontiguousarray(f["memory"]).tobytes()[:64] for f in feeds))
     if key not in _REFERENCE:
         session = ort.InferenceSession(str(HERE / "model.onnx"), providers=["CPUExecutionProvider"])
