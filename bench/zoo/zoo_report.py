@@ -138,7 +138,7 @@ def markdown(rows: list[dict], args: Any) -> str:
         if "build_error" in row:
             lines.append(f"| {row['model']} | build failed: {row['build_error']} |" + " - |" * 8)
             continue
-        failed = ", ".join(f"{k}: {v}" for k, v in (row.get("failed") or {}).items()) or "0"
+        failed = ", ".join(f"{k}: {v}{' (!)' if v > 3 else ''}" for k, v in (row.get("failed") or {}).items()) or "0"
         versus = "-"
         if row.get("metric"):
             versus = f"{_fmt(row.get('chosen_metric'))} vs {_fmt(row.get('fp32_metric'))} ({row['metric']})"
@@ -149,13 +149,24 @@ def markdown(rows: list[dict], args: Any) -> str:
         elif row.get("retime_error"):
             retimed = f"re-time failed: {row['retime_error'][:80]}"
         fraction = row.get("quantized_compute_fraction")
+        verdict = str(row.get("verdict", "-"))
+        if verdict == "improved" and (timing.get("ratio") or 0.0) > 1.0:
+            verdict += " (!) but slower re-timed"
         lines.append(
             f"| {row['model']} | {_fmt(row.get('trials'))} | {failed} | {_fmt(row.get('first_in_budget_s'))} "
-            f"| {row.get('verdict', '-')} | {versus} | {retimed} "
+            f"| {verdict} | {versus} | {retimed} "
             f"| {'-' if fraction is None else f'{fraction:.0%}'} | {_fmt(row.get('peak_rss_mb'))} "
             f"| {'YES' if row.get('traceback') else 'no'} |"
         )
-    lines += ["", "Stop reasons and verdict reasons:", ""]
+    lines += [
+        "",
+        "(!) marks a bar missed: a failure class counted more than 3 times, or an `improved` verdict whose",
+        "model re-times slower than the original. Re-timing: the chosen model and the original, interleaved,",
+        "30 rounds after 5 warm-up runs, 1 thread, on the first evaluation feed (for a runner model: one call).",
+        "",
+        "Stop reasons and verdict reasons:",
+        "",
+    ]
     for row in rows:
         if "build_error" not in row:
             lines.append(f"- {row['model']}: {row.get('stop_reason') or '-'}; {row.get('verdict_reason') or '-'}")
