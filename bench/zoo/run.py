@@ -1,7 +1,7 @@
 """The zoo: quantune, zero-knowledge, on real models from PyPI packages; one table of how it went.
 
     python bench/zoo/run.py [--list] [--models a,b] [--build-only] [--rebuild]
-                            [--max-trials N] [--timeout S] [--out bench/results]
+                            [--max-trials N] [--timeout S] [--warm] [--out bench/results]
 
 Each model folder (``bench/zoo/<model>/``) holds a committed ``config.yaml``, its metric and,
 when the model needs them, a data loader or runner; ``build.py`` fetches the package with
@@ -20,6 +20,7 @@ import datetime as dt
 import importlib.util
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -99,11 +100,20 @@ def link_into(link: Path, target: Path) -> None:
     link.symlink_to(target)
 
 
-def run_model(name: str, max_trials: int | None, timeout: float | None) -> dict:
+def run_model(name: str, max_trials: int | None, timeout: float | None, warm: bool) -> dict:
+    """One ``quantune run`` in its own process, by default with a cold cache of its own.
+
+    A warm cache would replay earlier zoo runs' passes and evaluations, and the table's times
+    (first trial in budget, trials per timeout) would describe the cache, not quantune.
+    """
     config = run_config(name, max_trials, timeout)
     output = CACHE / "runs" / name
     logfile = CACHE / "runs" / f"{name}.log"
     env = dict(os.environ, ORT_DISABLE_TELEMETRY="1", PYTHONUNBUFFERED="1")
+    if not warm:
+        cache = CACHE / "runs" / f"{name}.cache"
+        shutil.rmtree(cache, ignore_errors=True)
+        env["QUANTUNE_CACHE_DIR"] = str(cache)
     command = [sys.executable, "-m", "quantune.cli", "run", str(config), "--output", str(output), "--restart"]
     limit = (timeout or 600) * 3 + 600
     log(f"{name}: quantune run (log: {logfile})")
@@ -136,6 +146,9 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--rebuild", action="store_true", help="build the selected models again")
     parser.add_argument("--max-trials", type=int, help="override each config's stop.max_trials")
     parser.add_argument("--timeout", type=float, help="override each config's stop.timeout_s")
+    parser.add_argument(
+        "--warm", action="store_true", help="use quantune's shared cache (default: a cold one per model)"
+    )
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results", help="where the table goes")
     return parser.parse_args()
 
@@ -165,7 +178,7 @@ def main() -> int:
             continue
         if args.build_only:
             continue
-        run = run_model(name, args.max_trials, args.timeout)
+        run = run_model(name, args.max_trials, args.timeout, args.warm)
         row = summarize(run, ZOO / name)
         rows.append(row)
         log(f"{name}: {row.get('verdict', '-')} in {run['wall_s']} s (exit {run['exit_code']})")
