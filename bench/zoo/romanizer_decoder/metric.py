@@ -2,7 +2,7 @@
 / characters, of each name's decoded Latin spelling against the one the original decoder gives
 when run the same way (``runner.run`` on the original model). An empty answer scores 0.
 
-``outputs["tokens"]``: per name, [1, n] token ids (a list, one per feed, or stacked);
+``outputs["tokens"]``: per name, [1, 32] token ids padded with 0 (stacked, or a list per feed);
 ``data``: the feeds' inputs (prefix, memory, src_mask, hidden), per name.
 """
 

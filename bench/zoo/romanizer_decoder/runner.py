@@ -3,7 +3,8 @@
 Each feed holds the decoder's inputs for the first step of one name (prefix = BOS, the
 encoder's memory, source mask and GRU state). Each call returns the log-probabilities of the
 next token and the new GRU state; the best token is appended to the prefix and the state is
-carried to the next call, until EOS or 32 tokens. The output per feed is ``tokens`` [1, n].
+carried to the next call, until EOS or 32 tokens. The output per feed is ``tokens`` [1, 32],
+padded with PAD (0): the same shape whatever a candidate decodes, so outputs stack and compare.
 """
 
 from __future__ import annotations
@@ -37,5 +38,7 @@ def run(session, feeds: list[dict[str, np.ndarray]]) -> list[dict[str, np.ndarra
         tokens = last["prefix"][:, 1:]
         if int(np.argmax(logprobs[0])) != EOS and tokens.shape[1] < MAX_TOKENS:
             tokens = np.concatenate([tokens, np.argmax(logprobs, axis=-1)[:, None].astype(np.int64)], axis=1)
-        outputs.append({"tokens": tokens.astype(np.int64)})
+        padded = np.zeros((1, MAX_TOKENS), dtype=np.int64)  # PAD: every feed's output has one shape
+        padded[:, : tokens.shape[1]] = tokens
+        outputs.append({"tokens": padded})
     return outputs
