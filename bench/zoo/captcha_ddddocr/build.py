@@ -22,11 +22,30 @@ ALPHABET = "0123456789abcdefghijklmnopqrstuvwxyz"
 FILES = ["model.onnx", "calib.npz", "eval.npz", "charset.txt"]
 
 
+class SeededSecrets:
+    """What ``captcha.image`` uses of ``secrets``, drawn from a seeded generator instead.
+
+    The package draws its distortions with ``secrets`` (unseedable), so the same build would
+    give different captchas each time; the zoo's data must be the same on every build.
+    """
+
+    def __init__(self, seed: int) -> None:
+        self.rng = random.Random(seed)
+
+    def randbelow(self, n: int) -> int:
+        return self.rng.randrange(n)
+
+    def choice(self, items):
+        return self.rng.choice(items)
+
+
 def captchas(count: int, seed: int) -> dict[str, np.ndarray]:
+    import captcha.image
     from captcha.image import ImageCaptcha
     from PIL import Image
 
     rng = random.Random(seed)
+    captcha.image.secrets = SeededSecrets(seed + 1)  # type: ignore[assignment]
     generator = ImageCaptcha(width=160, height=60)
     images, labels = [], np.full((count, 8), -1, dtype=np.int32)
     for row in range(count):
