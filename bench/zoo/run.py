@@ -183,7 +183,7 @@ def main() -> int:
         rows.append(row)
         log(f"{name}: {row.get('verdict', '-')} in {run['wall_s']} s (exit {run['exit_code']})")
     if args.build_only:
-        return 0
+        return 1 if any("build_error" in row for row in rows) else 0
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     args.out.mkdir(parents=True, exist_ok=True)
     table = markdown(rows, args)

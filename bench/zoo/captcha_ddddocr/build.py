@@ -35,6 +35,9 @@ class SeededSecrets:
     def randbelow(self, n: int) -> int:
         return self.rng.randrange(n)
 
+    def randbits(self, k: int) -> int:
+        return self.rng.getrandbits(k)
+
     def choice(self, items):
         return self.rng.choice(items)
 
