@@ -31,7 +31,7 @@ sys.path.insert(0, str(ZOO))
 
 import yaml  # noqa: E402
 from zoo_report import markdown, summarize  # noqa: E402
-from zoolib import CACHE, built, link, mark_built  # noqa: E402
+from zoolib import CACHE, STAMP, built, link, mark_built  # noqa: E402
 
 REPO = ZOO.parent.parent
 
@@ -80,6 +80,10 @@ def run_config(name: str, max_trials: int | None, timeout: float | None) -> Path
     so the config keeps its relative names (and the metric its short name in results.json).
     """
     here, there = ZOO / name, CACHE / name
+    # a fresh checkout (or another worktree) has no links to the built files yet: the scripts
+    # find the model and data beside themselves
+    built_files = [p.name for p in there.iterdir() if p.is_file() and not p.is_symlink()]
+    link(name, [f for f in built_files if f not in ("zoo-run.yaml", STAMP)])
     for script in here.glob("*.py"):
         if script.name != "build.py":
             link_into(there / script.name, script)
