@@ -112,6 +112,7 @@ def run_model(name: str, max_trials: int | None, timeout: float | None, warm: bo
     """
     config = run_config(name, max_trials, timeout)
     output = CACHE / "runs" / name
+    shutil.rmtree(output, ignore_errors=True)  # a run that fails early must not leave an older run's table row
     logfile = CACHE / "runs" / f"{name}.log"
     env = dict(os.environ, ORT_DISABLE_TELEMETRY="1", PYTHONUNBUFFERED="1")
     if not warm:
