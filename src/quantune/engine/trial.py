@@ -37,6 +37,7 @@ class TrialRecord:
     log_tail: str | None = None
     asked_after: int = 0  # tells done when this trial was asked (for exact resume)
     told_index: int = 0  # place in the order of tells
+    peak_rss_mb: float | None = None  # the trial's peak resident memory, measured where it ran
 
     def to_dict(self) -> dict[str, Any]:
         """A shallow dict of the record (its values are plain JSON data already)."""

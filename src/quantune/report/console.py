@@ -129,6 +129,14 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     console.print(summary(result), markup=False, highlight=False)
 
 
+def memory_line(result: Result) -> str:
+    """Peak resident memory: the largest of any trial, and of each stage that ran."""
+    peaks = [r.peak_rss_mb for r in result.trials if getattr(r, "peak_rss_mb", None)]
+    parts = [f"trials {max(peaks):.0f} MB"] if peaks else []
+    parts += [f"{stage.replace('_', ' ')} {mb:.0f} MB" for stage, mb in result.stage_peak_rss_mb.items()]
+    return f"peak memory: {', '.join(parts)}" if parts else ""
+
+
 def summary(result: Result) -> str:
     base = result.baseline
     label = metric_label(result.metric)
@@ -150,6 +158,11 @@ def summary(result: Result) -> str:
                 f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
                 f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
             )
+    memory = memory_line(result)
+    if memory:
+        lines.append(memory)
+    for failure in result.stage_errors:
+        lines.append(f"stage {failure['stage']} failed: {failure['error']} (the run went on without it)")
     if result.replayed:
         lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")
     if result.interrupted:

@@ -39,6 +39,8 @@ class Result:
     step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     replayed: int = 0
     latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
+    stage_peak_rss_mb: dict[str, float] = field(default_factory=dict)  # sensitivity, calibration, baseline_evaluation
+    stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
 
     @property
     def interrupted(self) -> bool:
@@ -64,6 +66,8 @@ class Result:
             "cache": self.cache_stats,
             "replayed_trials": self.replayed,
             "latency_confirmation": self.latency_confirmation,
+            "stage_peak_rss_mb": self.stage_peak_rss_mb,
+            "stage_errors": self.stage_errors,
         }
 
 
