@@ -157,6 +157,9 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     options.log_severity_level = 3
     # No fusions: every tensor keeps the value the QDQ graph defines.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # No memory arena: the arena keeps the largest batch's blocks and grows with fragmentation
+    # over many runs; freed tensors go back to the allocator, so the peak is one batch's.
+    options.enable_cpu_mem_arena = False
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -330,6 +333,9 @@ def measure(
             reference = single.run(None, {f: qv[raw] for f, raw, _ in pairs})[0]
             value = single.run(None, {f: qv[seen] for f, _, seen in pairs})[0]
             product_stats[node.name].add(value, reference)
+        # dropped before the next batch runs, so two batches' tensors are never held at once
+        del qv, fv, feeds, batch
+        reference = value = None
 
     activation_noise = {name: stats.channel_nmse() for name, stats in act_stats.items()}
     weight_noise = {name: stats.channel_nmse() for name, stats in weight_stats.items()}
@@ -452,6 +458,8 @@ def measure_dynamic(
                 reference = np.take(references[node.name], indices, axis=axis)
                 value = np.take(quantized, indices, axis=axis)
             stats[node.name].add(value, reference)
+        del values, feeds, batch  # before the next batch runs
+        reference = value = None
     scores = {node.name: 0.0 for node in model.graph.node}
     noise = {name: stat.channel_nmse() for name, stat in stats.items()}
     scores.update(noise)

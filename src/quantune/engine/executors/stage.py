@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.engine.executors.process import exit_cause
-from quantune.memory import peak_tracker, take_stage_peaks
+from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
 log = logging.getLogger("quantune.stage")
 
@@ -98,6 +98,7 @@ def _stage_main(
 
         limit = int(memory_limit_mb) * 1024 * 1024
         resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return_large_blocks()  # batch after batch of large tensors: never let the heap keep them
     with peak_tracker() as peak:
         try:
             value, error = fn(*args), None
