@@ -169,25 +169,32 @@ def calibrate_ranges(
     """
     budget = memory_budget_mb() if budget_mb is None else budget_mb
     with peak_tracker() as peak, tempfile.TemporaryDirectory(prefix="quantune-calib-") as tmp:
-        calibrator = create_calibrator(
-            Path(model_path),
-            list(op_types) if op_types else None,
-            augmented_model_path=str(Path(tmp) / "augmented.onnx"),
-            calibrate_method=method,
-            extra_options=dict(options or {}),
-        )
-        session = calibrator.infer_session
+
+        def calibrator_for(kind: CalibrationMethod):
+            return create_calibrator(
+                Path(model_path),
+                list(op_types) if op_types else None,
+                augmented_model_path=str(Path(tmp) / f"augmented-{kind.name}.onnx"),
+                calibrate_method=kind,
+                extra_options=dict(options or {}),
+            )
+
+        calibrator = calibrator_for(method)
         first = next(iter(feeds()), None)
         if first is None:
             raise ValueError("calibration: no data to calibrate with (zero rows)")
-        splittable = _batch_dim_free(session)
-        per_row = _bytes_per_row(session, first, splittable)
+        splittable = _batch_dim_free(calibrator.infer_session)
+        per_row = _bytes_per_row(calibrator.infer_session, first, splittable)
+        del first
         planner = ChunkPlanner(per_row, budget * _MB / _COPIES, splittable)
         count = sum(1 for _ in planner.chunks(feeds()))
         if count > 1 and method != CalibrationMethod.MinMax:
+            # the MinMax pass runs alone: two sessions' buffers are never held at once
+            del calibrator
             extremes = calibrate_ranges(
                 model_path, feeds, CalibrationMethod.MinMax, op_types=op_types, budget_mb=budget
             )
+            calibrator = calibrator_for(method)
             _seed_histograms(calibrator, extremes)
         for chunk in planner.chunks(feeds()):
             calibrator.collect_data(_ListReader(chunk))
