@@ -13,6 +13,7 @@ import pytest
 from quantune.config import load_config
 from quantune.engine import Engine
 from quantune.engine.executors.stage import Isolation, run_stage
+from quantune.report.console import summary
 
 ROOT = Path(__file__).resolve().parents[1]
 DIGITS = ROOT / "examples" / "digits"
@@ -83,3 +84,5 @@ def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, m
     assert failure["stage"] == "sensitivity" and "SIGKILL" in failure["error"]
     assert "baseline_evaluation" in saved["stage_peak_rss_mb"]
     assert "sensitivity" in (tmp_path / "out" / "quantune.log").read_text()
+    text = summary(result)
+    assert "peak memory: trials" in text and "stage sensitivity failed: worker crashed" in text
