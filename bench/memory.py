@@ -1,13 +1,16 @@
 """Peak memory of calibration and sensitivity as the calibration data grows (issue 16).
 
-Builds a detector-like conv net with ``onnx.helper`` (about 2.6M parameters, 1024x1024
-input, full-resolution convolutions, so its activations are large: some 300 MB of calibrated
+Builds a detector-like conv net with ``onnx.helper`` (about 2.1M parameters, 1024x1024
+input, full-resolution convolutions, so its activations are large: several hundred MB of calibrated
 tensors per image), then measures, each in a fresh subprocess (its peak RSS is its lifetime
 ``ru_maxrss``), calibration with MinMax, Entropy and Percentile and the sensitivity analysis
 (`evaluate/sensitivity.py:measure`) over 1x, 4x and 16x as many calibration images. Bounded
 by design, the peak must stay flat (within 20% of the 1x figure) and under 4 GB.
 
-    PYTHONPATH=src python bench/memory.py [--images 2] [--size 1024] [--budget-mb 512]
+    PYTHONPATH=src python bench/memory.py [--images 1] [--size 1024] [--budget-mb 512] [--onnx det.onnx]
+
+``--onnx`` measures a given model instead, e.g. PP-OCRv6_det_small.onnx from the rapidocr==3.10.0
+wheel (``pip download --no-deps rapidocr==3.10.0``; the file is in ``rapidocr/models/``).
 
 ``--budget-mb`` is the memory budget the stages chunk by (``QUANTUNE_MEMORY_BUDGET_MB``; in a
 run it comes from ``executor.memory_limit_mb`` or a quarter of the machine's memory): it is set
@@ -82,12 +85,12 @@ def build_detector(path: Path, size: int) -> Path:
     return path
 
 
-def _images(count: int, size: int):
+def _images(count: int, size: int, name: str = "image"):
     """Smooth random 'pages', one per batch, made as they are read (the data is not what is measured)."""
     rng = np.random.default_rng(1)
     for _ in range(count):
         small = rng.normal(0, 1, (1, 3, size // 16, size // 16)).astype(np.float32)
-        yield {"image": np.repeat(np.repeat(small, 16, axis=2), 16, axis=3)}
+        yield {name: np.repeat(np.repeat(small, 16, axis=2), 16, axis=3)}
 
 
 def _child(args: argparse.Namespace) -> None:
@@ -101,7 +104,7 @@ def _child(args: argparse.Namespace) -> None:
 
         return_large_blocks()  # as the sensitivity stage's worker does
 
-        report = measure(args.model, args.quant, _images(args.count, args.size))
+        report = measure(args.model, args.quant, _images(args.count, args.size, args.input))
         detail = {"rows": report.rows}
     else:
         from quantune.passes.onnx.calibration import calibrate_ranges
@@ -112,9 +115,13 @@ def _child(args: argparse.Namespace) -> None:
     print(json.dumps({"peak_mb": peak, "seconds": time.perf_counter() - started, **detail}))
 
 
+def _input_name(model: Path) -> str:
+    return onnx.load(str(model), load_external_data=False).graph.input[0].name
+
+
 def _measure(kind: str, model: Path, quant: Path, count: int, size: int, budget: float) -> dict:
     command = [sys.executable, __file__, "--child", kind, "--model", str(model), "--quant", str(quant)]
-    command += ["--count", str(count), "--size", str(size)]
+    command += ["--count", str(count), "--size", str(size), "--input", _input_name(model)]
     env = {**os.environ, "QUANTUNE_MEMORY_BUDGET_MB": str(budget), "PYTHONPATH": str(ROOT / "src")}
     done = subprocess.run(command, capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -128,7 +135,7 @@ def _quantize(model: Path, quant: Path, size: int) -> None:
         "import sys; sys.path.insert(0, sys.argv[4]); from memory import _images;"
         "from onnxruntime.quantization import quantize_static, QuantFormat, CalibrationDataReader\n"
         "class R(CalibrationDataReader):\n"
-        "    def __init__(self): self.it = _images(2, int(sys.argv[3]))\n"
+        "    def __init__(self): self.it = _images(2, int(sys.argv[3]), sys.argv[5])\n"
         "    def get_next(self): return next(self.it, None)\n"
         "quantize_static(sys.argv[1], sys.argv[2], R(), quant_format=QuantFormat.QDQ)"
     )
@@ -139,19 +146,21 @@ def _quantize(model: Path, quant: Path, size: int) -> None:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--images", type=int, default=2, help="calibration images at 1x")
+    parser.add_argument("--images", type=int, default=1, help="calibration images at 1x")
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--budget-mb", type=float, default=512)
+    parser.add_argument("--onnx", type=Path, help="measure this model (one image input [N, 3, H, W]) instead")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--quant", help=argparse.SUPPRESS)
     parser.add_argument("--count", type=int, help=argparse.SUPPRESS)
+    parser.add_argument("--input", default="image", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
         _child(args)
         return 0
     with tempfile.TemporaryDirectory(prefix="quantune-bench-memory-") as tmp:
-        model = build_detector(Path(tmp) / "detector.onnx", args.size)
+        model = args.onnx.resolve() if args.onnx else build_detector(Path(tmp) / "detector.onnx", args.size)
         quant = Path(tmp) / "detector.qdq.onnx"
         _quantize(model, quant, args.size)
         params = sum(int(np.prod(i.dims)) for i in onnx.load(str(model)).graph.initializer)
