@@ -157,3 +157,14 @@ def test_calibration_peak_does_not_grow_with_ten_times_the_data(tmp_path: Path) 
     small = _calibration_peak(model, 40)
     large = _calibration_peak(model, 400)
     assert large <= small + 120, f"peak grew from {small:.0f} MB to {large:.0f} MB with 10x the data"
+
+
+def test_the_budget_follows_the_worker_s_memory_limit(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from quantune.engine.executors.stage import Isolation, run_stage
+    from quantune.memory import memory_budget_mb, total_memory_mb
+
+    monkeypatch.delenv("QUANTUNE_MEMORY_BUDGET_MB", raising=False)
+    limited = run_stage("budget", memory_budget_mb, isolation=Isolation(log_dir=tmp_path, memory_limit_mb=4000))
+    assert limited.ok and 64 <= limited.value <= 2000  # half of what the limit leaves
+    free = run_stage("budget", memory_budget_mb, isolation=Isolation(log_dir=tmp_path))
+    assert free.value == pytest.approx(total_memory_mb() / 4)
