@@ -139,8 +139,9 @@ def _quantize(model: Path, quant: Path, size: int) -> None:
         "    def get_next(self): return next(self.it, None)\n"
         "quantize_static(sys.argv[1], sys.argv[2], R(), quant_format=QuantFormat.QDQ)"
     )
+    here = str(Path(__file__).parent)
     subprocess.run(
-        [sys.executable, "-c", code, str(model), str(quant), str(size), str(Path(__file__).parent)], check=True
+        [sys.executable, "-c", code, str(model), str(quant), str(size), here, _input_name(model)], check=True
     )
 
 
@@ -165,7 +166,7 @@ def main() -> int:
         _quantize(model, quant, args.size)
         params = sum(int(np.prod(i.dims)) for i in onnx.load(str(model)).graph.initializer)
         print(
-            f"detector: {params / 1e6:.2f}M parameters, {model.stat().st_size / 2**20:.1f} MB, input 3x{args.size}x{args.size}"
+            f"{model.name}: {params / 1e6:.2f}M parameters, {model.stat().st_size / 2**20:.1f} MB, input 3x{args.size}x{args.size}"
         )
         print(f"memory budget {args.budget_mb:.0f} MB; peak RSS of a fresh process per cell (MB)\n")
         header = f"| stage | {' | '.join(f'{s}x ({s * args.images} img)' for s in SCALES)} | 16x / 1x | flat (<=1.2) and < 4 GB |"
