@@ -109,7 +109,8 @@ def _child(args: argparse.Namespace) -> None:
     else:
         from quantune.passes.onnx.calibration import calibrate_ranges
 
-        ranges = calibrate_ranges(args.model, lambda: _images(args.count, args.size), CalibrationMethod[args.child])
+        feeds = lambda: _images(args.count, args.size, args.input)  # noqa: E731
+        ranges = calibrate_ranges(args.model, feeds, CalibrationMethod[args.child])
         detail = {"tensors": len(list(ranges))}
     peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(json.dumps({"peak_mb": peak, "seconds": time.perf_counter() - started, **detail}))

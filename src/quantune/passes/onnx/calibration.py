@@ -11,7 +11,8 @@ ranges into the running min/max (exactly the one-shot result), and the histogram
 (Entropy, Percentile, Distribution) merge each call's histograms into the running ones
 (widening the bins when a later chunk reaches further). So the data is fed one chunk per call:
 
-* a chunk holds as many batches as fit the memory budget (:func:`quantune.memory.memory_budget_mb`),
+* MinMax takes one batch per call (it reduces each batch to two numbers per tensor at once);
+* for the histogram methods, a chunk holds as many batches as fit the memory budget (:func:`quantune.memory.memory_budget_mb`),
   estimated from the bytes of all calibrated tensors for one row, so data that fits gives the
   one-shot result exactly;
 * a batch larger than the budget is split along its first axis (when the model's batch
@@ -67,17 +68,21 @@ def _shape_key(feed: Feed) -> tuple:
 
 
 class ChunkPlanner:
-    """Groups feeds into chunks of at most ``max_bytes`` of calibrated tensors."""
+    """Groups feeds into chunks of at most ``max_bytes`` of calibrated tensors (and their inputs).
 
-    def __init__(self, bytes_per_row: float, max_bytes: float, splittable: bool) -> None:
+    ``max_bytes=None``: one feed per chunk, never cut (MinMax, which reduces each batch to
+    two numbers per tensor as it goes: grouping would only hold more inputs at once).
+    """
+
+    def __init__(self, bytes_per_row: float, max_bytes: float | None, splittable: bool) -> None:
         self.bytes_per_row = max(bytes_per_row, 1.0)
-        self.max_rows = max(1, int(max_bytes // self.bytes_per_row))
+        self.max_rows = None if max_bytes is None else max(1, int(max_bytes // self.bytes_per_row))
         self.splittable = splittable
 
     def pieces(self, feed: Feed) -> Iterator[Feed]:
         """``feed``, split along axis 0 into pieces of at most ``max_rows`` when allowed."""
         rows = _rows(feed)
-        if not self.splittable or rows <= self.max_rows:
+        if self.max_rows is None or not self.splittable or rows <= self.max_rows:
             yield feed
             return
         for start in range(0, rows, self.max_rows):
@@ -88,6 +93,9 @@ class ChunkPlanner:
         rows = 0
         key = None
         for feed in feeds:
+            if self.max_rows is None:
+                yield [feed]
+                continue
             for piece in self.pieces(feed):
                 n = _rows(piece)
                 piece_key = _shape_key(piece)
@@ -111,7 +119,8 @@ def _bytes_per_row(session, feed: Feed, splittable: bool) -> float:
     rows = _rows(feed)
     probe = {name: value[:1] for name, value in feed.items()} if splittable and rows > 1 else feed
     outputs = session.run(None, probe)
-    total = sum(np.asarray(out).nbytes for out in outputs)
+    # a chunk holds its feeds too (a loader's batches are fresh arrays, not views of the data)
+    total = sum(np.asarray(out).nbytes for out in outputs) + sum(value.nbytes for value in probe.values())
     return total / (1 if probe is not feed else max(rows, 1))
 
 
@@ -186,9 +195,10 @@ def calibrate_ranges(
         splittable = _batch_dim_free(calibrator.infer_session)
         per_row = _bytes_per_row(calibrator.infer_session, first, splittable)
         del first
-        planner = ChunkPlanner(per_row, budget * _MB / _COPIES, splittable)
+        minmax = method == CalibrationMethod.MinMax
+        planner = ChunkPlanner(per_row, None if minmax else budget * _MB / _COPIES, splittable)
         count = sum(1 for _ in planner.chunks(feeds()))
-        if count > 1 and method != CalibrationMethod.MinMax:
+        if count > 1 and not minmax:
             # the MinMax pass runs alone: two sessions' buffers are never held at once
             del calibrator
             extremes = calibrate_ranges(
@@ -202,10 +212,10 @@ def calibrate_ranges(
         del calibrator
     note_stage_peak("calibration", peak.mb)
     log.info(
-        "calibration (%s): %d chunk(s) of at most %d rows (%.1f MB of tensors a row, budget %.0f MB), peak %.0f MB",
+        "calibration (%s): %d chunk(s) of at most %s rows (%.1f MB of tensors a row, budget %.0f MB), peak %.0f MB",
         method.name,
         count,
-        planner.max_rows,
+        planner.max_rows or "one batch's",
         per_row / _MB,
         budget,
         peak.mb,
