@@ -21,6 +21,7 @@ from quantune.config import Config, LoadedConfig
 from quantune.engine.confirm import confirm_latency
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
+from quantune.engine.executors.stage import Isolation, StageLog
 from quantune.engine.failures import KnownFailures, classify
 from quantune.engine.identity import fingerprints
 from quantune.engine.interrupts import DeferredInterrupt, stop_cause
@@ -34,6 +35,7 @@ from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
 from quantune.evaluate import Criterion
 from quantune.evaluate.criterion import check_budget
+from quantune.memory import peak_tracker
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
 from quantune.space import SearchSpace
@@ -86,6 +88,14 @@ class Engine:
         self.output_dir = Path(output_dir).resolve()
         self.restart = restart
         self.listeners = list(listeners)
+        executor = self.config.executor
+        # Heavy stages outside the trials (sensitivity analysis) run in workers under the trials' limits.
+        self.isolation = Isolation(
+            log_dir=self.output_dir / "workers",
+            memory_limit_mb=executor.memory_limit_mb,
+            timeout_s=executor.trial_timeout_s,
+            inline=executor.kind == "inline",
+        )
 
     @property
     def objectives(self) -> list[str]:
@@ -124,7 +134,7 @@ class Engine:
     def _strategy(self, parts: RunParts) -> Strategy:
         _check_runnable(parts.plan.space)
         strategy = create_strategy(self.config.search.strategy)
-        strategy.bind(search_problem(parts, self.config))
+        strategy.bind(search_problem(parts, self.config, self.isolation))
         return strategy
 
     def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
@@ -133,7 +143,10 @@ class Engine:
         replay = Replay(store.trials())
         executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
         try:
-            baseline, baseline_cache = runner.baseline()
+            with peak_tracker() as peak:
+                baseline, baseline_cache = runner.baseline()
+            if baseline_cache == "miss":  # measured only when it ran (in this process)
+                self.isolation.stages.note_peak("baseline_evaluation", peak.mb)
             check_budget(parts.criterion, self.config.evaluation.metric, baseline)
         except BaseException:  # the original does not evaluate (or Ctrl-C): no run, no workers left behind
             executor.shutdown(kill=True)
@@ -208,6 +221,8 @@ class Engine:
             verdict=verdict.kind,
             verdict_reason=verdict.reason,
             preparation=parts.context.preparation.to_dict() if parts.context.preparation else None,
+            stage_peak_rss_mb=_stage_peaks(self.isolation.stages, records),
+            stage_errors=list(self.isolation.stages.errors),
         )
 
     def judge(self, record: TrialRecord, baseline: dict[str, float], criterion) -> None:
@@ -252,9 +267,10 @@ def _check_runnable(space: SearchSpace) -> None:
         )
 
 
-def search_problem(parts: RunParts, config: Config) -> SearchProblem:
+def search_problem(parts: RunParts, config: Config, isolation: Isolation | None = None) -> SearchProblem:
     """What the config's strategy may know of this run: spaces, flows, a sampler factory, limits,
-    and (for accuracy-driven strategies) the model graph and a sensitivity function."""
+    and (for accuracy-driven strategies) the model graph and a sensitivity function (run as
+    ``isolation`` says: in a worker process, or in this one without it)."""
     search = config.search
     options: dict[str, Any] = {}
     if config.executor.workers > 1 and search.sampler == "tpe":
@@ -269,7 +285,7 @@ def search_problem(parts: RunParts, config: Config) -> SearchProblem:
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
         objective=(config.objectives or [config.objective])[0],
-        **accuracy_fields(parts.context, parts.plan, checked_options(search.strategy, search.strategy_options)),
+        **accuracy_fields(parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation),
     )
 
 
@@ -488,6 +504,17 @@ def _outcome(record: TrialRecord, criterion: Criterion) -> Outcome:
         return Outcome(None)
     violation = 0.0 if record.accuracy_loss is None else criterion.violation(record.accuracy_loss)
     return Outcome(record.objective, violation, record.meets_criterion, record.metrics)
+
+
+def _stage_peaks(stages: StageLog, records: list[TrialRecord]) -> dict[str, float]:
+    """Peak resident memory per stage: the run's own stages, and the largest calibration any trial ran."""
+    peaks = dict(stages.peaks)
+    for record in records:
+        for key, value in record.durations.items():
+            if key.endswith("_peak_rss_mb") and isinstance(value, int | float):
+                stage = key.removesuffix("_peak_rss_mb")
+                peaks[stage] = max(peaks.get(stage, 0.0), float(value))
+    return dict(sorted(peaks.items()))
 
 
 def _cache_stats(records: list[TrialRecord], baseline_cache: str) -> dict[str, dict[str, int]]:

@@ -18,6 +18,7 @@ from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Evaluator
+from quantune.memory import peak_tracker, take_stage_peaks
 from quantune.model import ModelHandle
 from quantune.passes.cached import run_pass_cached
 from quantune.prepare import Preparation
@@ -97,16 +98,21 @@ class TrialRunner:
     def run(self, trial: Trial) -> TrialRecord:
         record = TrialRecord(number=trial.number, flow=list(trial.flow), params=dict(trial.params), status="ok")
         started = time.perf_counter()
-        try:
-            model_path, model_sha = self._run_passes(trial, record)
-            record.model_path = str(model_path)
-            record.model_sha256 = model_sha
-            record.metrics = self._evaluate(model_path, model_sha, record)
-        except Exception as exc:  # a trial's failure is data, not a crash of the run
-            record.status = "failed"
-            record.error = f"{type(exc).__name__}: {exc}"
-            log.warning("trial %d failed: %s\n%s", trial.number, record.error, traceback.format_exc())
+        take_stage_peaks()  # only this trial's stages
+        with peak_tracker() as peak:
+            try:
+                model_path, model_sha = self._run_passes(trial, record)
+                record.model_path = str(model_path)
+                record.model_sha256 = model_sha
+                record.metrics = self._evaluate(model_path, model_sha, record)
+            except Exception as exc:  # a trial's failure is data, not a crash of the run
+                record.status = "failed"
+                record.error = f"{type(exc).__name__}: {exc}"
+                log.warning("trial %d failed: %s\n%s", trial.number, record.error, traceback.format_exc())
         record.durations["total_s"] = time.perf_counter() - started
+        record.peak_rss_mb = round(peak.mb, 1)
+        for stage, mb in take_stage_peaks().items():  # e.g. a calibration the trial ran
+            record.durations[f"{stage}_peak_rss_mb"] = mb
         return record
 
     def _run_passes(self, trial: Trial, record: TrialRecord) -> tuple[Path, str]:

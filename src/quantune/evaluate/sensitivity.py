@@ -29,8 +29,9 @@ data fingerprint, rows): the quantized model's hash covers the whole quantizatio
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -41,6 +42,7 @@ import onnxruntime as ort
 from onnx import helper, numpy_helper
 
 from quantune.data import Dataset
+from quantune.memory import memory_budget_mb, note_stage_peak, peak_tracker
 from quantune.passes import PassConfig
 from quantune.passes.cached import run_pass_cached
 from quantune.store import ArtifactCache, cache_key
@@ -175,6 +177,9 @@ def _session(model: onnx.ModelProto) -> ort.InferenceSession:
     options.log_severity_level = 3
     # No fusions: every tensor keeps the value the QDQ graph defines.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
+    # No memory arena: the arena keeps the largest batch's blocks and grows with fragmentation
+    # over many runs; freed tensors go back to the allocator, so the peak is one batch's.
+    options.enable_cpu_mem_arena = False
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
@@ -204,12 +209,54 @@ def _single_node(node: onnx.NodeProto, model: onnx.ModelProto, activations: Sequ
     return single
 
 
+def _within_budget(
+    batches: Iterable[dict[str, np.ndarray]],
+    q_session: ort.InferenceSession,
+    f_session: ort.InferenceSession,
+    input_names: set[str],
+    budget_mb: float | None,
+) -> Iterator[dict[str, np.ndarray]]:
+    """``batches``, each cut along its first axis into pieces whose captured tensors fit the budget.
+
+    One batch's every intermediate tensor of both models is held at once (the statistics
+    then accumulate per tensor), so a batch of a dozen 960x736 pages is several GB: the
+    bytes for one row are measured on the first batch and larger batches are cut (when the
+    model's batch dimension is free; a fixed one is left as it is).
+    """
+    iterator = iter(batches)
+    first = next(iterator, None)
+    if first is None:
+        return
+    max_rows = None
+    free = all(arg.shape and not isinstance(arg.shape[0], int) for arg in f_session.get_inputs())
+    rows = len(next(iter(first.values())))
+    if free and rows > 1:
+        one = {k: v[:1] for k, v in first.items() if k in input_names}
+        per_row = sum(np.asarray(o).nbytes for o in q_session.run(None, one))
+        per_row += sum(np.asarray(o).nbytes for o in f_session.run(None, one))
+        budget = memory_budget_mb() if budget_mb is None else budget_mb
+        max_rows = max(1, int(budget * 1024 * 1024 / 2 // max(per_row, 1)))
+    for batch in itertools.chain([first], iterator):
+        n = len(next(iter(batch.values())))
+        if max_rows is None or n <= max_rows:
+            yield batch
+            continue
+        for start in range(0, n, max_rows):
+            yield {k: v[start : start + max_rows] for k, v in batch.items()}
+
+
 def measure(
     float_model: str | Path,
     quant_model: str | Path,
-    batches: Iterator[dict[str, np.ndarray]] | Sequence[dict[str, np.ndarray]],
+    batches: Iterable[dict[str, np.ndarray]],
+    *,
+    budget_mb: float | None = None,
 ) -> SensitivityReport:
-    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``."""
+    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``.
+
+    Streaming: per batch, each compared tensor's statistics are accumulated and the batch's
+    tensors dropped; batches are cut to fit ``budget_mb`` (default: :func:`memory_budget_mb`).
+    """
     fmodel = onnx.load(str(float_model))
     qmodel = onnx.load(str(quant_model))
     f_inits = {init.name for init in fmodel.graph.initializer}
@@ -281,7 +328,7 @@ def measure(
     product_stats = {node.name: _Stats() for node, _ in products}
     swapped: dict[str, ort.InferenceSession] = {}
     rows = 0
-    for batch in batches:
+    for batch in _within_budget(batches, q_session, f_session, f_input_names, budget_mb):
         feeds = {k: v for k, v in batch.items() if k in f_input_names}
         rows += len(next(iter(feeds.values())))
         qv = dict(zip(q_out_names, q_session.run(q_out_names, feeds), strict=True))
@@ -306,6 +353,9 @@ def measure(
             reference = single.run(None, {f: qv[raw] for f, raw, _ in pairs})[0]
             value = single.run(None, {f: qv[seen] for f, _, seen in pairs})[0]
             product_stats[node.name].add(value, reference)
+        # dropped before the next batch runs, so two batches' tensors are never held at once
+        del qv, fv, feeds, batch
+        reference = value = None
 
     activation_noise = {name: stats.nmse() for name, stats in act_stats.items()}
     weight_noise = {name: stats.nmse() for name, stats in weight_stats.items()}
@@ -428,6 +478,8 @@ def measure_dynamic(
                 reference = np.take(references[node.name], indices, axis=axis)
                 value = np.take(quantized, indices, axis=axis)
             stats[node.name].add(value, reference)
+        del values, feeds, batch  # before the next batch runs
+        reference = value = None
     scores = {node.name: 0.0 for node in model.graph.node}
     noise = {name: stat.nmse() for name, stat in stats.items()}
     scores.update(noise)
@@ -451,6 +503,76 @@ def _attr(node: onnx.NodeProto, name: str, default: int) -> int:
 StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
 
 
+@dataclass(frozen=True)
+class ProbeJob:
+    """One sensitivity measurement as plain data, so it can run in a worker process."""
+
+    model_path: Path
+    model_sha: str
+    steps: list[tuple[str, type, PassConfig]]  # (step id, pass class, config) up to the quant step
+    quant_step: str
+    calibration: Dataset
+    input_names: list[str]
+    batch_size: int
+    cache_root: Path
+    rows: int
+    dynamic: bool
+
+
+def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, Any]:
+    """The :class:`SensitivityReport` of ``job`` as JSON data (through the artifact cache)."""
+    cache = cache or ArtifactCache(job.cache_root)
+    current, current_sha = job.model_path, job.model_sha
+
+    def run(step_id: str, pass_cls: type, config: PassConfig) -> tuple[Path, str]:
+        path, sha, _ = run_pass_cached(
+            cache,
+            pass_cls,
+            config,
+            current,
+            current_sha,
+            calibration=job.calibration,
+            input_names=job.input_names,
+            batch_size=job.batch_size,
+            label=f"{step_id} (sensitivity)",
+        )
+        return path, sha
+
+    if job.dynamic:
+        options: dict[str, Any] = {}
+        for step_id, pass_cls, config in job.steps:
+            if step_id == job.quant_step:
+                dumped = config.model_dump()
+                options = {k: dumped[k] for k in ("weight_type", "per_channel", "reduce_range") if k in dumped}
+                break
+            current, current_sha = run(step_id, pass_cls, config)
+        key = cache_key("sensitivity-dynamic", VERSION, current_sha, options, job.calibration.fingerprint, job.rows)
+        cached = cache.get_json("sensitivity", key)
+        if cached is not None:
+            return cached
+        batches = job.calibration.batches(job.input_names, job.batch_size, job.rows)
+        report = measure_dynamic(current, batches, **options)
+    else:
+        float_path, float_sha = current, current_sha
+        for step_id, pass_cls, config in job.steps:
+            if step_id == job.quant_step:
+                float_path, float_sha = current, current_sha
+                # QDQ: the same numbers as QOperator, but every tensor stays visible
+                config = type(config).model_validate({**config.model_dump(), "quant_format": "QDQ"})
+            current, current_sha = run(step_id, pass_cls, config)
+        key = cache_key("sensitivity", VERSION, float_sha, current_sha, job.calibration.fingerprint, job.rows)
+        cached = cache.get_json("sensitivity", key)
+        if cached is not None:
+            return cached
+        batches = job.calibration.batches(job.input_names, job.batch_size, job.rows)
+        with peak_tracker() as peak:
+            report = measure(float_path, current, batches)
+        note_stage_peak("sensitivity_measure", peak.mb)
+    data = report.to_json()
+    cache.put_json("sensitivity", key, data)
+    return data
+
+
 @dataclass
 class SensitivityProbe:
     """``probe(point)`` -> node scores for the flow's static quantization at ``point``.
@@ -459,6 +581,10 @@ class SensitivityProbe:
     engine's keys, so trials reuse them), with the quantization forced to QDQ (same numbers
     as QOperator, but every tensor stays visible), then :func:`measure` on a slice of the
     calibration data. Reports are cached; the last one is kept in ``last``.
+
+    With ``isolation`` (the engine's), all of it runs in a worker process under the trial
+    workers' limits: a measurement that dies or runs out of memory is recorded and gives
+    no scores (the strategy then ranks in graph order), and no later point is probed.
     """
 
     model_path: Path
@@ -474,68 +600,40 @@ class SensitivityProbe:
     last: SensitivityReport | None = None
     calls: int = 0
     dynamic: bool = False  # the quant step is dynamic_quant: scored by :func:`measure_dynamic`
+    isolation: Any = None  # quantune.engine.executors.stage.Isolation, or None: in this process
+    failed: str | None = None  # why an isolated measurement failed; no scores after that
 
     def __call__(self, point: Mapping[str, Any]) -> dict[str, float]:
         return dict(self.report(point).scores)
 
     def report(self, point: Mapping[str, Any]) -> SensitivityReport:
         self.calls += 1
-        if self.dynamic:
-            return self._report_dynamic(point)
-        float_path, float_sha, quant_path, quant_sha = self._models(point)
-        key = cache_key("sensitivity", VERSION, float_sha, quant_sha, self.calibration.fingerprint, self.rows)
-        cached = self.cache.get_json("sensitivity", key)
-        if cached is not None:
-            self.last = SensitivityReport.from_json(cached)
-            return self.last
-        batches = self.calibration.batches(self.input_names, self.batch_size, self.rows)
-        report = measure(float_path, quant_path, batches)
-        self.cache.put_json("sensitivity", key, report.to_json())
-        self.last = report
-        return report
-
-    def _report_dynamic(self, point: Mapping[str, Any]) -> SensitivityReport:
+        if self.failed is not None:
+            return SensitivityReport(scores={})
         steps = self.flow[: self.flow.index(self.quant_step) + 1]
-        current, current_sha = self.model_path, self.model_sha
-        options: dict[str, Any] = {}
-        for step, config in self.configs_for(point, steps):
-            if step.id == self.quant_step:
-                dumped = config.model_dump()
-                options = {k: dumped[k] for k in ("weight_type", "per_channel", "reduce_range") if k in dumped}
-                break
-            current, current_sha = self._run(step, config, current, current_sha)
-        key = cache_key("sensitivity-dynamic", VERSION, current_sha, options, self.calibration.fingerprint, self.rows)
-        cached = self.cache.get_json("sensitivity", key)
-        if cached is not None:
-            self.last = SensitivityReport.from_json(cached)
-            return self.last
-        batches = self.calibration.batches(self.input_names, self.batch_size, self.rows)
-        report = measure_dynamic(current, batches, **options)
-        self.cache.put_json("sensitivity", key, report.to_json())
-        self.last = report
-        return report
-
-    def _models(self, point: Mapping[str, Any]) -> tuple[Path, str, Path, str]:
-        steps = self.flow[: self.flow.index(self.quant_step) + 1]
-        current, current_sha = self.model_path, self.model_sha
-        float_path, float_sha = current, current_sha
-        for step, config in self.configs_for(point, steps):
-            if step.id == self.quant_step:
-                float_path, float_sha = current, current_sha
-                config = type(config).model_validate({**config.model_dump(), "quant_format": "QDQ"})
-            current, current_sha = self._run(step, config, current, current_sha)
-        return float_path, float_sha, current, current_sha
-
-    def _run(self, step: Any, config: PassConfig, model: Path, sha: str) -> tuple[Path, str]:
-        path, model_sha, _ = run_pass_cached(
-            self.cache,
-            step.pass_cls,
-            config,
-            model,
-            sha,
+        job = ProbeJob(
+            model_path=self.model_path,
+            model_sha=self.model_sha,
+            steps=[(step.id, step.pass_cls, config) for step, config in self.configs_for(point, steps)],
+            quant_step=self.quant_step,
             calibration=self.calibration,
-            input_names=self.input_names,
+            input_names=list(self.input_names),
             batch_size=self.batch_size,
-            label=f"{step.id} (sensitivity)",
+            cache_root=self.cache.root,
+            rows=self.rows,
+            dynamic=self.dynamic,
         )
-        return path, model_sha
+        if self.isolation is None:
+            data = run_probe(job, self.cache)
+        else:
+            from quantune.engine.executors.stage import run_stage
+
+            outcome = run_stage("sensitivity", run_probe, job, isolation=self.isolation)
+            if not outcome.ok:
+                self.failed = outcome.error
+                log.warning("sensitivity analysis failed (%s); groups are ranked in graph order", outcome.error)
+                self.last = SensitivityReport(scores={})
+                return self.last
+            data = outcome.value
+        self.last = SensitivityReport.from_json(data)
+        return self.last

@@ -179,6 +179,14 @@ def verdict_line(result: Result) -> str:
     )
 
 
+def memory_line(result: Result) -> str:
+    """Peak resident memory: the largest of any trial, and of each stage that ran."""
+    peaks = [r.peak_rss_mb for r in result.trials if getattr(r, "peak_rss_mb", None)]
+    parts = [f"trials {max(peaks):.0f} MB"] if peaks else []
+    parts += [f"{stage.replace('_', ' ')} {mb:.0f} MB" for stage, mb in result.stage_peak_rss_mb.items()]
+    return f"peak memory: {', '.join(parts)}" if parts else ""
+
+
 def summary(result: Result) -> str:
     base = result.baseline
     label = metric_label(result.metric)
@@ -211,6 +219,11 @@ def summary(result: Result) -> str:
         lines += [f"  {count} x {name}" for name, count in result.failure_classes.items()]
     if result.skipped_known_failures:
         lines.append(f"not run: {result.skipped_known_failures} proposal(s) shared a known failure")
+    memory = memory_line(result)
+    if memory:
+        lines.append(memory)
+    for failure in result.stage_errors:
+        lines.append(f"stage {failure['stage']} failed: {failure['error']} (the run went on without it)")
     if result.replayed:
         lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")
     if result.interrupted:

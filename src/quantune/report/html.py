@@ -186,6 +186,14 @@ def _summary(results: dict[str, Any]) -> str:
         lines.append(f"not run: {results['skipped_known_failures']} proposal(s) shared a known failure")
     if results.get("latency_confirmation"):
         lines.append("latencies marked * were timed again at the end, side by side with the original")
+    peaks = [t["peak_rss_mb"] for t in results.get("trials", []) if t.get("peak_rss_mb")]
+    stages = results.get("stage_peak_rss_mb") or {}
+    if peaks or stages:
+        parts = [f"trials {max(peaks):.0f} MB"] if peaks else []
+        parts += [f"{stage.replace('_', ' ')} {mb:.0f} MB" for stage, mb in stages.items()]
+        lines.append(f"peak memory: {', '.join(parts)}")
+    for failure in results.get("stage_errors") or []:
+        lines.append(f"stage {failure['stage']} failed: {failure['error']} (the run went on without it)")
     return "".join(f"<li>{html.escape(line)}</li>" for line in lines)
 
 

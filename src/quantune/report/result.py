@@ -45,6 +45,8 @@ class Result:
     verdict_reason: str = ""
     preparation: dict[str, Any] | None = None  # what model preparation changed (quantune.prepare)
     skipped_known_failures: int = 0  # proposals not run: they shared a known failure's signature
+    stage_peak_rss_mb: dict[str, float] = field(default_factory=dict)  # sensitivity, calibration, baseline_evaluation
+    stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
 
     @property
     def failure_classes(self) -> dict[str, int]:
@@ -90,6 +92,8 @@ class Result:
             "preparation": self.preparation,
             "failure_classes": self.failure_classes,
             "skipped_known_failures": self.skipped_known_failures,
+            "stage_peak_rss_mb": self.stage_peak_rss_mb,
+            "stage_errors": self.stage_errors,
         }
 
 

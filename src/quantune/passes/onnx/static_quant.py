@@ -10,6 +10,7 @@ are never run.
 from __future__ import annotations
 
 import os
+import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
@@ -17,12 +18,14 @@ from typing import Any, Literal
 
 import onnx
 from onnxruntime.quantization import quantize_static
+from onnxruntime.quantization.calibrate import save_tensors_data
 from pydantic import Field, model_validator
 
 from quantune.data import CalibrationReader
 from quantune.errors import TrialError
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.float_fallback import keep_excluded_float
+from quantune.passes.onnx.calibration import calibrate_ranges
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.registry import register_pass
 from quantune.prepare.facts import facts_apply, quantized_among
@@ -30,6 +33,13 @@ from quantune.space import Boolean, Categorical, Conditional
 from quantune.store.cache import cache_key
 
 _WIDE = {"int16", "uint16"}
+# quantize_static's extra_options that configure its calibrator, and the calibrator's names for them.
+_CALIB_OPTIONS = (
+    ("CalibTensorRangeSymmetric", "symmetric"),
+    ("CalibMovingAverage", "moving_average"),
+    ("CalibMovingAverageConstant", "averaging_constant"),
+    ("CalibPercentile", "percentile"),
+)
 
 
 class StaticQuantizationConfig(PassConfig):
@@ -119,17 +129,16 @@ class StaticQuantization(Pass):
     def run(self, config: StaticQuantizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
         if context.calibration is None:
             raise TrialError("static_quant needs calibration data: set data.calibration in the config")
-        reader = CalibrationReader(
-            context.calibration, context.input_names, context.batch_size, config.calibration_samples
-        )
+        calibration = context.calibration
+
+        def reader() -> CalibrationReader:  # a fresh pass over the calibration data
+            return CalibrationReader(calibration, context.input_names, context.batch_size, config.calibration_samples)
+
         extra: dict[str, object] = {
             "ActivationSymmetric": config.activation_symmetric,
             "WeightSymmetric": config.weight_symmetric,
             "CalibPercentile": config.percentile,
             "DefaultTensorType": onnx.TensorProto.FLOAT,  # fused ops after graph_opt have no inferred types
-            # One batch (or feed) per collection, merged by onnxruntime: batches of different
-            # shapes (a ragged last batch, feeds of different widths) never meet in one array.
-            "CalibStridedMinMax": 1,
         }
         if config.wide_types():
             extra["UseQDQContribOps"] = True
@@ -138,10 +147,30 @@ class StaticQuantization(Pass):
                 name: [{"quant_type": QUANT_TYPES[kind]}] for name, kind in sorted(config.tensor_overrides.items())
             }
         ranges, fresh = self._calibration_cache(config, context)
+        with tempfile.TemporaryDirectory(prefix="quantune-ranges-") as tmp:
+            source = ranges if ranges is not None and fresh is None else None  # a cache hit
+            if source is None:  # calibrate here, in chunks of bounded memory (calibration.py)
+                source = fresh or Path(tmp) / "ranges.json"
+                options = {key: extra[name] for name, key in _CALIB_OPTIONS if name in extra}
+                computed = calibrate_ranges(
+                    model_in,
+                    reader,
+                    CALIBRATION_METHODS[config.calibrate_method],
+                    op_types=config.op_types_to_quantize,
+                    options=options,
+                )
+                save_tensors_data(computed, source)
+            self._quantize(config, model_in, model_out, extra, source)
+        if fresh is not None and fresh.is_file():
+            os.replace(fresh, ranges)  # published whole, so a concurrent reader never sees half a file
+
+    @staticmethod
+    def _quantize(config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path) -> None:
+        """onnxruntime's quantize_static from ranges already computed (never its own calibration)."""
         quantize_static(
             str(model_in),
             str(model_out),
-            reader,
+            None,
             quant_format=QUANT_FORMATS[config.quant_format],
             op_types_to_quantize=config.op_types_to_quantize,
             per_channel=config.per_channel,
@@ -151,10 +180,8 @@ class StaticQuantization(Pass):
             nodes_to_exclude=list(config.nodes_to_exclude),
             calibrate_method=CALIBRATION_METHODS[config.calibrate_method],
             extra_options=extra,
-            calibration_cache_path=str(fresh or ranges) if ranges else None,
+            calibration_cache_path=str(ranges),
         )
-        if fresh is not None and fresh.is_file():
-            os.replace(fresh, ranges)  # published whole, so a concurrent reader never sees half a file
         if config.nodes_to_exclude:
             _keep_fallback_float(model_out, config.nodes_to_exclude)
 
@@ -171,7 +198,7 @@ class StaticQuantization(Pass):
             return None, None
         key = cache_key(
             "calibration",
-            "per-batch",  # ranges merged batch by batch (CalibStridedMinMax): not those of one collection
+            "chunked",  # ranges computed by calibration.py (chunks of bounded memory), not onnxruntime's one collection
             context.model_sha256,
             context.calibration.fingerprint,
             context.batch_size,

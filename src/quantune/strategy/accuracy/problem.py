@@ -24,8 +24,14 @@ from quantune.strategy.accuracy.context import QUANT_PASSES
 log = logging.getLogger("quantune.strategy")
 
 
-def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """SearchProblem fields from the engine's ``RunContext`` and ``Plan`` (duck-typed)."""
+def accuracy_fields(
+    context: Any, plan: Any, options: Mapping[str, Any] | None = None, isolation: Any = None
+) -> dict[str, Any]:
+    """SearchProblem fields from the engine's ``RunContext`` and ``Plan`` (duck-typed).
+
+    ``isolation`` (the engine's ``executors.stage.Isolation``) runs the sensitivity analysis
+    in a worker process; without it, it runs in this process.
+    """
     step_passes = {step_id: step.pass_cls.name for step_id, step in plan.steps.items()}
     step_fixed = {step_id: dict(step.fixed) for step_id, step in plan.steps.items()}
     probes: dict[tuple[str, ...], SensitivityProbe] = {}
@@ -49,6 +55,7 @@ def accuracy_fields(context: Any, plan: Any, options: Mapping[str, Any] | None =
                 cache=context.cache,
                 rows=int(options.get("sensitivity_rows", 128)),
                 dynamic=step_passes.get(quant) == "dynamic_quant",
+                isolation=isolation,
             )
         return probe(point)
 

@@ -1,0 +1,195 @@
+"""Heavy stages outside the main process: one spawned worker per stage run, like a trial's.
+
+The accuracy-driven strategies' sensitivity analysis runs the flow's passes (calibration
+included) and both models over calibration data; in the main process it was killed by the
+kernel's out-of-memory killer (23 GB on a 4.75 MB detector), taking the whole run with it.
+Here a stage runs in a fresh spawned process under the trial workers' limits (address space
+``executor.memory_limit_mb``, ``executor.trial_timeout_s``), its output in a log file beside
+theirs; when it dies, hangs or raises, the caller gets the cause instead of a value, the
+cause is logged and recorded for ``results.json`` (``stage_errors``), and the run goes on.
+Each stage's peak resident memory is recorded too (``stage_peak_rss_mb``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import multiprocessing as mp
+import os
+import signal
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from multiprocessing.connection import Connection, wait
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.executors.process import exit_cause
+from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
+
+log = logging.getLogger("quantune.stage")
+
+_TAIL_LINES = 20
+
+
+@dataclass
+class StageLog:
+    """What the run's stages left for ``results.json``: peak memory per stage, and failures."""
+
+    peaks: dict[str, float] = field(default_factory=dict)
+    errors: list[dict[str, Any]] = field(default_factory=list)
+
+    def note_peak(self, stage: str, mb: float | None) -> None:
+        if mb is not None:
+            self.peaks[stage] = round(max(self.peaks.get(stage, 0.0), mb), 1)
+
+    def note_error(self, stage: str, error: str, log_tail: str = "") -> None:
+        self.errors.append({"stage": stage, "error": error, "log_tail": log_tail})
+
+
+@dataclass(frozen=True)
+class Isolation:
+    """Where and under which limits stages run; ``inline`` runs them in this process."""
+
+    log_dir: Path | None = None
+    memory_limit_mb: int | None = None
+    timeout_s: float | None = None
+    inline: bool = False
+    stages: StageLog = field(default_factory=StageLog)
+
+
+@dataclass
+class StageOutcome:
+    value: Any = None
+    error: str | None = None
+    peak_rss_mb: float | None = None
+    log_tail: str = ""
+    stage_peaks: dict[str, float] = field(default_factory=dict)  # of stages inside it (calibration)
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _describe(exc: BaseException, memory_limit_mb: int | None) -> str:
+    error = f"{type(exc).__name__}: {exc}"
+    if memory_limit_mb and any(sign in error for sign in ("MemoryError", "bad_alloc", "Failed to allocate")):
+        return f"out of memory (memory limit {memory_limit_mb} MB): {error}"
+    return error
+
+
+def _stage_main(
+    conn: Connection, stage: str, fn: Callable[..., Any], args: tuple, memory_limit_mb: int | None, log: str
+) -> None:
+    import faulthandler
+
+    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    faulthandler.enable(sys.stderr)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the engine's to handle
+    print(f"--- {stage} (worker pid {os.getpid()}) ---", flush=True)
+    if memory_limit_mb:
+        import resource
+
+        limit = int(memory_limit_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    return_large_blocks()  # batch after batch of large tensors: never let the heap keep them
+    with peak_tracker() as peak:
+        try:
+            value, error = fn(*args), None
+        except Exception as exc:
+            import traceback
+
+            traceback.print_exc()
+            value, error = None, _describe(exc, memory_limit_mb)
+    conn.send((value, error, peak.mb, take_stage_peaks()))
+
+
+def _tail(path: Path, offset: int) -> str:
+    try:
+        with open(path, "rb") as handle:
+            handle.seek(offset)
+            text = handle.read().decode(errors="replace")
+    except FileNotFoundError:
+        return ""
+    return "\n".join(text.strip().splitlines()[-_TAIL_LINES:])
+
+
+def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
+    take_stage_peaks()
+    outcome = StageOutcome()
+    with peak_tracker() as peak:
+        try:
+            outcome.value = fn(*args)
+        except Exception as exc:
+            log.warning("stage failed in-process", exc_info=True)
+            outcome.error = _describe(exc, None)
+    outcome.peak_rss_mb = peak.mb
+    outcome.stage_peaks = take_stage_peaks()
+    return outcome
+
+
+def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome:
+    log_dir = isolation.log_dir or Path.cwd()
+    log_dir.mkdir(parents=True, exist_ok=True)
+    log_path = log_dir / f"{stage}.log"
+    offset = log_path.stat().st_size if log_path.is_file() else 0
+    ctx = mp.get_context("spawn")
+    parent, child = ctx.Pipe(duplex=False)
+    process = ctx.Process(
+        target=_stage_main,
+        args=(child, stage, fn, args, isolation.memory_limit_mb, str(log_path)),
+        daemon=True,
+        name=f"quantune-{stage}",
+    )
+    try:
+        process.start()
+    except Exception as exc:  # e.g. the job does not pickle
+        return StageOutcome(error=f"could not start the {stage} worker: {type(exc).__name__}: {exc}")
+    child.close()
+    deadline = None if isolation.timeout_s is None else time.monotonic() + isolation.timeout_s
+    try:
+        while True:
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait([parent, process.sentinel], timeout=remaining)
+            if parent in ready:
+                with contextlib.suppress(EOFError, OSError):
+                    value, error, peak, peaks = parent.recv()
+                    tail = _tail(log_path, offset) if error else ""
+                    return StageOutcome(value, error, peak, tail, peaks)
+            if ready:  # the process ended without an answer
+                process.join(timeout=5)
+                return StageOutcome(
+                    error=f"worker crashed: {exit_cause(process.exitcode)}", log_tail=_tail(log_path, offset)
+                )
+            if deadline is not None and time.monotonic() >= deadline:
+                return StageOutcome(
+                    error=f"timeout: the stage ran longer than {isolation.timeout_s:g} s and was killed",
+                    log_tail=_tail(log_path, offset),
+                )
+    finally:
+        if process.is_alive():
+            process.kill()
+        process.join(timeout=5)
+        parent.close()
+
+
+def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolation) -> StageOutcome:
+    """``fn(*args)`` in a worker (in-process when ``isolation.inline``); never raises for the stage's faults.
+
+    ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
+    and any failure are recorded in ``isolation.stages`` under ``stage``.
+    """
+    outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
+    isolation.stages.note_peak(stage, outcome.peak_rss_mb)
+    for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran
+        isolation.stages.note_peak(name, mb)
+    if outcome.error is not None:
+        log.warning("%s stage failed: %s%s", stage, outcome.error, f"\n{outcome.log_tail}" if outcome.log_tail else "")
+        isolation.stages.note_error(stage, outcome.error, outcome.log_tail)
+    return outcome

@@ -1,0 +1,177 @@
+"""Memory: the budget a stage chunks its work by, and the peak resident memory it reached.
+
+A stage (calibration, sensitivity, a trial) must fit the memory it is given by *chunking*,
+not by failing, so it needs a number to chunk by: :func:`memory_budget_mb` is the address
+space left under the worker's limit (``executor.memory_limit_mb``, set with ``RLIMIT_AS``)
+when there is one, else a quarter of the machine's memory.
+
+Peaks are measured per stage, also in long-lived workers: ``ru_maxrss`` is a process-lifetime
+maximum, so on Linux :func:`peak_tracker` resets the kernel's high-water mark (``VmHWM``,
+by writing 5 to ``/proc/self/clear_refs``) when a stage starts and reads it when it ends.
+Trackers nest: a reset inside an outer tracker first folds the mark reached so far into it.
+Where the reset is refused, a thread samples ``VmRSS`` every 5 ms instead.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import resource
+import threading
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+_MB = 1024 * 1024
+_ENV_BUDGET = "QUANTUNE_MEMORY_BUDGET_MB"  # overrides the budget (benchmarks, tests)
+
+
+def _status_kb(field: str) -> int | None:
+    """A ``kB`` field of ``/proc/self/status`` (``VmRSS``, ``VmHWM``, ``VmSize``), or ``None``."""
+    try:
+        with open("/proc/self/status") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+    except OSError:
+        return None
+    return None
+
+
+def rss_mb() -> float:
+    """Resident memory of this process now."""
+    kb = _status_kb("VmRSS")
+    if kb is None:  # no /proc: the lifetime peak is the best there is
+        return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+    return kb / 1024
+
+
+def total_memory_mb() -> float:
+    """The machine's physical memory."""
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / _MB
+    except (ValueError, OSError, AttributeError):
+        return 8192.0
+
+
+def memory_budget_mb() -> float:
+    """Memory a stage may fill with its data, which it chunks its work to fit.
+
+    Under an address-space limit (the process executor's ``memory_limit_mb``) it is what is
+    left of it, halved for the allocator's and onnxruntime's own overhead; without one, a
+    quarter of the machine's memory (several workers may run at once).
+    """
+    override = os.environ.get(_ENV_BUDGET)
+    if override:
+        return max(1.0, float(override))
+    default = total_memory_mb() / 4
+    soft, _ = resource.getrlimit(resource.RLIMIT_AS)
+    if soft == resource.RLIM_INFINITY or soft <= 0:
+        return default
+    used = (_status_kb("VmSize") or 0) / 1024
+    return max(64.0, min(default, (soft / _MB - used) / 2))
+
+
+@dataclass(eq=False)  # trackers are told apart by identity, never by their figures
+class Peak:
+    """The peak resident memory (MB) a tracked block reached; final once the block ends."""
+
+    mb: float = 0.0
+
+
+_active: list[Peak] = []
+_lock = threading.Lock()
+_can_reset: bool | None = None
+
+
+def _reset_hwm() -> bool:
+    """Folds the high-water mark into every active tracker, then resets it; ``False`` if refused."""
+    global _can_reset
+    if _can_reset is False:
+        return False
+    hwm = _status_kb("VmHWM")
+    if hwm is None:
+        _can_reset = False
+        return False
+    for peak in _active:
+        peak.mb = max(peak.mb, hwm / 1024)
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+    except OSError:
+        _can_reset = False
+        return False
+    _can_reset = True
+    return True
+
+
+class _Sampler(threading.Thread):
+    """Samples ``VmRSS`` until stopped: the fallback where the high-water mark cannot be reset."""
+
+    def __init__(self, peak: Peak) -> None:
+        super().__init__(daemon=True, name="quantune-rss-sampler")
+        self.peak = peak
+        self.done = threading.Event()
+
+    def run(self) -> None:
+        while not self.done.wait(0.005):
+            self.peak.mb = max(self.peak.mb, rss_mb())
+
+
+@contextlib.contextmanager
+def peak_tracker() -> Iterator[Peak]:
+    """``with peak_tracker() as peak: ...`` -> ``peak.mb``, the block's peak resident memory."""
+    peak = Peak(rss_mb())
+    with _lock:
+        exact = _reset_hwm()
+        _active.append(peak)
+    sampler = None if exact else _Sampler(peak)
+    if sampler is not None:
+        sampler.start()
+    try:
+        yield peak
+    finally:
+        if sampler is not None:
+            sampler.done.set()
+            sampler.join()
+        with _lock:
+            hwm = _status_kb("VmHWM") if exact else None
+            for active in _active:
+                active.mb = max(active.mb, peak.mb, (hwm or 0) / 1024, rss_mb())
+            _active.remove(peak)
+
+
+# Stage peaks measured inside this process (e.g. calibration inside a trial); the trial
+# runner and the stage workers hand them over with their results.
+_stage_peaks: dict[str, float] = {}
+
+
+def note_stage_peak(stage: str, mb: float) -> None:
+    """Remembers the highest peak of ``stage`` measured in this process since the last take."""
+    _stage_peaks[stage] = max(_stage_peaks.get(stage, 0.0), round(mb, 1))
+
+
+def take_stage_peaks() -> dict[str, float]:
+    """The stage peaks noted since the last call (and forgets them)."""
+    peaks = dict(_stage_peaks)
+    _stage_peaks.clear()
+    return peaks
+
+
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+
+
+def return_large_blocks() -> bool:
+    """Makes glibc map every block of 128 KB or more on its own, so freeing it returns it.
+
+    glibc raises its mmap threshold each time a large mapped block is freed, after which
+    blocks up to 32 MB come from the heap, where fragmentation keeps them: a stage that
+    allocates a batch's tensors, frees them and allocates the next batch's then grows batch
+    after batch (measured: sensitivity 665 -> 808 MB from 1 to 4 images; 636 -> 693 MB with
+    the threshold fixed). Called in stage workers, whose work is exactly that loop.
+    """
+    try:
+        import ctypes
+
+        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 128 * 1024))
+    except (OSError, AttributeError):  # not glibc
+        return False

@@ -1,0 +1,223 @@
+"""Calibration in chunks: activation ranges whose memory is bounded by a chunk, not by the data.
+
+onnxruntime's calibrators keep every intermediate output of every batch they are fed in one
+``collect_data`` call (Entropy/Percentile grew one worker to 23 GB on a 10 MB recognizer), and
+``CalibMaxIntermediateOutputs`` is no way out: when the count is reached, MinMax clears what it
+collected *without* folding it into the ranges first (``MinMaxCalibrater.collect_data`` in
+onnxruntime 1.32), so those batches' ranges are lost.
+
+Both calibrator families merge across ``collect_data`` calls, though: MinMax folds each call's
+ranges into the running min/max (exactly the one-shot result), and the histogram calibrators
+(Entropy, Percentile, Distribution) merge each call's histograms into the running ones
+(widening the bins when a later chunk reaches further). So the data is fed one chunk per call:
+
+* MinMax takes one batch per call (it reduces each batch to two numbers per tensor at once);
+* for the histogram methods, a chunk holds as many batches as fit the memory budget (:func:`quantune.memory.memory_budget_mb`),
+  estimated from the bytes of all calibrated tensors for one row, so data that fits gives the
+  one-shot result exactly;
+* a batch larger than the budget is split along its first axis (when the model's batch
+  dimension is free);
+* a batch whose shape differs from the chunk's (a ragged last batch, too) starts a new chunk:
+  the histogram calibrators stack a chunk's arrays, which fails on differing shapes.
+"""
+
+from __future__ import annotations
+
+import logging
+import tempfile
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from pathlib import Path
+
+import numpy as np
+from onnxruntime.quantization import CalibrationMethod
+from onnxruntime.quantization.calibrate import (
+    CalibrationDataReader,
+    HistogramCollector,
+    TensorsData,
+    create_calibrator,
+)
+
+from quantune.memory import memory_budget_mb, note_stage_peak, peak_tracker
+
+log = logging.getLogger("quantune.calibration")
+
+_MB = 1024 * 1024
+# A chunk's calibrated tensors are held by onnxruntime while it runs, then as arrays, then
+# stacked (one tensor at a time) by the histogram collectors: three copies at worst.
+_COPIES = 3
+
+Feed = dict[str, np.ndarray]
+
+
+class _ListReader(CalibrationDataReader):
+    """One chunk, as onnxruntime's calibrators read it."""
+
+    def __init__(self, feeds: Sequence[Feed]) -> None:
+        self._feeds = iter(feeds)
+
+    def get_next(self) -> Feed | None:
+        return next(self._feeds, None)
+
+
+def _rows(feed: Feed) -> int:
+    return len(next(iter(feed.values())))
+
+
+def _shape_key(feed: Feed) -> tuple:
+    return tuple((name, value.shape, value.dtype.str) for name, value in sorted(feed.items()))
+
+
+class ChunkPlanner:
+    """Groups feeds into chunks of at most ``max_bytes`` of calibrated tensors (and their inputs).
+
+    ``max_bytes=None``: one feed per chunk, never cut (MinMax, which reduces each batch to
+    two numbers per tensor as it goes: grouping would only hold more inputs at once).
+    """
+
+    def __init__(self, bytes_per_row: float, max_bytes: float | None, splittable: bool) -> None:
+        self.bytes_per_row = max(bytes_per_row, 1.0)
+        self.max_rows = None if max_bytes is None else max(1, int(max_bytes // self.bytes_per_row))
+        self.splittable = splittable
+
+    def pieces(self, feed: Feed) -> Iterator[Feed]:
+        """``feed``, split along axis 0 into pieces of at most ``max_rows`` when allowed."""
+        rows = _rows(feed)
+        if self.max_rows is None or not self.splittable or rows <= self.max_rows:
+            yield feed
+            return
+        for start in range(0, rows, self.max_rows):
+            yield {name: value[start : start + self.max_rows] for name, value in feed.items()}
+
+    def chunks(self, feeds: Iterable[Feed]) -> Iterator[list[Feed]]:
+        chunk: list[Feed] = []
+        rows = 0
+        key = None
+        for feed in feeds:
+            if self.max_rows is None:
+                yield [feed]
+                continue
+            for piece in self.pieces(feed):
+                n = _rows(piece)
+                piece_key = _shape_key(piece)
+                if chunk and (rows + n > self.max_rows or piece_key != key):
+                    yield chunk
+                    chunk, rows = [], 0
+                chunk.append(piece)
+                rows += n
+                key = piece_key
+        if chunk:
+            yield chunk
+
+
+def _batch_dim_free(session) -> bool:
+    """Whether every model input's first dimension is symbolic (so a batch may be split)."""
+    return all(not isinstance(arg.shape[0], int) if arg.shape else False for arg in session.get_inputs())
+
+
+def _bytes_per_row(session, feed: Feed, splittable: bool) -> float:
+    """Bytes of every output of the augmented model (every calibrated tensor) for one row."""
+    rows = _rows(feed)
+    probe = {name: value[:1] for name, value in feed.items()} if splittable and rows > 1 else feed
+    outputs = session.run(None, probe)
+    # a chunk holds its feeds too (a loader's batches are fresh arrays, not views of the data)
+    total = sum(np.asarray(out).nbytes for out in outputs) + sum(value.nbytes for value in probe.values())
+    return total / (1 if probe is not feed else max(rows, 1))
+
+
+def _seed_histograms(calibrator, extremes: TensorsData) -> None:
+    """Starts every histogram at the whole data's range, with no counts yet.
+
+    A histogram calibrator's first chunk fixes its bins (``num_bins`` over that chunk's range)
+    and later chunks that reach further add bins of the same width, so a chunked histogram
+    has more, unevenly placed bins than the one-shot one (Entropy then picks other
+    thresholds). Started at the global range (from a MinMax pass), every chunk is counted
+    into the very bins the one-shot histogram has, so the counts add up to it.
+    """
+    collector = HistogramCollector(
+        method=calibrator.method,
+        symmetric=calibrator.symmetric,
+        num_bins=calibrator.num_bins,
+        num_quantized_bins=calibrator.num_quantized_bins,
+        percentile=calibrator.percentile,
+        scenario=calibrator.scenario,
+    )
+    absolute = calibrator.method == "percentile" and calibrator.symmetric
+    for name in calibrator.tensors_to_calibrate or ():
+        if name not in extremes:
+            continue
+        low, high = (np.asarray(v, dtype=np.float32) for v in extremes[name].range_value)
+        low, high = np.float32(np.min(low)), np.float32(np.max(high))
+        if absolute:  # bins over |x|; onnxruntime starts them at the smallest |x|, here at 0
+            top = np.float32(max(abs(low), abs(high)))
+            edges = np.linspace(0.0, float(top) if top > 0 else 1.0, calibrator.num_bins + 1)
+            collector.histogram_dict[name] = (np.zeros(calibrator.num_bins, dtype=np.int64), edges, low, high)
+        else:
+            threshold = np.array(max(abs(low), abs(high)), dtype=np.float32)
+            _, edges = np.histogram(np.zeros(0, np.float32), calibrator.num_bins, range=(-threshold, threshold))
+            hist = np.zeros(calibrator.num_bins, dtype=np.int64)
+            collector.histogram_dict[name] = (hist, edges, low, high, threshold)
+    calibrator.collector = collector
+
+
+def calibrate_ranges(
+    model_path: str | Path,
+    feeds: Callable[[], Iterable[Feed]],
+    method: CalibrationMethod,
+    *,
+    op_types: Sequence[str] | None = None,
+    options: dict | None = None,
+    budget_mb: float | None = None,
+) -> TensorsData:
+    """The activation ranges ``quantize_static`` would compute from the data, chunk by chunk.
+
+    ``feeds()`` returns the calibration batches afresh (histogram methods read them twice
+    when they need more than one chunk: once for the global range, see :func:`_seed_histograms`).
+    ``options`` are onnxruntime's calibrator options (``symmetric``, ``percentile``, ...: the
+    ``calib_extra_options`` quantize_static derives from its ``extra_options``). Records the
+    peak resident memory as the ``calibration`` stage's.
+    """
+    budget = memory_budget_mb() if budget_mb is None else budget_mb
+    with peak_tracker() as peak, tempfile.TemporaryDirectory(prefix="quantune-calib-") as tmp:
+
+        def calibrator_for(kind: CalibrationMethod):
+            return create_calibrator(
+                Path(model_path),
+                list(op_types) if op_types else None,
+                augmented_model_path=str(Path(tmp) / f"augmented-{kind.name}.onnx"),
+                calibrate_method=kind,
+                extra_options=dict(options or {}),
+            )
+
+        calibrator = calibrator_for(method)
+        first = next(iter(feeds()), None)
+        if first is None:
+            raise ValueError("calibration: no data to calibrate with (zero rows)")
+        splittable = _batch_dim_free(calibrator.infer_session)
+        per_row = _bytes_per_row(calibrator.infer_session, first, splittable)
+        del first
+        minmax = method == CalibrationMethod.MinMax
+        planner = ChunkPlanner(per_row, None if minmax else budget * _MB / _COPIES, splittable)
+        count = sum(1 for _ in planner.chunks(feeds()))
+        if count > 1 and not minmax:
+            # the MinMax pass runs alone: two sessions' buffers are never held at once
+            del calibrator
+            extremes = calibrate_ranges(
+                model_path, feeds, CalibrationMethod.MinMax, op_types=op_types, budget_mb=budget
+            )
+            calibrator = calibrator_for(method)
+            _seed_histograms(calibrator, extremes)
+        for chunk in planner.chunks(feeds()):
+            calibrator.collect_data(_ListReader(chunk))
+        ranges = calibrator.compute_data()
+        del calibrator
+    note_stage_peak("calibration", peak.mb)
+    log.info(
+        "calibration (%s): %d chunk(s) of at most %s rows (%.1f MB of tensors a row, budget %.0f MB), peak %.0f MB",
+        method.name,
+        count,
+        planner.max_rows or "one batch's",
+        per_row / _MB,
+        budget,
+        peak.mb,
+    )
+    return ranges

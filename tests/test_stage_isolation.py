@@ -1,0 +1,88 @@
+"""Heavy stages in isolated workers: a sensitivity worker that dies is recorded, and the run goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from quantune.config import load_config
+from quantune.engine import Engine
+from quantune.engine.executors.stage import Isolation, run_stage
+from quantune.report.console import summary
+
+ROOT = Path(__file__).resolve().parents[1]
+DIGITS = ROOT / "examples" / "digits"
+SCALED = ROOT / "examples" / "scaled_cnn"
+
+
+def _answer(value: int) -> dict[str, int]:
+    return {"value": value, "pid": os.getpid()}
+
+
+def _kill_self(*_: object) -> None:
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _allocate_gb(gb: int) -> int:
+    block = np.ones(gb * 2**30, dtype=np.uint8)
+    return int(block[-1])
+
+
+def test_a_stage_runs_in_another_process_and_reports_its_peak(tmp_path: Path) -> None:
+    isolation = Isolation(log_dir=tmp_path)
+    outcome = run_stage("probe", _answer, 7, isolation=isolation)
+    assert outcome.ok and outcome.value["value"] == 7 and outcome.value["pid"] != os.getpid()
+    assert outcome.peak_rss_mb and isolation.stages.peaks["probe"] == pytest.approx(outcome.peak_rss_mb, abs=0.1)
+    assert f"worker pid {outcome.value['pid']}" in (tmp_path / "probe.log").read_text()
+
+
+def test_a_killed_stage_is_recorded_with_its_cause(tmp_path: Path) -> None:
+    isolation = Isolation(log_dir=tmp_path)
+    outcome = run_stage("sensitivity", _kill_self, isolation=isolation)
+    assert not outcome.ok and "SIGKILL" in outcome.error
+    assert isolation.stages.errors == [{"stage": "sensitivity", "error": outcome.error, "log_tail": outcome.log_tail}]
+
+
+def test_a_stage_over_its_memory_limit_fails_not_the_caller(tmp_path: Path) -> None:
+    isolation = Isolation(log_dir=tmp_path, memory_limit_mb=3000)
+    outcome = run_stage("sensitivity", _allocate_gb, 16, isolation=isolation)
+    assert not outcome.ok and "out of memory (memory limit 3000 MB)" in outcome.error
+
+
+def _killed_probe(job: object) -> dict:
+    """Stands in for run_probe in the sensitivity worker: the worker is killed mid-stage."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return {}
+
+
+def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    import quantune.evaluate.sensitivity as sensitivity
+
+    monkeypatch.setattr(sensitivity, "run_probe", _killed_probe)  # what the worker is given to run
+    config = {
+        "model": str(SCALED / "model.onnx"),
+        "data": {"calibration": str(DIGITS / "calib.npz"), "evaluation": str(DIGITS / "eval.npz"), "batch_size": 64},
+        "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 2, "threads": 1}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.01},
+        "passes": [{"name": "static_quant", "search": True, "params": {"per_channel": False}}],
+        "search": {"sampler": "random", "seed": 0, "strategy": "quantune"},
+        "stop": {"max_trials": 6},
+        "cache_dir": str(tmp_path / "cache"),
+        "executor": {"kind": "process", "workers": 1},
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    result = Engine(load_config(path), tmp_path / "out").run()
+    assert len(result.trials) == 6 and all(r.peak_rss_mb for r in result.trials if r.status == "ok")
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    [failure] = saved["stage_errors"]
+    assert failure["stage"] == "sensitivity" and "SIGKILL" in failure["error"]
+    assert "baseline_evaluation" in saved["stage_peak_rss_mb"]
+    assert "sensitivity" in (tmp_path / "out" / "quantune.log").read_text()
+    text = summary(result)
+    assert "peak memory: trials" in text and "stage sensitivity failed: worker crashed" in text
