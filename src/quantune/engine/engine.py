@@ -285,7 +285,9 @@ def search_problem(parts: RunParts, config: Config, isolation: Isolation | None 
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
         objective=(config.objectives or [config.objective])[0],
-        **accuracy_fields(parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation),
+        **accuracy_fields(
+            parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
+        ),
     )
 
 

@@ -24,8 +24,8 @@ from pydantic import Field, model_validator
 from quantune.data import CalibrationReader
 from quantune.errors import TrialError
 from quantune.passes.base import Pass, PassConfig, PassContext
-from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.calibration import calibrate_ranges
+from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.registry import register_pass
 from quantune.prepare.facts import facts_apply, quantized_among
