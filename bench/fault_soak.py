@@ -170,7 +170,8 @@ def worker_kills(base: Path, kills: int, trials: int, rng: random.Random) -> dic
     return {
         "exit": proc.returncode,
         "injected": injected,
-        "trials": len(results["trials"]),
+        # a trial whose model an earlier one made is no trial of the budget (max_trials)
+        "trials": sum("(duplicate of trial" not in (t.get("stage") or "") for t in results["trials"]),
         "failed": len(failed),
         "failed_by_sigkill": len(killed),
         "other_failures": [t.get("error") for t in failed if t not in killed],
