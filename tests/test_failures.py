@@ -213,7 +213,9 @@ def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
             for flow, values in durations.items()
             for i, d in enumerate(values)
         ]
-        loop.started = time.perf_counter() - elapsed_s
+        loop.started = loop.loop_started = time.perf_counter() - elapsed_s
+        loop.replayed_numbers = set()
+        loop.executor = SimpleNamespace(capacity=1)
         loop._overrun_reason = ""
         return loop
 
@@ -227,3 +229,8 @@ def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
     assert not loop_at(99, 100, {})._would_overrun(("static",)), "nothing finished yet: no estimate"
     assert not loop_at(1e6, None, slow_static)._would_overrun(("static",))
     assert not loop_at(1e6, 0, slow_static)._would_overrun(("static",)), "timeout 0 means stop at first success"
+    # the run's own work between trials (a strategy timing speed ceilings) counts per trial too:
+    # 2 trials of 10 s in 60 s leave 40 s outside them, 20 s a trial, so the next takes about 30 s
+    quick = {"static": [10.0, 10.0]}
+    assert not loop_at(60, 100, quick)._would_overrun(("static",))  # 60 + 30 fits
+    assert loop_at(75, 100, quick)._would_overrun(("static",))  # 75 + 10 + 27.5 does not

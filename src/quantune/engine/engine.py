@@ -303,6 +303,7 @@ class _Loop:
         self.replay = replay
         self.baseline = baseline
         self.started = started
+        self.loop_started = time.perf_counter()  # after the baseline: what the loop's own work costs
         self.records: list[TrialRecord] = []
         self.pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
         self.replayed_proposals: dict[int, Proposal] = {}
@@ -406,8 +407,11 @@ class _Loop:
         """Whether a new trial of ``flow`` is expected to end after ``stop.timeout_s``.
 
         The expectation is the mean duration of the finished trials of the same flow (of all
-        trials when the flow has none yet); with no finished trial there is none. A run stops
-        rather than start work it would have to abandon or overrun its limit for.
+        trials when the flow has none yet), plus the run's own work per trial outside the
+        trials (a strategy timing speed ceilings, sensitivity, sampling): the wall time since
+        the loop started that the trials' durations do not explain. With no finished trial
+        there is none. A run stops rather than start work it would have to abandon or overrun
+        its limit for.
         """
         timeout = self.engine.config.stop.timeout_s
         if not timeout:
@@ -416,7 +420,9 @@ class _Loop:
         durations = [d for d in same if d] or [d for r in self.records if (d := r.durations.get("total_s"))]
         if not durations:
             return False
-        expected = sum(durations) / len(durations)
+        ran = [d for r in self.records if r.number not in self.replayed_numbers and (d := r.durations.get("total_s"))]
+        outside = time.perf_counter() - self.loop_started - sum(ran) / self.executor.capacity
+        expected = sum(durations) / len(durations) + max(0.0, outside) / max(1, len(ran))
         elapsed = time.perf_counter() - self.started
         if elapsed + expected <= timeout:
             return False

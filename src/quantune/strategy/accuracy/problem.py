@@ -87,6 +87,9 @@ def accuracy_fields(
     }
 
 
+CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the original
+
+
 def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
     """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
     path, sha = context.start.path, context.start.sha256
@@ -103,11 +106,16 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
             label=f"{step.id} (speed ceiling)",
         )
     spec = context.evaluator.spec.latency
-    key = cache_key("side-by-side", context.model.sha256, sha, vars(spec), context.evaluator.dataset.fingerprint)
+    # A ceiling only sorts variants (kept or dropped at a 3% margin): 20 paired rounds tell that,
+    # and a large model timed 50+10 rounds twice per variant would eat the run's time limit.
+    warmup, repeats = min(spec.warmup, 2), min(spec.repeats, CEILING_ROUNDS)
+    key = cache_key(
+        "side-by-side", context.model.sha256, sha, vars(spec), warmup, repeats, context.evaluator.dataset.fingerprint
+    )
     cached = context.cache.get_json("evals", key)
     if cached is not None:
         return cached["ratio"]
-    timings = context.evaluator.timings_side_by_side([context.model.path, path])
+    timings = context.evaluator.timings_side_by_side([context.model.path, path], warmup=warmup, repeats=repeats)
     ratio = paired_ratio(timings[1], timings[0]).median  # per-round ratios cancel the machine's drift
     context.cache.put_json("evals", key, {"ratio": ratio})
     return ratio
