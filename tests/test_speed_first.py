@@ -36,6 +36,18 @@ def _two_flows(make_config) -> dict[str, Any]:
     return make_config(passes, flows=[["static_quant"], ["dynamic_quant"]], search={"strategy": "quantune"})
 
 
+def test_when_every_ceiling_is_slower_the_strategy_stops_and_says_why(make_config) -> None:
+    """Every fully quantized variant slower than fp32: no fallback can win, so no trial is spent on one."""
+    problem = dataclasses.replace(accuracy_problem(_two_flows(make_config)), latency_ratio=lambda point, flow: 1.3)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    seen = _drive(strategy, lambda point: Outcome(1.3, 0.1, False, {"latency_ms": 1.3}))
+    assert seen and all(stage.startswith("ceiling") for _, stage, _ in seen)
+    assert all(note.startswith("dropped") for _, _, note in seen)
+    assert "no quantized variant was faster" in strategy.finished_reason
+
+
 def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_config) -> None:
     """Constructed timings (ConvInteger slower than fp32, QDQ int8 fastest): the decisions follow them."""
     ratios = {"dynamic_quant": 1.4, ("QDQ", "uint8"): 0.8, ("QDQ", "int8"): 0.5, ("QOperator", "uint8"): 0.9}

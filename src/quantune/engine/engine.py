@@ -345,7 +345,8 @@ class _Loop:
                         continue
                     break
                 if proposal is None:
-                    stop_reason = "search finished (space exhausted or strategy done)"
+                    done = self.strategy.finished_reason or "space exhausted or strategy done"
+                    stop_reason = f"search finished ({done})"
                     break
                 if self._skip_known_failure(proposal):
                     if self._consecutive_skips >= MAX_CONSECUTIVE_SKIPS:

@@ -83,6 +83,9 @@ class Strategy(ABC):
     # The typed ``search.strategy_options`` (quantune.strategy.options); None: options unchecked.
     Options: ClassVar[type[StrategyOptions] | None] = None
     baseline: Mapping[str, float] = {}  # the original model's figures, once the engine measured them
+    # why ``ask`` returned None, when the strategy knows better than "space exhausted" (the
+    # engine's stop reason quotes it)
+    finished_reason: str = ""
 
     def bind(self, problem: SearchProblem) -> None:
         self.problem = problem

@@ -114,6 +114,10 @@ class QuantuneStrategy(AccuracyStrategy):
             log.info("quantune strategy: %s", line)
         if not kept:
             log.info("quantune strategy: no variant is faster than the original: keep the original")
+            self.finished_reason = (
+                "no quantized variant was faster than the original (each fully quantized flow's speed "
+                "ceiling was slower or failed), so no fallback could win"
+            )
         return kept
 
     def _measure(self, variant: Variant, outcome: Outcome | None) -> None:
