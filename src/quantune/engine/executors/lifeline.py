@@ -72,3 +72,29 @@ def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -
         if free is not None and free < LOW_SPACE_BYTES:
             return DiskFull(root)
     return None
+
+
+def enter_worker(log_path: str, memory_limit_mb: int | None, parent_pid: int | None) -> None:
+    """What every child process of a run does first (trial workers, stage workers): die with the
+    run, write its output and faults to its own log, leave Ctrl-C and SIGTERM to the engine (which
+    stops its workers itself), and stay within the memory limit (address space)."""
+    import faulthandler
+    import logging
+
+    if parent_pid is not None:
+        die_with_parent(parent_pid)
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    sys.stdout = os.fdopen(1, "w", buffering=1)
+    sys.stderr = os.fdopen(2, "w", buffering=1)
+    faulthandler.enable(sys.stderr)
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.raiseExceptions = False  # a log line lost to a full disk fails no trial
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    if memory_limit_mb:
+        import resource
+
+        limit = int(memory_limit_mb) * 1024 * 1024
+        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))

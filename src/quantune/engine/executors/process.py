@@ -90,29 +90,9 @@ def refuse_in_starting_worker() -> None:
 def _worker_main(
     conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None, log_path: str, parent_pid: int | None = None
 ) -> None:
-    import faulthandler
-    import logging
+    from quantune.engine.executors.lifeline import enter_worker
 
-    from quantune.engine.executors.lifeline import die_with_parent
-
-    if parent_pid is not None:
-        die_with_parent(parent_pid)
-
-    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
-    faulthandler.enable(sys.stderr)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.raiseExceptions = False  # a log line lost to a full disk fails no trial
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the engine's to handle
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)  # so is SIGTERM (the engine kills its workers itself)
-    if memory_limit_mb:
-        import resource
-
-        limit = int(memory_limit_mb) * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
+    enter_worker(log_path, memory_limit_mb, parent_pid)
     from quantune.engine.executors.base import failed_record
     from quantune.engine.executors.worker import run_trial, runner_for
 

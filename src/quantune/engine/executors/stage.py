@@ -16,8 +16,6 @@ import contextlib
 import logging
 import multiprocessing as mp
 import os
-import signal
-import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -80,24 +78,18 @@ def _describe(exc: BaseException, memory_limit_mb: int | None) -> str:
 
 
 def _stage_main(
-    conn: Connection, stage: str, fn: Callable[..., Any], args: tuple, memory_limit_mb: int | None, log: str
+    conn: Connection,
+    stage: str,
+    fn: Callable[..., Any],
+    args: tuple,
+    memory_limit_mb: int | None,
+    log: str,
+    parent_pid: int | None = None,
 ) -> None:
-    import faulthandler
+    from quantune.engine.executors.lifeline import enter_worker
 
-    fd = os.open(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-    os.dup2(fd, 1)
-    os.dup2(fd, 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
-    faulthandler.enable(sys.stderr)
-    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # Ctrl-C is the engine's to handle
+    enter_worker(log, memory_limit_mb, parent_pid)  # as a trial worker: dies with the run, within its limit
     print(f"--- {stage} (worker pid {os.getpid()}) ---", flush=True)
-    if memory_limit_mb:
-        import resource
-
-        limit = int(memory_limit_mb) * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
     return_large_blocks()  # batch after batch of large tensors: never let the heap keep them
     with peak_tracker() as peak:
         try:
@@ -143,7 +135,7 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(
         target=_stage_main,
-        args=(child, stage, fn, args, isolation.memory_limit_mb, str(log_path)),
+        args=(child, stage, fn, args, isolation.memory_limit_mb, str(log_path), os.getpid()),
         daemon=True,
         name=f"quantune-{stage}",
     )
