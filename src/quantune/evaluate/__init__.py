@@ -8,6 +8,7 @@ from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
 from quantune.evaluate.paired import RatioInterval, paired_ratio
 from quantune.evaluate.quantized import count_quantized, quantization_figures
+from quantune.evaluate.session import open_session, session_options
 
 __all__ = [
     "AGREEMENT_METRICS",
@@ -22,7 +23,9 @@ __all__ = [
     "measure_latency",
     "measure_side_by_side",
     "metric_direction",
+    "open_session",
     "paired_ratio",
     "quantization_figures",
+    "session_options",
     "time_side_by_side",
 ]

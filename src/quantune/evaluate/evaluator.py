@@ -21,6 +21,7 @@ from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outpu
 from quantune.evaluate.latency import LatencySpec, measure_latency, time_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import quantization_figures
+from quantune.evaluate.session import open_session
 from quantune.model import model_size_bytes
 
 UserMetric = Callable[[dict[str, Any], dict[str, Any]], float]
@@ -86,11 +87,8 @@ class Evaluator:
 
     def outputs(self, model: Path) -> FeedOutputs:
         """All outputs of ``model``, one dict per evaluation feed."""
-        options = ort.SessionOptions()
-        options.log_severity_level = 3
-        options.intra_op_num_threads = self.threads
         try:
-            session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+            session = open_session(model, threads=self.threads)
         except Exception as exc:
             raise TrialError(f"onnxruntime cannot load the model: {exc}") from exc
         if self.spec.runner is not None:

@@ -20,6 +20,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from quantune.evaluate.session import open_session
+
 
 @dataclass(frozen=True)
 class LatencySpec:
@@ -52,13 +54,7 @@ def latency_lane() -> Iterator[None]:
 
 
 def _timing_session(model: Path, spec: LatencySpec) -> ort.InferenceSession:
-    options = ort.SessionOptions()
-    options.intra_op_num_threads = spec.threads
-    options.inter_op_num_threads = 1
-    options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    options.log_severity_level = 3
-    return ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
+    return open_session(model, threads=spec.threads, timing=True)
 
 
 def _call(session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None) -> Callable[[], object]:
