@@ -31,6 +31,9 @@ _EXPORTS = {
     "QuantuneError": "quantune.errors",
     "TrialError": "quantune.errors",
     "Criterion": "quantune.evaluate",
+    "metric_names": "quantune.evaluate",
+    "register_metric": "quantune.evaluate",
+    "Registry": "quantune.registry",
     "Pass": "quantune.passes",
     "PassConfig": "quantune.passes",
     "get_pass": "quantune.passes",
@@ -70,8 +73,9 @@ if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
     from quantune.config import Config, load_config  # noqa: F401
     from quantune.engine import Engine, Trial, TrialRecord  # noqa: F401
     from quantune.errors import ConfigError, DiskFull, EnvironmentFault, QuantuneError, TrialError  # noqa: F401
-    from quantune.evaluate import Criterion  # noqa: F401
+    from quantune.evaluate import Criterion, metric_names, register_metric  # noqa: F401
     from quantune.passes import Pass, PassConfig, get_pass, pass_names, register_pass  # noqa: F401
+    from quantune.registry import Registry  # noqa: F401
     from quantune.report import Result  # noqa: F401
     from quantune.search import Feedback, Sampler, create_sampler, register_sampler, sampler_names  # noqa: F401
     from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, SearchSpace  # noqa: F401

@@ -24,6 +24,8 @@ from quantune.evaluate import (
     LatencySpec,
     metric_direction,
 )
+from quantune.evaluate.metric_registry import find_metric, metric_names
+from quantune.evaluate.metric_registry import metric_source as metric_source_of
 from quantune.model import ModelHandle, file_sha256
 from quantune.passes import get_pass
 from quantune.prepare import Preparation, PrepareOptions, prepare_model, unprepared
@@ -70,9 +72,13 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         default_direction = True
     elif metric in LABEL_METRICS or metric in AGREEMENT_METRICS:
         default_direction = metric_direction(metric)
+    elif (added := find_metric(metric)) is not None:
+        user_metric, metric_source = added, metric_source_of(metric, added)
+        default_direction = bool(getattr(added, "higher_is_better", True))
     else:
-        allowed = sorted(LABEL_METRICS) + sorted(AGREEMENT_METRICS)
-        raise ConfigError(f"evaluation.metric: unknown metric '{metric}'; use one of {allowed} or 'script.py:function'")
+        raise ConfigError(
+            f"evaluation.metric: unknown metric '{metric}'; use one of {metric_names()} or 'script.py:function'"
+        )
     latency = config.evaluation.latency
     runner, runner_source = None, None
     if config.evaluation.runner is not None:

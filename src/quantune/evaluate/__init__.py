@@ -5,6 +5,7 @@ from __future__ import annotations
 from quantune.evaluate.criterion import Criterion, CriterionCheck
 from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side, time_side_by_side
+from quantune.evaluate.metric_registry import METRICS, metric_names, register_metric
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
 from quantune.evaluate.paired import RatioInterval, paired_ratio
 from quantune.evaluate.quantized import count_quantized, quantization_figures
@@ -13,6 +14,7 @@ from quantune.evaluate.session import open_session, session_options
 __all__ = [
     "AGREEMENT_METRICS",
     "LABEL_METRICS",
+    "METRICS",
     "Criterion",
     "CriterionCheck",
     "EvaluationSpec",
@@ -23,9 +25,11 @@ __all__ = [
     "measure_latency",
     "measure_side_by_side",
     "metric_direction",
+    "metric_names",
     "open_session",
     "paired_ratio",
     "quantization_figures",
+    "register_metric",
     "session_options",
     "time_side_by_side",
 ]

@@ -1,30 +1,40 @@
-"""Passes by name (``static_quant``, ...), so configs can name them and users can add their own."""
+"""Passes by name (``static_quant``, ...), so configs can name them and users can add their own.
+
+A pass registers under its class's ``name`` with ``@register_pass``, or comes from an installed
+package's ``quantune.passes`` entry point (see :mod:`quantune.registry`).
+"""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, TypeVar
 
-from quantune.errors import QuantuneError
+from quantune.registry import Registry
 
 if TYPE_CHECKING:
     from quantune.passes.base import Pass
 
-_PASSES: dict[str, type[Pass]] = {}
+
+def _is_pass(obj: object) -> bool:
+    from quantune.passes.base import Pass
+
+    return isinstance(obj, type) and issubclass(obj, Pass)
+
+
+PASSES: Registry[type[Pass]] = Registry(
+    "pass", "quantune.passes", field="passes", accepts=_is_pass, expected="a quantune Pass subclass"
+)
 P = TypeVar("P", bound="type[Pass]")
 
 
 def register_pass(cls: P) -> P:
     """Class decorator: makes ``cls`` available under ``cls.name``."""
-    _PASSES[cls.name] = cls
+    PASSES.add(cls.name, cls)
     return cls
 
 
 def pass_names() -> list[str]:
-    return sorted(_PASSES)
+    return PASSES.names()
 
 
 def get_pass(name: str, *, field_name: str = "passes") -> type[Pass]:
-    try:
-        return _PASSES[name]
-    except KeyError:
-        raise QuantuneError(f"{field_name}: unknown pass '{name}'; known passes are {pass_names()}") from None
+    return PASSES.get(name, field_name=field_name)

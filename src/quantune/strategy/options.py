@@ -76,9 +76,11 @@ def checked_options(strategy: str, raw: dict[str, Any]) -> dict[str, Any]:
 
 def options_json_schemas() -> dict[str, Any]:
     """strategy name -> the JSON Schema of its options (for ``quantune schema``)."""
-    from quantune.strategy.registry import _STRATEGIES
+    from quantune.strategy.registry import STRATEGIES
 
-    return {name: cls.Options.model_json_schema() for name, cls in sorted(_STRATEGIES.items()) if cls.Options}
+    return {
+        name: cls.Options.model_json_schema() for name, cls in sorted(STRATEGIES.registered().items()) if cls.Options
+    }
 
 
 def validate_options(strategy: str, options_cls: type[StrategyOptions] | None, raw: dict[str, Any]) -> dict[str, Any]:

@@ -5,6 +5,9 @@
 ... class Mine(Strategy):
 ...     def ask(self): return None
 ...     def tell(self, proposal, outcome): pass
+
+Installed packages add strategies through the ``quantune.strategies`` entry point group
+(see :mod:`quantune.registry`).
 """
 
 from __future__ import annotations
@@ -12,33 +15,39 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from quantune.errors import QuantuneError
+from quantune.registry import Registry
 
 if TYPE_CHECKING:
     from quantune.strategy.base import Strategy
 
-_STRATEGIES: dict[str, type[Strategy]] = {}
+
+def _is_strategy(obj: object) -> bool:
+    from quantune.strategy.base import Strategy
+
+    return isinstance(obj, type) and issubclass(obj, Strategy)
+
+
+STRATEGIES: Registry[type[Strategy]] = Registry(
+    "strategy",
+    "quantune.strategies",
+    field="search.strategy",
+    accepts=_is_strategy,
+    expected="a quantune Strategy subclass",
+)
 S = TypeVar("S", bound="type[Strategy]")
 
 
 def register_strategy(name: str) -> Callable[[S], S]:
-    def decorate(cls: S) -> S:
-        _STRATEGIES[name] = cls
-        return cls
-
-    return decorate
+    return STRATEGIES.decorator(name)
 
 
 def strategy_names() -> list[str]:
-    return sorted(_STRATEGIES)
+    return STRATEGIES.names()
 
 
 def strategy_class(name: str) -> type[Strategy] | None:
-    return _STRATEGIES.get(name)
+    return STRATEGIES.find(name)
 
 
 def create_strategy(name: str) -> Strategy:
-    try:
-        return _STRATEGIES[name]()
-    except KeyError:
-        raise QuantuneError(f"search.strategy: unknown strategy '{name}'; choose one of {strategy_names()}") from None
+    return STRATEGIES.get(name)()
