@@ -9,8 +9,8 @@ three quantune searches on it, each with a cold cache of its own:
 * ``after``: the same plus ``transformer_opt`` and ``weight_only`` (``flows: auto``);
 * ``weight4``: ``weight_only`` at 4 bits alone, objective size, the same 1% budget;
 
-then times fp32, fp32 fused (``transformer_opt`` at its defaults), the two bests and the
-4-bit model interleaved (one timing run, 1 thread, the first evaluation document), scores
+then times fp32, fp32 fused (``transformer_opt`` at its defaults), fp16 (``fp16`` at its
+defaults, of fp32 and of the fused model), the two bests and the 4-bit model interleaved (one timing run, 1 thread, the first evaluation document), scores
 each with the zoo's metric and writes ``bench/results/passes-minilm-<date>.md`` and ``.json``.
 """
 
@@ -91,10 +91,11 @@ def run_search(name: str, max_trials: int, timeout: float) -> dict:
     }
 
 
-def fuse(out: Path) -> Path:
-    cls = quantune.get_pass("transformer_opt")
+def apply(name: str, model: Path, out: Path) -> Path:
+    """One pass at its defaults (transformer_opt, fp16), outside any search."""
+    cls = quantune.get_pass(name)
     context = PassContext(None, ["input_ids", "attention_mask"], 1, out.parent)
-    cls().run(cls.Config(), MODEL_DIR / "model.onnx", out, context)
+    cls().run(cls.Config(), model, out, context)
     return out
 
 
@@ -114,7 +115,13 @@ def main() -> int:
     else:
         searches = {name: run_search(name, args.max_trials, args.timeout) for name in CONFIGS}
         searches_file.write_text(json.dumps(searches, indent=1, default=str))
-    models = {"fp32": MODEL_DIR / "model.onnx", "fp32 fused": fuse(RUNS / "fused.onnx")}
+    fused = apply("transformer_opt", MODEL_DIR / "model.onnx", RUNS / "fused.onnx")
+    models = {
+        "fp32": MODEL_DIR / "model.onnx",
+        "fp32 fused": fused,
+        "fp16": apply("fp16", MODEL_DIR / "model.onnx", RUNS / "fp16.onnx"),
+        "fp16 fused": apply("fp16", fused, RUNS / "fused-fp16.onnx"),
+    }
     labels = {
         "before": "quantune best, before",
         "after": "quantune best, with new passes",

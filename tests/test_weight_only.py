@@ -140,3 +140,26 @@ def test_block_sizes_past_every_weight_depth_are_pruned(bert, tmp_path, make_con
     config = load_config(make_config(passes, model=str(bert))).config
     sizes = {point["weight_only.block_size"] for point in build_plan(config, facts=facts).space.iterate()}
     assert sizes == {32, 64, 128}
+
+
+def test_accuracy_strategies_fall_back_through_nodes_to_exclude(make_config, tmp_path):
+    """weight_only is a quant step for the accuracy strategies: its groups are the MatMuls it
+    touches, and a group kept in float lands in ``weight_only.nodes_to_exclude``."""
+    from conftest import accuracy_problem
+    from quantune.strategy.accuracy.context import AccuracyContext
+
+    bert = build_bert_layer(tmp_path / "bert.onnx")
+    np.savez(tmp_path / "calib.npz", **bert_inputs(8, seed=1))
+    np.savez(tmp_path / "eval.npz", **bert_inputs(8, seed=2))
+    config = make_config(
+        [{"name": "weight_only", "search": True}],
+        model=str(bert),
+        data={"calibration": str(tmp_path / "calib.npz"), "evaluation": str(tmp_path / "eval.npz"), "batch_size": 4},
+        evaluation={"metric": "cosine"},
+    )
+    context = AccuracyContext.from_problem(accuracy_problem(config), "mse_v2")
+    assert context.dynamic and context.quant_step == "weight_only"
+    matmuls = [group for group in context.candidates if group.op_type == "MatMul"]
+    assert len(matmuls) == 6
+    point = context.with_fallback(context.base_point(), context.fallback_of(matmuls[0].nodes))
+    assert point["weight_only.nodes_to_exclude"] == list(matmuls[0].nodes)
