@@ -184,10 +184,12 @@ class Config(_Strict):
         "reported; the best is chosen by these objectives in the declared order.",
     )
     passes: list[PassEntry] = Field(min_length=1)
-    flows: list[list[str]] | dict[str, Any] | None = Field(
+    flows: list[list[str]] | dict[str, Any] | Literal["auto"] | None = Field(
         default=None,
         description="Pass flows: a list of lists of step ids, or a tree {id: {child id: {...}}} whose root-to-leaf "
-        "paths are the flows. Default: one flow of all passes in order.",
+        "paths are the flows. Default: one flow of all passes in order. 'auto': quantune places the listed "
+        "static_quant, dynamic_quant, transformer_opt, weight_only and fp16 steps (fusion before quantization for "
+        "transformers, weight-only where MatMuls have constant weights, fp16 when size is an objective).",
     )
     rules: list[Rule] = Field(default_factory=list, description="Extra pruning rules for the search space.")
     target: TargetConfig = Field(default_factory=TargetConfig)

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 
 from quantune.config import Config
 from quantune.config.loader import format_validation_error
+from quantune.engine.auto_flows import auto_flows
 from quantune.errors import ConfigError
 from quantune.passes import Pass, PassConfig, get_pass
 from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, Param, SearchSpace
@@ -140,7 +141,7 @@ def build_plan(config: Config, nodes: NodeLister | None = None, facts: Mapping[s
         step, params = _build_step(index, entry, provider, nodes)
         steps[step.id] = step
         step_params[step.id] = params
-    flows = _flows(config, steps, provider)
+    flows = _flows(config, steps, provider, facts or {})
     space_params: dict[str, Param] = {}
     if len(flows) > 1:
         space_params[FLOW] = Categorical(tuple(flows))
@@ -241,10 +242,14 @@ def _subset_elements(spec: dict[str, Any], where: str, nodes: NodeLister | None)
     raise ConfigError(f"{where}.subset_of: give a list of node names, or {{op_types: [Conv, MatMul, ...]}}")
 
 
-def _flows(config: Config, steps: Mapping[str, Step], provider: str) -> dict[str, tuple[str, ...]]:
+def _flows(
+    config: Config, steps: Mapping[str, Step], provider: str, facts: Mapping[str, Any]
+) -> dict[str, tuple[str, ...]]:
     raw = config.flows
     if raw is None:
         paths = [tuple(steps)]
+    elif raw == "auto":  # placed by quantune from the passes listed and the model's facts
+        paths = auto_flows(steps, facts, config.objective == "size" or "size" in (config.objectives or []))
     elif isinstance(raw, dict):
         paths = list(_tree_paths(raw, ()))
     else:

@@ -6,21 +6,27 @@ from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx import (
     CrossLayerEqualization,
     DynamicQuantization,
+    Float16Conversion,
     GraphOptimization,
     SmoothQuant,
     StaticQuantization,
+    TransformerOptimization,
+    WeightOnlyQuantization,
 )
 from quantune.passes.registry import get_pass, pass_names, register_pass
 
 __all__ = [
     "CrossLayerEqualization",
     "DynamicQuantization",
+    "Float16Conversion",
     "GraphOptimization",
     "Pass",
     "PassConfig",
     "PassContext",
     "SmoothQuant",
     "StaticQuantization",
+    "TransformerOptimization",
+    "WeightOnlyQuantization",
     "get_pass",
     "pass_names",
     "register_pass",

@@ -9,11 +9,18 @@ search never spends a trial on it. Keys (all JSON values, so they travel in cach
 * ``computed_weights``: ``[name, op_type]`` of each Conv/ConvTranspose whose weight is not an
   initializer (``quantize_dynamic`` fails on it: "Expected ... to be an initializer");
 * ``computed_biases``: ``[name, op_type]`` of each Conv/ConvTranspose/Gemm whose bias is not
-  an initializer (QOperator's bias quantization fails on it).
+  an initializer (QOperator's bias quantization fails on it);
+* ``matmul_weights``: ``[name, K, N]`` of each MatMul whose second input is a constant
+  initializer of rank 2 (or higher with leading 1s): what weight-only quantization can touch;
+* ``op_types``: how many nodes of each op type the main graph holds (``{op_type: count}``),
+  e.g. to tell a transformer (Softmax attention between MatMuls, LayerNorm) from a CNN.
+
+Records written before a key existed lack it: a pass reading a missing key prunes nothing.
 """
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
@@ -39,7 +46,28 @@ def model_facts(model: onnx.ModelProto) -> dict[str, Any]:
             weights.append([node.name, node.op_type])
         if node.op_type in BIASED_OPS and len(node.input) > 2 and node.input[2] and node.input[2] not in initializers:
             biases.append([node.name, node.op_type])
-    return {"opset": default_opset(model), "computed_weights": weights, "computed_biases": biases}
+    return {
+        "opset": default_opset(model),
+        "computed_weights": weights,
+        "computed_biases": biases,
+        "matmul_weights": matmul_weights(model),
+        "op_types": dict(sorted(Counter(node.op_type for node in graph.node).items())),
+    }
+
+
+def matmul_weights(model: onnx.ModelProto) -> list[list[Any]]:
+    """``[name, K, N]`` per MatMul with a constant 2-D weight (leading dimensions of 1 allowed),
+    the weights ``MatMulNBits`` can take; onnxruntime's quantizer skips the others silently."""
+    graph = model.graph
+    shapes = {init.name: list(init.dims) for init in graph.initializer}
+    found: list[list[Any]] = []
+    for node in graph.node:
+        if node.op_type != "MatMul" or len(node.input) < 2 or node.input[1] not in shapes:
+            continue
+        dims = shapes[node.input[1]]
+        if len(dims) >= 2 and all(d == 1 for d in dims[:-2]):
+            found.append([node.name, int(dims[-2]), int(dims[-1])])
+    return found
 
 
 def quantized_among(

@@ -5,8 +5,20 @@ from __future__ import annotations
 
 from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
+from quantune.passes.onnx.fp16 import Float16Conversion
 from quantune.passes.onnx.graph_opt import GraphOptimization
 from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
+from quantune.passes.onnx.transformer_opt import TransformerOptimization
+from quantune.passes.onnx.weight_only import WeightOnlyQuantization
 
-__all__ = ["CrossLayerEqualization", "DynamicQuantization", "GraphOptimization", "SmoothQuant", "StaticQuantization"]
+__all__ = [
+    "CrossLayerEqualization",
+    "DynamicQuantization",
+    "Float16Conversion",
+    "GraphOptimization",
+    "SmoothQuant",
+    "StaticQuantization",
+    "TransformerOptimization",
+    "WeightOnlyQuantization",
+]

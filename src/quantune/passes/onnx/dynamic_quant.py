@@ -10,6 +10,7 @@ import onnx
 from onnxruntime.quantization import quantize_dynamic
 
 from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.quant_types import QUANT_TYPES
 from quantune.passes.registry import register_pass
 from quantune.prepare.facts import facts_apply, quantized_among
@@ -54,6 +55,8 @@ class DynamicQuantization(Pass):
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
         """Not after graph_opt at all: level 'all' rewrites convolutions to NCHWc layout ops whose quantized form onnxruntime cannot load."""
+        if not quantizer_accepts(cls.name, config, upstream):  # after transformer_opt, fp16 (compat.py)
+            return False
         return not any(name == "graph_opt" and getattr(c, "level", None) in ("all",) for name, c in upstream)
 
     def run(self, config: DynamicQuantizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:

@@ -25,6 +25,7 @@ from quantune.data import CalibrationReader
 from quantune.errors import TrialError
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.calibration import calibrate_ranges
+from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.registry import register_pass
@@ -124,6 +125,8 @@ class StaticQuantization(Pass):
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
         """Not after graph_opt at extended or all: levels 'extended' and 'all' fuse into com.microsoft ops without inferred types; calibration and bias quantization then fail."""
+        if not quantizer_accepts(cls.name, config, upstream):  # after transformer_opt, fp16 (compat.py)
+            return False
         return not any(name == "graph_opt" and getattr(c, "level", None) in ("extended", "all") for name, c in upstream)
 
     def run(self, config: StaticQuantizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:

@@ -4,7 +4,8 @@ Fallback is expressed only through the quant step's own parameters, so nothing n
 needed downstream: a group kept in fp32 puts its node names in ``<step>.nodes_to_exclude``,
 a group kept in int16 puts its activations in ``<step>.tensor_overrides`` (static QDQ only).
 
-The quant step is a ``static_quant`` or a ``dynamic_quant`` step: the strategies tune the
+The quant step is a ``static_quant``, ``dynamic_quant`` or ``weight_only`` step (the latter two
+alike: MatMuls stay float through ``nodes_to_exclude``): the strategies tune the
 first flow that has one, or the flow named by the ``flow`` option. For a dynamic step the
 groups are the nodes ``quantize_dynamic`` touches (MatMuls with constant weights, embedding
 Gathers), each alone; shape-only groups (Reshape, Transpose, ...) are never candidates.
@@ -31,7 +32,9 @@ from quantune.passes.onnx.capability import Group, ModelCapability, Precision
 from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
 
-QUANT_PASSES = ("static_quant", "dynamic_quant")
+QUANT_PASSES = ("static_quant", "dynamic_quant", "weight_only")
+# Quant passes whose groups are the weights they touch, each alone (no activation ranges, no int16).
+WEIGHT_PASSES = ("dynamic_quant", "weight_only")
 RECIPE_PASSES = ("cle", "smooth_quant")
 FLOW_KEY = "flow"
 # Quant-step parameters that change accuracy more than speed: screened before any fallback.
@@ -83,8 +86,8 @@ class AccuracyContext:
             flows = [(name, steps) for name, steps in flows if name == chosen]
         if not flows:
             raise QuantuneError(
-                f"search.strategy: '{strategy}' tunes per-operator precision of a 'static_quant' or 'dynamic_quant' "
-                f"pass; "
+                f"search.strategy: '{strategy}' tunes per-operator precision of a 'static_quant', 'dynamic_quant' "
+                f"or 'weight_only' pass; "
                 f"no flow {'named ' + repr(chosen) + ' ' if chosen else ''}has one (flows: {list(problem.flows)})"
             )
         return flows
@@ -96,7 +99,7 @@ class AccuracyContext:
         assert problem.model_path is not None
         quant_step = next(step for step in flow if problem.step_passes.get(step) in QUANT_PASSES)
         fixed = problem.step_fixed.get(quant_step, {})
-        mode = "dynamic" if problem.step_passes.get(quant_step) == "dynamic_quant" else "static"
+        mode = "dynamic" if problem.step_passes.get(quant_step) in WEIGHT_PASSES else "static"
         capability = ModelCapability.from_model(problem.model_path, fixed.get("op_types_to_quantize"), mode)
         fp32_types = set(options.get("fp32_op_types", []))
         fp32_nodes = set(options.get("fp32_nodes", [])) | set(fixed.get("nodes_to_exclude", []))
@@ -157,7 +160,7 @@ class AccuracyContext:
 
     @property
     def dynamic(self) -> bool:
-        return self.quant_pass == "dynamic_quant"
+        return self.quant_pass in WEIGHT_PASSES
 
     def key(self, param: str) -> str:
         return f"{self.quant_step}.{param}"

@@ -19,7 +19,7 @@ from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.passes.cached import run_pass_cached
 from quantune.space import Point
 from quantune.store import cache_key
-from quantune.strategy.accuracy.context import QUANT_PASSES
+from quantune.strategy.accuracy.context import QUANT_PASSES, WEIGHT_PASSES
 
 log = logging.getLogger("quantune.strategy")
 
@@ -54,7 +54,7 @@ def accuracy_fields(
                 batch_size=context.batch_size,
                 cache=context.cache,
                 rows=int(options.get("sensitivity_rows", 128)),
-                dynamic=step_passes.get(quant) == "dynamic_quant",
+                dynamic=step_passes.get(quant) in WEIGHT_PASSES,  # weight_only ranked by its int8 proxy
                 isolation=isolation,
             )
         return probe(point)
