@@ -7,6 +7,7 @@ from quantune.passes.onnx import (
     CrossLayerEqualization,
     DynamicQuantization,
     GraphOptimization,
+    SessionTuning,
     SmoothQuant,
     StaticQuantization,
 )
@@ -19,6 +20,7 @@ __all__ = [
     "Pass",
     "PassConfig",
     "PassContext",
+    "SessionTuning",
     "SmoothQuant",
     "StaticQuantization",
     "get_pass",

@@ -204,6 +204,8 @@ def summary(result: Result) -> str:
         )
         if result.improved:
             lines.append(f"best model: {result.best_model_path}")
+        if result.best.session_settings:
+            lines.append(session_line(result))
         else:
             lines.append(
                 f"the original stays the answer; the candidate's model is in the cache: {result.best.model_path}"
@@ -230,3 +232,13 @@ def summary(result: Result) -> str:
         lines.append("interrupted: run the same command again to resume")
     lines.append(f"results: {result.output_dir / 'results.json'}  ({result.duration_s:.1f} s)")
     return "\n".join(lines)
+
+
+def session_line(result: Result) -> str:
+    """The best candidate's session settings and how to deploy with them."""
+    settings = ", ".join(f"{key}={value}" for key, value in sorted(result.best.session_settings.items()))
+    where = f"{result.best_model_path}.session.json" if result.improved else "its .session.json in the cache"
+    return (
+        f"session settings (measured with them; set them on onnxruntime.SessionOptions when deploying, "
+        f"as Olive's OrtSessionParamsTuning does): {settings} ({where})"
+    )

@@ -6,7 +6,15 @@ from __future__ import annotations
 from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
 from quantune.passes.onnx.graph_opt import GraphOptimization
+from quantune.passes.onnx.session_tuning import SessionTuning
 from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
 
-__all__ = ["CrossLayerEqualization", "DynamicQuantization", "GraphOptimization", "SmoothQuant", "StaticQuantization"]
+__all__ = [
+    "CrossLayerEqualization",
+    "DynamicQuantization",
+    "GraphOptimization",
+    "SessionTuning",
+    "SmoothQuant",
+    "StaticQuantization",
+]
