@@ -202,10 +202,10 @@ def summary(result: Result) -> str:
             f"({format_ratio(m['size_bytes'], base['size_bytes'], less='smaller', more='larger')}), "
             f"quantized ops {quantized_label(m) or 'unknown'}"
         )
-        if result.improved:
-            lines.append(f"best model: {result.best_model_path}")
         if result.best.session_settings:
             lines.append(session_line(result))
+        if result.improved:
+            lines.append(f"best model: {result.best_model_path}")
         else:
             lines.append(
                 f"the original stays the answer; the candidate's model is in the cache: {result.best.model_path}"
