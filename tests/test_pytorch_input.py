@@ -162,3 +162,24 @@ def test_an_export_failure_exits_2_with_one_line(tmp_path, capsys):
     err = capsys.readouterr().err.strip()
     assert "\n" not in err
     assert "model.pytorch: torch.onnx.export of 'net.py:build' failed (torchscript:" in err
+
+
+def test_a_saved_torch_export_program_is_an_input(tmp_path):
+    _script(tmp_path)
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("pt2_net", tmp_path / "net.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    net = module.build().eval()
+    length = torch.export.Dim("length", min=2, max=64)
+    program = torch.export.export(net, (torch.zeros(2, 3, 5),), dynamic_shapes=({2: length},))
+    torch.export.save(program, str(tmp_path / "net.pt2"))
+    data = _feeds([5, 9])
+    path = export_pytorch(PyTorchModelConfig(pytorch="net.pt2"), tmp_path, ArtifactCache(tmp_path / "cache"), [data], 2)
+    session = open_session(path, threads=1)
+    assert [i.name for i in session.get_inputs()] == ["x"]
+    feed = data.feeds[1]
+    with torch.no_grad():
+        expected = net(torch.from_numpy(feed["x"])).numpy()
+    np.testing.assert_allclose(session.run(None, feed)[0], expected, rtol=1e-4, atol=1e-5)

@@ -14,7 +14,7 @@ import pytest
 import quantune
 from conftest import cnn_inputs
 from quantune.data import load_dataset
-from quantune.errors import TrialError
+from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import EvaluationSpec, Evaluator, LatencySpec
 from quantune.evaluate.latency import time_side_by_side
 from quantune.evaluate.session_file import read_session_settings, session_file, write_session_settings
@@ -24,13 +24,14 @@ from quantune.passes.timing import PassTiming
 
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
 SEEN: list[ort.SessionOptions] = []
-SESSIONS: set[int] = set()
+SESSIONS: list[ort.InferenceSession] = []  # held, so no two sessions share an id
 
 
 def recording_runner(session: ort.InferenceSession, feeds: list[dict]) -> list[dict]:
     """A runner that notes the options of the session it is handed (the observable)."""
     SEEN.append(session.get_session_options())
-    SESSIONS.add(id(session))
+    if not any(seen is session for seen in SESSIONS):
+        SESSIONS.append(session)
     return [dict(zip([o.name for o in session.get_outputs()], session.run(None, feed), strict=True)) for feed in feeds]
 
 
@@ -155,3 +156,9 @@ def test_a_tuned_candidate_carries_its_settings_to_results_and_best(make_config,
     assert read_session_settings(best) == result.best.session_settings
     assert json.loads((best.parent / "params.json").read_text())["session_settings"] == result.best.session_settings
     assert session_file(best).name == "model.onnx.session.json"
+
+
+def test_session_tuning_must_end_its_flows(make_config, tmp_path):
+    config = make_config(passes=[{"name": "session_tuning"}, {"name": "dynamic_quant"}])
+    with pytest.raises(QuantuneError, match=r"flows: 'session_tuning' \(session_tuning\) must be the last step"):
+        quantune.tune(config, output=tmp_path / "run")

@@ -22,7 +22,7 @@ from quantune.evaluate.session_file import read_session_settings
 from quantune.memory import peak_tracker, take_stage_peaks
 from quantune.model import ModelHandle
 from quantune.passes.cached import run_pass_cached
-from quantune.passes.timing import PassTiming
+from quantune.passes.timing import timing_for
 from quantune.prepare import Preparation
 from quantune.store import ArtifactCache, cache_key
 
@@ -136,18 +136,12 @@ class TrialRunner:
                 batch_size=ctx.batch_size,
                 label=step.id,
                 external_data=start.external_data if current == start.path else None,
-                timing=self._timing() if step.pass_cls.needs_timing else None,
+                timing=timing_for(ctx.evaluator) if step.pass_cls.needs_timing else None,
             )
             record.cache[step.id] = "hit" if hit else "miss"
             pass_times[step.id] = time.perf_counter() - started
         record.durations["passes_s"] = pass_times
         return current, current_sha
-
-    def _timing(self) -> PassTiming:
-        """The evaluation's timed feed and latency settings, for passes that choose by timing."""
-        evaluator = self.context.evaluator
-        spec = evaluator.spec
-        return PassTiming(evaluator.latency_feed, spec.latency, spec.runner, spec.runner_name)
 
     def _evaluate(self, model_path: Path, model_sha: str, record: TrialRecord) -> dict[str, float]:
         ctx = self.context

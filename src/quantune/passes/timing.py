@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
@@ -35,3 +36,9 @@ class PassTiming:
         digest.update(repr(sorted(vars(self.spec).items())).encode())
         digest.update(str(self.runner_name).encode())
         return digest.hexdigest()
+
+
+def timing_for(evaluator: Any) -> PassTiming:
+    """The timing an :class:`~quantune.evaluate.Evaluator` does: its timed feed, latency settings and runner."""
+    spec = evaluator.spec
+    return PassTiming(evaluator.latency_feed, spec.latency, spec.runner, spec.runner_name)

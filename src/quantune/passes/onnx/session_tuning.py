@@ -109,6 +109,7 @@ class SessionTuning(Pass):
     Config = SessionTuningConfig
     search_space = {}
     needs_timing = True
+    last_in_flow = True
 
     def run(self, config: SessionTuningConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
         timing = context.timing
