@@ -288,3 +288,17 @@ def _check(path: Path, feeds: list[dict[str, Any]], expected: list[list[np.ndarr
                     raise QuantuneError(f"output {position} on check feed {index} differs from PyTorch's")
             elif not np.array_equal(a, b):
                 raise QuantuneError(f"output {position} on check feed {index} differs from PyTorch's")
+
+
+def describe_export(path: Path) -> str:
+    """One line on how the cached export at ``path`` was made (for the console and results.json)."""
+    import json
+
+    try:
+        meta = json.loads((Path(path).parent / "meta.json").read_text())
+    except (OSError, ValueError):
+        return "exported from PyTorch"
+    axes = {name: sorted(int(axis) for axis in dims) for name, dims in (meta.get("dynamic_axes") or {}).items()}
+    return (
+        f"exported from PyTorch ({meta.get('pytorch')}) with the {meta.get('exporter')} exporter; dynamic axes {axes}"
+    )

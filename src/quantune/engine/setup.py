@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quantune.config import Config, LoadedConfig
-from quantune.convert import export_pytorch
+from quantune.convert import describe_export, export_pytorch
 from quantune.data import Dataset, load_dataset
 from quantune.data.preflight import DataChecks, check_data, model_inputs
 from quantune.engine.identity import run_sources
@@ -60,6 +60,8 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     # checked (and converted) before preparation runs the evaluation data through the model
     calibration, evaluation = check_run_data(config, model, calibration, evaluation)
     preparation = prepare_for_run(config, model, evaluation, cache)
+    if not isinstance(config.model, str):  # the export is the first change made to what the user gave
+        preparation.steps.insert(0, describe_export(model.path))
     start = model if preparation.model == model.path else prepared_handle(preparation)
     plan = build_plan(config, nodes=start.nodes, facts=preparation.facts)
     needs_calibration = [step.id for step in plan.steps.values() if step.pass_cls.needs_calibration]
