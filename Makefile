@@ -15,7 +15,9 @@ $(BIN)/python:
 install: $(BIN)/python
 	$(BIN)/python -m pip install --quiet -e .
 
+# torch (the PyTorch-input tests) pinned to the CPU build first, so nothing below pulls a CUDA one
 install-test: $(BIN)/python
+	$(BIN)/python -m pip install --quiet torch==2.13.0
 	$(BIN)/python -m pip install --quiet -e ".[test]"
 
 demo: install

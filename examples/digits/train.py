@@ -44,6 +44,7 @@ import numpy as np
 import onnx
 import onnxruntime as ort
 import torch
+from net import DigitsCNN  # the network, shared with net.py:build (quantune's PyTorch input)
 from sklearn.datasets import load_digits
 from sklearn.model_selection import train_test_split
 from torch import nn
@@ -76,32 +77,6 @@ def load_splits() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
         images, labels, test_size=0.25, random_state=SEED, stratify=labels
     )
     return x_train, x_test, y_train, y_test
-
-
-class DigitsCNN(nn.Module):
-    """Small CNN for 8x8 digits: three conv layers and two linear layers."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.features = nn.Sequential(
-            nn.Conv2d(1, 32, kernel_size=3, padding=1),
-            nn.ReLU(),
-            nn.Conv2d(32, 64, kernel_size=3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),  # 8x8 -> 4x4
-            nn.Conv2d(64, 128, kernel_size=3, padding=1),
-            nn.ReLU(),
-            nn.MaxPool2d(2),  # 4x4 -> 2x2
-        )
-        self.classifier = nn.Sequential(
-            nn.Flatten(),  # 128 * 2 * 2 = 512
-            nn.Linear(512, 128),
-            nn.ReLU(),
-            nn.Linear(128, 10),
-        )
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.classifier(self.features(x))
 
 
 def train(model: nn.Module, x_train: np.ndarray, y_train: np.ndarray, epochs: int) -> None:

@@ -164,8 +164,36 @@ class ExecutorConfig(_Strict):
     resources: dict[str, float] = Field(default_factory=dict, description="ray: custom resources per trial.")
 
 
+class PyTorchModelConfig(_Strict):
+    """A PyTorch model, exported to ONNX once (cached by its weights, scripts and export settings)."""
+
+    pytorch: str = Field(
+        description="'path/to/script.py:function' returning a torch.nn.Module (built and weights loaded), or a "
+        "saved torch.export program 'path/to/program.pt2'."
+    )
+    example_inputs: str | None = Field(
+        default=None,
+        description="'path/to/script.py:function' returning {input name: tensor or array} (passed to forward "
+        "positionally, in that order; the names become the ONNX inputs and must name the data's arrays). "
+        "Default: the data's arrays named after forward's parameters, first evaluation batch.",
+    )
+    exporter: Literal["auto", "dynamo", "torchscript"] = Field(
+        default="auto",
+        description="auto: torch.onnx.export's dynamo exporter, the TorchScript one where dynamo fails or "
+        "gives other outputs than PyTorch.",
+    )
+    opset: int | None = Field(default=None, ge=13, le=30, description="ONNX opset (default: the exporter's).")
+
+    @property
+    def label(self) -> str:
+        return f"pytorch: {self.pytorch}"
+
+
 class Config(_Strict):
-    model: str = Field(description="Path to the input ONNX model (never modified).")
+    model: str | PyTorchModelConfig = Field(
+        description="Path to the input ONNX model (never modified), or {pytorch: script.py:build, "
+        "example_inputs: script.py:inputs} for a PyTorch model exported to ONNX first."
+    )
     data: DataConfig
     prepare: Literal["auto", "off"] = Field(
         default="auto",

@@ -29,7 +29,7 @@ from quantune.engine.output import close_output, open_output
 from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front
-from quantune.engine.setup import RunParts, build_run, preflight
+from quantune.engine.setup import RunParts, build_run, for_workers, preflight
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
@@ -122,7 +122,7 @@ class Engine:
                 (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
                 handler = _attach_log(self.output_dir / "quantune.log")
                 try:
-                    spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
+                    spec = WorkerSpec(for_workers(self.loaded, parts), config_hash, eval_threads_for(workers), sources)
                     result = self._run(parts, strategy, store, spec)
                 finally:
                     _detach_log(handler)

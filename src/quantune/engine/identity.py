@@ -53,7 +53,8 @@ def _plugin_sha(plugin: str, loaded: LoadedConfig) -> str:
 def run_sources(loaded: LoadedConfig, context: RunContext) -> Sources:
     """The fingerprint of every source of ``loaded``'s run, by the config field naming it."""
     config = loaded.config
-    sources: Sources = {"model": {"label": config.model, "fingerprint": context.model.sha256}}
+    label = config.model if isinstance(config.model, str) else config.model.label
+    sources: Sources = {"model": {"label": label, "fingerprint": context.model.sha256}}
     datasets: dict[str, tuple[str | None, Any]] = {
         "data.calibration": (config.data.calibration, context.calibration),
         "data.evaluation": (config.data.evaluation, context.evaluator.dataset),

@@ -142,6 +142,7 @@ def build_plan(config: Config, nodes: NodeLister | None = None, facts: Mapping[s
         steps[step.id] = step
         step_params[step.id] = params
     flows = _flows(config, steps, provider, facts or {})
+    _check_last_steps(flows, steps)
     space_params: dict[str, Param] = {}
     if len(flows) > 1:
         space_params[FLOW] = Categorical(tuple(flows))
@@ -159,6 +160,18 @@ def build_plan(config: Config, nodes: NodeLister | None = None, facts: Mapping[s
     plan = Plan(steps, flows, step_params, space, rules, dict(facts or {}))
     space.constraints.append(plan.is_runnable)
     return plan
+
+
+def _check_last_steps(flows: Mapping[str, tuple[str, ...]], steps: Mapping[str, Step]) -> None:
+    """A pass whose output lives partly beside the model (session_tuning's settings) ends its flows:
+    the next pass would read the model without it."""
+    for flow in flows.values():
+        for step_id in flow[:-1]:
+            if steps[step_id].pass_cls.last_in_flow:
+                raise ConfigError(
+                    f"flows: '{step_id}' ({steps[step_id].pass_cls.name}) must be the last step of a flow, "
+                    f"but {' > '.join(flow)} goes on after it; put it last in passes (or in flows)"
+                )
 
 
 def _build_step(index: int, entry: Any, provider: str, nodes: NodeLister | None) -> tuple[Step, dict[str, Param]]:

@@ -18,9 +18,11 @@ from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Evaluator
+from quantune.evaluate.session_file import read_session_settings
 from quantune.memory import peak_tracker, take_stage_peaks
 from quantune.model import ModelHandle
 from quantune.passes.cached import run_pass_cached
+from quantune.passes.timing import timing_for
 from quantune.prepare import Preparation
 from quantune.store import ArtifactCache, cache_key
 
@@ -104,6 +106,7 @@ class TrialRunner:
                 model_path, model_sha = self._run_passes(trial, record)
                 record.model_path = str(model_path)
                 record.model_sha256 = model_sha
+                record.session_settings = read_session_settings(model_path)
                 record.metrics = self._evaluate(model_path, model_sha, record)
             except Exception as exc:  # a trial's failure is data, not a crash of the run
                 record.status = "failed"
@@ -133,6 +136,7 @@ class TrialRunner:
                 batch_size=ctx.batch_size,
                 label=step.id,
                 external_data=start.external_data if current == start.path else None,
+                timing=timing_for(ctx.evaluator) if step.pass_cls.needs_timing else None,
             )
             record.cache[step.id] = "hit" if hit else "miss"
             pass_times[step.id] = time.perf_counter() - started

@@ -9,6 +9,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from quantune.config import Config, LoadedConfig
+from quantune.convert import describe_export, export_pytorch
 from quantune.data import Dataset, load_dataset
 from quantune.data.preflight import DataChecks, check_data, model_inputs
 from quantune.engine.identity import run_sources
@@ -46,17 +47,23 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     """``eval_threads``: onnxruntime threads for accuracy evaluation (0: all cores)."""
     config = loaded.config
     load_plugins(config.plugins, loaded.base_dir)
-    model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
-    build_plan(config, nodes=model.nodes)  # a config mistake is reported before preparation's work
-    cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
-    evaluation = load_dataset(config.data.evaluation, field_name="data.evaluation", base_dir=loaded.base_dir)
+    if isinstance(config.model, str):
+        model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
+        build_plan(config, nodes=model.nodes)  # a config mistake is reported before preparation's work
+        cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
+        calibration, evaluation = _load_data(loaded)
+    else:  # a PyTorch model: its export reads the data's shapes (dynamic axes), so the data comes first
+        cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
+        calibration, evaluation = _load_data(loaded)
+        datasets = [data for data in (evaluation, calibration) if data is not None]
+        exported = export_pytorch(config.model, loaded.base_dir, cache, datasets, config.data.batch_size)
+        model = ModelHandle.from_path(exported, field_name="model")
     input_names = model.input_names()
-    calibration: Dataset | None = None
-    if config.data.calibration:
-        calibration = load_dataset(config.data.calibration, field_name="data.calibration", base_dir=loaded.base_dir)
     # checked (and converted) before preparation runs the evaluation data through the model
     calibration, evaluation = check_run_data(config, model, calibration, evaluation)
     preparation = prepare_for_run(config, model, evaluation, cache)
+    if not isinstance(config.model, str):  # the export is the first change made to what the user gave
+        preparation.steps.insert(0, describe_export(model.path))
     start = model if preparation.model == model.path else prepared_handle(preparation)
     plan = build_plan(config, nodes=start.nodes, facts=preparation.facts)
     needs_calibration = [step.id for step in plan.steps.values() if step.pass_cls.needs_calibration]
@@ -111,6 +118,25 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     )
     context.sources = run_sources(loaded, context)
     return RunParts(context, criterion, plan)
+
+
+def _load_data(loaded: LoadedConfig) -> tuple[Dataset | None, Dataset]:
+    """The calibration data (``None`` when not given) and the evaluation data."""
+    data = loaded.config.data
+    evaluation = load_dataset(data.evaluation, field_name="data.evaluation", base_dir=loaded.base_dir)
+    calibration = None
+    if data.calibration:
+        calibration = load_dataset(data.calibration, field_name="data.calibration", base_dir=loaded.base_dir)
+    return calibration, evaluation
+
+
+def for_workers(loaded: LoadedConfig, parts: RunParts) -> LoadedConfig:
+    """The config workers rebuild the run from: a PyTorch model replaced by its ONNX export, so
+    workers neither import torch nor build the module again (same content, same fingerprint)."""
+    if isinstance(loaded.config.model, str):
+        return loaded
+    config = loaded.config.model_copy(update={"model": str(parts.context.model.path)})
+    return LoadedConfig(config, loaded.base_dir, loaded.source)
 
 
 def check_run_data(

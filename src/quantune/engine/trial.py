@@ -40,6 +40,9 @@ class TrialRecord:
     model_sha256: str | None = None  # content hash of the candidate model (same hash: same model)
     failure_class: str | None = None  # a failed trial's cause: where it failed + the kind of error (failures.py)
     peak_rss_mb: float | None = None  # the trial's peak resident memory, measured where it ran
+    session_settings: dict[str, Any] | None = (
+        None  # onnxruntime session settings the candidate runs with (session_tuning)
+    )
 
     def to_dict(self) -> dict[str, Any]:
         """A shallow dict of the record (its values are plain JSON data already)."""

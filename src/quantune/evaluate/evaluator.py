@@ -22,6 +22,7 @@ from quantune.evaluate.latency import LatencySpec, measure_latency, time_side_by
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import quantization_figures
 from quantune.evaluate.session import open_session
+from quantune.evaluate.session_file import read_session_settings
 from quantune.model import model_size_bytes
 
 UserMetric = Callable[[dict[str, Any], dict[str, Any]], float]
@@ -88,7 +89,7 @@ class Evaluator:
     def outputs(self, model: Path) -> FeedOutputs:
         """All outputs of ``model``, one dict per evaluation feed."""
         try:
-            session = open_session(model, threads=self.threads)
+            session = open_session(model, threads=self.threads, settings=read_session_settings(model))
         except Exception as exc:
             raise TrialError(f"onnxruntime cannot load the model: {exc}") from exc
         if self.spec.runner is not None:
@@ -103,6 +104,11 @@ class Evaluator:
                 cause = " ".join(str(exc).split())  # onnxruntime's messages may span lines
                 raise TrialError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from exc
         return outputs
+
+    @property
+    def latency_feed(self) -> dict[str, np.ndarray]:
+        """The feed latency is timed on (see ``latency_feed``)."""
+        return self._latency_feeds
 
     def timings_side_by_side(
         self, models: list[Path], *, warmup: int | None = None, repeats: int | None = None

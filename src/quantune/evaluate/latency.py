@@ -13,7 +13,7 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +21,7 @@ import numpy as np
 import onnxruntime as ort
 
 from quantune.evaluate.session import open_session
+from quantune.evaluate.session_file import read_session_settings
 
 
 @dataclass(frozen=True)
@@ -53,8 +54,10 @@ def latency_lane() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _timing_session(model: Path, spec: LatencySpec) -> ort.InferenceSession:
-    return open_session(model, threads=spec.threads, timing=True)
+def _timing_session(model: Path, spec: LatencySpec, settings: Mapping | None = None) -> ort.InferenceSession:
+    """A session timed as the candidate runs: with ``settings``, else those stored beside the model."""
+    chosen = read_session_settings(model) if settings is None else settings
+    return open_session(model, threads=spec.threads, timing=True, settings=chosen)
 
 
 def _call(session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None) -> Callable[[], object]:
@@ -101,11 +104,22 @@ def measure_side_by_side(
 
 
 def time_side_by_side(
-    models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
+    models: list[Path],
+    feeds: dict[str, np.ndarray],
+    spec: LatencySpec,
+    *,
+    runner: Callable | None = None,
+    settings: Sequence[Mapping | None] | None = None,
 ) -> np.ndarray:
     """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
-    round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one)."""
-    calls = [_call(_timing_session(model, spec), feeds, runner) for model in models]
+    round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one).
+    ``settings`` (one per model; ``None``: the model's own) times one model under several
+    session settings side by side."""
+    chosen = list(settings) if settings is not None else [None] * len(models)
+    calls = [
+        _call(_timing_session(model, spec, setting), feeds, runner)
+        for model, setting in zip(models, chosen, strict=True)
+    ]
     timings = np.empty((len(calls), spec.repeats))
     with latency_lane():
         for call in calls:

@@ -35,7 +35,8 @@ def session_options(
     sequential execution and no spinning (an idle spinning pool would eat the other core).
     ``settings`` keys: ``graph_optimization_level`` (disable_all|basic|extended|all),
     ``execution_mode`` (sequential|parallel), ``inter_op_num_threads``, ``enable_mem_pattern``,
-    ``enable_cpu_mem_arena``, and ``config`` (a dict of session config entries).
+    ``enable_cpu_mem_arena``, ``config`` (a dict of session config entries), and
+    ``intra_op_num_threads`` (replaces ``threads``: a tuned session chose its own within the budget).
     """
     options = ort.SessionOptions()
     options.log_severity_level = 3
@@ -55,6 +56,8 @@ def session_options(
             options.enable_mem_pattern = bool(value)
         elif key == "enable_cpu_mem_arena":
             options.enable_cpu_mem_arena = bool(value)
+        elif key == "intra_op_num_threads":
+            options.intra_op_num_threads = int(value)
         elif key == "config":
             for entry, entry_value in dict(value).items():
                 options.add_session_config_entry(str(entry), str(entry_value))

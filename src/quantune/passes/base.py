@@ -28,6 +28,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict
 
 from quantune.data import Dataset
+from quantune.passes.timing import PassTiming
 from quantune.space import Param
 
 
@@ -48,6 +49,7 @@ class PassContext:
     work_dir: Path
     model_sha256: str = ""
     cache_dir: Path | None = None
+    timing: PassTiming | None = None  # the run's timed feed, for passes that choose by timing (needs_timing)
 
 
 class Pass(ABC):
@@ -66,6 +68,10 @@ class Pass(ABC):
     # The default-domain opset every value of this pass's space works at; model preparation
     # raises a lower opset to the highest ``min_opset`` of the run's passes (0: no need).
     min_opset: ClassVar[int] = 0
+    # Whether the pass times models (``PassContext.timing``); the timed feed and latency settings then enter its cache key.
+    needs_timing: ClassVar[bool] = False
+    # Whether the pass must end its flows (its output is partly beside the model, which later passes do not read).
+    last_in_flow: ClassVar[bool] = False
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:

@@ -20,6 +20,7 @@ from quantune.data import Dataset
 from quantune.errors import TrialError
 from quantune.model import external_data_files, file_sha256
 from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.timing import PassTiming
 from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
@@ -37,6 +38,7 @@ def run_pass_cached(
     batch_size: int,
     label: str,
     external_data: list[Path] | None = None,
+    timing: PassTiming | None = None,
 ) -> tuple[Path, str, bool]:
     """(output model, its sha256, whether it came from the cache). Failures raise ``TrialError``
     naming ``label`` (the step id); a failed pass leaves nothing behind."""
@@ -44,6 +46,8 @@ def run_pass_cached(
     parts += user_code(pass_cls)
     if pass_cls.needs_calibration:
         parts += [calibration.fingerprint if calibration else None, batch_size]
+    if pass_cls.needs_timing:
+        parts += ["timing", timing.fingerprint if timing else None]
     key = cache_key(*parts)
     cached = cache.get_model(key)
     if cached is not None:
@@ -58,6 +62,7 @@ def run_pass_cached(
         work_dir,
         model_sha256=model_sha,
         cache_dir=cache.root / "passes" / pass_cls.name,
+        timing=timing,
     )
     printed = io.StringIO()  # onnxruntime's calibrators print progress; keep it in the log
     try:

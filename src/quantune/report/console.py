@@ -202,6 +202,8 @@ def summary(result: Result) -> str:
             f"({format_ratio(m['size_bytes'], base['size_bytes'], less='smaller', more='larger')}), "
             f"quantized ops {quantized_label(m) or 'unknown'}"
         )
+        if result.best.session_settings:
+            lines.append(session_line(result))
         if result.improved:
             lines.append(f"best model: {result.best_model_path}")
         else:
@@ -230,3 +232,13 @@ def summary(result: Result) -> str:
         lines.append("interrupted: run the same command again to resume")
     lines.append(f"results: {result.output_dir / 'results.json'}  ({result.duration_s:.1f} s)")
     return "\n".join(lines)
+
+
+def session_line(result: Result) -> str:
+    """The best candidate's session settings and how to deploy with them."""
+    settings = ", ".join(f"{key}={value}" for key, value in sorted(result.best.session_settings.items()))
+    where = f"{result.best_model_path}.session.json" if result.improved else "its .session.json in the cache"
+    return (
+        f"session settings (measured with them; set them on onnxruntime.SessionOptions when deploying, "
+        f"as Olive's OrtSessionParamsTuning does): {settings} ({where})"
+    )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.engine.trial import TrialRecord
+from quantune.evaluate.session_file import session_file
 from quantune.model import external_data_files
 
 log = logging.getLogger("quantune")
@@ -180,6 +181,8 @@ def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
         destination = target / data.relative_to(source.parent)
         destination.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(data, destination)
+    if session_file(source).is_file():  # the session settings it was measured with (session_tuning)
+        shutil.copyfile(session_file(source), session_file(target / "model.onnx"))
     params = {
         "trial": chosen.number,
         "flow": chosen.flow,
@@ -187,5 +190,6 @@ def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
         "pass_configs": result.step_configs.get(chosen.number, {}),
         "metrics": chosen.metrics,
         "meets_criterion": chosen.meets_criterion,
+        "session_settings": chosen.session_settings,
     }
     (target / "params.json").write_text(json.dumps(params, indent=2, default=str))

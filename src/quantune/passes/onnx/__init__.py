@@ -7,6 +7,7 @@ from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
 from quantune.passes.onnx.fp16 import Float16Conversion
 from quantune.passes.onnx.graph_opt import GraphOptimization
+from quantune.passes.onnx.session_tuning import SessionTuning
 from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
 from quantune.passes.onnx.transformer_opt import TransformerOptimization
@@ -17,6 +18,7 @@ __all__ = [
     "DynamicQuantization",
     "Float16Conversion",
     "GraphOptimization",
+    "SessionTuning",
     "SmoothQuant",
     "StaticQuantization",
     "TransformerOptimization",

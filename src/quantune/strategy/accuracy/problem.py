@@ -17,6 +17,7 @@ from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.passes.cached import run_pass_cached
+from quantune.passes.timing import timing_for
 from quantune.space import Point
 from quantune.store import cache_key
 from quantune.strategy.accuracy.context import QUANT_PASSES, WEIGHT_PASSES
@@ -104,6 +105,7 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
             input_names=list(context.evaluator.input_names),
             batch_size=context.batch_size,
             label=f"{step.id} (speed ceiling)",
+            timing=timing_for(context.evaluator) if step.pass_cls.needs_timing else None,
         )
     spec = context.evaluator.spec.latency
     # A ceiling only sorts variants (kept or dropped at a 3% margin): 20 paired rounds tell that,

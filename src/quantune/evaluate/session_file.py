@@ -1,0 +1,46 @@
+"""Session settings that travel with a model: a sidecar file ``<model>.session.json``.
+
+A flow's ``session_tuning`` step chooses onnxruntime session options for its model. They are
+part of the candidate as much as its weights: its accuracy and latency must be measured with
+them, the best model must be delivered with them, and a cache entry with other settings is
+another candidate. A JSON file beside the model does all three: every evaluation session
+reads it (``evaluate.evaluator``, ``evaluate.latency``), the artifact cache hashes every file
+of an entry (so the settings are in the candidate's content hash, and so in its evaluation's
+cache key), and ``best/`` copies it. The file holds exactly what
+``open_session(..., settings=...)`` takes, so deployment code can pass it on as it is.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+SUFFIX = ".session.json"
+
+
+def session_file(model: str | Path) -> Path:
+    """Where ``model``'s session settings live: ``<model>.session.json``."""
+    return Path(str(model) + SUFFIX)
+
+
+def read_session_settings(model: str | Path | bytes) -> dict[str, Any] | None:
+    """The settings stored beside ``model``, or ``None`` (no file, or a model given as bytes)."""
+    if isinstance(model, bytes):
+        return None
+    path = session_file(model)
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        return None
+    settings = json.loads(text)
+    if not isinstance(settings, dict):
+        raise ValueError(f"{path}: expected a JSON object of session settings, got {type(settings).__name__}")
+    return settings
+
+
+def write_session_settings(model: str | Path, settings: dict[str, Any]) -> Path:
+    """Writes ``settings`` beside ``model`` (sorted keys, so equal settings give equal bytes)."""
+    path = session_file(model)
+    path.write_text(json.dumps(settings, indent=1, sort_keys=True) + "\n")
+    return path
