@@ -64,27 +64,9 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_passes(args: argparse.Namespace) -> int:
-    from rich.table import Table
+    from quantune.report.passes_table import render_passes
 
-    from quantune.passes import get_pass, pass_names
-
-    table = Table(title="passes")
-    for column in ("name", "parameter", "default", "default search values"):
-        table.add_column(column)
-    for name in pass_names():
-        pass_cls = get_pass(name)
-        for index, (param, field) in enumerate(pass_cls.Config.model_fields.items()):
-            space = pass_cls.search_space.get(param)
-            if space is None:
-                searched = ""
-            elif hasattr(space, "cases"):
-                searched = "; ".join(f"when {k[0]}: {list(v)}" for k, v in space.cases.items())
-            elif hasattr(space, "choices"):
-                searched = ", ".join(map(str, space.choices))
-            else:
-                searched = repr(space)
-            table.add_row(name if index == 0 else "", param, repr(field.default), searched)
-    Console().print(table)
+    render_passes(Console())
     return 0
 
 
