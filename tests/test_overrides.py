@@ -95,7 +95,11 @@ def test_python_overrides_are_named_as_given(config_file):
 
 def test_set_on_space_and_check(config_file, capsys):
     assert main(["check", str(config_file), "--set", "evaluation.metric=cosine"]) == 0
-    assert "cosine = 1" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "cosine = 1" in out
+    # what check found: the data as read, and the size of the search
+    assert "evaluation: a table of 48 rows (3 batch(es) of up to 16); arrays input, label; labels in 'label'" in out
+    assert "search space: flow dynamic_quant: 2 point(s)" in out
     assert main(["space", str(config_file), "--samples", "1"]) == 0
     assert "raw size: 2" in capsys.readouterr().out  # weight_type: int8, uint8
     weights = "passes.0.params.weight_type={search: [int8]}"

@@ -91,11 +91,17 @@ def _cmd_space(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from quantune.api import check
+    from quantune.engine.executors.process import refuse_in_starting_worker
+    from quantune.engine.setup import build_run, preflight
+    from quantune.report.check_summary import check_lines
 
+    refuse_in_starting_worker()
     loaded = _load(args)
     metric = loaded.config.evaluation.metric
-    metrics = check(loaded)
+    parts = build_run(loaded)
+    metrics = preflight(parts)  # what quantune.check(config) does
+    for line in check_lines(parts, metrics):
+        print(line)
     print(f"ok: the data fits the model and the original scores {metric} = {metrics[metric]:.6g}")
     return 0
 
