@@ -165,7 +165,7 @@ def _data_lines(source: DataSource, folder: Path) -> list[str]:
         label = " + label" if source.labels else ""
         return [
             _c(f"  calibration: {_q(calib)}", "arrays named after the model's inputs"),
-            _c(f"  evaluation: {_q(evaluation)}", f"the same{label}"),
+            _c(f"  evaluation: {_q(evaluation)}", f"the same arrays{label}"),
         ]
     if source.kind == "synthetic":
         return [
