@@ -76,6 +76,17 @@ def init_project(
         notes.append("no --data given: data.py draws random inputs; replace them with your own data")
     if source.kind == "images":
         notes.append("data.py scales images to [0, 1]: edit preprocess() to your model's own normalisation")
+    first = info.outputs[0] if info.outputs else None
+    if (
+        first is not None
+        and chosen in BUILTIN_METRICS
+        and not first.dtype.startswith("float")
+        and len(info.outputs) > 1
+    ):
+        notes.append(
+            f"built-in metrics read the first output, '{first.name}' ({first.dtype}); if another output matters, "
+            "score it in metric.py and set evaluation.metric: metric.py:score"
+        )
     if source.kind == "npz" and source.calibration == source.evaluation:
         notes.append("one .npz calibrates and evaluates: give a separate calibration file when you have one")
     return InitResult(config_path, list(texts), info, source, chosen, notes)
