@@ -56,6 +56,7 @@ _EXPORTS = {
     "Strategy": "quantune.strategy",
     "register_strategy": "quantune.strategy",
     "strategy_names": "quantune.strategy",
+    "init_project": "quantune.starter",
 }
 
 __all__ = ["__version__", *sorted(_EXPORTS)]
@@ -79,4 +80,5 @@ if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
     from quantune.report import Result  # noqa: F401
     from quantune.search import Feedback, Sampler, create_sampler, register_sampler, sampler_names  # noqa: F401
     from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, SearchSpace  # noqa: F401
+    from quantune.starter import init_project  # noqa: F401
     from quantune.strategy import Strategy, register_strategy, strategy_names  # noqa: F401

@@ -17,35 +17,38 @@ from quantune.report import Result
 
 
 def tune(
-    config: str | Path | dict[str, Any] | Config,
+    config: str | Path | dict[str, Any] | Config | LoadedConfig,
     output: str | Path | None = None,
     *,
     restart: bool = False,
     listeners: list[RunListener] | None = None,
     workers: int | None = None,
     executor: str | None = None,
+    overrides: dict[str, Any] | None = None,
 ) -> Result:
     """Searches the config's space and returns the result; files go to ``output``.
 
     ``config`` is a YAML/JSON path, a dict, or a :class:`~quantune.config.Config`. The default
     output folder is ``runs/<config file name>`` in the working directory; a folder holding an
     interrupted run of the same config is resumed. ``workers`` and ``executor`` override the
-    config's ``executor`` section.
+    config's ``executor`` section. ``overrides`` sets fields of the config before it is validated,
+    by dotted path (``{"stop.max_trials": 5, "search.sampler": "random"}``); a file's relative
+    paths stay relative to the file.
 
     >>> result = quantune.tune("examples/digits/config.yaml")  # doctest: +SKIP
     >>> result.best.metrics["latency_ms"], result.best_model_path  # doctest: +SKIP
     """
     refuse_in_starting_worker()
-    loaded: LoadedConfig = load_config(config)
-    overrides: dict[str, Any] = {}
+    loaded: LoadedConfig = load_config(config, overrides)
+    executor_overrides: dict[str, Any] = {}
     if workers is not None:
-        overrides["workers"] = workers
+        executor_overrides["workers"] = workers
     if executor is not None:
-        overrides["kind"] = executor
-    if overrides:  # validated like the config's own executor section (model_copy would not check)
+        executor_overrides["kind"] = executor
+    if executor_overrides:  # validated like the config's own executor section (model_copy would not check)
         section = type(loaded.config.executor)
         try:
-            new_executor = section.model_validate({**loaded.config.executor.model_dump(), **overrides})
+            new_executor = section.model_validate({**loaded.config.executor.model_dump(), **executor_overrides})
         except ValidationError as exc:
             raise QuantuneError(format_validation_error(exc, prefix="executor")) from None
         loaded = replace(loaded, config=loaded.config.model_copy(update={"executor": new_executor}))
@@ -55,12 +58,14 @@ def tune(
     return Engine(loaded, Path(output), restart=restart, listeners=listeners or []).run()
 
 
-def check(config: str | Path | dict[str, Any] | Config) -> dict[str, float]:
+def check(
+    config: str | Path | dict[str, Any] | Config | LoadedConfig, overrides: dict[str, Any] | None = None
+) -> dict[str, float]:
     """The preflight alone: the config, its data checked against the model's inputs, and the
     original model evaluated (its metric must be a finite number). Returns the original's
     figures; a mistake raises :class:`~quantune.errors.QuantuneError` naming the file or field.
-    Nothing is written but the artifact cache."""
+    Nothing is written but the artifact cache. ``overrides`` as for :func:`tune`."""
     from quantune.engine.setup import build_run, preflight
 
     refuse_in_starting_worker()
-    return preflight(build_run(load_config(config)))
+    return preflight(build_run(load_config(config, overrides)))

@@ -15,10 +15,14 @@ import logging
 import signal
 import sys
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from rich.console import Console
 
 from quantune.errors import EnvironmentFault, QuantuneError
+
+if TYPE_CHECKING:
+    from quantune.config import LoadedConfig
 
 EXIT_USER_ERROR = 2
 EXIT_ENVIRONMENT = 1
@@ -32,7 +36,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
     install_stop_signals()
     listeners = [] if args.quiet else [ConsoleListener()]
     result = tune(
-        args.config,
+        _load(args),
         args.output,
         restart=args.restart,
         listeners=listeners,
@@ -60,36 +64,17 @@ def _cmd_schema(args: argparse.Namespace) -> int:
 
 
 def _cmd_passes(args: argparse.Namespace) -> int:
-    from rich.table import Table
+    from quantune.report.passes_table import render_passes
 
-    from quantune.passes import get_pass, pass_names
-
-    table = Table(title="passes")
-    for column in ("name", "parameter", "default", "default search values"):
-        table.add_column(column)
-    for name in pass_names():
-        pass_cls = get_pass(name)
-        for index, (param, field) in enumerate(pass_cls.Config.model_fields.items()):
-            space = pass_cls.search_space.get(param)
-            if space is None:
-                searched = ""
-            elif hasattr(space, "cases"):
-                searched = "; ".join(f"when {k[0]}: {list(v)}" for k, v in space.cases.items())
-            elif hasattr(space, "choices"):
-                searched = ", ".join(map(str, space.choices))
-            else:
-                searched = repr(space)
-            table.add_row(name if index == 0 else "", param, repr(field.default), searched)
-    Console().print(table)
+    render_passes(Console())
     return 0
 
 
 def _cmd_space(args: argparse.Namespace) -> int:
-    from quantune.config import load_config
     from quantune.engine.setup import build_run
     from quantune.space.report import describe_space
 
-    loaded = load_config(args.config)
+    loaded = _load(args)
     # The run's own plan: the model prepared (cached) and the points it cannot run pruned.
     parts = build_run(loaded)
     plan = parts.plan
@@ -106,18 +91,107 @@ def _cmd_space(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from quantune.api import check
-    from quantune.config import load_config
+    from quantune.engine.executors.process import refuse_in_starting_worker
+    from quantune.engine.setup import build_run, preflight
+    from quantune.report.check_summary import check_lines
 
-    metric = load_config(args.config).config.evaluation.metric
-    metrics = check(args.config)
+    refuse_in_starting_worker()
+    loaded = _load(args)
+    metric = loaded.config.evaluation.metric
+    parts = build_run(loaded)
+    metrics = preflight(parts)  # what quantune.check(config) does
+    for line in check_lines(parts, metrics):
+        print(line)
     print(f"ok: the data fits the model and the original scores {metric} = {metrics[metric]:.6g}")
     return 0
 
 
+def _cmd_init(args: argparse.Namespace) -> int:
+    from quantune.starter import init_project
+
+    result = init_project(args.model, args.data, args.metric, args.output)
+    info = result.info
+    print(f"model: {info.path} (opset {info.opset}): {info.compute_summary()}")
+    for spec in info.inputs:
+        print(f"  input  {spec.describe()}")
+    for spec in info.outputs[:6]:
+        print(f"  output {spec.describe()}")
+    print(f"data: {result.source.kind}{' (read directly)' if result.source.direct else ' (read by data.py)'}")
+    print(f"metric: {result.metric}")
+    for path in result.written:
+        print(f"wrote {path}")
+    for note in result.notes:
+        print(f"note: {note}")
+    print("next:")
+    for command in result.next_commands():
+        print(f"  {command}")
+    return 0
+
+
+def _version_text() -> str:
+    """quantune's version and those of the libraries that do the work (figures depend on them)."""
+    import platform
+
+    from quantune import __version__
+
+    parts = [f"quantune {__version__}"]
+    for name in ("onnxruntime", "onnx", "numpy", "optuna"):
+        try:
+            from importlib.metadata import version
+
+            parts.append(f"{name} {version(name)}")
+        except Exception:
+            parts.append(f"{name} (not installed)")
+    parts.append(f"Python {platform.python_version()}")
+    return ", ".join(parts)
+
+
+class _VersionAction(argparse.Action):
+    def __init__(self, option_strings: list[str], dest: str = argparse.SUPPRESS, **kwargs: object) -> None:
+        super().__init__(option_strings, dest, nargs=0, default=argparse.SUPPRESS, help="print versions and exit")
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
+        print(_version_text())
+        parser.exit()
+
+
+def _load(args: argparse.Namespace) -> LoadedConfig:
+    """The command's config with its ``--set`` overrides applied and validated like the file."""
+    from quantune.config import load_config
+    from quantune.config.overrides import parse_set
+
+    return load_config(args.config, parse_set(args.set), cli=True)
+
+
+def _add_set(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--set",
+        action="append",
+        metavar="KEY=VALUE",
+        help="override a config field, e.g. --set stop.max_trials=5 (YAML value; repeat for more)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="quantune", description="Search for the best optimized ONNX model.")
+    parser.add_argument("--version", action=_VersionAction)
     sub = parser.add_subparsers(dest="command", required=True)
+
+    init = sub.add_parser(
+        "init", help="write a starter quantune.yaml (and data.py / metric.py when needed) for a model"
+    )
+    init.add_argument("model", help="the ONNX model")
+    init.add_argument(
+        "--data",
+        nargs="+",
+        metavar="DIR_OR_FILES",
+        help="a folder of images or .npy files, or .npz/.npy files (default: a loader of random inputs)",
+    )
+    init.add_argument(
+        "--metric", help="top1, top1_agreement, cosine, l2, max_abs_diff, custom (writes metric.py), or script.py:fn"
+    )
+    init.add_argument("--output", "-o", default="quantune.yaml", help="the config to write (default: quantune.yaml)")
+    init.set_defaults(func=_cmd_init)
 
     run = sub.add_parser("run", help="tune a model as a config says")
     run.add_argument("config", help="YAML or JSON config file")
@@ -128,6 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--executor", choices=["process", "inline", "ray"], help="where trials run (overrides executor.kind)"
     )
+    _add_set(run)
     run.set_defaults(func=_cmd_run)
 
     report = sub.add_parser("report", help="write report.html (plots and the trial table) for a run folder")
@@ -145,11 +220,13 @@ def build_parser() -> argparse.ArgumentParser:
         "check", help="preflight only: check the data against the model and the metric on the original"
     )
     check.add_argument("config")
+    _add_set(check)
     check.set_defaults(func=_cmd_check)
 
     space = sub.add_parser("space", help="print the size of a config's search space and sample points")
     space.add_argument("config")
     space.add_argument("--samples", type=int, default=5)
+    _add_set(space)
     space.set_defaults(func=_cmd_space)
     return parser
 

@@ -10,6 +10,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from quantune.config.overrides import apply_overrides, blame
 from quantune.config.schema import Config
 from quantune.errors import ConfigError
 
@@ -26,15 +27,51 @@ class LoadedConfig:
         return (self.base_dir / path).expanduser().resolve()
 
 
-def load_config(config: str | Path | dict[str, Any] | Config | LoadedConfig) -> LoadedConfig:
+def load_config(
+    config: str | Path | dict[str, Any] | Config | LoadedConfig,
+    overrides: dict[str, Any] | None = None,
+    *,
+    cli: bool = False,
+) -> LoadedConfig:
     """Accepts a YAML/JSON file path, a dict, or a :class:`Config`; relative paths in a file
-    config are relative to the file's folder, otherwise to the working directory."""
+    config are relative to the file's folder, otherwise to the working directory.
+
+    ``overrides`` (dotted field -> value, e.g. ``{"stop.max_trials": 5}``) are set on the raw
+    config before it is validated (config/overrides.py); ``cli`` names them ``--set KEY`` in
+    messages rather than ``overrides['KEY']``."""
+    if overrides:
+        return _load_with_overrides(config, overrides, cli)
     if isinstance(config, LoadedConfig):
         return config
     if isinstance(config, Config):
         return LoadedConfig(config, Path.cwd(), "config")
     if isinstance(config, dict):
         return LoadedConfig(_validate(config, "config"), Path.cwd(), "config")
+    path, raw = _read_file(config)
+    return LoadedConfig(_validate(raw, str(path)), path.resolve().parent, str(path))
+
+
+def _load_with_overrides(
+    config: str | Path | dict[str, Any] | Config | LoadedConfig, overrides: dict[str, Any], cli: bool
+) -> LoadedConfig:
+    if isinstance(config, LoadedConfig):
+        raw, base_dir, source = (
+            config.config.model_dump(mode="json", exclude_unset=True),
+            config.base_dir,
+            config.source,
+        )
+    elif isinstance(config, Config):
+        raw, base_dir, source = config.model_dump(mode="json", exclude_unset=True), Path.cwd(), "config"
+    elif isinstance(config, dict):
+        raw, base_dir, source = config, Path.cwd(), "config"
+    else:
+        path, raw = _read_file(config)
+        base_dir, source = path.resolve().parent, str(path)
+    changed = apply_overrides(raw, overrides, cli=cli)
+    return LoadedConfig(_validate(changed, source, overrides, cli), base_dir, source)
+
+
+def _read_file(config: str | Path) -> tuple[Path, dict[str, Any]]:
     path = Path(config)
     if not path.is_file():
         raise ConfigError(f"no config file at '{config}'")
@@ -46,7 +83,7 @@ def load_config(config: str | Path | dict[str, Any] | Config | LoadedConfig) -> 
         raise ConfigError(f"not valid {kind}: {_one_line(exc)}", source=str(path)) from None
     if not isinstance(raw, dict):
         raise ConfigError("the top level must be a mapping (model:, data:, passes:, ...)", source=str(path))
-    return LoadedConfig(_validate(raw, str(path)), path.resolve().parent, str(path))
+    return path, raw
 
 
 def _one_line(exc: Exception) -> str:
@@ -58,18 +95,21 @@ def _one_line(exc: Exception) -> str:
     return " ".join(str(exc).split())
 
 
-def _validate(raw: dict[str, Any], source: str) -> Config:
+def _validate(raw: dict[str, Any], source: str, overrides: dict[str, Any] | None = None, cli: bool = False) -> Config:
     try:
         return Config.model_validate(raw)
     except ValidationError as exc:
-        raise ConfigError(format_validation_error(exc), source=source) from None
+        named = None if not overrides else (lambda location: blame(location, overrides, cli))
+        raise ConfigError(format_validation_error(exc, named=named), source=source) from None
 
 
-def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
-    """One line per problem: ``field.path: what is wrong`` (and what is allowed)."""
+def format_validation_error(exc: ValidationError, prefix: str = "", named: Any = None) -> str:
+    """One line per problem: ``field.path: what is wrong`` (and what is allowed). ``named``
+    maps a field path to what the user called it (``--set stop.max_trials``), or None."""
     lines = []
     for error in exc.errors():
         location = ".".join(str(part) for part in (*([prefix] if prefix else []), *error["loc"]))
+        label = named(location) if named is not None and location else None
         message = error["msg"]
         if error["type"] == "extra_forbidden":
             message = "unknown field"
@@ -79,7 +119,7 @@ def format_validation_error(exc: ValidationError, prefix: str = "") -> str:
                 message += f" (allowed here{' in ' + parent if parent else ''}: {', '.join(allowed)})"
         elif error["type"] == "missing":
             message = "required field is missing"
-        lines.append(f"{location or '(top level)'}: {message}")
+        lines.append(f"{label or location or '(top level)'}: {message}")
     return "; ".join(lines)
 
 

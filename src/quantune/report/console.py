@@ -19,14 +19,19 @@ from rich.table import Table
 from quantune.engine.engine import RunStatus
 from quantune.engine.trial import TrialRecord
 from quantune.report.result import Result, format_loss, format_ratio, speed_words
+from quantune.report.summarize import node_op_types, summarize_value
 
 
-def _fmt_params(params: dict[str, Any]) -> str:
-    """Compact: string values as themselves, true flags by name, false flags left out."""
+def _fmt_params(params: dict[str, Any], op_types: dict[str, str] | None = None) -> str:
+    """Compact: string values as themselves, true flags by name, false flags left out, long
+    lists as a count ("37 nodes excluded: 12 Add, 9 Mul, 16 other"; report/summarize.py)."""
     parts = []
     for name, value in params.items():
         short = name.split(".", 1)[-1]
-        if isinstance(value, bool):
+        summary = summarize_value(short, value, op_types)
+        if summary is not None:
+            parts.append(summary)
+        elif isinstance(value, bool):
             if value:
                 parts.append(short)
         elif isinstance(value, str):
@@ -104,12 +109,21 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         "",
     )
     chosen = result.best.number if result.best else None
+    op_types = node_op_types((result.preparation or {}).get("model"))
     for record in result.trials[:max_rows]:
         style = "bold green" if record.number == chosen else None
         if record.status != "ok":
             reason = escape((record.failure_class or record.error or "failed")[:80])
             table.add_row(
-                str(record.number), f"{_fmt_params(record.params)}: {reason}", "failed", "", "", "", "", "", style="red"
+                str(record.number),
+                f"{_fmt_params(record.params, op_types)}: {reason}",
+                "failed",
+                "",
+                "",
+                "",
+                "",
+                "",
+                style="red",
             )
             continue
         m = record.metrics
@@ -117,7 +131,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         hits = sum(1 for outcome in record.cache.values() if outcome == "hit")
         table.add_row(
             str(record.number),
-            _fmt_params(record.params),
+            _fmt_params(record.params, op_types),
             f"{m[metric]:.4f}",
             format_loss(record.accuracy_loss, result.criterion["type"]),
             f"{m['latency_ms']:.3f}{retimed}",

@@ -1,0 +1,57 @@
+"""What ``quantune check`` found, in a few lines: the model, the data as quantune reads it, what
+preparation changed, the original's figures and the size of the search space.
+
+A passing check used to print one line; a user writing a first config wants to see that the
+loader returned what they meant (rows, feeds, labels) and how big the search is before a run.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from quantune.data import Dataset
+
+
+def describe_data(name: str, dataset: Dataset | None, batch_size: int, label_key: str) -> str:
+    if dataset is None:
+        return f"{name}: none"
+    if dataset.is_table:
+        batches = -(-len(dataset) // batch_size)
+        what = f"a table of {len(dataset)} rows ({batches} batch(es) of up to {batch_size})"
+    else:
+        assert dataset.feeds is not None
+        what = f"{len(dataset.feeds)} feeds, {len(dataset)} rows in all"
+    arrays = ", ".join(dataset.names())
+    label = f"; labels in '{label_key}'" if dataset.has(label_key) else ""
+    return f"{name}: {what}; arrays {arrays}{label}"
+
+
+def check_lines(parts: Any, metrics: dict[str, float]) -> list[str]:
+    """The lines ``quantune check`` prints after the preflight passed (``parts``: engine RunParts)."""
+    from quantune.space.report import pruned_size
+
+    context = parts.context
+    evaluator = context.evaluator
+    spec = evaluator.spec
+    lines = [
+        f"model: {context.model.path.name}, inputs {', '.join(context.model.input_names())}",
+        describe_data("calibration", context.calibration, context.batch_size, spec.label_key),
+        describe_data("evaluation", evaluator.dataset, spec.batch_size, spec.label_key),
+    ]
+    preparation = context.preparation
+    lines += [f"prepared: {step}" for step in (preparation.steps if preparation else [])]
+    lines += [f"prepare: {warning}" for warning in (preparation.warnings if preparation else [])]
+    metric = spec.metric
+    label = metric.rpartition(":")[2] if ".py:" in metric else metric
+    lines.append(
+        f"original: {label} = {metrics[metric]:.6g}, latency {metrics.get('latency_ms', float('nan')):.3f} ms, "
+        f"size {metrics.get('size_bytes', 0) / 1024:.0f} KB"
+    )
+    plan = parts.plan
+    for name in plan.flows:
+        space = plan.flow_space(name)
+        raw = space.raw_size()
+        pruned, exact = pruned_size(space, raw)
+        size = f"{pruned:,.0f}" + ("" if exact else " (estimated)")
+        lines.append(f"search space: flow {name}: {size} point(s) over {len(space)} parameter(s)")
+    return lines
