@@ -11,7 +11,7 @@ import pytest
 import quantune
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
-from report_shot import find_chromium, shoot  # noqa: E402
+from report_shot import find_chromium, shoot
 
 pytestmark = pytest.mark.skipif(
     find_chromium() is None, reason="no Chromium on this machine (Debian: apt-get install chromium)"
@@ -23,7 +23,9 @@ def test_report_renders_in_chromium_without_console_errors(make_config, tmp_path
     monkeypatch.setenv("QUANTUNE_REPORT", "1")
     out = tmp_path / "out"
     config = make_config(
-        passes=[{"name": "static_quant", "search": True}], search={"sampler": "random", "seed": 0}, stop={"max_trials": 6}
+        passes=[{"name": "static_quant", "search": True}],
+        search={"sampler": "random", "seed": 0},
+        stop={"max_trials": 6},
     )
     result = quantune.tune(config, output=out)
     png = tmp_path / "report.png"
