@@ -68,6 +68,7 @@ def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page
     from plotly.offline import get_plotlyjs
 
     from quantune.report import plots, sections
+    from quantune.report.precision import precision_bars
     from quantune.report.table import node_types, trial_table
 
     run_dir = Path(run_dir) if run_dir is not None else Path(".")
@@ -89,7 +90,7 @@ def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page
         "objective": html.escape(_objective_label(results)),
         "chosen_kind": html.escape(chosen_kind or "chosen model"),
         "precision": precision,
-        "precision_plot": _figure("precision", lambda: plots.precision_bars(counts)) if counts else "",
+        "precision_plot": _figure("precision", lambda: precision_bars(counts)) if counts else "",
         "recovery": sections.recovery_section(results),
         "table": trial_table(results, page_dir, types),
         "environment": sections.environment(results),

@@ -10,6 +10,7 @@ axis would pile most of them on top of each other.
 from __future__ import annotations
 
 import html
+import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -52,6 +53,17 @@ def log_axis(values: Sequence[float]) -> bool:
     """True when the positive values span more than a decade."""
     positive = [v for v in values if v and v > 0]
     return bool(positive) and max(positive) / min(positive) > 10
+
+
+def log_ticks(values: Sequence[float]) -> dict[str, Any]:
+    """A log axis labelled 1, 2, 5, 10, 20, 50, ... (plotly's default writes 20 as a bare "2")."""
+    positive = [v for v in values if v and v > 0]
+    low, high = min(positive) / 1.5, max(positive) * 1.5
+    ticks = [
+        m * 10.0**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1) for m in (1, 2, 5)
+    ]
+    ticks = [t for t in ticks if low <= t <= high]
+    return {"type": "log", "tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
 def _hover(trial: Mapping[str, Any]) -> str:
@@ -109,7 +121,6 @@ def trade_off(results: Mapping[str, Any]) -> Any:
                 hoverinfo="text",
             )
         )
-        figure.add_vline(x=base, line={"color": BLUE, "dash": "dot"})
     criterion = results.get("criterion") or {}
     losses = [scale * t["accuracy_loss"] for t in trials] + [0.0]
     if criterion.get("tolerable_loss") is not None:
@@ -118,6 +129,8 @@ def trade_off(results: Mapping[str, Any]) -> Any:
         figure.add_hline(
             y=budget, line={"color": RED, "dash": "dash"}, annotation_text="budget", annotation_position="top right"
         )
+    if base is not None:  # a line trace, not a shape: shapes on a log axis take log10 coordinates
+        figure.add_trace(_line([base, base], [min(losses), max(losses)], BLUE, "original"))
     _mark_chosen(figure, results, lambda t: (x_of(t), scale * t["accuracy_loss"]))
     failed = failed_trials(results)
     if failed:
@@ -135,7 +148,7 @@ def trade_off(results: Mapping[str, Any]) -> Any:
         )
     figure.update_layout(title="every trial", xaxis_title=objective_name(results), yaxis_title=loss_label)
     if log_axis(xs):
-        figure.update_xaxes(type="log")
+        figure.update_xaxes(**log_ticks(xs))
     return _styled(figure)
 
 
@@ -266,7 +279,7 @@ def pareto(results: Mapping[str, Any]) -> Any:
                 row=1,
                 col=col,
             )
-    figure.update_xaxes(title_text="latency (ms)", type="log" if log_axis(lat) else "linear")
+    figure.update_xaxes(title_text="latency (ms)", **(log_ticks(lat) if log_axis(lat) else {}))
     figure.update_yaxes(title_text=loss_label, row=1, col=1)
     figure.update_yaxes(title_text="size (KB)", row=1, col=2)
     figure.update_layout(
@@ -335,11 +348,11 @@ def progress(results: Mapping[str, Any]) -> Any:
         )
     if met:
         base = objective_value(results, results.get("baseline", {}))
-        if base is not None:
-            figure.add_hline(y=base, line={"color": BLUE, "dash": "dot"}, annotation_text="original")
+        if base is not None and numbers:  # a line trace: shapes on a log axis take log10 coordinates
+            figure.add_trace(_line([min(numbers), max(numbers)], [base, base], BLUE, "original", legend=True))
         title, y_title = "best so far", f"{objective_name(results)}, best within the budget"
         if log_axis(finite + ([base] if base else [])):
-            figure.update_yaxes(type="log")
+            figure.update_yaxes(**log_ticks(finite + ([base] if base else [])))
     else:
         tolerable = (results.get("criterion") or {}).get("tolerable_loss")
         if tolerable is not None:
@@ -354,28 +367,12 @@ def progress(results: Mapping[str, Any]) -> Any:
     return _styled(figure)
 
 
-def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Any:
-    """Compute ops per op type, stacked by precision (``counts``: op type -> precision -> n)."""
+def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool = False) -> Any:
     import plotly.graph_objects as go
 
-    order = ["int4", "int8", "uint8", "int16", "uint16", "fp16", "bf16", "fp32", "other"]
-    colors = {"int4": "#084081", "int8": "#0868ac", "uint8": "#2b8cbe", "int16": "#7bccc4", "uint16": "#a8ddb5"}
-    colors.update({"fp16": "#fdae6b", "bf16": "#fd8d3c", "fp32": "#e6550d", "other": GRAY})
-    types = list(counts)
-    seen = {p for c in counts.values() for p in c}
-    figure = go.Figure()
-    for precision in [p for p in order if p in seen] + sorted(seen - set(order)):
-        figure.add_trace(
-            go.Bar(
-                y=types,
-                x=[counts[t].get(precision, 0) for t in types],
-                name=precision,
-                orientation="h",
-                marker={"color": colors.get(precision, GRAY)},
-            )
-        )
-    figure.update_layout(barmode="stack", title="compute ops by precision", xaxis_title="ops")
-    return _styled(figure, height=max(260, 60 + 28 * len(types)))
+    return go.Scatter(
+        x=x, y=y, mode="lines", line={"color": color, "dash": "dot"}, name=name, showlegend=legend, hoverinfo="skip"
+    )
 
 
 def _styled(figure: Any, height: int = 420) -> Any:
