@@ -6,7 +6,7 @@ from __future__ import annotations
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 from conftest import build_cnn, build_mlp, cnn_inputs
-from quantune.report.precision import evidence, fallbacks, op_precisions, precision_counts
+from quantune.report.precision import evidence, excluded, fallbacks, op_precisions, precision_counts
 
 
 class _Reader(CalibrationDataReader):
@@ -103,3 +103,29 @@ def test_each_fallback_names_its_sensitivity_and_the_trial_that_showed_it_was_ne
     assert found["b"].evidence["other_differences"] == 0
     assert evidence(results, chosen, "z") is not None  # any node: the fully quantized ceiling at worst
     assert evidence({"trials": [chosen]}, chosen, "a") is None  # nothing ever quantized it and missed
+
+
+def test_a_quantune_strategy_run_records_sensitivity_and_the_report_gives_each_fallback_its_reason(
+    make_config, tmp_path, monkeypatch
+):
+    import json
+
+    import quantune
+
+    monkeypatch.setenv("QUANTUNE_REPORT", "1")
+    config = make_config(
+        passes=[{"name": "static_quant", "search": True}],
+        criterion={"type": "absolute", "tolerable_loss": 0.0, "higher_is_better": True},
+        evaluation={"metric": "cosine", "latency": {"warmup": 0, "repeats": 2}},
+        search={"strategy": "quantune", "seed": 0, "strategy_options": {"drop_slow": False}},
+        stop={"max_trials": 8},
+    )
+    quantune.tune(config, output=tmp_path / "out")
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    scores = next(iter(results["strategy"]["sensitivity"].values()))
+    assert {"conv1", "conv2", "fc"} <= set(scores) and all(v["score"] is not None for v in scores.values())
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "precision map of the closest miss" in page
+    fell = excluded(results["closest_miss"]["params"])
+    assert set(fell) & set(scores)  # the bisection kept compute groups in fp32 ...
+    assert "kept in fp32 by the search; sensitivity" in page  # ... and the page gives their scores as the reason

@@ -173,7 +173,7 @@ def _optuna_views(results: dict[str, Any], run_dir: Path) -> tuple[dict[str, str
     where = (run_dir / STUDY_FILE).resolve()
     note = (
         f"{len(complete)} finished and {len(study.trials) - len(complete)} failed trials as an Optuna study; the views "
-        f"show the {len(params)} parameters that varied among the {among} finished trials that share the chosen "
+        f"show the {len(params)} parameter(s) that varied among the {among} finished trials that share the chosen "
         f"trial's parameters "
         f"('{STUDY_NAME}' in {where}; open it with optuna-dashboard sqlite:///{where}). "
         "Importance needs at least two finished trials whose searched parameters differ; a conditional parameter "

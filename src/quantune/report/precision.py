@@ -234,7 +234,8 @@ def evidence(results: Mapping[str, Any], chosen: Mapping[str, Any], node: str) -
     the fewest other differences from the chosen trial's fallback (the latest on a tie)."""
     target = set(excluded(chosen.get("params", {}))) - {node}
     flow = chosen.get("flow")
-    best: tuple[int, int] | None = None
+    variant = _variant(chosen.get("params", {}))
+    best: tuple[int, int, int] | None = None
     found = None
     for trial in results.get("trials", []):
         if trial.get("status") != "ok" or trial.get("meets_criterion") is not False or trial.get("flow") != flow:
@@ -242,7 +243,9 @@ def evidence(results: Mapping[str, Any], chosen: Mapping[str, Any], node: str) -
         fallen = set(excluded(trial.get("params", {})))
         if node in fallen:
             continue
-        key = (len(fallen ^ target), -trial["number"])
+        # the same quantization settings first (a trial of another variant proves less), then the fewest
+        # other fallback differences, then the latest
+        key = (int(_variant(trial.get("params", {})) != variant), len(fallen ^ target), -trial["number"])
         if best is None or key < best:
             best, found = key, trial
     if found is None:
@@ -251,8 +254,15 @@ def evidence(results: Mapping[str, Any], chosen: Mapping[str, Any], node: str) -
         "number": found["number"],
         "stage": found.get("stage", ""),
         "accuracy_loss": found.get("accuracy_loss"),
-        "other_differences": best[0] if best else 0,
+        "other_differences": best[1] if best else 0,
+        "same_settings": best[0] == 0 if best else False,
     }
+
+
+def _variant(params: Mapping[str, Any]) -> str:
+    """A trial's settings other than its fallback, as one comparable key."""
+    rest = {k: v for k, v in params.items() if not k.endswith((".nodes_to_exclude", ".tensor_overrides"))}
+    return repr(sorted(rest.items(), key=lambda kv: kv[0]))
 
 
 def recovery_steps(results: Mapping[str, Any]) -> list[dict[str, Any]]:

@@ -26,6 +26,15 @@ _VERDICTS = {
 }
 
 
+def loss_text(loss: float | None, kind: str | None) -> str:
+    """An accuracy loss with the digits that matter: +0.0459% rather than +0.05%, +0.0001% not +0.00%."""
+    if loss is None:
+        return ""
+    if kind == "relative":
+        return f"{100 * loss:+.3g}%"
+    return format_loss(loss, kind)
+
+
 def e(text: Any) -> str:
     return html.escape(str(text))
 
@@ -51,7 +60,7 @@ def summary(results: Mapping[str, Any]) -> str:
         m = chosen["metrics"]
         lines.append(
             f"{kind}: trial {chosen['number']}, {metric} {m.get(metric, float('nan')):.4f} "
-            f"(loss {format_loss(chosen.get('accuracy_loss'), criterion.get('type'))}), latency "
+            f"(loss {loss_text(chosen.get('accuracy_loss'), criterion.get('type'))}), latency "
             f"{m.get('latency_ms', float('nan')):.3f} ms ({speed_words(results, chosen)}), size "
             f"{m.get('size_bytes', 0) / 1024:.0f} KB "
             f"({format_ratio(m.get('size_bytes', 0), base.get('size_bytes', 0), less='smaller', more='larger')}); "
@@ -163,9 +172,11 @@ def _why(fall: Fallback | None, results: Mapping[str, Any], scale: float, tolera
         parts.append("sensitivity not measured")
     proof = fall.evidence
     if proof is not None:
-        loss = format_loss(proof["accuracy_loss"], (results.get("criterion") or {}).get("type"))
-        budget = "" if tolerable is None else f" > budget {format_loss(tolerable, results['criterion'].get('type'))}"
+        loss = loss_text(proof["accuracy_loss"], (results.get("criterion") or {}).get("type"))
+        budget = "" if tolerable is None else f" > budget {loss_text(tolerable, results['criterion'].get('type'))}"
         extra = f", {proof['other_differences']} other node(s) differing" if proof["other_differences"] else ""
+        if not proof.get("same_settings", True):
+            extra += ", other quantization settings"
         parts.append(
             f"trial {proof['number']} ({e(proof['stage'])}) quantized it and missed: loss {e(loss)}{e(budget)}{e(extra)}"
         )
@@ -211,7 +222,7 @@ def recovery_section(results: Mapping[str, Any]) -> str:
         held = {True: "meets", False: "misses"}.get(t.get("meets_criterion"), "failed")
         rows.append(
             f"<tr class={held}><td>{t['number']}</td><td>{e(t.get('stage', ''))}</td><td>{held}</td>"
-            f"<td>{e(format_loss(t.get('accuracy_loss'), kind))}</td><td>{'' if value is None else f'{value:.4g}'}</td>"
+            f"<td>{e(loss_text(t.get('accuracy_loss'), kind))}</td><td>{'' if value is None else f'{value:.4g}'}</td>"
             f"<td>{e(_fraction(m))}</td></tr>"
         )
     return (

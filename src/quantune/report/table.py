@@ -17,7 +17,7 @@ from typing import Any
 
 from quantune.report.plots import loss_scale
 from quantune.report.precision import excluded
-from quantune.report.result import format_loss
+from quantune.report.sections import loss_text
 from quantune.report.study import objective_name, objective_value
 
 _COLUMNS = (
@@ -98,7 +98,7 @@ def trial_table(results: Mapping[str, Any], page_dir: Path, types: Mapping[str, 
             (None, _params_cell(trial.get("params", {}), types)),
             (None, _status_cell(trial, status)),
             (m.get(metric), _num(m.get(metric), "{:.4f}")),
-            (None if loss is None else scale * loss, html.escape(format_loss(loss, kind))),
+            (None if loss is None else scale * loss, html.escape(loss_text(loss, kind))),
             (objective, _num(objective, "{:.4g}") + ("*" if "latency_search_ms" in m else "")),
             (_kb(m), _num(_kb(m), "{:.0f}")),
             (m.get("quantized_compute_fraction"), _quantized(m)),
