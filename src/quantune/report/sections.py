@@ -154,7 +154,7 @@ def precision_section(
         f"{sum(1 for o in ops if o.precision not in ('fp32', 'fp16', 'bf16'))} in integer precision.</p>"
     )
     table = (
-        "<details open><summary>every compute op</summary><div class=scroll><table class=ops><thead><tr><th>node</th>"
+        f"<details{' open' if len(ops) <= 60 else ''}><summary>every compute op ({len(ops)})</summary><div class=scroll><table class=ops><thead><tr><th>node</th>"
         "<th>op</th><th>precision</th><th>detail</th><th>why it is in this precision</th></tr></thead><tbody>"
         + "".join(rows)
         + "</tbody></table></div></details>"
