@@ -190,3 +190,9 @@ def accuracy_problem(config: dict[str, Any], options: dict[str, Any] | None = No
     loaded = load_config({**config, "search": search})
     problem = search_problem(build_run(loaded), loaded.config)
     return problem if timed else dataclasses.replace(problem, latency_ratio=None)
+
+
+@pytest.fixture(autouse=True)
+def _no_end_of_run_report(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Runs skip report.html (seconds of drawing each); tests of the report set QUANTUNE_REPORT=1."""
+    monkeypatch.setenv("QUANTUNE_REPORT", "0")

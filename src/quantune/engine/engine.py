@@ -185,6 +185,7 @@ class Engine:
                 stop_reason += "; latency re-timing skipped (Ctrl-C)"
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         result.skipped_known_failures = loop.skips.count
+        result.strategy_notes = strategy.learned()
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)

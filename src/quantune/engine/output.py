@@ -32,6 +32,7 @@ _OURS = {
     "workers",
     "report.html",
     LOCK_NAME,
+    "optuna.db",
 }
 _STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
 

@@ -1,31 +1,38 @@
-"""``report.html``: one self-contained page a person can open or send, built from results.json.
+"""``report.html``: one self-contained, interactive page a person can open offline or send.
 
-It reads only the run folder's ``results.json``, so it works for any finished (or
-interrupted) run, on any machine, without the cache. The plots are PNGs embedded in the page
-(no files beside it to lose): accuracy loss against the objective for every trial, with the
-budget and the chosen model marked, and the best-so-far over the trials. matplotlib is an
-optional dependency (``pip install 'quantune[report]'``).
+Built from the run folder's ``results.json`` (and, when they are still there, the chosen
+model and ``config.json``), so it works for any finished or interrupted run. plotly.js is
+inlined once (no CDN: the page works without a network); the parameter views come from
+``optuna.visualization`` on the run written as an Optuna study (``optuna.db`` beside it,
+which ``optuna-dashboard`` also opens). Sections: the verdict and why; every trial (failed
+ones marked with their failure class, the original, the budget, the best or the closest
+miss); the Pareto front of accuracy loss, latency and size; the best so far; parameter
+importance, parallel coordinates and slices; the chosen model's per-operator precision map
+with each fallback's reason; the accuracy-recovering steps; the sortable trial table; the
+machine and library versions.
 """
 
 from __future__ import annotations
 
-import base64
 import html
-import io
 import json
+import logging
 import os
+from collections.abc import Callable
 from pathlib import Path
+from string import Template
 from typing import Any
 
 from quantune.errors import QuantuneError
-from quantune.report.result import format_loss, format_ratio, speed_words
 from quantune.store.faults import storage_errors
 
-_UNITS = {"latency": ("latency_ms", "latency (ms, median)"), "size": ("size_bytes", "size (KB)")}
+log = logging.getLogger("quantune")
+_TEMPLATE = Path(__file__).with_name("template.html")
 
 
 def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
-    """Writes ``report.html`` for the run in ``run_dir`` (or to ``output``) and returns its path."""
+    """Writes ``report.html`` (and ``optuna.db``) for the run in ``run_dir`` (the page to
+    ``output`` when given) and returns the page's path."""
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
     try:
@@ -37,16 +44,16 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     if not isinstance(results, dict) or "trials" not in results or "baseline" not in results:
         raise QuantuneError(f"report: '{path}' is not a quantune results.json (no 'trials' or 'baseline')")
     target = Path(output) if output is not None else run_dir / "report.html"
-    page = render_html(results)
     field = "report --output" if output is not None else "report"
     if target.is_dir():
         raise QuantuneError(f"{field}: '{target}' is a folder; name the file to write, e.g. '{target / 'report.html'}'")
+    page = render_html(results, run_dir, page_dir=target.parent)
     try:
         with storage_errors(target, field):
             target.parent.mkdir(parents=True, exist_ok=True)  # a new folder for the page is made
             tmp = target.with_name(f".{target.name}.tmp")
             try:
-                tmp.write_text(page)
+                tmp.write_text(page, encoding="utf-8")
                 os.replace(tmp, target)
             except BaseException:
                 tmp.unlink(missing_ok=True)
@@ -56,193 +63,159 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     return target
 
 
-def render_html(results: dict[str, Any]) -> str:
-    """The page for one results.json."""
-    plots = [_plot_png(_trade_off, results), _plot_png(_progress, results)]
-    images = "".join(
-        f'<img alt="{alt}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
-        for alt, png in zip(("accuracy loss against the objective", "best so far"), plots, strict=True)
-    )
-    return _PAGE.format(
-        title=html.escape(f"quantune: {results.get('metric', '')}, {len(results['trials'])} trials"),
-        summary=_summary(results),
-        images=images,
-        table=_table(results),
-    )
+def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page_dir: str | Path | None = None) -> str:
+    """The page for one results.json (``run_dir``: where its models and config.json are)."""
+    from plotly.offline import get_plotlyjs
+
+    from quantune.report import plots, sections
+    from quantune.report.precision import precision_bars
+    from quantune.report.table import node_types, trial_table
+
+    run_dir = Path(run_dir) if run_dir is not None else Path(".")
+    page_dir = Path(page_dir) if page_dir is not None else run_dir
+    chosen_path, _, chosen_kind = sections.chosen_model(results, run_dir)
+    start = (results.get("preparation") or {}).get("model")
+    types = {**node_types(chosen_path), **node_types(start)}
+    precision, counts = sections.precision_section(results, run_dir, types)
+    views, note = _optuna_views(results, run_dir)
+    fields = {
+        "title": html.escape(f"quantune: {results.get('metric', '')}, {len(results['trials'])} trials"),
+        "plotlyjs": get_plotlyjs(),
+        "verdict": sections.verdict(results),
+        "summary": sections.summary(results),
+        "trade_off": _figure("trade-off", lambda: plots.trade_off(results)),
+        "progress": _figure("progress", lambda: plots.progress(results)),
+        "pareto": _figure("pareto", lambda: plots.pareto(results)),
+        "study_note": html.escape(note),
+        "objective": html.escape(_objective_label(results)),
+        "chosen_kind": html.escape(chosen_kind or "chosen model"),
+        "precision": precision,
+        "precision_plot": _figure("precision", lambda: precision_bars(counts)) if counts else "",
+        "recovery": sections.recovery_section(results),
+        "table": trial_table(results, page_dir, types),
+        "environment": sections.environment(results),
+        **views,
+    }
+    return Template(_TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
 
 
-def _objective(results: dict[str, Any]) -> tuple[str, str, float]:
-    metric, label = _UNITS.get(results.get("objective", "latency"), _UNITS["latency"])
-    return metric, label, 1 / 1024 if metric == "size_bytes" else 1.0
+def _objective_label(results: dict[str, Any]) -> str:
+    from quantune.report.study import objective_name
+
+    return objective_name(results)
 
 
-def _ok(results: dict[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in results["trials"] if t.get("status") == "ok" and t.get("accuracy_loss") is not None]
-
-
-def _trade_off(ax: Any, results: dict[str, Any]) -> None:
-    metric, label, scale = _objective(results)
-    trials = _ok(results)
-    for meets, color, name in ((True, "tab:green", "meets the budget"), (False, "tab:gray", "misses it")):
-        chosen = [t for t in trials if bool(t.get("meets_criterion")) is meets]
-        ax.scatter(
-            [t["metrics"][metric] * scale for t in chosen],
-            [100 * t["accuracy_loss"] for t in chosen],
-            c=color,
-            s=28,
-            label=f"{name} ({len(chosen)})",
-        )
-    base = results["baseline"].get(metric)
-    if base is not None:
-        ax.axvline(base * scale, color="tab:blue", linestyle=":", label="original")
-    criterion = results.get("criterion", {})
-    if criterion.get("type") == "relative":
-        ax.axhline(100 * criterion.get("tolerable_loss", 0), color="tab:red", linestyle="--", label="budget")
-    best = results.get("best")
-    if best:
-        ax.scatter(
-            [best["metrics"][metric] * scale],
-            [100 * best["accuracy_loss"]],
-            marker="*",
-            s=260,
-            c="gold",
-            edgecolors="black",
-            label=f"{'best' if results.get('verdict', 'improved') == 'improved' else 'best candidate'} (trial {best['number']})",
-            zorder=3,
-        )
-    ax.set_xlabel(label)
-    ax.set_ylabel("accuracy loss (% of the original)" if criterion.get("type") == "relative" else "accuracy loss")
-    ax.set_title("every trial")
-    ax.legend(fontsize=8)
-
-
-def _progress(ax: Any, results: dict[str, Any]) -> None:
-    metric, label, scale = _objective(results)
-    numbers, best_so_far, current = [], [], None
-    for trial in sorted(results["trials"], key=lambda t: t["number"]):
-        if trial.get("status") == "ok" and trial.get("meets_criterion"):
-            value = trial["metrics"][metric] * scale
-            current = value if current is None else min(current, value)
-        numbers.append(trial["number"])
-        best_so_far.append(current if current is not None else float("nan"))
-    ax.step(numbers, best_so_far, where="post", color="tab:green")
-    base = results["baseline"].get(metric)
-    if base is not None:
-        ax.axhline(base * scale, color="tab:blue", linestyle=":", label="original")
-        ax.legend(fontsize=8)
-    ax.set_xlabel("trial")
-    ax.set_ylabel(f"best {label} within the budget")
-    ax.set_title("best so far")
-
-
-def _plot_png(draw: Any, results: dict[str, Any]) -> bytes:
+def _figure(name: str, build: Callable[[], Any]) -> str:
+    """A plotly figure as a ``<div>`` (plotly.js is inlined once in the page head), or why not."""
     try:
-        import matplotlib
+        figure = build()
+    except Exception as exc:  # one view that cannot be drawn leaves the rest of the page
+        log.debug("report: %s not drawn", name, exc_info=True)
+        return f"<p class=note>The {html.escape(name)} view could not be drawn: {html.escape(_reason(exc))}</p>"
+    return figure.to_html(
+        full_html=False,
+        include_plotlyjs=False,
+        div_id=f"plot-{name}",
+        config={"displaylogo": False, "responsive": True},
+    )
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        raise QuantuneError("report: plots need matplotlib: pip install 'quantune[report]'") from None
-    figure, ax = plt.subplots(figsize=(6.4, 4.2), dpi=100)
+
+def _reason(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return f"{type(exc).__name__}: {text[0] if text else ''}"
+
+
+def _optuna_views(results: dict[str, Any], run_dir: Path) -> tuple[dict[str, str], str]:
+    """Importance, parallel-coordinate and slice plots from ``optuna.visualization``, for the
+    objective and for the accuracy loss, drawn on the run's study (written to optuna.db)."""
+    from quantune.report.plots import loss_scale
+    from quantune.report.study import STUDY_FILE, STUDY_NAME, objective_name, run_space, write_study
+
+    names = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
     try:
-        draw(ax, results)
-        figure.tight_layout()
-        buffer = io.BytesIO()
-        figure.savefig(buffer, format="png")
-        return buffer.getvalue()
-    finally:
-        plt.close(figure)
+        import optuna.visualization as vis
 
-
-def _summary(results: dict[str, Any]) -> str:
-    metric = results.get("metric", "")
-    base = results["baseline"]
-    criterion = results.get("criterion", {})
-    lines = [
-        f"criterion: {metric} {criterion.get('description', '')}; objective: {results.get('objective', '')}",
-        f"original: {metric} {base.get(metric, float('nan')):.4f}, latency {base.get('latency_ms', float('nan')):.3f} ms, "
-        f"size {base.get('size_bytes', 0) / 1024:.0f} KB",
-        f"stop: {results.get('stop_reason', '')} after {results.get('duration_s', 0):.1f} s",
-    ]
-    if results.get("verdict"):
-        lines.append(f"verdict: {results['verdict']} ({results.get('verdict_reason', '')})")
-    best = results.get("best")
-    if best:
-        m = best["metrics"]
-        improved = results.get("verdict", "improved") == "improved"
-        lines.append(
-            f"best: trial {best['number']}{'' if improved else ' (a candidate only: the original stays the answer)'}, "
-            f"{metric} {m.get(metric, float('nan')):.4f}, latency "
-            f"{m['latency_ms']:.3f} ms ({speed_words(results, best)}), size "
-            f"{m['size_bytes'] / 1024:.0f} KB "
-            f"({format_ratio(m['size_bytes'], base.get('size_bytes', 0), less='smaller', more='larger')}); "
-            f"flow {' > '.join(best.get('flow', []))}"
+        study = write_study(results, run_dir, run_space(run_dir))
+    except Exception as exc:
+        note = f"The run could not be written as an Optuna study ({_reason(exc)})."
+        return {name: f"<p class=note>{html.escape(note)}</p>" for name in names}, note
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    scale, loss_label = loss_scale(results)
+    targets = {
+        "objective": ((lambda t: t.values[0]), objective_name(results)),
+        "loss": ((lambda t: scale * t.values[1]), loss_label),
+    }
+    params, among = view_params(study, (results.get("best") or results.get("closest_miss") or {}).get("number"))
+    if len(complete) < 2 or not params:
+        why = "fewer than two finished trials" if len(complete) < 2 else "no searched parameter took two values"
+        empty = f"<p class=note>No parameter view: {why} in the chosen trial's flow.</p>"
+        return dict.fromkeys(names, empty), f"{len(study.trials)} trials as an Optuna study ({why})."
+    evaluator = _evaluator()
+    views = {}
+    for target, (value, label) in targets.items():
+        views[f"importance_{target}"] = _figure(
+            f"importance-{target}",
+            lambda v=value, lab=label: _titled(
+                vis.plot_param_importances(study, evaluator=evaluator, params=params, target=v, target_name=lab),
+                f"parameter importance for {lab}",
+            ),
         )
+        views[f"parallel_{target}"] = _figure(
+            f"parallel-{target}",
+            lambda v=value, lab=label: _titled(
+                vis.plot_parallel_coordinate(study, params=params, target=v, target_name=lab), ""
+            ),
+        )
+        views[f"slice_{target}"] = _figure(
+            f"slice-{target}",
+            lambda v=value, lab=label: _titled(vis.plot_slice(study, params=params, target=v, target_name=lab), ""),
+        )
+    where = (run_dir / STUDY_FILE).resolve()
+    note = (
+        f"{len(complete)} finished and {len(study.trials) - len(complete)} failed trials as an Optuna study; the views "
+        f"show the {len(params)} parameter(s) that varied among the {among} finished trials that share the chosen "
+        f"trial's parameters "
+        f"('{STUDY_NAME}' in {where}; open it with optuna-dashboard sqlite:///{where}). "
+        "Importance needs at least two finished trials whose searched parameters differ; a conditional parameter "
+        "is named by its parents' values, as the Optuna samplers name it."
+    )
+    return views, note
+
+
+def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
+    """The parameters the views show and how many trials they cover: those of the chosen
+    trial (else the most common set) that took at least two values among the finished trials
+    that have all of them. Optuna's views take only trials having every parameter shown, so
+    one flow's conditional parameters are shown with that flow's trials."""
+    complete = [t for t in study.trials if t.state.name == "COMPLETE"]
+    if not complete:
+        return [], 0
+    chosen_trial = next((t for t in complete if t.user_attrs.get("quantune_trial") == chosen), None)
+    if chosen_trial is not None:
+        names = list(chosen_trial.params)
     else:
-        lines.append("no trial met the criterion")
-    for name, count in (results.get("failure_classes") or {}).items():
-        lines.append(f"failed {count}x: {name}")
-    if results.get("skipped_known_failures"):
-        lines.append(f"not run: {results['skipped_known_failures']} proposal(s) shared a known failure")
-    if results.get("latency_confirmation"):
-        lines.append("latencies marked * were timed again at the end, side by side with the original")
-    peaks = [t["peak_rss_mb"] for t in results.get("trials", []) if t.get("peak_rss_mb")]
-    stages = results.get("stage_peak_rss_mb") or {}
-    if peaks or stages:
-        parts = [f"trials {max(peaks):.0f} MB"] if peaks else []
-        parts += [f"{stage.replace('_', ' ')} {mb:.0f} MB" for stage, mb in stages.items()]
-        lines.append(f"peak memory: {', '.join(parts)}")
-    for failure in results.get("stage_errors") or []:
-        lines.append(f"stage {failure['stage']} failed: {failure['error']} (the run went on without it)")
-    return "".join(f"<li>{html.escape(line)}</li>" for line in lines)
+        names = list(max(complete, key=lambda t: sum(set(o.params) == set(t.params) for o in complete)).params)
+    same = [t for t in complete if set(names) <= set(t.params)]
+    varied = [n for n in names if len({repr(t.params[n]) for t in same}) > 1]
+    return varied, len(same)
 
 
-def _table(results: dict[str, Any]) -> str:
-    best = (results.get("best") or {}).get("number")
-    head = "".join(
-        f"<th>{html.escape(c)}</th>"
-        for c in ("#", "flow", "params", results.get("metric", ""), "loss", "ms", "KB", "quantized", "meets", "error")
-    )
-    rows = []
-    for trial in results["trials"]:
-        m = trial.get("metrics", {})
-        loss = trial.get("accuracy_loss")
-        cells = [
-            str(trial["number"]),
-            " > ".join(trial.get("flow", [])),
-            ", ".join(f"{k.split('.', 1)[-1]}={v}" for k, v in trial.get("params", {}).items()),
-            f"{m[results['metric']]:.4f}" if results.get("metric") in m else "",
-            format_loss(loss, results.get("criterion", {}).get("type")),
-            f"{m['latency_ms']:.3f}{'*' if 'latency_search_ms' in m else ''}" if "latency_ms" in m else "",
-            f"{m['size_bytes'] / 1024:.0f}" if "size_bytes" in m else "",
-            _quantized(m),
-            {True: "yes", False: "no"}.get(trial.get("meets_criterion"), ""),
-            (trial.get("error") or "")[:160],
-        ]
-        style = (
-            ' class="best"' if trial["number"] == best else (' class="failed"' if trial.get("status") != "ok" else "")
-        )
-        rows.append(f"<tr{style}>" + "".join(f"<td>{html.escape(c)}</td>" for c in cells) + "</tr>")
-    return f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+def _evaluator() -> Any:
+    """fANOVA (Optuna's default) when scikit-learn is installed, else PED-ANOVA (no extra package)."""
+    import importlib.util
+
+    from optuna.importance import FanovaImportanceEvaluator, PedAnovaImportanceEvaluator
+
+    if importlib.util.find_spec("sklearn") is not None:
+        return FanovaImportanceEvaluator(seed=0)
+    return PedAnovaImportanceEvaluator()
 
 
-def _quantized(metrics: dict[str, Any]) -> str:
-    if "quantized_ops" not in metrics:
-        return ""
-    if not metrics["quantized_ops"]:
-        return "none (a copy of the original)"
-    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
+def _titled(figure: Any, title: str) -> Any:
+    from quantune.report.plots import _styled
 
-
-_PAGE = """<!doctype html>
-<html lang="en"><head><meta charset="utf-8"><title>{title}</title>
-<style>
-body {{ font-family: system-ui, sans-serif; margin: 2em; color: #222; }}
-img {{ max-width: 48%; margin: 0.5em 1% 0.5em 0; border: 1px solid #ddd; }}
-table {{ border-collapse: collapse; font-size: 0.85em; }}
-td, th {{ border: 1px solid #ddd; padding: 0.25em 0.5em; text-align: left; }}
-tr.best {{ background: #fff6c8; font-weight: bold; }}
-tr.failed {{ color: #a33; }}
-</style></head>
-<body><h1>{title}</h1><ul>{summary}</ul>{images}<h2>trials</h2>{table}</body></html>
-"""
+    if title:
+        figure.update_layout(title=title)
+    height = figure.layout.height or 420
+    figure.update_layout(width=None, autosize=True)  # fit the page, not Optuna's 300 px per slice
+    return _styled(figure, height=max(380, min(int(height), 700)))

@@ -20,6 +20,7 @@ from typing import Any
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate.session_file import session_file
 from quantune.model import external_data_files
+from quantune.report.environment import machine_info
 
 log = logging.getLogger("quantune")
 
@@ -48,6 +49,8 @@ class Result:
     skipped_known_failures: int = 0  # proposals not run: they shared a known failure's signature
     stage_peak_rss_mb: dict[str, float] = field(default_factory=dict)  # sensitivity, calibration, baseline_evaluation
     stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
+    strategy_notes: dict[str, Any] = field(default_factory=dict)  # Strategy.learned(): sensitivity scores
+    environment: dict[str, Any] = field(default_factory=machine_info)  # the machine and library versions
 
     @property
     def failure_classes(self) -> dict[str, int]:
@@ -95,6 +98,8 @@ class Result:
             "skipped_known_failures": self.skipped_known_failures,
             "stage_peak_rss_mb": self.stage_peak_rss_mb,
             "stage_errors": self.stage_errors,
+            "strategy": self.strategy_notes,
+            "environment": self.environment,
         }
 
 
@@ -149,6 +154,25 @@ def write_outputs(result: Result) -> None:
     tmp = folder / ".results.json.tmp"
     tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
     os.replace(tmp, folder / "results.json")
+    write_page(folder)
+
+
+def write_page(folder: Path) -> None:
+    """``report.html`` (and ``optuna.db``) for the run just written; a page that cannot be
+    drawn is logged, never costs the run its results. ``QUANTUNE_REPORT=0`` skips it (the test
+    suite sets it: drawing takes seconds per run)."""
+    if os.environ.get("QUANTUNE_REPORT", "1").strip().lower() in ("0", "false", "no", "off"):
+        return
+    from quantune.errors import DiskFull
+
+    try:
+        from quantune.report.html import write_report
+
+        write_report(folder)
+    except DiskFull:
+        raise
+    except Exception as exc:
+        log.warning("report.html not written: %s (quantune report %s draws it again)", exc, folder)
 
 
 def _saved_trial(folder: Path) -> int | None:

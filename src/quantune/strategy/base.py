@@ -101,3 +101,8 @@ class Strategy(ABC):
     def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
         """Takes a proposal's outcome; may return a note on what it decided from it, which the
         engine appends to the trial's ``stage`` (e.g. why a flow was dropped)."""
+
+    def learned(self) -> dict[str, Any]:
+        """What the strategy learned that a report can show (e.g. each fallback group's
+        sensitivity score); written to results.json as ``strategy``. Empty by default."""
+        return {}

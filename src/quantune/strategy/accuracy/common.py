@@ -7,6 +7,7 @@ yields batches of proposals and returns what it learned (the outcomes, or the be
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
@@ -165,6 +166,23 @@ class AccuracyStrategy(StagedStrategy):
                 return point, outcome, count
         return None
 
+    def learned(self) -> dict[str, Any]:
+        """Each tuned flow's sensitivity scores per group (the report shows why a group stayed in
+        high precision) and the strategy's decisions on flows, in order."""
+        contexts = [self.ctx, *(v.ctx for v in getattr(self, "variants", []))]
+        sensitivity: dict[str, dict[str, Any]] = {}
+        for ctx in contexts:
+            if ctx.scores:
+                sensitivity.setdefault(ctx.flow_name, {}).update(
+                    {name: {**entry, "score": _json_score(entry["score"])} for name, entry in ctx.scores.items()}
+                )
+        return {
+            "strategy": self.name,
+            "quant_step": self.ctx.quant_step,
+            "sensitivity": sensitivity,
+            "decisions": list(getattr(self, "decisions", [])),
+        }
+
     def remaining(self) -> int:
         """Trials left under ``stop.max_trials`` (a large number when unbounded)."""
         if self.problem.max_trials is None:
@@ -187,3 +205,8 @@ def _default(ctx: AccuracyContext, short: str) -> Any:
         return fixed[short]
     field = get_pass(ctx.quant_pass).Config.model_fields.get(short)
     return None if field is None else field.default
+
+
+def _json_score(score: float) -> float | None:
+    """A score as JSON can hold it: a broken (NaN, ranked first as inf) measurement is null."""
+    return score if math.isfinite(score) else None

@@ -52,6 +52,8 @@ class AccuracyContext:
     candidates: list[Group]  # groups a strategy may fall back
     precisions: list[Precision]
     options: Mapping[str, Any] = field(default_factory=dict)
+    # every group's sensitivity score as ranked (for the report: why a group stayed in fp32)
+    scores: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def from_problem(cls, problem: SearchProblem, strategy: str) -> AccuracyContext:
@@ -207,6 +209,8 @@ class AccuracyContext:
             return [(group, 0.0) for group in pool]
         scores = self.problem.sensitivity(dict(point), self.flow)
         scored = [(group, _finite(sum(scores.get(node, 0.0) for node in group.nodes))) for group in pool]
+        for group, score in scored:
+            self.scores[group.name] = {"score": score, "op_type": group.op_type, "nodes": list(group.nodes)}
         order = {group.name: index for index, group in enumerate(pool)}
         return sorted(scored, key=lambda gs: (-gs[1], order[gs[0].name]))
 

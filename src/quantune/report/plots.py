@@ -1,0 +1,386 @@
+"""The report's plotly figures drawn from results.json: every trial, the Pareto front, the best so far.
+
+The importance, parallel-coordinate and slice views are Optuna's own (``optuna.visualization``
+on the run's study, :mod:`quantune.report.study`); these are the views Optuna has no notion
+of: the original, the accuracy budget, failed trials with their failure class, the closest
+miss. Latency goes on a log axis when the trials span more than a decade, where a linear
+axis would pile most of them on top of each other.
+"""
+
+from __future__ import annotations
+
+import html
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from quantune.report.study import objective_name, objective_value
+
+GREEN, GRAY, RED, BLUE, GOLD, ORANGE = "#2ca02c", "#9a9a9a", "#d62728", "#1f77b4", "#f5c518", "#ff7f0e"
+
+
+def loss_scale(results: Mapping[str, Any]) -> tuple[float, str]:
+    """Accuracy loss as shown: percent of the original for a relative criterion, else metric units."""
+    if (results.get("criterion") or {}).get("type") == "relative":
+        return 100.0, "accuracy loss (% of the original)"
+    return 1.0, f"accuracy loss ({results.get('metric', '')})"
+
+
+def ok_trials(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [
+        t
+        for t in results.get("trials", [])
+        if t.get("status") == "ok"
+        and t.get("accuracy_loss") is not None
+        and objective_value(results, t.get("metrics", {})) is not None
+    ]
+
+
+def failed_trials(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+    return [t for t in results.get("trials", []) if t.get("status") != "ok"]
+
+
+def chosen_trial(results: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+    """The trial the report centres on and what it is: the best, else the closest miss."""
+    if results.get("best"):
+        return results["best"], "best" if results.get("verdict") == "improved" else "best candidate"
+    if results.get("closest_miss"):
+        return results["closest_miss"], "closest miss"
+    return None, ""
+
+
+def log_axis(values: Sequence[float]) -> bool:
+    """True when the positive values span more than a decade."""
+    positive = [v for v in values if v and v > 0]
+    return bool(positive) and max(positive) / min(positive) > 10
+
+
+def log_ticks(values: Sequence[float]) -> dict[str, Any]:
+    """A log axis labelled 1, 2, 5, 10, 20, 50, ... (plotly's default writes 20 as a bare "2")."""
+    positive = [v for v in values if v and v > 0]
+    low, high = min(positive) / 1.5, max(positive) * 1.5
+    ticks = [
+        m * 10.0**k for k in range(math.floor(math.log10(low)), math.ceil(math.log10(high)) + 1) for m in (1, 2, 5)
+    ]
+    ticks = [t for t in ticks if low <= t <= high]
+    return {"type": "log", "tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
+
+
+def _hover(trial: Mapping[str, Any]) -> str:
+    """A trial's hover text; what came from the trial is escaped (plotly renders some HTML tags)."""
+    e = html.escape
+    params = "<br>".join(e(f"{k.split('.', 1)[-1]}={_short(v)}") for k, v in trial.get("params", {}).items())
+    head = e(f"trial {trial['number']}: {trial.get('stage', '') or ' > '.join(trial.get('flow', []))}")
+    if trial.get("status") != "ok":
+        return f"{head}<br>FAILED: {e(str(trial.get('failure_class') or trial.get('error') or ''))}<br>{params}"
+    return f"{head}<br>{params}"
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, list | tuple):
+        return f"[{len(value)} items]"
+    if isinstance(value, dict):
+        return f"{{{len(value)} entries}}"
+    return str(value)
+
+
+def trade_off(results: Mapping[str, Any]) -> Any:
+    """Every trial: objective against accuracy loss, with the original, the budget, the best or
+    the closest miss, and the failed trials (no figures) in a strip above the plot."""
+    import plotly.graph_objects as go
+
+    scale, loss_label = loss_scale(results)
+    trials = ok_trials(results)
+    x_of = lambda t: objective_value(results, t["metrics"])  # noqa: E731
+    figure = go.Figure()
+    for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
+        group = [t for t in trials if bool(t.get("meets_criterion")) is meets]
+        figure.add_trace(
+            go.Scatter(
+                x=[x_of(t) for t in group],
+                y=[scale * t["accuracy_loss"] for t in group],
+                mode="markers",
+                marker={"color": color, "size": 9, "line": {"width": 0.5, "color": "#333"}},
+                name=f"{name} ({len(group)})",
+                text=[_hover(t) for t in group],
+                hoverinfo="text",
+            )
+        )
+    xs = [x_of(t) for t in trials]
+    base = objective_value(results, results.get("baseline", {}))
+    if base is not None:
+        xs.append(base)
+        figure.add_trace(
+            go.Scatter(
+                x=[base],
+                y=[0.0],
+                mode="markers",
+                marker={"symbol": "diamond", "size": 13, "color": BLUE},
+                name="original",
+                hovertext=[f"original: {base:.4g}"],
+                hoverinfo="text",
+            )
+        )
+    criterion = results.get("criterion") or {}
+    losses = [scale * t["accuracy_loss"] for t in trials] + [0.0]
+    if criterion.get("tolerable_loss") is not None:
+        budget = scale * criterion["tolerable_loss"]
+        losses.append(budget)
+        figure.add_hline(
+            y=budget, line={"color": RED, "dash": "dash"}, annotation_text="budget", annotation_position="top right"
+        )
+    if base is not None:  # a line trace, not a shape: shapes on a log axis take log10 coordinates
+        figure.add_trace(_line([base, base], [min(losses), max(losses)], BLUE, "original"))
+    _mark_chosen(figure, results, lambda t: (x_of(t), scale * t["accuracy_loss"]))
+    failed = failed_trials(results)
+    if failed:
+        top = max(losses) + 0.08 * (max(losses) - min(losses) or 1.0)
+        figure.add_trace(
+            go.Scatter(
+                x=[base if base is not None else (min(xs) if xs else 0.0)] * len(failed),
+                y=[top] * len(failed),
+                mode="markers",
+                marker={"symbol": "x", "size": 10, "color": RED},
+                name=f"failed ({len(failed)}, no figures: drawn at the top)",
+                text=[_hover(t) for t in failed],
+                hoverinfo="text",
+            )
+        )
+    figure.update_layout(title="every trial", xaxis_title=objective_name(results), yaxis_title=loss_label)
+    if log_axis(xs):
+        figure.update_xaxes(**log_ticks(xs))
+    return _styled(figure)
+
+
+def _mark_chosen(figure: Any, results: Mapping[str, Any], at: Callable[[dict[str, Any]], tuple[float, float]]) -> None:
+    import plotly.graph_objects as go
+
+    chosen, kind = chosen_trial(results)
+    if chosen is None or chosen.get("status") != "ok" or objective_value(results, chosen["metrics"]) is None:
+        return
+    x, y = at(chosen)
+    star = kind != "closest miss"
+    figure.add_trace(
+        go.Scatter(
+            x=[x],
+            y=[y],
+            mode="markers",
+            marker={
+                "symbol": "star" if star else "diamond-open",
+                "size": 20 if star else 16,
+                "color": GOLD if star else ORANGE,
+                "line": {"width": 1.5, "color": "#000" if star else ORANGE},
+            },
+            name=f"{kind} (trial {chosen['number']})",
+            text=[_hover(chosen)],
+            hoverinfo="text",
+        )
+    )
+
+
+def pareto_numbers(results: Mapping[str, Any]) -> list[int]:
+    """Trials no other finished trial beats on accuracy loss, latency and size at once."""
+    points = {
+        t["number"]: (t["accuracy_loss"], t["metrics"].get("latency_ms", 0.0), t["metrics"].get("size_bytes", 0.0))
+        for t in ok_trials(results)
+    }
+    front = []
+    for number, p in points.items():
+        dominated = any(
+            all(a <= b for a, b in zip(q, p, strict=True)) and any(a < b for a, b in zip(q, p, strict=True))
+            for other, q in points.items()
+            if other != number
+        )
+        if not dominated:
+            front.append(number)
+    return sorted(front)
+
+
+def pareto(results: Mapping[str, Any]) -> Any:
+    """The Pareto front of accuracy loss, latency and size: loss against latency (the front as a
+    line) and size against latency (colour: loss), front members outlined in both."""
+    import plotly.graph_objects as go
+    from plotly.subplots import make_subplots
+
+    scale, loss_label = loss_scale(results)
+    trials = ok_trials(results)
+    front = set(pareto_numbers(results))
+    figure = make_subplots(
+        rows=1, cols=2, subplot_titles=("accuracy loss vs latency", "size vs latency (colour: accuracy loss)")
+    )
+    on = [t for t in trials if t["number"] in front]
+    line = sorted(on, key=lambda t: t["metrics"].get("latency_ms", 0.0))
+    best_loss, stair = float("inf"), []
+    for t in line:  # the 2-D front of loss against latency: each faster point that loses less
+        if t["accuracy_loss"] < best_loss:
+            best_loss = t["accuracy_loss"]
+            stair.append(t)
+    hover = [_hover(t) for t in trials]
+    outline = [{"width": 2.5, "color": "#000"} if t["number"] in front else {"width": 0} for t in trials]
+    lat = [t["metrics"].get("latency_ms") for t in trials]
+    loss = [scale * t["accuracy_loss"] for t in trials]
+    figure.add_trace(
+        go.Scatter(
+            x=lat,
+            y=loss,
+            mode="markers",
+            name="trials (outlined: Pareto front)",
+            marker={"color": [GREEN if t.get("meets_criterion") else GRAY for t in trials], "size": 9},
+            text=hover,
+            hoverinfo="text",
+        ),
+        row=1,
+        col=1,
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=[t["metrics"].get("latency_ms") for t in stair],
+            y=[scale * t["accuracy_loss"] for t in stair],
+            mode="lines",
+            line={"shape": "hv", "color": "#000", "width": 1},
+            name="front (loss vs latency)",
+        ),
+        row=1,
+        col=1,
+    )
+    figure.add_trace(
+        go.Scatter(
+            x=lat,
+            y=[t["metrics"].get("size_bytes", 0.0) / 1024 for t in trials],
+            mode="markers",
+            name="trials by size",
+            marker={
+                "color": loss,
+                "colorscale": "Viridis",
+                "size": 10,
+                "line": {"width": [o["width"] for o in outline], "color": "#000"},
+                "colorbar": {"title": "loss"},
+                "showscale": True,
+            },
+            text=hover,
+            hoverinfo="text",
+            showlegend=False,
+        ),
+        row=1,
+        col=2,
+    )
+    base = results.get("baseline", {})
+    if base.get("latency_ms") is not None:
+        for col, y in ((1, 0.0), (2, base.get("size_bytes", 0.0) / 1024)):
+            figure.add_trace(
+                go.Scatter(
+                    x=[base["latency_ms"]],
+                    y=[y],
+                    mode="markers",
+                    marker={"symbol": "diamond", "size": 13, "color": BLUE},
+                    name="original",
+                    showlegend=col == 1,
+                ),
+                row=1,
+                col=col,
+            )
+    figure.update_xaxes(title_text="latency (ms)", **(log_ticks(lat) if log_axis(lat) else {}))
+    figure.update_yaxes(title_text=loss_label, row=1, col=1)
+    figure.update_yaxes(title_text="size (KB)", row=1, col=2)
+    figure.update_layout(
+        title=f"Pareto front: {len(front)} of {len(trials)} finished trials",
+        legend={"orientation": "h", "y": -0.2, "x": 0},
+    )
+    return _styled(figure, height=470)
+
+
+def progress(results: Mapping[str, Any]) -> Any:
+    """The best objective within the budget after each trial; when nothing met the budget, the
+    smallest accuracy loss so far against the budget instead, with the closest miss marked."""
+    import plotly.graph_objects as go
+
+    scale, loss_label = loss_scale(results)
+    trials = sorted(results.get("trials", []), key=lambda t: t["number"])
+    met = any(t.get("status") == "ok" and t.get("meets_criterion") for t in trials)
+    figure = go.Figure()
+    value = (
+        (lambda t: objective_value(results, t.get("metrics", {})))
+        if met
+        else (lambda t: None if t.get("accuracy_loss") is None else scale * t["accuracy_loss"])
+    )
+    numbers, steps, current = [], [], None
+    for t in trials:
+        v = value(t) if t.get("status") == "ok" else None
+        if v is not None and (not met or t.get("meets_criterion")):
+            current = v if current is None else min(current, v)
+        numbers.append(t["number"])
+        steps.append(current)
+    for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
+        group = [t for t in trials if t.get("status") == "ok" and bool(t.get("meets_criterion")) is meets]
+        figure.add_trace(
+            go.Scatter(
+                x=[t["number"] for t in group],
+                y=[value(t) for t in group],
+                mode="markers",
+                marker={"color": color, "size": 7, "opacity": 0.7},
+                name=name,
+                text=[_hover(t) for t in group],
+                hoverinfo="text",
+            )
+        )
+    figure.add_trace(
+        go.Scatter(
+            x=numbers,
+            y=steps,
+            mode="lines",
+            line={"shape": "hv", "color": GREEN if met else ORANGE, "width": 2.5},
+            name="best within the budget so far" if met else "smallest loss so far",
+        )
+    )
+    failed = failed_trials(results)
+    finite = [v for v in steps if v is not None] + [v for t in trials if (v := value(t)) is not None]
+    if failed and finite:
+        figure.add_trace(
+            go.Scatter(
+                x=[t["number"] for t in failed],
+                y=[min(finite)] * len(failed),
+                mode="markers",
+                marker={"symbol": "x", "size": 10, "color": RED},
+                name="failed",
+                text=[_hover(t) for t in failed],
+                hoverinfo="text",
+            )
+        )
+    if met:
+        base = objective_value(results, results.get("baseline", {}))
+        if base is not None and numbers:  # a line trace: shapes on a log axis take log10 coordinates
+            figure.add_trace(_line([min(numbers), max(numbers)], [base, base], BLUE, "original", legend=True))
+        title, y_title = "best so far", f"{objective_name(results)}, best within the budget"
+        if log_axis(finite + ([base] if base else [])):
+            figure.update_yaxes(**log_ticks(finite + ([base] if base else [])))
+    else:
+        tolerable = (results.get("criterion") or {}).get("tolerable_loss")
+        if tolerable is not None:
+            figure.add_hline(y=scale * tolerable, line={"color": RED, "dash": "dash"}, annotation_text="budget")
+        _mark_chosen(figure, results, lambda t: (t["number"], scale * t["accuracy_loss"]))
+        miss = results.get("closest_miss")
+        title = "no trial met the accuracy budget: the smallest loss so far" + (
+            f" (closest miss: trial {miss['number']})" if miss else ""
+        )
+        y_title = loss_label
+    figure.update_layout(title=title, xaxis_title="trial", yaxis_title=y_title)
+    return _styled(figure)
+
+
+def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool = False) -> Any:
+    import plotly.graph_objects as go
+
+    return go.Scatter(
+        x=x, y=y, mode="lines", line={"color": color, "dash": "dot"}, name=name, showlegend=legend, hoverinfo="skip"
+    )
+
+
+def _styled(figure: Any, height: int = 420) -> Any:
+    figure.update_layout(
+        template="plotly_white",
+        height=height,
+        margin={"l": 60, "r": 20, "t": 60, "b": 50},
+        legend={"font": {"size": 11}},
+        hoverlabel={"align": "left"},
+    )
+    return figure

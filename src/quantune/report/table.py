@@ -1,0 +1,197 @@
+"""The report's trial table: every trial, sortable and filterable in the page (plain inline JS).
+
+Long lists are summarized in a cell ("37 nodes: 12 Add, 9 Mul, ...") with the full list in
+an expandable ``<details>``; each trial links to its model file by a path relative to the
+page, so the link works wherever the run folder and the cache are opened together.
+"""
+
+from __future__ import annotations
+
+import html
+import os
+import re
+from collections import Counter
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from quantune.report.plots import loss_scale
+from quantune.report.precision import excluded
+from quantune.report.sections import loss_text
+from quantune.report.study import objective_name, objective_value
+
+_COLUMNS = (
+    ("#", "num"),
+    ("stage", "text"),
+    ("params", "text"),
+    ("status", "text"),
+    ("metric", "num"),
+    ("loss", "num"),
+    ("objective", "num"),
+    ("size KB", "num"),
+    ("quantized", "num"),
+    ("meets", "text"),
+    ("passes (s)", "num"),
+    ("evaluation (s)", "num"),
+    ("total (s)", "num"),
+    ("cache hits", "num"),
+    ("model", "text"),
+)
+
+
+def node_types(model_path: str | Path | None) -> dict[str, str]:
+    """Node name -> op type of a model (empty when it cannot be read)."""
+    if not model_path or not Path(model_path).is_file():
+        return {}
+    try:
+        import onnx
+
+        model = onnx.load(str(model_path), load_external_data=False)
+    except Exception:
+        return {}
+    return {node.name: node.op_type for node in model.graph.node}
+
+
+def summarize_nodes(names: list[str], types: Mapping[str, str]) -> str:
+    """ "37 nodes: 12 Add, 9 Mul, ..." (op types from ``types``, else guessed from the name)."""
+    counts = Counter(types.get(name) or _guess_type(name) for name in names)
+    parts = ", ".join(f"{n} {op}" for op, n in counts.most_common())
+    return f"{len(names)} node{'s' if len(names) != 1 else ''}: {parts}"
+
+
+def _guess_type(name: str) -> str:
+    last = name.rsplit("/", 1)[-1]
+    return re.sub(r"(_\d+)+$", "", last) or "?"
+
+
+def nodes_cell(names: list[str], types: Mapping[str, str], label: str = "") -> str:
+    """A summary with the full list expandable."""
+    items = "".join(
+        f"<li>{html.escape(n)} <span class=dim>({html.escape(types.get(n, '?'))})</span></li>" for n in names
+    )
+    summary = html.escape(f"{label}{summarize_nodes(names, types)}")
+    return f"<details><summary>{summary}</summary><ul class=nodes>{items}</ul></details>"
+
+
+def trial_table(results: Mapping[str, Any], page_dir: Path, types: Mapping[str, str]) -> str:
+    metric = results.get("metric", "")
+    kind = (results.get("criterion") or {}).get("type")
+    scale, _ = loss_scale(results)
+    best = (results.get("best") or {}).get("number")
+    miss = (results.get("closest_miss") or {}).get("number")
+    head = "".join(
+        f'<th data-kind="{kind_}">{html.escape(_header(name, metric, results))}</th>' for name, kind_ in _COLUMNS
+    )
+    rows = []
+    for trial in sorted(results.get("trials", []), key=lambda t: t["number"]):
+        m = trial.get("metrics", {})
+        loss = trial.get("accuracy_loss")
+        objective = objective_value(results, m)
+        durations = trial.get("durations") or {}
+        passes = durations.get("passes_s") or {}
+        cache = trial.get("cache") or {}
+        hits = sum(1 for v in cache.values() if v == "hit")
+        status = "ok" if trial.get("status") == "ok" else f"failed: {trial.get('failure_class') or ''}"
+        cells = [
+            (trial["number"], html.escape(str(trial["number"]))),
+            (None, html.escape(str(trial.get("stage", "")))),
+            (None, _params_cell(trial.get("params", {}), types)),
+            (None, _status_cell(trial, status)),
+            (m.get(metric), _num(m.get(metric), "{:.4f}")),
+            (None if loss is None else scale * loss, html.escape(loss_text(loss, kind))),
+            (objective, _num(objective, "{:.4g}") + ("*" if "latency_search_ms" in m else "")),
+            (_kb(m), _num(_kb(m), "{:.0f}")),
+            (m.get("quantized_compute_fraction"), _quantized(m)),
+            (None, {True: "yes", False: "no"}.get(trial.get("meets_criterion"), "")),
+            (sum(passes.values()) if passes else None, _passes_cell(passes)),
+            (durations.get("evaluation_s"), _num(durations.get("evaluation_s"), "{:.2f}")),
+            (durations.get("total_s"), _num(durations.get("total_s"), "{:.2f}")),
+            (hits if cache else None, f"{hits}/{len(cache)}" if cache else ""),
+            (None, _model_link(trial.get("model_path"), page_dir)),
+        ]
+        css = []
+        if trial["number"] == best:
+            css.append("best")
+        if trial["number"] == miss:
+            css.append("miss")
+        if trial.get("status") != "ok":
+            css.append("failed")
+        state = "failed" if trial.get("status") != "ok" else ("meets" if trial.get("meets_criterion") else "misses")
+        tds = "".join(_td(value, text) for value, text in cells)
+        rows.append(f'<tr class="{" ".join(css)}" data-state="{state}">{tds}</tr>')
+    return (
+        '<div class=controls><input id=filter type=search placeholder="filter rows (any text: stage, param, error)">'
+        "<select id=state><option value=''>all trials</option><option value=meets>meet the budget</option>"
+        "<option value=misses>miss it</option><option value=failed>failed</option></select>"
+        " <span id=shown></span> <span class=dim>click a column to sort</span></div>"
+        f"<div class=scroll><table id=trials><thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
+    )
+
+
+def _td(value: Any, text: str) -> str:
+    """A cell; ``data-v`` holds the number the column sorts by."""
+    return f"<td>{text}</td>" if value is None else f'<td data-v="{float(value)!r}">{text}</td>'
+
+
+def _header(name: str, metric: str, results: Mapping[str, Any]) -> str:
+    if name == "metric":
+        return metric or "metric"
+    if name == "objective":
+        return objective_name(results)
+    return name
+
+
+def _num(value: Any, fmt: str) -> str:
+    return "" if value is None else html.escape(fmt.format(value))
+
+
+def _kb(metrics: Mapping[str, Any]) -> float | None:
+    return None if "size_bytes" not in metrics else metrics["size_bytes"] / 1024
+
+
+def _quantized(metrics: Mapping[str, Any]) -> str:
+    if "quantized_ops" not in metrics:
+        return ""
+    if not metrics["quantized_ops"]:
+        return "none"
+    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
+
+
+def _params_cell(params: Mapping[str, Any], types: Mapping[str, str]) -> str:
+    parts = []
+    nodes = excluded(params)
+    for key, value in params.items():
+        short = key.split(".", 1)[-1]
+        if key.endswith(".nodes_to_exclude"):
+            continue
+        if isinstance(value, list | tuple | dict):
+            parts.append(html.escape(f"{short}=[{len(value)} items]"))
+        else:
+            parts.append(html.escape(f"{short}={value}"))
+    text = ", ".join(parts)
+    if nodes:
+        text += nodes_cell(nodes, types, "fp32: ")
+    return text
+
+
+def _status_cell(trial: Mapping[str, Any], status: str) -> str:
+    if trial.get("status") == "ok":
+        return "ok"
+    error = html.escape(trial.get("error") or "")
+    return f'<span class=bad title="{error}">{html.escape(status)}</span>'
+
+
+def _passes_cell(passes: Mapping[str, float]) -> str:
+    return "<br>".join(html.escape(f"{name} {seconds:.2f}") for name, seconds in passes.items())
+
+
+def _model_link(path: str | None, page_dir: Path) -> str:
+    if not path:
+        return ""
+    target = Path(path).expanduser()
+    try:
+        relative = os.path.relpath(target, page_dir.resolve())
+    except ValueError:  # another drive (Windows)
+        relative = str(target)
+    mark = "" if target.is_file() else " class=gone title='no longer in the cache'"
+    return f'<a href="{html.escape(Path(relative).as_posix())}"{mark}>model.onnx</a>'
