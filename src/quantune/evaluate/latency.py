@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from quantune.evaluate.session import open_session
+from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 
 
 @dataclass(frozen=True)
@@ -53,8 +53,10 @@ def latency_lane() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _timing_session(model: Path, spec: LatencySpec) -> ort.InferenceSession:
-    return open_session(model, threads=spec.threads, timing=True)
+def _timing_session(
+    model: Path, spec: LatencySpec, provider: str = DEFAULT_PROVIDER, provider_options: dict | None = None
+) -> ort.InferenceSession:
+    return open_session(model, threads=spec.threads, timing=True, provider=provider, provider_options=provider_options)
 
 
 def _call(session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None) -> Callable[[], object]:
@@ -101,11 +103,17 @@ def measure_side_by_side(
 
 
 def time_side_by_side(
-    models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
+    models: list[Path],
+    feeds: dict[str, np.ndarray],
+    spec: LatencySpec,
+    *,
+    runner: Callable | None = None,
+    provider: str = DEFAULT_PROVIDER,
+    provider_options: dict | None = None,
 ) -> np.ndarray:
     """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
     round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one)."""
-    calls = [_call(_timing_session(model, spec), feeds, runner) for model in models]
+    calls = [_call(_timing_session(model, spec, provider, provider_options), feeds, runner) for model in models]
     timings = np.empty((len(calls), spec.repeats))
     with latency_lane():
         for call in calls:

@@ -47,6 +47,8 @@ class Result:
     skipped_known_failures: int = 0  # proposals not run: they shared a known failure's signature
     stage_peak_rss_mb: dict[str, float] = field(default_factory=dict)  # sensitivity, calibration, baseline_evaluation
     stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
+    # where models were evaluated: python, onnxruntime version, provider (+ options), CPU (evaluate/backend.py)
+    target: dict[str, Any] | None = None
 
     @property
     def failure_classes(self) -> dict[str, int]:
@@ -94,6 +96,7 @@ class Result:
             "skipped_known_failures": self.skipped_known_failures,
             "stage_peak_rss_mb": self.stage_peak_rss_mb,
             "stage_errors": self.stage_errors,
+            "target": self.target,
         }
 
 
