@@ -22,6 +22,7 @@ from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outpu
 from quantune.evaluate.latency import LatencySpec, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import quantization_figures
+from quantune.evaluate.target_client import TargetFault
 from quantune.model import model_size_bytes
 
 UserMetric = Callable[[dict[str, Any], dict[str, Any]], float]
@@ -123,7 +124,14 @@ class Evaluator:
         """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
 
         ``reference`` is the original model's packed outputs; ``None`` means ``model`` is the original.
+        A target that died, hung or erred fails the evaluation like any other ``TrialError``.
         """
+        try:
+            return self._evaluate(model, reference)
+        except TargetFault as exc:
+            raise TrialError(str(exc)) from None
+
+    def _evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
         outputs = self.outputs(model)
         first = [next(iter(feed.values())) for feed in outputs]
         figures: dict[str, float] = {}
