@@ -18,10 +18,12 @@ from __future__ import annotations
 import atexit
 import contextlib
 import json
+import os
 import platform
 import shutil
 import sys
 import tempfile
+import weakref
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
@@ -52,14 +54,32 @@ class Backend(Protocol):
     def peak_memory_mb(self, model: Path, feed: dict[str, np.ndarray], threads: int) -> float: ...
 
 
+_SHARED: dict[tuple[str, str, int | None], TargetClient] = {}
+
+
+def shared_client(python: str, role: str, *, timeout_s: float, memory_limit_mb: int | None) -> TargetClient:
+    """One server per interpreter, role (``evaluate`` or ``memory``) and limit in this process,
+    however many evaluators a process builds: idle servers would otherwise pile up."""
+    key = (python, role, memory_limit_mb)
+    client = _SHARED.get(key)
+    if client is None:
+        log_dir = Path(tempfile.mkdtemp(prefix="quantune-target-log-"))
+        client = TargetClient(python, log_dir / f"{role}.log", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
+        _SHARED[key] = client
+        atexit.register(client.stop)
+        atexit.register(shutil.rmtree, log_dir, True)
+    client.timeout_s = timeout_s
+    return client
+
+
 class _Scratch:
     """A private folder for arrays and requests exchanged with server processes, removed at exit."""
 
     def __init__(self) -> None:
         self.dir = Path(tempfile.mkdtemp(prefix="quantune-target-"))
-        self._written: dict[int, tuple[object, Path, list[list[str]]]] = {}
+        self._written: dict[int, tuple[object, Path, list[list[str]]]] = {}  # the evaluation and latency feeds
         self._count = 0
-        atexit.register(self.close)
+        self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.dir), True)  # at exit, or when dropped
 
     def path(self, suffix: str) -> Path:
         self._count += 1
@@ -70,6 +90,10 @@ class _Scratch:
         known = self._written.get(id(feeds))
         if known is not None and known[0] is feeds:
             return known[1], known[2]
+        if len(self._written) >= 4:  # not the run's feeds: forget them (and their file)
+            for _, (_, stale, _) in self._written.items():
+                stale.unlink(missing_ok=True)
+            self._written.clear()
         path = self.path(".npz")
         layout = [[str(name) for name in feed] for feed in feeds]
         arrays = [np.ascontiguousarray(value) for feed in feeds for value in feed.values()]
@@ -78,7 +102,7 @@ class _Scratch:
         return path, layout
 
     def close(self) -> None:
-        shutil.rmtree(self.dir, ignore_errors=True)
+        self._finalizer()
 
 
 def _read_outputs(path: Path, layout: list[list[str]]) -> FeedOutputs:
@@ -118,12 +142,15 @@ class _MemoryProbe:
             "settings": dict(settings or {}),
             "runner": self.runner,
         }
-        request_path = self.scratch.path(".json")
-        request_path.write_text(json.dumps(request))
-        try:
-            answer = self.client.one_shot(request_path)
-        finally:
-            request_path.unlink(missing_ok=True)
+        if os.name == "posix":  # forked from a server that stays up: no interpreter start per measurement
+            answer = self.client.request("memory", **request)
+        else:
+            request_path = self.scratch.path(".json")
+            request_path.write_text(json.dumps(request))
+            try:
+                answer = self.client.one_shot(request_path)
+            finally:
+                request_path.unlink(missing_ok=True)
         return round(float(answer["peak_memory_mb"]), 2)
 
 
@@ -141,7 +168,7 @@ class LocalBackend:
         self.provider = provider
         self.provider_options = dict(provider_options or {})
         self.scratch = _Scratch()
-        client = TargetClient(sys.executable, self.scratch.dir / "memory.log", timeout_s=timeout_s)
+        client = shared_client(sys.executable, "memory", timeout_s=timeout_s, memory_limit_mb=None)
         self._memory = _MemoryProbe(client, self.scratch, provider, self.provider_options, runner)
 
     def fingerprint(self) -> dict[str, Any]:
@@ -223,12 +250,10 @@ class TargetBackend:
         self.provider_options = dict(provider_options or {})
         self.runner = runner
         self.scratch = _Scratch()
-        self.client = TargetClient(
-            python, self.scratch.dir / "target.log", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb
-        )
-        self._memory = _MemoryProbe(self.client, self.scratch, provider, self.provider_options, runner)
+        self.client = shared_client(python, "evaluate", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
+        memory_client = shared_client(python, "memory", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
+        self._memory = _MemoryProbe(memory_client, self.scratch, provider, self.provider_options, runner)
         self._info: dict[str, Any] | None = None
-        atexit.register(self.close)
 
     def info(self) -> dict[str, Any]:
         if self._info is None:
@@ -336,5 +361,7 @@ class TargetBackend:
         return self._memory.measure(model, feed, threads, None)
 
     def close(self) -> None:
+        """Stops the servers (the next request starts them again) and removes the scratch files."""
         self.client.stop()
+        self._memory.client.stop()
         self.scratch.close()

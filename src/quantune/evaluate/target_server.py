@@ -21,9 +21,12 @@ files the client names (``allow_pickle`` off). Requests:
   -> ``{"timings": [[seconds per round] per session]}``, interleaved round by round.
 - ``{"op": "free"}`` drops every session.
 
-``python target_server.py --memory REQUEST.json`` is a one-shot mode: in this fresh process,
-the peak resident memory a session adds while it loads the model and runs the feed once,
-printed as JSON. An error answers ``{"error": "Type: message"}``; a crash is the client's
+- ``{"op": "memory", "model", "feed", "names", "threads", "provider", ...}`` -> ``{"peak_memory_mb"}``:
+  the peak resident memory a fresh session adds while it loads the model and runs the feed
+  once, measured in a child forked for it (a server used for this opens no session itself).
+
+``python target_server.py --memory REQUEST.json`` does the same in a fresh process (for
+platforms without ``fork``), printed as JSON. An error answers ``{"error": "Type: message"}``; a crash is the client's
 to detect (the process is gone).
 """
 
@@ -40,11 +43,11 @@ import time
 _PARENT = os.getppid()
 
 
-def _watch_parent() -> None:
+def _watch_parent(parent: int = _PARENT) -> None:
     """The server ends when quantune does (its parent is gone), even mid-request."""
     while True:
         time.sleep(1.0)
-        if os.getppid() != _PARENT:
+        if os.getppid() != parent:
             os._exit(1)
 
 
@@ -206,6 +209,34 @@ class Server:
     def free(self, request):
         self.sessions.clear()
         return {}
+
+    def memory(self, request):
+        """``measure_memory`` in a child forked from this server, which must never have opened a
+        session (a freed session's heap, still resident, would hide part of the next one's
+        peak): the child loads the feed, measures and ends; the server stays as it was, so
+        every measurement starts from the same state without paying for a new interpreter."""
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            os.close(read_fd)
+            threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+            try:
+                answer = measure_memory(request)
+            except BaseException as exc:
+                answer = {"error": _describe(exc)}
+            os.write(write_fd, json.dumps(answer).encode())
+            os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            code = os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            raise RuntimeError(f"the memory probe died ({'signal' if os.WIFSIGNALED(status) else 'exit code'} {code})")
+        answer = json.loads(data)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer
 
 
 def _describe(exc):
