@@ -166,7 +166,9 @@ class LocalBackend:
         runner: str | None = None,
     ) -> None:
         self.provider = provider
-        self.provider_options = dict(provider_options or {})
+        self.provider_options = {
+            str(k): str(v) for k, v in (provider_options or {}).items()
+        }  # as onnxruntime takes them
         self.scratch = _Scratch()
         client = shared_client(sys.executable, "memory", timeout_s=timeout_s, memory_limit_mb=None)
         self._memory = _MemoryProbe(client, self.scratch, provider, self.provider_options, runner)
@@ -247,7 +249,9 @@ class TargetBackend:
     ) -> None:
         self.python = python
         self.provider = provider
-        self.provider_options = dict(provider_options or {})
+        self.provider_options = {
+            str(k): str(v) for k, v in (provider_options or {}).items()
+        }  # as onnxruntime takes them
         self.runner = runner
         self.scratch = _Scratch()
         self.client = shared_client(python, "evaluate", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
