@@ -23,7 +23,7 @@ install-test: $(BIN)/python
 demo: install
 	$(BIN)/quantune run examples/digits/config.yaml --output runs/digits
 
-test: install-test
+test: install-test target-venvs
 	$(BIN)/python -m pytest -q
 
 # the property-based fuzz tests of the suite (tests/test_*fuzz*.py) with many more examples, random each time
@@ -75,3 +75,14 @@ ZOO_ARGS ?=
 zoo: install
 	$(BIN)/python -m pip install --quiet -e ".[zoo]"
 	$(BIN)/python bench/zoo/run.py $(ZOO_ARGS)
+
+# --- target environments (README "Target environments"): a second venv with onnxruntime-openvino ---
+# in $QUANTUNE_TARGET_VENVS (default ~/.cache/quantune-venvs), used by tests/test_target.py and
+# bench/providers.py; without network the target tests skip, saying why
+.PHONY: target-venvs providers
+
+target-venvs: $(BIN)/python
+	-$(BIN)/python tests/target_env.py
+
+providers: install target-venvs
+	$(BIN)/python bench/providers.py

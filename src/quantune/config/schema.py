@@ -133,7 +133,29 @@ class TargetConfig(_Strict):
     provider: str = Field(
         default="CPUExecutionProvider",
         description="onnxruntime execution provider the model is for: prunes the passes and values it cannot "
-        "run. Latency and accuracy are measured on the CPU provider of this machine.",
+        "run, and the original and every candidate are evaluated (accuracy, latency, memory) on it.",
+    )
+    python: str | None = Field(
+        default=None,
+        description="A Python interpreter (path) whose environment evaluates the models: its onnxruntime build "
+        "and provider, in an isolated server process that needs only numpy and onnxruntime there; passes still "
+        "run here. Default: this environment.",
+    )
+    provider_options: dict[str, Any] = Field(
+        default_factory=dict, description="Options of the execution provider (e.g. OpenVINO's device_type)."
+    )
+    threads: int | None = Field(
+        default=None,
+        gt=0,
+        le=1024,
+        description="onnxruntime intra-op threads of the timed and memory-measured sessions on the target "
+        "(default: evaluation.latency.threads).",
+    )
+    timeout_s: float = Field(
+        default=600.0,
+        gt=0,
+        description="A request to the target (loading, evaluating, timing one model) running longer is killed "
+        "and fails that trial.",
     )
 
 
@@ -205,8 +227,8 @@ class Config(_Strict):
     )
     evaluation: EvaluationConfig = Field(default_factory=EvaluationConfig)
     criterion: CriterionConfig = Field(default_factory=CriterionConfig)
-    objective: Literal["latency", "size"] = "latency"
-    objectives: list[Literal["accuracy", "latency", "size"]] | None = Field(
+    objective: Literal["latency", "size", "memory"] = "latency"
+    objectives: list[Literal["accuracy", "latency", "size", "memory"]] | None = Field(
         default=None,
         description="Several objectives: the Pareto front of the trials that meet the criterion is kept and "
         "reported; the best is chosen by these objectives in the declared order.",

@@ -38,6 +38,7 @@ from quantune.evaluate.criterion import check_budget
 from quantune.memory import peak_tracker
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
+from quantune.search.directions import sampler_directions
 from quantune.space import SearchSpace
 from quantune.space.report import EXACT_LIMIT
 from quantune.store import RunStore, cache_key
@@ -186,6 +187,7 @@ class Engine:
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
+        result.target = parts.context.evaluator.backend.describe()
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)
@@ -276,6 +278,8 @@ def search_problem(parts: RunParts, config: Config, isolation: Isolation | None 
     options: dict[str, Any] = {}
     if config.executor.workers > 1 and search.sampler == "tpe":
         options["constant_liar"] = True  # pending trials count as in-progress for TPE
+    objectives = tuple(config.objectives or [config.objective])
+    options.update(sampler_directions(search.sampler, objectives))
     return SearchProblem(
         space=parts.plan.space,
         flows=parts.plan.flows,
@@ -285,7 +289,8 @@ def search_problem(parts: RunParts, config: Config, isolation: Isolation | None 
         groups=search.groups,
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
-        objective=(config.objectives or [config.objective])[0],
+        objective=objectives[0],
+        objectives=objectives,
         **accuracy_fields(
             parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
         ),
@@ -454,7 +459,7 @@ class _Loop:
         duplicate_of = self._duplicate_of(record)
         if duplicate_of is not None and not replayed:
             record.stage = f"{record.stage} (duplicate of trial {duplicate_of})".lstrip()
-        outcome = _outcome(record, self.parts.criterion)
+        outcome = _outcome(record, self.parts.criterion, self.engine.objectives)
         if duplicate_of is not None:
             outcome = replace(outcome, duplicate_of=duplicate_of)
         note = self.strategy.tell(proposal, outcome)
@@ -509,11 +514,12 @@ class _Loop:
         return ""
 
 
-def _outcome(record: TrialRecord, criterion: Criterion) -> Outcome:
+def _outcome(record: TrialRecord, criterion: Criterion, objectives: Sequence[str] = ()) -> Outcome:
     if record.status != "ok":
         return Outcome(None)
     violation = 0.0 if record.accuracy_loss is None else criterion.violation(record.accuracy_loss)
-    return Outcome(record.objective, violation, record.meets_criterion, record.metrics)
+    values = tuple(objective_value(record, name) for name in objectives) if len(objectives) > 1 else None
+    return Outcome(record.objective, violation, record.meets_criterion, record.metrics, objectives=values)
 
 
 def _stage_peaks(stages: StageLog, records: list[TrialRecord]) -> dict[str, float]:

@@ -69,6 +69,7 @@ class RunContext:
             self.evaluator.dataset.fingerprint,
             self.model.sha256,
             fingerprints(self.sources, evaluation_only=True),
+            self.evaluator.backend.fingerprint(),  # provider, its options, onnxruntime build (target)
         )
 
 

@@ -16,18 +16,19 @@ from collections.abc import Iterable, Sequence
 
 from quantune.engine.trial import TrialRecord
 
-OBJECTIVE_METRICS = {"latency": "latency_ms", "size": "size_bytes"}
+OBJECTIVE_METRICS = {"latency": "latency_ms", "size": "size_bytes", "memory": "peak_memory_mb"}
 
 
 def objective_value(record: TrialRecord, objective: str) -> float:
     if objective == "accuracy":
         return record.accuracy_loss if record.accuracy_loss is not None else float("inf")
-    return record.metrics[OBJECTIVE_METRICS[objective]]
+    # a run store from before the memory figure: unknown memory ranks last
+    return record.metrics.get(OBJECTIVE_METRICS[objective], float("inf"))
 
 
 def ranking(objectives: Sequence[str]) -> list[str]:
     """The declared objectives, then the remaining ones as tie-breakers."""
-    rest = [name for name in ("latency", "size", "accuracy") if name not in objectives]
+    rest = [name for name in ("latency", "size", "accuracy", "memory") if name not in objectives]
     return [*objectives, *rest]
 
 

@@ -15,6 +15,7 @@ from quantune.data.preflight import DataChecks, check_data, model_inputs
 from quantune.engine.identity import run_sources
 from quantune.engine.plan import Plan, build_plan
 from quantune.engine.runner import RunContext, TrialRunner
+from quantune.engine.target import target_backend
 from quantune.errors import ConfigError
 from quantune.evaluate import (
     AGREEMENT_METRICS,
@@ -98,14 +99,16 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         metric=metric,
         batch_size=config.data.evaluation_batch_size or config.data.batch_size,
         label_key=config.data.label_key,
-        latency=LatencySpec(latency.warmup, latency.repeats, latency.threads, latency.batch_size, latency.feed),
+        latency=LatencySpec(
+            latency.warmup, latency.repeats, config.target.threads or latency.threads, latency.batch_size, latency.feed
+        ),
         user_metric=user_metric,
         metric_source_sha256=metric_source,
         runner=runner,
         runner_name=config.evaluation.runner,
         runner_source_sha256=runner_source,
     )
-    evaluator = Evaluator(spec, evaluation, input_names, threads=eval_threads)
+    evaluator = Evaluator(spec, evaluation, input_names, threads=eval_threads, backend=target_backend(loaded))
     higher = config.criterion.higher_is_better
     criterion = Criterion(
         kind=config.criterion.type,

@@ -64,6 +64,8 @@ def decide(
         if best.metrics["size_bytes"] < baseline["size_bytes"]:
             return Verdict(IMPROVED, f"trial {best.number} is {ratio} than the original", best)
         return Verdict(KEEP_ORIGINAL, f"no candidate was smaller (best candidate trial {best.number}: {ratio})", best)
+    if objective == "memory":
+        return _memory_verdict(best, baseline)
     loss = format_loss(best.accuracy_loss, loss_kind)
     if best.accuracy_loss is not None and best.accuracy_loss < 0:
         return Verdict(IMPROVED, f"trial {best.number} is more accurate than the original (loss {loss})", best)
@@ -92,6 +94,26 @@ def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str])
         KEEP_ORIGINAL,
         f"no candidate was faster than the original beyond the timing noise (best candidate trial {best.number}: "
         f"{words}, {detail})",
+        best,
+    )
+
+
+# Peak memory measured twice in fresh processes differs by up to a few percent: a smaller figure
+# counts only beyond that.
+MEMORY_NOISE = 0.05
+
+
+def _memory_verdict(best: TrialRecord, baseline: dict[str, float]) -> Verdict:
+    mine, original = best.metrics.get("peak_memory_mb"), baseline.get("peak_memory_mb")
+    if mine is None or original is None:
+        return Verdict(KEEP_ORIGINAL, f"peak memory not measured (best candidate trial {best.number})", best)
+    ratio = format_ratio(mine, original, less="less memory", more="more memory")
+    if mine < original * (1 - MEMORY_NOISE):
+        return Verdict(IMPROVED, f"trial {best.number} takes {ratio} than the original (peak {mine:.1f} MB)", best)
+    return Verdict(
+        KEEP_ORIGINAL,
+        f"no candidate took less memory beyond the {MEMORY_NOISE:.0%} noise (best candidate trial {best.number}: "
+        f"{mine:.1f} MB against {original:.1f} MB)",
         best,
     )
 

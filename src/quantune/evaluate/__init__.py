@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from quantune.evaluate.backend import Backend, LocalBackend, TargetBackend
 from quantune.evaluate.criterion import Criterion, CriterionCheck
 from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side, time_side_by_side
@@ -15,12 +16,15 @@ __all__ = [
     "AGREEMENT_METRICS",
     "LABEL_METRICS",
     "METRICS",
+    "Backend",
     "Criterion",
     "CriterionCheck",
     "EvaluationSpec",
     "Evaluator",
     "LatencySpec",
+    "LocalBackend",
     "RatioInterval",
+    "TargetBackend",
     "count_quantized",
     "measure_latency",
     "measure_side_by_side",

@@ -17,12 +17,12 @@ import onnxruntime as ort
 
 from quantune.data import Dataset
 from quantune.errors import QuantuneError, TrialError
+from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
-from quantune.evaluate.latency import LatencySpec, measure_latency, time_side_by_side
+from quantune.evaluate.latency import LatencySpec, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import quantization_figures
-from quantune.evaluate.session import open_session
-from quantune.evaluate.session_file import read_session_settings
+from quantune.evaluate.target_client import TargetFault
 from quantune.model import model_size_bytes
 
 UserMetric = Callable[[dict[str, Any], dict[str, Any]], float]
@@ -56,7 +56,7 @@ class EvaluationSpec:
             "runner": self.runner_name,
             "runner_source": self.runner_source_sha256,
             "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
-            "figures": 2,  # 2: quantized_ops and quantized_compute_fraction (older entries lack them)
+            "figures": 3,  # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb
         }
 
 
@@ -67,9 +67,18 @@ class Evaluator:
     loader gave -- or, with a runner, the runner drives it over all of them.
     """
 
-    def __init__(self, spec: EvaluationSpec, dataset: Dataset, input_names: list[str], threads: int = 0) -> None:
+    def __init__(
+        self,
+        spec: EvaluationSpec,
+        dataset: Dataset,
+        input_names: list[str],
+        threads: int = 0,
+        backend: Backend | None = None,
+    ) -> None:
         self.spec = spec
         self.threads = threads
+        # where models run: this process's onnxruntime, or a target environment's (backend.py)
+        self.backend: Backend = backend if backend is not None else LocalBackend()
         self.dataset = dataset
         self.input_names = input_names
         if spec.metric in LABEL_METRICS and not dataset.has(spec.label_key):
@@ -88,22 +97,15 @@ class Evaluator:
 
     def outputs(self, model: Path) -> FeedOutputs:
         """All outputs of ``model``, one dict per evaluation feed."""
+        if self.spec.runner is None:
+            return self.backend.outputs(model, self.feeds, threads=self.threads, runner=None)
         try:
-            session = open_session(model, threads=self.threads, settings=read_session_settings(model))
+            produced = self.backend.outputs(model, self.feeds, threads=self.threads, runner=self.spec.runner)
+        except TrialError:
+            raise
         except Exception as exc:
-            raise TrialError(f"onnxruntime cannot load the model: {exc}") from exc
-        if self.spec.runner is not None:
-            return _call_runner(self.spec, session, self.feeds)
-        names = [out.name for out in session.get_outputs()]
-        outputs: FeedOutputs = []
-        for index, feed in enumerate(self.feeds):
-            try:
-                outputs.append(dict(zip(names, session.run(names, feed), strict=True)))
-            except Exception as exc:  # the original too: then a one-line error, not a traceback
-                shapes = {name: tuple(value.shape) for name, value in feed.items()}
-                cause = " ".join(str(exc).split())  # onnxruntime's messages may span lines
-                raise TrialError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from exc
-        return outputs
+            raise TrialError(f"runner '{self.spec.runner_name}' raised {type(exc).__name__}: {exc}") from exc
+        return check_runner_outputs(produced, len(self.feeds), self.spec.runner_name or "runner")
 
     @property
     def latency_feed(self) -> dict[str, np.ndarray]:
@@ -121,13 +123,20 @@ class Evaluator:
             warmup=spec.warmup if warmup is None else warmup,
             repeats=spec.repeats if repeats is None else repeats,
         )
-        return time_side_by_side(models, self._latency_feeds, spec, runner=self.spec.runner)
+        return self.backend.timings(models, self._latency_feeds, spec, self.spec.runner)
 
     def evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
 
         ``reference`` is the original model's packed outputs; ``None`` means ``model`` is the original.
+        A target that died, hung or erred fails the evaluation like any other ``TrialError``.
         """
+        try:
+            return self._evaluate(model, reference)
+        except TargetFault as exc:
+            raise TrialError(str(exc)) from None
+
+    def _evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
         outputs = self.outputs(model)
         first = [next(iter(feed.values())) for feed in outputs]
         figures: dict[str, float] = {}
@@ -144,7 +153,10 @@ class Evaluator:
         ref_first = first if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
         for name, func in AGREEMENT_METRICS.items():
             figures[name] = over_feeds(name, func, first, ref_first)
-        figures.update(measure_latency(model, self._latency_feeds, self.spec.latency, runner=self.spec.runner))
+        timings = self.backend.timings([model], self._latency_feeds, self.spec.latency, self.spec.runner)
+        figures.update(latency_figures(timings[0]))
+        # the memory a fresh session takes to load the model and run the latency feed, in its own process
+        figures["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
         figures["size_bytes"] = float(model_size_bytes(model))
         figures.update(quantization_figures(model))  # what actually runs quantized (0 for a float original)
         return figures, pack(outputs)
@@ -161,14 +173,6 @@ def latency_feed(dataset: Dataset, input_names: list[str], spec: EvaluationSpec)
         f"evaluation.latency.feed: {index} is past the last evaluation feed ({dataset.source} has "
         f"{len(list(dataset.batches(input_names, spec.latency.batch_size or spec.batch_size)))}); use a smaller index"
     )
-
-
-def _call_runner(spec: EvaluationSpec, session: ort.InferenceSession, feeds: list[dict]) -> FeedOutputs:
-    try:
-        produced = spec.runner(session, [dict(feed) for feed in feeds])  # type: ignore[misc]
-    except Exception as exc:
-        raise TrialError(f"runner '{spec.runner_name}' raised {type(exc).__name__}: {exc}") from exc
-    return check_runner_outputs(produced, len(feeds), spec.runner_name or "runner")
 
 
 def check_runner_outputs(produced: object, count: int, name: str) -> FeedOutputs:

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
-from quantune.evaluate.session import open_session
+from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 
 
@@ -54,10 +54,18 @@ def latency_lane() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _timing_session(model: Path, spec: LatencySpec, settings: Mapping | None = None) -> ort.InferenceSession:
+def _timing_session(
+    model: Path,
+    spec: LatencySpec,
+    settings: Mapping | None = None,
+    provider: str = DEFAULT_PROVIDER,
+    provider_options: dict | None = None,
+) -> ort.InferenceSession:
     """A session timed as the candidate runs: with ``settings``, else those stored beside the model."""
     chosen = read_session_settings(model) if settings is None else settings
-    return open_session(model, threads=spec.threads, timing=True, settings=chosen)
+    return open_session(
+        model, threads=spec.threads, timing=True, settings=chosen, provider=provider, provider_options=provider_options
+    )
 
 
 def _call(session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None) -> Callable[[], object]:
@@ -110,6 +118,8 @@ def time_side_by_side(
     *,
     runner: Callable | None = None,
     settings: Sequence[Mapping | None] | None = None,
+    provider: str = DEFAULT_PROVIDER,
+    provider_options: dict | None = None,
 ) -> np.ndarray:
     """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
     round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one).
@@ -117,7 +127,7 @@ def time_side_by_side(
     session settings side by side."""
     chosen = list(settings) if settings is not None else [None] * len(models)
     calls = [
-        _call(_timing_session(model, spec, setting), feeds, runner)
+        _call(_timing_session(model, spec, setting, provider, provider_options), feeds, runner)
         for model, setting in zip(models, chosen, strict=True)
     ]
     timings = np.empty((len(calls), spec.repeats))

@@ -201,6 +201,37 @@ def memory_line(result: Result) -> str:
     return f"peak memory: {', '.join(parts)}" if parts else ""
 
 
+def target_lines(result: Result) -> list[str]:
+    """Where the models were evaluated, each model's session memory, and a Pareto front's trials."""
+    lines = []
+    target = result.target
+    if target:
+        where = "a target environment" if target.get("isolated") else "this environment"
+        lines.append(
+            f"evaluated on {target['provider']}, onnxruntime {target['onnxruntime']}, {where} ({target['python']})"
+        )
+    base_mb = result.baseline.get("peak_memory_mb")
+    best_mb = result.best.metrics.get("peak_memory_mb") if result.best is not None else None
+    if base_mb is not None and best_mb is not None:
+        lines.append(f"session peak memory: best {best_mb:.1f} MB, original {base_mb:.1f} MB")
+    if result.pareto_front:
+        by_number = {r.number: r for r in result.trials}
+        names = {"latency": "latency_ms", "size": "size_bytes", "memory": "peak_memory_mb"}
+        shown = []
+        for number in result.pareto_front:
+            record = by_number[number]
+            values = ", ".join(
+                f"{name} {record.metrics.get(names[name], float('nan')):.4g}"
+                if name in names
+                else f"loss {format_loss(record.accuracy_loss, result.criterion['type'])}"
+                for name in result.objectives
+            )
+            shown.append(f"  trial {number}: {values}")
+        lines.append(f"Pareto front over {result.objectives} ({len(shown)} trials):")
+        lines += shown
+    return lines
+
+
 def summary(result: Result) -> str:
     base = result.baseline
     label = metric_label(result.metric)
@@ -238,6 +269,7 @@ def summary(result: Result) -> str:
     memory = memory_line(result)
     if memory:
         lines.append(memory)
+    lines += target_lines(result)
     for failure in result.stage_errors:
         lines.append(f"stage {failure['stage']} failed: {failure['error']} (the run went on without it)")
     if result.replayed:

@@ -51,6 +51,8 @@ class Result:
     stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
     strategy_notes: dict[str, Any] = field(default_factory=dict)  # Strategy.learned(): sensitivity scores
     environment: dict[str, Any] = field(default_factory=machine_info)  # the machine and library versions
+    # where models were evaluated: python, onnxruntime version, provider (+ options), CPU (evaluate/backend.py)
+    target: dict[str, Any] | None = None
 
     @property
     def failure_classes(self) -> dict[str, int]:
@@ -100,6 +102,7 @@ class Result:
             "stage_errors": self.stage_errors,
             "strategy": self.strategy_notes,
             "environment": self.environment,
+            "target": self.target,
         }
 
 

@@ -170,6 +170,8 @@ class OptunaSampler(Sampler):
         if not trials:
             return
         values = feedback.values()
+        if values is not None and len(self.directions) == 1 and len(values) > 1:
+            values = values[:1]  # a single-objective study of a multi-objective run: the first objective
         if values is not None and len(values) != len(self.directions):
             raise ValueError(
                 f"{self.name}: the study has {len(self.directions)} objective(s) {list(self.directions)}, "

@@ -34,13 +34,17 @@ class Outcome:
     meets: bool | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     duplicate_of: int | None = None  # the earlier trial that produced the byte-identical model
+    # every objective's value when the run has several (``objectives:``), in the declared order
+    objectives: tuple[float, ...] | None = None
 
     @property
     def failed(self) -> bool:
         return self.objective is None
 
     def feedback(self) -> Feedback:
-        return Feedback(self.objective, self.violation)
+        if self.objective is None:
+            return Feedback(None, self.violation)
+        return Feedback(self.objective, self.violation, objectives=self.objectives)
 
 
 class _Wait:
@@ -76,6 +80,7 @@ class SearchProblem:
     # (point, flow) -> the point's model latency over the original's, timed side by side (None: unknown).
     latency_ratio: Callable[[Point, tuple[str, ...]], float | None] | None = None
     objective: str = "latency"  # what the run minimises once the criterion holds (latency, size)
+    objectives: tuple[str, ...] = ()  # all of them when the run has several (multi-objective samplers get each)
 
 
 class Strategy(ABC):

@@ -1,0 +1,330 @@
+"""The evaluation server that runs in a *target* Python environment (``target.python``).
+
+Self-contained on purpose: it imports only the standard library, numpy and onnxruntime (any
+variant: onnxruntime-openvino, onnxruntime-gpu, a vendor build), never quantune. A target
+environment is what the user deploys with -- another onnxruntime build or version, maybe
+another Python -- and must not need quantune's own dependencies (pydantic, optuna, onnx) to
+be measured. quantune starts it as ``TARGET_PYTHON target_server.py`` (the file's path), so
+nothing has to be installed there but numpy and onnxruntime. Keep it Python 3.8-compatible.
+
+Protocol (one JSON object per line each way): the client writes a request on the server's
+stdin, the server answers on its original stdout, which it keeps for itself -- native code
+printing to fd 1 (OpenVINO does) goes to stderr, the client's log. Arrays travel as ``.npz``
+files the client names (``allow_pickle`` off). Requests:
+
+- ``{"op": "info"}`` -> onnxruntime/numpy/python versions, available providers, CPU.
+- ``{"op": "load", "model", "threads", "timing", "settings", "provider", "provider_options"}``
+  -> ``{"session": id, "providers": [...]}`` (what onnxruntime actually put the session on).
+- ``{"op": "run", "session", "feeds": npz, "layout": [[name, ...] per feed], "out": npz,
+  "runner": "file.py:function" | null}`` -> ``{"layout": ...}`` of the outputs written to ``out``.
+- ``{"op": "time", "sessions": [ids], "feed": npz, "names": [...], "warmup", "repeats", "runner"}``
+  -> ``{"timings": [[seconds per round] per session]}``, interleaved round by round.
+- ``{"op": "free"}`` drops every session.
+
+- ``{"op": "memory", "model", "feed", "names", "threads", "provider", ...}`` -> ``{"peak_memory_mb"}``:
+  the peak resident memory a fresh session adds while it loads the model and runs the feed
+  once, measured in a child forked for it (a server used for this opens no session itself).
+
+``python target_server.py --memory REQUEST.json`` does the same in a fresh process (for
+platforms without ``fork``), printed as JSON. An error answers ``{"error": "Type: message"}``; a crash is the client's
+to detect (the process is gone).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import platform
+import sys
+import threading
+import time
+
+_PARENT = os.getppid()
+
+
+def _watch_parent(parent: int = _PARENT) -> None:
+    """The server ends when quantune does (its parent is gone), even mid-request."""
+    while True:
+        time.sleep(1.0)
+        if os.getppid() != parent:
+            os._exit(1)
+
+
+def cpu_name() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            for line in handle:
+                if line.startswith("model name"):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _options(ort, threads, timing, settings):
+    """The session options quantune's own ``evaluate.session.session_options`` makes (same keys)."""
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    options.intra_op_num_threads = int(threads)
+    if timing:
+        options.inter_op_num_threads = 1
+        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
+    levels = {
+        "disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
+        "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
+        "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
+        "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
+    }
+    modes = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
+    for key, value in (settings or {}).items():
+        if key == "graph_optimization_level":
+            options.graph_optimization_level = levels[str(value)]
+        elif key == "execution_mode":
+            options.execution_mode = modes[str(value)]
+        elif key == "inter_op_num_threads":
+            options.inter_op_num_threads = int(value)
+        elif key == "enable_mem_pattern":
+            options.enable_mem_pattern = bool(value)
+        elif key == "enable_cpu_mem_arena":
+            options.enable_cpu_mem_arena = bool(value)
+        elif key == "config":
+            for entry, entry_value in dict(value).items():
+                options.add_session_config_entry(str(entry), str(entry_value))
+        else:
+            raise ValueError(f"unknown session setting '{key}'")
+    return options
+
+
+def open_session(ort, request):
+    provider = request.get("provider") or "CPUExecutionProvider"
+    provider_options = request.get("provider_options") or {}
+    providers = [(provider, {str(k): str(v) for k, v in provider_options.items()}) if provider_options else provider]
+    if provider != "CPUExecutionProvider":
+        providers.append("CPUExecutionProvider")  # ops the provider does not take fall back to the CPU
+    options = _options(ort, request.get("threads", 1), request.get("timing", False), request.get("settings"))
+    return ort.InferenceSession(request["model"], options, providers=providers)
+
+
+def _load_arrays(np, path, layout):
+    with np.load(path, allow_pickle=False) as data:
+        arrays = [data[f"a{index}"] for index in range(len(data.files))]
+    feeds, position = [], 0
+    for names in layout:
+        feeds.append({name: arrays[position + offset] for offset, name in enumerate(names)})
+        position += len(names)
+    return feeds
+
+
+def _save_arrays(np, path, feeds):
+    layout, arrays = [], []
+    for feed in feeds:
+        layout.append([str(name) for name in feed])
+        arrays.extend(np.asarray(value) for value in feed.values())
+    np.savez(path, **{f"a{index}": value for index, value in enumerate(arrays)})
+    return layout
+
+
+def _runner(spec, cache):
+    if not spec:
+        return None
+    if spec not in cache:
+        path, _, name = spec.rpartition(":")
+        module_spec = importlib.util.spec_from_file_location("quantune_target_runner", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        cache[spec] = getattr(module, name)
+    return cache[spec]
+
+
+class Server:
+    def __init__(self) -> None:
+        import numpy as np
+        import onnxruntime as ort
+
+        self.np, self.ort = np, ort
+        self.sessions = {}
+        self.runners = {}
+        self.next_id = 0
+
+    def info(self, request):
+        return {
+            "onnxruntime": self.ort.__version__,
+            "numpy": self.np.__version__,
+            "python": platform.python_version(),
+            "executable": sys.executable,
+            "providers": list(self.ort.get_available_providers()),
+            "cpu": cpu_name(),
+            "pid": os.getpid(),
+        }
+
+    def load(self, request):
+        session = open_session(self.ort, request)
+        self.next_id += 1
+        self.sessions[self.next_id] = session
+        return {"session": self.next_id, "providers": list(session.get_providers())}
+
+    def run(self, request):
+        session = self.sessions[request["session"]]
+        feeds = _load_arrays(self.np, request["feeds"], request["layout"])
+        runner = _runner(request.get("runner"), self.runners)
+        if runner is not None:
+            outputs = [dict(item) for item in runner(session, feeds)]
+        else:
+            names = [out.name for out in session.get_outputs()]
+            outputs = []
+            for index, feed in enumerate(feeds):
+                try:
+                    outputs.append(dict(zip(names, session.run(names, feed))))  # noqa: B905 - Python 3.8
+                except Exception as exc:
+                    shapes = {name: tuple(value.shape) for name, value in feed.items()}
+                    cause = " ".join(str(exc).split())
+                    raise RuntimeError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from None
+        return {"layout": _save_arrays(self.np, request["out"], outputs)}
+
+    def time(self, request):
+        (feed,) = _load_arrays(self.np, request["feed"], [request["names"]])
+        runner = _runner(request.get("runner"), self.runners)
+        calls = []
+        for ident in request["sessions"]:
+            session = self.sessions[ident]
+            if runner is None:
+                calls.append(lambda s=session: s.run(None, feed))
+            else:
+                calls.append(lambda s=session: runner(s, [feed]))
+        repeats = int(request["repeats"])
+        timings = [[0.0] * repeats for _ in calls]
+        for call in calls:
+            for _ in range(int(request["warmup"])):
+                call()
+        clock = time.perf_counter
+        for index in range(repeats):
+            for row, call in enumerate(calls):
+                start = clock()
+                call()
+                timings[row][index] = clock() - start
+        return {"timings": timings}
+
+    def free(self, request):
+        self.sessions.clear()
+        return {}
+
+    def memory(self, request):
+        """``measure_memory`` in a child forked from this server, which must never have opened a
+        session (a freed session's heap, still resident, would hide part of the next one's
+        peak): the child loads the feed, measures and ends; the server stays as it was, so
+        every measurement starts from the same state without paying for a new interpreter."""
+        read_fd, write_fd = os.pipe()
+        pid = os.fork()
+        if pid == 0:  # the child
+            os.close(read_fd)
+            threading.Thread(target=_watch_parent, args=(os.getppid(),), daemon=True).start()
+            try:
+                answer = measure_memory(request)
+            except BaseException as exc:
+                answer = {"error": _describe(exc)}
+            os.write(write_fd, json.dumps(answer).encode())
+            os._exit(0)
+        os.close(write_fd)
+        with os.fdopen(read_fd, "rb") as pipe:
+            data = pipe.read()
+        _, status = os.waitpid(pid, 0)
+        if not data:
+            code = os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+            raise RuntimeError(f"the memory probe died ({'signal' if os.WIFSIGNALED(status) else 'exit code'} {code})")
+        answer = json.loads(data)
+        if "error" in answer:
+            raise RuntimeError(answer["error"])
+        return answer
+
+
+def _describe(exc):
+    return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+
+
+def _rss_kb(field):
+    with open("/proc/self/status") as handle:
+        for line in handle:
+            if line.startswith(field + ":"):
+                return float(line.split()[1])
+    raise OSError(field)
+
+
+def measure_memory(request):
+    """Peak resident memory (MB) a fresh session adds: loading ``model`` and running the feed once.
+
+    The process's high-water mark is reset (``/proc/self/clear_refs``) after numpy, onnxruntime
+    and the feed are in memory, so the interpreter and the library do not count, only the
+    session: weights, graph copies while optimizing, the arena, the run's activations.
+    """
+    import numpy as np
+    import onnxruntime as ort
+
+    (feed,) = _load_arrays(np, request["feed"], [request["names"]])
+    reset = True
+    try:
+        with open("/proc/self/clear_refs", "w") as handle:
+            handle.write("5")
+        before = _rss_kb("VmRSS")
+    except OSError:  # not Linux: the lifetime peak, from before the session
+        import resource
+
+        reset = False
+        before = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    session = open_session(ort, request)
+    runner = _runner(request.get("runner"), {})
+    if runner is None:
+        session.run(None, feed)
+    else:
+        runner(session, [feed])
+    if reset:
+        peak = _rss_kb("VmHWM")
+    else:
+        import resource
+
+        peak = float(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss)
+    return {"peak_memory_mb": max(0.0, peak - before) / 1024.0, "providers": list(session.get_providers())}
+
+
+def serve(reply_fd):
+    out = os.fdopen(reply_fd, "w", buffering=1)
+    try:
+        server = Server()
+    except BaseException as exc:  # onnxruntime or numpy not importable: say so, then end
+        out.write(json.dumps({"error": f"{type(exc).__name__}: {exc}"}) + "\n")
+        return 3
+    out.write(json.dumps({"ready": True}) + "\n")
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        request = json.loads(line)
+        try:
+            answer = getattr(server, request["op"])(request)
+        except Exception as exc:
+            answer = {"error": _describe(exc)}
+        out.write(json.dumps(answer) + "\n")
+    return 0
+
+
+def main(argv):
+    threading.Thread(target=_watch_parent, daemon=True).start()
+    # The protocol keeps the real stdout; anything else printing to fd 1 lands in stderr (the log).
+    reply_fd = os.dup(1)
+    os.dup2(2, 1)
+    sys.stdout = sys.stderr
+    if len(argv) == 3 and argv[1] == "--memory":
+        with open(argv[2]) as handle:
+            request = json.load(handle)
+        try:
+            answer = measure_memory(request)
+        except Exception as exc:
+            answer = {"error": _describe(exc)}
+        with os.fdopen(reply_fd, "w") as out:
+            out.write(json.dumps(answer) + "\n")
+        return 0
+    return serve(reply_fd)
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
