@@ -14,16 +14,9 @@ from typing import Any
 
 import onnxruntime as ort
 
-DEFAULT_PROVIDER = "CPUExecutionProvider"
+from quantune.evaluate.target_server import build_session_options
 
-# Session-option names a config or a pass may set, and how each is applied.
-_LEVELS = {
-    "disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
-    "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,
-    "extended": ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED,
-    "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
-}
-_MODES = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
+DEFAULT_PROVIDER = "CPUExecutionProvider"
 
 
 def session_options(
@@ -38,32 +31,7 @@ def session_options(
     ``enable_cpu_mem_arena``, ``config`` (a dict of session config entries), and
     ``intra_op_num_threads`` (replaces ``threads``: a tuned session chose its own within the budget).
     """
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    options.intra_op_num_threads = threads
-    if timing:
-        options.inter_op_num_threads = 1
-        options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
-    for key, value in (settings or {}).items():
-        if key == "graph_optimization_level":
-            options.graph_optimization_level = _LEVELS[str(value)]
-        elif key == "execution_mode":
-            options.execution_mode = _MODES[str(value)]
-        elif key == "inter_op_num_threads":
-            options.inter_op_num_threads = int(value)
-        elif key == "enable_mem_pattern":
-            options.enable_mem_pattern = bool(value)
-        elif key == "enable_cpu_mem_arena":
-            options.enable_cpu_mem_arena = bool(value)
-        elif key == "intra_op_num_threads":
-            options.intra_op_num_threads = int(value)
-        elif key == "config":
-            for entry, entry_value in dict(value).items():
-                options.add_session_config_entry(str(entry), str(entry_value))
-        else:
-            raise ValueError(f"unknown session setting '{key}'")
-    return options
+    return build_session_options(ort, threads, timing, settings)
 
 
 def open_session(

@@ -62,8 +62,9 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def _options(ort, threads, timing, settings):
-    """The session options quantune's own ``evaluate.session.session_options`` makes (same keys)."""
+def build_session_options(ort, threads, timing, settings):
+    """onnxruntime session options; quantune's ``evaluate.session.session_options`` is this very
+    function, so a target and this process open sessions alike (the server imports no quantune)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = int(threads)
@@ -89,6 +90,8 @@ def _options(ort, threads, timing, settings):
             options.enable_mem_pattern = bool(value)
         elif key == "enable_cpu_mem_arena":
             options.enable_cpu_mem_arena = bool(value)
+        elif key == "intra_op_num_threads":  # a tuned session chose its own within the budget
+            options.intra_op_num_threads = int(value)
         elif key == "config":
             for entry, entry_value in dict(value).items():
                 options.add_session_config_entry(str(entry), str(entry_value))
@@ -103,7 +106,9 @@ def open_session(ort, request):
     providers = [(provider, {str(k): str(v) for k, v in provider_options.items()}) if provider_options else provider]
     if provider != "CPUExecutionProvider":
         providers.append("CPUExecutionProvider")  # ops the provider does not take fall back to the CPU
-    options = _options(ort, request.get("threads", 1), request.get("timing", False), request.get("settings"))
+    options = build_session_options(
+        ort, request.get("threads", 1), request.get("timing", False), request.get("settings")
+    )
     return ort.InferenceSession(request["model"], options, providers=providers)
 
 
