@@ -12,7 +12,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import load_case, write_result
+from common import clock_start, load_case, progress, write_result
 
 
 def absolute_config(path: Path, case: dict, cache_dir: Path) -> dict:
@@ -39,18 +39,29 @@ def absolute_config(path: Path, case: dict, cache_dir: Path) -> dict:
 
 
 class FirstFeasible:
-    """A RunListener that notes when the first trial meeting the criterion finished."""
+    """A RunListener that notes when the first *quantized* trial meeting the criterion finished
+    (wall clock from the process start, as for every tool) and how many full evaluations the
+    run had made by then (trials whose evaluation was computed, not a cache hit or a failure)."""
 
     def __init__(self, started: float) -> None:
         self.started = started
         self.first_s: float | None = None
+        self.first_evaluations: int | None = None
+        self.evaluations = 0
 
     def on_start(self, max_trials, baseline) -> None:
         pass
 
     def on_trial(self, record, status) -> None:
-        if record.meets_criterion and self.first_s is None:
-            self.first_s = time.perf_counter() - self.started
+        evaluated = record.cache.get("evaluation") == "miss"
+        self.evaluations += int(evaluated)
+        elapsed = time.time() - self.started
+        entry = {"evaluations": self.evaluations, "t_s": elapsed, "stage": record.stage}
+        quantized = (record.metrics.get("quantized_ops") or 0) > 0
+        if record.meets_criterion and quantized and self.first_s is None:
+            self.first_s, self.first_evaluations = elapsed, self.evaluations
+            entry["first_feasible"] = True
+        progress(entry)
 
     def on_end(self, result) -> None:
         pass
@@ -64,7 +75,7 @@ def main() -> None:
 
     config = absolute_config(Path(case["quantune_config"]), case, out / "cache")
     started = time.perf_counter()
-    listener = FirstFeasible(started)
+    listener = FirstFeasible(clock_start())
     result = quantune.tune(config, output=out / "run", restart=True, listeners=[listener])
     total = time.perf_counter() - started
     chosen = result.best or result.closest_miss
@@ -81,11 +92,10 @@ def main() -> None:
             "status": "ok" if result.best else "no model met the budget",
             "model": model,
             "first_feasible_s": listener.first_s,
+            "first_feasible_evaluations": listener.first_evaluations,
             "total_s": total,
-            # evaluations this run computed (cache hits and failed trials are not evaluations)
-            "evaluations": sum(
-                result.cache_stats.get(kind, {}).get("misses", 0) for kind in ("baseline", "evaluation")
-            ),
+            # candidates' evaluations this run computed (the fp32 baseline, cache hits and failed trials are not)
+            "evaluations": result.cache_stats.get("evaluation", {}).get("misses", 0),
             "tool_metric": chosen.metrics.get(result.metric) if chosen else None,
             "settings": chosen.params if chosen else None,
             "notes": f"{result.stop_reason}; verdict {result.verdict}: {result.verdict_reason}",
