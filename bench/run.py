@@ -103,6 +103,9 @@ def child_env() -> dict[str, str]:
         CONSENT_TO_TRACKING="0",
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
+        # quantune serialises its timings through a machine-wide lock file; the bench's own keeps
+        # quantune's row from waiting on other quantune processes of the machine (peers have none)
+        QUANTUNE_LATENCY_LOCK=str(CACHE / "bench-latency.lock"),
     )
     return env
 
