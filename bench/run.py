@@ -61,7 +61,7 @@ TOOLS: dict[str, tuple[str | None, str, tuple[str, ...]]] = {
     "quark": ("venv-quark", "quark_tool.py", ()),
 }
 TOOL_LABELS = {
-    "quantune": "quantune (`strategy: quantune`, zero-knowledge)",
+    "quantune": "quantune (strategy quantune, zero-knowledge)",
     "inc-basic-static": "Neural Compressor 2.6 basic, static",
     "inc-basic-dynamic": "Neural Compressor 2.6 basic, dynamic",
     "inc-mse_v2-static": "Neural Compressor 2.6 mse_v2, static",
@@ -224,6 +224,7 @@ def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
         "input_names": input_names(case.model),
         "calibration_samples": case.calibration_samples,
         "quantune_config": str(case.folder / case.config),
+        "zero_knowledge": not case.zoo,  # the zoo's configs are zero-knowledge already
     }
     log(f"{case.name}: measuring fp32")
     fp32 = measure(case, case.model.resolve(), data, spec)

@@ -1,5 +1,9 @@
 """quantune's row: ``quantune.tune`` on the case's own config, cold cache, the case's trial/time limit.
 
+A case marked ``zero_knowledge`` (the bench's own cases, whose example configs were written
+knowing the model) runs with the zoo's zero-knowledge search instead: static and dynamic
+quantization searched, ``strategy: quantune``, nothing hand-picked.
+
 Usage: python quantune_tool.py CASE.json OUT_DIR   (runs in quantune's venv)
 """
 
@@ -33,7 +37,13 @@ def absolute_config(path: Path, case: dict, cache_dir: Path) -> dict:
     metric = raw.get("evaluation", {}).get("metric", "")
     if ".py:" in metric:
         raw["evaluation"]["metric"] = resolve(metric)
-    raw["stop"] = {**raw.get("stop", {}), "max_trials": case["max_trials"], "timeout_s": case["timeout_s"]}
+    if case.get("zero_knowledge"):
+        # what a user who knows nothing of the model writes (the zoo's configs): both quantization
+        # flows searched, the quantune strategy, no hand-picked calibration method or format
+        raw["passes"] = [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}]
+        raw["flows"] = [["static_quant"], ["dynamic_quant"]]
+        raw["search"] = {"strategy": "quantune"}
+        raw["stop"] = {**raw.get("stop", {}), "max_trials": case["max_trials"], "timeout_s": case["timeout_s"]}
     raw["cache_dir"] = str(cache_dir)
     return raw
 

@@ -285,6 +285,7 @@ def search_problem(parts: RunParts, config: Config, isolation: Isolation | None 
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
         objective=(config.objectives or [config.objective])[0],
+        timeout_s=config.stop.timeout_s,
         **accuracy_fields(
             parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
         ),
