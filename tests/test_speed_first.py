@@ -78,7 +78,7 @@ def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_c
         assert (" kept" in line) == (expected < 0.97)
     ceilings = [(p, s, n) for p, s, n in seen if s.startswith("ceiling")]
     assert len(ceilings) == 1, "only the fastest kept ceiling is evaluated while it can be recovered"
-    point, stage, note = ceilings[0]
+    point, _, note = ceilings[0]
     assert (point["static_quant.quant_format"], point["static_quant.activation_type"]) == ("QDQ", "int8")
     assert note.startswith("kept: 0.50x")
     after = [p for p, s, _ in seen if not s.startswith("ceiling")]
