@@ -242,7 +242,7 @@ class QuantuneStrategy(AccuracyStrategy):
             risky = [g for g in others if g.op_type not in SAFE_TYPES]
             op_types = 2 if risky and len(risky) < len(others) else 1
         pool = len(compute) if op_types else units
-        bisect = math.ceil(math.log2(max(pool, 2)))
+        bisect = math.ceil(math.log2(max(pool, 2))) + 1  # the assumed-feasible top may need its own trial
         return max(0, min(limit, bound - 1 - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
