@@ -89,17 +89,19 @@ def main() -> None:
     result = quantune.tune(config, output=out / "run", restart=True, listeners=[listener])
     total = time.perf_counter() - started
     chosen = result.best or result.closest_miss
+    keep = result.verdict == "keep_original" or "no quantized variant was faster" in result.stop_reason
     if result.best_model_path is not None:  # improved: best/
-        model = str(result.best_model_path)
-    elif result.best is not None:  # keep_original: the best candidate stays in the cache, measured all the same
-        model = str(result.best.model_path)
+        model, status = str(result.best_model_path), "ok"
+    elif keep:  # quantune's answer is the original (no candidate beat it): that is what a user deploys
+        model, status = str(case["model"]), "keep the original"
     else:
         model = str(out / "run" / "closest_miss" / "model.onnx") if chosen else None
+        status = "no model met the budget"
     write_result(
         out,
         {
             "tool": "quantune",
-            "status": "ok" if result.best else "no model met the budget",
+            "status": status,
             "model": model,
             "first_feasible_s": listener.first_s,
             "first_feasible_evaluations": listener.first_evaluations,
