@@ -26,6 +26,10 @@ class Case:
     calibration_samples: int | None = None
     latency_repeats: int = 100
     files: tuple[str, ...] = field(default=("model.onnx", "calib.npz", "eval.npz"))
+    evaluation_file: str = "eval.npz"  # or an .npz of feeds (bench/common.py: load_data)
+    calibration_file: str = "calib.npz"
+    config: str = "config.yaml"  # quantune's config for the case, in the folder
+    zoo: bool = False  # a zoo model: built by bench/zoo/run.py into the zoo cache
 
     @property
     def model(self) -> Path:
@@ -33,6 +37,8 @@ class Case:
 
     @property
     def built(self) -> bool:
+        if self.zoo:
+            return (self.folder / ".built").is_file()
         return all((self.folder / name).exists() for name in self.files)
 
     def metric_spec(self) -> str:
@@ -71,3 +77,34 @@ CASES: dict[str, Case] = {
         latency_repeats=30,
     ),
 }
+
+
+ZOO_CACHE = Path(os.environ.get("QUANTUNE_ZOO_CACHE", Path.home() / ".cache" / "quantune-zoo")).expanduser()
+# the zoo models the peer bench runs: their inputs, data and metric as the zoo's configs name them
+ZOO_CASES = ("captcha_ddddocr", "minilm_l3", "ppocrv6_rec", "ppocr_cls", "lac_tagger", "dfn_enc")
+
+
+def zoo_case(name: str) -> Case:
+    """A zoo model as a bench case: its zoo config's data, batch size and metric (bench/zoo/NAME)."""
+    import yaml
+
+    config = yaml.safe_load((REPO / "bench" / "zoo" / name / "config.yaml").read_text())
+    data = config["data"]
+    feeds = str(data["evaluation"]).startswith("data.py:")
+    head = [line[2:] for line in (REPO / "bench" / "zoo" / name / "config.yaml").read_text().splitlines()[:1]]
+    return Case(
+        name=name,
+        folder=ZOO_CACHE / name,
+        metric=config["evaluation"]["metric"],
+        batch_size=int(data.get("batch_size", 1)),
+        description=f"zoo: {head[0] if head else name}",
+        build=f"bench/zoo/run.py --build-only --models {name}",
+        latency_repeats=20,
+        evaluation_file="eval_feeds.npz" if feeds else "eval.npz",
+        calibration_file="calib_feeds.npz" if feeds else "calib.npz",
+        config="zoo-run.yaml",
+        zoo=True,
+    )
+
+
+CASES.update({name: zoo_case(name) for name in ZOO_CASES})

@@ -10,6 +10,16 @@ A *case* is a JSON file written by ``bench/run.py``::
      "label_key": "label", "batch_size": 64, "higher_is_better": true,
      "tolerable_loss": 0.01, "baseline": 0.9867, "max_trials": 16, "timeout_s": 600,
      "input_names": ["input"], "calibration_samples": 256}
+
+Data is an ``.npz`` of arrays (batched along axis 0) or, for models whose inputs differ in
+shape from one sample to the next (the zoo's recognizers, taggers, encoders), an ``.npz`` of
+*feeds* (keys ``<index>/<name>``, as ``bench/zoo/zoolib.save_feeds`` writes): each feed is
+run on its own and the metric sees every output stacked when the shapes allow, else a list.
+
+Clock: the harness puts the wall-clock time it started the tool's process in ``BENCH_T0``;
+every time a tool reports (first model in budget) counts from there, the same point for
+every tool, its imports and its own fp32 evaluation included. ``BENCH_PROGRESS`` names a file
+the scorer appends each evaluation to, so a tool killed at the limit still has its record.
 """
 
 from __future__ import annotations
@@ -42,6 +52,49 @@ def load_npz(path: str | Path) -> dict[str, np.ndarray]:
         return {key: archive[key] for key in archive.files}
 
 
+Data = dict[str, np.ndarray] | list[dict[str, np.ndarray]]
+
+
+def load_data(path: str | Path) -> Data:
+    """An ``.npz`` of arrays, or of feeds (``<index>/<name>`` keys): then a list of feed dicts."""
+    arrays = load_npz(path)
+    if not arrays or not all("/" in key for key in arrays):
+        return arrays
+    feeds: dict[int, dict[str, np.ndarray]] = {}
+    for key, value in arrays.items():
+        index, _, name = key.partition("/")
+        feeds.setdefault(int(index), {})[name] = value
+    return [feeds[i] for i in sorted(feeds)]
+
+
+def stack(parts: list[np.ndarray]) -> np.ndarray | list[np.ndarray]:
+    """Concatenated along axis 0 when the parts agree after it (as quantune does), else the list."""
+    first = parts[0]
+    if all(p.ndim >= 1 and p.shape[1:] == first.shape[1:] and p.dtype == first.dtype for p in parts):
+        return np.concatenate(parts, axis=0)
+    return list(parts)
+
+
+def view(data: Data) -> dict:
+    """What a metric sees as its data: the arrays, or each feed key stacked (or listed)."""
+    if isinstance(data, dict):
+        return data
+    return {name: stack([feed[name] for feed in data]) for name in data[0]}
+
+
+def clock_start() -> float:
+    """The wall-clock time the harness started this tool's process (now, when run by hand)."""
+    return float(os.environ.get("BENCH_T0", time.time()))
+
+
+def progress(entry: dict) -> None:
+    """Appends one evaluation to the harness's progress file (kept when the tool is killed)."""
+    path = os.environ.get("BENCH_PROGRESS")
+    if path:
+        with open(path, "a") as handle:
+            handle.write(json.dumps(entry) + "\n")
+
+
 def top1(outputs: dict[str, np.ndarray], data: dict[str, np.ndarray], label_key: str = "label") -> float:
     first = next(iter(outputs.values()))
     return float(np.mean(np.argmax(first, axis=-1).reshape(-1) == data[label_key].reshape(-1)))
@@ -64,14 +117,19 @@ def input_names(model_path: str | Path) -> list[str]:
     return [item.name for item in session.get_inputs()]
 
 
-def batches(data: dict[str, np.ndarray], names: list[str], batch_size: int, limit: int | None = None) -> Iterator[dict]:
+def batches(data: Data, names: list[str], batch_size: int, limit: int | None = None) -> Iterator[dict]:
+    if isinstance(data, list):  # feeds: one at a time, whatever batch_size says
+        for feed in data[:limit]:
+            yield {name: feed[name] for name in names}
+        return
     total = len(data[names[0]]) if limit is None else min(limit, len(data[names[0]]))
     for start in range(0, total, batch_size):
         yield {name: data[name][start : start + batch_size] for name in names}
 
 
-def run_model(model_path: str | Path, data: dict[str, np.ndarray], batch_size: int) -> dict[str, np.ndarray]:
-    """All outputs of the model over ``data``, concatenated along the batch axis."""
+def run_model(model_path: str | Path, data: Data, batch_size: int) -> dict:
+    """All outputs of the model over ``data``, concatenated along the batch axis (a list per
+    output when feeds' outputs differ in shape)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
@@ -81,7 +139,7 @@ def run_model(model_path: str | Path, data: dict[str, np.ndarray], batch_size: i
     for batch in batches(data, names, batch_size):
         for index, value in enumerate(session.run(outs, batch)):
             chunks[index].append(value)
-    return {name: np.concatenate(parts) for name, parts in zip(outs, chunks, strict=True)}
+    return {name: stack(parts) for name, parts in zip(outs, chunks, strict=True)}
 
 
 def _timing_session(model_path: str | Path) -> ort.InferenceSession:
@@ -147,26 +205,36 @@ class Scorer:
 
     def __init__(self, case: dict) -> None:
         self.case = case
-        self.data = load_npz(case["evaluation"])
+        self.data = load_data(case["evaluation"])
         self.metric = load_metric(case["metric"], case.get("label_key", "label"))
-        self.started = time.perf_counter()
+        self.started = clock_start()
         self.calls = 0
         self.first_feasible_s: float | None = None
         self.history: list[dict] = []
+        self.first_feasible_evaluations: int | None = None  # evaluations (fp32 baseline not counted) to it
+
+    @property
+    def evaluations(self) -> int:
+        """Full evaluations of candidates: the calls less the tool's own fp32 baseline."""
+        return max(0, self.calls - 1)
 
     def restart_clock(self) -> None:
-        self.started = time.perf_counter()
+        """Kept for the tools' calls; the clock runs from the process start (``BENCH_T0``) for all."""
 
     def score(self, model_path: str | Path) -> float:
         outputs = run_model(model_path, self.data, self.case["batch_size"])
-        value = float(self.metric(outputs, self.data))
+        value = float(self.metric(outputs, view(self.data)))
         self.calls += 1
-        elapsed = time.perf_counter() - self.started
+        elapsed = time.time() - self.started
         feasible = meets(self.case, value)
-        self.history.append({"call": self.calls, "value": value, "feasible": feasible, "t_s": elapsed})
+        entry = {"call": self.calls, "value": value, "feasible": feasible, "t_s": elapsed}
         # the first call is the tool's own fp32 baseline: it does not count as a found model
         if feasible and self.calls > 1 and self.first_feasible_s is None:
             self.first_feasible_s = elapsed
+            self.first_feasible_evaluations = self.calls - 1
+            entry["first_feasible"] = True
+        self.history.append(entry)
+        progress(entry)
         return value
 
     def score_proto(self, model) -> float:
@@ -180,7 +248,7 @@ class Scorer:
 
 
 def calibration_batches(case: dict, batch_size: int = 1) -> list[dict[str, np.ndarray]]:
-    data = load_npz(case["calibration"])
+    data = load_data(case["calibration"])
     names = case["input_names"]
     limit = case.get("calibration_samples")
     return list(batches(data, names, batch_size, limit))

@@ -2,6 +2,14 @@
 
     python bench/run.py [--cases digits,minilm] [--tools quantune,inc,nncf,olive,quark]
                         [--max-trials 16] [--timeout 300] [--out bench/results]
+    python bench/run.py --add-to bench/results/peers-<date>.json --tools quantune   # more rows, re-timed
+
+``--tools`` takes a tool (every row of it: ``inc`` is Neural Compressor basic and mse_v2, each
+static and dynamic) or single rows (``inc-mse_v2-dynamic``). ``--timeout`` is the one time
+limit, the same for every row: wall-clock from the start of the tool's process, which is
+killed at the limit (a killed row keeps the evaluations it made, read from its progress
+file, but has no model). Each tool's own time limit is set ``--margin`` (default 10%) below
+it, so a tool that honours its limit has time to save its model.
 
 Every tool runs in its own subprocess (its own venv: see ``bench/setup.sh``) with the same
 case file, budget and limits, and writes its result model plus timings as JSON. The harness
@@ -16,6 +24,7 @@ import argparse
 import datetime as dt
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -30,29 +39,47 @@ from common import (  # noqa: E402
     batches,
     input_names,
     latency_interleaved,
+    load_data,
     load_metric,
-    load_npz,
     meets,
     relative_loss,
     run_model,
+    view,
 )
 from common import latency_ms as measure_latency  # noqa: E402
 
-# tool name -> (venv folder under CACHE, or None for quantune's own venv; runner script)
-TOOLS: dict[str, tuple[str | None, str]] = {
-    "quantune": (None, "quantune_tool.py"),
-    "inc": ("venv-inc", "inc_tool.py"),
-    "nncf": ("venv-nncf", "nncf_tool.py"),
-    "olive": ("venv-olive", "olive_tool.py"),
-    "quark": ("venv-quark", "quark_tool.py"),
+# row name -> (venv folder under CACHE, or None for quantune's own venv; runner script; its arguments)
+TOOLS: dict[str, tuple[str | None, str, tuple[str, ...]]] = {
+    "quantune": (None, "quantune_tool.py", ()),
+    "inc-basic-static": ("venv-inc", "inc_tool.py", ("basic", "static")),
+    "inc-basic-dynamic": ("venv-inc", "inc_tool.py", ("basic", "dynamic")),
+    "inc-mse_v2-static": ("venv-inc", "inc_tool.py", ("mse_v2", "static")),
+    "inc-mse_v2-dynamic": ("venv-inc", "inc_tool.py", ("mse_v2", "dynamic")),
+    "nncf": ("venv-nncf", "nncf_tool.py", ()),
+    "olive-static": ("venv-olive", "olive_tool.py", ("static",)),
+    "olive-dynamic": ("venv-olive", "olive_tool.py", ("dynamic",)),
+    "quark": ("venv-quark", "quark_tool.py", ()),
 }
 TOOL_LABELS = {
-    "quantune": "quantune (tpe)",
-    "inc": "Neural Compressor 2.6 (basic)",
-    "nncf": "NNCF accuracy control",
-    "olive": "Olive (tpe)",
-    "quark": "Quark AutoSearch",
+    "quantune": "quantune (strategy quantune, zero-knowledge)",
+    "inc-basic-static": "Neural Compressor 2.6 basic, static",
+    "inc-basic-dynamic": "Neural Compressor 2.6 basic, dynamic",
+    "inc-mse_v2-static": "Neural Compressor 2.6 mse_v2, static",
+    "inc-mse_v2-dynamic": "Neural Compressor 2.6 mse_v2, dynamic",
+    "nncf": "NNCF 3.4 accuracy control",
+    "olive-static": "Olive 0.13 static (tpe)",
+    "olive-dynamic": "Olive 0.13 dynamic (tpe)",
+    "quark": "Quark 0.13 AutoSearch",
 }
+
+
+def expand_tools(names: str) -> list[str]:
+    """``inc`` -> every inc row; a row name stays itself."""
+    rows: list[str] = []
+    for name in (n.strip() for n in names.split(",") if n.strip()):
+        matched = [row for row in TOOLS if row == name or row.startswith(f"{name}-")]
+        rows += matched or [name]
+    return rows
 
 
 def log(message: str) -> None:
@@ -76,11 +103,20 @@ def child_env() -> dict[str, str]:
         CONSENT_TO_TRACKING="0",
         PYTHONUNBUFFERED="1",
         OMP_NUM_THREADS=env.get("OMP_NUM_THREADS", "2"),
+        # quantune serialises its timings through a machine-wide lock file; the bench's own keeps
+        # quantune's row from waiting on other quantune processes of the machine (peers have none)
+        QUANTUNE_LATENCY_LOCK=str(CACHE / "bench-latency.lock"),
     )
     return env
 
 
 def ensure_built(case: Case) -> None:
+    if case.zoo:
+        if not case.built:
+            log(f"{case.name}: building with {case.build}")
+            subprocess.run([sys.executable, *case.build.split()], check=True, env=child_env(), cwd=REPO)
+        zoo_run().run_config(case.name, None, None)  # links the zoo scripts beside the data, writes zoo-run.yaml
+        return
     if case.built or case.build is None:
         return
     python = CACHE / "venv-build" / "bin" / "python"
@@ -90,11 +126,21 @@ def ensure_built(case: Case) -> None:
     subprocess.run([str(python), str(REPO / case.build)], check=True, env=child_env())
 
 
-def measure(case: Case, model: Path, data: dict, spec: dict) -> dict:
+def zoo_run():
+    """bench/zoo/run.py as a module (its run_config links a zoo model's scripts and writes its config)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("zoo_run", BENCH / "zoo" / "run.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def measure(case: Case, model: Path, data, spec: dict) -> dict:
     """Accuracy on the evaluation split, latency (the one method) and size of one model file."""
     metric = load_metric(spec["metric"], "label")
     outputs = run_model(model, data, case.batch_size)
-    value = float(metric(outputs, data))
+    value = float(metric(outputs, view(data)))
     feeds = next(batches(data, spec["input_names"], case.batch_size))
     figures = measure_latency(model, feeds, warmup=max(5, case.latency_repeats // 5), repeats=case.latency_repeats)
     size = model.stat().st_size + sum(p.stat().st_size for p in model.parent.glob("*.data"))
@@ -105,15 +151,21 @@ def run_tool(tool: str, case_file: Path, out: Path, limit_s: float) -> dict:
     python = tool_python(tool)
     if python is None:
         return {"tool": tool, "status": f"not installed (make bench-peers creates {CACHE / TOOLS[tool][0]})"}
+    if out.exists():
+        shutil.rmtree(out)
     out.mkdir(parents=True, exist_ok=True)
-    script = BENCH / "tools" / TOOLS[tool][1]
+    _, script_name, extra = TOOLS[tool]
+    script = BENCH / "tools" / script_name
+    env = child_env()
+    env["BENCH_PROGRESS"] = str(out / "progress.jsonl")
     started = time.perf_counter()
+    env["BENCH_T0"] = repr(time.time())  # every row's clock starts at its process start
     with open(out / "log.txt", "w") as log_file:
         proc = subprocess.Popen(
-            [str(python), str(script), str(case_file), str(out)],
+            [str(python), str(script), str(case_file), str(out), *extra],
             stdout=log_file,
             stderr=subprocess.STDOUT,
-            env=child_env(),
+            env=env,
             cwd=out,
             start_new_session=True,
         )
@@ -128,42 +180,71 @@ def run_tool(tool: str, case_file: Path, out: Path, limit_s: float) -> dict:
     result = json.loads(result_file.read_text()) if result_file.exists() else {"tool": tool}
     result["process_s"] = wall
     if code is None:
-        result.setdefault("status", f"killed at the {limit_s:.0f} s limit")
+        result.pop("model", None)  # a model written after the limit is not the tool's answer
+        result["status"] = f"killed at the {limit_s:.0f} s limit"
+        result.update(from_progress(out / "progress.jsonl"))
     elif "status" not in result:
         lines = [line.strip() for line in (out / "log.txt").read_text().splitlines() if line.strip()]
         result["status"] = f"exit {code}, no result: {lines[-1][:300] if lines else 'no output'}"
     return result
 
 
+def from_progress(path: Path) -> dict:
+    """What a killed tool's progress file tells: evaluations made, first model in budget."""
+    if not path.exists():
+        return {}
+    entries = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    calls = [e for e in entries if "call" in e]  # a peer's scorer; its first call is its fp32 baseline
+    found: dict = {
+        "evaluations": max(0, len(calls) - 1) if calls else (entries[-1].get("evaluations", 0) if entries else 0)
+    }
+    first = next((e for e in entries if e.get("first_feasible")), None)
+    if first is not None:
+        found["first_feasible_s"] = first["t_s"]
+        found["first_feasible_evaluations"] = first.get("evaluations", first.get("call", 1) - 1)
+    return found
+
+
 def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
     ensure_built(case)
-    data = load_npz(case.folder / "eval.npz")
+    data = load_data(case.folder / case.evaluation_file)
     spec = {
         "name": case.name,
         "model": str(case.model.resolve()),
-        "calibration": str((case.folder / "calib.npz").resolve()),
-        "evaluation": str((case.folder / "eval.npz").resolve()),
+        "calibration": str((case.folder / case.calibration_file).resolve()),
+        "evaluation": str((case.folder / case.evaluation_file).resolve()),
         "metric": case.metric_spec(),
         "label_key": "label",
         "batch_size": case.batch_size,
         "higher_is_better": True,
         "tolerable_loss": case.tolerable_loss,
         "max_trials": args.max_trials,
-        "timeout_s": args.timeout,
+        "timeout_s": args.timeout * (1.0 - args.margin),  # the tool's own limit
+        "limit_s": args.timeout,  # the harness's: killed then
         "input_names": input_names(case.model),
         "calibration_samples": case.calibration_samples,
-        "quantune_config": str(case.folder / "config.yaml"),
+        "quantune_config": str(case.folder / case.config),
+        "zero_knowledge": not case.zoo,  # the zoo's configs are zero-knowledge already
     }
     log(f"{case.name}: measuring fp32")
     fp32 = measure(case, case.model.resolve(), data, spec)
     spec["baseline"] = fp32["metric"]
+    rows = [{"tool": "fp32", "status": "reference", **fp32, "loss": 0.0, "meets": True}]
+    report = {"case": case.name, "description": case.description, "spec": spec, "rows": rows}
+    run_rows(case, report, tools, data, args, run_dir)
+    return report
+
+
+def run_rows(case: Case, report: dict, tools: list[str], data, args, run_dir: Path) -> None:
+    """Runs ``tools`` on the case (replacing their earlier rows), then re-times every row together."""
+    spec, rows = report["spec"], report["rows"]
     case_file = run_dir / case.name / "case.json"
     case_file.parent.mkdir(parents=True, exist_ok=True)
     case_file.write_text(json.dumps(spec, indent=2))
-    rows = [{"tool": "fp32", "status": "reference", **fp32, "loss": 0.0, "meets": True}]
     for tool in tools:
+        rows[:] = [r for r in rows if r["tool"] != tool]
         log(f"{case.name}: running {tool}")
-        result = run_tool(tool, case_file, run_dir / case.name / tool, args.timeout + args.grace)
+        result = run_tool(tool, case_file, run_dir / case.name / tool, spec["limit_s"])
         model = Path(result["model"]) if result.get("model") else None
         row = {**result, "tool": tool}
         if model is not None and model.exists():
@@ -175,9 +256,7 @@ def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
                 row.update(figures, loss=relative_loss(spec, figures["metric"]), meets=meets(spec, figures["metric"]))
         log(f"{case.name}: {tool}: {row.get('status')} metric={row.get('metric')} latency={row.get('latency_ms')}")
         rows.append(row)
-    report = {"case": case.name, "description": case.description, "spec": spec, "rows": rows}
     remeasure_interleaved(case, report, data)
-    return report
 
 
 def remeasure_interleaved(case: Case, report: dict, data: dict) -> None:
@@ -209,11 +288,12 @@ def table(report: dict) -> str:
             f"### {entry['case']}: {entry['description']}",
             "",
             f"Budget: at most {spec['tolerable_loss']:.1%} relative loss of the fp32 figure "
-            f"({fp32['metric']:.4f}); limits: {spec['max_trials']} trials, {spec['timeout_s']} s.",
+            f"({fp32['metric']:.4f}); limits: {spec['max_trials']} trials, each tool's own limit "
+            f"{spec['timeout_s']:.0f} s, killed at {spec.get('limit_s', spec['timeout_s']):.0f} s from its process start.",
             "",
-            "| tool | meets | first model in budget (s) | end (s) | full evals | metric | loss | "
-            "latency ms | vs fp32 | size MB | status |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+            "| tool | in budget | vs fp32 (side by side) | first in budget (s) | evals to first | full evals | "
+            "end (s) | metric | loss | latency ms | size MB | status |",
+            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
         ]
         for row in rows:
             latency = row.get("latency_ms")
@@ -224,15 +304,16 @@ def table(report: dict) -> str:
                     [
                         TOOL_LABELS.get(row["tool"], row["tool"]),
                         {True: "yes", False: "no"}.get(row.get("meets"), "-"),
+                        fmt(ratio, ".2f") + ("x" if ratio else ""),
                         fmt(row.get("first_feasible_s"), ".1f"),
-                        fmt(row.get("total_s"), ".1f"),
+                        fmt(row.get("first_feasible_evaluations"), "d"),
                         fmt(row.get("evaluations"), "d"),
+                        fmt(row.get("process_s"), ".1f"),
                         fmt(row.get("metric"), ".4f"),
                         fmt(row.get("loss"), "+.2%"),
                         fmt(latency, ".2f"),
-                        fmt(ratio, ".2f") + ("x" if ratio else ""),
                         fmt(row["size_bytes"] / 1e6 if row.get("size_bytes") else None, ".2f"),
-                        str(row.get("status", ""))[:80].replace("|", "/"),
+                        str(row.get("status", ""))[:90].replace("|", "/"),
                     ]
                 )
                 + " |"
@@ -291,7 +372,13 @@ def plot(report: dict, path: Path) -> bool:
 
 
 def write_report(report: dict, stem: Path) -> str:
-    text = f"# quantune bench, {report['date']}\n\n{table(report)}"
+    load = report.get("machine", {}).get("load")
+    text = (
+        f"# quantune bench, {report['date']}\n\nTimed on a shared {report.get('machine', {}).get('cpus')}-core machine"
+        + (f" under load (1-minute load average {load:.1f} at the start)" if load else "")
+        + "; every ratio to fp32 is from one interleaved timing of all rows of a case.\n\n"
+        + table(report)
+    )
     stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
     if plot(report, stem.with_suffix(".png")):
         text += f"\n![accuracy loss vs latency]({stem.name}.png)\n"
@@ -305,7 +392,11 @@ def main() -> None:
     parser.add_argument("--tools", default="quantune")
     parser.add_argument("--max-trials", type=int, default=16)
     parser.add_argument("--timeout", type=float, default=300.0, help="each tool's search limit (s)")
-    parser.add_argument("--grace", type=float, default=120.0, help="extra seconds before a tool is killed")
+    parser.add_argument(
+        "--margin", type=float, default=0.1, help="share of --timeout below it that each tool's own limit is set"
+    )
+    parser.add_argument("--prefix", default="", help="the report's file name prefix, e.g. peers-")
+    parser.add_argument("--add-to", type=Path, help="run --tools on an earlier report's cases, re-time, rewrite it")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     parser.add_argument(
         "--remeasure", type=Path, help="re-time an earlier report's models in interleaved rounds and rewrite it"
@@ -314,19 +405,33 @@ def main() -> None:
     if args.remeasure:
         report = json.loads(args.remeasure.read_text())
         for entry in report["cases"]:
-            remeasure_interleaved(CASES[entry["case"]], entry, load_npz(CASES[entry["case"]].folder / "eval.npz"))
+            case = CASES[entry["case"]]
+            remeasure_interleaved(case, entry, load_data(case.folder / case.evaluation_file))
         print(write_report(report, args.remeasure.with_suffix("")))
         return
-    tools = [t for t in args.tools.split(",") if t]
+    tools = expand_tools(args.tools)
     unknown = [t for t in tools if t not in TOOLS] + [c for c in args.cases.split(",") if c not in CASES]
     if unknown:
         raise SystemExit(f"unknown tool or case {unknown}; tools: {list(TOOLS)}, cases: {list(CASES)}")
-    stamp = dt.datetime.now().strftime("%Y-%m-%d-%H%M")
+    if args.add_to:
+        report = json.loads(args.add_to.read_text())
+        run_dir = CACHE / "runs" / report["date"]
+        chosen = {c for c in args.cases.split(",") if c} if args.cases != ",".join(CASES) else None
+        for entry in report["cases"]:
+            if chosen is not None and entry["case"] not in chosen:
+                continue
+            case = CASES[entry["case"]]
+            ensure_built(case)
+            run_rows(case, entry, tools, load_data(case.folder / case.evaluation_file), args, run_dir)
+            text = write_report(report, args.add_to.with_suffix(""))
+        print(text)
+        return
+    stamp = args.prefix + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     run_dir = CACHE / "runs" / stamp
     report = {
         "date": stamp,
-        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0]},
-        "limits": {"max_trials": args.max_trials, "timeout_s": args.timeout},
+        "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load": os.getloadavg()[0]},
+        "limits": {"max_trials": args.max_trials, "limit_s": args.timeout, "margin": args.margin},
         "cases": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)

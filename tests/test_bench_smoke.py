@@ -34,8 +34,6 @@ def test_bench_runs_quantune_on_digits(tmp_path: Path) -> None:
         "2",
         "--timeout",
         "60",
-        "--grace",
-        "30",
         "--out",
         str(out),
     ]
@@ -50,6 +48,7 @@ def test_bench_runs_quantune_on_digits(tmp_path: Path) -> None:
     assert set(rows) == {"fp32", "quantune"}
     ours = rows["quantune"]
     assert ours["status"] == "ok", ours
-    assert ours["meets"] is True and ours["latency_ms"] > 0 and ours["evaluations"] == 3
-    assert 0.0 < ours["first_feasible_s"] <= ours["total_s"]
-    assert "| quantune (tpe) | yes |" in proc.stdout
+    assert ours["meets"] is True and ours["latency_ms"] > 0 and 1 <= ours["evaluations"] <= 2
+    assert 0.0 < ours["first_feasible_s"] <= ours["process_s"] <= 60 + 5
+    assert ours["first_feasible_evaluations"] <= ours["evaluations"]
+    assert "| quantune (strategy quantune, zero-knowledge) | yes |" in proc.stdout

@@ -1,8 +1,10 @@
 """Intel Neural Compressor 2.x (ONNX Runtime adaptor): accuracy-driven post-training static quantization.
 
-Usage: python inc_tool.py CASE.json OUT_DIR [strategy]   (runs in venv-inc; strategy: basic | mse | auto)
+Usage: python inc_tool.py CASE.json OUT_DIR [strategy] [approach]
+    (runs in venv-inc; strategy: basic | mse_v2 | mse | auto; approach: static | dynamic)
 
 quant_level=1 is set, because the default quant_level="auto" ignores the strategy named.
+Everything else is Neural Compressor's default, as its users run it.
 """
 
 from __future__ import annotations
@@ -35,15 +37,17 @@ def main() -> None:
     out = Path(sys.argv[2]).resolve()
     out.mkdir(parents=True, exist_ok=True)
     strategy = sys.argv[3] if len(sys.argv) > 3 else case.get("inc_strategy", "basic")
+    approach = sys.argv[4] if len(sys.argv) > 4 else "static"
     from neural_compressor import quantization
     from neural_compressor.config import AccuracyCriterion, PostTrainingQuantConfig, TuningCriterion
 
     loader = CalibLoader(case)
     scorer = Scorer(case)
+    static = approach == "static"
     conf = PostTrainingQuantConfig(
-        approach="static",
+        approach=approach,
         quant_level=1,
-        calibration_sampling_size=[len(loader)],
+        calibration_sampling_size=[len(loader)] if static else [100],
         accuracy_criterion=AccuracyCriterion(
             higher_is_better=case["higher_is_better"], criterion="relative", tolerable_loss=case["tolerable_loss"]
         ),
@@ -53,7 +57,9 @@ def main() -> None:
     )
     started = time.perf_counter()
     scorer.restart_clock()
-    model = quantization.fit(model=case["model"], conf=conf, calib_dataloader=loader, eval_func=scorer.score_proto)
+    model = quantization.fit(
+        model=case["model"], conf=conf, calib_dataloader=loader if static else None, eval_func=scorer.score_proto
+    )
     total = time.perf_counter() - started
     path = None
     if model is not None:
@@ -62,12 +68,13 @@ def main() -> None:
     write_result(
         out,
         {
-            "tool": f"inc-{strategy}",
+            "tool": f"inc-{strategy}-{approach}",
             "status": "ok" if model is not None else "no model met the budget",
             "model": str(path) if path else None,
             "first_feasible_s": scorer.first_feasible_s,
             "total_s": total,
-            "evaluations": scorer.calls,
+            "evaluations": scorer.evaluations,
+            "first_feasible_evaluations": scorer.first_feasible_evaluations,
             "tool_metric": scorer.history[-1]["value"] if scorer.history else None,
             "history": scorer.history,
         },

@@ -71,7 +71,8 @@ def main() -> None:
             "model": str(path),
             "first_feasible_s": scorer.first_feasible_s,
             "total_s": total,
-            "evaluations": scorer.calls - 1,  # the final re-score above is not NNCF's
+            "evaluations": scorer.evaluations - 1,  # the final re-score above is not NNCF's
+            "first_feasible_evaluations": scorer.first_feasible_evaluations,
             "tool_metric": final,
             "history": scorer.history,
         },

@@ -1,7 +1,9 @@
 """Olive: the OnnxStaticQuantization pass with its searchable parameters, TPE sampler, an accuracy
 (custom metric, goal: at most the case's relative degradation) + latency evaluator.
 
-Usage: python olive_tool.py CASE.json OUT_DIR   (runs in venv-olive)
+Usage: python olive_tool.py CASE.json OUT_DIR [static|dynamic]   (runs in venv-olive)
+
+``dynamic``: the OnnxDynamicQuantization pass instead (no calibration data), same search.
 
 Olive ignores its sampler's max_samples/seed, so the trial limit is ``max_iter``.
 """
@@ -53,6 +55,7 @@ def main() -> None:
     global CASE, SCORER
     CASE = load_case(sys.argv[1])
     out = Path(sys.argv[2]).resolve()
+    approach = sys.argv[3] if len(sys.argv) > 3 else "static"
     out.mkdir(parents=True, exist_ok=True)
     import olive
     from olive.data.registry import Registry
@@ -149,6 +152,8 @@ def main() -> None:
                 "data_config": "calibration",
                 "quant_preprocess": False,
             }
+            if approach == "static"
+            else {"type": "OnnxDynamicQuantization", "quant_preprocess": False}
         },
         "search_strategy": {
             "execution_order": "joint",
@@ -176,12 +181,13 @@ def main() -> None:
     write_result(
         out,
         {
-            "tool": "olive",
+            "tool": f"olive-{approach}",
             "status": "ok" if path else "no model met the budget",
             "model": str(path) if path else None,
             "first_feasible_s": SCORER.first_feasible_s,
             "total_s": total,
-            "evaluations": SCORER.calls,
+            "evaluations": SCORER.evaluations,
+            "first_feasible_evaluations": SCORER.first_feasible_evaluations,
             "tool_metric": best.metrics_value if best is not None else None,
             "history": SCORER.history,
         },

@@ -1,5 +1,9 @@
 """quantune's row: ``quantune.tune`` on the case's own config, cold cache, the case's trial/time limit.
 
+A case marked ``zero_knowledge`` (the bench's own cases, whose example configs were written
+knowing the model) runs with the zoo's zero-knowledge search instead: static and dynamic
+quantization searched, ``strategy: quantune``, nothing hand-picked.
+
 Usage: python quantune_tool.py CASE.json OUT_DIR   (runs in quantune's venv)
 """
 
@@ -12,7 +16,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import load_case, write_result
+from common import clock_start, load_case, progress, write_result
 
 
 def absolute_config(path: Path, case: dict, cache_dir: Path) -> dict:
@@ -33,24 +37,41 @@ def absolute_config(path: Path, case: dict, cache_dir: Path) -> dict:
     metric = raw.get("evaluation", {}).get("metric", "")
     if ".py:" in metric:
         raw["evaluation"]["metric"] = resolve(metric)
-    raw["stop"] = {**raw.get("stop", {}), "max_trials": case["max_trials"], "timeout_s": case["timeout_s"]}
+    if case.get("zero_knowledge"):
+        # what a user who knows nothing of the model writes (the zoo's configs): both quantization
+        # flows searched, the quantune strategy, no hand-picked calibration method or format
+        raw["passes"] = [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}]
+        raw["flows"] = [["static_quant"], ["dynamic_quant"]]
+        raw["search"] = {"strategy": "quantune"}
+        raw["stop"] = {**raw.get("stop", {}), "max_trials": case["max_trials"], "timeout_s": case["timeout_s"]}
     raw["cache_dir"] = str(cache_dir)
     return raw
 
 
 class FirstFeasible:
-    """A RunListener that notes when the first trial meeting the criterion finished."""
+    """A RunListener that notes when the first *quantized* trial meeting the criterion finished
+    (wall clock from the process start, as for every tool) and how many full evaluations the
+    run had made by then (trials whose evaluation was computed, not a cache hit or a failure)."""
 
     def __init__(self, started: float) -> None:
         self.started = started
         self.first_s: float | None = None
+        self.first_evaluations: int | None = None
+        self.evaluations = 0
 
     def on_start(self, max_trials, baseline) -> None:
         pass
 
     def on_trial(self, record, status) -> None:
-        if record.meets_criterion and self.first_s is None:
-            self.first_s = time.perf_counter() - self.started
+        evaluated = record.cache.get("evaluation") == "miss"
+        self.evaluations += int(evaluated)
+        elapsed = time.time() - self.started
+        entry = {"evaluations": self.evaluations, "t_s": elapsed, "stage": record.stage}
+        quantized = (record.metrics.get("quantized_ops") or 0) > 0
+        if record.meets_criterion and quantized and self.first_s is None:
+            self.first_s, self.first_evaluations = elapsed, self.evaluations
+            entry["first_feasible"] = True
+        progress(entry)
 
     def on_end(self, result) -> None:
         pass
@@ -64,28 +85,29 @@ def main() -> None:
 
     config = absolute_config(Path(case["quantune_config"]), case, out / "cache")
     started = time.perf_counter()
-    listener = FirstFeasible(started)
+    listener = FirstFeasible(clock_start())
     result = quantune.tune(config, output=out / "run", restart=True, listeners=[listener])
     total = time.perf_counter() - started
     chosen = result.best or result.closest_miss
+    keep = result.verdict == "keep_original" or "no quantized variant was faster" in result.stop_reason
     if result.best_model_path is not None:  # improved: best/
-        model = str(result.best_model_path)
-    elif result.best is not None:  # keep_original: the best candidate stays in the cache, measured all the same
-        model = str(result.best.model_path)
+        model, status = str(result.best_model_path), "ok"
+    elif keep:  # quantune's answer is the original (no candidate beat it): that is what a user deploys
+        model, status = str(case["model"]), "keep the original"
     else:
         model = str(out / "run" / "closest_miss" / "model.onnx") if chosen else None
+        status = "no model met the budget"
     write_result(
         out,
         {
             "tool": "quantune",
-            "status": "ok" if result.best else "no model met the budget",
+            "status": status,
             "model": model,
             "first_feasible_s": listener.first_s,
+            "first_feasible_evaluations": listener.first_evaluations,
             "total_s": total,
-            # evaluations this run computed (cache hits and failed trials are not evaluations)
-            "evaluations": sum(
-                result.cache_stats.get(kind, {}).get("misses", 0) for kind in ("baseline", "evaluation")
-            ),
+            # candidates' evaluations this run computed (the fp32 baseline, cache hits and failed trials are not)
+            "evaluations": result.cache_stats.get("evaluation", {}).get("misses", 0),
             "tool_metric": chosen.metrics.get(result.metric) if chosen else None,
             "settings": chosen.params if chosen else None,
             "notes": f"{result.stop_reason}; verdict {result.verdict}: {result.verdict_reason}",

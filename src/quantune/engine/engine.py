@@ -291,6 +291,7 @@ def search_problem(parts: RunParts, config: Config, isolation: Isolation | None 
         keep_best=search.keep_best,
         objective=objectives[0],
         objectives=objectives,
+        timeout_s=config.stop.timeout_s,
         **accuracy_fields(
             parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
         ),

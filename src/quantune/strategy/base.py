@@ -8,7 +8,7 @@ running trials finish (a stage boundary), or ``None`` when it is done.
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -81,6 +81,13 @@ class SearchProblem:
     latency_ratio: Callable[[Point, tuple[str, ...]], float | None] | None = None
     objective: str = "latency"  # what the run minimises once the criterion holds (latency, size)
     objectives: tuple[str, ...] = ()  # all of them when the run has several (multi-objective samplers get each)
+    # (points with their flows, threshold, time budget s) -> each point's latency over the original's,
+    # all timed in one side-by-side session that stops once every ratio is surely above or below
+    # the threshold; None where the point's model failed or the budget ran out before it was built.
+    ceiling_ratios: (
+        Callable[[Sequence[tuple[Point, tuple[str, ...]]], float, float | None], list[float | None]] | None
+    ) = None
+    timeout_s: float | None = None  # stop.timeout_s: the run's time limit (None: none)
 
 
 class Strategy(ABC):

@@ -63,6 +63,9 @@ class QuantuneOptions(AccuracyOptions):
     latency_trials: int | None = Field(
         default=None, ge=0, description="Sampler trials for latency at the end (default: what max_trials leaves)."
     )
+    ceiling_share: float = Field(
+        default=0.25, gt=0, le=1, description="The most of stop.timeout_s the speed ceilings may take."
+    )
 
 
 def checked_options(strategy: str, raw: dict[str, Any]) -> dict[str, Any]:

@@ -8,13 +8,15 @@ step's pass and fixed parameters, a sensitivity function, the strategy options).
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
+from quantune.evaluate.rounds import time_until_decided
 from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.passes.cached import run_pass_cached
 from quantune.passes.timing import timing_for
@@ -77,7 +79,14 @@ def accuracy_fields(
             log.warning("side-by-side timing failed (%s); using the trial's own latency", exc)
             return None
 
+    def ceiling_ratios(
+        items: Sequence[tuple[Point, tuple[str, ...]]], threshold: float, budget_s: float | None
+    ) -> list[float | None]:
+        """Every point's model timed against the original in one session (see :func:`_ceilings`)."""
+        return _ceilings(context, plan, items, threshold, budget_s)
+
     return {
+        "ceiling_ratios": ceiling_ratios,
         "model_path": context.start.path,
         "step_passes": step_passes,
         "step_fixed": step_fixed,
@@ -121,6 +130,87 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     ratio = paired_ratio(timings[1], timings[0]).median  # per-round ratios cancel the machine's drift
     context.cache.put_json("evals", key, {"ratio": ratio})
     return ratio
+
+
+def _variant_model(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> tuple[Any, str]:
+    """The point's model: its flow's passes run from the trials' start model (cached)."""
+    path, sha = context.start.path, context.start.sha256
+    for step, config in plan.configs_for(point, flow):
+        path, sha, _ = run_pass_cached(
+            context.cache,
+            step.pass_cls,
+            config,
+            path,
+            sha,
+            calibration=context.calibration,
+            input_names=list(context.evaluator.input_names),
+            batch_size=context.batch_size,
+            label=f"{step.id} (speed ceiling)",
+        )
+    return path, sha
+
+
+def _ceilings(
+    context: Any, plan: Any, items: Sequence[tuple[Point, tuple[str, ...]]], threshold: float, budget_s: float | None
+) -> list[float | None]:
+    """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
+    the original in one interleaved session that stops once each ratio is surely on one side of
+    ``threshold`` (:func:`quantune.evaluate.rounds.time_until_decided`); the median paired ratios.
+
+    No accuracy evaluation: a ceiling's speed decides whether it is worth one, and only the
+    fastest kept variant gets it first.
+    """
+    started = time.perf_counter()
+    deadline = None if not budget_s else started + budget_s
+    built: list[tuple[int, Any, str]] = []
+    for index, (point, flow) in enumerate(items):
+        if deadline is not None and built and time.perf_counter() >= deadline:
+            log.info("speed ceilings: time budget (%.0f s) spent after %d of %d variants", budget_s, index, len(items))
+            break
+        try:
+            path, sha = _variant_model(context, plan, point, flow)
+        except Exception as exc:  # a variant that does not quantize is dropped, not the run
+            log.warning("speed ceiling %s: the passes failed (%s)", dict(point), exc)
+            continue
+        built.append((index, path, sha))
+    ratios: list[float | None] = [None] * len(items)
+    if not built:
+        return ratios
+    spec = context.evaluator.spec.latency
+    key = cache_key(
+        "ceilings",
+        context.model.sha256,
+        [sha for _, _, sha in built],
+        vars(spec),
+        threshold,
+        context.evaluator.dataset.fingerprint,
+    )
+    cached = context.cache.get_json("evals", key)
+    if cached is None:
+        feeds = getattr(context.evaluator, "_latency_feeds", None)
+        timings = time_until_decided(
+            context.model.path,
+            [path for _, path, _ in built],
+            feeds,
+            spec,
+            threshold=threshold,
+            min_rounds=min(5, spec.repeats),
+            max_rounds=max(1, min(spec.repeats, CEILING_ROUNDS)),
+            deadline=None if deadline is None else max(deadline, time.perf_counter()),
+            runner=context.evaluator.spec.runner,
+        )
+        medians = [paired_ratio(row, timings[0]).median for row in timings[1:]]
+        cached = {"ratios": medians, "rounds": int(timings.shape[1])}
+        context.cache.put_json("evals", key, cached)
+    log.info(
+        "speed ceilings: %d variants timed side by side in %d rounds (%.1f s)",
+        len(built),
+        cached["rounds"],
+        time.perf_counter() - started,
+    )
+    for (index, _, _), ratio in zip(built, cached["ratios"], strict=True):
+        ratios[index] = float(ratio)
+    return ratios
 
 
 def _profile(context: Any) -> dict[str, float]:

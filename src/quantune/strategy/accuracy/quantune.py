@@ -13,6 +13,7 @@ sampler for latency with that fallback fixed.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Sequence
 
 from quantune.passes.onnx.capability import Group, Precision
@@ -37,6 +38,7 @@ from quantune.strategy.registry import register_strategy
 
 log = logging.getLogger("quantune.strategy")
 CEILING = "ceiling"
+CEILING_SHARE = 0.25  # the most of stop.timeout_s the speed ceilings may take
 
 
 @register_strategy("quantune")
@@ -71,12 +73,18 @@ class QuantuneStrategy(AccuracyStrategy):
         self.variants: list[Variant] = []
         self._ceiling_stage: dict[str, Variant] = {}
         self.decisions: list[str] = []  # why variants were kept or dropped, in order
+        self._screened = False  # the accuracy parameters were screened before the fallback
 
     def stages(self) -> Stages:
         kept = yield from self.stage_ceiling()
         for variant in kept:
             self.ctx = variant.ctx
             base = variant.point
+            # the only accuracy evaluation a ceiling gets: the fastest kept variant's, first
+            outcome = yield from self.try_point(base, f"{CEILING}: {variant.label}")
+            self._measure(variant, outcome)
+            if variant.failed or not self._verdict(variant)[0]:
+                continue  # untimed variants are judged by their trial's latency
             if variant.meets:
                 fallback: dict[str, Precision] | None = {}
             else:
@@ -84,41 +92,70 @@ class QuantuneStrategy(AccuracyStrategy):
                 if found is None:
                     continue
                 base, fallback = found
+            if fallback:  # a first model in budget exists; can a calibration choice quantize everything?
+                full = yield from self.screen_full(variant.point)
+                if full is not None:
+                    base, fallback = full, {}
             yield from self.latency(base, fallback or {})
             return
 
     # -- speed ceilings -----------------------------------------------------------------------------
     def stage_ceiling(self) -> Step:
-        """Stage: each flow's fully-quantized variants; returns the kept ones, fastest first."""
+        """Stage: each flow's fully-quantized variants timed against the original (no accuracy
+        evaluation); returns the kept ones, fastest first.
+
+        All variants are built and timed in one side-by-side session that stops once each ratio
+        is surely on one side of the margin; the stage gets at most ``ceiling_share`` (default
+        0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
+        """
         contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
-        items = []
         for ctx in contexts:
             for point, label in speed_variants(ctx):
                 point = self.complete(point, ctx)
-                stage = f"{CEILING}: {label}"
                 variant = Variant(ctx, point, label)
                 self.variants.append(variant)
-                self._ceiling_stage[stage] = variant
-                items.append((point, stage))
-        outcomes = yield from self.try_points(items)
-        for variant, outcome in zip(self.variants, outcomes, strict=True):
-            self._measure(variant, outcome)
+                self._ceiling_stage[f"{CEILING}: {label}"] = variant
+        if self._time_ceilings(self.variants):
+            for variant in self.variants:
+                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
+        else:  # nothing times models side by side here: each ceiling's trial says how fast it is
+            outcomes = yield from self.try_points([(v.point, f"{CEILING}: {v.label}") for v in self.variants])
+            for variant, outcome in zip(self.variants, outcomes, strict=True):
+                self._measure(variant, outcome)
+                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
         kept = [v for v in self.variants if self._keeps(v)]
         order = {id(v): i for i, v in enumerate(self.variants)}
         baseline = self.baseline.get("latency_ms")
         kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
-        meeting = [v for v in kept if v.meets]
-        if meeting and meeting[0] is not kept[0]:
-            self.decisions.append(f"{meeting[0].label} meets the budget; recovering accuracy in faster {kept[0].label}")
         for line in self.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
             log.info("quantune strategy: no variant is faster than the original: keep the original")
             self.finished_reason = (
                 "no quantized variant was faster than the original (each fully quantized flow's speed "
-                "ceiling was slower or failed), so no fallback could win"
+                "ceiling was slower or failed: " + "; ".join(self.decisions) + "), so no fallback could win"
             )
         return kept
+
+    def _time_ceilings(self, variants: list[Variant]) -> bool:
+        """Each variant's side-by-side ratio, from one session for all (or one timing per variant);
+        False when nothing here times models (then the ceilings' trials must)."""
+        if self.problem.objective != "latency" or not variants:
+            return False
+        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
+        share = float(self.ctx.options.get("ceiling_share", CEILING_SHARE))
+        budget = share * self.problem.timeout_s if self.problem.timeout_s else None
+        items = [(v.point, v.ctx.flow) for v in variants]
+        if self.problem.ceiling_ratios is not None:
+            ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
+        elif self.problem.latency_ratio is not None:
+            ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
+        else:
+            return False
+        for variant, ratio in zip(variants, ratios, strict=True):
+            variant.side_by_side = ratio
+            variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
+        return True
 
     def _measure(self, variant: Variant, outcome: Outcome | None) -> None:
         if outcome is None or outcome.failed:
@@ -127,15 +164,13 @@ class QuantuneStrategy(AccuracyStrategy):
         variant.latency_ms = outcome.metrics.get("latency_ms")
         variant.meets = bool(outcome.meets)
         variant.violation = outcome.violation
-        if variant.side_by_side is None and self.problem.latency_ratio is not None:
-            variant.side_by_side = self.problem.latency_ratio(variant.point, variant.ctx.flow)
 
     def _keeps(self, variant: Variant) -> bool:
         return variant.failed is False and self._verdict(variant)[0]
 
     def _verdict(self, variant: Variant) -> tuple[bool, str]:
         if variant.failed:
-            return False, "dropped: failed"
+            return False, "dropped: failed (or not built within the ceiling stage's share of the time limit)"
         baseline = self.baseline.get("latency_ms")
         ratio = variant.ratio(baseline)
         if self.problem.objective != "latency":
@@ -155,23 +190,29 @@ class QuantuneStrategy(AccuracyStrategy):
         if variant is None:
             return None
         self._measure(variant, outcome)
-        why = self._verdict(variant)[1]
-        self.decisions.append(f"{variant.label} {why}")
-        return why
+        return self._verdict(variant)[1]
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
-        """Recipes, screen, op types, bisection, prune; returns (base point, fallback) or None."""
+        """Recipes, op types, bisection, prune; returns (base point, fallback) or None.
+
+        Ordered for an early first model in budget: after the fastest ceiling (one evaluation),
+        the op-type stage's two tries, then a bisection (``ceil(log2 n)`` evaluations) -- at most
+        ``ceil(log2 n) + 3`` evaluations to the first quantized model in budget. The one-at-a-time
+        screen of calibration choices comes after (:meth:`screen_full`), when a model in budget exists.
+        """
         if self.ctx.has_recipes():
             base, outcome = yield from self.stage_recipes(base)
             if outcome is not None and outcome.meets:
                 return base, {}
-        limit = int(self.ctx.options.get("screen_trials", 2))
-        base, outcome = yield from self.stage_screen(base, limit)
-        if outcome is not None and outcome.meets:
-            return base, {}
         compute = [g for g in self.ctx.candidates if g.op_type in COMPUTE_TYPES]
         others = [g for g in self.ctx.candidates if g.op_type not in COMPUTE_TYPES]
+        screen = self._screen_allowance(compute, others)
+        if screen > 0:
+            self._screened = True
+            base, outcome = yield from self.stage_screen(base, screen)
+            if outcome is not None and outcome.meets:
+                return base, {}
         fallen: list[Group] = []
         if compute and others:
             held = yield from self.stage_op_types(base, compute, others)
@@ -188,6 +229,31 @@ class QuantuneStrategy(AccuracyStrategy):
             still = yield from self.add_back(base, list(fallen), inner)
             assignment = {**inner, **self._assign(still)}
         return base, assignment
+
+    def _screen_allowance(self, compute: Sequence[Group], others: Sequence[Group]) -> int:
+        """Screen trials before any fallback: what the bound on evaluations to the first model in
+        budget (``ceil(log2 n) + 3``, n fallback units) leaves after the ceiling, the op-type tries
+        and a bisection's worst case; at most ``screen_trials``."""
+        limit = int(self.ctx.options.get("screen_trials", 2))
+        units = len(self.ctx.candidates)
+        bound = math.ceil(math.log2(max(units, 2))) + 3
+        op_types = 0
+        if compute and others:
+            risky = [g for g in others if g.op_type not in SAFE_TYPES]
+            op_types = 2 if risky and len(risky) < len(others) else 1
+        pool = len(compute) if op_types else units
+        bisect = math.ceil(math.log2(max(pool, 2))) + 1  # the assumed-feasible top may need its own trial
+        return max(0, min(limit, bound - 1 - op_types - bisect))
+
+    def screen_full(self, base: Point) -> Step:
+        """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``,
+        default 2) when they were not screened before the fallback; the point when one meets the
+        criterion with nothing in fp32, else None."""
+        limit = int(self.ctx.options.get("screen_trials", 2))
+        if limit <= 0 or self._screened:
+            return None
+        point, outcome = yield from self.stage_screen(base, limit)
+        return point if outcome is not None and outcome.meets and point != base else None
 
     def stage_op_types(self, base: Point, compute: list[Group], others: list[Group]) -> Step:
         """Stage: quantize the safe types, else only compute; then add types back; returns fp32 groups or None."""

@@ -1,0 +1,76 @@
+"""Side-by-side timing that stops as soon as the rounds decide: several candidates, one session.
+
+Speed ceilings only sort variants into "faster than the original by the margin" or not; a
+fixed 20 rounds per variant, each variant in its own session with the original, cost 77 s
+on a layout detector whose dynamic variant is three times slower than fp32 -- the first
+five rounds already said so. Here every candidate and the original are opened once and timed
+in interleaved rounds (each round runs the original then every candidate, so a slow moment
+of the machine lands on all of them); after ``min_rounds`` and then every ``chunk`` rounds,
+the per-round ratios' confidence interval (:mod:`quantune.evaluate.paired`) of each
+candidate is compared with the threshold, and timing stops once every candidate's interval
+lies on one side of it, at ``max_rounds``, or at the ``deadline``.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+from pathlib import Path
+
+import numpy as np
+
+from quantune.evaluate.latency import LatencySpec, _call, _timing_session, latency_lane
+from quantune.evaluate.paired import paired_ratio
+
+
+def decided(timings: np.ndarray, threshold: float) -> list[bool]:
+    """For each candidate row (1..), whether its ratio to row 0 is surely below or above ``threshold``."""
+    out = []
+    for row in timings[1:]:
+        interval = paired_ratio(row, timings[0])
+        out.append(interval.high < threshold or interval.low > threshold)
+    return out
+
+
+def time_until_decided(
+    original: Path,
+    candidates: Sequence[Path],
+    feeds: dict[str, np.ndarray],
+    spec: LatencySpec,
+    *,
+    threshold: float,
+    min_rounds: int = 5,
+    max_rounds: int = 20,
+    chunk: int = 3,
+    deadline: float | None = None,
+    runner: Callable | None = None,
+) -> np.ndarray:
+    """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
+
+    ``deadline`` is a ``time.perf_counter()`` value; at least ``min_rounds`` rounds always run (a
+    ratio needs some rounds to mean anything), so a deadline never leaves a candidate untimed.
+    """
+    models = [original, *candidates]
+    timing_spec = replace(spec, warmup=min(spec.warmup, 2))
+    calls = [_call(_timing_session(model, timing_spec), feeds, runner) for model in models]
+    columns: list[np.ndarray] = []
+    with latency_lane():
+        for call in calls:
+            for _ in range(timing_spec.warmup):
+                call()
+        while len(columns) < max_rounds:
+            column = np.empty(len(calls))
+            for row, call in enumerate(calls):
+                start = time.perf_counter()
+                call()
+                column[row] = time.perf_counter() - start
+            columns.append(column)
+            done = len(columns)
+            if done < min_rounds or (done - min_rounds) % chunk:
+                continue
+            if deadline is not None and time.perf_counter() >= deadline:
+                break
+            if all(decided(np.stack(columns, axis=1), threshold)):
+                break
+    return np.stack(columns, axis=1)

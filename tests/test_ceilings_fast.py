@@ -1,0 +1,143 @@
+"""Speed ceilings without accuracy evaluations, and few evaluations to the first model in budget.
+
+The ceilings are timed in one side-by-side session whose rounds stop once they decide, within
+a share of the time limit; only the fastest kept ceiling is evaluated; the first quantized
+model in budget comes within ``ceil(log2 n) + 3`` full evaluations (n fallback units).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import accuracy_problem, save_graph
+from quantune.evaluate.latency import LatencySpec
+from quantune.evaluate.rounds import time_until_decided
+from quantune.space import Point
+from quantune.strategy import WAIT, Outcome, create_strategy
+
+LAYERS = 12
+
+
+def build_chain(path: Path, layers: int, width: int, seed: int = 0) -> Path:
+    """``x[N, width]`` through ``layers`` MatMul -> Relu pairs: one fallback unit per MatMul."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, current = [], [], "x"
+    for index in range(layers):
+        weight = rng.normal(0, 1 / np.sqrt(width), (width, width)).astype(np.float32)
+        inits.append(numpy_helper.from_array(weight, f"w{index}"))
+        nodes.append(helper.make_node("MatMul", [current, f"w{index}"], [f"m{index}"], name=f"mm{index}"))
+        nodes.append(helper.make_node("Relu", [f"m{index}"], [f"r{index}"], name=f"relu{index}"))
+        current = f"r{index}"
+    graph = helper.make_graph(
+        nodes,
+        "chain",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", width])],
+        [helper.make_tensor_value_info(current, TensorProto.FLOAT, ["batch", width])],
+        inits,
+    )
+    return save_graph(graph, path)
+
+
+@pytest.fixture
+def chain_config(tmp_path: Path) -> dict[str, Any]:
+    model = build_chain(tmp_path / "chain.onnx", LAYERS, 16)
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "calib.npz", x=rng.normal(0, 1, (32, 16)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", x=rng.normal(0, 1, (32, 16)).astype(np.float32))
+    return {
+        "model": str(model),
+        "prepare": "off",
+        "data": {"calibration": str(tmp_path / "calib.npz"), "evaluation": str(tmp_path / "eval.npz"), "batch_size": 8},
+        "evaluation": {"metric": "cosine", "latency": {"warmup": 1, "repeats": 5, "threads": 1}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.01},
+        "passes": [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}],
+        "flows": [["static_quant"], ["dynamic_quant"]],
+        "search": {"strategy": "quantune"},
+        "stop": {"max_trials": 40, "timeout_s": 600},
+        "cache_dir": str(tmp_path / "cache"),
+        "executor": {"kind": "inline"},
+    }
+
+
+def _first_meeting(strategy: Any, judge, limit: int = 80) -> int | None:
+    """ask/tell without the engine; the number of evaluations up to the first meeting one."""
+    for count in range(1, limit + 1):
+        proposal = strategy.ask()
+        if proposal is None:
+            return None
+        assert proposal is not WAIT
+        outcome = judge(proposal.point)
+        strategy.tell(proposal, outcome)
+        if outcome.meets:
+            return count
+    return None
+
+
+@pytest.mark.parametrize("place", [0, 5, 10])
+def test_first_model_in_budget_within_log2_units_plus_3(chain_config: dict[str, Any], place: int) -> None:
+    """Wherever the sensitivity ranking puts the one MatMul that must stay float (first, middle,
+    next to last), the first model in budget comes within ceil(log2 n) + 3 evaluations; the
+    ceilings themselves cost none (they are timed, here by a made-up ratio)."""
+    ratios = {"dynamic_quant": 1.4, "QDQ": 0.6, "QOperator": 0.7}
+
+    def ratio(point: Point, flow: tuple[str, ...]) -> float:
+        return ratios["dynamic_quant"] if flow == ("dynamic_quant",) else ratios[point["static_quant.quant_format"]]
+
+    problem = dataclasses.replace(
+        accuracy_problem(chain_config), latency_ratio=ratio, ceiling_ratios=None, node_costs=None
+    )
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    ranked = [group for group, _ in strategy.ctx.ranked(strategy.ctx.base_point())]
+    culprit = set(ranked[place].nodes)
+
+    def judge(point: Point) -> Outcome:
+        excluded = set(point.get("static_quant.nodes_to_exclude", []))
+        meets = point.get("flow") == "static_quant" and culprit <= excluded
+        return Outcome(1.0, 0.0 if meets else 0.2, meets, {"latency_ms": 0.6})
+
+    first = _first_meeting(strategy, judge)
+    units = len(strategy.ctx.candidates)
+    assert units >= LAYERS
+    assert first is not None and first <= math.ceil(math.log2(units)) + 3, (first, strategy.stage_log)
+    assert strategy.stage_log[0].startswith("ceiling: static_quant: QDQ")  # the fastest, and only it
+    assert sum(1 for stage in strategy.stage_log if stage.startswith("ceiling")) == 1
+
+
+def test_the_ceiling_stage_keeps_to_its_share_of_the_time_limit(chain_config: dict[str, Any]) -> None:
+    """A spent budget builds one variant (timed all the same) and leaves the others out."""
+    strategy = create_strategy("quantune")
+    problem = accuracy_problem(chain_config, timed=True)
+    strategy.bind(problem)
+    from quantune.strategy.accuracy.speed import speed_variants
+
+    items = [(point, strategy.ctx.flow) for point, _ in speed_variants(strategy.ctx)]
+    assert len(items) >= 2
+    ratios = problem.ceiling_ratios(items, 0.97, 1e-9)
+    assert ratios[0] is not None and ratios[0] > 0
+    assert all(r is None for r in ratios[1:])
+    full = problem.ceiling_ratios(items, 0.97, None)
+    assert all(r is not None and r > 0 for r in full)
+
+
+def test_rounds_stop_at_the_deadline_after_the_minimum(chain_config: dict[str, Any], tmp_path: Path) -> None:
+    light = Path(chain_config["model"])
+    heavy = build_chain(tmp_path / "heavy.onnx", 4 * LAYERS, 256)
+    feeds = {"x": np.ones((8, 16), np.float32)}
+    spec = LatencySpec(warmup=1, repeats=20, threads=1)
+    timings = time_until_decided(light, [light], feeds, spec, threshold=0.97, deadline=time.perf_counter())
+    assert timings.shape == (2, 5)  # the deadline has passed: the minimum of rounds, no more
+    heavy_feeds = {"x": np.ones((8, 256), np.float32)}
+    light_wide = build_chain(tmp_path / "light_wide.onnx", 1, 256)
+    timings = time_until_decided(light_wide, [heavy], heavy_feeds, spec, threshold=0.97, max_rounds=40)
+    # 48 layers against 1: nearly every round says "slower", so the rounds stop before the maximum
+    assert timings.shape == (2, timings.shape[1]) and 5 <= timings.shape[1] < 40
