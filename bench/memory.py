@@ -104,7 +104,7 @@ def _child(args: argparse.Namespace) -> None:
 
         return_large_blocks()  # as the sensitivity stage's worker does
 
-        report = measure(args.model, args.quant, _images(args.count, args.size, args.input))
+        report = measure(args.model, args.quant, lambda: _images(args.count, args.size, args.input))
         detail = {"rows": report.rows}
     else:
         from quantune.passes.onnx.calibration import calibrate_ranges
@@ -152,6 +152,7 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--budget-mb", type=float, default=512)
     parser.add_argument("--onnx", type=Path, help="measure this model (one image input [N, 3, H, W]) instead")
+    parser.add_argument("--stages", default=",".join((*METHODS, "sensitivity")), help="comma-separated subset")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--quant", help=argparse.SUPPRESS)
@@ -174,7 +175,7 @@ def main() -> int:
         print(header)
         print("|" + " --- |" * (len(SCALES) + 3))
         ok = True
-        for kind in (*METHODS, "sensitivity"):
+        for kind in args.stages.split(","):
             cells = [_measure(kind, model, quant, s * args.images, args.size, args.budget_mb) for s in SCALES]
             if any("error" in c for c in cells):
                 print(
