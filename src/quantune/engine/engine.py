@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from quantune.config import Config, LoadedConfig
+from quantune.engine.baseline import original_figures
 from quantune.engine.confirm import confirm_latency
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
@@ -35,7 +36,6 @@ from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
 from quantune.evaluate import Criterion
 from quantune.evaluate.criterion import check_budget
-from quantune.memory import peak_tracker
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
 from quantune.space import SearchSpace
@@ -112,7 +112,10 @@ class Engine:
         if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
             config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
         strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
-        preflight(parts)  # so do data the model cannot take and a metric that is not a finite number
+        spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
+        # so do data the model cannot take and a metric that is not a finite number (the original
+        # evaluated in a stage worker, see baseline.py)
+        preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
         store = open_output(
             self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path], sources=sources
         )
@@ -122,7 +125,6 @@ class Engine:
                 (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
                 handler = _attach_log(self.output_dir / "quantune.log")
                 try:
-                    spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
                     result = self._run(parts, strategy, store, spec)
                 finally:
                     _detach_log(handler)
@@ -143,10 +145,7 @@ class Engine:
         replay = Replay(store.trials())
         executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
         try:
-            with peak_tracker() as peak:
-                baseline, baseline_cache = runner.baseline()
-            if baseline_cache == "miss":  # measured only when it ran (in this process)
-                self.isolation.stages.note_peak("baseline_evaluation", peak.mb)
+            baseline, baseline_cache = original_figures(runner, spec, self.isolation, log_dir=self.isolation.log_dir)
             check_budget(parts.criterion, self.config.evaluation.metric, baseline)
         except BaseException:  # the original does not evaluate (or Ctrl-C): no run, no workers left behind
             executor.shutdown(kill=True)

@@ -85,8 +85,9 @@ class Evaluator:
             raise QuantuneError(f"{dataset.source}: holds no rows to evaluate on")
         self._latency_feeds = latency_feed(dataset, self.feed_names, spec)
 
-    def outputs(self, model: Path) -> FeedOutputs:
-        """All outputs of ``model``, one dict per evaluation feed."""
+    def outputs(self, model: Path, *, every_output: bool = True) -> FeedOutputs:
+        """The outputs of ``model``, one dict per evaluation feed: all of them, or with
+        ``every_output=False`` only the first (all that label and agreement metrics read)."""
         try:
             session = open_session(model, threads=self.threads)
         except Exception as exc:
@@ -94,6 +95,7 @@ class Evaluator:
         if self.spec.runner is not None:
             return _call_runner(self.spec, session, self.feeds)
         names = [out.name for out in session.get_outputs()]
+        names = names if every_output else names[:1]
         outputs: FeedOutputs = []
         for index, feed in enumerate(self.feeds):
             try:
@@ -122,7 +124,9 @@ class Evaluator:
 
         ``reference`` is the original model's packed outputs; ``None`` means ``model`` is the original.
         """
-        outputs = self.outputs(model)
+        # Only a user metric reads more than the first output; holding every output of every
+        # feed (a detector's several full-resolution maps) is what bounded evaluation leaves out.
+        outputs = self.outputs(model, every_output=self.spec.user_metric is not None)
         first = [next(iter(feed.values())) for feed in outputs]
         figures: dict[str, float] = {}
         if self.spec.metric in LABEL_METRICS:
