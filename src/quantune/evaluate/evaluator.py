@@ -17,6 +17,7 @@ import onnxruntime as ort
 
 from quantune.data import Dataset
 from quantune.errors import QuantuneError, TrialError
+from quantune.evaluate.budget import batch_follows_rows, rows_per_run
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
 from quantune.evaluate.latency import LatencySpec, measure_latency, time_side_by_side
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
@@ -97,9 +98,11 @@ class Evaluator:
         names = [out.name for out in session.get_outputs()]
         names = names if every_output else names[:1]
         outputs: FeedOutputs = []
+        cuttable = batch_follows_rows(session)
         for index, feed in enumerate(self.feeds):
             try:
-                outputs.append(dict(zip(names, session.run(names, feed), strict=True)))
+                rows = rows_per_run(model, feed) if cuttable else None
+                outputs.append(dict(zip(names, _run_in_pieces(session, names, feed, rows), strict=True)))
             except Exception as exc:  # the original too: then a one-line error, not a traceback
                 shapes = {name: tuple(value.shape) for name, value in feed.items()}
                 cause = " ".join(str(exc).split())  # onnxruntime's messages may span lines
@@ -146,6 +149,17 @@ class Evaluator:
         figures["size_bytes"] = float(model_size_bytes(model))
         figures.update(quantization_figures(model))  # what actually runs quantized (0 for a float original)
         return figures, pack(outputs)
+
+
+def _run_in_pieces(session: ort.InferenceSession, names: list[str], feed: dict, rows: int | None) -> list:
+    """``session.run`` on ``feed``, in pieces of ``rows`` along the first axis when set (see budget.py)."""
+    if rows is None:
+        return session.run(names, feed)
+    total = len(next(iter(feed.values())))
+    parts = [
+        session.run(names, {k: v[start : start + rows] for k, v in feed.items()}) for start in range(0, total, rows)
+    ]
+    return [np.concatenate([part[i] for part in parts], axis=0) for i in range(len(names))]
 
 
 def latency_feed(dataset: Dataset, input_names: list[str], spec: EvaluationSpec) -> dict[str, np.ndarray]:

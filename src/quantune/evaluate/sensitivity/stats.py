@@ -191,17 +191,42 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 
 def with_outputs(model: onnx.ModelProto, names: Sequence[str], *, only: bool = False) -> onnx.ModelProto:
-    """A copy of ``model`` that also outputs ``names`` (only them, with ``only``)."""
+    """A copy of ``model`` that also outputs ``names``; with ``only``, outputs just them and keeps
+    just the nodes they depend on (a capture group of early tensors runs the start of the model)."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if only:
         del copy.graph.output[:]
+        _keep_ancestors(copy.graph, set(names))
     present = {out.name for out in copy.graph.output}
     for name in names:
         if name not in present:
             copy.graph.output.append(onnx.ValueInfoProto(name=name))
             present.add(name)
     return copy
+
+
+def _keep_ancestors(graph: onnx.GraphProto, wanted: set[str]) -> None:
+    """Drops the nodes ``wanted`` does not depend on (and the initializers only they read).
+
+    Nodes with subgraphs (If, Loop, Scan) may read outer tensors their inputs do not name: a
+    graph that holds one is left whole."""
+    if any(
+        attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for attr in n.attribute
+    ):
+        return
+    needed = set(wanted)
+    keep = []
+    for node in reversed(graph.node):
+        if any(out in needed for out in node.output):
+            keep.append(node)
+            needed.update(name for name in node.input if name)
+    kept = list(reversed(keep))
+    inits = [init for init in graph.initializer if init.name in needed]
+    del graph.node[:]
+    graph.node.extend(kept)
+    del graph.initializer[:]
+    graph.initializer.extend(inits)
 
 
 def single_node(node: onnx.NodeProto, model: onnx.ModelProto, activations: Sequence[str]) -> onnx.ModelProto:
