@@ -31,6 +31,7 @@ from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front
 from quantune.engine.setup import RunParts, build_run, preflight
+from quantune.engine.stages import isolated
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
@@ -111,8 +112,8 @@ class Engine:
         config_hash = cache_key("config", identity, fingerprints(sources))
         if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
             config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
-        strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
         spec = WorkerSpec(self.loaded, config_hash, eval_threads_for(workers), sources)
+        strategy = self._strategy(parts, spec)  # config mistakes surface before the output folder is claimed
         # so do data the model cannot take and a metric that is not a finite number (the original
         # evaluated in a stage worker, see baseline.py)
         preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
@@ -133,10 +134,10 @@ class Engine:
         finally:
             close_output(store, failed=failed)
 
-    def _strategy(self, parts: RunParts) -> Strategy:
+    def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
         strategy = create_strategy(self.config.search.strategy)
-        strategy.bind(search_problem(parts, self.config, self.isolation))
+        strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 
     def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
@@ -266,10 +267,13 @@ def _check_runnable(space: SearchSpace) -> None:
         )
 
 
-def search_problem(parts: RunParts, config: Config, isolation: Isolation | None = None) -> SearchProblem:
+def search_problem(
+    parts: RunParts, config: Config, isolation: Isolation | None = None, spec: Any = None
+) -> SearchProblem:
     """What the config's strategy may know of this run: spaces, flows, a sampler factory, limits,
     and (for accuracy-driven strategies) the model graph and a sensitivity function (run as
-    ``isolation`` says: in a worker process, or in this one without it)."""
+    ``isolation`` says: in a worker process, or in this one without it; ``spec``, a WorkerSpec,
+    lets the speed ceilings and the profile run in workers too, see stages.py)."""
     search = config.search
     options: dict[str, Any] = {}
     if config.executor.workers > 1 and search.sampler == "tpe":
@@ -284,8 +288,12 @@ def search_problem(parts: RunParts, config: Config, isolation: Isolation | None 
         trials_per_group=search.trials_per_group,
         keep_best=search.keep_best,
         objective=(config.objectives or [config.objective])[0],
-        **accuracy_fields(
-            parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
+        **isolated(
+            accuracy_fields(
+                parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
+            ),
+            isolation,
+            spec,
         ),
     )
 
