@@ -104,7 +104,7 @@ def _child(args: argparse.Namespace) -> None:
 
         return_large_blocks()  # as the sensitivity stage's worker does
 
-        report = measure(args.model, args.quant, _images(args.count, args.size, args.input))
+        report = measure(args.model, args.quant, lambda: _images(args.count, args.size, args.input))
         detail = {"rows": report.rows}
     else:
         from quantune.passes.onnx.calibration import calibrate_ranges
@@ -152,6 +152,8 @@ def main() -> int:
     parser.add_argument("--size", type=int, default=1024)
     parser.add_argument("--budget-mb", type=float, default=512)
     parser.add_argument("--onnx", type=Path, help="measure this model (one image input [N, 3, H, W]) instead")
+    parser.add_argument("--scales", default=",".join(map(str, SCALES)), help="data sizes, as multiples of --images")
+    parser.add_argument("--stages", default=",".join((*METHODS, "sensitivity")), help="comma-separated subset")
     parser.add_argument("--child", help=argparse.SUPPRESS)
     parser.add_argument("--model", help=argparse.SUPPRESS)
     parser.add_argument("--quant", help=argparse.SUPPRESS)
@@ -170,12 +172,16 @@ def main() -> int:
             f"{model.name}: {params / 1e6:.2f}M parameters, {model.stat().st_size / 2**20:.1f} MB, input 3x{args.size}x{args.size}"
         )
         print(f"memory budget {args.budget_mb:.0f} MB; peak RSS of a fresh process per cell (MB)\n")
-        header = f"| stage | {' | '.join(f'{s}x ({s * args.images} img)' for s in SCALES)} | 16x / 1x | flat (<=1.2) and < 4 GB |"
+        scales = [int(s) for s in args.scales.split(",")]
+        header = f"| stage | {' | '.join(f'{s}x ({s * args.images} img)' for s in scales)} | last / first | flat (<=1.2) and < 4 GB |"
         print(header)
-        print("|" + " --- |" * (len(SCALES) + 3))
+        print("|" + " --- |" * (len(scales) + 3), flush=True)
         ok = True
-        for kind in (*METHODS, "sensitivity"):
-            cells = [_measure(kind, model, quant, s * args.images, args.size, args.budget_mb) for s in SCALES]
+        for kind in args.stages.split(","):
+            cells = []
+            for scale in scales:
+                cells.append(_measure(kind, model, quant, scale * args.images, args.size, args.budget_mb))
+                print(f"<!-- {kind} {scale}x: {json.dumps(cells[-1])} -->", file=sys.stderr, flush=True)
             if any("error" in c for c in cells):
                 print(
                     f"| {kind} | "
@@ -192,7 +198,8 @@ def main() -> int:
             print(
                 f"| {kind} | "
                 + " | ".join(f"{p:.0f}" for p in peaks)
-                + f" | {ratio:.2f} | {'yes' if good else 'NO'} ({times}) |"
+                + f" | {ratio:.2f} | {'yes' if good else 'NO'} ({times}) |",
+                flush=True,
             )
     return 0 if ok else 1
 

@@ -61,7 +61,7 @@ def _killed_probe(job: object) -> dict:
 
 
 def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import quantune.evaluate.sensitivity as sensitivity
+    import quantune.evaluate.sensitivity.probe as sensitivity
 
     monkeypatch.setattr(sensitivity, "run_probe", _killed_probe)  # what the worker is given to run
     config = {
@@ -86,6 +86,53 @@ def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, m
     [failure] = saved["stage_errors"]
     assert failure["stage"] == "sensitivity" and "SIGKILL" in failure["error"]
     assert "baseline_evaluation" in saved["stage_peak_rss_mb"]
+    assert "speed_ceiling" in saved["stage_peak_rss_mb"]  # the ceilings' timings ran in workers too
     assert "sensitivity" in (tmp_path / "out" / "quantune.log").read_text()
     text = summary(result)
     assert "peak memory: trials" in text and "stage sensitivity failed: worker crashed" in text
+
+
+def _killed_baseline(spec: object) -> dict:
+    """Stands in for the original's evaluation in its stage worker: the worker is killed."""
+    os.kill(os.getpid(), signal.SIGKILL)
+    return {}
+
+
+def _baseline_noting_pid(spec: object) -> dict:
+    from quantune.engine.baseline import evaluate_original
+
+    Path(os.environ["QUANTUNE_TEST_PID_FILE"]).write_text(str(os.getpid()))
+    return evaluate_original(spec)
+
+
+def test_the_original_is_evaluated_in_a_worker_whose_death_ends_the_run_cleanly(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import quantune.engine.baseline as baseline
+    from quantune.errors import QuantuneError
+
+    config = {
+        "model": str(DIGITS / "model.onnx"),
+        "data": {"calibration": str(DIGITS / "calib.npz"), "evaluation": str(DIGITS / "eval.npz"), "batch_size": 64},
+        "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 2, "threads": 1}},
+        "passes": [{"name": "dynamic_quant", "search": True}],
+        "search": {"sampler": "random", "seed": 0},
+        "stop": {"max_trials": 2},
+        "cache_dir": str(tmp_path / "cache"),
+        "executor": {"kind": "process", "workers": 1},
+    }
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    monkeypatch.setattr(baseline, "evaluate_original", _killed_baseline)
+    with pytest.raises(QuantuneError, match=r"worker crashed: .*SIGKILL"):
+        Engine(load_config(path), tmp_path / "out").run()
+    assert not (tmp_path / "out" / "results.json").exists()  # no half-written run: the next one starts afresh
+
+    pid_file = tmp_path / "baseline.pid"
+    monkeypatch.setattr(baseline, "evaluate_original", _baseline_noting_pid)
+    monkeypatch.setenv("QUANTUNE_TEST_PID_FILE", str(pid_file))
+    result = Engine(load_config(path), tmp_path / "out").run()
+    assert int(pid_file.read_text()) != os.getpid()  # evaluated in a worker, not here
+    assert result.cache_stats["baseline"] == {"hits": 0, "misses": 1} and len(result.trials) >= 2
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert saved["stage_peak_rss_mb"]["baseline_evaluation"] > 0 and not saved.get("stage_errors")

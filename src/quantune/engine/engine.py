@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from quantune.config import Config, LoadedConfig
+from quantune.engine.baseline import original_figures
 from quantune.engine.confirm import confirm_latency
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
@@ -30,12 +31,12 @@ from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import better, closest_miss, objective_value, pareto_front
 from quantune.engine.setup import RunParts, build_run, for_workers, preflight
+from quantune.engine.stages import isolated
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
 from quantune.evaluate import Criterion
 from quantune.evaluate.criterion import check_budget
-from quantune.memory import peak_tracker
 from quantune.report.result import Result, write_outputs
 from quantune.search import create_sampler
 from quantune.search.directions import sampler_directions
@@ -112,8 +113,11 @@ class Engine:
         config_hash = cache_key("config", identity, fingerprints(sources))
         if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
             config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
-        strategy = self._strategy(parts)  # config mistakes surface before the output folder is claimed
-        preflight(parts)  # so do data the model cannot take and a metric that is not a finite number
+        spec = WorkerSpec(for_workers(self.loaded, parts), config_hash, eval_threads_for(workers), sources)
+        strategy = self._strategy(parts, spec)  # config mistakes surface before the output folder is claimed
+        # so do data the model cannot take and a metric that is not a finite number (the original
+        # evaluated in a stage worker, see baseline.py)
+        preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
         store = open_output(
             self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path], sources=sources
         )
@@ -123,7 +127,6 @@ class Engine:
                 (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
                 handler = _attach_log(self.output_dir / "quantune.log")
                 try:
-                    spec = WorkerSpec(for_workers(self.loaded, parts), config_hash, eval_threads_for(workers), sources)
                     result = self._run(parts, strategy, store, spec)
                 finally:
                     _detach_log(handler)
@@ -132,10 +135,10 @@ class Engine:
         finally:
             close_output(store, failed=failed)
 
-    def _strategy(self, parts: RunParts) -> Strategy:
+    def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
         strategy = create_strategy(self.config.search.strategy)
-        strategy.bind(search_problem(parts, self.config, self.isolation))
+        strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 
     def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
@@ -144,10 +147,7 @@ class Engine:
         replay = Replay(store.trials())
         executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
         try:
-            with peak_tracker() as peak:
-                baseline, baseline_cache = runner.baseline()
-            if baseline_cache == "miss":  # measured only when it ran (in this process)
-                self.isolation.stages.note_peak("baseline_evaluation", peak.mb)
+            baseline, baseline_cache = original_figures(runner, spec, self.isolation, log_dir=self.isolation.log_dir)
             check_budget(parts.criterion, self.config.evaluation.metric, baseline)
         except BaseException:  # the original does not evaluate (or Ctrl-C): no run, no workers left behind
             executor.shutdown(kill=True)
@@ -270,10 +270,13 @@ def _check_runnable(space: SearchSpace) -> None:
         )
 
 
-def search_problem(parts: RunParts, config: Config, isolation: Isolation | None = None) -> SearchProblem:
+def search_problem(
+    parts: RunParts, config: Config, isolation: Isolation | None = None, spec: Any = None
+) -> SearchProblem:
     """What the config's strategy may know of this run: spaces, flows, a sampler factory, limits,
     and (for accuracy-driven strategies) the model graph and a sensitivity function (run as
-    ``isolation`` says: in a worker process, or in this one without it)."""
+    ``isolation`` says: in a worker process, or in this one without it; ``spec``, a WorkerSpec,
+    lets the speed ceilings and the profile run in workers too, see stages.py)."""
     search = config.search
     options: dict[str, Any] = {}
     if config.executor.workers > 1 and search.sampler == "tpe":
@@ -292,8 +295,12 @@ def search_problem(parts: RunParts, config: Config, isolation: Isolation | None 
         objective=objectives[0],
         objectives=objectives,
         timeout_s=config.stop.timeout_s,
-        **accuracy_fields(
-            parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
+        **isolated(
+            accuracy_fields(
+                parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation
+            ),
+            isolation,
+            spec,
         ),
     )
 

@@ -21,7 +21,7 @@ from quantune.evaluate import Evaluator
 from quantune.evaluate.session_file import read_session_settings
 from quantune.memory import peak_tracker, take_stage_peaks
 from quantune.model import ModelHandle
-from quantune.passes.cached import run_pass_cached
+from quantune.passes.cached import run_flow_cached
 from quantune.passes.timing import timing_for
 from quantune.prepare import Preparation
 from quantune.store import ArtifactCache, cache_key
@@ -122,25 +122,24 @@ class TrialRunner:
     def _run_passes(self, trial: Trial, record: TrialRecord) -> tuple[Path, str]:
         ctx = self.context
         start = ctx.start
-        current, current_sha = start.path, start.sha256
         pass_times: dict[str, float] = {}
-        for step, config in ctx.plan.configs_for(trial.params, trial.flow):
-            started = time.perf_counter()
-            current, current_sha, hit = run_pass_cached(
-                ctx.cache,
-                step.pass_cls,
-                config,
-                current,
-                current_sha,
-                calibration=ctx.calibration,
-                input_names=ctx.evaluator.input_names,
-                batch_size=ctx.batch_size,
-                label=step.id,
-                external_data=start.external_data if current == start.path else None,
-                timing=timing_for(ctx.evaluator) if step.pass_cls.needs_timing else None,
-            )
-            record.cache[step.id] = "hit" if hit else "miss"
-            pass_times[step.id] = time.perf_counter() - started
+
+        def note(step_id: str, hit: bool, seconds: float) -> None:
+            record.cache[step_id] = "hit" if hit else "miss"
+            pass_times[step_id] = seconds
+
+        current, current_sha = run_flow_cached(
+            ctx.cache,
+            [(step.id, step.pass_cls, config) for step, config in ctx.plan.configs_for(trial.params, trial.flow)],
+            start.path,
+            start.sha256,
+            calibration=ctx.calibration,
+            input_names=ctx.evaluator.input_names,
+            batch_size=ctx.batch_size,
+            external_data=start.external_data,
+            on_step=note,
+            timing=timing_for(ctx.evaluator),
+        )
         record.durations["passes_s"] = pass_times
         return current, current_sha
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -169,11 +170,12 @@ def check_run_data(
     return calibration, evaluation
 
 
-def preflight(parts: RunParts) -> dict[str, float]:
+def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
     """The original model evaluated before the output folder is claimed: the data runs through it
     (a runner too) and the criterion's metric is a finite number. The figures are cached, so the
-    run's baseline reuses them. Returns the original's figures."""
-    metrics, _ = TrialRunner(parts.context).baseline()
+    run's baseline reuses them. Returns the original's figures. ``baseline`` computes them
+    (the engine's runs it in a stage worker); by default, here."""
+    metrics = baseline() if baseline is not None else TrialRunner(parts.context).baseline()[0]
     metric = parts.context.evaluator.spec.metric
     value = metrics.get(metric)
     if value is None or not math.isfinite(value):

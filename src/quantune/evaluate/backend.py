@@ -32,6 +32,7 @@ import numpy as np
 import onnxruntime as ort
 
 from quantune.errors import ConfigError, TrialError
+from quantune.evaluate.budget import batch_follows_rows, rows_per_run, run_in_pieces
 from quantune.evaluate.feeds import FeedOutputs
 from quantune.evaluate.latency import LatencySpec, latency_lane, time_side_by_side
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
@@ -48,7 +49,9 @@ class Backend(Protocol):
     def fingerprint(self) -> dict[str, Any]: ...
     def describe(self) -> dict[str, Any]: ...
     def check(self) -> None: ...
-    def outputs(self, model: Path, feeds: Feeds, *, threads: int, runner: Callable | None) -> FeedOutputs: ...
+    def outputs(
+        self, model: Path, feeds: Feeds, *, threads: int, runner: Callable | None, every_output: bool = True
+    ) -> FeedOutputs: ...
     def timings(
         self, models: list[Path], feed: dict[str, np.ndarray], spec: LatencySpec, runner: Callable | None
     ) -> np.ndarray: ...
@@ -208,7 +211,9 @@ class LocalBackend:
             provider_options=self.provider_options,
         )
 
-    def outputs(self, model: Path, feeds: Feeds, *, threads: int, runner: Callable | None) -> FeedOutputs:
+    def outputs(
+        self, model: Path, feeds: Feeds, *, threads: int, runner: Callable | None, every_output: bool = True
+    ) -> FeedOutputs:
         try:
             session = self._session(model, threads)
         except Exception as exc:
@@ -216,10 +221,13 @@ class LocalBackend:
         if runner is not None:
             return runner(session, [dict(feed) for feed in feeds])
         names = [out.name for out in session.get_outputs()]
+        names = names if every_output else names[:1]
         outputs: FeedOutputs = []
+        cuttable = batch_follows_rows(session)  # a feed too big for the memory budget runs in pieces
         for index, feed in enumerate(feeds):
             try:
-                outputs.append(dict(zip(names, session.run(names, feed), strict=True)))
+                rows = rows_per_run(model, feed) if cuttable else None
+                outputs.append(dict(zip(names, run_in_pieces(session, names, feed, rows), strict=True)))
             except Exception as exc:  # the original too: then a one-line error, not a traceback
                 shapes = {name: tuple(value.shape) for name, value in feed.items()}
                 cause = " ".join(str(exc).split())  # onnxruntime's messages may span lines
@@ -325,7 +333,10 @@ class TargetBackend:
             )
         return int(answer["session"])
 
-    def outputs(self, model: Path, feeds: Feeds, *, threads: int, runner: Callable | None) -> FeedOutputs:
+    def outputs(
+        self, model: Path, feeds: Feeds, *, threads: int, runner: Callable | None, every_output: bool = True
+    ) -> FeedOutputs:
+        """``every_output=False`` keeps only the first output of each feed (the target sends all)."""
         path, layout = self.scratch.arrays(feeds)
         out = self.scratch.path(".npz")
         try:
@@ -338,7 +349,8 @@ class TargetBackend:
             answer = self.client.request(
                 "run", session=session, feeds=str(path), layout=layout, out=str(out), runner=self.runner
             )
-            return _read_outputs(out, answer["layout"])
+            produced = _read_outputs(out, answer["layout"])
+            return produced if every_output else [dict([next(iter(feed.items()))]) for feed in produced]
         finally:
             with contextlib.suppress(TargetFault):
                 if self.client.process is not None:

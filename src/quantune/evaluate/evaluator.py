@@ -95,10 +95,11 @@ class Evaluator:
             raise QuantuneError(f"{dataset.source}: holds no rows to evaluate on")
         self._latency_feeds = latency_feed(dataset, self.feed_names, spec)
 
-    def outputs(self, model: Path) -> FeedOutputs:
-        """All outputs of ``model``, one dict per evaluation feed."""
+    def outputs(self, model: Path, *, every_output: bool = True) -> FeedOutputs:
+        """The outputs of ``model``, one dict per evaluation feed: all of them, or with
+        ``every_output=False`` only the first (all that label and agreement metrics read)."""
         if self.spec.runner is None:
-            return self.backend.outputs(model, self.feeds, threads=self.threads, runner=None)
+            return self.backend.outputs(model, self.feeds, threads=self.threads, runner=None, every_output=every_output)
         try:
             produced = self.backend.outputs(model, self.feeds, threads=self.threads, runner=self.spec.runner)
         except TrialError:
@@ -137,7 +138,9 @@ class Evaluator:
             raise TrialError(str(exc)) from None
 
     def _evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
-        outputs = self.outputs(model)
+        # Only a user metric reads more than the first output; holding every output of every
+        # feed (a detector's several full-resolution maps) is what bounded evaluation leaves out.
+        outputs = self.outputs(model, every_output=self.spec.user_metric is not None)
         first = [next(iter(feed.values())) for feed in outputs]
         figures: dict[str, float] = {}
         if self.spec.metric in LABEL_METRICS:

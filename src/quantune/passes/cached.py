@@ -13,6 +13,8 @@ import logging
 import os
 import shutil
 import sys
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
@@ -120,3 +122,46 @@ def private_view(model_path: Path, folder: Path, external_data: list[Path] | Non
         target.parent.mkdir(parents=True, exist_ok=True)
         shutil.copyfile(file, target)
     return folder / source.name
+
+
+def run_flow_cached(
+    cache: ArtifactCache,
+    steps: Iterable[tuple[str, type[Pass], PassConfig]],
+    model: Path,
+    model_sha: str,
+    *,
+    calibration: Dataset | None,
+    input_names: list[str],
+    batch_size: int,
+    external_data: list[Path] | None = None,
+    label_suffix: str = "",
+    on_step: Callable[[str, bool, float], None] | None = None,
+    timing: PassTiming | None = None,
+) -> tuple[Path, str]:
+    """A flow (or its prefix) run step by step through the cache: the last output and its sha256.
+
+    ``steps`` are (step id, pass class, config). The one way a trial and the sensitivity
+    probe run passes, so each finds the other's outputs under the same keys.
+    ``on_step(step id, cache hit, seconds)`` is told about each step. ``external_data`` are
+    the data files of ``model`` (the flow's first input only); ``timing`` is
+    given to passes that time models (``needs_timing``).
+    """
+    current, current_sha = model, model_sha
+    for step_id, pass_cls, config in steps:
+        started = time.perf_counter()
+        current, current_sha, hit = run_pass_cached(
+            cache,
+            pass_cls,
+            config,
+            current,
+            current_sha,
+            calibration=calibration,
+            input_names=input_names,
+            batch_size=batch_size,
+            label=f"{step_id}{label_suffix}",
+            external_data=external_data if current == model else None,
+            timing=timing if pass_cls.needs_timing else None,
+        )
+        if on_step is not None:
+            on_step(step_id, hit, time.perf_counter() - started)
+    return current, current_sha

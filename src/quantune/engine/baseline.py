@@ -1,0 +1,84 @@
+"""The original model's evaluation, the run's first heavy stage, in a worker like any trial.
+
+Evaluating the original runs every evaluation batch through it and keeps its outputs (the
+reference agreement metrics compare with); in the main process, a model whose evaluation
+outgrows the machine took the whole run with it. Here it runs as the ``baseline_evaluation``
+stage (:func:`quantune.engine.executors.stage.run_stage`): a fresh worker under the trial
+workers' limits computes the figures and leaves them (and the reference outputs) in the
+artifact cache, where trials read them; the main process reads back only the figures. A
+worker that dies, hangs or fails ends the run before its output folder is claimed, with one
+line naming the cause (nothing to resume is lost: the next run starts the same way). With the
+inline executor everything runs in this process, as before.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.executors.stage import Isolation, run_stage
+from quantune.engine.runner import TrialRunner
+from quantune.errors import ConfigError, QuantuneError
+from quantune.memory import peak_tracker
+from quantune.store import cache_key
+
+STAGE = "baseline_evaluation"
+
+
+def evaluate_original(spec: Any) -> dict[str, float]:
+    """In the stage worker: the original's figures, computed into the cache (``spec``: a WorkerSpec)."""
+    from quantune.engine.executors.worker import runner_for
+
+    metrics, _ = runner_for(spec).baseline()
+    return metrics
+
+
+def cached_figures(runner: TrialRunner) -> dict[str, float] | None:
+    """The original's figures when the cache holds them and its reference outputs (not read here)."""
+    ctx = runner.context
+    key = ctx.eval_key(ctx.model.sha256)
+    cached = ctx.cache.get_json("evals", key)
+    if cached is None or not (ctx.cache.root / "outputs" / f"{cache_key('reference', key)}.npz").is_file():
+        return None
+    return cached["metrics"]
+
+
+def original_figures(
+    runner: TrialRunner, spec: Any, isolation: Isolation, *, log_dir: Path | None = None
+) -> tuple[dict[str, float], str]:
+    """(the original's figures, ``"hit"`` or ``"miss"``): from the cache, else from a stage worker.
+
+    ``log_dir`` overrides where the worker's log goes (the preflight's, before the output
+    folder is claimed, goes to a temporary folder; its tail is in the error).
+    """
+    if isolation.inline:
+        with peak_tracker() as peak:
+            metrics, status = runner.baseline()
+        if status == "miss":
+            isolation.stages.note_peak(STAGE, peak.mb)
+        return metrics, status
+    ctx = runner.context
+    cached = cached_figures(runner)
+    if cached is not None:
+        return cached, ctx.baseline_status or "hit"
+    with tempfile.TemporaryDirectory(prefix="quantune-stage-") as tmp:
+        where = replace(isolation, log_dir=log_dir or Path(tmp))
+        outcome = run_stage(STAGE, evaluate_original, spec, isolation=where)
+    if not outcome.ok:
+        raise _failure(outcome.error or "", outcome.log_tail)
+    ctx.baseline_status = "miss"
+    return outcome.value, "miss"
+
+
+def _failure(error: str, tail: str) -> QuantuneError:
+    """The worker's failure as the error the run ends with (a config mistake stays one)."""
+    for kind in (ConfigError, QuantuneError):
+        prefix = f"{kind.__name__}: "
+        if error.startswith(prefix):
+            return kind(error[len(prefix) :])
+    last = tail.strip().splitlines()[-1] if tail.strip() else ""
+    return QuantuneError(
+        f"evaluating the original model failed in its worker: {error}" + (f" (last log line: {last})" if last else "")
+    )

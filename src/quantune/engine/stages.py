@@ -1,0 +1,64 @@
+"""The accuracy strategies' own measurements of models, in stage workers like the sensitivity.
+
+Besides the trials and the sensitivity analysis, the accuracy-driven strategies run models:
+a flow's speed ceiling (its passes, calibration included when not cached, then the model
+timed side by side with the original) and the original's per-node profile. The strategies
+get plain functions for them (:func:`quantune.strategy.accuracy.accuracy_fields`); here the
+engine swaps in versions that run each call as a stage (``speed_ceiling``, ``node_profile``)
+in a worker under the trial workers' limits, which rebuilds the run's parts from the
+:class:`~quantune.engine.executors.worker.WorkerSpec` (as a trial worker does). A stage that
+fails is recorded (``stage_errors``) and answers as a failed measurement does in-process: no
+ratio (the trial's own latency decides), no profile (ordering by sensitivity alone).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from quantune.engine.executors.stage import Isolation, run_stage
+
+
+def _context(spec: Any) -> Any:
+    from quantune.engine.executors.worker import runner_for
+
+    return runner_for(spec).context
+
+
+def ceiling_ratio(spec: Any, point: dict[str, Any], flow: tuple[str, ...]) -> float | None:
+    """In the stage worker: the point's model latency over the original's (see ``problem._side_by_side``)."""
+    from quantune.strategy.accuracy.problem import _side_by_side
+
+    context = _context(spec)
+    return _side_by_side(context, context.plan, point, flow)
+
+
+def node_profile(spec: Any) -> dict[str, float]:
+    """In the stage worker: each node's share of the original's kernel time."""
+    from quantune.strategy.accuracy.problem import _profile
+
+    return _profile(_context(spec))
+
+
+def isolated(fields: Mapping[str, Any], isolation: Isolation | None, spec: Any) -> dict[str, Any]:
+    """``fields`` (from ``accuracy_fields``) with their model-running functions run as stages."""
+    fields = dict(fields)
+    if isolation is None or isolation.inline or spec is None or "latency_ratio" not in fields:
+        return fields
+
+    def latency_ratio(point: Mapping[str, Any], flow: tuple[str, ...]) -> float | None:
+        outcome = run_stage("speed_ceiling", ceiling_ratio, spec, dict(point), tuple(flow), isolation=isolation)
+        return outcome.value if outcome.ok else None
+
+    costs: dict[str, float] | None = None
+
+    def node_costs() -> Mapping[str, float]:
+        nonlocal costs
+        if costs is None:
+            outcome = run_stage("node_profile", node_profile, spec, isolation=isolation)
+            costs = outcome.value if outcome.ok else {}
+        return costs
+
+    fields["latency_ratio"] = latency_ratio
+    fields["node_costs"] = node_costs
+    return fields

@@ -1,0 +1,158 @@
+"""The sensitivity probe a strategy calls: the flow's passes, then a measurement, in a worker.
+
+The flow's steps up to its quantization run through the artifact cache (with the trials'
+keys, so trials reuse them: :func:`quantune.passes.cached.run_flow_cached`); a static
+quantization is forced to QDQ (the same numbers as QOperator, but every tensor stays
+visible) and measured against the float model before it; a dynamic one is measured from the
+float model alone. Reports are cached under (float model hash, quantized model hash, data
+fingerprint, rows): the quantized model's hash covers the whole quantization config.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from quantune.data import Dataset
+from quantune.evaluate.sensitivity.dynamic import measure_dynamic
+from quantune.evaluate.sensitivity.static import measure
+from quantune.evaluate.sensitivity.stats import SensitivityReport
+from quantune.memory import note_stage_peak, peak_tracker
+from quantune.passes import PassConfig
+from quantune.passes.cached import run_flow_cached
+from quantune.store import ArtifactCache, cache_key
+
+log = logging.getLogger("quantune.sensitivity")
+
+VERSION = 4  # 4: per-sample error counts too (_Stats.nmse)
+
+StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
+
+
+@dataclass(frozen=True)
+class ProbeJob:
+    """One sensitivity measurement as plain data, so it can run in a worker process."""
+
+    model_path: Path
+    model_sha: str
+    steps: list[tuple[str, type, PassConfig]]  # (step id, pass class, config) up to the quant step
+    quant_step: str
+    calibration: Dataset
+    input_names: list[str]
+    batch_size: int
+    cache_root: Path
+    rows: int
+    dynamic: bool
+
+
+def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, Any]:
+    """The :class:`SensitivityReport` of ``job`` as JSON data (through the artifact cache)."""
+    cache = cache or ArtifactCache(job.cache_root)
+    index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
+    prefix, (step_id, pass_cls, config) = job.steps[:index], job.steps[index]
+
+    def run(steps: list[tuple[str, type, PassConfig]], model: Path, sha: str) -> tuple[Path, str]:
+        return run_flow_cached(
+            cache,
+            steps,
+            model,
+            sha,
+            calibration=job.calibration,
+            input_names=job.input_names,
+            batch_size=job.batch_size,
+            label_suffix=" (sensitivity)",
+        )
+
+    float_path, float_sha = run(prefix, job.model_path, job.model_sha)
+
+    def batches():
+        return job.calibration.batches(job.input_names, job.batch_size, job.rows)
+
+    if job.dynamic:
+        dumped = config.model_dump()
+        options = {k: dumped[k] for k in ("weight_type", "per_channel", "reduce_range") if k in dumped}
+        key = cache_key("sensitivity-dynamic", VERSION, float_sha, options, job.calibration.fingerprint, job.rows)
+        cached = cache.get_json("sensitivity", key)
+        if cached is not None:
+            return cached
+        with peak_tracker() as peak:
+            report = measure_dynamic(float_path, batches, **options)
+    else:
+        # QDQ: the same numbers as QOperator, but every tensor stays visible
+        qdq = type(config).model_validate({**config.model_dump(), "quant_format": "QDQ"})
+        quant_path, quant_sha = run([(step_id, pass_cls, qdq)], float_path, float_sha)
+        key = cache_key("sensitivity", VERSION, float_sha, quant_sha, job.calibration.fingerprint, job.rows)
+        cached = cache.get_json("sensitivity", key)
+        if cached is not None:
+            return cached
+        with peak_tracker() as peak:
+            report = measure(float_path, quant_path, batches)
+    note_stage_peak("sensitivity_measure", peak.mb)
+    data = report.to_json()
+    cache.put_json("sensitivity", key, data)
+    return data
+
+
+@dataclass
+class SensitivityProbe:
+    """``probe(point)`` -> node scores for the flow's quantization at ``point``.
+
+    Runs :func:`run_probe` on a slice of the calibration data; the last report is kept in
+    ``last``. With ``isolation`` (the engine's), all of it runs in a worker process under the
+    trial workers' limits: a measurement that dies or runs out of memory is recorded and
+    gives no scores (the strategy then ranks in graph order), and no later point is probed.
+    """
+
+    model_path: Path
+    model_sha: str
+    flow: tuple[str, ...]
+    quant_step: str
+    configs_for: StepConfigs
+    calibration: Dataset
+    input_names: list[str]
+    batch_size: int
+    cache: ArtifactCache
+    rows: int = 128
+    last: SensitivityReport | None = None
+    calls: int = 0
+    dynamic: bool = False  # the quant step is dynamic_quant: scored by :func:`measure_dynamic`
+    isolation: Any = None  # quantune.engine.executors.stage.Isolation, or None: in this process
+    failed: str | None = None  # why an isolated measurement failed; no scores after that
+
+    def __call__(self, point: Mapping[str, Any]) -> dict[str, float]:
+        return dict(self.report(point).scores)
+
+    def report(self, point: Mapping[str, Any]) -> SensitivityReport:
+        self.calls += 1
+        if self.failed is not None:
+            return SensitivityReport(scores={})
+        steps = self.flow[: self.flow.index(self.quant_step) + 1]
+        job = ProbeJob(
+            model_path=self.model_path,
+            model_sha=self.model_sha,
+            steps=[(step.id, step.pass_cls, config) for step, config in self.configs_for(point, steps)],
+            quant_step=self.quant_step,
+            calibration=self.calibration,
+            input_names=list(self.input_names),
+            batch_size=self.batch_size,
+            cache_root=self.cache.root,
+            rows=self.rows,
+            dynamic=self.dynamic,
+        )
+        if self.isolation is None:
+            data = run_probe(job, self.cache)
+        else:
+            from quantune.engine.executors.stage import run_stage
+
+            outcome = run_stage("sensitivity", run_probe, job, isolation=self.isolation)
+            if not outcome.ok:
+                self.failed = outcome.error
+                log.warning("sensitivity analysis failed (%s); groups are ranked in graph order", outcome.error)
+                self.last = SensitivityReport(scores={})
+                return self.last
+            data = outcome.value
+        self.last = SensitivityReport.from_json(data)
+        return self.last

@@ -1,0 +1,252 @@
+"""Per-operator quantization sensitivity of a static (QDQ) quantization, from one pass of data.
+
+Neural Compressor's basic strategy learns which operators to keep in fp32 by evaluating the
+model once per operator. Here one run of a slice of calibration data through the QDQ model
+(and the float model it came from) scores every node at once:
+
+* **activation noise** of each quantized tensor ``T``: the Q/DQ pair's own error,
+  ``DQ(Q(T))`` against ``T`` *inside the quantized model*, so the error already carried in
+  from upstream is not counted again (a late node is not blamed for an early one's noise);
+* **weight noise** of each Conv/MatMul/Gemm: the node is re-run alone on the activations it
+  really sees, once with its float weights and once with the dequantized ones, so a weight
+  error is measured where it matters (a tiny weight rounded to zero that multiplies a huge
+  activation shows up, although it is small as a weight);
+* **product noise** of each MatMul of two activations (attention's ``Softmax -> MatMul`` and
+  ``Q @ K^T``): the node is re-run alone on its inputs before and after their Q/DQ pairs, so
+  the error the activations' rounding causes *through the product* is seen (softmax
+  probabilities rounded to 1/255 look harmless as a tensor, not once they weight the values).
+
+A node's score is its weight (or product) noise plus the noise of the activation tensors it
+reads or writes; a group's is the sum over its nodes. For the report, every tensor is also
+compared with the float model (MSE, SQNR, cosine), and so are the final outputs.
+
+Bounded memory: the statistics are captured in groups that fit the budget
+(:mod:`.capture`), one run of each model per group, accumulated batch by batch.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import onnx
+import onnxruntime as ort
+from onnx import numpy_helper
+
+from quantune.evaluate.sensitivity import capture
+from quantune.evaluate.sensitivity.capture import Job
+from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, single_node, with_outputs
+from quantune.memory import memory_budget_mb
+
+log = logging.getLogger("quantune.sensitivity")
+
+_WEIGHTED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+
+
+@dataclass
+class _Structure:
+    """What is compared: Q/DQ pairs, weighted nodes, products of two activations, outputs."""
+
+    qdq: dict[str, tuple[str, str]]  # float name -> (raw in quant model, dequantized in quant model)
+    weighted: dict[str, tuple[onnx.NodeProto, list[tuple[str, str]], list[tuple[str, str]]]]
+    products: dict[str, tuple[onnx.NodeProto, list[tuple[str, str, str]]]]
+    outputs: list[str]
+    jobs: list[Job] = field(default_factory=list)
+
+
+def _structure(fmodel: onnx.ModelProto, qmodel: onnx.ModelProto) -> _Structure:
+    f_inits = _inits(fmodel)
+    q_inits = _inits(qmodel)
+    f_tensors = {out for node in fmodel.graph.node for out in node.output} | {i.name for i in fmodel.graph.input}
+    consumers: dict[str, list[onnx.NodeProto]] = {}
+    for node in qmodel.graph.node:
+        for name in node.input:
+            consumers.setdefault(name, []).append(node)
+
+    # Quantized activation tensors: raw float T -> its DQ(Q(T)), named by the float model's tensor.
+    qdq: dict[str, tuple[str, str]] = {}
+    for node in qmodel.graph.node:
+        if node.op_type != "QuantizeLinear" or node.input[0] in q_inits:
+            continue
+        for dq in consumers.get(node.output[0], []):
+            if dq.op_type == "DequantizeLinear":
+                raw, seen = node.input[0], dq.output[0]
+                name = raw if raw in f_tensors else seen
+                if name in f_tensors:
+                    qdq[name] = (raw, seen)
+                break
+
+    # Weighted nodes: (float node, the activations it sees in the quant model, its dequantized weights).
+    q_by_name = {node.name: node for node in qmodel.graph.node}
+    weighted = {}
+    for node in fmodel.graph.node:
+        qnode = q_by_name.get(node.name)
+        if node.op_type not in _WEIGHTED or qnode is None or len(qnode.input) != len(node.input):
+            continue
+        acts = [(f, q) for f, q in zip(node.input, qnode.input, strict=True) if f and f not in f_inits]
+        weights = [
+            (f, q) for f, q in zip(node.input, qnode.input, strict=True) if f in f_inits and q not in q_inits and q != f
+        ]
+        if acts and weights:
+            weighted[node.name] = (node, acts, weights)
+
+    # MatMuls of two quantized activations: (float node, [(float input, raw, dequantized)]).
+    raw_of = {seen: raw for raw, seen in qdq.values()}
+    products = {}
+    for node in fmodel.graph.node:
+        qnode = q_by_name.get(node.name)
+        if node.op_type != "MatMul" or qnode is None or len(qnode.input) != len(node.input):
+            continue
+        if any(f in f_inits for f in node.input):
+            continue
+        pairs = [(f, raw_of.get(q, q), q) for f, q in zip(node.input, qnode.input, strict=True)]
+        if any(seen in raw_of for _, _, seen in pairs):
+            products[node.name] = (node, pairs)
+
+    q_outputs = {o.name for o in qmodel.graph.output}
+    outputs = [o.name for o in fmodel.graph.output if o.name in q_outputs]
+    found = _Structure(qdq, weighted, products, outputs)
+    # the jobs in graph order, so a group holds neighbours (a node's inputs with its activations)
+    order = {out: i for i, node in enumerate(fmodel.graph.node) for out in node.output}
+    jobs: list[tuple[int, Job]] = []
+    for name, (raw, seen) in qdq.items():
+        jobs.append((order.get(name, -1), Job(f"act:{name}", (raw, seen), (name,))))
+    for name, (node, acts, weights) in weighted.items():
+        made = tuple(out for out in node.output if out)
+        jobs.append(
+            (order.get(node.output[0], -1), Job(f"weight:{name}", tuple(q for _, q in [*acts, *weights]), (), made))
+        )
+    for name, (node, pairs) in products.items():
+        needs = tuple(dict.fromkeys(n for _, raw, seen in pairs for n in (raw, seen)))
+        made = tuple(out for out in node.output if out)
+        jobs.append((order.get(node.output[0], -1), Job(f"product:{name}", needs, (), made)))
+    for name in outputs:
+        jobs.append((len(order), Job(f"out:{name}", (name,), (name,))))
+    found.jobs = [job for _, job in sorted(jobs, key=lambda item: item[0])]
+    return found
+
+
+def measure(
+    float_model: str | Path,
+    quant_model: str | Path,
+    batches: Iterable[dict[str, np.ndarray]] | Callable[[], Iterable[dict[str, np.ndarray]]],
+    *,
+    budget_mb: float | None = None,
+) -> SensitivityReport:
+    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``.
+
+    ``batches``: the data, or a function that returns it afresh (read once per capture
+    group; a one-shot iterator is kept in a list). Peak memory is bounded by ``budget_mb``
+    (default: :func:`memory_budget_mb`) and the models' own working memory, not by the data
+    or the number of tensors.
+    """
+    fmodel = onnx.load(str(float_model))
+    qmodel = onnx.load(str(quant_model))
+    found = _structure(fmodel, qmodel)
+    feeds = capture.replayable(batches)
+    budget = memory_budget_mb() if budget_mb is None else budget_mb
+    plan = capture.plan(found.jobs, fmodel, qmodel, feeds, budget)
+    input_names = {i.name for i in fmodel.graph.input} - _inits(fmodel)
+
+    stats = {job.key: _Stats() for job in found.jobs}
+    ref_stats = {name: _Stats() for name in found.qdq}
+    for group in plan.groups:
+        _run_group(group, found, fmodel, qmodel, capture.pieces(feeds, plan.rows), input_names, stats, ref_stats)
+
+    def noise(prefix: str) -> dict[str, float]:
+        return {key[len(prefix) :]: s.nmse() for key, s in stats.items() if key.startswith(prefix)}
+
+    activation_noise, weight_noise, product_noise = noise("act:"), noise("weight:"), noise("product:")
+    scores: dict[str, float] = {}
+    for node in fmodel.graph.node:
+        adjacent = [t for t in [*node.input, *node.output] if t in activation_noise]
+        scores[node.name] = (
+            weight_noise.get(node.name, 0.0)
+            + product_noise.get(node.name, 0.0)
+            + sum(activation_noise[t] for t in adjacent)
+        )
+    return SensitivityReport(
+        scores=scores,
+        weight_noise=weight_noise,
+        activation_noise=activation_noise,
+        tensors={name: s.summary() for name, s in ref_stats.items()},
+        outputs={name: stats[f"out:{name}"].summary() for name in found.outputs},
+        rows=plan.total_rows,
+        product_noise=product_noise,
+    )
+
+
+def _run_group(
+    group: list[Job],
+    found: _Structure,
+    fmodel: onnx.ModelProto,
+    qmodel: onnx.ModelProto,
+    pieces: Iterable[dict[str, np.ndarray]],
+    input_names: set[str],
+    stats: dict[str, _Stats],
+    ref_stats: dict[str, _Stats],
+) -> None:
+    """One capture group over all the data: its tensors as the sessions' only outputs."""
+    q_names = list(dict.fromkeys(n for job in group for n in job.quant))
+    f_names = list(dict.fromkeys(n for job in group for n in job.float))
+    q_session = session(with_outputs(qmodel, q_names, only=True)) if q_names else None
+    f_session = session(with_outputs(fmodel, f_names, only=True)) if f_names else None
+    singles: dict[str, ort.InferenceSession] = {}
+    swapped: dict[str, ort.InferenceSession] = {}
+    for job in group:
+        kind, name = job.key.split(":", 1)
+        if kind == "weight":
+            node, acts, _ = found.weighted[name]
+            singles[name] = session(single_node(node, fmodel, [f for f, _ in acts]))
+        elif kind == "product":
+            node, _ = found.products[name]
+            singles[name] = session(single_node(node, fmodel, list(node.input)))
+    for piece in pieces:
+        feeds = {k: v for k, v in piece.items() if k in input_names}
+        qv = dict(zip(q_names, q_session.run(q_names, feeds), strict=True)) if q_session else {}
+        fv = dict(zip(f_names, f_session.run(f_names, feeds), strict=True)) if f_session else {}
+        for job in group:
+            kind, name = job.key.split(":", 1)
+            if kind == "act":
+                raw, seen = found.qdq[name]
+                stats[job.key].add(qv[seen], qv[raw])
+                ref_stats[name].add(qv[seen], fv[name])
+            elif kind == "out":
+                stats[job.key].add(qv[name], fv[name])
+            elif kind == "weight":
+                node, acts, weights = found.weighted[name]
+                act_feeds = {f: qv[q] for f, q in acts}
+                reference = singles[name].run(None, act_feeds)[0]
+                # The same node with dequantized weights: swap the initializers for what DQ produced.
+                if name not in swapped:  # dequantized weights are constants: build once
+                    swapped[name] = _swap_weights(node, fmodel, {f: qv[q] for f, q in weights})
+                value = swapped[name].run(None, act_feeds)[0]
+                stats[job.key].add(value, reference)
+                del reference, value, act_feeds
+            else:
+                node, pairs = found.products[name]
+                reference = singles[name].run(None, {f: qv[raw] for f, raw, _ in pairs})[0]
+                value = singles[name].run(None, {f: qv[seen] for f, _, seen in pairs})[0]
+                stats[job.key].add(value, reference)
+                del reference, value
+        del qv, fv, feeds, piece  # before the next piece runs: one piece's tensors at a time
+
+
+def _swap_weights(node: onnx.NodeProto, model: onnx.ModelProto, weights: Mapping[str, np.ndarray]):
+    """A session of ``node`` alone with ``weights`` in place of its float initializers."""
+    activations = [name for name in node.input if name and name not in weights and name not in _inits(model)]
+    single = single_node(node, model, activations)
+    kept = [init for init in single.graph.initializer if init.name not in weights]
+    del single.graph.initializer[:]
+    single.graph.initializer.extend(kept)
+    single.graph.initializer.extend(
+        numpy_helper.from_array(np.asarray(value, dtype=np.float32), name) for name, value in weights.items()
+    )
+    return session(single)
+
+
+def _inits(model: onnx.ModelProto) -> set[str]:
+    return {init.name for init in model.graph.initializer}
