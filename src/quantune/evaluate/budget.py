@@ -18,6 +18,7 @@ import logging
 from collections.abc import Mapping
 from functools import lru_cache
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
@@ -93,3 +94,14 @@ def batch_follows_rows(session) -> bool:
     box list, a scalar, a fixed batch: never cut)."""
     dims = [arg.shape[0] if arg.shape else None for arg in [*session.get_inputs(), *session.get_outputs()]]
     return bool(dims) and isinstance(dims[0], str) and all(dim == dims[0] for dim in dims)
+
+
+def run_in_pieces(session: Any, names: list[str], feed: dict, rows: int | None) -> list:
+    """``session.run`` on ``feed``, in pieces of ``rows`` along the first axis when set (see ``rows_per_run``)."""
+    if rows is None:
+        return session.run(names, feed)
+    total = len(next(iter(feed.values())))
+    parts = [
+        session.run(names, {k: v[start : start + rows] for k, v in feed.items()}) for start in range(0, total, rows)
+    ]
+    return [np.concatenate([part[i] for part in parts], axis=0) for i in range(len(names))]
