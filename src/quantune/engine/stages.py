@@ -13,7 +13,7 @@ ratio (the trial's own latency decides), no profile (ordering by sensitivity alo
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from quantune.engine.executors.stage import Isolation, run_stage
@@ -33,6 +33,16 @@ def ceiling_ratio(spec: Any, point: dict[str, Any], flow: tuple[str, ...]) -> fl
     return _side_by_side(context, context.plan, point, flow)
 
 
+def ceiling_ratios(
+    spec: Any, items: list[tuple[dict[str, Any], tuple[str, ...]]], threshold: float, budget_s: float | None
+) -> list[float | None]:
+    """In the stage worker: every point's model timed against the original in one session."""
+    from quantune.strategy.accuracy.problem import _ceilings
+
+    context = _context(spec)
+    return _ceilings(context, context.plan, items, threshold, budget_s)
+
+
 def node_profile(spec: Any) -> dict[str, float]:
     """In the stage worker: each node's share of the original's kernel time."""
     from quantune.strategy.accuracy.problem import _profile
@@ -50,6 +60,13 @@ def isolated(fields: Mapping[str, Any], isolation: Isolation | None, spec: Any) 
         outcome = run_stage("speed_ceiling", ceiling_ratio, spec, dict(point), tuple(flow), isolation=isolation)
         return outcome.value if outcome.ok else None
 
+    def many_ratios(
+        items: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], threshold: float, budget_s: float | None
+    ) -> list[float | None]:
+        plain = [(dict(point), tuple(flow)) for point, flow in items]
+        outcome = run_stage("speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, isolation=isolation)
+        return outcome.value if outcome.ok else [None] * len(plain)
+
     costs: dict[str, float] | None = None
 
     def node_costs() -> Mapping[str, float]:
@@ -60,5 +77,7 @@ def isolated(fields: Mapping[str, Any], isolation: Isolation | None, spec: Any) 
         return costs
 
     fields["latency_ratio"] = latency_ratio
+    if "ceiling_ratios" in fields:
+        fields["ceiling_ratios"] = many_ratios
     fields["node_costs"] = node_costs
     return fields
