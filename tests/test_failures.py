@@ -202,12 +202,12 @@ def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
     import time
     from types import SimpleNamespace
 
-    from quantune.engine.engine import _Loop
+    from quantune.engine.loop import RunLoop
     from quantune.engine.trial import TrialRecord
 
-    def loop_at(elapsed_s: float, timeout_s: float | None, durations: dict[str, list[float]]) -> _Loop:
-        loop = _Loop.__new__(_Loop)  # only what _would_overrun reads
-        loop.engine = SimpleNamespace(config=SimpleNamespace(stop=SimpleNamespace(timeout_s=timeout_s)))
+    def loop_at(elapsed_s: float, timeout_s: float | None, durations: dict[str, list[float]]) -> RunLoop:
+        loop = RunLoop.__new__(RunLoop)  # only what _would_overrun reads
+        loop.stop = SimpleNamespace(timeout_s=timeout_s)
         loop.records = [
             TrialRecord(number=i, flow=[flow], params={}, status="ok", durations={"total_s": d})
             for flow, values in durations.items()

@@ -14,6 +14,7 @@ from quantune.engine import Engine, RunListener
 from quantune.engine.executors.process import refuse_in_starting_worker
 from quantune.errors import QuantuneError
 from quantune.report import Result
+from quantune.report.result import PageWriter
 
 
 def tune(
@@ -55,7 +56,8 @@ def tune(
     if output is None:
         name = Path(loaded.source).stem if loaded.source != "config" else "quantune"
         output = Path("runs") / name
-    return Engine(loaded, Path(output), restart=restart, listeners=listeners or []).run()
+    # the engine writes results.json and best/; the report draws report.html from them at the end
+    return Engine(loaded, Path(output), restart=restart, listeners=[*(listeners or []), PageWriter()]).run()
 
 
 def check(

@@ -12,8 +12,11 @@ from quantune._lazy import lazy_exports
 
 _EXPORTS = {
     "Engine": "quantune.engine.engine",
-    "RunListener": "quantune.engine.engine",
-    "RunStatus": "quantune.engine.engine",
+    "RunListener": "quantune.engine.loop",
+    "RunStatus": "quantune.engine.loop",
+    "RunLoop": "quantune.engine.loop",
+    "Judge": "quantune.engine.loop",
+    "search_problem": "quantune.engine.problem",
     "Executor": "quantune.engine.executors",
     "InProcessExecutor": "quantune.engine.executors",
     "ProcessExecutor": "quantune.engine.executors",
@@ -37,10 +40,12 @@ __getattr__ = lazy_exports("quantune.engine", _EXPORTS, globals())
 
 
 if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
-    from quantune.engine.engine import Engine, RunListener, RunStatus  # noqa: F401
+    from quantune.engine.engine import Engine  # noqa: F401
     from quantune.engine.executors import Executor, InProcessExecutor, ProcessExecutor, create_executor  # noqa: F401
     from quantune.engine.failures import KnownFailures, classify_failure  # noqa: F401
     from quantune.engine.identity import run_sources  # noqa: F401
+    from quantune.engine.loop import Judge, RunListener, RunLoop, RunStatus  # noqa: F401
     from quantune.engine.plan import Plan, Step, build_plan  # noqa: F401
+    from quantune.engine.problem import search_problem  # noqa: F401
     from quantune.engine.runner import RunContext, TrialRunner  # noqa: F401
     from quantune.engine.trial import Trial, TrialRecord  # noqa: F401

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from quantune.engine.confirm import Confirmation
 from quantune.engine.selection import is_candidate, quantizes_nothing, select_best
 from quantune.engine.trial import TrialRecord
-from quantune.report.result import format_loss, format_ratio
+from quantune.wording import format_loss, format_ratio
 
 IMPROVED = "improved"
 KEEP_ORIGINAL = "keep_original"

@@ -16,7 +16,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from quantune.engine.engine import RunStatus
+from quantune.engine.loop import RunStatus
 from quantune.engine.trial import TrialRecord
 from quantune.report.result import Result, format_loss, format_ratio, speed_words
 from quantune.report.summarize import node_op_types, summarize_value

@@ -1,0 +1,172 @@
+"""The result of a run and the files that record it.
+
+``results.json`` is the machine-readable record other tools read. Its top level is stable:
+``verdict`` (improved, keep_original or no_candidate_in_budget) and ``verdict_reason``,
+``baseline`` (the original model's metrics), ``trials`` (every trial: number, flow, params,
+status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null:
+the best candidate, which is the result only when the verdict is ``improved``).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.trial import TrialRecord
+from quantune.evaluate.session_file import session_file
+from quantune.machine import machine_info
+from quantune.model import external_data_files
+
+log = logging.getLogger("quantune")
+
+
+@dataclass
+class Result:
+    baseline: dict[str, float]
+    trials: list[TrialRecord]
+    best: TrialRecord | None
+    closest_miss: TrialRecord | None
+    pareto_front: list[int]
+    metric: str
+    criterion: dict[str, Any]
+    objective: str
+    objectives: list[str]
+    stop_reason: str
+    duration_s: float
+    output_dir: Path
+    cache_stats: dict[str, dict[str, int]] = field(default_factory=dict)
+    step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
+    replayed: int = 0
+    latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
+    verdict: str = "no_candidate_in_budget"  # improved | keep_original | no_candidate_in_budget
+    verdict_reason: str = ""
+    preparation: dict[str, Any] | None = None  # what model preparation changed (quantune.prepare)
+    skipped_known_failures: int = 0  # proposals not run: they shared a known failure's signature
+    stage_peak_rss_mb: dict[str, float] = field(default_factory=dict)  # sensitivity, calibration, baseline_evaluation
+    stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
+    strategy_notes: dict[str, Any] = field(default_factory=dict)  # Strategy.learned(): sensitivity scores
+    environment: dict[str, Any] = field(default_factory=machine_info)  # the machine and library versions
+    # where models were evaluated: python, onnxruntime version, provider (+ options), CPU (evaluate/backend.py)
+    target: dict[str, Any] | None = None
+
+    @property
+    def failure_classes(self) -> dict[str, int]:
+        """Failed trials per failure class (see engine/failures.py), most frequent first."""
+        counts: dict[str, int] = {}
+        for record in self.trials:
+            if record.status == "failed":
+                name = record.failure_class or "unclassified"
+                counts[name] = counts.get(name, 0) + 1
+        return dict(sorted(counts.items(), key=lambda item: (-item[1], item[0])))
+
+    @property
+    def interrupted(self) -> bool:
+        return self.stop_reason.startswith("interrupted")
+
+    @property
+    def improved(self) -> bool:
+        return self.verdict == "improved" and self.best is not None
+
+    @property
+    def best_model_path(self) -> Path | None:
+        """``best/model.onnx``, written only when a candidate beat the original (else ``None``)."""
+        return self.output_dir / "best" / "model.onnx" if self.improved else None
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict,
+            "verdict_reason": self.verdict_reason,
+            "baseline": self.baseline,
+            "trials": [record.to_dict() for record in self.trials],
+            "best": self.best.to_dict() if self.best else None,
+            "closest_miss": None if self.best or not self.closest_miss else self.closest_miss.to_dict(),
+            "metric": self.metric,
+            "criterion": self.criterion,
+            "objective": self.objective,
+            "objectives": self.objectives,
+            "pareto_front": self.pareto_front,
+            "stop_reason": self.stop_reason,
+            "duration_s": self.duration_s,
+            "cache": self.cache_stats,
+            "replayed_trials": self.replayed,
+            "latency_confirmation": self.latency_confirmation,
+            "preparation": self.preparation,
+            "failure_classes": self.failure_classes,
+            "skipped_known_failures": self.skipped_known_failures,
+            "stage_peak_rss_mb": self.stage_peak_rss_mb,
+            "stage_errors": self.stage_errors,
+            "strategy": self.strategy_notes,
+            "environment": self.environment,
+            "target": self.target,
+        }
+
+
+def write_outputs(result: Result) -> None:
+    """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
+    parameters that made it) only when the verdict is ``improved``; ``closest_miss/`` when no
+    candidate met the criterion; neither when the original should be kept (the best
+    candidate is in ``results.json`` and the cache, for information, not dressed up as a win).
+    ``report.html`` is the report package's (a run listener draws it, see ``quantune.report``)."""
+    folder = result.output_dir
+    folder.mkdir(parents=True, exist_ok=True)
+    chosen, kind = None, "best"
+    if result.improved:
+        chosen = result.best
+    elif result.best is None:
+        chosen, kind = result.closest_miss, "closest_miss"
+    for other in {"best", "closest_miss"} - ({kind} if chosen is not None else set()):
+        shutil.rmtree(folder / other, ignore_errors=True)  # from an earlier pass over this run
+    if chosen is not None and chosen.model_path:
+        _save_model(folder / kind, chosen, result)
+    tmp = folder / ".results.json.tmp"
+    tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
+    os.replace(tmp, folder / "results.json")
+
+
+def _saved_trial(folder: Path) -> int | None:
+    """The trial whose model ``folder`` (best/ or closest_miss/) holds, from its params.json."""
+    try:
+        return json.loads((folder / "params.json").read_text())["trial"]
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
+    """``target``/model.onnx (with its external data) and params.json, always as a matching pair."""
+    target.mkdir(exist_ok=True)
+    source = Path(str(chosen.model_path))
+    if not source.is_file():
+        # Resumed after the cache was cleared: the model cannot be copied. Whatever pair the
+        # folder holds from an earlier run stays as it is (nothing of the user's is deleted).
+        log.warning(
+            "trial %d's model is no longer in the cache (%s); %s keeps %s. Run again with --restart to rebuild it",
+            chosen.number,
+            source,
+            target,
+            f"trial {_saved_trial(target)}'s model" if _saved_trial(target) is not None else "no model",
+        )
+        return
+    shutil.rmtree(target)  # no file of an earlier best (its external data) may stay beside this one
+    target.mkdir()
+    shutil.copyfile(source, target / "model.onnx")
+    for data in external_data_files(source):  # weights saved beside the model travel with it
+        destination = target / data.relative_to(source.parent)
+        destination.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(data, destination)
+    if session_file(source).is_file():  # the session settings it was measured with (session_tuning)
+        shutil.copyfile(session_file(source), session_file(target / "model.onnx"))
+    params = {
+        "trial": chosen.number,
+        "flow": chosen.flow,
+        "params": chosen.params,
+        "pass_configs": result.step_configs.get(chosen.number, {}),
+        "metrics": chosen.metrics,
+        "meets_criterion": chosen.meets_criterion,
+        "session_settings": chosen.session_settings,
+    }
+    (target / "params.json").write_text(json.dumps(params, indent=2, default=str))
