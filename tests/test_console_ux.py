@@ -116,3 +116,50 @@ def _save_unchecked(graph, path: Path) -> None:
     import onnx
 
     onnx.save(helper.make_model(graph), str(path))
+
+
+def test_pass_names_are_not_cut_in_a_narrow_table(tmp_path: Path):
+    metric = "metric.py:char_accuracy"
+    metrics = {
+        metric: 0.68,
+        "latency_ms": 115.649,
+        "latency_search_ms": 76.5,
+        "size_bytes": 26179555.0,
+        "quantized_ops": 22,
+    }
+    trials = [
+        TrialRecord(
+            number=i,
+            flow=["static_quant"],
+            params={"flow": "static_quant", "static_quant.quant_format": "QOperator", "static_quant.per_channel": True},
+            status="ok",
+            metrics=metrics,
+            meets_criterion=True,
+            accuracy_loss=-0.0277,
+            objective=115.6,
+            cache={"static_quant": "miss", "evaluation": "miss"},
+        )
+        for i in range(2)
+    ]
+    result = Result(
+        baseline=dict(metrics, latency_ms=190.659, size_bytes=54088704.0, quantized_ops=0),
+        trials=trials,
+        best=None,
+        closest_miss=None,
+        pareto_front=[],
+        metric=metric,
+        criterion={"type": "relative", "tolerable_loss": 0.01, "description": "at most 1.00% relative loss"},
+        objective="latency",
+        objectives=["latency"],
+        stop_reason="max_trials (2) reached",
+        duration_s=1.0,
+        output_dir=tmp_path,
+        verdict="keep_original",
+    )
+    buffer = io.StringIO()
+    render_result(result, Console(file=buffer, width=80, color_system=None))
+    out = buffer.getvalue()
+    assert "static_quant" in out and "static_quan " not in out.replace("│", " ")
+    assert max(len(line) for line in out.splitlines()) <= 80
+    assert "cache │" in out.replace("┃", "│")  # every column shown, none cut off
+    assert "criterion: char_accuracy" in out  # the long metric name is in the summary

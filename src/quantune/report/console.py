@@ -96,8 +96,13 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     metric = result.metric
     base = result.baseline
     table = Table(title=f"quantune: {len(result.trials)} trials ({result.stop_reason})")
-    for column in ("#", "params", metric_label(metric), "loss", "ms", "KB", "ok", "cache"):
-        table.add_column(column, overflow="fold", no_wrap=column != "params", min_width=4 if column == "#" else None)
+    label = metric_label(metric)
+    # a long metric name (the summary line below names it) would squeeze the params column
+    header = label if len(label) <= 10 else "metric"
+    for column in ("#", "params", header, "loss", "ms", "KB", "ok", "cache"):
+        # params wraps at words; at least as wide as a pass name, so "static_quant" is never cut in two
+        widths = {"#": 4, "params": 16}
+        table.add_column(column, overflow="fold", no_wrap=column != "params", min_width=widths.get(column))
     table.add_row(
         "orig",
         "(original model)",
