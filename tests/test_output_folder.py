@@ -40,23 +40,31 @@ def test_folder_of_another_config_is_refused_unless_restart(make_config, tmp_pat
     quantune.tune(first, output=out)
     before = (out / "results.json").read_bytes()
 
-    other = small_config(make_config, stop={"max_trials": 1})
+    other = small_config(make_config, criterion={"type": "relative", "tolerable_loss": 0.2})
     with pytest.raises(quantune.QuantuneError, match="restart"):
         quantune.tune(other, output=out)
     assert (out / "results.json").read_bytes() == before, "a refused run must not touch the old results"
 
     result = quantune.tune(other, output=out, restart=True)
-    assert len(result.trials) == 1
-    saved = json.loads((out / "results.json").read_text())
-    assert len(saved["trials"]) == 1
-    assert json.loads((out / "config.json").read_text())["stop"]["max_trials"] == 1
+    assert len(result.trials) == 2 and result.replayed == 0
+    assert json.loads((out / "config.json").read_text())["criterion"]["tolerable_loss"] == 0.2
+
+
+def test_a_run_goes_on_with_more_trials_in_the_same_folder(make_config, tmp_path):
+    """Stop conditions are not part of a run's identity: raising max_trials continues the run."""
+    out = tmp_path / "out"
+    first = quantune.tune(small_config(make_config, stop={"max_trials": 1}), output=out)
+    assert len(first.trials) == 1
+    more = quantune.tune(small_config(make_config, stop={"max_trials": 2}), output=out)
+    assert len(more.trials) == 2 and more.replayed == 1
+    assert more.trials[0].params == first.trials[0].params
 
 
 def test_cli_refuses_another_configs_folder_unless_restart(make_config, tmp_path, capsys):
     out = tmp_path / "out"
     first, second = tmp_path / "first.yaml", tmp_path / "second.yaml"
     first.write_text(yaml.safe_dump(small_config(make_config)))
-    second.write_text(yaml.safe_dump(small_config(make_config, stop={"max_trials": 1})))
+    second.write_text(yaml.safe_dump(small_config(make_config, criterion={"type": "relative", "tolerable_loss": 0.2})))
     assert main(["run", str(first), "--output", str(out), "--quiet"]) == 0
     capsys.readouterr()
     assert main(["run", str(second), "--output", str(out), "--quiet"]) == 2

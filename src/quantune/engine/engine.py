@@ -75,8 +75,10 @@ class Engine:
     def run(self) -> Result:
         workers = self.config.executor.workers
         parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
-        # Where and how trials run does not change their results, so it is not part of the run's identity.
-        identity = self.config.model_dump(mode="json", exclude={"executor"})
+        # Where and how trials run does not change their results, so it is not part of the run's
+        # identity; nor do the stop conditions: a run stopped at 8 trials goes on to 16 in the same
+        # folder (its 8 are replayed, as Optuna continues a study with more n_trials).
+        identity = self.config.model_dump(mode="json", exclude={"executor", "stop"})
         # ... but the content of the model, the data and the scripts the config names is (identity.py).
         sources = parts.context.sources
         config_hash = cache_key("config", identity, fingerprints(sources))
