@@ -3,10 +3,20 @@ and the range-fixing recipes tried before any fallback (cross-layer equalization
 
 from __future__ import annotations
 
+from quantune.passes.onnx.bias_correction import BiasCorrection
 from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
+from quantune.passes.onnx.fast_finetune import FastFinetune
 from quantune.passes.onnx.graph_opt import GraphOptimization
 from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
 
-__all__ = ["CrossLayerEqualization", "DynamicQuantization", "GraphOptimization", "SmoothQuant", "StaticQuantization"]
+__all__ = [
+    "BiasCorrection",
+    "CrossLayerEqualization",
+    "DynamicQuantization",
+    "FastFinetune",
+    "GraphOptimization",
+    "SmoothQuant",
+    "StaticQuantization",
+]
