@@ -32,7 +32,7 @@ from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
 
 QUANT_PASSES = ("static_quant", "dynamic_quant")
-RECIPE_PASSES = ("cle", "smooth_quant")
+RECIPE_PASSES = ("cle", "smooth_quant", "bias_correction", "fast_finetune")
 FLOW_KEY = "flow"
 # Quant-step parameters that change accuracy more than speed: screened before any fallback.
 ACCURACY_PARAMS = ("per_channel", "calibrate_method", "activation_symmetric", "reduce_range")
