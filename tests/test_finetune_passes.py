@@ -164,3 +164,48 @@ def test_search_true_searches_optim_and_num_iter_lr_jointly(tmp_path: Path) -> N
     config.passes[1].params["learning_rate"] = {"search": {"float": [0.001, 0.1], "log": True}}
     plan = build_plan(config)
     assert "ft.num_iter_lr" not in plan.space.params and "ft.learning_rate" in plan.space.params
+
+
+def test_adaquant_on_matmul_layers_keeps_a_valid_graph(tmp_path: Path) -> None:
+    """MatMul has no bias input: its weights are fitted, nothing is added to the node."""
+    from conftest import build_mlp, mlp_inputs
+
+    model = build_mlp(tmp_path / "mlp.onnx")
+    calib = mlp_inputs(128, seed=1)
+    qdq = _run("static_quant", {}, model, tmp_path, calib)
+    tuned = _run("fast_finetune", {"optim": "adaquant", "iterations": 50}, qdq, tmp_path, calib)
+    loaded = onnx.load(str(tuned))
+    onnx.checker.check_model(loaded)
+    assert all(len(n.input) == 2 for n in loaded.graph.node if n.op_type == "MatMul")
+    held_out = {"x": mlp_inputs(64, seed=2)}
+    assert _error(tuned, model, held_out) <= _error(qdq, model, held_out) * 1.05
+
+
+@pytest.mark.parametrize(
+    ("shape", "weight", "attrs"),
+    [
+        ((2, 4, 9, 7), (6, 4, 3, 3), {"pads": [1, 0, 1, 2], "strides": [2, 1], "dilations": [1, 2]}),
+        ((2, 4, 8, 8), (8, 2, 3, 3), {"group": 2, "pads": [1, 1, 1, 1]}),
+        ((2, 3, 11), (5, 3, 3), {"pads": [1, 1], "strides": [2]}),
+    ],
+    ids=["2d-stride-dilation", "grouped", "1d"],
+)
+def test_the_numpy_conv_computes_what_onnxruntime_computes(tmp_path: Path, shape, weight, attrs) -> None:
+    from quantune.passes.onnx.rounding import ConvOp
+
+    rng = np.random.default_rng(0)
+    x = rng.normal(size=shape).astype(np.float32)
+    w = rng.normal(size=weight).astype(np.float32)
+    node = helper.make_node("Conv", ["x", "w"], ["y"], **attrs)
+    graph = helper.make_graph(
+        [node],
+        "conv",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, list(shape))],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [f"d{i}" for i in range(len(shape))])],
+        [numpy_helper.from_array(w, "w")],
+    )
+    (expected,) = run_model(save_graph(graph, tmp_path / "conv.onnx"), {"x": x})
+    op = ConvOp(x, expected, False, attrs, tuple(weight[2:]))
+    out = op.forward(op.pool, w, np.zeros(weight[0], np.float32))
+    np.testing.assert_allclose(out, op.pool_target, rtol=1e-4, atol=1e-4)
+    assert len(out) == expected.size // weight[0]  # every output position

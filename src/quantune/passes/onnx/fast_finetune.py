@@ -149,10 +149,11 @@ def finetune(
         before = layer_error(op, _dequant(current, grid), bias)
         seed = config.seed + index
         new_bias = bias
+        train_bias = config.optim == "adaquant" and can_set_bias(model, layer)  # Conv/Gemm; a MatMul has none
         if config.optim == "adaround":
             ints = adaround(op, weight, bias, grid, iterations, rate, seed)
         else:
-            ints, new_bias = adaquant(op, weight, bias, grid, iterations, rate, seed, can_set_bias(model, layer))
+            ints, new_bias = adaquant(op, weight, bias, grid, iterations, rate, seed, train_bias)
         after = layer_error(op, _dequant(ints, grid), new_bias)
         keep = after < before
         log.info(
@@ -166,7 +167,7 @@ def finetune(
         )
         if keep:
             set_integer_weight(model, layer, ints)
-            if new_bias is not bias:
+            if train_bias:
                 set_bias(model, layer, new_bias)
             changed += 1
         del op, x, target
