@@ -209,3 +209,11 @@ def test_the_numpy_conv_computes_what_onnxruntime_computes(tmp_path: Path, shape
     out = op.forward(op.pool, w, np.zeros(weight[0], np.float32))
     np.testing.assert_allclose(out, op.pool_target, rtol=1e-4, atol=1e-4)
     assert len(out) == expected.size // weight[0]  # every output position
+
+
+def test_refining_passes_chain(quantized, tmp_path: Path) -> None:
+    """static_quant -> bias_correction -> fast_finetune: the second refiner finds the float model too."""
+    model, qdq, calib, held_out = quantized
+    corrected = _run("bias_correction", {}, qdq, tmp_path, calib)
+    tuned = _run("fast_finetune", {"iterations": 100, "learning_rate": 0.02}, corrected, tmp_path, calib)
+    assert _error(tuned, model, held_out) < _error(qdq, model, held_out)

@@ -27,7 +27,7 @@ from pydantic import Field
 
 from quantune.errors import TrialError
 from quantune.passes.base import Pass, PassConfig, PassContext
-from quantune.passes.onnx.float_source import find_float_source
+from quantune.passes.onnx.float_source import find_float_source, remember_float_source
 from quantune.passes.onnx.layerwise import Calibration, channel_mean_error, session_with_outputs
 from quantune.passes.onnx.qdq_layers import can_set_bias, layer_bias, quantized_layers, set_bias
 from quantune.passes.registry import register_pass
@@ -69,6 +69,8 @@ class BiasCorrection(Pass):
         corrected = correct_biases(model, float_path, calibration, config)
         log.info("bias_correction: %d layer(s) corrected", corrected)
         onnx.save(model, str(model_out))
+        # a later refining pass (bias_correction -> fast_finetune) finds the same float model
+        remember_float_source(model_out, float_path, float_path.parent.name, context.cache_dir)
 
 
 def correct_biases(

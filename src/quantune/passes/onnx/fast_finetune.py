@@ -33,7 +33,7 @@ from threadpoolctl import threadpool_limits
 
 from quantune.errors import TrialError
 from quantune.passes.base import Pass, PassConfig, PassContext
-from quantune.passes.onnx.float_source import find_float_source
+from quantune.passes.onnx.float_source import find_float_source, remember_float_source
 from quantune.passes.onnx.layerwise import Calibration, paired_tensors, session_with_outputs
 from quantune.passes.onnx.qdq_layers import (
     LAYER_TYPES,
@@ -111,6 +111,8 @@ class FastFinetune(Pass):
             fitted = finetune(model, float_model, float_path, calibration, config)
         log.info("fast_finetune (%s): %d layer(s) refined", config.optim, fitted)
         onnx.save(model, str(model_out))
+        # a later refining pass (bias_correction -> fast_finetune) finds the same float model
+        remember_float_source(model_out, float_path, float_path.parent.name, context.cache_dir)
 
 
 def finetune(
