@@ -71,7 +71,10 @@ def _cmd_passes(args: argparse.Namespace) -> int:
         pass_cls = get_pass(name)
         for index, (param, field) in enumerate(pass_cls.Config.model_fields.items()):
             space = pass_cls.search_space.get(param)
-            if space is None:
+            joint = next((n for n, j in pass_cls.search_space.items() if param in getattr(j, "names", ())), None)
+            if space is None and joint is not None:  # a default joint (fast_finetune's num_iter_lr)
+                searched = f"with {joint}: {[list(v) for v in pass_cls.search_space[joint].values]}"
+            elif space is None:
                 searched = ""
             elif hasattr(space, "cases"):
                 searched = "; ".join(f"when {k[0]}: {list(v)}" for k, v in space.cases.items())
