@@ -166,9 +166,24 @@ def test_combinations_onnxruntime_ignores_are_refused(params: dict, words: str) 
         StaticConfig.model_validate(params)
 
 
-def test_moving_average_is_searched_under_minmax_only() -> None:
-    space = get_pass("static_quant").search_space
-    assert space["calib_moving_average"].cases == {("MinMax",): (False, True)}
+def test_knobs_are_searchable_and_pruned_where_onnxruntime_ignores_them(tmp_path: Path) -> None:
+    from quantune.config import Config
+    from quantune.engine.plan import build_plan
+
+    search = {"search": {"when": "calibrate_method", "cases": {"MinMax": [False, True]}}}
+    params = {"calibrate_method": {"search": ["MinMax", "Entropy"]}, "calib_moving_average": search}
+    params["keep_removable_activations"] = {"search": [False, True]}
+    params["quant_format"] = {"search": ["QDQ", "QOperator"]}
+    data = {"calibration": "c.npz", "evaluation": "e.npz"}
+    config = Config.model_validate(
+        {"model": str(tmp_path / "m.onnx"), "data": data, "passes": [{"name": "static_quant", "params": params}]}
+    )
+    points = list(build_plan(config).space.iterate())
+    assert len(points) == 9  # (MinMax x 2 + Entropy) x (QDQ x 2 + QOperator)
+    assert not any(
+        p.get("static_quant.calib_moving_average") and p["static_quant.calibrate_method"] != "MinMax" for p in points
+    )
+    assert "calib_moving_average" not in get_pass("static_quant").search_space  # default spaces unchanged
 
 
 def test_calibration_cache_keys_change_with_the_calibration_options_only(tmp_path: Path) -> None:
