@@ -48,9 +48,13 @@ def build_step(index: int, entry: Any, provider: str, nodes: NodeLister | None) 
     except ValidationError as exc:
         raise ConfigError(format_validation_error(exc, prefix=f"{where}.params")) from None
     coupled = {member for spec in entry.joint for member in spec.params}
+    default_joints: dict[str, Joint] = {}
     if entry.search:
         for name, param in pass_cls.search_space.items():
-            if name not in fixed and name not in searched and name not in coupled:
+            if isinstance(param, Joint):  # a default joint (e.g. num_iter_lr), unless a member is given
+                if not set(param.names) & ({*fixed, *searched, *coupled, *subsets}):
+                    default_joints[name] = param
+            elif name not in fixed and name not in searched and name not in coupled:
                 searched[name] = param
     allowed = pass_cls.provider_rules.get(provider, {})
     context = {**{name: field.default for name, field in fields.items()}, **fixed}
@@ -80,6 +84,9 @@ def build_step(index: int, entry: Any, provider: str, nodes: NodeLister | None) 
             _check_values(pass_cls, fixed, dict(zip(members, value, strict=True)), where_joint)
         name = "+".join(members)
         joints[name] = members
+        params[f"{entry.step_id}.{name}"] = joint
+    for name, joint in default_joints.items():
+        joints[name] = joint.names
         params[f"{entry.step_id}.{name}"] = joint
     return Step(entry.step_id, pass_cls, fixed, subsets, joints), params
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx import (
+    BiasCorrection,
     CrossLayerEqualization,
     DynamicQuantization,
+    FastFinetune,
     Float16Conversion,
     GraphOptimization,
     SessionTuning,
@@ -17,8 +19,10 @@ from quantune.passes.onnx import (
 from quantune.passes.registry import get_pass, pass_names, register_pass
 
 __all__ = [
+    "BiasCorrection",
     "CrossLayerEqualization",
     "DynamicQuantization",
+    "FastFinetune",
     "Float16Conversion",
     "GraphOptimization",
     "Pass",

@@ -3,8 +3,10 @@ and the range-fixing recipes tried before any fallback (cross-layer equalization
 
 from __future__ import annotations
 
+from quantune.passes.onnx.bias_correction import BiasCorrection
 from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
+from quantune.passes.onnx.fast_finetune import FastFinetune
 from quantune.passes.onnx.fp16 import Float16Conversion
 from quantune.passes.onnx.graph_opt import GraphOptimization
 from quantune.passes.onnx.session_tuning import SessionTuning
@@ -14,8 +16,10 @@ from quantune.passes.onnx.transformer_opt import TransformerOptimization
 from quantune.passes.onnx.weight_only import WeightOnlyQuantization
 
 __all__ = [
+    "BiasCorrection",
     "CrossLayerEqualization",
     "DynamicQuantization",
+    "FastFinetune",
     "Float16Conversion",
     "GraphOptimization",
     "SessionTuning",

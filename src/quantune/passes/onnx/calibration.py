@@ -38,6 +38,7 @@ from onnxruntime.quantization.calibrate import (
 )
 
 from quantune.memory import memory_budget_mb, note_stage_peak, peak_tracker
+from quantune.passes.onnx.calibration_average import run_moving_average, uses_moving_average
 
 log = logging.getLogger("quantune.calibration")
 
@@ -167,6 +168,7 @@ def calibrate_ranges(
     op_types: Sequence[str] | None = None,
     options: dict | None = None,
     budget_mb: float | None = None,
+    stride: int | None = None,
 ) -> TensorsData:
     """The activation ranges ``quantize_static`` would compute from the data, chunk by chunk.
 
@@ -174,7 +176,9 @@ def calibrate_ranges(
     when they need more than one chunk: once for the global range, see :func:`_seed_histograms`).
     ``options`` are onnxruntime's calibrator options (``symmetric``, ``percentile``, ...: the
     ``calib_extra_options`` quantize_static derives from its ``extra_options``). Records the
-    peak resident memory as the ``calibration`` stage's.
+    peak resident memory as the ``calibration`` stage's. With ``moving_average`` (MinMax),
+    the per-batch extremes are averaged as one ``collect_data`` call (or ``stride`` batches
+    per call, ``CalibStridedMinMax``) averages them (:mod:`.calibration_average`).
     """
     budget = memory_budget_mb() if budget_mb is None else budget_mb
     with peak_tracker() as peak, tempfile.TemporaryDirectory(prefix="quantune-calib-") as tmp:
@@ -188,6 +192,21 @@ def calibrate_ranges(
                 extra_options=dict(options or {}),
             )
 
+        if uses_moving_average(method, options):
+            ranges = run_moving_average(
+                lambda opts: create_calibrator(
+                    Path(model_path),
+                    list(op_types) if op_types else None,
+                    augmented_model_path=str(Path(tmp) / "augmented-average.onnx"),
+                    calibrate_method=method,
+                    extra_options=opts,
+                ),
+                feeds,
+                dict(options or {}),
+                stride,
+            )
+            note_stage_peak("calibration", peak.mb)
+            return ranges
         calibrator = calibrator_for(method)
         first = next(iter(feeds()), None)
         if first is None:

@@ -35,7 +35,7 @@ from quantune.strategy.base import SearchProblem
 QUANT_PASSES = ("static_quant", "dynamic_quant", "weight_only")
 # Quant passes whose groups are the weights they touch, each alone (no activation ranges, no int16).
 WEIGHT_PASSES = ("dynamic_quant", "weight_only")
-RECIPE_PASSES = ("cle", "smooth_quant")
+RECIPE_PASSES = ("cle", "smooth_quant", "bias_correction", "fast_finetune")
 FLOW_KEY = "flow"
 # Quant-step parameters that change accuracy more than speed: screened before any fallback.
 ACCURACY_PARAMS = ("per_channel", "calibrate_method", "activation_symmetric", "reduce_range")
