@@ -25,7 +25,13 @@ def pass_rows() -> list[tuple[str, str, str, str]]:
     for name in pass_names():
         pass_cls = get_pass(name)
         for param, field in pass_cls.Config.model_fields.items():
-            rows.append((name, param, repr(field.default), _searched(pass_cls.search_space.get(param))))
+            space = pass_cls.search_space.get(param)
+            joint = next((n for n, j in pass_cls.search_space.items() if param in getattr(j, "names", ())), None)
+            if space is None and joint is not None:  # a default joint (fast_finetune's num_iter_lr)
+                searched = f"with {joint}: {[list(v) for v in pass_cls.search_space[joint].values]}"
+            else:
+                searched = _searched(space)
+            rows.append((name, param, repr(field.default), searched))
     return rows
 
 

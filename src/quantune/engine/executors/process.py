@@ -49,7 +49,19 @@ def exit_cause(code: int | None) -> str:
     """A dead worker's exit status in words: the signal that killed it, or its exit code."""
     if code is not None and code < 0:
         return _SIGNALS.get(-code, f"killed by signal {-code}")
+    if code == _EXIT_UNGUARDED_MAIN:
+        return unguarded_advice()
     return f"worker exited with code {code}"
+
+
+def unguarded_advice() -> str:
+    """What to do when workers found the user's script calling ``quantune.tune()`` at its top level."""
+    script = getattr(sys.modules.get("__main__"), "__file__", "your script")
+    return (
+        f"worker processes import the script that started them ({script}), and it calls "
+        'quantune.tune() at its top level: put the call under `if __name__ == "__main__":` '
+        "(or use executor: {kind: inline})"
+    )
 
 
 class ExecutorClosed(Exception):
@@ -67,12 +79,7 @@ class WorkerStartError(QuantuneError):
         if log_tail:
             message += f"; its log ends with: {log_tail.splitlines()[-1]}"
         if exit_code == _EXIT_UNGUARDED_MAIN:
-            script = getattr(sys.modules.get("__main__"), "__file__", "your script")
-            message = (
-                f"executor: worker processes import the script that started them ({script}), and it calls "
-                'quantune.tune() at its top level: put the call under `if __name__ == "__main__":` '
-                "(or use executor: {kind: inline})"
-            )
+            message = f"executor: {unguarded_advice()}"
         super().__init__(message)
 
 
