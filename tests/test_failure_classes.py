@@ -14,6 +14,7 @@ import pytest
 import quantune
 from quantune import Categorical
 from quantune.engine import engine as engine_module
+from quantune.engine import loop as loop_module
 from quantune.engine.executors import InProcessExecutor
 from quantune.engine.failures import KnownFailures, classify, normalise
 from quantune.report.console import summary
@@ -185,7 +186,7 @@ def test_a_skip_between_a_trial_and_its_tell_is_replayed_at_the_same_moment(make
 
 
 def test_a_run_whose_every_proposal_shares_a_known_failure_stops(make_config, tmp_path, monkeypatch):
-    monkeypatch.setattr(engine_module, "MAX_CONSECUTIVE_SKIPS", 3)
+    monkeypatch.setattr(loop_module, "MAX_CONSECUTIVE_SKIPS", 3)
     params = {"mode": "bad", "level": {"search": list(range(1, 13))}}
     config = make_config([{"name": FRAGILE, "params": params}], stop={"max_trials": 12})
     result = quantune.tune(config, output=tmp_path / "out")

@@ -68,7 +68,8 @@ def render_passes(console: Console | None = None) -> None:
         if name != previous:
             console.print(escape(name), style="bold", soft_wrap=True)
             previous = name
-        console.print(f"  {escape(param)}", soft_wrap=True)
+        indent = "  " if len(param) + 2 <= width else ""  # a name never cut, nor pushed past the edge
+        console.print(f"{indent}{escape(param)}", soft_wrap=True)
         for label, value in (("default", default), ("search", searched)):
             if value:
                 text = textwrap.fill(
