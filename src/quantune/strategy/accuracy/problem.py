@@ -16,7 +16,7 @@ import numpy as np
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.sensitivity import SensitivityProbe
-from quantune.passes.cached import run_pass_cached
+from quantune.passes.cached import run_flow_cached
 from quantune.space import Point
 from quantune.store import cache_key
 from quantune.strategy.accuracy.context import QUANT_PASSES
@@ -92,19 +92,16 @@ CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the ori
 
 def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
     """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
-    path, sha = context.start.path, context.start.sha256
-    for step, config in plan.configs_for(point, flow):
-        path, sha, _ = run_pass_cached(
-            context.cache,
-            step.pass_cls,
-            config,
-            path,
-            sha,
-            calibration=context.calibration,
-            input_names=list(context.evaluator.input_names),
-            batch_size=context.batch_size,
-            label=f"{step.id} (speed ceiling)",
-        )
+    path, sha = run_flow_cached(
+        context.cache,
+        [(step.id, step.pass_cls, config) for step, config in plan.configs_for(point, flow)],
+        context.start.path,
+        context.start.sha256,
+        calibration=context.calibration,
+        input_names=list(context.evaluator.input_names),
+        batch_size=context.batch_size,
+        label_suffix=" (speed ceiling)",
+    )
     spec = context.evaluator.spec.latency
     # A ceiling only sorts variants (kept or dropped at a 3% margin): 20 paired rounds tell that,
     # and a large model timed 50+10 rounds twice per variant would eat the run's time limit.
