@@ -4,10 +4,12 @@ Builds a detector-like conv net with ``onnx.helper`` (about 2.1M parameters, 102
 input, full-resolution convolutions, so its activations are large: several hundred MB of calibrated
 tensors per image), then measures, each in a fresh subprocess (its peak RSS is its lifetime
 ``ru_maxrss``), calibration with MinMax, Entropy and Percentile and the sensitivity analysis
-(`evaluate/sensitivity.py:measure`) over 1x, 4x and 16x as many calibration images. Bounded
-by design, the peak must stay flat (within 20% of the 1x figure) and under 4 GB.
+(``quantune.evaluate.sensitivity.measure``, capture groups sized to the budget) over 1x, 4x
+and 16x as many calibration images. Bounded by design, the peak must stay flat (within 20%
+of the 1x figure) and under 4 GB.
 
     PYTHONPATH=src python bench/memory.py [--images 1] [--size 1024] [--budget-mb 512] [--onnx det.onnx]
+        [--stages MinMax,Entropy,Percentile,sensitivity] [--scales 1,4,16]
 
 ``--onnx`` measures a given model instead, e.g. PP-OCRv6_det_small.onnx from the rapidocr==3.10.0
 wheel (``pip download --no-deps rapidocr==3.10.0``; the file is in ``rapidocr/models/``).

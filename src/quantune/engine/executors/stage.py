@@ -23,7 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.executors.process import exit_cause
+from quantune.engine.executors.process import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
 from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
 log = logging.getLogger("quantune.stage")
@@ -156,6 +156,8 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                     return StageOutcome(value, error, peak, tail, peaks)
             if ready:  # the process ended without an answer
                 process.join(timeout=5)
+                if process.exitcode == _EXIT_UNGUARDED_MAIN:  # the user's script calls tune() unguarded
+                    return StageOutcome(error=str(WorkerStartError(0, process.exitcode, "")))
                 return StageOutcome(
                     error=f"worker crashed: {exit_cause(process.exitcode)}", log_tail=_tail(log_path, offset)
                 )

@@ -18,7 +18,7 @@ from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.rounds import time_until_decided
 from quantune.evaluate.sensitivity import SensitivityProbe
-from quantune.passes.cached import run_pass_cached
+from quantune.passes.cached import run_flow_cached
 from quantune.passes.timing import timing_for
 from quantune.space import Point
 from quantune.store import cache_key
@@ -102,20 +102,17 @@ CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the ori
 
 def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
     """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
-    path, sha = context.start.path, context.start.sha256
-    for step, config in plan.configs_for(point, flow):
-        path, sha, _ = run_pass_cached(
-            context.cache,
-            step.pass_cls,
-            config,
-            path,
-            sha,
-            calibration=context.calibration,
-            input_names=list(context.evaluator.input_names),
-            batch_size=context.batch_size,
-            label=f"{step.id} (speed ceiling)",
-            timing=timing_for(context.evaluator) if step.pass_cls.needs_timing else None,
-        )
+    path, sha = run_flow_cached(
+        context.cache,
+        [(step.id, step.pass_cls, config) for step, config in plan.configs_for(point, flow)],
+        context.start.path,
+        context.start.sha256,
+        calibration=context.calibration,
+        input_names=list(context.evaluator.input_names),
+        batch_size=context.batch_size,
+        label_suffix=" (speed ceiling)",
+        timing=timing_for(context.evaluator),
+    )
     spec = context.evaluator.spec.latency
     # A ceiling only sorts variants (kept or dropped at a 3% margin): 20 paired rounds tell that,
     # and a large model timed 50+10 rounds twice per variant would eat the run's time limit.
@@ -134,20 +131,17 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
 
 def _variant_model(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> tuple[Any, str]:
     """The point's model: its flow's passes run from the trials' start model (cached)."""
-    path, sha = context.start.path, context.start.sha256
-    for step, config in plan.configs_for(point, flow):
-        path, sha, _ = run_pass_cached(
-            context.cache,
-            step.pass_cls,
-            config,
-            path,
-            sha,
-            calibration=context.calibration,
-            input_names=list(context.evaluator.input_names),
-            batch_size=context.batch_size,
-            label=f"{step.id} (speed ceiling)",
-        )
-    return path, sha
+    return run_flow_cached(
+        context.cache,
+        [(step.id, step.pass_cls, config) for step, config in plan.configs_for(point, flow)],
+        context.start.path,
+        context.start.sha256,
+        calibration=context.calibration,
+        input_names=list(context.evaluator.input_names),
+        batch_size=context.batch_size,
+        label_suffix=" (speed ceiling)",
+        timing=timing_for(context.evaluator),
+    )
 
 
 def _ceilings(
