@@ -68,7 +68,8 @@ CONFIGS = {
 
 def run_search(name: str, max_trials: int, timeout: float) -> dict:
     config = {**BASE, **CONFIGS[name]}
-    config["stop"] = {"max_trials": max_trials, "timeout_s": timeout}
+    # the 4-bit search is small (36 points, no calibration): a shorter limit does
+    config["stop"] = {"max_trials": max_trials, "timeout_s": timeout if name != "weight4" else min(timeout, 300)}
     config["cache_dir"] = str(RUNS / f"{name}.cache")
     shutil.rmtree(RUNS / f"{name}.cache", ignore_errors=True)
     path = MODEL_DIR / f"passes-{name}.yaml"
@@ -130,9 +131,8 @@ def main() -> int:
     for name, label in labels.items():
         if searches[name]["model"]:
             models[label] = Path(searches[name]["model"])
-    sys.path[:0] = [str(MODEL_DIR.parent.parent / "work"), str(Path(__file__).resolve().parent / "zoo")]
-    sys.path.insert(0, str(Path(__file__).resolve().parent / "zoo" / "minilm_l3"))
-    import metric  # the zoo's Pearson r
+    sys.path[:0] = [str(MODEL_DIR), str(Path(__file__).resolve().parent / "zoo")]
+    import metric  # the zoo's Pearson r, imported beside its ratings.npy
     from zoolib import load_feeds
 
     feeds = load_feeds(MODEL_DIR / "eval_feeds.npz")
@@ -180,7 +180,7 @@ def main() -> int:
     for name, search in searches.items():
         lines.append(
             f"- `{name}`: {search['trials']} trials, {search['wall_s']} s, verdict {search['verdict']}, "
-            f"best flow {search['flow']}, params {search['params']}"
+            f"best flow {search['flow']}, params {_short(search['params'])}"
         )
     (RESULTS / f"passes-minilm-{stamp}.md").write_text("\n".join(lines) + "\n")
     print("\n".join(lines))
@@ -193,6 +193,13 @@ def _score(path: Path, feeds: list[dict], metric) -> float:
     session = open_session(path, threads=1)
     name = "461"
     return float(metric({name: [session.run([name], feed)[0] for feed in feeds]}, {}))
+
+
+def _short(params: dict | None) -> dict | None:
+    """Node lists shown by their length (a fallback can name a hundred nodes)."""
+    if params is None:
+        return None
+    return {k: f"<{len(v)} nodes>" if isinstance(v, list) else v for k, v in params.items() if k != "flow"}
 
 
 def _size(path: Path) -> int:

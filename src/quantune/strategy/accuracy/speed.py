@@ -59,7 +59,7 @@ def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
     """The flow's fastest-candidate points: every quant format x activation type (static), or the defaults."""
     base = ctx.base_point()
     if ctx.dynamic:
-        return [(base, f"{ctx.flow_name}: dynamic")]
+        return [(base, f"{ctx.flow_name}: {'dynamic' if ctx.quant_pass == 'dynamic_quant' else ctx.quant_pass}")]
     params = ctx.quant_params()
     formats = _values(params.get(ctx.key("quant_format")), base)
     types = _values(params.get(ctx.key("activation_type")), base)
