@@ -152,3 +152,27 @@ def test_a_provider_missing_in_the_target_is_named(tmp_path: Path, ov_python: Pa
     target = {"python": str(ov_python), "provider": "CUDAExecutionProvider"}
     code, line = _cli(digits_config(tmp_path, target=target), tmp_path, capsys)
     assert code == 2 and "error: target.provider:" in line and "OpenVINOExecutionProvider" in line
+
+
+def test_speed_ceilings_are_timed_per_provider(tmp_path: Path, ov_python: Path) -> None:
+    """A ceiling timed on the CPU provider is cached; the same model pair on OpenVINO is timed again."""
+    from conftest import accuracy_problem
+
+    config = digits_config(tmp_path)
+    config["passes"][0]["params"]["quant_format"] = "QDQ"
+    evals = tmp_path / "cache" / "evals"
+
+    def entries() -> int:
+        return sum(1 for path in evals.rglob("*") if path.is_file()) if evals.is_dir() else 0
+
+    cpu = accuracy_problem(config, timed=True)
+    assert cpu.latency_ratio is not None
+    first = cpu.latency_ratio({}, ("static_quant",))
+    cached = entries()
+    assert first is not None and cached >= 1
+    assert cpu.latency_ratio({}, ("static_quant",)) == first and entries() == cached  # a cache hit
+    target = {"python": str(ov_python), "provider": "OpenVINOExecutionProvider"}
+    ov = accuracy_problem({**config, "target": target}, timed=True)
+    assert ov.latency_ratio is not None
+    assert ov.latency_ratio({}, ("static_quant",)) is not None
+    assert entries() == cached + 1  # timed on the target, stored beside the CPU provider's
