@@ -13,9 +13,10 @@ import contextlib
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -54,9 +55,20 @@ def latency_lane() -> Iterator[None]:
 
 
 def _timing_session(
-    model: Path, spec: LatencySpec, provider: str = DEFAULT_PROVIDER, provider_options: dict | None = None
+    model: Path,
+    spec: LatencySpec,
+    provider: str = DEFAULT_PROVIDER,
+    provider_options: dict | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> ort.InferenceSession:
-    return open_session(model, threads=spec.threads, timing=True, provider=provider, provider_options=provider_options)
+    return open_session(
+        model,
+        threads=spec.threads,
+        timing=True,
+        settings=settings,
+        provider=provider,
+        provider_options=provider_options,
+    )
 
 
 def _call(session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None) -> Callable[[], object]:
@@ -110,10 +122,13 @@ def time_side_by_side(
     runner: Callable | None = None,
     provider: str = DEFAULT_PROVIDER,
     provider_options: dict | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> np.ndarray:
     """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
     round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one)."""
-    calls = [_call(_timing_session(model, spec, provider, provider_options), feeds, runner) for model in models]
+    calls = [
+        _call(_timing_session(model, spec, provider, provider_options, settings), feeds, runner) for model in models
+    ]
     timings = np.empty((len(calls), spec.repeats))
     with latency_lane():
         for call in calls:
