@@ -152,3 +152,52 @@ def test_a_provider_missing_in_the_target_is_named(tmp_path: Path, ov_python: Pa
     target = {"python": str(ov_python), "provider": "CUDAExecutionProvider"}
     code, line = _cli(digits_config(tmp_path, target=target), tmp_path, capsys)
     assert code == 2 and "error: target.provider:" in line and "OpenVINOExecutionProvider" in line
+
+
+def test_speed_ceilings_are_timed_per_provider(tmp_path: Path, ov_python: Path) -> None:
+    """A ceiling timed on the CPU provider is cached; the same model pair on OpenVINO is timed again."""
+    from conftest import accuracy_problem
+
+    config = digits_config(tmp_path)
+    config["passes"][0]["params"]["quant_format"] = "QDQ"
+    evals = tmp_path / "cache" / "evals"
+
+    def entries() -> int:
+        return sum(1 for path in evals.rglob("*") if path.is_file()) if evals.is_dir() else 0
+
+    cpu = accuracy_problem(config, timed=True)
+    assert cpu.latency_ratio is not None
+    first = cpu.latency_ratio({}, ("static_quant",))
+    cached = entries()
+    assert first is not None and cached >= 1
+    assert cpu.latency_ratio({}, ("static_quant",)) == first and entries() == cached  # a cache hit
+    target = {"python": str(ov_python), "provider": "OpenVINOExecutionProvider"}
+    ov = accuracy_problem({**config, "target": target}, timed=True)
+    assert ov.latency_ratio is not None
+    assert ov.latency_ratio({}, ("static_quant",)) is not None
+    assert entries() == cached + 1  # timed on the target, stored beside the CPU provider's
+
+
+def test_session_settings_reach_the_target(ov_python: Path) -> None:
+    """A candidate's session settings apply on the target as here; a wrong one is refused by both."""
+    import numpy as np
+
+    from quantune.errors import TrialError
+    from quantune.evaluate import LatencySpec, LocalBackend, TargetBackend
+    from quantune.evaluate.target_client import TargetFault
+
+    model = DIGITS / "model.onnx"
+    feed = {"input": np.load(DIGITS / "eval.npz")["input"][:8]}
+    spec = LatencySpec(warmup=1, repeats=2, threads=1)
+    settings = {"graph_optimization_level": "disable_all", "enable_mem_pattern": False}
+    local, target = LocalBackend(), TargetBackend(str(ov_python), "OpenVINOExecutionProvider")
+    here = local.outputs(model, [feed], threads=1, runner=None, settings=settings)
+    there = target.outputs(model, [feed], threads=1, runner=None, settings=settings)
+    assert np.allclose(here[0]["logits"], there[0]["logits"], atol=1e-3)
+    for backend in (local, target):
+        assert backend.timings([model], feed, spec, None, settings=settings).shape == (1, 2)
+        assert backend.peak_memory_mb(model, feed, 1, settings=settings) > 0
+    with pytest.raises(TrialError, match="unknown session setting"):
+        local.outputs(model, [feed], threads=1, runner=None, settings={"no_such_setting": 1})
+    with pytest.raises(TargetFault, match="unknown session setting"):
+        target.outputs(model, [feed], threads=1, runner=None, settings={"no_such_setting": 1})

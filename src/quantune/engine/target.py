@@ -12,7 +12,8 @@ import os
 import shutil
 
 from quantune.config import LoadedConfig
-from quantune.evaluate.backend import Backend, LocalBackend, TargetBackend
+from quantune.evaluate.backend import Backend, LocalBackend
+from quantune.evaluate.target_backend import TargetBackend
 
 
 def target_backend(loaded: LoadedConfig) -> Backend:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quantune.evaluate.backend import Backend, LocalBackend, TargetBackend
+from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.criterion import Criterion, CriterionCheck
 from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side, time_side_by_side
@@ -11,6 +11,7 @@ from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_d
 from quantune.evaluate.paired import RatioInterval, paired_ratio
 from quantune.evaluate.quantized import count_quantized, quantization_figures
 from quantune.evaluate.session import open_session, session_options
+from quantune.evaluate.target_backend import TargetBackend
 
 __all__ = [
     "AGREEMENT_METRICS",

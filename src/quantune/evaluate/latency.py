@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -57,14 +58,18 @@ def latency_lane() -> Iterator[None]:
 def _timing_session(
     model: Path,
     spec: LatencySpec,
-    settings: Mapping | None = None,
     provider: str = DEFAULT_PROVIDER,
     provider_options: dict | None = None,
+    settings: Mapping[str, Any] | None = None,
 ) -> ort.InferenceSession:
     """A session timed as the candidate runs: with ``settings``, else those stored beside the model."""
-    chosen = read_session_settings(model) if settings is None else settings
     return open_session(
-        model, threads=spec.threads, timing=True, settings=chosen, provider=provider, provider_options=provider_options
+        model,
+        threads=spec.threads,
+        timing=True,
+        settings=read_session_settings(model) if settings is None else settings,
+        provider=provider,
+        provider_options=provider_options,
     )
 
 
@@ -117,17 +122,17 @@ def time_side_by_side(
     spec: LatencySpec,
     *,
     runner: Callable | None = None,
-    settings: Sequence[Mapping | None] | None = None,
     provider: str = DEFAULT_PROVIDER,
     provider_options: dict | None = None,
+    settings: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
 ) -> np.ndarray:
     """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
     round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one).
-    ``settings`` (one per model; ``None``: the model's own) times one model under several
-    session settings side by side."""
-    chosen = list(settings) if settings is not None else [None] * len(models)
+    ``settings``: session settings for every model, or one per model (to time one model under
+    several settings side by side); ``None`` (or a ``None`` in the list): the model's own."""
+    chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     calls = [
-        _call(_timing_session(model, spec, setting, provider, provider_options), feeds, runner)
+        _call(_timing_session(model, spec, provider, provider_options, setting), feeds, runner)
         for model, setting in zip(models, chosen, strict=True)
     ]
     timings = np.empty((len(calls), spec.repeats))

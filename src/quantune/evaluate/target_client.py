@@ -17,6 +17,7 @@ import os
 import select
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -69,6 +70,13 @@ class TargetClient:
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
 
+    def _environment(self) -> dict[str, str]:
+        """This process's environment; for another interpreter without PYTHONPATH and user site
+        packages, so nothing of quantune's environment leaks into the target's."""
+        if self.python == sys.executable:
+            return dict(os.environ)
+        return {**os.environ, "PYTHONNOUSERSITE": "1", "PYTHONPATH": ""}
+
     # -- process -------------------------------------------------------------------------------
     def _spawn(self, *args: str) -> subprocess.Popen[bytes]:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -79,7 +87,7 @@ class TargetClient:
                 stdout=subprocess.PIPE,
                 stderr=log,
                 preexec_fn=_limits(self.memory_limit_mb),
-                env={**os.environ, "PYTHONNOUSERSITE": "1", "PYTHONPATH": ""},
+                env=self._environment(),
             )
 
     def start(self) -> None:

@@ -118,7 +118,14 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     # and a large model timed 50+10 rounds twice per variant would eat the run's time limit.
     warmup, repeats = min(spec.warmup, 2), min(spec.repeats, CEILING_ROUNDS)
     key = cache_key(
-        "side-by-side", context.model.sha256, sha, vars(spec), warmup, repeats, context.evaluator.dataset.fingerprint
+        "side-by-side",
+        context.model.sha256,
+        sha,
+        vars(spec),
+        warmup,
+        repeats,
+        context.evaluator.dataset.fingerprint,
+        context.evaluator.backend.fingerprint(),  # a ceiling is per provider: timed on the target
     )
     cached = context.cache.get_json("evals", key)
     if cached is not None:

@@ -1,0 +1,178 @@
+"""Evaluations in another Python environment (``target.python``), see :mod:`quantune.evaluate.backend`."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quantune.errors import ConfigError
+from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, read_outputs, shared_client
+from quantune.evaluate.feeds import FeedOutputs
+from quantune.evaluate.latency import LatencySpec, latency_lane
+from quantune.evaluate.session import DEFAULT_PROVIDER
+from quantune.evaluate.session_file import read_session_settings
+from quantune.evaluate.target_client import TargetFault, TargetUnavailable
+
+
+class TargetBackend:
+    """Evaluations in ``python``'s environment through its evaluation server (isolated, limited).
+
+    ``runner``: the evaluation runner as ``/absolute/path.py:function``, imported in the target.
+    """
+
+    def __init__(
+        self,
+        python: str,
+        provider: str = DEFAULT_PROVIDER,
+        provider_options: Mapping[str, Any] | None = None,
+        *,
+        timeout_s: float = 600.0,
+        memory_limit_mb: int | None = None,
+        runner: str | None = None,
+    ) -> None:
+        self.python = python
+        self.provider = provider
+        self.provider_options = {
+            str(k): str(v) for k, v in (provider_options or {}).items()
+        }  # as onnxruntime takes them
+        self.runner = runner
+        self.scratch = Scratch()
+        self.client = shared_client(python, "evaluate", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
+        memory_client = shared_client(python, "memory", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
+        self._memory = MemoryProbe(memory_client, self.scratch, provider, self.provider_options, runner)
+        self._info: dict[str, Any] | None = None
+
+    def info(self) -> dict[str, Any]:
+        if self._info is None:
+            self._info = self.client.request("info")
+        return self._info
+
+    def check(self) -> None:
+        """The target, asked before anything runs: the interpreter starts, imports onnxruntime,
+        and has the provider. A :class:`ConfigError` naming ``target.python`` or ``target.provider``."""
+        if not Path(self.python).is_file():
+            raise ConfigError(f"target.python: '{self.python}' does not exist; give the path of a Python interpreter")
+        try:
+            self.client.start()
+            info = self.info()
+        except (TargetUnavailable, TargetFault) as exc:
+            raise ConfigError(f"target.python: {exc}") from None
+        if self.provider not in info["providers"]:
+            raise ConfigError(
+                f"target.provider: '{self.provider}' is not available in target.python {self.python} (onnxruntime "
+                f"{info['onnxruntime']} has {info['providers']}); install the onnxruntime package that has it there"
+            )
+
+    def fingerprint(self) -> dict[str, Any]:
+        return {
+            "provider": self.provider,
+            "provider_options": self.provider_options,
+            "onnxruntime": self.info()["onnxruntime"],
+            "target": "python",
+        }
+
+    def describe(self) -> dict[str, Any]:
+        info = self.info()
+        return {
+            "python": info["executable"],
+            "isolated": True,
+            "python_version": info["python"],
+            "onnxruntime": info["onnxruntime"],
+            "numpy": info["numpy"],
+            "provider": self.provider,
+            "provider_options": self.provider_options,
+            "providers_available": info["providers"],
+            "cpu": info["cpu"],
+        }
+
+    def _load(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None = None) -> int:
+        answer = self.client.request(
+            "load",
+            model=str(model),
+            threads=threads,
+            timing=timing,
+            settings=dict((read_session_settings(model) if settings is None else settings) or {}),
+            provider=self.provider,
+            provider_options=self.provider_options,
+        )
+        used = answer["providers"]
+        if not used or used[0] != self.provider:  # e.g. CUDA requested, no GPU: onnxruntime fell back
+            raise TargetFault(
+                f"target.provider: '{self.provider}' did not take the model; onnxruntime put it on {used}"
+            )
+        return int(answer["session"])
+
+    def outputs(
+        self,
+        model: Path,
+        feeds: Feeds,
+        *,
+        threads: int,
+        runner: Callable | None,
+        settings: Mapping[str, Any] | None = None,
+        every_output: bool = True,
+    ) -> FeedOutputs:
+        """``every_output=False`` keeps only the first output of each feed (the target sends all)."""
+        path, layout = self.scratch.arrays(feeds)
+        out = self.scratch.path(".npz")
+        try:
+            try:
+                session = self._load(model, threads, timing=False, settings=settings)
+            except TargetFault as exc:
+                if "target crashed" in str(exc) or "target timeout" in str(exc):
+                    raise
+                raise TargetFault(f"onnxruntime cannot load the model: {exc}") from None
+            answer = self.client.request(
+                "run", session=session, feeds=str(path), layout=layout, out=str(out), runner=self.runner
+            )
+            produced = read_outputs(out, answer["layout"])
+            return produced if every_output else [dict([next(iter(feed.items()))]) for feed in produced]
+        finally:
+            with contextlib.suppress(TargetFault):
+                if self.client.process is not None:
+                    self.client.request("free")
+            out.unlink(missing_ok=True)
+
+    def timings(
+        self,
+        models: list[Path],
+        feed: dict[str, np.ndarray],
+        spec: LatencySpec,
+        runner: Callable | None,
+        settings: Mapping[str, Any] | None = None,
+    ) -> np.ndarray:
+        path, layout = self.scratch.arrays([feed])
+        try:
+            sessions = [self._load(model, spec.threads, timing=True, settings=settings) for model in models]
+            with latency_lane():
+                answer = self.client.request(
+                    "time",
+                    sessions=sessions,
+                    feed=str(path),
+                    names=layout[0],
+                    warmup=spec.warmup,
+                    repeats=spec.repeats,
+                    runner=self.runner,
+                )
+        finally:
+            with contextlib.suppress(TargetFault):
+                if self.client.process is not None:
+                    self.client.request("free")
+        return np.asarray(answer["timings"], dtype=np.float64)
+
+    def peak_memory_mb(
+        self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
+    ) -> float:
+        return self._memory.measure(
+            model, feed, threads, read_session_settings(model) if settings is None else settings
+        )
+
+    def close(self) -> None:
+        """Stops the servers (the next request starts them again) and removes the scratch files."""
+        self.client.stop()
+        self._memory.client.stop()
+        self.scratch.close()
