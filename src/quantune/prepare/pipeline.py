@@ -35,7 +35,7 @@ from quantune.store import ArtifactCache, cache_key
 log = logging.getLogger("quantune.prepare")
 
 # Bump when a step's output for the same input changes, so old prepared models are not reused.
-PREPARE_VERSION = 1
+PREPARE_VERSION = 2  # 2: facts hold matmul_weights and op_types (transformer_opt, weight_only prune by them)
 
 
 @dataclass(frozen=True)
