@@ -141,3 +141,19 @@ def test_rounds_stop_at_the_deadline_after_the_minimum(chain_config: dict[str, A
     timings = time_until_decided(light_wide, [heavy], heavy_feeds, spec, threshold=0.97, max_rounds=40)
     # 48 layers against 1: nearly every round says "slower", so the rounds stop before the maximum
     assert timings.shape == (2, timings.shape[1]) and 5 <= timings.shape[1] < 40
+
+
+def test_a_decided_candidate_sits_out_later_rounds(tmp_path: Path) -> None:
+    """The heavy model is decided (slower) early; when the rounds go on for the twin of the
+    original (undecided near 1.0), the heavy one is no longer run: NaN in those rounds."""
+    light = build_chain(tmp_path / "light.onnx", 1, 256)
+    twin = build_chain(tmp_path / "twin.onnx", 1, 256)
+    heavy = build_chain(tmp_path / "heavy.onnx", 48, 256)
+    feeds = {"x": np.ones((8, 256), np.float32)}
+    spec = LatencySpec(warmup=1, repeats=20, threads=1)
+    timings = time_until_decided(light, [heavy, twin], feeds, spec, threshold=0.97, max_rounds=14)
+    assert not np.isnan(timings[:, :5]).any()  # the first rounds run every model
+    assert not np.isnan(timings[0]).any() and not np.isnan(timings[2]).any()
+    if timings.shape[1] > 5 and np.isnan(timings[1]).any():
+        first_gap = int(np.argmax(np.isnan(timings[1])))
+        assert np.isnan(timings[1, first_gap:]).all()  # once out, out for good

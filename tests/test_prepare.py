@@ -305,3 +305,17 @@ def test_quantune_space_counts_the_pruned_points(tmp_path, make_config, capsys, 
     # off: opset 12 prunes per-channel QDQ, the computed bias both QOperator points; auto fixes both
     assert re.search(rf"after pruning: {expected}\b", out), out
     assert ("prepared: opset 12 -> 13" in out) == (prepare == "auto")
+
+
+def test_symbolic_shape_inference_loads_without_importing_torch() -> None:
+    """onnxruntime.tools' __init__ imports torch when installed (seconds): the shape step does not."""
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; from quantune.prepare.shapes import symbolic_shape_inference; "
+        "assert symbolic_shape_inference().__name__ == 'SymbolicShapeInference'; "
+        "print('torch' in sys.modules, 'onnxruntime.tools' in sys.modules)"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["False", "False"]

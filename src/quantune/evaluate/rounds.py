@@ -25,12 +25,23 @@ from quantune.evaluate.paired import paired_ratio
 
 
 def decided(timings: np.ndarray, threshold: float) -> list[bool]:
-    """For each candidate row (1..), whether its ratio to row 0 is surely below or above ``threshold``."""
+    """For each candidate row (1..), whether its ratio to row 0 is surely below or above ``threshold``
+    (rounds a candidate sat out are NaN and left out of its ratio)."""
     out = []
     for row in timings[1:]:
-        interval = paired_ratio(row, timings[0])
+        valid = ~np.isnan(row)
+        interval = paired_ratio(row[valid], timings[0][valid])
         out.append(interval.high < threshold or interval.low > threshold)
     return out
+
+
+def ratio_medians(timings: np.ndarray) -> list[float]:
+    """Each candidate's median paired ratio to the original over the rounds it ran."""
+    medians = []
+    for row in timings[1:]:
+        valid = ~np.isnan(row)
+        medians.append(paired_ratio(row[valid], timings[0][valid]).median)
+    return medians
 
 
 def time_until_decided(
@@ -48,20 +59,25 @@ def time_until_decided(
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
-    ``deadline`` is a ``time.perf_counter()`` value; at least ``min_rounds`` rounds always run (a
-    ratio needs some rounds to mean anything), so a deadline never leaves a candidate untimed.
+    A candidate whose ratio is decided sits out the later rounds (NaN there): a slow dynamic
+    variant is timed five times, not twenty. ``deadline`` is a ``time.perf_counter()`` value; at
+    least ``min_rounds`` rounds always run (a ratio needs some rounds to mean anything), so a
+    deadline never leaves a candidate untimed.
     """
     models = [original, *candidates]
     timing_spec = replace(spec, warmup=min(spec.warmup, 2))
     calls = [_call(_timing_session(model, timing_spec), feeds, runner) for model in models]
+    active = [True] * len(calls)
     columns: list[np.ndarray] = []
     with latency_lane():
         for call in calls:
             for _ in range(timing_spec.warmup):
                 call()
         while len(columns) < max_rounds:
-            column = np.empty(len(calls))
+            column = np.full(len(calls), np.nan)
             for row, call in enumerate(calls):
+                if not active[row]:
+                    continue
                 start = time.perf_counter()
                 call()
                 column[row] = time.perf_counter() - start
@@ -71,6 +87,8 @@ def time_until_decided(
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            if all(decided(np.stack(columns, axis=1), threshold)):
+            settled = decided(np.stack(columns, axis=1), threshold)
+            active = [True] + [not flag for flag in settled]
+            if all(settled):
                 break
     return np.stack(columns, axis=1)

@@ -10,7 +10,10 @@ inference, which the quantizers apply themselves, so the model is kept as it is.
 
 from __future__ import annotations
 
+import importlib.util
 import logging
+import sys
+from pathlib import Path
 
 import onnx
 
@@ -27,12 +30,32 @@ def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
 
 def _symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
     try:
-        from onnxruntime.tools.symbolic_shape_infer import SymbolicShapeInference
-
-        return SymbolicShapeInference.infer_shapes(model, auto_merge=True, guess_output_rank=False)
+        return symbolic_shape_inference().infer_shapes(model, auto_merge=True, guess_output_rank=False)
     except Exception as exc:  # ImportError (no sympy), or an op it cannot follow
         log.info("symbolic shape inference failed (%s: %s); onnx's inference stands", type(exc).__name__, exc)
         return None
+
+
+def symbolic_shape_inference() -> type:
+    """onnxruntime's ``SymbolicShapeInference``, loaded without the ``onnxruntime.tools`` package.
+
+    That package's ``__init__`` imports torch whenever torch is installed (for an export helper
+    nothing here uses): 9 s of a 60 s run on a loaded machine. The module itself needs only
+    numpy, onnx, sympy and packaging, so it is loaded from its file.
+    """
+    name = "onnxruntime.tools.symbolic_shape_infer"
+    module = sys.modules.get(name) or sys.modules.get("_quantune_symbolic_shape_infer")
+    if module is None:
+        import onnxruntime
+
+        path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+        spec = importlib.util.spec_from_file_location("_quantune_symbolic_shape_infer", path)
+        if spec is None or spec.loader is None:
+            raise ImportError(f"no {path}")
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[spec.name] = module
+        spec.loader.exec_module(module)
+    return module.SymbolicShapeInference
 
 
 def _onnx(model: onnx.ModelProto) -> onnx.ModelProto | None:

@@ -16,7 +16,7 @@ import numpy as np
 
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
-from quantune.evaluate.rounds import time_until_decided
+from quantune.evaluate.rounds import ratio_medians, time_until_decided
 from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.passes.cached import run_flow_cached
 from quantune.passes.timing import timing_for
@@ -200,7 +200,7 @@ def _ceilings(
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
             runner=context.evaluator.spec.runner,
         )
-        medians = [paired_ratio(row, timings[0]).median for row in timings[1:]]
+        medians = ratio_medians(timings)
         cached = {"ratios": medians, "rounds": int(timings.shape[1])}
         context.cache.put_json("evals", key, cached)
     log.info(
