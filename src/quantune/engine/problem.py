@@ -12,12 +12,12 @@ from typing import Any
 
 from quantune.config import Config
 from quantune.engine.executors.stage import Isolation
+from quantune.engine.probes import accuracy_fields  # model facts, probes, strategy options
 from quantune.engine.setup import RunParts
 from quantune.engine.stages import isolated
 from quantune.search import create_sampler
 from quantune.search.directions import sampler_directions
 from quantune.strategy import SearchProblem
-from quantune.strategy.accuracy import accuracy_fields  # model graph, sensitivity, strategy options
 from quantune.strategy.options import checked_options
 
 

@@ -3,7 +3,7 @@
 Besides the trials and the sensitivity analysis, the accuracy-driven strategies run models:
 a flow's speed ceiling (its passes, calibration included when not cached, then the model
 timed side by side with the original) and the original's per-node profile. The strategies
-get plain functions for them (:func:`quantune.strategy.accuracy.accuracy_fields`); here the
+get plain functions for them (:func:`quantune.engine.probes.accuracy_fields`); here the
 engine swaps in versions that run each call as a stage (``speed_ceiling``, ``node_profile``)
 in a worker under the trial workers' limits, which rebuilds the run's parts from the
 :class:`~quantune.engine.executors.worker.WorkerSpec` (as a trial worker does). A stage that
@@ -27,7 +27,7 @@ def _context(spec: Any) -> Any:
 
 def ceiling_ratio(spec: Any, point: dict[str, Any], flow: tuple[str, ...]) -> float | None:
     """In the stage worker: the point's model latency over the original's (see ``problem._side_by_side``)."""
-    from quantune.strategy.accuracy.problem import _side_by_side
+    from quantune.engine.probes import _side_by_side
 
     context = _context(spec)
     return _side_by_side(context, context.plan, point, flow)
@@ -37,7 +37,7 @@ def ceiling_ratios(
     spec: Any, items: list[tuple[dict[str, Any], tuple[str, ...]]], threshold: float, budget_s: float | None
 ) -> list[float | None]:
     """In the stage worker: every point's model timed against the original in one session."""
-    from quantune.strategy.accuracy.problem import _ceilings
+    from quantune.engine.probes import _ceilings
 
     context = _context(spec)
     return _ceilings(context, context.plan, items, threshold, budget_s)
@@ -45,7 +45,7 @@ def ceiling_ratios(
 
 def node_profile(spec: Any) -> dict[str, float]:
     """In the stage worker: each node's share of the original's kernel time."""
-    from quantune.strategy.accuracy.problem import _profile
+    from quantune.engine.probes import _profile
 
     return _profile(_context(spec))
 

@@ -10,12 +10,14 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantune.search import Feedback, Sampler
 from quantune.space import Point, SearchSpace
 from quantune.strategy.options import StrategyOptions
+
+if TYPE_CHECKING:
+    from quantune.passes.onnx.capability import ModelCapability
 
 
 @dataclass(frozen=True)
@@ -68,7 +70,9 @@ class SearchProblem:
     trials_per_group: int | None = None
     keep_best: int = 3
     # For accuracy-driven strategies (per-operator precision); empty when the engine does not fill them.
-    model_path: Path | None = None  # the input model, read only: its graph names the operators
+    # (op_types_to_quantize or None, "static" | "dynamic") -> the model's quantization capability
+    # (its groups of operators); given by the engine, so strategies never read the model file
+    capability: Callable[[Sequence[str] | None, str], ModelCapability] | None = None
     step_passes: Mapping[str, str] = field(default_factory=dict)  # step id -> pass name
     step_fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step id -> params the user fixed
     # (point, flow) -> a score per node of the model (higher: quantizing it does more harm).

@@ -18,7 +18,6 @@ from quantune.strategy.accuracy.fallback import (
     MSEStrategy,
     MSEv2Strategy,
 )
-from quantune.strategy.accuracy.problem import accuracy_fields
 from quantune.strategy.accuracy.quantune import QuantuneStrategy
 from quantune.strategy.accuracy.staged import StagedStrategy, Tried
 from quantune.strategy.accuracy.two_stage import TwoStageStrategy
@@ -35,6 +34,5 @@ __all__ = [
     "StagedStrategy",
     "Tried",
     "TwoStageStrategy",
-    "accuracy_fields",
     "minimal_k",
 ]

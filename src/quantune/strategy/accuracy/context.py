@@ -76,7 +76,7 @@ class AccuracyContext:
     @staticmethod
     def _flows(problem: SearchProblem, strategy: str) -> list[tuple[str, tuple[str, ...]]]:
         options = dict(problem.options)
-        if problem.model_path is None:
+        if problem.capability is None:
             raise QuantuneError(f"search.strategy: '{strategy}' needs the model's graph (run it through the engine)")
         chosen = options.get("flow")
         flows = [
@@ -98,11 +98,11 @@ class AccuracyContext:
     def _for_flow(
         cls, problem: SearchProblem, flow_name: str, flow: tuple[str, ...], options: dict[str, Any]
     ) -> AccuracyContext:
-        assert problem.model_path is not None
+        assert problem.capability is not None
         quant_step = next(step for step in flow if problem.step_passes.get(step) in QUANT_PASSES)
         fixed = problem.step_fixed.get(quant_step, {})
         mode = "dynamic" if problem.step_passes.get(quant_step) in WEIGHT_PASSES else "static"
-        capability = ModelCapability.from_model(problem.model_path, fixed.get("op_types_to_quantize"), mode)
+        capability = problem.capability(fixed.get("op_types_to_quantize"), mode)
         fp32_types = set(options.get("fp32_op_types", []))
         fp32_nodes = set(options.get("fp32_nodes", [])) | set(fixed.get("nodes_to_exclude", []))
         int8_types = set(options.get("int8_op_types", []))

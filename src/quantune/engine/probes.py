@@ -1,8 +1,10 @@
-"""What the engine adds to a :class:`SearchProblem` for accuracy-driven strategies.
+"""What the engine adds to a :class:`SearchProblem` for accuracy-driven strategies: facts and probes.
 
-Kept here, not in the engine, so the engine's edit is one call: the engine hands over its run
-context and plan, and gets back the optional SearchProblem fields (the model's path, each
-step's pass and fixed parameters, a sensitivity function, the strategy options).
+Strategies never touch files or run models; here the engine turns its run context and plan
+into what they may ask: the model's quantization capability (its groups, per op-type and
+mode), each step's pass and fixed parameters, and functions that measure -- the sensitivity
+analysis, speed ceilings timed side by side, the original's per-node profile. stages.py runs
+the measuring ones in workers.
 """
 
 from __future__ import annotations
@@ -19,12 +21,13 @@ from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.rounds import ratio_medians, time_until_decided
 from quantune.evaluate.sensitivity import SensitivityProbe
 from quantune.passes.cached import run_flow_cached
+from quantune.passes.onnx.capability import ModelCapability
 from quantune.passes.timing import timing_for
 from quantune.space import Point
 from quantune.store import cache_key
 from quantune.strategy.accuracy.context import QUANT_PASSES, WEIGHT_PASSES
 
-log = logging.getLogger("quantune.strategy")
+log = logging.getLogger("quantune.strategy")  # the strategies' log: these probes serve them
 
 
 def accuracy_fields(
@@ -39,6 +42,14 @@ def accuracy_fields(
     step_fixed = {step_id: dict(step.fixed) for step_id, step in plan.steps.items()}
     probes: dict[tuple[str, ...], SensitivityProbe] = {}
     options = dict(options or {})
+    capabilities: dict[tuple[tuple[str, ...] | None, str], ModelCapability] = {}
+
+    def capability(op_types: Sequence[str] | None, mode: str) -> ModelCapability:
+        """The groups of the model trials start from (the prepared one), for ``op_types`` and ``mode``."""
+        key = (tuple(op_types) if op_types is not None else None, mode)
+        if key not in capabilities:
+            capabilities[key] = ModelCapability.from_model(context.start.path, op_types, mode)
+        return capabilities[key]
 
     def sensitivity(point: Point, flow: tuple[str, ...]) -> Mapping[str, float]:
         quant = next((s for s in flow if step_passes.get(s) in QUANT_PASSES), None)
@@ -87,7 +98,7 @@ def accuracy_fields(
 
     return {
         "ceiling_ratios": ceiling_ratios,
-        "model_path": context.start.path,
+        "capability": capability,
         "step_passes": step_passes,
         "step_fixed": step_fixed,
         "sensitivity": sensitivity,
