@@ -1,0 +1,123 @@
+"""The quantune strategy's first stage: each flow's speed ceiling, timed before any accuracy work.
+
+A fully quantized variant's latency is the most any fallback can keep, so a variant whose
+ceiling is not faster than the original by the speed margin can never win and is dropped
+before a single accuracy evaluation is spent on it. All variants are timed in one
+side-by-side session (the engine's ``ceiling_ratios`` probe) that stops as soon as each
+ratio is decided; a strategy without that probe falls back to the variants' own trials.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from quantune.strategy.accuracy.common import Step
+from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.speed import SPEED_MARGIN, Variant, speed_variants
+from quantune.strategy.base import Outcome, Proposal
+
+log = logging.getLogger("quantune.strategy")
+CEILING = "ceiling"
+CEILING_SHARE = 0.25  # the most of stop.timeout_s the speed ceilings may take
+
+
+class CeilingStage:
+    """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stage
+    and the verdict on each variant (its ``variants``, ``decisions`` and ``_ceiling_stage`` are
+    set up by the strategy's ``setup``)."""
+
+    def stage_ceiling(self) -> Step:
+        """Stage: each flow's fully-quantized variants timed against the original (no accuracy
+        evaluation); returns the kept ones, fastest first.
+
+        All variants are built and timed in one side-by-side session that stops once each ratio
+        is surely on one side of the margin; the stage gets at most ``ceiling_share`` (default
+        0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
+        """
+        contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
+        for ctx in contexts:
+            for point, label in speed_variants(ctx):
+                point = self.complete(point, ctx)
+                variant = Variant(ctx, point, label)
+                self.variants.append(variant)
+                self._ceiling_stage[f"{CEILING}: {label}"] = variant
+        if self._time_ceilings(self.variants):
+            for variant in self.variants:
+                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
+        else:  # nothing times models side by side here: each ceiling's trial says how fast it is
+            outcomes = yield from self.try_points([(v.point, f"{CEILING}: {v.label}") for v in self.variants])
+            for variant, outcome in zip(self.variants, outcomes, strict=True):
+                self._measure(variant, outcome)
+                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
+        kept = [v for v in self.variants if self._keeps(v)]
+        order = {id(v): i for i, v in enumerate(self.variants)}
+        baseline = self.baseline.get("latency_ms")
+        kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
+        for line in self.decisions:
+            log.info("quantune strategy: %s", line)
+        if not kept:
+            log.info("quantune strategy: no variant is faster than the original: keep the original")
+            self.finished_reason = (
+                "no quantized variant was faster than the original (each fully quantized flow's speed "
+                "ceiling was slower or failed: " + "; ".join(self.decisions) + "), so no fallback could win"
+            )
+        return kept
+
+    def _time_ceilings(self, variants: list[Variant]) -> bool:
+        """Each variant's side-by-side ratio, from one session for all (or one timing per variant);
+        False when nothing here times models (then the ceilings' trials must)."""
+        if self.problem.objective != "latency" or not variants:
+            return False
+        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
+        share = float(self.ctx.options.get("ceiling_share", CEILING_SHARE))
+        budget = share * self.problem.timeout_s if self.problem.timeout_s else None
+        items = [(v.point, v.ctx.flow) for v in variants]
+        if self.problem.ceiling_ratios is not None:
+            ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
+        elif self.problem.latency_ratio is not None:
+            ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
+        else:
+            return False
+        for variant, ratio in zip(variants, ratios, strict=True):
+            variant.side_by_side = ratio
+            variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
+        return True
+
+    def _measure(self, variant: Variant, outcome: Outcome | None) -> None:
+        if outcome is None or outcome.failed:
+            variant.failed = True
+            return
+        variant.latency_ms = outcome.metrics.get("latency_ms")
+        variant.meets = bool(outcome.meets)
+        variant.violation = outcome.violation
+
+    def _keeps(self, variant: Variant) -> bool:
+        return variant.failed is False and self._verdict(variant)[0]
+
+    def _verdict(self, variant: Variant) -> tuple[bool, str]:
+        if variant.failed:
+            return False, "dropped: failed (or not built within the ceiling stage's share of the time limit)"
+        baseline = self.baseline.get("latency_ms")
+        ratio = variant.ratio(baseline)
+        if self.problem.objective != "latency":
+            return True, f"kept (objective: {self.problem.objective}, not latency)"
+        if ratio is None:
+            return True, "kept (no baseline latency to compare)"
+        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
+        if ratio >= 1.0 - margin and not self.ctx.options.get("drop_slow", True):
+            return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
+        if ratio >= 1.0 - margin:
+            return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
+        return True, f"kept: {ratio:.2f}x fp32 latency"
+
+    def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        """A ceiling trial's stage says whether its variant was kept or dropped, and why."""
+        variant = self._ceiling_stage.get(proposal.stage)
+        if variant is None:
+            return None
+        self._measure(variant, outcome)
+        return self._verdict(variant)[1]
+
+
+def _or_inf(value: float | None) -> float:
+    return float("inf") if value is None else value
