@@ -96,6 +96,8 @@ def tool_python(tool: str) -> Path | None:
 
 def child_env() -> dict[str, str]:
     env = dict(os.environ)
+    if env.get("PYTHONPATH"):  # the tools run in their own folders: a relative entry would miss
+        env["PYTHONPATH"] = os.pathsep.join(str(Path(p).resolve()) for p in env["PYTHONPATH"].split(os.pathsep) if p)
     env.update(
         ORT_DISABLE_TELEMETRY="1",
         HF_HUB_OFFLINE="1",
