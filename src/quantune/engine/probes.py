@@ -113,17 +113,7 @@ CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the ori
 
 def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
     """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
-    path, sha = run_flow_cached(
-        context.cache,
-        [(step.id, step.pass_cls, config) for step, config in plan.configs_for(point, flow)],
-        context.start.path,
-        context.start.sha256,
-        calibration=context.calibration,
-        input_names=list(context.evaluator.input_names),
-        batch_size=context.batch_size,
-        label_suffix=" (speed ceiling)",
-        timing=timing_for(context.evaluator),
-    )
+    path, sha = _variant_model(context, plan, point, flow)
     spec = context.evaluator.spec.latency
     # A ceiling only sorts variants (kept or dropped at a 3% margin): 20 paired rounds tell that,
     # and a large model timed 50+10 rounds twice per variant would eat the run's time limit.

@@ -18,6 +18,7 @@ import numpy as np
 
 from quantune.evaluate.feeds import FeedOutputs
 from quantune.evaluate.target_client import TargetClient
+from quantune.evaluate.target_server import load_arrays
 
 Feeds = list[dict[str, np.ndarray]]
 
@@ -73,13 +74,8 @@ class Scratch:
 
 
 def read_outputs(path: Path, layout: list[list[str]]) -> FeedOutputs:
-    with np.load(path, allow_pickle=False) as data:
-        arrays = [data[f"a{index}"] for index in range(len(data.files))]
-    outputs, position = [], 0
-    for names in layout:
-        outputs.append({name: arrays[position + offset] for offset, name in enumerate(names)})
-        position += len(names)
-    return outputs
+    """Arrays a server wrote, back into one dict per feed (the server's own reader: one format)."""
+    return load_arrays(np, path, layout)
 
 
 class MemoryProbe:

@@ -112,7 +112,7 @@ def open_session(ort, request):
     return ort.InferenceSession(request["model"], options, providers=providers)
 
 
-def _load_arrays(np, path, layout):
+def load_arrays(np, path, layout):
     with np.load(path, allow_pickle=False) as data:
         arrays = [data[f"a{index}"] for index in range(len(data.files))]
     feeds, position = [], 0
@@ -172,7 +172,7 @@ class Server:
 
     def run(self, request):
         session = self.sessions[request["session"]]
-        feeds = _load_arrays(self.np, request["feeds"], request["layout"])
+        feeds = load_arrays(self.np, request["feeds"], request["layout"])
         runner = _runner(request.get("runner"), self.runners)
         if runner is not None:
             outputs = [dict(item) for item in runner(session, feeds)]
@@ -189,7 +189,7 @@ class Server:
         return {"layout": _save_arrays(self.np, request["out"], outputs)}
 
     def time(self, request):
-        (feed,) = _load_arrays(self.np, request["feed"], [request["names"]])
+        (feed,) = load_arrays(self.np, request["feed"], [request["names"]])
         runner = _runner(request.get("runner"), self.runners)
         calls = []
         for ident in request["sessions"]:
@@ -266,7 +266,7 @@ def measure_memory(request):
     import numpy as np
     import onnxruntime as ort
 
-    (feed,) = _load_arrays(np, request["feed"], [request["names"]])
+    (feed,) = load_arrays(np, request["feed"], [request["names"]])
     reset = True
     try:
         with open("/proc/self/clear_refs", "w") as handle:
