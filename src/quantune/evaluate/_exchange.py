@@ -22,6 +22,25 @@ from quantune.evaluate.target_server import load_arrays
 
 Feeds = list[dict[str, np.ndarray]]
 
+_ROOT_ENV = "QUANTUNE_SCRATCH_ROOT"
+
+
+def scratch_root() -> Path:
+    """One scratch folder for this process and every worker it starts, removed when it exits.
+
+    Workers inherit the folder through the environment and make their own sub-folders in it;
+    a worker that is killed (or leaves through ``os._exit``) runs no clean-up of its own, so
+    the process that made the folder removes it, and with it whatever its workers left.
+    """
+    root = os.environ.get(_ROOT_ENV)
+    if root and Path(root).is_dir():
+        return Path(root)
+    made = Path(tempfile.mkdtemp(prefix="quantune-scratch-"))
+    os.environ[_ROOT_ENV] = str(made)
+    atexit.register(shutil.rmtree, str(made), True)
+    return made
+
+
 _SHARED: dict[tuple[str, str, int | None], TargetClient] = {}
 
 
@@ -31,7 +50,7 @@ def shared_client(python: str, role: str, *, timeout_s: float, memory_limit_mb: 
     key = (python, role, memory_limit_mb)
     client = _SHARED.get(key)
     if client is None:
-        log_dir = Path(tempfile.mkdtemp(prefix="quantune-target-log-"))
+        log_dir = Path(tempfile.mkdtemp(prefix="target-log-", dir=scratch_root()))
         client = TargetClient(python, log_dir / f"{role}.log", timeout_s=timeout_s, memory_limit_mb=memory_limit_mb)
         _SHARED[key] = client
         atexit.register(client.stop)
@@ -44,7 +63,7 @@ class Scratch:
     """A private folder for arrays and requests exchanged with server processes, removed at exit."""
 
     def __init__(self) -> None:
-        self.dir = Path(tempfile.mkdtemp(prefix="quantune-target-"))
+        self.dir = Path(tempfile.mkdtemp(prefix="target-", dir=scratch_root()))
         self._written: dict[int, tuple[object, Path, list[list[str]]]] = {}  # the evaluation and latency feeds
         self._count = 0
         self._finalizer = weakref.finalize(self, shutil.rmtree, str(self.dir), True)  # at exit, or when dropped
