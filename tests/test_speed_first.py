@@ -46,6 +46,7 @@ def test_when_every_ceiling_is_slower_the_strategy_stops_and_says_why(make_confi
     assert seen == []  # timing alone decided: not even a ceiling's accuracy was evaluated
     assert strategy.decisions and all("dropped: 1.30x" in line for line in strategy.decisions)
     assert "no quantized variant was faster" in strategy.finished_reason
+    assert "slower than the original side by side" in strategy.original_wins  # measured, so: keep it
 
 
 def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_config) -> None:
@@ -112,6 +113,7 @@ def test_a_real_run_decides_on_the_latencies_it_measured(make_config, tmp_path: 
             assert _speed_class(trial.params, trial.flow) in kept, f"{trial.stage} tunes a dropped variant"
     if not result.trials:
         assert "no quantized variant was faster" in result.stop_reason
+        assert result.verdict == "keep_original" and result.best is None
 
 
 def _speed_class(params: dict[str, Any], flow: list[str]) -> tuple:

@@ -313,3 +313,12 @@ def test_top1_agreement_and_distances_are_not_fooled():
     assert top1_agreement(nan, reference) == pytest.approx(2 / 3)
     assert l2(nan, reference) == math.inf and max_abs_diff(nan, reference) == math.inf
     assert l2(zeros, reference) > 0 and max_abs_diff(zeros, reference) == 4.0
+
+
+def test_a_strategy_that_measured_every_variant_slower_keeps_the_original_without_trials():
+    from quantune.engine.verdict import decide
+
+    settled = decide([], ["latency"], {"latency_ms": 1.0}, original_wins="every quantized variant was slower")
+    assert settled.kind == "keep_original" and settled.best is None
+    assert "every quantized variant was slower" in settled.reason
+    assert decide([], ["latency"], {"latency_ms": 1.0}).kind == "no_candidate_in_budget"  # nothing measured

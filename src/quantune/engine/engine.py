@@ -172,7 +172,9 @@ class Engine:
     ) -> Result:
         records = sorted(loop.records, key=lambda r: r.number)
         # after a confirmation, only figures timed side by side compete, and their paired ratios decide
-        verdict = decide(records, self.objectives, baseline, confirmation, parts.criterion.kind)
+        verdict = decide(
+            records, self.objectives, baseline, confirmation, parts.criterion.kind, loop.strategy.original_wins
+        )
         return Result(
             baseline=baseline,
             trials=records,

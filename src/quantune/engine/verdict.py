@@ -42,9 +42,15 @@ def decide(
     baseline: dict[str, float],
     confirmation: Confirmation | None = None,
     loss_kind: str | None = None,
+    original_wins: str = "",
 ) -> Verdict:
-    """The verdict on ``records`` (every trial of the run) against the original's ``baseline``."""
+    """The verdict on ``records`` (every trial of the run) against the original's ``baseline``.
+
+    ``original_wins``: the strategy's reason, when it measured side by side that nothing it could
+    propose beats the original (then no trial may have run, and the original is the answer)."""
     if not any(is_candidate(r) for r in records):
+        if original_wins:
+            return Verdict(KEEP_ORIGINAL, f"keep the original: {original_wins}", None)
         return Verdict(NO_CANDIDATE, _why_none(records), None)
     objective = objectives[0]
     if objective == "latency" and confirmation is not None and confirmation.ratios:

@@ -191,6 +191,8 @@ def verdict_line(result: Result) -> str:
             words = speed_words(_as_results(result), {"number": best.number, "metrics": best.metrics})
             return f"keep the original: no candidate was faster (best candidate {words}, trial {best.number})"
         return f"keep the original: {result.verdict_reason}"
+    if result.verdict == "keep_original":  # settled without a candidate (e.g. every variant timed slower)
+        return result.verdict_reason
     return (
         f"no candidate in the budget: {result.verdict_reason}"
         if result.verdict_reason

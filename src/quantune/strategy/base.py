@@ -102,6 +102,10 @@ class Strategy(ABC):
     # why ``ask`` returned None, when the strategy knows better than "space exhausted" (the
     # engine's stop reason quotes it)
     finished_reason: str = ""
+    # set when the strategy measured, side by side, that no candidate it could propose beats the
+    # original (every quantized variant's speed ceiling slower): then the verdict is "keep the
+    # original" with this reason, even when no trial ran
+    original_wins: str = ""
 
     def bind(self, problem: SearchProblem) -> None:
         self.problem = problem

@@ -61,6 +61,10 @@ class CeilingStage:
                 "no quantized variant was faster than the original (each fully quantized flow's speed "
                 "ceiling was slower or failed: " + "; ".join(self.decisions) + "), so no fallback could win"
             )
+            if any(v.failed is False for v in self.variants):  # measured slower, not only failed
+                self.original_wins = "every quantized variant was slower than the original side by side (" + (
+                    "; ".join(self.decisions) + ")"
+                )
         return kept
 
     def _time_ceilings(self, variants: list[Variant]) -> bool:
