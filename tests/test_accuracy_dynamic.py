@@ -140,13 +140,31 @@ def needs_mm1(point: Point) -> Outcome:
     return Outcome(1.0 + 0.1 * len(excluded), 0.0 if meets else 0.05, meets, {})
 
 
-def test_quantune_screens_per_channel_on_a_dynamic_step(tmp_path: Path) -> None:
+def test_quantune_starts_a_dynamic_step_per_channel(tmp_path: Path) -> None:
+    """Neural Compressor's dynamic defaults: per-channel weights, so this model meets at its ceiling."""
     strategy = create_strategy("quantune")
     strategy.bind(accuracy_problem(mlp_config(tmp_path, "quantune"), {"latency_trials": 0}))
     points = drive(strategy, needs_mm1_or_per_channel)
     assert strategy.ctx.dynamic and strategy.ctx.quant_step == "dynamic_quant"
-    assert [s.split(":")[0] for s in strategy.stage_log] == ["ceiling", "screen"]
-    assert points[1]["dynamic_quant.per_channel"] is True
+    assert {s.split(":")[0] for s in strategy.stage_log} == {"ceiling"}
+    assert all(p["dynamic_quant.per_channel"] is True for p in points)
+    best = strategy.best_meeting()
+    assert best is not None and not best.point.get("dynamic_quant.nodes_to_exclude")
+
+
+def needs_per_tensor(point: Point) -> Outcome:
+    meets = point.get("dynamic_quant.per_channel") is False
+    return Outcome(1.0, 0.0 if meets else 0.05, meets, {})
+
+
+def test_quantune_screens_per_tensor_when_per_channel_misses(tmp_path: Path) -> None:
+    strategy = create_strategy("quantune")
+    strategy.bind(accuracy_problem(mlp_config(tmp_path, "quantune"), {"latency_trials": 0}))
+    points = drive(strategy, needs_per_tensor)
+    screens = [p for p, s in zip(points, strategy.stage_log, strict=True) if s.startswith("screen")]
+    assert screens and screens[0]["dynamic_quant.per_channel"] is False
+    best = strategy.best_meeting()
+    assert best is not None and best.point["dynamic_quant.per_channel"] is False
 
 
 def test_quantune_bisects_the_dynamic_fallback(tmp_path: Path) -> None:
@@ -273,7 +291,8 @@ def test_the_chosen_flows_default_is_not_evaluated_again(tmp_path: Path) -> None
     points = drive(strategy, lambda p: Outcome(1.0, 0.5, False, {}) if p["flow"] == "static_quant" else needs_mm1(p))
     keys = [tuple(sorted((k, str(v)) for k, v in p.items())) for p in points]
     assert len(set(keys)) == len(keys)
-    assert strategy.known(strategy.ctx.base_point()) is not None  # the default is remembered under the new flow
+    ceilings = [v.point for v in strategy.variants if v.ctx.flow_name == strategy.ctx.flow_name]
+    assert any(strategy.known(point) is not None for point in ceilings)  # remembered under the new flow
 
 
 # -- block-first bisection (static) ----------------------------------------------------------------

@@ -69,7 +69,8 @@ def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_c
         return Outcome(1.0, 0.0 if meets else 0.1, meets, {"latency_ms": 1.0})
 
     seen = _drive(strategy, judge)
-    assert len(strategy.decisions) == 5  # QDQ/QOperator x uint8/int8 and dynamic, timed, not evaluated
+    # QDQ/QOperator x uint8/int8, and dynamic int8/uint8 x none/extended: timed, not evaluated
+    assert len(strategy.decisions) == 8
     for line in strategy.decisions:
         label = line.split(" kept")[0].split(" dropped")[0]
         flow = ("dynamic_quant",) if label.startswith("dynamic") else ("static_quant",)
@@ -117,8 +118,8 @@ def test_a_real_run_decides_on_the_latencies_it_measured(make_config, tmp_path: 
 
 
 def _speed_class(params: dict[str, Any], flow: list[str]) -> tuple:
-    if flow == ["dynamic_quant"]:
-        return ("dynamic",)
+    if flow == ["dynamic_quant"]:  # its weight type and pre-optimization decide its speed
+        return ("dynamic", params.get("dynamic_quant.weight_type"), params.get("dynamic_quant.pre_optimize"))
     return (params.get("static_quant.quant_format"), params.get("static_quant.activation_type"))
 
 

@@ -53,6 +53,23 @@ def machine_info() -> dict[str, Any]:
     }
 
 
+def int8_saturates() -> bool:
+    """Whether this CPU's int8 dot products can saturate (x86 with neither VNNI nor AMX).
+
+    Without VNNI, onnxruntime multiplies uint8 activations by int8 weights with
+    ``vpmaddubsw``, whose 16-bit pair sums saturate; 7-bit weights (``reduce_range``) avoid it.
+    Neural Compressor sets ``reduce_range`` on exactly these machines; so do quantune's
+    dynamic speed ceilings. On MiniLM-L3 here, dynamic int8 lost 2.46% of its metric, and
+    1.24% with per-channel 7-bit weights.
+    """
+    if platform.machine().lower() not in ("x86_64", "amd64", "i386", "i686"):
+        return False
+    flags = set(_cpuinfo().get("flags", "").split())
+    if not flags:
+        return False  # cannot tell: assume a modern CPU
+    return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
 def _version(package: str) -> str | None:
     try:
         return metadata.version(package)

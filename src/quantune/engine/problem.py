@@ -15,6 +15,7 @@ from quantune.engine.executors.stage import Isolation
 from quantune.engine.probes import accuracy_fields  # model facts, probes, strategy options
 from quantune.engine.setup import RunParts
 from quantune.engine.stages import isolated
+from quantune.machine import int8_saturates
 from quantune.search import create_sampler
 from quantune.search.directions import sampler_directions
 from quantune.strategy import SearchProblem
@@ -46,6 +47,7 @@ def search_problem(
         objective=objectives[0],
         objectives=objectives,
         timeout_s=config.stop.timeout_s,
+        int8_saturates=int8_saturates(),
         **isolated(
             accuracy_fields(
                 parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation

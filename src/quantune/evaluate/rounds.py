@@ -8,7 +8,10 @@ in interleaved rounds (each round runs the original then every candidate, so a s
 of the machine lands on all of them); after ``min_rounds`` and then every ``chunk`` rounds,
 the per-round ratios' confidence interval (:mod:`quantune.evaluate.paired`) of each
 candidate is compared with the threshold, and timing stops once every candidate's interval
-lies on one side of it, at ``max_rounds``, or at the ``deadline``.
+lies on one side of it, at ``max_rounds``, or at the ``deadline``. Candidates below the
+threshold keep being timed until the fastest of them is surely faster than the others: the
+strategy recovers accuracy in the fastest first, and on MiniLM-L3 a stop at "below" ranked a
+0.65x variant before a 0.60x one.
 """
 
 from __future__ import annotations
@@ -33,6 +36,21 @@ def decided(timings: np.ndarray, threshold: float) -> list[bool]:
         interval = paired_ratio(row[valid], timings[0][valid])
         out.append(interval.high < threshold or interval.low > threshold)
     return out
+
+
+def fastest_known(timings: np.ndarray, threshold: float) -> bool:
+    """Whether, among the candidates surely below ``threshold``, the fastest one's interval lies
+    wholly below every other's (True when fewer than two are below)."""
+    intervals = []
+    for row in timings[1:]:
+        valid = ~np.isnan(row)
+        interval = paired_ratio(row[valid], timings[0][valid])
+        if interval.high < threshold:
+            intervals.append(interval)
+    if len(intervals) < 2:
+        return True
+    intervals.sort(key=lambda i: i.median)
+    return all(intervals[0].high < other.low for other in intervals[1:])
 
 
 def ratio_medians(timings: np.ndarray) -> list[float]:
@@ -87,8 +105,11 @@ def time_until_decided(
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            settled = decided(np.stack(columns, axis=1), threshold)
-            active = [True] + [not flag for flag in settled]
-            if all(settled):
+            timings = np.stack(columns, axis=1)
+            settled = decided(timings, threshold)
+            ranked = fastest_known(timings, threshold)
+            below = [bool(np.nanmedian(row / timings[0]) < threshold) for row in timings[1:]]
+            active = [True] + [not flag or (fast and not ranked) for flag, fast in zip(settled, below, strict=True)]
+            if all(settled) and ranked:
                 break
     return np.stack(columns, axis=1)

@@ -92,6 +92,8 @@ class SearchProblem:
         Callable[[Sequence[tuple[Point, tuple[str, ...]]], float, float | None], list[float | None]] | None
     ) = None
     timeout_s: float | None = None  # stop.timeout_s: the run's time limit (None: none)
+    # this CPU's int8 dot products saturate (x86 without VNNI/AMX): 7-bit weights are safer
+    int8_saturates: bool = False
 
 
 class Strategy(ABC):

@@ -1,7 +1,12 @@
-"""onnxruntime dynamic quantization: int8 weights, activation ranges computed at run time."""
+"""onnxruntime dynamic quantization: int8 weights, activation ranges computed at run time.
+
+``pre_optimize: extended`` runs onnxruntime's extended graph optimization first, as Neural
+Compressor does for NLP models (see :mod:`.pre_optimize`).
+"""
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
@@ -11,6 +16,7 @@ from onnxruntime.quantization import quantize_dynamic
 
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
+from quantune.passes.onnx.pre_optimize import drop_types, optimize_extended
 from quantune.passes.onnx.quant_types import QUANT_TYPES
 from quantune.passes.registry import register_pass
 from quantune.prepare.facts import facts_apply, quantized_among
@@ -23,6 +29,8 @@ class DynamicQuantizationConfig(PassConfig):
     reduce_range: bool = False
     op_types_to_quantize: list[str] | None = None
     nodes_to_exclude: list[str] = []
+    # "extended": onnxruntime's extended graph optimization first (fused LayerNorm, Gelu, ...)
+    pre_optimize: Literal["none", "extended"] = "none"
 
 
 @register_pass
@@ -37,6 +45,7 @@ class DynamicQuantization(Pass):
         "weight_type": Categorical(("int8", "uint8")),
         "per_channel": Boolean(),
         "reduce_range": Boolean(),
+        "pre_optimize": Categorical(("none", "extended")),
     }
 
     # DynamicQuantizeLinear is an opset-11 op (onnxruntime's quantizer upgrades older models itself).
@@ -60,6 +69,16 @@ class DynamicQuantization(Pass):
         return not any(name == "graph_opt" and getattr(c, "level", None) in ("all",) for name, c in upstream)
 
     def run(self, config: DynamicQuantizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
+        if config.pre_optimize == "extended":
+            with tempfile.TemporaryDirectory(dir=model_out.parent) as scratch:
+                optimized = Path(scratch) / "extended.onnx"
+                added = optimize_extended(model_in, optimized)
+                self._quantize(config, optimized, model_out)
+                drop_types(model_out, added)
+            return
+        self._quantize(config, model_in, model_out)
+
+    def _quantize(self, config: DynamicQuantizationConfig, model_in: Path, model_out: Path) -> None:
         quantize_dynamic(
             str(model_in),
             str(model_out),

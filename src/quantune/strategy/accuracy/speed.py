@@ -58,8 +58,10 @@ class Variant:
 def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
     """The flow's fastest-candidate points: every quant format x activation type (static), or the defaults."""
     base = ctx.base_point()
+    if ctx.quant_pass == "dynamic_quant":
+        return dynamic_variants(ctx, base)
     if ctx.dynamic:
-        return [(base, f"{ctx.flow_name}: {'dynamic' if ctx.quant_pass == 'dynamic_quant' else ctx.quant_pass}")]
+        return [(base, f"{ctx.flow_name}: {ctx.quant_pass}")]
     params = ctx.quant_params()
     formats = _values(params.get(ctx.key("quant_format")), base)
     types = _values(params.get(ctx.key("activation_type")), base)
@@ -78,6 +80,36 @@ def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
     return out or [(base, f"{ctx.flow_name}: defaults")]
 
 
+def dynamic_variants(ctx: AccuracyContext, base: Point) -> list[tuple[Point, str]]:
+    """A dynamic step's ceilings: each weight type x graph pre-optimization it searches.
+
+    Speed differs by both: int8 weights make ``ConvInteger`` many times slower than uint8 ones
+    on this onnxruntime (the captcha model: 1.7x fp32 against 0.65x), and the extended
+    pre-optimization fuses what quantization would otherwise leave split (MiniLM-L3: 0.59x
+    against 0.63x). Accuracy starts where Neural Compressor's dynamic defaults do: per-channel
+    weights, 7 bits of them where the CPU's int8 dot products saturate (``reduce_range``); the
+    screen tries the other values once a first model is in budget.
+    """
+    params = ctx.quant_params()
+    start = dict(base)
+    if ctx.key("per_channel") in params:
+        start[ctx.key("per_channel")] = True
+    if ctx.key("reduce_range") in params:
+        start[ctx.key("reduce_range")] = bool(ctx.problem.int8_saturates)
+    out: list[tuple[Point, str]] = []
+    for pre in _values(params.get(ctx.key("pre_optimize")), start):
+        for weight in _values(params.get(ctx.key("weight_type")), start):
+            point = dict(start)
+            if pre is not None:
+                point[ctx.key("pre_optimize")] = pre
+            if weight is not None:
+                point[ctx.key("weight_type")] = weight
+            if ctx.valid(point):
+                name = "/".join(str(v) for v in (weight, pre) if v is not None and v != "none")
+                out.append((point, f"{ctx.flow_name}: dynamic{' ' + name if name else ''}"))
+    return out or [(start, f"{ctx.flow_name}: dynamic")]
+
+
 def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
     """Active conditional parameters of the quant step at their first value (e.g. activation_symmetric)."""
     filled = dict(point)
@@ -93,6 +125,8 @@ def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
 def speed_params(ctx: AccuracyContext, point: Mapping[str, Any]) -> Point:
     """The values of a point that decide its speed class (held fixed while accuracy is recovered)."""
     keys = [ctx.key("quant_format"), ctx.key("activation_type"), ctx.key("activation_symmetric")]
+    if ctx.quant_pass == "dynamic_quant":  # uint8 ConvInteger and the fused graph are what is fast
+        keys += [ctx.key("weight_type"), ctx.key("pre_optimize")]
     return {key: point[key] for key in keys if key in point}
 
 

@@ -1,0 +1,127 @@
+"""Dynamic quantization the way it is fast: uint8 ConvInteger, extended pre-optimization, and
+Neural Compressor's accuracy defaults (per-channel, 7-bit weights where int8 dot products saturate)."""
+
+from __future__ import annotations
+
+import dataclasses
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, helper, numpy_helper
+
+from conftest import accuracy_problem, run_model, save_graph
+from layernorm_model import build_layernorm_mlp, layernorm_inputs
+from quantune import machine
+from quantune.evaluate.rounds import fastest_known
+from quantune.passes.base import PassContext
+from quantune.passes.onnx.dynamic_quant import DynamicQuantization, DynamicQuantizationConfig
+from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.speed import dynamic_variants
+
+
+def build_silu_cnn(path: Path, seed: int = 0) -> Path:
+    """Three 3x3 convolutions, each followed by SiLU (x * sigmoid(x)): onnxruntime's extended level
+    fuses each SiLU into a com.microsoft QuickGelu, which onnx's shape inference does not know."""
+    rng = np.random.default_rng(seed)
+    nodes, inits, channels, prev = [], [], 1, "x"
+    for i, out_channels in enumerate((4, 8, 8)):
+        weight = rng.normal(0, 0.3, (out_channels, channels, 3, 3)).astype(np.float32)
+        inits += [
+            numpy_helper.from_array(weight, f"w{i}"),
+            numpy_helper.from_array(np.zeros(out_channels, np.float32), f"b{i}"),
+        ]
+        nodes += [
+            helper.make_node("Conv", [prev, f"w{i}", f"b{i}"], [f"c{i}"], name=f"conv{i}", pads=[1, 1, 1, 1]),
+            helper.make_node("Sigmoid", [f"c{i}"], [f"s{i}"], name=f"sigmoid{i}"),
+            helper.make_node("Mul", [f"c{i}", f"s{i}"], [f"a{i}"], name=f"silu{i}"),
+        ]
+        channels, prev = out_channels, f"a{i}"
+    nodes.append(helper.make_node("Identity", [prev], ["y"], name="out"))
+    graph = helper.make_graph(
+        nodes,
+        "silu_cnn",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 8, 16, 16])],
+        inits,
+    )
+    return save_graph(graph, path)
+
+
+def _quantize(model: Path, out: Path, **params: Any) -> Counter:
+    config = DynamicQuantizationConfig(**params)
+    DynamicQuantization().run(config, model, out, PassContext(None, ["x"], 1, out.parent))
+    return Counter(node.op_type for node in onnx.load(str(out)).graph.node)
+
+
+def test_extended_pre_optimization_keeps_every_conv_quantizable(tmp_path: Path) -> None:
+    """Fused SiLU (QuickGelu) between convolutions: without the types added back, onnxruntime's
+    quantizer skips every Conv after the first; with them, all three become ConvInteger."""
+    model = build_silu_cnn(tmp_path / "silu.onnx")
+    ops = _quantize(model, tmp_path / "ext.onnx", weight_type="uint8", pre_optimize="extended")
+    assert ops["ConvInteger"] == 3 and ops["Conv"] == 0
+    assert ops["QuickGelu"] == 3, "the extended level did not fuse the SiLUs"
+    typed = {info.name for info in onnx.load(str(tmp_path / "ext.onnx")).graph.value_info}
+    assert not typed & {"s1", "a1", "c2"}, "the symbolic types stay in the quantized model (it runs slower)"
+    x = np.random.default_rng(1).normal(size=(1, 1, 16, 16)).astype(np.float32)
+    (ref,) = run_model(model, {"x": x})
+    (got,) = run_model(tmp_path / "ext.onnx", {"x": x})
+    assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
+    plain = _quantize(model, tmp_path / "plain.onnx", weight_type="uint8")
+    assert plain["ConvInteger"] == 3 and plain["QuickGelu"] == 0
+
+
+def test_extended_pre_optimization_fuses_a_decomposed_layernorm(tmp_path: Path) -> None:
+    model = build_layernorm_mlp(tmp_path / "ln.onnx")
+    inputs = onnx.load(str(model)).graph.input[0].name
+    out = tmp_path / "q.onnx"
+    config = DynamicQuantizationConfig(pre_optimize="extended", per_channel=True, reduce_range=True)
+    DynamicQuantization().run(config, model, out, PassContext(None, [inputs], 1, tmp_path))
+    ops = Counter(node.op_type for node in onnx.load(str(out)).graph.node)
+    assert ops["LayerNormalization"] >= 1 and ops["ReduceMean"] == 0
+    assert ops["MatMulInteger"] >= 1
+    x = layernorm_inputs(4, 0)
+    (ref,) = run_model(model, {inputs: x})
+    (got,) = run_model(out, {inputs: x})
+    assert got.shape == ref.shape and np.isfinite(got).all()
+
+
+@pytest.mark.parametrize("saturates", [True, False])
+def test_dynamic_ceilings_cover_weight_types_and_pre_optimization(make_config, saturates: bool) -> None:
+    config = make_config([{"name": "dynamic_quant", "search": True}], search={"strategy": "quantune"})
+    problem = dataclasses.replace(accuracy_problem(config), int8_saturates=saturates)
+    (ctx,) = AccuracyContext.all_from_problem(problem, "quantune")
+    variants = dynamic_variants(ctx, ctx.base_point())
+    seen = {(p["dynamic_quant.weight_type"], p["dynamic_quant.pre_optimize"]) for p, _ in variants}
+    assert seen == {("int8", "none"), ("uint8", "none"), ("int8", "extended"), ("uint8", "extended")}
+    for point, label in variants:
+        assert point["dynamic_quant.per_channel"] is True
+        assert point["dynamic_quant.reduce_range"] is saturates
+        assert point["dynamic_quant.weight_type"] in label
+
+
+def test_int8_saturates_follows_the_cpu_flags(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(machine.platform, "machine", lambda: "x86_64")
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: {"flags": "sse4_1 avx avx2 fma"})
+    assert machine.int8_saturates()
+    for flag in ("avx512_vnni", "avx_vnni", "amx_int8"):
+        monkeypatch.setattr(machine, "_cpuinfo", lambda flag=flag: {"flags": f"avx2 {flag}"})
+        assert not machine.int8_saturates()
+    monkeypatch.setattr(machine.platform, "machine", lambda: "aarch64")
+    monkeypatch.setattr(machine, "_cpuinfo", lambda: {"flags": ""})
+    assert not machine.int8_saturates()
+
+
+def test_ceiling_timing_ranks_the_candidates_below_the_threshold() -> None:
+    rounds = 12
+    original = np.full(rounds, 1.0)
+    fast = np.full(rounds, 0.60) + np.linspace(-0.01, 0.01, rounds)
+    close = np.full(rounds, 0.61) + np.linspace(-0.01, 0.01, rounds)
+    far = np.full(rounds, 0.70) + np.linspace(-0.01, 0.01, rounds)
+    slow = np.full(rounds, 1.5)
+    assert fastest_known(np.stack([original, fast, far, slow]), 0.97)
+    assert not fastest_known(np.stack([original, fast, close, slow]), 0.97)
+    assert fastest_known(np.stack([original, fast, slow]), 0.97)  # one below: nothing to rank
