@@ -125,3 +125,27 @@ def test_ceiling_timing_ranks_the_candidates_below_the_threshold() -> None:
     assert fastest_known(np.stack([original, fast, far, slow]), 0.97)
     assert not fastest_known(np.stack([original, fast, close, slow]), 0.97)
     assert fastest_known(np.stack([original, fast, slow]), 0.97)  # one below: nothing to rank
+
+
+def test_failed_symbolic_shape_inference_writes_nothing_into_the_working_directory(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """onnxruntime saves ``sym_shape_infer_temp.onnx`` into the working directory when it gives up;
+    that directory is the user's."""
+    from quantune.prepare.shapes import symbolic_infer
+
+    nodes = [helper.make_node("Foo", ["x"], ["y"], domain="custom.x"), helper.make_node("Relu", ["y"], ["z"])]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [4])],
+        [helper.make_tensor_value_info("z", TensorProto.FLOAT, None)],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("custom.x", 1)])
+    user = tmp_path / "user"
+    user.mkdir()
+    monkeypatch.chdir(user)
+    with pytest.raises(Exception, match="Incomplete"):
+        symbolic_infer(model, guess_output_rank=False)
+    assert list(user.iterdir()) == []
+    assert Path.cwd() == user

@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import importlib.util
 import logging
+import os
 import sys
+import tempfile
 from pathlib import Path
 
 import onnx
@@ -30,10 +32,27 @@ def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
 
 def _symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
     try:
-        return symbolic_shape_inference().infer_shapes(model, auto_merge=True, guess_output_rank=False)
+        return symbolic_infer(model, guess_output_rank=False)
     except Exception as exc:  # ImportError (no sympy), or an op it cannot follow
         log.info("symbolic shape inference failed (%s: %s); onnx's inference stands", type(exc).__name__, exc)
         return None
+
+
+def symbolic_infer(model: onnx.ModelProto, *, guess_output_rank: bool) -> onnx.ModelProto:
+    """onnxruntime's symbolic shape inference of ``model``, run in a scratch folder.
+
+    When it cannot shape every tensor it saves ``sym_shape_infer_temp.onnx`` and a weights file
+    (69 MB for MiniLM-L3) into the *working directory* before raising -- the user's folder. The
+    working directory is a scratch folder for the call instead (the processes that call this
+    run no other thread that resolves relative paths meanwhile).
+    """
+    previous = os.getcwd()
+    with tempfile.TemporaryDirectory(prefix="quantune-shapes-") as scratch:
+        os.chdir(scratch)
+        try:
+            return symbolic_shape_inference().infer_shapes(model, auto_merge=True, guess_output_rank=guess_output_rank)
+        finally:
+            os.chdir(previous)
 
 
 def symbolic_shape_inference() -> type:

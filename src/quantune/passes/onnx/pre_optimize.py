@@ -25,7 +25,7 @@ import onnx
 import onnxruntime as ort
 
 from quantune.model import external_data_files
-from quantune.prepare.shapes import symbolic_shape_inference
+from quantune.prepare.shapes import symbolic_infer
 
 log = logging.getLogger("quantune.passes")
 
@@ -66,7 +66,7 @@ def _add_types(path: Path) -> list[str]:
     """Value infos from onnxruntime's symbolic shape inference, when it follows the whole graph."""
     model = onnx.load(str(path), load_external_data=False)
     try:
-        typed = symbolic_shape_inference().infer_shapes(model, auto_merge=True, guess_output_rank=True)
+        typed = symbolic_infer(model, guess_output_rank=True)
     except Exception as exc:  # an op it cannot follow: the quantizer's DefaultTensorType stands
         log.info("extended optimization: no symbolic types (%s: %s)", type(exc).__name__, exc)
         return []
