@@ -149,3 +149,17 @@ def test_failed_symbolic_shape_inference_writes_nothing_into_the_working_directo
         symbolic_infer(model, guess_output_rank=False)
     assert list(user.iterdir()) == []
     assert Path.cwd() == user
+
+
+@pytest.mark.parametrize("fixed", [{}, {"per_channel": False}])
+def test_static_ceilings_start_per_channel_and_7_bit_only_with_it(make_config, fixed: dict[str, Any]) -> None:
+    from quantune.strategy.accuracy.speed import speed_variants
+
+    config = make_config([{"name": "static_quant", "search": True, "params": fixed}], search={"strategy": "quantune"})
+    problem = dataclasses.replace(accuracy_problem(config), int8_saturates=True)
+    (ctx,) = AccuracyContext.all_from_problem(problem, "quantune")
+    for point, _ in speed_variants(ctx):
+        if fixed:  # per-tensor 7-bit weights broke a real recognizer: the user's per-tensor keeps 8 bits
+            assert point.get("static_quant.reduce_range", False) is False
+        else:
+            assert point["static_quant.per_channel"] is True and point["static_quant.reduce_range"] is True
