@@ -96,7 +96,7 @@ def test_dynamic_ceilings_cover_weight_types_and_pre_optimization(make_config, s
     (ctx,) = AccuracyContext.all_from_problem(problem, "quantune")
     variants = dynamic_variants(ctx, ctx.base_point())
     seen = {(p["dynamic_quant.weight_type"], p["dynamic_quant.pre_optimize"]) for p, _ in variants}
-    assert seen == {("int8", "none"), ("uint8", "none"), ("int8", "extended"), ("uint8", "extended")}
+    assert seen == {("int8", "none"), ("mixed", "none"), ("int8", "extended"), ("mixed", "extended")}
     for point, label in variants:
         assert point["dynamic_quant.per_channel"] is True
         assert point["dynamic_quant.reduce_range"] is saturates
@@ -163,3 +163,39 @@ def test_static_ceilings_start_per_channel_and_7_bit_only_with_it(make_config, f
             assert point.get("static_quant.reduce_range", False) is False
         else:
             assert point["static_quant.per_channel"] is True and point["static_quant.reduce_range"] is True
+
+
+def test_mixed_weights_are_uint8_for_convolutions_and_int8_for_the_rest(tmp_path: Path) -> None:
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(rng.normal(0, 0.3, (4, 1, 3, 3)).astype(np.float32), "w"),
+        numpy_helper.from_array(np.array([1, 4 * 8 * 8], np.int64), "shape"),
+        numpy_helper.from_array(rng.normal(0, 0.1, (4 * 8 * 8, 5)).astype(np.float32), "m"),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Reshape", ["c", "shape"], ["f"], name="flat"),
+        helper.make_node("MatMul", ["f", "m"], ["y"], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_matmul",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 1, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 5])],
+        inits,
+    )
+    model = save_graph(graph, tmp_path / "cm.onnx")
+    out = tmp_path / "mixed.onnx"
+    ops = _quantize(model, out, weight_type="mixed", per_channel=True, reduce_range=True)
+    assert ops["ConvInteger"] == 1 and ops["MatMulInteger"] == 1
+    quantized = onnx.load(str(out))
+    weights = {init.name: init.data_type for init in quantized.graph.initializer}
+    consumers = {node.op_type: node.input[1] for node in quantized.graph.node if node.op_type.endswith("Integer")}
+    assert weights[consumers["ConvInteger"]] == TensorProto.UINT8
+    assert weights[consumers["MatMulInteger"]] == TensorProto.INT8
+    x = np.random.default_rng(1).normal(size=(1, 1, 8, 8)).astype(np.float32)
+    (ref,) = run_model(model, {"x": x})
+    (got,) = run_model(out, {"x": x})
+    assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
+    only_convs = _quantize(model, tmp_path / "convs.onnx", weight_type="mixed", op_types_to_quantize=["Conv"])
+    assert only_convs["ConvInteger"] == 1 and only_convs["MatMulInteger"] == 0
