@@ -131,3 +131,31 @@ def test_quantizers_after_fp16_are_pruned():
         cls = quantune.get_pass(name)
         assert not cls.accepts(cls.Config(), [("fp16", fp16.Config())]), name
         assert cls.accepts(cls.Config(), [("weight_only", quantune.get_pass("weight_only").Config())]), name
+
+
+def test_a_fused_flows_fallback_names_nodes_of_the_fused_model(bert, tmp_path):
+    """The groups of a quant step after transformer_opt come from the fused model: excluding an
+    unfused Q/K/V MatMul (gone into Attention) would change nothing."""
+    from conftest import accuracy_problem
+    from quantune.strategy.accuracy.context import AccuracyContext
+
+    np.savez(tmp_path / "calib.npz", **bert_inputs(16, seed=1))
+    np.savez(tmp_path / "eval.npz", **bert_inputs(16, seed=2))
+    config = {
+        "model": str(bert),
+        "data": {"calibration": str(tmp_path / "calib.npz"), "evaluation": str(tmp_path / "eval.npz"), "batch_size": 4},
+        "evaluation": {"metric": "cosine"},
+        "passes": [{"name": "transformer_opt"}, {"name": "dynamic_quant", "search": True}],
+        "flows": [["dynamic_quant"], ["transformer_opt", "dynamic_quant"]],
+        "search": {"strategy": "quantune"},
+        "cache_dir": str(tmp_path / "cache"),
+    }
+    contexts = {ctx.flow: ctx for ctx in AccuracyContext.all_from_problem(accuracy_problem(config), "quantune")}
+    plain, fused = contexts[("dynamic_quant",)], contexts[("transformer_opt", "dynamic_quant")]
+    fused_model = run_pass("transformer_opt", {}, bert, tmp_path)
+    fused_names = {node.name for node in onnx.load(str(fused_model)).graph.node}
+    assert {g.name for g in fused.candidates} <= fused_names
+    assert "Attention" in {g.op_type for g in fused.candidates}
+    assert {g.name for g in plain.candidates} - fused_names, "fusion renamed nothing: the test shows nothing"
+    point = fused.with_fallback(fused.base_point(), {fused.candidates[0].name: "fp32"})
+    assert set(point["dynamic_quant.nodes_to_exclude"]) <= fused_names

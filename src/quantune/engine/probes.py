@@ -44,11 +44,19 @@ def accuracy_fields(
     options = dict(options or {})
     capabilities: dict[tuple[tuple[str, ...] | None, str], ModelCapability] = {}
 
-    def capability(op_types: Sequence[str] | None, mode: str) -> ModelCapability:
-        """The groups of the model trials start from (the prepared one), for ``op_types`` and ``mode``."""
-        key = (tuple(op_types) if op_types is not None else None, mode)
+    def capability(op_types: Sequence[str] | None, mode: str, upstream: Sequence[str] = ()) -> ModelCapability:
+        """The groups of the model the quant step reads, for ``op_types`` and ``mode``.
+
+        That is the model trials start from (the prepared one), unless a step before the quant
+        step (``upstream``) rewrites the graph -- transformer fusion, graph optimization,
+        weight-only MatMulNBits -- when it is that step's output at its default values: a
+        fallback must name nodes the quantizer sees (an unfused MatMul's name is gone after
+        fusion, and excluding it would change nothing).
+        """
+        steps = tuple(upstream) if any(step_passes.get(s) in RESTRUCTURING for s in upstream) else ()
+        key = (tuple(op_types) if op_types is not None else None, mode, steps)
         if key not in capabilities:
-            capabilities[key] = ModelCapability.from_model(context.start.path, op_types, mode)
+            capabilities[key] = ModelCapability.from_model(_quant_input(context, plan, steps), op_types, mode)
         return capabilities[key]
 
     def sensitivity(point: Point, flow: tuple[str, ...]) -> Mapping[str, float]:
@@ -109,6 +117,32 @@ def accuracy_fields(
 
 
 CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the original
+# Passes whose output graph has other nodes than their input (fused, replaced): the quant step's
+# groups come from their output.
+RESTRUCTURING = ("transformer_opt", "graph_opt", "weight_only")
+
+
+def _quant_input(context: Any, plan: Any, steps: tuple[str, ...]) -> Any:
+    """The model a quant step after ``steps`` (at their default values) reads: the start model
+    when there are none, or when running them fails (then the trials say why)."""
+    if not steps:
+        return context.start.path
+    try:
+        path, _ = run_flow_cached(
+            context.cache,
+            [(step.id, step.pass_cls, config) for step, config in plan.configs_for({}, steps)],
+            context.start.path,
+            context.start.sha256,
+            calibration=context.calibration,
+            input_names=list(context.evaluator.input_names),
+            batch_size=context.batch_size,
+            label_suffix=" (capability)",
+            timing=timing_for(context.evaluator),
+        )
+    except Exception as exc:
+        log.warning("the groups of %s's output are those of its input: the passes failed (%s)", steps, exc)
+        return context.start.path
+    return path
 
 
 def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:

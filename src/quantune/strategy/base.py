@@ -70,9 +70,10 @@ class SearchProblem:
     trials_per_group: int | None = None
     keep_best: int = 3
     # For accuracy-driven strategies (per-operator precision); empty when the engine does not fill them.
-    # (op_types_to_quantize or None, "static" | "dynamic") -> the model's quantization capability
-    # (its groups of operators); given by the engine, so strategies never read the model file
-    capability: Callable[[Sequence[str] | None, str], ModelCapability] | None = None
+    # (op_types_to_quantize or None, "static" | "dynamic", the flow's steps before the quant step)
+    # -> the quantization capability (groups of operators) of the model the quant step reads;
+    # given by the engine, so strategies never read the model file
+    capability: Callable[[Sequence[str] | None, str, Sequence[str]], ModelCapability] | None = None
     step_passes: Mapping[str, str] = field(default_factory=dict)  # step id -> pass name
     step_fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step id -> params the user fixed
     # (point, flow) -> a score per node of the model (higher: quantizing it does more harm).

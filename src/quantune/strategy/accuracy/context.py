@@ -102,7 +102,7 @@ class AccuracyContext:
         quant_step = next(step for step in flow if problem.step_passes.get(step) in QUANT_PASSES)
         fixed = problem.step_fixed.get(quant_step, {})
         mode = "dynamic" if problem.step_passes.get(quant_step) in WEIGHT_PASSES else "static"
-        capability = problem.capability(fixed.get("op_types_to_quantize"), mode)
+        capability = problem.capability(fixed.get("op_types_to_quantize"), mode, flow[: flow.index(quant_step)])
         fp32_types = set(options.get("fp32_op_types", []))
         fp32_nodes = set(options.get("fp32_nodes", [])) | set(fixed.get("nodes_to_exclude", []))
         int8_types = set(options.get("int8_op_types", []))
