@@ -157,3 +157,21 @@ def test_a_decided_candidate_sits_out_later_rounds(tmp_path: Path) -> None:
     if timings.shape[1] > 5 and np.isnan(timings[1]).any():
         first_gap = int(np.argmax(np.isnan(timings[1])))
         assert np.isnan(timings[1, first_gap:]).all()  # once out, out for good
+
+
+def test_a_candidate_onnxruntime_cannot_load_sits_out_and_the_others_are_timed(tmp_path: Path) -> None:
+    """Basic Pitch: one QDQ variant onnxruntime refuses ("Transpose invalid perm") made the whole
+    ceiling stage fail, and every variant was dropped as failed."""
+    from quantune.evaluate.rounds import ratio_medians
+
+    light = build_chain(tmp_path / "light.onnx", 1, 256)
+    twin = build_chain(tmp_path / "twin.onnx", 1, 256)
+    broken = tmp_path / "broken.onnx"
+    broken.write_bytes(b"not an onnx model")
+    feeds = {"x": np.ones((8, 256), np.float32)}
+    spec = LatencySpec(warmup=1, repeats=8, threads=1)
+    timings = time_until_decided(light, [broken, twin], feeds, spec, threshold=0.97, max_rounds=8)
+    assert np.isnan(timings[1]).all()
+    assert not np.isnan(timings[2, :5]).any()
+    medians = ratio_medians(timings)
+    assert medians[0] is None and medians[1] is not None and medians[1] > 0

@@ -245,7 +245,7 @@ def _ceilings(
         time.perf_counter() - started,
     )
     for (index, _, _), ratio in zip(built, cached["ratios"], strict=True):
-        ratios[index] = float(ratio)
+        ratios[index] = None if ratio is None else float(ratio)  # None: onnxruntime could not run it
     return ratios
 
 

@@ -16,6 +16,7 @@ strategy recovers accuracy in the fastest first, and on MiniLM-L3 a stop at "bel
 
 from __future__ import annotations
 
+import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
@@ -26,6 +27,8 @@ import numpy as np
 from quantune.evaluate.latency import LatencySpec, _call, _timing_session, latency_lane
 from quantune.evaluate.paired import paired_ratio
 
+log = logging.getLogger("quantune.evaluate")
+
 
 def decided(timings: np.ndarray, threshold: float) -> list[bool]:
     """For each candidate row (1..), whether its ratio to row 0 is surely below or above ``threshold``
@@ -33,6 +36,9 @@ def decided(timings: np.ndarray, threshold: float) -> list[bool]:
     out = []
     for row in timings[1:]:
         valid = ~np.isnan(row)
+        if not valid.any():  # a candidate onnxruntime could not run: nothing to decide
+            out.append(True)
+            continue
         interval = paired_ratio(row[valid], timings[0][valid])
         out.append(interval.high < threshold or interval.low > threshold)
     return out
@@ -44,6 +50,8 @@ def fastest_known(timings: np.ndarray, threshold: float) -> bool:
     intervals = []
     for row in timings[1:]:
         valid = ~np.isnan(row)
+        if not valid.any():
+            continue
         interval = paired_ratio(row[valid], timings[0][valid])
         if interval.high < threshold:
             intervals.append(interval)
@@ -53,12 +61,12 @@ def fastest_known(timings: np.ndarray, threshold: float) -> bool:
     return all(intervals[0].high < other.low for other in intervals[1:])
 
 
-def ratio_medians(timings: np.ndarray) -> list[float]:
-    """Each candidate's median paired ratio to the original over the rounds it ran."""
-    medians = []
+def ratio_medians(timings: np.ndarray) -> list[float | None]:
+    """Each candidate's median paired ratio to the original over the rounds it ran (None: it never ran)."""
+    medians: list[float | None] = []
     for row in timings[1:]:
         valid = ~np.isnan(row)
-        medians.append(paired_ratio(row[valid], timings[0][valid]).median)
+        medians.append(paired_ratio(row[valid], timings[0][valid]).median if valid.any() else None)
     return medians
 
 
@@ -82,22 +90,42 @@ def time_until_decided(
     least ``min_rounds`` rounds always run (a ratio needs some rounds to mean anything), so a
     deadline never leaves a candidate untimed.
     """
-    models = [original, *candidates]
     timing_spec = replace(spec, warmup=min(spec.warmup, 2))
-    calls = [_call(_timing_session(model, timing_spec), feeds, runner) for model in models]
-    active = [True] * len(calls)
+    calls = [_call(_timing_session(original, timing_spec), feeds, runner)]
+    for model in candidates:  # a candidate onnxruntime cannot load or run sits out (a NaN row)
+        try:
+            calls.append(_call(_timing_session(model, timing_spec), feeds, runner))
+        except Exception as exc:
+            log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", model, str(exc).splitlines()[0][:200])
+            calls.append(None)
+    usable = [call is not None for call in calls]
+    active = list(usable)
     columns: list[np.ndarray] = []
     with latency_lane():
-        for call in calls:
-            for _ in range(timing_spec.warmup):
-                call()
+        for row, call in enumerate(calls):
+            for _ in range(timing_spec.warmup if call is not None else 0):
+                try:
+                    call()
+                except Exception as exc:
+                    if row == 0:
+                        raise
+                    log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], exc)
+                    usable[row] = active[row] = False
+                    break
         while len(columns) < max_rounds:
             column = np.full(len(calls), np.nan)
             for row, call in enumerate(calls):
-                if not active[row]:
+                if not active[row] or call is None:
                     continue
                 start = time.perf_counter()
-                call()
+                try:
+                    call()
+                except Exception as exc:  # without warm-up, a candidate that cannot run fails here
+                    if row == 0:
+                        raise
+                    log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], exc)
+                    usable[row] = active[row] = False
+                    continue
                 column[row] = time.perf_counter() - start
             columns.append(column)
             done = len(columns)
@@ -108,8 +136,11 @@ def time_until_decided(
             timings = np.stack(columns, axis=1)
             settled = decided(timings, threshold)
             ranked = fastest_known(timings, threshold)
-            below = [bool(np.nanmedian(row / timings[0]) < threshold) for row in timings[1:]]
-            active = [True] + [not flag or (fast and not ranked) for flag, fast in zip(settled, below, strict=True)]
+            below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / timings[0]) < threshold) for row in timings[1:]]
+            active = [True] + [
+                usable[row] and (not flag or (fast and not ranked))
+                for row, (flag, fast) in enumerate(zip(settled, below, strict=True), start=1)
+            ]
             if all(settled) and ranked:
                 break
     return np.stack(columns, axis=1)
