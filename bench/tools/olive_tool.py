@@ -97,21 +97,62 @@ def inference_settings(best) -> dict | None:
 QUANT_KEYS = ("quant_mode", "quant_format", "precision", "activation_type", "weight_type", "calibrate_method")
 
 
-def recipe_of(best, footprint: Path) -> list[dict] | None:
-    """The best model's passes, first to last, with the quantization's chosen values (from the footprint)."""
-    if best is None or not footprint.is_file():
-        return None
+def footprint_nodes(out: Path) -> dict:
+    """Olive's footprint of the run (every model it made, its pass, metrics and goals), or {}."""
     import json
 
-    nodes = json.loads(footprint.read_text())
-    nodes = nodes.get("nodes", nodes)
-    steps, node_id = [], best.model_id
-    while node_id in nodes and nodes[node_id].get("from_pass"):
-        node = nodes[node_id]
+    path = out / "output" / "footprint.json"
+    if not path.is_file():
+        return {}
+    nodes = json.loads(path.read_text())
+    return nodes.get("nodes", nodes)
+
+
+def recipe_of(model_id: str | None, nodes: dict) -> list[dict] | None:
+    """A model's passes, first to last, with the quantization's chosen values (from the footprint)."""
+    if model_id is None or model_id not in nodes:
+        return None
+    steps = []
+    while model_id in nodes and nodes[model_id].get("from_pass"):
+        node = nodes[model_id]
         config = node.get("pass_run_config") or {}
-        steps.append({"pass": node["from_pass"], **{k: config[k] for k in QUANT_KEYS if config.get(k) is not None}})
-        node_id = node.get("parent_model_id")
+        # a parameter the search point ignored (dynamic mode's format) stays a search-space dict: left out
+        chosen = {k: config[k] for k in QUANT_KEYS if isinstance(config.get(k), (str, int, float, bool))}
+        steps.append({"pass": node["from_pass"], **chosen})
+        model_id = node.get("parent_model_id")
     return steps[::-1]
+
+
+def fastest_in_budget(nodes: dict) -> dict | None:
+    """Among the models that met Olive's goals, the one its own latency metric found fastest.
+
+    Olive's best candidate is ranked by its metrics' priorities (accuracy first, as its BERT
+    example has it), so on a latency bench its fastest model within the budget is a row too.
+    """
+    found = []
+    for model_id, node in nodes.items():
+        metrics = node.get("metrics") or {}
+        values = metrics.get("value") or {}
+        config = (node.get("model_config") or node.get("model_config_data") or {}).get("config") or {}
+        if (
+            node.get("from_pass")
+            and metrics.get("if_goals_met")
+            and "latency-avg" in values
+            and config.get("model_path")
+        ):
+            found.append((values["latency-avg"]["value"], model_id, config["model_path"], values))
+    if not found:
+        return None
+    latency, model_id, path, values = min(found)
+    path = Path(path)
+    if path.is_dir():
+        path = next(path.glob("*.onnx"))
+    return {
+        "model": str(path),
+        "olive_latency_avg_ms": latency,
+        "olive_accuracy": values.get("accuracy-score", {}).get("value"),
+        "recipe": recipe_of(model_id, nodes),
+    }
 
 
 def main() -> None:
@@ -256,7 +297,8 @@ def main() -> None:
             "first_feasible_evaluations": SCORER.first_feasible_evaluations,
             "tool_metric": best.metrics_value if best is not None else None,
             "inference_settings": inference_settings(best),
-            "recipe": recipe_of(best, out / "output" / "footprint.json"),
+            "recipe": recipe_of(best.model_id if best is not None else None, footprint_nodes(out)),
+            "fastest_in_budget": fastest_in_budget(footprint_nodes(out)),
             "history": SCORER.history,
         },
     )
