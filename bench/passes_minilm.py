@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -248,8 +247,9 @@ def main() -> int:
     started = time.perf_counter()
     load_start = os.getloadavg()
     stamp = time.strftime("%Y-%m-%d-%H%M", time.gmtime())
+    if (RUNS / stamp).exists():  # a run of the same minute (maybe the one --reuse names) is kept
+        stamp = time.strftime("%Y-%m-%d-%H%M%S", time.gmtime())
     run_dir = RUNS / stamp
-    shutil.rmtree(run_dir, ignore_errors=True)
     run_dir.mkdir(parents=True)
     rows: dict[str, dict] = {}
     if args.reuse is not None:
