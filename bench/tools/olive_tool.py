@@ -1,9 +1,14 @@
 """Olive: the OnnxStaticQuantization pass with its searchable parameters, TPE sampler, an accuracy
 (custom metric, goal: at most the case's relative degradation) + latency evaluator.
 
-Usage: python olive_tool.py CASE.json OUT_DIR [static|dynamic]   (runs in venv-olive)
+Usage: python olive_tool.py CASE.json OUT_DIR [static|dynamic|bert|bert-nosession]   (runs in venv-olive)
 
 ``dynamic``: the OnnxDynamicQuantization pass instead (no calibration data), same search.
+``bert``: Olive's BERT CPU recipe (its examples/bert/bert_ptq_cpu.json, from ONNX on): the
+OrtTransformersOptimization pass (model type bert, heads and hidden size 0 = read from the
+graph) -> OnnxQuantization (static or dynamic searched; preprocess on, per-tensor, no reduced
+range, MinMax, as the example) -> OrtSessionParamsTuning at its defaults, searched jointly.
+``bert-nosession``: the same without the session tuning step.
 
 Olive ignores its sampler's max_samples/seed, so the trial limit is ``max_iter``.
 """
@@ -51,6 +56,105 @@ def evaluate(model, device=None, execution_providers=None) -> float:
     return __main__.SCORER.score(model.model_path)
 
 
+def passes(approach: str) -> dict:
+    """The Olive passes of one row (see the module docstring)."""
+    if approach == "static":
+        return {
+            "quantization": {"type": "OnnxStaticQuantization", "data_config": "calibration", "quant_preprocess": False}
+        }
+    if approach == "dynamic":
+        return {"quantization": {"type": "OnnxDynamicQuantization", "quant_preprocess": False}}
+    if approach not in ("bert", "bert-nosession"):
+        raise SystemExit(f"unknown approach '{approach}': static, dynamic, bert or bert-nosession")
+    recipe = {
+        "transformers_optimization": {
+            "type": "OrtTransformersOptimization",
+            "model_type": "bert",
+            "num_heads": 0,
+            "hidden_size": 0,
+            "float16": False,
+            "only_onnxruntime": False,
+        },
+        "quantization": {
+            "type": "OnnxQuantization",
+            "quant_preprocess": True,
+            "per_channel": False,
+            "reduce_range": False,
+            "calibrate_method": "MinMax",
+            "data_config": "calibration",
+        },
+    }
+    if approach == "bert":
+        recipe["session_params_tuning"] = {"type": "OrtSessionParamsTuning", "data_config": "latency"}
+    return recipe
+
+
+def inference_settings(best) -> dict | None:
+    """The session options Olive's best model carries (what OrtSessionParamsTuning chose), if any."""
+    return best.get_inference_config() or None if best is not None else None
+
+
+QUANT_KEYS = ("quant_mode", "quant_format", "precision", "activation_type", "weight_type", "calibrate_method")
+
+
+def footprint_nodes(out: Path) -> dict:
+    """Olive's footprint of the run (every model it made, its pass, metrics and goals), or {}."""
+    import json
+
+    path = out / "output" / "footprint.json"
+    if not path.is_file():
+        return {}
+    nodes = json.loads(path.read_text())
+    return nodes.get("nodes", nodes)
+
+
+def recipe_of(model_id: str | None, nodes: dict) -> list[dict] | None:
+    """A model's passes, first to last, with the quantization's chosen values (from the footprint)."""
+    if model_id is None or model_id not in nodes:
+        return None
+    steps = []
+    while model_id in nodes and nodes[model_id].get("from_pass"):
+        node = nodes[model_id]
+        config = node.get("pass_run_config") or {}
+        # a parameter the search point ignored (dynamic mode's format) stays a search-space dict: left out
+        chosen = {k: config[k] for k in QUANT_KEYS if isinstance(config.get(k), (str, int, float, bool))}
+        steps.append({"pass": node["from_pass"], **chosen})
+        model_id = node.get("parent_model_id")
+    return steps[::-1]
+
+
+def fastest_in_budget(nodes: dict) -> dict | None:
+    """Among the models that met Olive's goals, the one its own latency metric found fastest.
+
+    Olive's best candidate is ranked by its metrics' priorities (accuracy first, as its BERT
+    example has it), so on a latency bench its fastest model within the budget is a row too.
+    """
+    found = []
+    for model_id, node in nodes.items():
+        metrics = node.get("metrics") or {}
+        values = metrics.get("value") or {}
+        config = (node.get("model_config") or node.get("model_config_data") or {}).get("config") or {}
+        if (
+            node.get("from_pass")
+            and metrics.get("if_goals_met")
+            and "latency-avg" in values
+            and config.get("model_path")
+        ):
+            found.append((values["latency-avg"]["value"], model_id, config["model_path"], values))
+    if not found:
+        return None
+    latency, model_id, path, values = min(found)
+    path = Path(path)
+    if path.is_dir():
+        path = next(path.glob("*.onnx"))
+    return {
+        "model": str(path),
+        "olive_latency_avg_ms": latency,
+        "olive_accuracy": values.get("accuracy-score", {}).get("value"),
+        "recipe": recipe_of(model_id, nodes),
+    }
+
+
 def main() -> None:
     global CASE, SCORER
     CASE = load_case(sys.argv[1])
@@ -93,6 +197,17 @@ def main() -> None:
         return model_dump(self, *args, **kwargs)
 
     ConfigBase.model_dump = model_dump_as_any
+
+    # ... and a pass output loaded from its cache (every search point after the first reuses the
+    # transformer optimization's) is recorded under the field's alias, which pydantic refuses:
+    # '"FootprintNode" object has no field "model_config"'
+    from olive.engine.footprint import FootprintNode
+
+    def update_by_alias(self, **kwargs):
+        for key, value in kwargs.items():
+            setattr(self, "model_config_data" if key == "model_config" else key, value)
+
+    FootprintNode.update = update_by_alias
 
     Registry.register_dataset("bench_calibration_dataset")(bench_calibration_dataset)
     Registry.register_dataset("bench_latency_dataset")(bench_latency_dataset)
@@ -146,15 +261,7 @@ def main() -> None:
                 ]
             }
         },
-        "passes": {
-            "quantization": {
-                "type": "OnnxStaticQuantization",
-                "data_config": "calibration",
-                "quant_preprocess": False,
-            }
-            if approach == "static"
-            else {"type": "OnnxDynamicQuantization", "quant_preprocess": False}
-        },
+        "passes": passes(approach),
         "search_strategy": {
             "execution_order": "joint",
             "sampler": "tpe",
@@ -189,6 +296,9 @@ def main() -> None:
             "evaluations": SCORER.evaluations,
             "first_feasible_evaluations": SCORER.first_feasible_evaluations,
             "tool_metric": best.metrics_value if best is not None else None,
+            "inference_settings": inference_settings(best),
+            "recipe": recipe_of(best.model_id if best is not None else None, footprint_nodes(out)),
+            "fastest_in_budget": fastest_in_budget(footprint_nodes(out)),
             "history": SCORER.history,
         },
     )
