@@ -43,7 +43,8 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
     """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
     Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
-    activation type of a static step, the defaults of a dynamic one -- their latency is the
+    activation type of a static step, each weight type x pre-optimization of a dynamic one, all
+    from Neural Compressor's accuracy defaults (:func:`.speed.nc_defaults`) -- their latency is the
     most a fallback can keep; a variant not faster than the original by ``speed_margin``
     (default 0.03) is dropped, and its trial's stage says so -- ``drop_slow: false`` keeps
     them, ordered by speed; the ``flow`` option restricts the flows) -> in the fastest kept variant that misses: ``recipes`` (cle / smooth_quant
