@@ -73,3 +73,15 @@ def test_a_model_of_blocked_ops_only_is_pruned(bert):
     only_numeric = {"opset": 17, "op_types": {"Softmax": 1, "Reshape": 2}}
     assert not Float16.supports(Float16.Config(keep_fp32="numeric"), only_numeric, [])
     assert Float16.supports(Float16.Config(keep_fp32="none"), only_numeric, [])
+
+
+def test_a_size_first_run_can_choose_the_fp16_model(make_config, tmp_path):
+    """An fp16 model quantizes nothing, yet it is not the original in disguise: it halves the size."""
+    from quantune.evaluate.quantized import quantization_figures
+
+    config = make_config([{"name": "fp16", "search": True}], objective="size", stop={"max_trials": 2})
+    result = quantune.tune(config, output=tmp_path / "run")
+    assert result.best is not None, result.verdict_reason
+    assert result.best.metrics["quantized_ops"] == 0 and result.best.metrics["float16_ops"] > 0
+    assert result.verdict == "improved"
+    assert quantization_figures(config["model"])["float16_ops"] == 0

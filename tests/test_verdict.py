@@ -246,7 +246,7 @@ def test_quantized_ops_are_counted_in_every_form(cnn_model, tmp_path, form, quan
     full = quantize(tmp_path / "full.onnx", [])
     types = {node.op_type for node in onnx.load(str(full)).graph.node}
     assert quantized_types <= types  # the form really is the one under test
-    assert quantization_figures(full) == {"quantized_ops": compute, "quantized_compute_fraction": 1.0}
+    assert quantization_figures(full) == {"quantized_ops": compute, "quantized_compute_fraction": 1.0, "float16_ops": 0}
 
     partial = quantize(tmp_path / "partial.onnx", ["conv2"])
     figures = quantization_figures(partial)

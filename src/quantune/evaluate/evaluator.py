@@ -56,7 +56,7 @@ class EvaluationSpec:
             "runner": self.runner_name,
             "runner_source": self.runner_source_sha256,
             "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
-            "figures": 3,  # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb
+            "figures": 4,  # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb; 4: float16_ops
         }
 
 

@@ -99,9 +99,29 @@ def count_quantized(model: onnx.ModelProto) -> tuple[int, int]:
     return quantized, total
 
 
+def count_float16(model: onnx.ModelProto) -> int:
+    """Float compute ops whose weight is a float16 initializer (an ``fp16`` pass's model), subgraphs included.
+
+    Reduced precision too: such a model is not "the original in disguise" although it
+    quantizes nothing, so a size-first run can choose it.
+    """
+    count = 0
+    for graph in _graphs(model.graph):
+        half = {init.name for init in graph.initializer if init.data_type == onnx.TensorProto.FLOAT16}
+        for node in graph.node:
+            weight = _WEIGHT_INPUT.get(node.op_type)
+            if weight is not None and len(node.input) > weight and node.input[weight] in half:
+                count += 1
+    return count
+
+
 def quantization_figures(model_path: str | Path) -> dict[str, float]:
-    """``quantized_ops`` and ``quantized_compute_fraction`` of the model file (0 and 0.0 for a
-    model without compute ops)."""
+    """``quantized_ops``, ``quantized_compute_fraction`` (0 and 0.0 for a model without compute ops)
+    and ``float16_ops`` of the model file."""
     model = onnx.load(str(model_path), load_external_data=False)
     quantized, total = count_quantized(model)
-    return {"quantized_ops": quantized, "quantized_compute_fraction": quantized / total if total else 0.0}
+    return {
+        "quantized_ops": quantized,
+        "quantized_compute_fraction": quantized / total if total else 0.0,
+        "float16_ops": count_float16(model),
+    }
