@@ -74,7 +74,9 @@ class Engine:
 
     def run(self) -> Result:
         workers = self.config.executor.workers
+        begun = time.perf_counter()
         parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
+        log.info("set-up (model, data, preparation): %.1f s", time.perf_counter() - begun)
         # Where and how trials run does not change their results, so it is not part of the run's
         # identity; nor do the stop conditions: a run stopped at 8 trials goes on to 16 in the same
         # folder (its 8 are replayed, as Optuna continues a study with more n_trials).
@@ -136,6 +138,7 @@ class Engine:
         )
         try:
             stop_reason = loop.run()
+            log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
             executor.shutdown()
         except KeyboardInterrupt as exc:
             stop_reason = f"interrupted ({stop_cause(exc)}): finished trials are saved; run again to resume"
@@ -158,6 +161,7 @@ class Engine:
                 )
             except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
                 stop_reason += "; latency re-timing skipped (Ctrl-C)"
+        log.info("search and re-timing done: %.1f s", time.perf_counter() - started)
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
@@ -165,6 +169,7 @@ class Engine:
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)
+        log.info("results written: %.1f s", time.perf_counter() - started)
         return result
 
     def _result(

@@ -179,7 +179,9 @@ def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolati
     ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
     and any failure are recorded in ``isolation.stages`` under ``stage``.
     """
+    started = time.perf_counter()
     outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
+    log.info("%s stage: %.1f s", stage, time.perf_counter() - started)  # bench/startup.py reads the timeline
     isolation.stages.note_peak(stage, outcome.peak_rss_mb)
     for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran
         isolation.stages.note_peak(name, mb)
