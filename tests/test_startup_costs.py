@@ -42,3 +42,38 @@ def test_agreement_metrics_in_blocks_give_the_same_figures(name: str, monkeypatc
     broken[3, 2] = np.nan  # one broken row among 20, in the second block
     worst = {"top1_agreement": 19 / 20, "cosine": 19 / 20, "l2": float("inf"), "max_abs_diff": float("inf")}
     assert func(broken, ref) == pytest.approx(worst[name])
+
+
+def test_preparation_checks_the_result_once_when_every_step_keeps_the_outputs(tmp_path, monkeypatch) -> None:
+    """Every default step changes this exporter-style model; the prepared model is checked once
+    (not once per step), and is the same model (same steps, same outputs) a step-by-step check keeps."""
+    from quantune.model import ModelHandle
+    from quantune.prepare import PrepareOptions, check_equivalent, pipeline, prepare_model
+    from quantune.store import ArtifactCache
+    from test_prepare import FEEDS, build_variant
+
+    model = build_variant(tmp_path / "m.onnx", opset=12, constant_weights=True, batch_norm=True, computed_bias=True)
+    runs = []
+    real = pipeline.run_feeds
+    monkeypatch.setattr(pipeline, "run_feeds", lambda path, feeds: runs.append(path) or real(path, feeds))
+    fast = prepare_model(ModelHandle.from_path(model), FEEDS, ArtifactCache(tmp_path / "c1"), PrepareOptions(13))
+    assert len(fast.steps) >= 3 and fast.warnings == []
+    assert len(runs) == 2  # the original's reference outputs, then the prepared model's
+    assert check_equivalent(model, fast.model, FEEDS) is None
+    # the step-by-step path (taken when the result differs) keeps the same steps and model
+    monkeypatch.setattr(pipeline, "_all_steps", lambda *args: None)
+    slow = prepare_model(ModelHandle.from_path(model), FEEDS, ArtifactCache(tmp_path / "c2"), PrepareOptions(13))
+    assert slow.steps == fast.steps and slow.sha256 == fast.sha256
+    assert len(runs) - 2 > 2  # its reference, then one check per step that changed something
+
+
+def test_a_prepared_model_far_below_the_size_limit_is_saved_whole(tmp_path) -> None:
+    import onnx
+
+    from quantune.prepare._files import save_model
+    from test_prepare import build_variant
+
+    model = onnx.load(str(build_variant(tmp_path / "m.onnx")))
+    save_model(model, tmp_path / "out" / "model.onnx")
+    assert onnx.load(str(tmp_path / "out" / "model.onnx")) == model
+    assert not (tmp_path / "out" / "model.onnx.data").exists()

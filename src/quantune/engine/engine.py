@@ -16,7 +16,8 @@ from pathlib import Path
 
 from quantune.config import LoadedConfig
 from quantune.engine.baseline import original_figures
-from quantune.engine.confirm import confirm_latency
+from quantune.engine.confirm import MIN_ROUNDS, confirm_latency, retiming_plan, timing_rounds
+from quantune.engine.deadline import EndBudget, end_cost_s
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.executors.stage import Isolation, StageLog
@@ -53,8 +54,12 @@ class Engine:
         *,
         restart: bool = False,
         listeners: Sequence[RunListener] = (),
+        started: float | None = None,
     ) -> None:
+        """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (the
+        CLI: the process's start, see deadline.py); by default when ``run()`` is called."""
         self.loaded = loaded
+        self.started = started
         self.config = loaded.config
         self.output_dir = Path(output_dir).resolve()
         self.restart = restart
@@ -75,6 +80,7 @@ class Engine:
     def run(self) -> Result:
         workers = self.config.executor.workers
         begun = time.perf_counter()
+        started = self.started if self.started is not None else begun  # the limit covers set-up too
         parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
         log.info("set-up (model, data, preparation): %.1f s", time.perf_counter() - begun)
         # Where and how trials run does not change their results, so it is not part of the run's
@@ -100,7 +106,7 @@ class Engine:
                 (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
                 handler = _attach_log(self.output_dir / "quantune.log")
                 try:
-                    result = self._run(parts, strategy, store, spec)
+                    result = self._run(parts, strategy, store, spec, started)
                 finally:
                     _detach_log(handler)
             failed = False
@@ -108,14 +114,20 @@ class Engine:
         finally:
             close_output(store, failed=failed)
 
+    def _retimes(self) -> bool:
+        """Whether the run ends by re-timing its best models: latency alone, and timed on this machine
+        (on Ray the trials were timed on the cluster's workers, which may be other hardware than the
+        machine running the engine: their figures stand as measured)."""
+        top = self.config.evaluation.latency.confirm_top
+        return self.objectives == ["latency"] and top > 0 and self.config.executor.kind != "ray"
+
     def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
         strategy = create_strategy(self.config.search.strategy)
         strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 
-    def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
-        started = time.perf_counter()
+    def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec, started: float) -> Result:
         runner = TrialRunner(parts.context)
         replay = Replay(store.trials())
         executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
@@ -133,9 +145,13 @@ class Engine:
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         judge = Judge(parts.criterion, self.config.evaluation.metric, self.objectives)
+        end = EndBudget(self.config.stop.timeout_s, started, end_cost_s(self.listeners))
+        top = self.config.evaluation.latency.confirm_top if self._retimes() else 0
+        warmup, _ = timing_rounds(self.config.evaluation.latency.warmup, 1, 1.0, 0.0)
         loop = RunLoop(
             judge, parts.plan, self.config.stop, self.listeners, strategy, executor, store, replay, baseline, started
         )
+        loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
         try:
             stop_reason = loop.run()
             log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
@@ -147,18 +163,22 @@ class Engine:
             executor.shutdown(kill=True)
             raise
         confirmation = None
-        top = self.config.evaluation.latency.confirm_top
-        # On Ray the trials were timed on the cluster's workers, which may be other hardware than
-        # the machine running the engine: their figures stand as measured.
-        local = self.config.executor.kind != "ray"
-        if self.objectives == ["latency"] and top > 0 and local and not stop_reason.startswith("interrupted"):
+        skipped = ""
+        if top > 0 and not stop_reason.startswith("interrupted"):
             original = parts.context.model.path
             try:
-                # at most a tenth of the search's time (at least 3 s): a few rounds suffice interleaved
-                budget_s = max(3.0, 0.1 * (time.perf_counter() - started))
-                confirmation = confirm_latency(
-                    parts.context.evaluator, original, baseline, loop.records, top, budget_s=budget_s
-                )
+                # at most a tenth of the search's time (at least 3 s): a few rounds suffice interleaved;
+                # within what is left of stop.timeout_s, or skipped when even the fewest do not fit
+                models, minimum_s = retiming_plan(parts.context.evaluator, baseline, loop.records, top)
+                wanted_s = max(3.0, 0.1 * (time.perf_counter() - started))
+                budget_s, skipped = end.retiming_budget(wanted_s, minimum_s, models) if models else (wanted_s, "")
+                if budget_s is not None:
+                    confirmation = confirm_latency(
+                        parts.context.evaluator, original, baseline, loop.records, top, budget_s=budget_s
+                    )
+                else:
+                    log.warning("latency re-timing skipped: %s", skipped)
+                    stop_reason += "; latency re-timing skipped (no time left within stop.timeout_s)"
             except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
                 stop_reason += "; latency re-timing skipped (Ctrl-C)"
         log.info("search and re-timing done: %.1f s", time.perf_counter() - started)
@@ -166,6 +186,7 @@ class Engine:
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
         result.target = parts.context.evaluator.backend.describe()
+        result.latency_confirmation_skipped = skipped or None
         write_outputs(result)
         for listener in self.listeners:
             listener.on_end(result)
