@@ -94,3 +94,36 @@ def test_no_time_left_skips_the_retiming_and_says_why(make_config, tmp_path, mon
     assert "no time left within stop.timeout_s (1000 s)" in results["latency_confirmation_skipped"]
     assert "latency re-timing skipped" in results["stop_reason"]
     assert "timed during the search only" in result.verdict_reason
+
+
+def _hang() -> None:
+    """A stage that never ends by itself (a sensitivity analysis far larger than the time left)."""
+    import signal
+
+    signal.pause()
+
+
+def test_a_stage_stops_at_the_runs_time_limit(tmp_path) -> None:
+    from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
+
+    isolation = Isolation(log_dir=tmp_path, timeout_s=600, deadline=StageDeadline(time.perf_counter() + 2.0))
+    outcome = run_stage("sensitivity", _hang, isolation=isolation)
+    assert not outcome.ok and "stop.timeout_s" in outcome.error
+    assert isolation.stages.errors[0]["stage"] == "sensitivity"
+    spent = Isolation(log_dir=tmp_path, deadline=StageDeadline(time.perf_counter() - 1.0))
+    outcome = run_stage("sensitivity", _hang, isolation=spent)
+    assert not outcome.ok and outcome.error.startswith("not started") and "stop.timeout_s" in outcome.error
+    # without a run limit, the stage's own timeout speaks
+    own = Isolation(log_dir=tmp_path, timeout_s=1.0)
+    outcome = run_stage("sensitivity", _hang, isolation=own)
+    assert not outcome.ok and "longer than 1 s" in outcome.error
+
+
+def test_report_html_is_not_drawn_past_the_limit(make_config, tmp_path, monkeypatch, caplog) -> None:
+    monkeypatch.setenv("QUANTUNE_REPORT", "1")
+    config = make_config(passes=WEIGHT_TYPES, evaluation=LATENCY, stop={"max_trials": 2, "timeout_s": 1000})
+    result = quantune.tune(config, output=tmp_path / "out", started=time.perf_counter() - 999.0)
+    assert result.stop_reason.startswith("timeout (1000 s)")
+    assert (tmp_path / "out" / "results.json").is_file()
+    assert not (tmp_path / "out" / "report.html").exists()
+    assert "report.html not drawn" in caplog.text and "quantune report" in caplog.text

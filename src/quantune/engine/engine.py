@@ -152,6 +152,8 @@ class Engine:
             judge, parts.plan, self.config.stop, self.listeners, strategy, executor, store, replay, baseline, started
         )
         loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+        if end.limited:  # a strategy's stage (sensitivity, ceilings) stops there too
+            self.isolation.deadline.at = started + float(self.config.stop.timeout_s or 0) - loop.end_reserve_s
         try:
             stop_reason = loop.run()
             log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
@@ -188,6 +190,7 @@ class Engine:
         result.target = parts.context.evaluator.backend.describe()
         result.latency_confirmation_skipped = skipped or None
         write_outputs(result)
+        result.time_left_s = end.left_s() if end.limited else None  # report.html is drawn only if it fits
         for listener in self.listeners:
             listener.on_end(result)
         log.info("results written: %.1f s", time.perf_counter() - started)

@@ -55,6 +55,8 @@ class Result:
     target: dict[str, Any] | None = None
     # why the run's end did not re-time its best models (no time left within stop.timeout_s), else None
     latency_confirmation_skipped: str | None = None
+    # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
+    time_left_s: float | None = field(default=None, repr=False)
 
     @property
     def failure_classes(self) -> dict[str, int]:

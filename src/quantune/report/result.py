@@ -52,4 +52,14 @@ class PageWriter:
         pass
 
     def on_end(self, result: Result) -> None:
+        left = result.time_left_s
+        if left is not None and left < self.end_cost_s:
+            log.warning(
+                "report.html not drawn: %.1f s left within stop.timeout_s, drawing takes about %.0f s "
+                "(quantune report %s draws it)",
+                max(0.0, left),
+                self.end_cost_s,
+                result.output_dir,
+            )
+            return
         write_page(Path(result.output_dir))

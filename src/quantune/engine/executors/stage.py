@@ -46,6 +46,18 @@ class StageLog:
         self.errors.append({"stage": stage, "error": error, "log_tail": log_tail})
 
 
+@dataclass
+class StageDeadline:
+    """The ``time.perf_counter()`` reading by which every stage must be done (``None``: none), set
+    by the engine from ``stop.timeout_s`` once the run's end is budgeted: a stage a strategy asks
+    for late in the run (a sensitivity analysis) is stopped there rather than overrun the limit."""
+
+    at: float | None = None
+
+    def left_s(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.perf_counter())
+
+
 @dataclass(frozen=True)
 class Isolation:
     """Where and under which limits stages run; ``inline`` runs them in this process."""
@@ -55,6 +67,7 @@ class Isolation:
     timeout_s: float | None = None
     inline: bool = False
     stages: StageLog = field(default_factory=StageLog)
+    deadline: StageDeadline = field(default_factory=StageDeadline)
 
 
 @dataclass
@@ -126,7 +139,12 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
     return outcome
 
 
+_PAST_DEADLINE = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"
+
+
 def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome:
+    if isolation.deadline.left_s() == 0.0:
+        return StageOutcome(error=f"not started: {_PAST_DEADLINE}")
     log_dir = isolation.log_dir or Path.cwd()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stage}.log"
@@ -144,7 +162,10 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
     except Exception as exc:  # e.g. the job does not pickle
         return StageOutcome(error=f"could not start the {stage} worker: {type(exc).__name__}: {exc}")
     child.close()
-    deadline = None if isolation.timeout_s is None else time.monotonic() + isolation.timeout_s
+    own, run_left = isolation.timeout_s, isolation.deadline.left_s()
+    run_limited = run_left is not None and (own is None or run_left < own)  # the run's limit comes first
+    limit = run_left if run_limited else own
+    deadline = None if limit is None else time.monotonic() + limit
     try:
         while True:
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -162,10 +183,10 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                     error=f"worker crashed: {exit_cause(process.exitcode)}", log_tail=_tail(log_path, offset)
                 )
             if deadline is not None and time.monotonic() >= deadline:
-                return StageOutcome(
-                    error=f"timeout: the stage ran longer than {isolation.timeout_s:g} s and was killed",
-                    log_tail=_tail(log_path, offset),
-                )
+                error = f"timeout: the stage ran longer than {isolation.timeout_s or 0:g} s and was killed"
+                if run_limited:
+                    error = _PAST_DEADLINE
+                return StageOutcome(error=error, log_tail=_tail(log_path, offset))
     finally:
         if process.is_alive():
             process.kill()
