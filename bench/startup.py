@@ -8,6 +8,10 @@ child logs every record of the ``quantune`` loggers with its time since the proc
 
     PYTHONPATH=src python bench/startup.py                          # minilm_l3 and captcha_ddddocr
     PYTHONPATH=src python bench/startup.py --models minilm_l3 --timeout 60 --repeat 2
+    python bench/startup.py --src /work/main/src --src src          # two checkouts, run alternately
+
+With several ``--src``, each model runs once per checkout, alternating, so a before/after
+comparison shares the machine's load as far as runs taken one after the other can.
 
 The zoo's files must be built first: ``python bench/zoo/run.py --build-only --models minilm_l3,captcha_ddddocr``.
 Timings are of one run on a shared machine: read them with the load (printed) in mind.
@@ -78,9 +82,10 @@ def _summary(rows: list[tuple[float, str]], results: dict, wall: float) -> dict[
 
     first(r"^imports", "imports")
     first(r"^set-up \(", "set-up (data, preparation)")
-    first(r"^baseline_evaluation stage", "baseline evaluated")
+    first(r"^baseline_evaluation stage|^baseline \(", "baseline evaluated")
+    first(r"^ceiling_build stage", "ceilings built (beside the baseline)")
     first(r"^node_profile stage", "node profile")
-    first(r"^speed_ceiling stage", "ceilings built+timed")
+    first(r"^speed_ceiling stage|^quantune strategy: .*(kept|dropped)", "ceilings timed")
     trials = [(s, int(m.group(1))) for s, w in rows if (m := re.match(r"trial (\d+): ", w))]
     for seconds, number in trials[:2]:
         phases[f"trial {number}"] = seconds
@@ -106,7 +111,7 @@ def _summary(rows: list[tuple[float, str]], results: dict, wall: float) -> dict[
     return phases
 
 
-def run_one(model: str, timeout: float, python: str) -> dict[str, float | str]:
+def run_one(model: str, timeout: float, python: str, src: Path = ROOT / "src") -> dict[str, float | str]:
     config = ZOO / model / "config.yaml"
     if not (ZOO / model / "model.onnx").is_file():
         raise SystemExit(f"{model}: build the zoo first: python bench/zoo/run.py --build-only --models {model}")
@@ -116,7 +121,7 @@ def run_one(model: str, timeout: float, python: str) -> dict[str, float | str]:
         argv = ["run", str(config), "--output", str(output), "--quiet"]
         argv += ["--set", f"stop.timeout_s={timeout:g}", "--set", f"cache_dir={Path(tmp) / 'cache'}"]
         env = dict(os.environ, QUANTUNE_BENCH_TIMELINE=str(timeline))
-        env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
+        env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         t0 = time.time()
         env["QUANTUNE_BENCH_T0"] = repr(t0)
         proc = subprocess.run(
@@ -152,13 +157,18 @@ def main() -> int:
     parser.add_argument("--timeout", type=float, default=60.0, help="stop.timeout_s (the peer bench's limit)")
     parser.add_argument("--repeat", type=int, default=1)
     parser.add_argument("--python", default=sys.executable)
+    parser.add_argument("--src", action="append", type=Path, help="a checkout's src folder (repeatable)")
     args = parser.parse_args()
+    sources = [path.resolve() for path in args.src or [ROOT / "src"]]
     load_before = os.getloadavg()[0]
     columns = {}
     for model in args.models.split(","):
         for index in range(args.repeat):
-            name = model if args.repeat == 1 else f"{model} #{index + 1}"
-            columns[name] = run_one(model, args.timeout, args.python)
+            for src in sources:
+                name = model if args.repeat == 1 else f"{model} #{index + 1}"
+                if len(sources) > 1:
+                    name += f" ({src.parent.name})"
+                columns[name] = run_one(model, args.timeout, args.python, src)
     print(f"load average (1 min) before/after: {load_before:.2f}/{os.getloadavg()[0]:.2f}, {os.cpu_count()} cores")
     print(_table(columns))
     return 0

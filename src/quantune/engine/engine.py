@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from quantune.config import LoadedConfig
-from quantune.engine.baseline import original_figures
+from quantune.engine.baseline import cached_figures, original_figures, retime_original
 from quantune.engine.confirm import MIN_ROUNDS, confirm_latency, retiming_plan, timing_rounds
 from quantune.engine.deadline import EndBudget, end_cost_s
 from quantune.engine.executors import WorkerSpec, create_executor
@@ -25,6 +25,7 @@ from quantune.engine.identity import fingerprints
 from quantune.engine.interrupts import stop_cause
 from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.output import close_output, open_output
+from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
 from quantune.engine.result import Result, write_outputs
 from quantune.engine.resume import Replay
@@ -60,6 +61,7 @@ class Engine:
         CLI: the process's start, see deadline.py); by default when ``run()`` is called."""
         self.loaded = loaded
         self.started = started
+        self._prebuild: Prebuild | None = None
         self.config = loaded.config
         self.output_dir = Path(output_dir).resolve()
         self.restart = restart
@@ -96,10 +98,27 @@ class Engine:
         strategy = self._strategy(parts, spec)  # config mistakes surface before the output folder is claimed
         # so do data the model cannot take and a metric that is not a finite number (the original
         # evaluated in a stage worker, see baseline.py)
-        preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
-        store = open_output(
-            self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path], sources=sources
-        )
+        # the strategy's speed-ceiling models are built meanwhile, on the other core (prebuild.py)
+        make = lambda: create_strategy(self.config.search.strategy)  # noqa: E731
+        if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
+            self._prebuild = Prebuild.start(strategy, make, spec, self.isolation)
+        try:
+            preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
+            if self._prebuild is not None:
+                self._prebuild.join()
+                if parts.context.baseline_status == "miss":  # its timing shared the machine with the builds
+                    retime_original(parts.context)
+            store = open_output(
+                self.output_dir,
+                config_hash,
+                restart=self.restart,
+                protected=[parts.context.model.path],
+                sources=sources,
+            )
+        except BaseException:
+            if self._prebuild is not None:
+                self._prebuild.cancel()
+            raise
         failed = True  # until the run returns: a run that fails with no finished trial leaves nothing behind
         try:
             with storage_errors(self.output_dir, "--output", refused=False):
@@ -112,6 +131,8 @@ class Engine:
             failed = False
             return result
         finally:
+            if self._prebuild is not None:  # a run that ended before its ceilings: the builds stop
+                self._prebuild.cancel()
             close_output(store, failed=failed)
 
     def _retimes(self) -> bool:
@@ -142,6 +163,8 @@ class Engine:
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
         strategy.observe_baseline(baseline)
+        if self._prebuild is not None:  # built while the original was evaluated (prebuild.py)
+            self._prebuild.keep_log(self.isolation.log_dir)
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         judge = Judge(parts.criterion, self.config.evaluation.metric, self.objectives)

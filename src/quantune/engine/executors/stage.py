@@ -53,6 +53,7 @@ class StageDeadline:
     for late in the run (a sensitivity analysis) is stopped there rather than overrun the limit."""
 
     at: float | None = None
+    reason: str = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"
 
     def left_s(self) -> float | None:
         return None if self.at is None else max(0.0, self.at - time.perf_counter())
@@ -139,12 +140,12 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
     return outcome
 
 
-_PAST_DEADLINE = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"
+_POLL_S = 0.5  # how often a waiting stage looks at the run's deadline (which may move)
 
 
 def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome:
     if isolation.deadline.left_s() == 0.0:
-        return StageOutcome(error=f"not started: {_PAST_DEADLINE}")
+        return StageOutcome(error=f"not started: {isolation.deadline.reason}")
     log_dir = isolation.log_dir or Path.cwd()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stage}.log"
@@ -162,13 +163,10 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
     except Exception as exc:  # e.g. the job does not pickle
         return StageOutcome(error=f"could not start the {stage} worker: {type(exc).__name__}: {exc}")
     child.close()
-    own, run_left = isolation.timeout_s, isolation.deadline.left_s()
-    run_limited = run_left is not None and (own is None or run_left < own)  # the run's limit comes first
-    limit = run_left if run_limited else own
-    deadline = None if limit is None else time.monotonic() + limit
+    deadline = None if isolation.timeout_s is None else time.monotonic() + isolation.timeout_s
     try:
         while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            remaining = _POLL_S if deadline is None else min(_POLL_S, max(0.0, deadline - time.monotonic()))
             ready = wait([parent, process.sentinel], timeout=remaining)
             if parent in ready:
                 with contextlib.suppress(EOFError, OSError):
@@ -182,11 +180,13 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                 return StageOutcome(
                     error=f"worker crashed: {exit_cause(process.exitcode)}", log_tail=_tail(log_path, offset)
                 )
+            if isolation.deadline.left_s() == 0.0:  # the run's limit (or the run's end) comes first
+                return StageOutcome(error=isolation.deadline.reason, log_tail=_tail(log_path, offset))
             if deadline is not None and time.monotonic() >= deadline:
-                error = f"timeout: the stage ran longer than {isolation.timeout_s or 0:g} s and was killed"
-                if run_limited:
-                    error = _PAST_DEADLINE
-                return StageOutcome(error=error, log_tail=_tail(log_path, offset))
+                return StageOutcome(
+                    error=f"timeout: the stage ran longer than {isolation.timeout_s:g} s and was killed",
+                    log_tail=_tail(log_path, offset),
+                )
     finally:
         if process.is_alive():
             process.kill()
