@@ -78,6 +78,10 @@ def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make
     assert "ceiling_build" in with_prebuild["stage_peak_rss_mb"]
     assert "ceiling_build" not in without["stage_peak_rss_mb"]
     assert (tmp_path / "ahead" / "workers" / "ceiling_build.log").is_file()
+    # built ahead, the ceilings are only timed, here: no worker of their own
+    assert "speed_ceiling" in without["stage_peak_rss_mb"]
+    assert "speed_ceiling" not in with_prebuild["stage_peak_rss_mb"]
+    assert not (tmp_path / "ahead" / "workers" / "speed_ceiling.log").exists()
     log = (tmp_path / "ahead" / "quantune.log").read_text()
     built = [line for line in log.splitlines() if "speed ceilings built ahead" in line]
     assert built and " 0 of " not in built[0]
@@ -85,3 +89,22 @@ def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make
     assert [t["flow"] for t in with_prebuild["trials"]] == [t["flow"] for t in without["trials"]]
     # the original's latency was timed again once the builds were done (the same figures' names)
     assert with_prebuild["baseline"].keys() == without["baseline"].keys()
+
+
+def test_only_cached_answers_from_the_cache_or_raises(make_config, tmp_path) -> None:
+    from quantune.model import ModelHandle
+    from quantune.passes import get_pass
+    from quantune.passes.cached import NotCached, only_cached, run_pass_cached
+    from quantune.store import ArtifactCache
+
+    model = ModelHandle.from_path(make_config()["model"])
+    cache = ArtifactCache(tmp_path / "c")
+    dynamic = get_pass("dynamic_quant")
+    config = dynamic.Config()
+    common = {"calibration": None, "input_names": model.input_names(), "batch_size": 1, "label": "dynamic_quant"}
+    with only_cached(), pytest.raises(NotCached):
+        run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common)
+    built, sha, hit = run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common)
+    assert not hit
+    with only_cached():
+        assert run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common) == (built, sha, True)

@@ -52,5 +52,6 @@ def search_problem(
             ),
             isolation,
             spec,
+            local=(parts.context, parts.plan),
         ),
     )
