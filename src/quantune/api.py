@@ -26,6 +26,7 @@ def tune(
     workers: int | None = None,
     executor: str | None = None,
     overrides: dict[str, Any] | None = None,
+    started: float | None = None,
 ) -> Result:
     """Searches the config's space and returns the result; files go to ``output``.
 
@@ -34,7 +35,8 @@ def tune(
     interrupted run of the same config is resumed. ``workers`` and ``executor`` override the
     config's ``executor`` section. ``overrides`` sets fields of the config before it is validated,
     by dotted path (``{"stop.max_trials": 5, "search.sampler": "random"}``); a file's relative
-    paths stay relative to the file.
+    paths stay relative to the file. ``started``: the ``time.perf_counter()`` reading
+    ``stop.timeout_s`` counts from (the CLI passes its process's start); by default, now.
 
     >>> result = quantune.tune("examples/digits/config.yaml")  # doctest: +SKIP
     >>> result.best.metrics["latency_ms"], result.best_model_path  # doctest: +SKIP
@@ -57,7 +59,8 @@ def tune(
         name = Path(loaded.source).stem if loaded.source != "config" else "quantune"
         output = Path("runs") / name
     # the engine writes results.json and best/; the report draws report.html from them at the end
-    return Engine(loaded, Path(output), restart=restart, listeners=[*(listeners or []), PageWriter()]).run()
+    listeners = [*(listeners or []), PageWriter()]
+    return Engine(loaded, Path(output), restart=restart, listeners=listeners, started=started).run()
 
 
 def check(

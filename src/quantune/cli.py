@@ -30,6 +30,7 @@ EXIT_ENVIRONMENT = 1
 
 def _cmd_run(args: argparse.Namespace) -> int:
     from quantune.api import tune
+    from quantune.engine.deadline import process_started
     from quantune.engine.interrupts import EXIT_CODES, install_stop_signals
     from quantune.report.console import ConsoleListener, render_result
 
@@ -42,6 +43,7 @@ def _cmd_run(args: argparse.Namespace) -> int:
         listeners=listeners,
         workers=args.workers,
         executor=args.executor,
+        started=process_started(),  # stop.timeout_s counts from the command's start
     )
     render_result(result, Console())
     if not result.interrupted:

@@ -35,8 +35,22 @@ class InputSpec:
         return f"{self.dtype} {dims}"
 
 
+_INPUTS: dict[tuple[str, int, int], list[InputSpec]] = {}  # (path, mtime, size) -> inputs: one parse per file
+
+
 def model_inputs(path: Path) -> list[InputSpec]:
-    """The graph inputs that are not initializers, as declared in the model file."""
+    """The graph inputs that are not initializers, as declared in the model file (parsed once
+    per file version: the set-up of every worker asks twice about a model of maybe 100 MB)."""
+    stat = Path(path).stat()
+    key = (str(Path(path).resolve()), stat.st_mtime_ns, stat.st_size)
+    if key not in _INPUTS:
+        if len(_INPUTS) >= 8:
+            _INPUTS.clear()
+        _INPUTS[key] = _read_inputs(path)
+    return list(_INPUTS[key])
+
+
+def _read_inputs(path: Path) -> list[InputSpec]:
     model = onnx.load(str(path), load_external_data=False)
     initializers = {init.name for init in model.graph.initializer}
     specs = []

@@ -27,7 +27,7 @@ from quantune.evaluate.latency import latency_figures
 from quantune.evaluate.paired import CONFIDENCE
 
 log = logging.getLogger("quantune.confirm")
-_MIN_ROUNDS = 5
+MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
 # Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5 rounds
 # one round disturbed by other work vetoes a real speed-up (all 5 ratios must be below 1); with
 # 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
@@ -75,18 +75,10 @@ def confirm_latency(
     ``budget_s`` bounds the re-timing (estimated from the search-time figures): on a large
     model, fewer interleaved rounds (at least 5) rather than minutes of timing.
     """
-    feasible = sorted(
-        # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
-        (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
-        key=lambda r: (r.metrics["latency_ms"], r.number),
-    )
-    chosen: list[str] = []
-    for record in feasible:
-        if record.model_path not in chosen and len(chosen) < top:
-            chosen.append(str(record.model_path))
+    feasible, chosen = _choose(records, top)
     if not chosen:
         return None
-    round_s = (baseline["latency_ms"] + sum(_latency_of(feasible, path) for path in chosen)) / 1000.0
+    round_s = _round_s(baseline, feasible, chosen)
     warmup, repeats = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, round_s, budget_s)
     try:
         timings = evaluator.timings_side_by_side(
@@ -106,6 +98,36 @@ def confirm_latency(
         record.objective = record.metrics["latency_ms"]
         ratios[record.number] = paired_ratio(rounds, timings[0])
     return Confirmation(confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios)
+
+
+def _choose(records: list[TrialRecord], top: int) -> tuple[list[TrialRecord], list[str]]:
+    """The candidates that can be re-timed, fastest first, and the ``top`` distinct models among them."""
+    feasible = sorted(
+        # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
+        (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
+        key=lambda r: (r.metrics["latency_ms"], r.number),
+    )
+    chosen: list[str] = []
+    for record in feasible:
+        if record.model_path not in chosen and len(chosen) < top:
+            chosen.append(str(record.model_path))
+    return feasible, chosen
+
+
+def _round_s(baseline: dict[str, float], feasible: list[TrialRecord], chosen: list[str]) -> float:
+    return (baseline["latency_ms"] + sum(_latency_of(feasible, path) for path in chosen)) / 1000.0
+
+
+def retiming_plan(
+    evaluator: Evaluator, baseline: dict[str, float], records: list[TrialRecord], top: int
+) -> tuple[int, float]:
+    """(models the re-timing would load, the original included, 0 when there is no candidate;
+    seconds its fewest rounds take by the search-time figures)."""
+    feasible, chosen = _choose(records, top)
+    if not chosen:
+        return 0, 0.0
+    warmup, _ = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, 1.0, 0.0)
+    return 1 + len(chosen), (warmup + _MIN_ROUNDS) * _round_s(baseline, feasible, chosen)
 
 
 def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:

@@ -15,8 +15,9 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from quantune.config import LoadedConfig
-from quantune.engine.baseline import original_figures
-from quantune.engine.confirm import confirm_latency
+from quantune.engine.baseline import cached_figures, original_figures, retime_original
+from quantune.engine.confirm import MIN_ROUNDS, confirm_latency, retiming_plan, timing_rounds
+from quantune.engine.deadline import EndBudget, end_cost_s
 from quantune.engine.executors import WorkerSpec, create_executor
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.executors.stage import Isolation, StageLog
@@ -24,6 +25,7 @@ from quantune.engine.identity import fingerprints
 from quantune.engine.interrupts import stop_cause
 from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.output import close_output, open_output
+from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
 from quantune.engine.result import Result, write_outputs
 from quantune.engine.resume import Replay
@@ -53,8 +55,13 @@ class Engine:
         *,
         restart: bool = False,
         listeners: Sequence[RunListener] = (),
+        started: float | None = None,
     ) -> None:
+        """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (the
+        CLI: the process's start, see deadline.py); by default when ``run()`` is called."""
         self.loaded = loaded
+        self.started = started
+        self._prebuild: Prebuild | None = None
         self.config = loaded.config
         self.output_dir = Path(output_dir).resolve()
         self.restart = restart
@@ -74,7 +81,10 @@ class Engine:
 
     def run(self) -> Result:
         workers = self.config.executor.workers
+        begun = time.perf_counter()
+        started = self.started if self.started is not None else begun  # the limit covers set-up too
         parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
+        log.info("set-up (model, data, preparation): %.1f s", time.perf_counter() - begun)
         # Where and how trials run does not change their results, so it is not part of the run's
         # identity; nor do the stop conditions: a run stopped at 8 trials goes on to 16 in the same
         # folder (its 8 are replayed, as Optuna continues a study with more n_trials).
@@ -88,23 +98,49 @@ class Engine:
         strategy = self._strategy(parts, spec)  # config mistakes surface before the output folder is claimed
         # so do data the model cannot take and a metric that is not a finite number (the original
         # evaluated in a stage worker, see baseline.py)
-        preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
-        store = open_output(
-            self.output_dir, config_hash, restart=self.restart, protected=[parts.context.model.path], sources=sources
-        )
+        # the strategy's speed-ceiling models are built meanwhile, on the other core (prebuild.py)
+        make = lambda: create_strategy(self.config.search.strategy)  # noqa: E731
+        if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
+            self._prebuild = Prebuild.start(strategy, make, spec, self.isolation)
+        try:
+            preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
+            if self._prebuild is not None:
+                self._prebuild.join()
+                if parts.context.baseline_status == "miss":  # its timing shared the machine with the builds
+                    retime_original(parts.context)
+            store = open_output(
+                self.output_dir,
+                config_hash,
+                restart=self.restart,
+                protected=[parts.context.model.path],
+                sources=sources,
+            )
+        except BaseException:
+            if self._prebuild is not None:
+                self._prebuild.cancel()
+            raise
         failed = True  # until the run returns: a run that fails with no finished trial leaves nothing behind
         try:
             with storage_errors(self.output_dir, "--output", refused=False):
                 (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
                 handler = _attach_log(self.output_dir / "quantune.log")
                 try:
-                    result = self._run(parts, strategy, store, spec)
+                    result = self._run(parts, strategy, store, spec, started)
                 finally:
                     _detach_log(handler)
             failed = False
             return result
         finally:
+            if self._prebuild is not None:  # a run that ended before its ceilings: the builds stop
+                self._prebuild.cancel()
             close_output(store, failed=failed)
+
+    def _retimes(self) -> bool:
+        """Whether the run ends by re-timing its best models: latency alone, and timed on this machine
+        (on Ray the trials were timed on the cluster's workers, which may be other hardware than the
+        machine running the engine: their figures stand as measured)."""
+        top = self.config.evaluation.latency.confirm_top
+        return self.objectives == ["latency"] and top > 0 and self.config.executor.kind != "ray"
 
     def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
@@ -112,8 +148,7 @@ class Engine:
         strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 
-    def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec) -> Result:
-        started = time.perf_counter()
+    def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec, started: float) -> Result:
         runner = TrialRunner(parts.context)
         replay = Replay(store.trials())
         executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
@@ -128,14 +163,23 @@ class Engine:
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
         strategy.observe_baseline(baseline)
+        if self._prebuild is not None:  # built while the original was evaluated (prebuild.py)
+            self._prebuild.keep_log(self.isolation.log_dir)
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         judge = Judge(parts.criterion, self.config.evaluation.metric, self.objectives)
+        end = EndBudget(self.config.stop.timeout_s, started, end_cost_s(self.listeners))
+        top = self.config.evaluation.latency.confirm_top if self._retimes() else 0
+        warmup, _ = timing_rounds(self.config.evaluation.latency.warmup, 1, 1.0, 0.0)
         loop = RunLoop(
             judge, parts.plan, self.config.stop, self.listeners, strategy, executor, store, replay, baseline, started
         )
+        loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+        if end.limited:  # a strategy's stage (sensitivity, ceilings) stops there too
+            self.isolation.deadline.at = started + float(self.config.stop.timeout_s or 0) - loop.end_reserve_s
         try:
             stop_reason = loop.run()
+            log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
             executor.shutdown()
         except KeyboardInterrupt as exc:
             stop_reason = f"interrupted ({stop_cause(exc)}): finished trials are saved; run again to resume"
@@ -144,27 +188,35 @@ class Engine:
             executor.shutdown(kill=True)
             raise
         confirmation = None
-        top = self.config.evaluation.latency.confirm_top
-        # On Ray the trials were timed on the cluster's workers, which may be other hardware than
-        # the machine running the engine: their figures stand as measured.
-        local = self.config.executor.kind != "ray"
-        if self.objectives == ["latency"] and top > 0 and local and not stop_reason.startswith("interrupted"):
+        skipped = ""
+        if top > 0 and not stop_reason.startswith("interrupted"):
             original = parts.context.model.path
             try:
-                # at most a tenth of the search's time (at least 3 s): a few rounds suffice interleaved
-                budget_s = max(3.0, 0.1 * (time.perf_counter() - started))
-                confirmation = confirm_latency(
-                    parts.context.evaluator, original, baseline, loop.records, top, budget_s=budget_s
-                )
+                # at most a tenth of the search's time (at least 3 s): a few rounds suffice interleaved;
+                # within what is left of stop.timeout_s, or skipped when even the fewest do not fit
+                models, minimum_s = retiming_plan(parts.context.evaluator, baseline, loop.records, top)
+                wanted_s = max(3.0, 0.1 * (time.perf_counter() - started))
+                budget_s, skipped = end.retiming_budget(wanted_s, minimum_s, models) if models else (wanted_s, "")
+                if budget_s is not None:
+                    confirmation = confirm_latency(
+                        parts.context.evaluator, original, baseline, loop.records, top, budget_s=budget_s
+                    )
+                else:
+                    log.warning("latency re-timing skipped: %s", skipped)
+                    stop_reason += "; latency re-timing skipped (no time left within stop.timeout_s)"
             except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
                 stop_reason += "; latency re-timing skipped (Ctrl-C)"
+        log.info("search and re-timing done: %.1f s", time.perf_counter() - started)
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
         result.target = parts.context.evaluator.backend.describe()
+        result.latency_confirmation_skipped = skipped or None
         write_outputs(result)
+        result.time_left_s = end.left_s() if end.limited else None  # report.html is drawn only if it fits
         for listener in self.listeners:
             listener.on_end(result)
+        log.info("results written: %.1f s", time.perf_counter() - started)
         return result
 
     def _result(

@@ -113,6 +113,7 @@ class RunLoop:
         self.baseline = baseline
         self.started = started
         self.loop_started = time.perf_counter()  # after the baseline: what the loop's own work costs
+        self.end_reserve_s = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results; deadline.py)
         self.records: list[TrialRecord] = []
         self.pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
         self.replayed_proposals: dict[int, Proposal] = {}
@@ -234,9 +235,14 @@ class RunLoop:
         outside = time.perf_counter() - self.loop_started - sum(ran) / self.executor.capacity
         expected = sum(durations) / len(durations) + max(0.0, outside) / max(1, len(ran))
         elapsed = time.perf_counter() - self.started
-        if elapsed + expected <= timeout:
+        if elapsed + expected <= timeout - self.end_reserve_s:
             return False
-        self._overrun_reason = f"timeout ({timeout:g} s): the next trial (about {expected:.0f} s) would end after it"
+        kept = (
+            f", with {self.end_reserve_s:.0f} s kept for the re-timing and results" if self.end_reserve_s >= 0.5 else ""
+        )
+        self._overrun_reason = (
+            f"timeout ({timeout:g} s): the next trial (about {expected:.0f} s) would end after it{kept}"
+        )
         return True
 
     def _tell_replayed(self) -> None:
@@ -308,7 +314,7 @@ class RunLoop:
         if stop.timeout_s == 0:
             if met:
                 return "a trial met the criterion (timeout: 0)"
-        elif stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s:
+        elif stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s - self.end_reserve_s:
             return f"timeout ({stop.timeout_s:g} s) reached"
         if stop.stop_when_met and met:
             return "a trial met the criterion (stop_when_met)"

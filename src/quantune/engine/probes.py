@@ -249,6 +249,26 @@ def _ceilings(
     return ratios
 
 
+def cached_ceilings(
+    context: Any, plan: Any, items: Sequence[tuple[Point, tuple[str, ...]]], threshold: float, budget_s: float | None
+) -> list[float | None] | None:
+    """:func:`_ceilings` here when every point's model is already in the cache (built beside the
+    original's evaluation, engine/prebuild.py): timing alone needs no worker of its own, whose
+    start-up would cost more than the timing. ``None`` when a model is missing (then a stage builds it)."""
+    from quantune.passes.cached import NotCached, only_cached
+
+    try:
+        with only_cached():
+            for point, flow in items:
+                _variant_model(context, plan, point, flow)
+    except NotCached:
+        return None
+    except Exception:  # a variant that failed: the stage says so as it always did
+        return None
+    with only_cached():
+        return _ceilings(context, plan, items, threshold, budget_s)
+
+
 def _profile(context: Any) -> dict[str, float]:
     feeds = getattr(context.evaluator, "latency_feeds", None) or getattr(context.evaluator, "_latency_feeds", None)
     if not feeds:

@@ -54,5 +54,6 @@ def search_problem(
             ),
             isolation,
             spec,
+            local=(parts.context, parts.plan),
         ),
     )

@@ -53,6 +53,10 @@ class Result:
     environment: dict[str, Any] = field(default_factory=machine_info)  # the machine and library versions
     # where models were evaluated: python, onnxruntime version, provider (+ options), CPU (evaluate/backend.py)
     target: dict[str, Any] | None = None
+    # why the run's end did not re-time its best models (no time left within stop.timeout_s), else None
+    latency_confirmation_skipped: str | None = None
+    # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
+    time_left_s: float | None = field(default=None, repr=False)
 
     @property
     def failure_classes(self) -> dict[str, int]:
@@ -103,6 +107,7 @@ class Result:
             "strategy": self.strategy_notes,
             "environment": self.environment,
             "target": self.target,
+            "latency_confirmation_skipped": self.latency_confirmation_skipped,
         }
 
 

@@ -50,8 +50,12 @@ def node_profile(spec: Any) -> dict[str, float]:
     return _profile(_context(spec))
 
 
-def isolated(fields: Mapping[str, Any], isolation: Isolation | None, spec: Any) -> dict[str, Any]:
-    """``fields`` (from ``accuracy_fields``) with their model-running functions run as stages."""
+def isolated(
+    fields: Mapping[str, Any], isolation: Isolation | None, spec: Any, local: tuple[Any, Any] | None = None
+) -> dict[str, Any]:
+    """``fields`` (from ``accuracy_fields``) with their model-running functions run as stages;
+    ``local`` (the engine's run context and plan): ceilings whose models are all cached are
+    timed in this process (``probes.cached_ceilings``)."""
     fields = dict(fields)
     if isolation is None or isolation.inline or spec is None or "latency_ratio" not in fields:
         return fields
@@ -64,6 +68,12 @@ def isolated(fields: Mapping[str, Any], isolation: Isolation | None, spec: Any) 
         items: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], threshold: float, budget_s: float | None
     ) -> list[float | None]:
         plain = [(dict(point), tuple(flow)) for point, flow in items]
+        if local is not None:
+            from quantune.engine.probes import cached_ceilings
+
+            here = cached_ceilings(local[0], local[1], plain, threshold, budget_s)
+            if here is not None:
+                return here
         outcome = run_stage("speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, isolation=isolation)
         return outcome.value if outcome.ok else [None] * len(plain)
 

@@ -16,6 +16,7 @@ import numpy as np
 import onnxruntime as ort
 
 from quantune.data import Dataset
+from quantune.data.dataset import stack
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
@@ -154,8 +155,11 @@ class Evaluator:
         elif self.spec.user_metric is not None:
             figures[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
         ref_first = first if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
+        stacked = stack(first)
+        pair = (stacked, stacked if ref_first is first else stack(ref_first))  # stacked once for every metric
         for name, func in AGREEMENT_METRICS.items():
-            figures[name] = over_feeds(name, func, first, ref_first)
+            figures[name] = over_feeds(name, func, first, ref_first, pair)
+        del stacked, pair
         timings = self.backend.timings([model], self._latency_feeds, self.spec.latency, self.spec.runner)
         figures.update(latency_figures(timings[0]))
         # the memory a fresh session takes to load the model and run the latency feed, in its own process

@@ -20,6 +20,23 @@ def _flat(array: np.ndarray) -> np.ndarray:
     return array.reshape(len(array), -1).astype(np.float64)
 
 
+# Elements per block the agreement metrics convert and compare at once: every figure is per row
+# (per arg-max position) and combined at the end, so blocks give the same figures as one pass
+# over the whole output, without float64 copies of a recognizer's 300 x 8,210-class outputs
+# (seconds and gigabytes per evaluation).
+BLOCK_ELEMENTS = 1 << 21
+
+
+def _blocks(*arrays: np.ndarray) -> list[tuple[np.ndarray, ...]]:
+    """The arrays cut along their first axis into blocks of about ``BLOCK_ELEMENTS`` elements."""
+    first = arrays[0]
+    if first.ndim == 0 or len(first) == 0:
+        return [arrays]
+    per_row = max(1, first.size // len(first))
+    step = max(1, BLOCK_ELEMENTS // per_row)
+    return [tuple(a[start : start + step] for a in arrays) for start in range(0, len(first), step)]
+
+
 def _broken(flat: np.ndarray) -> np.ndarray:
     """Per sample: whether the candidate's output holds NaN or infinity (it agrees with nothing)."""
     return ~np.all(np.isfinite(flat), axis=1)
@@ -33,15 +50,24 @@ def top1_agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
     0 and agree by chance with every reference whose top class is the first. Non-finite rows
     never agree. (With one value on the last axis every row is "all equal": use cosine or l2.)
     """
-    out = np.asarray(outputs, dtype=np.float64)
-    ref = np.asarray(reference, dtype=np.float64)
+    outputs, reference = np.asarray(outputs), np.asarray(reference)
+    agree = [_top1_agree(out, ref) for out, ref in _blocks(outputs, reference)]
+    return float(np.mean(np.concatenate([a.reshape(-1) for a in agree]) if agree else agree))
+
+
+def _exact_float(array: np.ndarray) -> np.ndarray:
+    """A float array as it is (arg-max, ties and finiteness do not change in float64), others in float64."""
+    return array if np.issubdtype(array.dtype, np.floating) else np.asarray(array, dtype=np.float64)
+
+
+def _top1_agree(outputs: np.ndarray, reference: np.ndarray) -> np.ndarray:
+    out, ref = _exact_float(outputs), _exact_float(reference)
     same = np.argmax(out, axis=-1) == np.argmax(ref, axis=-1)
-    flat_out = np.nan_to_num(out, nan=0.0)
-    out_tied = np.all(flat_out == flat_out[..., :1], axis=-1)
-    ref_tied = np.all(ref == ref[..., :1], axis=-1)
     finite = np.all(np.isfinite(out), axis=-1)
-    agree = np.where(out_tied, ref_tied, same & ~ref_tied) & finite
-    return float(np.mean(agree))
+    # a non-finite row never agrees, so only finite rows' ties matter (NaN would not equal itself)
+    out_tied = np.all(out == out[..., :1], axis=-1)
+    ref_tied = np.all(ref == ref[..., :1], axis=-1)
+    return np.where(out_tied, ref_tied, same & ~ref_tied) & finite
 
 
 def cosine(outputs: np.ndarray, reference: np.ndarray) -> float:
@@ -56,7 +82,12 @@ def cosine(outputs: np.ndarray, reference: np.ndarray) -> float:
     is used there. Zero vectors are handled, never divided by: both zero = 1.0, one zero = 0.0.
     Samples whose output holds NaN or infinity score 0.
     """
-    a, b = _flat(outputs), _flat(reference)
+    outputs, reference = np.asarray(outputs), np.asarray(reference)
+    sims = [_cosines(_flat(out), _flat(ref)) for out, ref in _blocks(outputs, reference)]
+    return float(np.mean(np.concatenate(sims)))
+
+
+def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     center = b.mean(axis=1, keepdims=True)
     centred_b = b - center
     varies = np.linalg.norm(centred_b, axis=1) > 1e-9 * np.linalg.norm(b, axis=1)
@@ -73,23 +104,29 @@ def cosine(outputs: np.ndarray, reference: np.ndarray) -> float:
     dots = np.sum(x * y, axis=1)
     sims = np.clip(dots / np.where((nx > 0) & (ny > 0), nx * ny, 1.0), -1.0, 1.0)
     sims = np.where(one_zero, 0.0, np.where(both_zero, 1.0, sims))
-    return float(np.mean(np.where(broken, 0.0, sims)))
+    return np.where(broken, 0.0, sims)
 
 
 def l2(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Mean per-sample Euclidean distance (infinite when an output holds NaN or infinity)."""
-    a = _flat(outputs)
-    if _broken(a).any():
-        return float("inf")
-    return float(np.mean(np.linalg.norm(a - _flat(reference), axis=1)))
+    distances = []
+    for out, ref in _blocks(np.asarray(outputs), np.asarray(reference)):
+        a = _flat(out)
+        if _broken(a).any():
+            return float("inf")
+        distances.append(np.linalg.norm(a - _flat(ref), axis=1))
+    return float(np.mean(np.concatenate(distances)))
 
 
 def max_abs_diff(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Largest absolute difference (infinite when an output holds NaN or infinity)."""
-    a = _flat(outputs)
-    if _broken(a).any():
-        return float("inf")
-    return float(np.max(np.abs(a - _flat(reference))))
+    largest = []
+    for out, ref in _blocks(np.asarray(outputs), np.asarray(reference)):
+        a = _flat(out)
+        if _broken(a).any():
+            return float("inf")
+        largest.append(np.max(np.abs(a - _flat(ref))))
+    return float(max(largest))
 
 
 LABEL_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"top1": top1}

@@ -14,7 +14,8 @@ import os
 import shutil
 import sys
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +27,24 @@ from quantune.passes.timing import PassTiming
 from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
+
+# Inside ``only_cached()``: a pass whose output is not in the cache raises NotCached instead of running.
+_ONLY_CACHED: ContextVar[bool] = ContextVar("quantune_only_cached", default=False)
+
+
+class NotCached(Exception):
+    """A pass output asked for under ``only_cached()`` that the cache does not hold."""
+
+
+@contextlib.contextmanager
+def only_cached() -> Iterator[None]:
+    """Passes answer from the cache or raise :class:`NotCached` (e.g. models built by another
+    process, looked up where no pass may run: the engine's own process)."""
+    token = _ONLY_CACHED.set(True)
+    try:
+        yield
+    finally:
+        _ONLY_CACHED.reset(token)
 
 
 def run_pass_cached(
@@ -54,6 +73,8 @@ def run_pass_cached(
     cached = cache.get_model(key)
     if cached is not None:
         return (*cached, True)
+    if _ONLY_CACHED.get():
+        raise NotCached(label)
     work_dir = cache.new_work_dir()
     view_dir = cache.new_work_dir()
     output = work_dir / "model.onnx"

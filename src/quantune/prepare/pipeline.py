@@ -139,39 +139,102 @@ def _prepare(
     except Exception as exc:  # not cached: the run's own checks say what is wrong with model or data
         warning = f"not prepared: the original model does not run on the evaluation data ({type(exc).__name__})"
         return Preparation(model.path, model.sha256, [], [warning], unprepared(model).facts, "miss")
-    current = onnx.load(str(model.path))
+    final = cache.new_work_dir()
+    # Usually every step keeps the outputs: all of them, then one check of the result (saved
+    # where the cache takes it from); only when that check fails is each step checked on its own.
+    try:
+        at_once = _all_steps(onnx.load(str(model.path)), options, steps, work, final / "model.onnx", reference, feeds)
+        if at_once is None:
+            current, changes, warnings = _step_by_step(
+                onnx.load(str(model.path)), options, steps, work, reference, feeds
+            )
+            if changes:
+                save_model(current, final / "model.onnx")
+        else:
+            current, changes, warnings = at_once
+    except BaseException:
+        shutil.rmtree(final, ignore_errors=True)
+        raise
+    facts = model_facts(current)
+    for line in warnings:
+        log.warning("%s", line)
+    if not changes:
+        shutil.rmtree(final, ignore_errors=True)
+        cache.put_json("prepare", key, {"model": None, "steps": [], "warnings": warnings, "facts": facts})
+        return Preparation(model.path, model.sha256, [], warnings, facts, "miss")
+    path, sha = cache.put_model(key, final, {"prepared_from": model.sha256, "steps": changes})
+    cache.put_json("prepare", key, {"model": sha, "steps": changes, "warnings": warnings, "facts": facts})
+    return Preparation(path, sha, changes, warnings, facts, "miss")
+
+
+Outcome = tuple[onnx.ModelProto, list[str], list[str]]  # the model, its changes, the warnings
+
+
+def _run_step(step: PrepareStep, current: onnx.ModelProto, options: PrepareOptions, work: Path, warnings: list[str]):
+    """(model, changes) of one step, or ``None`` (with the warning) when it raised."""
+    try:
+        return step.run(current, options, work)
+    except Exception as exc:
+        warnings.append(f"prepare step '{step.name}' failed and is skipped: {type(exc).__name__}: {exc}")
+        return None
+
+
+def _check(model: onnx.ModelProto, path: Path, reference: list[list[np.ndarray]], feeds: Feeds) -> str | None:
+    """Why ``model`` (saved at ``path``) does not give the reference outputs, or ``None``."""
+    try:
+        save_model(model, path)
+        return outputs_differ(reference, run_feeds(path, feeds))
+    except Exception as exc:
+        return f"the model does not run: {type(exc).__name__}: {exc}"
+
+
+def _all_steps(
+    current: onnx.ModelProto,
+    options: PrepareOptions,
+    steps: Sequence[PrepareStep],
+    work: Path,
+    path: Path,
+    reference: list[list[np.ndarray]],
+    feeds: Feeds,
+) -> Outcome | None:
+    """Every step in turn, the result checked once (and left at ``path``); ``None`` when it
+    differs from the original (then each step is checked on its own)."""
     changes: list[str] = []
     warnings: list[str] = []
     for step in steps:
-        try:
-            candidate, lines = step.run(current, options, work)
-        except Exception as exc:
-            warnings.append(f"prepare step '{step.name}' failed and is skipped: {type(exc).__name__}: {exc}")
+        ran = _run_step(step, current, options, work, warnings)
+        if ran is not None and ran[1]:
+            current = ran[0]
+            changes.extend(ran[1])
+    if changes and _check(current, path, reference, feeds):
+        return None
+    return current, changes, warnings
+
+
+def _step_by_step(
+    current: onnx.ModelProto,
+    options: PrepareOptions,
+    steps: Sequence[PrepareStep],
+    work: Path,
+    reference: list[list[np.ndarray]],
+    feeds: Feeds,
+) -> Outcome:
+    """Each step checked on its own: one that changes the outputs is dropped with a warning, and
+    the steps after it start from the model before it."""
+    changes: list[str] = []
+    warnings: list[str] = []
+    for step in steps:
+        ran = _run_step(step, current, options, work, warnings)
+        if ran is None or not ran[1]:
             continue
-        if not lines:
-            continue
-        path = work / step.name / "model.onnx"
-        try:
-            save_model(candidate, path)
-            reason = outputs_differ(reference, run_feeds(path, feeds))
-        except Exception as exc:
-            reason = f"the model does not run: {type(exc).__name__}: {exc}"
+        candidate, lines = ran
+        reason = _check(candidate, work / step.name / "model.onnx", reference, feeds)
         if reason:
             warnings.append(f"prepare step '{step.name}' changed the outputs and is not used ({reason})")
             continue
         current = candidate
         changes.extend(lines)
-    facts = model_facts(current)
-    for line in warnings:
-        log.warning("%s", line)
-    if not changes:
-        cache.put_json("prepare", key, {"model": None, "steps": [], "warnings": warnings, "facts": facts})
-        return Preparation(model.path, model.sha256, [], warnings, facts, "miss")
-    final = cache.new_work_dir()
-    save_model(current, final / "model.onnx")
-    path, sha = cache.put_model(key, final, {"prepared_from": model.sha256, "steps": changes})
-    cache.put_json("prepare", key, {"model": sha, "steps": changes, "warnings": warnings, "facts": facts})
-    return Preparation(path, sha, changes, warnings, facts, "miss")
+    return current, changes, warnings
 
 
 def feeds_digest(feeds: Feeds) -> str:

@@ -40,6 +40,11 @@ def write_page(folder: Path) -> None:
 class PageWriter:
     """A run listener that draws ``report.html`` once the run's results are written."""
 
+    @property
+    def end_cost_s(self) -> float:
+        """About what drawing the page takes (its imports included), kept from ``stop.timeout_s``."""
+        return 0.0 if os.environ.get("QUANTUNE_REPORT", "1").strip().lower() in ("0", "false", "no", "off") else 5.0
+
     def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None:
         pass
 
@@ -47,4 +52,14 @@ class PageWriter:
         pass
 
     def on_end(self, result: Result) -> None:
+        left = result.time_left_s
+        if left is not None and left < self.end_cost_s:
+            log.warning(
+                "report.html not drawn: %.1f s left within stop.timeout_s, drawing takes about %.0f s "
+                "(quantune report %s draws it)",
+                max(0.0, left),
+                self.end_cost_s,
+                result.output_dir,
+            )
+            return
         write_page(Path(result.output_dir))

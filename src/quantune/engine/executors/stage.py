@@ -46,6 +46,19 @@ class StageLog:
         self.errors.append({"stage": stage, "error": error, "log_tail": log_tail})
 
 
+@dataclass
+class StageDeadline:
+    """The ``time.perf_counter()`` reading by which every stage must be done (``None``: none), set
+    by the engine from ``stop.timeout_s`` once the run's end is budgeted: a stage a strategy asks
+    for late in the run (a sensitivity analysis) is stopped there rather than overrun the limit."""
+
+    at: float | None = None
+    reason: str = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"
+
+    def left_s(self) -> float | None:
+        return None if self.at is None else max(0.0, self.at - time.perf_counter())
+
+
 @dataclass(frozen=True)
 class Isolation:
     """Where and under which limits stages run; ``inline`` runs them in this process."""
@@ -55,6 +68,7 @@ class Isolation:
     timeout_s: float | None = None
     inline: bool = False
     stages: StageLog = field(default_factory=StageLog)
+    deadline: StageDeadline = field(default_factory=StageDeadline)
 
 
 @dataclass
@@ -126,7 +140,12 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
     return outcome
 
 
+_POLL_S = 0.5  # how often a waiting stage looks at the run's deadline (which may move)
+
+
 def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome:
+    if isolation.deadline.left_s() == 0.0:
+        return StageOutcome(error=f"not started: {isolation.deadline.reason}")
     log_dir = isolation.log_dir or Path.cwd()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stage}.log"
@@ -147,7 +166,7 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
     deadline = None if isolation.timeout_s is None else time.monotonic() + isolation.timeout_s
     try:
         while True:
-            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            remaining = _POLL_S if deadline is None else min(_POLL_S, max(0.0, deadline - time.monotonic()))
             ready = wait([parent, process.sentinel], timeout=remaining)
             if parent in ready:
                 with contextlib.suppress(EOFError, OSError):
@@ -161,6 +180,8 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                 return StageOutcome(
                     error=f"worker crashed: {exit_cause(process.exitcode)}", log_tail=_tail(log_path, offset)
                 )
+            if isolation.deadline.left_s() == 0.0:  # the run's limit (or the run's end) comes first
+                return StageOutcome(error=isolation.deadline.reason, log_tail=_tail(log_path, offset))
             if deadline is not None and time.monotonic() >= deadline:
                 return StageOutcome(
                     error=f"timeout: the stage ran longer than {isolation.timeout_s:g} s and was killed",
@@ -179,7 +200,9 @@ def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolati
     ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
     and any failure are recorded in ``isolation.stages`` under ``stage``.
     """
+    started = time.perf_counter()
     outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
+    log.info("%s stage: %.1f s", stage, time.perf_counter() - started)  # bench/startup.py reads the timeline
     isolation.stages.note_peak(stage, outcome.peak_rss_mb)
     for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran
         isolation.stages.note_peak(name, mb)

@@ -1,0 +1,149 @@
+"""The speed ceilings' models, built while the original model is evaluated.
+
+A speed-first strategy starts by timing each flow's fully-quantized variants against the
+original (``ceiling_ratios``). Building them (calibration, quantization) needs no figure of
+the original, yet it waited for the original's evaluation, the run's first heavy stage, with
+the machine's other core idle. So before that evaluation the engine asks a throw-away copy of
+the strategy which variants it will time -- the copy's first ``ask`` calls ``ceiling_ratios``,
+which here records the points and stops it; every other probe refuses -- and builds them in a
+stage worker of its own (``ceiling_build``), beside the evaluation's. The models land in the
+pass cache, where the strategy's own ceiling stage finds them and only times them. Nothing
+the strategy sees changes: the same passes with the same configs give the same models (only
+sooner). A strategy that does not start with ceilings gets nothing built.
+
+``QUANTUNE_PREBUILD=0`` turns it off (bench/startup.py times a run both ways).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
+
+log = logging.getLogger("quantune.prebuild")
+
+STAGE = "ceiling_build"
+Items = list[tuple[dict[str, Any], tuple[str, ...]]]
+
+
+class _Captured(Exception):
+    def __init__(self, items: Items, budget_s: float | None) -> None:
+        super().__init__("ceiling points captured")
+        self.items = items
+        self.budget_s = budget_s
+
+
+class _Refused(Exception):
+    """A probe the dry run may not use (it would measure models)."""
+
+
+def enabled() -> bool:
+    return os.environ.get("QUANTUNE_PREBUILD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None]:
+    """(the points and flows ``strategy`` will time first, its build budget); nothing when its
+    first ``ask`` does not start with the speed ceilings. ``make`` builds a fresh strategy of the same kind."""
+    problem = getattr(strategy, "problem", None)
+    if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
+        return [], None
+
+    def capture(items: Any, threshold: float, budget_s: float | None) -> list[float | None]:
+        raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise _Refused
+
+    dry = make()
+    try:
+        dry.bind(replace(problem, ceiling_ratios=capture, latency_ratio=refuse, sensitivity=refuse, node_costs=refuse))
+        dry.observe_baseline({})
+        dry.ask()
+    except _Captured as captured:
+        return captured.items, captured.budget_s
+    except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
+        log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)
+    return [], None
+
+
+def build_variants(spec: Any, items: Items, budget_s: float | None) -> int:
+    """In the stage worker: each point's model through the pass cache (as the ceiling stage's
+    ``_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built."""
+    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.probes import _variant_model
+
+    context = runner_for(spec).context
+    deadline = None if not budget_s else time.perf_counter() + budget_s
+    built = 0
+    for point, flow in items:
+        if deadline is not None and built and time.perf_counter() >= deadline:
+            break
+        try:
+            _variant_model(context, context.plan, point, flow)
+        except Exception as exc:  # the ceiling stage meets the same failure and reports it
+            print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
+            continue
+        built += 1
+    return built
+
+
+class Prebuild:
+    """The ``ceiling_build`` stage running in a thread of the engine (its worker is a process)."""
+
+    def __init__(self, spec: Any, items: Items, budget_s: float | None, isolation: Isolation) -> None:
+        self._tmp = Path(tempfile.mkdtemp(prefix="quantune-prebuild-"))
+        self._isolation = replace(isolation, log_dir=self._tmp, deadline=StageDeadline())
+        self.items = items
+        self._thread = threading.Thread(
+            target=self._run, args=(spec, items, budget_s), name="quantune-ceiling-build", daemon=True
+        )
+        self.built = 0
+        self._thread.start()
+
+    def _run(self, spec: Any, items: Items, budget_s: float | None) -> None:
+        outcome = run_stage(STAGE, build_variants, spec, items, budget_s, isolation=self._isolation)
+        self.built = outcome.value or 0
+
+    @classmethod
+    def start(cls, strategy: Any, make: Callable[[], Any], spec: Any, isolation: Isolation) -> Prebuild | None:
+        """The stage started, or ``None`` (turned off, in-process runs, nothing to build)."""
+        if isolation.inline or spec is None or not enabled():
+            return None
+        items, budget_s = ceiling_items(strategy, make)
+        if not items:
+            return None
+        return cls(spec, items, budget_s, isolation)
+
+    def join(self) -> None:
+        """Waits for the builds."""
+        self._thread.join()
+
+    def cancel(self) -> None:
+        """Stops the builds (the run ends before its ceilings) and waits for the worker to go."""
+        if self._thread.is_alive():
+            self._isolation.deadline.reason = "cancelled: the run ended before its speed ceilings"
+            self._isolation.deadline.at = time.perf_counter()
+            self._thread.join()
+        self.keep_log(None)
+
+    def keep_log(self, log_dir: Path | None) -> None:
+        """The builds' worker log goes to ``log_dir`` (the run's workers folder; ``None``: dropped)."""
+        if log_dir is not None:
+            log.info("speed ceilings built ahead: %d of %d variants", self.built, len(self.items))
+        source = self._tmp / f"{STAGE}.log"
+        if log_dir is not None and source.is_file():
+            try:
+                log_dir.mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source, log_dir / source.name)
+            except OSError:
+                pass
+        shutil.rmtree(self._tmp, ignore_errors=True)

@@ -1,0 +1,110 @@
+"""The speed ceilings' models are built while the original is evaluated (engine/prebuild.py):
+the strategy's own ceiling stage then only times them, and nothing it decides changes."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+import quantune
+from conftest import accuracy_problem
+from quantune.engine.prebuild import ceiling_items
+from quantune.strategy import create_strategy
+
+DYNAMIC = [{"name": "dynamic_quant", "search": True}]
+STATIC = [{"name": "static_quant", "search": True, "params": {"calibration_samples": 16}}]
+
+
+def _speed_first(make_config, passes, **overrides) -> dict:
+    return make_config(
+        passes=passes,
+        search={"strategy": "quantune", "seed": 0, "strategy_options": {"drop_slow": False}},
+        evaluation={"metric": "top1", "latency": {"warmup": 1, "repeats": 5, "threads": 1}},
+        **overrides,
+    )
+
+
+def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> None:
+    config = _speed_first(make_config, STATIC)
+    timed: list = []
+
+    def ratios(items, threshold, budget_s):  # the real ceiling stage's probe, answering "not faster"
+        timed.append([(dict(point), tuple(flow)) for point, flow in items])
+        return [1.5] * len(items)
+
+    problem = dataclasses.replace(accuracy_problem(config, {"drop_slow": False}, timed=True), ceiling_ratios=ratios)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    items, _ = ceiling_items(strategy, lambda: create_strategy("quantune"))
+    assert items and all(flow == ("static_quant",) for _, flow in items)
+    assert len(items) == len({json.dumps(point, sort_keys=True) for point, _ in items})  # distinct variants
+    assert timed == []  # the dry run timed nothing
+    # the real strategy, untouched by the dry run, times exactly those points first
+    strategy.observe_baseline({"top1": 1.0, "latency_ms": 1.0})
+    strategy.ask()
+    assert timed == [items]
+
+
+def test_a_strategy_that_does_not_start_with_ceilings_gets_nothing_built(make_config) -> None:
+    config = make_config(passes=DYNAMIC, search={"strategy": "joint", "sampler": "random", "seed": 0})
+    problem = accuracy_problem(config, timed=True)
+    strategy = create_strategy("joint")
+    strategy.bind(problem)
+    assert ceiling_items(strategy, lambda: create_strategy("joint")) == ([], None)
+
+
+def _run(config: dict, out: Path, monkeypatch: pytest.MonkeyPatch, prebuild: bool) -> dict:
+    monkeypatch.setenv("QUANTUNE_PREBUILD", "1" if prebuild else "0")
+    quantune.tune(config, output=out)
+    return json.loads((out / "results.json").read_text())
+
+
+def _labels(results: dict) -> list[str]:
+    """The ceiling decisions' variant labels, in the order the strategy made them (not the timings)."""
+    decisions = results["strategy"].get("decisions") or []
+    return [d.split(" kept")[0].split(" dropped")[0] for d in decisions if " kept" in d or " dropped" in d]
+
+
+def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make_config, tmp_path, monkeypatch):
+    executor = {"executor": {"kind": "process", "workers": 1}}
+    ahead = _speed_first(make_config, STATIC, stop={"max_trials": 2}, **executor)
+    ahead["cache_dir"] = str(tmp_path / "cache-ahead")
+    plain = {**ahead, "cache_dir": str(tmp_path / "cache-plain")}
+    with_prebuild = _run(ahead, tmp_path / "ahead", monkeypatch, prebuild=True)
+    without = _run(plain, tmp_path / "plain", monkeypatch, prebuild=False)
+    assert "ceiling_build" in with_prebuild["stage_peak_rss_mb"]
+    assert "ceiling_build" not in without["stage_peak_rss_mb"]
+    assert (tmp_path / "ahead" / "workers" / "ceiling_build.log").is_file()
+    # built ahead, the ceilings are only timed, here: no worker of their own
+    assert "speed_ceiling" in without["stage_peak_rss_mb"]
+    assert "speed_ceiling" not in with_prebuild["stage_peak_rss_mb"]
+    assert not (tmp_path / "ahead" / "workers" / "speed_ceiling.log").exists()
+    log = (tmp_path / "ahead" / "quantune.log").read_text()
+    built = [line for line in log.splitlines() if "speed ceilings built ahead" in line]
+    assert built and " 0 of " not in built[0]
+    assert _labels(with_prebuild) == _labels(without) and _labels(with_prebuild)
+    assert [t["flow"] for t in with_prebuild["trials"]] == [t["flow"] for t in without["trials"]]
+    # the original's latency was timed again once the builds were done (the same figures' names)
+    assert with_prebuild["baseline"].keys() == without["baseline"].keys()
+
+
+def test_only_cached_answers_from_the_cache_or_raises(make_config, tmp_path) -> None:
+    from quantune.model import ModelHandle
+    from quantune.passes import get_pass
+    from quantune.passes.cached import NotCached, only_cached, run_pass_cached
+    from quantune.store import ArtifactCache
+
+    model = ModelHandle.from_path(make_config()["model"])
+    cache = ArtifactCache(tmp_path / "c")
+    dynamic = get_pass("dynamic_quant")
+    config = dynamic.Config()
+    common = {"calibration": None, "input_names": model.input_names(), "batch_size": 1, "label": "dynamic_quant"}
+    with only_cached(), pytest.raises(NotCached):
+        run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common)
+    built, sha, hit = run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common)
+    assert not hit
+    with only_cached():
+        assert run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common) == (built, sha, True)

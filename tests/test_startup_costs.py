@@ -1,0 +1,79 @@
+"""Start-up and evaluation costs cut without changing a figure (issue 10's time to the first model)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from quantune.evaluate import metrics
+
+
+def _cases() -> list[tuple[np.ndarray, np.ndarray]]:
+    rng = np.random.default_rng(3)
+    cases = []
+    for shape in [(9, 5), (30, 1, 17), (6, 3, 4, 7)]:
+        ref = rng.normal(size=shape).astype(np.float32)
+        out = (ref + rng.normal(scale=0.2, size=shape)).astype(np.float32)
+        broken = out.copy()
+        broken[0] = 0.0  # an all-zero row
+        broken[-1] = np.inf  # a non-finite row
+        broken[len(broken) // 2] = 2.5  # a constant row
+        ints = np.rint(out * 3).astype(np.int64), np.rint(ref * 3).astype(np.int64)
+        cases += [(out, ref), (broken, ref), (out.astype(np.float64), ref), ints, (ref, ref)]
+    return cases
+
+
+@pytest.mark.parametrize("name", sorted(metrics.AGREEMENT_METRICS))
+def test_agreement_metrics_in_blocks_give_the_same_figures(name: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The agreement metrics run over row blocks (no float64 copy of a whole large output): a
+    block of one row, of a few rows and one block for everything give bit-identical figures."""
+    func = metrics.AGREEMENT_METRICS[name]
+    for out, ref in _cases():
+        figures = []
+        for block in (1, 7, 1 << 30):
+            monkeypatch.setattr(metrics, "BLOCK_ELEMENTS", block)
+            figures.append(func(out, ref))
+        assert figures[0] == figures[1] == figures[2], (name, out.shape, out.dtype, figures)
+    monkeypatch.setattr(metrics, "BLOCK_ELEMENTS", 7)
+    ref = np.random.default_rng(0).normal(size=(20, 6)).astype(np.float32)
+    perfect = {"top1_agreement": 1.0, "cosine": 1.0, "l2": 0.0, "max_abs_diff": 0.0}
+    assert func(ref, ref) == pytest.approx(perfect[name])
+    broken = ref.copy()
+    broken[3, 2] = np.nan  # one broken row among 20, in the second block
+    worst = {"top1_agreement": 19 / 20, "cosine": 19 / 20, "l2": float("inf"), "max_abs_diff": float("inf")}
+    assert func(broken, ref) == pytest.approx(worst[name])
+
+
+def test_preparation_checks_the_result_once_when_every_step_keeps_the_outputs(tmp_path, monkeypatch) -> None:
+    """Every default step changes this exporter-style model; the prepared model is checked once
+    (not once per step), and is the same model (same steps, same outputs) a step-by-step check keeps."""
+    from quantune.model import ModelHandle
+    from quantune.prepare import PrepareOptions, check_equivalent, pipeline, prepare_model
+    from quantune.store import ArtifactCache
+    from test_prepare import FEEDS, build_variant
+
+    model = build_variant(tmp_path / "m.onnx", opset=12, constant_weights=True, batch_norm=True, computed_bias=True)
+    runs = []
+    real = pipeline.run_feeds
+    monkeypatch.setattr(pipeline, "run_feeds", lambda path, feeds: runs.append(path) or real(path, feeds))
+    fast = prepare_model(ModelHandle.from_path(model), FEEDS, ArtifactCache(tmp_path / "c1"), PrepareOptions(13))
+    assert len(fast.steps) >= 3 and fast.warnings == []
+    assert len(runs) == 2  # the original's reference outputs, then the prepared model's
+    assert check_equivalent(model, fast.model, FEEDS) is None
+    # the step-by-step path (taken when the result differs) keeps the same steps and model
+    monkeypatch.setattr(pipeline, "_all_steps", lambda *args: None)
+    slow = prepare_model(ModelHandle.from_path(model), FEEDS, ArtifactCache(tmp_path / "c2"), PrepareOptions(13))
+    assert slow.steps == fast.steps and slow.sha256 == fast.sha256
+    assert len(runs) - 2 > 2  # its reference, then one check per step that changed something
+
+
+def test_a_prepared_model_far_below_the_size_limit_is_saved_whole(tmp_path) -> None:
+    import onnx
+
+    from quantune.prepare._files import save_model
+    from test_prepare import build_variant
+
+    model = onnx.load(str(build_variant(tmp_path / "m.onnx")))
+    save_model(model, tmp_path / "out" / "model.onnx")
+    assert onnx.load(str(tmp_path / "out" / "model.onnx")) == model
+    assert not (tmp_path / "out" / "model.onnx.data").exists()
