@@ -322,3 +322,14 @@ def test_a_strategy_that_measured_every_variant_slower_keeps_the_original_withou
     assert settled.kind == "keep_original" and settled.best is None
     assert "every quantized variant was slower" in settled.reason
     assert decide([], ["latency"], {"latency_ms": 1.0}).kind == "no_candidate_in_budget"  # nothing measured
+
+
+def test_a_gain_under_two_percent_is_not_faster() -> None:
+    """LAC tagger: an interval of 0.890-0.994 in the run re-timed 1.03x slower minutes later."""
+    from quantune.evaluate.paired import MIN_GAIN, paired_ratio
+
+    original = np.full(50, 1.0)
+    slight = paired_ratio(np.full(50, 0.99), original)
+    assert slight.high < 1.0 and not slight.faster
+    clear = paired_ratio(np.full(50, 1.0 - 2 * MIN_GAIN), original)
+    assert clear.faster

@@ -54,7 +54,7 @@ class Confirmation:
             "rounds": self.rounds,
             "method": (
                 f"median of per-round paired ratios (candidate / original), {CONFIDENCE:.0%} interval from "
-                "order statistics (sign test); faster only when the interval's upper end is below 1"
+                "order statistics (sign test); faster only when the interval's upper end is below 0.98"
             ),
             "ratios": {str(number): ratio.to_dict() for number, ratio in sorted(self.ratios.items())},
         }

@@ -4,7 +4,7 @@ The original model is always a candidate. The verdict is one of
 
 * ``improved``: a candidate beats the original on the first objective — for latency, side by
   side beyond the timing noise (its paired-ratio interval from the end-of-run re-timing lies
-  below 1, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
+  below 0.98, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
   accuracy, a smaller loss than the original's (below 0);
 * ``keep_original``: candidates met the criterion but none beats the original;
 * ``no_candidate_in_budget``: no trial met the criterion with a model that quantizes something.

@@ -7,8 +7,8 @@ median gets a distribution-free confidence interval from the order statistics (t
 a sign test gives, exact for any number of rounds, no resampling, no seed): with ``n`` rounds
 and the ratios sorted, the true median lies below the ``u``-th smallest ratio with
 probability at least ``1 - P(Binomial(n, 1/2) >= u)``. A candidate is faster only when the
-upper end of that interval is below 1 — with 5 rounds that means all 5 ratios below 1
-(one-sided 96.9%), with 50 rounds at least 32 of them.
+upper end of that interval is below ``1 - MIN_GAIN`` (0.98) — with 5 rounds that means all 5
+ratios below it (one-sided 96.9%), with 50 rounds at least 32 of them.
 """
 
 from __future__ import annotations
@@ -19,6 +19,10 @@ from dataclasses import dataclass
 import numpy as np
 
 CONFIDENCE = 0.90  # two-sided; each end is a one-sided 95% bound
+# The least gain that counts as faster: the LAC tagger's "1.04x faster" (interval 0.890-0.994,
+# 50 rounds on a loaded machine) re-timed 1.03x slower minutes later; a gain this small does not
+# survive a second timing on a shared machine, so it is not claimed.
+MIN_GAIN = 0.02
 
 
 @dataclass(frozen=True)
@@ -33,8 +37,8 @@ class RatioInterval:
 
     @property
     def faster(self) -> bool:
-        """Faster beyond the noise: the whole interval below 1."""
-        return self.high < 1.0
+        """Faster beyond the noise: the whole interval below ``1 - MIN_GAIN``."""
+        return self.high < 1.0 - MIN_GAIN
 
     def to_dict(self) -> dict[str, float | int | None]:
         return {
