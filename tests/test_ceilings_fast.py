@@ -175,3 +175,20 @@ def test_a_candidate_onnxruntime_cannot_load_sits_out_and_the_others_are_timed(t
     assert not np.isnan(timings[2, :5]).any()
     medians = ratio_medians(timings)
     assert medians[0] is None and medians[1] is not None and medians[1] > 0
+
+
+def test_variants_that_are_one_model_are_timed_once(chain_config: dict[str, Any]) -> None:
+    """A chain of MatMuls has no convolution: its "mixed" dynamic model is its int8 one."""
+    problem = accuracy_problem(chain_config, timed=True)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    from quantune.strategy.accuracy.context import AccuracyContext
+    from quantune.strategy.accuracy.speed import speed_variants
+
+    dynamic = next(c for c in AccuracyContext.all_from_problem(problem, "quantune") if c.dynamic)
+    items = [(point, dynamic.flow) for point, _ in speed_variants(dynamic)]
+    weights = [point["dynamic_quant.weight_type"] for point, _ in items]
+    assert "int8" in weights and "mixed" in weights
+    ratios = problem.ceiling_ratios(items, 0.97, None)
+    by_weight = dict(zip(weights, ratios, strict=False))
+    assert by_weight["int8"] is not None and by_weight["int8"] == by_weight["mixed"]

@@ -212,6 +212,10 @@ def _ceilings(
     ratios: list[float | None] = [None] * len(items)
     if not built:
         return ratios
+    # Variants that are one model (a "mixed" weight type on a model without convolutions, a
+    # pre-optimization that fuses nothing) are timed once and share the ratio.
+    twins = {index: next(i for i, _, s in built if s == sha) for index, _, sha in built}
+    built = [entry for entry in built if twins[entry[0]] == entry[0]]
     spec = context.evaluator.spec.latency
     key = cache_key(
         "ceilings",
@@ -246,6 +250,8 @@ def _ceilings(
     )
     for (index, _, _), ratio in zip(built, cached["ratios"], strict=True):
         ratios[index] = None if ratio is None else float(ratio)  # None: onnxruntime could not run it
+    for index, first in twins.items():
+        ratios[index] = ratios[first]
     return ratios
 
 
