@@ -80,7 +80,7 @@ def build_variants(spec: Any, items: Items, budget_s: float | None) -> int:
     """In the stage worker: each point's model through the pass cache (as the ceiling stage's
     ``_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built."""
     from quantune.engine.executors.worker import runner_for
-    from quantune.engine.probes import _variant_model
+    from quantune.engine.probes import _profile, _variant_model
 
     context = runner_for(spec).context
     deadline = None if not budget_s else time.perf_counter() + budget_s
@@ -95,6 +95,10 @@ def build_variants(spec: Any, items: Items, budget_s: float | None) -> int:
                 print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
                 continue
             built += 1
+        try:  # the original's per-node profile, which the strategy asks for next (cached; a hint only)
+            _profile(context)
+        except Exception as exc:
+            print(f"node profile: {type(exc).__name__}: {exc}", flush=True)
     return built
 
 
