@@ -82,6 +82,9 @@ def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make
     assert "speed_ceiling" in without["stage_peak_rss_mb"]
     assert "speed_ceiling" not in with_prebuild["stage_peak_rss_mb"]
     assert not (tmp_path / "ahead" / "workers" / "speed_ceiling.log").exists()
+    # so is the original's node profile, profiled beside its evaluation
+    assert "node_profile" not in with_prebuild["stage_peak_rss_mb"]
+    assert list((tmp_path / "cache-ahead").rglob("profiles/*"))
     log = (tmp_path / "ahead" / "quantune.log").read_text()
     built = [line for line in log.splitlines() if "speed ceilings built ahead" in line]
     assert built and " 0 of " not in built[0]

@@ -89,6 +89,8 @@ class RunLoop:
     under ``study.py``).
     """
 
+    end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results; deadline.py)
+
     def __init__(
         self,
         judge: Judge,
@@ -113,7 +115,6 @@ class RunLoop:
         self.baseline = baseline
         self.started = started
         self.loop_started = time.perf_counter()  # after the baseline: what the loop's own work costs
-        self.end_reserve_s = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results; deadline.py)
         self.records: list[TrialRecord] = []
         self.pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
         self.replayed_proposals: dict[int, Proposal] = {}

@@ -16,13 +16,14 @@ sooner). A strategy that does not start with ceilings gets nothing built.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -79,21 +80,50 @@ def build_variants(spec: Any, items: Items, budget_s: float | None) -> int:
     """In the stage worker: each point's model through the pass cache (as the ceiling stage's
     ``_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built."""
     from quantune.engine.executors.worker import runner_for
-    from quantune.engine.probes import _variant_model
+    from quantune.engine.probes import _profile, _variant_model
 
     context = runner_for(spec).context
     deadline = None if not budget_s else time.perf_counter() + budget_s
     built = 0
-    for point, flow in items:
-        if deadline is not None and built and time.perf_counter() >= deadline:
-            break
-        try:
-            _variant_model(context, context.plan, point, flow)
-        except Exception as exc:  # the ceiling stage meets the same failure and reports it
-            print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
-            continue
-        built += 1
+    with _sessions_without_spinning():
+        for point, flow in items:
+            if deadline is not None and built and time.perf_counter() >= deadline:
+                break
+            try:
+                _variant_model(context, context.plan, point, flow)
+            except Exception as exc:  # the ceiling stage meets the same failure and reports it
+                print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
+                continue
+            built += 1
+        try:  # the original's per-node profile, which the strategy asks for next (cached; a hint only)
+            _profile(context)
+        except Exception as exc:
+            print(f"node profile: {type(exc).__name__}: {exc}", flush=True)
     return built
+
+
+@contextlib.contextmanager
+def _sessions_without_spinning() -> Iterator[None]:
+    """In the builds' worker: onnxruntime sessions (calibration's) whose idle threads sleep rather
+    than spin, so the builds take no more of the machine than their work while the original is
+    evaluated beside them. Spinning changes no figure, only how threads wait."""
+    import onnxruntime as ort
+
+    original = ort.InferenceSession
+
+    class Quiet(original):  # type: ignore[misc, valid-type]
+        def __init__(self, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:
+            options = sess_options if sess_options is not None else ort.SessionOptions()
+            for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+                with contextlib.suppress(Exception):
+                    options.add_session_config_entry(key, "0")
+            super().__init__(path_or_bytes, options, *args, **kwargs)
+
+    ort.InferenceSession = Quiet
+    try:
+        yield
+    finally:
+        ort.InferenceSession = original
 
 
 class Prebuild:

@@ -275,13 +275,26 @@ def cached_ceilings(
         return _ceilings(context, plan, items, threshold, budget_s)
 
 
-def _profile(context: Any) -> dict[str, float]:
+def _profile_key(context: Any) -> tuple[dict[str, Any] | None, str]:
     feeds = getattr(context.evaluator, "latency_feeds", None) or getattr(context.evaluator, "_latency_feeds", None)
     if not feeds:
-        return {}
+        return None, ""
     shapes = sorted((name, list(np.shape(value))) for name, value in feeds.items())
+    return feeds, cache_key("node-profile", context.start.sha256, shapes, context.evaluator.spec.latency.threads)
+
+
+def cached_profile(context: Any) -> dict[str, float] | None:
+    """The original's node profile when the cache holds it (profiled beside its evaluation, engine/prebuild.py)."""
+    feeds, key = _profile_key(context)
+    cached = context.cache.get_json("profiles", key) if feeds else None
+    return None if cached is None else dict(cached["shares"])
+
+
+def _profile(context: Any) -> dict[str, float]:
+    feeds, key = _profile_key(context)
+    if not feeds:
+        return {}
     threads = context.evaluator.spec.latency.threads
-    key = cache_key("node-profile", context.start.sha256, shapes, threads)
     cached = context.cache.get_json("profiles", key)
     if cached is not None:
         return dict(cached["shares"])

@@ -81,6 +81,10 @@ def isolated(
 
     def node_costs() -> Mapping[str, float]:
         nonlocal costs
+        if costs is None and local is not None:  # profiled ahead (prebuild.py): read here
+            from quantune.engine.probes import cached_profile
+
+            costs = cached_profile(local[0])
         if costs is None:
             outcome = run_stage("node_profile", node_profile, spec, isolation=isolation)
             costs = outcome.value if outcome.ok else {}
