@@ -77,3 +77,34 @@ def test_a_prepared_model_far_below_the_size_limit_is_saved_whole(tmp_path) -> N
     save_model(model, tmp_path / "out" / "model.onnx")
     assert onnx.load(str(tmp_path / "out" / "model.onnx")) == model
     assert not (tmp_path / "out" / "model.onnx.data").exists()
+
+
+def test_shape_inference_for_capture_sizes_needs_no_weights(tmp_path) -> None:
+    """The sensitivity's capture plan sizes tensors by shape inference on a copy without the large
+    float weights' values: the same sizes as on the whole model (a Reshape's shape constant kept)."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from quantune.evaluate.sensitivity.capture import tensor_bytes, without_weights
+
+    rng = np.random.default_rng(0)
+    weight = numpy_helper.from_array(rng.normal(size=(64, 96)).astype(np.float32), "w")
+    target = numpy_helper.from_array(np.array([0, -1, 8], dtype=np.int64), "shape")
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x", "w"], ["m"], name="mm"),
+            helper.make_node("Reshape", ["m", "shape"], ["r"], name="reshape"),
+            helper.make_node("Relu", ["r"], ["y"], name="relu"),
+        ],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["batch", "tokens", 64])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        [weight, target],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    light = without_weights(model)
+    assert not light.graph.initializer[0].raw_data and light.graph.initializer[1].raw_data  # weights gone, shape kept
+    assert model.graph.initializer[0].raw_data  # the model itself is untouched
+    for shapes in ({"x": (1, 5, 64)}, {"x": (2, 7, 64)}):
+        full = tensor_bytes(model, shapes)
+        assert full["r"] == shapes["x"][0] * shapes["x"][1] * 96 * 4  # the Reshape's output was inferred
+        assert tensor_bytes(light, shapes) == full
