@@ -234,3 +234,30 @@ def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
     quick = {"static": [10.0, 10.0]}
     assert not loop_at(60, 100, quick)._would_overrun(("static",))  # 60 + 30 fits
     assert loop_at(75, 100, quick)._would_overrun(("static",))  # 75 + 10 + 27.5 does not
+
+
+def test_a_one_off_stage_is_not_counted_as_every_trials_work(monkeypatch):
+    """MiniLM at 60 s: a 12 s speed-ceiling stage made "the next trial" look 14 s long after a
+    1.6 s trial, and the run stopped after one evaluation."""
+    import time
+    from types import SimpleNamespace
+
+    from quantune.engine import loop as loop_module
+    from quantune.engine.loop import RunLoop
+    from quantune.engine.trial import TrialRecord
+
+    spent = {"s": 100.0}
+    monkeypatch.setattr(loop_module, "stage_seconds", lambda: spent["s"])
+    loop = RunLoop.__new__(RunLoop)
+    loop.stop = SimpleNamespace(timeout_s=53.0)
+    loop.records = [TrialRecord(number=0, flow=["dynamic"], params={}, status="ok", durations={"total_s": 1.6})]
+    loop.started = time.perf_counter() - 34.0
+    loop.loop_started = time.perf_counter() - 14.0
+    loop.stages_at_start = 100.0
+    loop.replayed_numbers = set()
+    loop.executor = SimpleNamespace(capacity=1)
+    loop.end_reserve_s = 8.0
+    loop._overrun_reason = ""
+    assert loop._would_overrun(("dynamic",))  # the stage's 12.4 s counted as per-trial work
+    spent["s"] = 112.4  # ... but it was a stage
+    assert not loop._would_overrun(("dynamic",))

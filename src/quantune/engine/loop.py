@@ -16,6 +16,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol
 
 from quantune.config.schema import StopConfig
+from quantune.engine.executors.stage import stage_seconds
 from quantune.engine.failures import KnownFailures, classify
 from quantune.engine.interrupts import DeferredInterrupt
 from quantune.engine.plan import Plan
@@ -115,6 +116,7 @@ class RunLoop:
         self.baseline = baseline
         self.started = started
         self.loop_started = time.perf_counter()  # after the baseline: what the loop's own work costs
+        self.stages_at_start = stage_seconds()  # stages (ceilings, sensitivity) are one-offs, not per trial
         self.records: list[TrialRecord] = []
         self.pending: dict[Future[TrialRecord], tuple[Trial, Proposal]] = {}
         self.replayed_proposals: dict[int, Proposal] = {}
@@ -220,8 +222,10 @@ class RunLoop:
 
         The expectation is the mean duration of the finished trials of the same flow (of all
         trials when the flow has none yet), plus the run's own work per trial outside the
-        trials (a strategy timing speed ceilings, sensitivity, sampling): the wall time since
-        the loop started that the trials' durations do not explain. With no finished trial
+        trials (sampling, a strategy's bookkeeping): the wall time since the loop started that
+        neither the trials' durations nor the strategies' one-off stages (speed ceilings,
+        sensitivity, profile: MiniLM's 12 s ceiling stage made "the next trial" look 14 s long
+        and stopped a 60 s run after one trial) explain. With no finished trial
         there is none. A run stops rather than start work it would have to abandon or overrun
         its limit for.
         """
@@ -233,7 +237,8 @@ class RunLoop:
         if not durations:
             return False
         ran = [d for r in self.records if r.number not in self.replayed_numbers and (d := r.durations.get("total_s"))]
-        outside = time.perf_counter() - self.loop_started - sum(ran) / self.executor.capacity
+        stages = stage_seconds() - getattr(self, "stages_at_start", stage_seconds())
+        outside = time.perf_counter() - self.loop_started - sum(ran) / self.executor.capacity - stages
         expected = sum(durations) / len(durations) + max(0.0, outside) / max(1, len(ran))
         elapsed = time.perf_counter() - self.started
         if elapsed + expected <= timeout - self.end_reserve_s:

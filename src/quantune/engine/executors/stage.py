@@ -194,14 +194,27 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
         parent.close()
 
 
+_STAGE_SECONDS = 0.0  # wall seconds spent in stages by this process, ever (see stage_seconds)
+
+
+def stage_seconds() -> float:
+    """Wall seconds this process has spent running stages so far: the run loop subtracts the
+    ones it saw from the per-trial work it expects (a one-off ceiling stage is not per trial)."""
+    return _STAGE_SECONDS
+
+
 def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolation) -> StageOutcome:
     """``fn(*args)`` in a worker (in-process when ``isolation.inline``); never raises for the stage's faults.
 
     ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
     and any failure are recorded in ``isolation.stages`` under ``stage``.
     """
+    global _STAGE_SECONDS
     started = time.perf_counter()
-    outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
+    try:
+        outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
+    finally:
+        _STAGE_SECONDS += time.perf_counter() - started
     log.info("%s stage: %.1f s", stage, time.perf_counter() - started)  # bench/startup.py reads the timeline
     isolation.stages.note_peak(stage, outcome.peak_rss_mb)
     for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran
