@@ -118,29 +118,13 @@ def bench_run():
 
 
 def case_spec(args, baseline: float) -> dict:
-    """The case file every tool reads, as the peer bench writes it (bench/run.py: bench_case)."""
+    """The case file every tool reads, as the peer bench writes it (bench/run.py: case_spec)."""
     from cases import CASES
-    from common import input_names
+    from run import case_spec as bench_spec
 
-    case = CASES[CASE]
-    return {
-        "name": CASE,
-        "model": str(case.model.resolve()),
-        "calibration": str((case.folder / case.calibration_file).resolve()),
-        "evaluation": str((case.folder / case.evaluation_file).resolve()),
-        "metric": case.metric_spec(),
-        "label_key": "label",
-        "batch_size": case.batch_size,
-        "higher_is_better": True,
-        "tolerable_loss": case.tolerable_loss,
-        "max_trials": args.max_trials,
-        "timeout_s": args.timeout * 0.9,
-        "limit_s": args.timeout,
-        "input_names": input_names(case.model),
-        "calibration_samples": case.calibration_samples,
-        "zero_knowledge": False,
-        "baseline": baseline,
-    }
+    spec = bench_spec(CASES[CASE], args.max_trials, args.timeout, 0.1)
+    spec.pop("quantune_config")  # each quantune row has its own config here
+    return {**spec, "zero_knowledge": False, "baseline": baseline}
 
 
 def quantune_config(row: str, spec: dict, path: Path) -> Path:

@@ -207,10 +207,9 @@ def from_progress(path: Path) -> dict:
     return found
 
 
-def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
-    ensure_built(case)
-    data = load_data(case.folder / case.evaluation_file)
-    spec = {
+def case_spec(case: Case, max_trials: int, timeout: float, margin: float) -> dict:
+    """The case file every tool reads: data, metric, budget, limits (the tool's own and the harness's)."""
+    return {
         "name": case.name,
         "model": str(case.model.resolve()),
         "calibration": str((case.folder / case.calibration_file).resolve()),
@@ -220,14 +219,20 @@ def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
         "batch_size": case.batch_size,
         "higher_is_better": True,
         "tolerable_loss": case.tolerable_loss,
-        "max_trials": args.max_trials,
-        "timeout_s": args.timeout * (1.0 - args.margin),  # the tool's own limit
-        "limit_s": args.timeout,  # the harness's: killed then
+        "max_trials": max_trials,
+        "timeout_s": timeout * (1.0 - margin),  # the tool's own limit
+        "limit_s": timeout,  # the harness's: killed then
         "input_names": input_names(case.model),
         "calibration_samples": case.calibration_samples,
         "quantune_config": str(case.folder / case.config),
         "zero_knowledge": not case.zoo,  # the zoo's configs are zero-knowledge already
     }
+
+
+def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
+    ensure_built(case)
+    data = load_data(case.folder / case.evaluation_file)
+    spec = case_spec(case, args.max_trials, args.timeout, args.margin)
     log(f"{case.name}: measuring fp32")
     fp32 = measure(case, case.model.resolve(), data, spec)
     spec["baseline"] = fp32["metric"]

@@ -128,17 +128,7 @@ def _quant_input(context: Any, plan: Any, steps: tuple[str, ...]) -> Any:
     if not steps:
         return context.start.path
     try:
-        path, _ = run_flow_cached(
-            context.cache,
-            [(step.id, step.pass_cls, config) for step, config in plan.configs_for({}, steps)],
-            context.start.path,
-            context.start.sha256,
-            calibration=context.calibration,
-            input_names=list(context.evaluator.input_names),
-            batch_size=context.batch_size,
-            label_suffix=" (capability)",
-            timing=timing_for(context.evaluator),
-        )
+        path, _ = _variant_model(context, plan, {}, steps, label=" (capability)")
     except Exception as exc:
         log.warning("the groups of %s's output are those of its input: the passes failed (%s)", steps, exc)
         return context.start.path
@@ -171,7 +161,9 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     return ratio
 
 
-def _variant_model(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> tuple[Any, str]:
+def _variant_model(
+    context: Any, plan: Any, point: Point, flow: tuple[str, ...], label: str = " (speed ceiling)"
+) -> tuple[Any, str]:
     """The point's model: its flow's passes run from the trials' start model (cached)."""
     return run_flow_cached(
         context.cache,
@@ -181,7 +173,7 @@ def _variant_model(context: Any, plan: Any, point: Point, flow: tuple[str, ...])
         calibration=context.calibration,
         input_names=list(context.evaluator.input_names),
         batch_size=context.batch_size,
-        label_suffix=" (speed ceiling)",
+        label_suffix=label,
         timing=timing_for(context.evaluator),
     )
 
