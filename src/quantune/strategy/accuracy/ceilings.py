@@ -13,7 +13,7 @@ import logging
 
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
-from quantune.strategy.accuracy.speed import SPEED_MARGIN, Variant, speed_variants
+from quantune.strategy.accuracy.speed import SPEED_MARGIN, Variant, build_order, speed_variants
 from quantune.strategy.base import Outcome, Proposal
 
 log = logging.getLogger("quantune.strategy")
@@ -41,6 +41,7 @@ class CeilingStage:
                 variant = Variant(ctx, point, label)
                 self.variants.append(variant)
                 self._ceiling_stage[f"{CEILING}: {label}"] = variant
+        self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
         if self._time_ceilings(self.variants):
             for variant in self.variants:
                 self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
