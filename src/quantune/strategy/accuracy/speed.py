@@ -107,8 +107,11 @@ def dynamic_variants(ctx: AccuracyContext, base: Point) -> list[tuple[Point, str
     params = ctx.quant_params()
     start = nc_defaults(ctx, base)
     out: list[tuple[Point, str]] = []
+    weights = _values(params.get(ctx.key("weight_type")), start)
+    if "Conv" not in ctx.capability.op_types() and "int8" in weights:
+        weights = [w for w in weights if w != "mixed"]  # without convolutions, mixed is the int8 model
     for pre in _values(params.get(ctx.key("pre_optimize")), start):
-        for weight in _values(params.get(ctx.key("weight_type")), start):
+        for weight in weights:
             point = dict(start)
             if pre is not None:
                 point[ctx.key("pre_optimize")] = pre
