@@ -13,10 +13,11 @@ ratio (the trial's own latency decides), no profile (ordering by sensitivity alo
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from quantune.engine.executors.stage import Isolation, run_stage
+from quantune.engine.executors.stage import Isolation, count_stage_seconds, run_stage
 
 
 def _context(spec: Any) -> Any:
@@ -71,7 +72,11 @@ def isolated(
         if local is not None:
             from quantune.engine.probes import cached_ceilings
 
-            here = cached_ceilings(local[0], local[1], plain, threshold, budget_s)
+            started = time.perf_counter()
+            try:
+                here = cached_ceilings(local[0], local[1], plain, threshold, budget_s)
+            finally:  # a one-off stage run here: the loop must not count it as every trial's work
+                count_stage_seconds(time.perf_counter() - started)
             if here is not None:
                 return here
         outcome = run_stage("speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, isolation=isolation)

@@ -197,6 +197,12 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
 _STAGE_SECONDS = 0.0  # wall seconds spent in stages by this process, ever (see stage_seconds)
 
 
+def count_stage_seconds(seconds: float) -> None:
+    """Adds work done in this process on a stage's behalf (ceilings timed here) to :func:`stage_seconds`."""
+    global _STAGE_SECONDS
+    _STAGE_SECONDS += seconds
+
+
 def stage_seconds() -> float:
     """Wall seconds this process has spent running stages so far: the run loop subtracts the
     ones it saw from the per-trial work it expects (a one-off ceiling stage is not per trial)."""
