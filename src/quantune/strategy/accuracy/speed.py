@@ -67,18 +67,28 @@ def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
     formats = _values(params.get(ctx.key("quant_format")), base)
     types = _values(params.get(ctx.key("activation_type")), base)
     out: list[tuple[Point, str]] = []
-    for activation in types:  # activation type first (see build_order)
-        for quant_format in formats:
-            point = dict(base)
-            if quant_format is not None:
-                point[ctx.key("quant_format")] = quant_format
-            if activation is not None:
-                point[ctx.key("activation_type")] = activation
-            point = fill_conditionals(ctx, point)
-            if ctx.valid(point):
-                name = "/".join(str(v) for v in (quant_format, activation) if v is not None) or "defaults"
-                out.append((point, f"{ctx.flow_name}: {name}"))
+    # activation type first (see build_order)
+    for point, (activation, quant_format) in _grid(ctx, base, ("activation_type", types), ("quant_format", formats)):
+        point = fill_conditionals(ctx, point)
+        if ctx.valid(point):
+            name = "/".join(str(v) for v in (quant_format, activation) if v is not None) or "defaults"
+            out.append((point, f"{ctx.flow_name}: {name}"))
     return out or [(base, f"{ctx.flow_name}: defaults")]
+
+
+def _grid(
+    ctx: AccuracyContext, start: Point, outer: tuple[str, list[Any]], inner: tuple[str, list[Any]]
+) -> list[tuple[Point, tuple[Any, Any]]]:
+    """``start`` with each (outer, inner) pair of values set (a None value leaves its parameter as is)."""
+    points = []
+    for first in outer[1]:
+        for second in inner[1]:
+            point = dict(start)
+            for name, value in ((outer[0], first), (inner[0], second)):
+                if value is not None:
+                    point[ctx.key(name)] = value
+            points.append((point, (first, second)))
+    return points
 
 
 def build_order(ctx: AccuracyContext, point: Mapping[str, Any]) -> int:
@@ -110,16 +120,11 @@ def dynamic_variants(ctx: AccuracyContext, base: Point) -> list[tuple[Point, str
     weights = _values(params.get(ctx.key("weight_type")), start)
     if "Conv" not in ctx.capability.op_types() and "int8" in weights:
         weights = [w for w in weights if w != "mixed"]  # without convolutions, mixed is the int8 model
-    for pre in _values(params.get(ctx.key("pre_optimize")), start):
-        for weight in weights:
-            point = dict(start)
-            if pre is not None:
-                point[ctx.key("pre_optimize")] = pre
-            if weight is not None:
-                point[ctx.key("weight_type")] = weight
-            if ctx.valid(point):
-                name = "/".join(str(v) for v in (weight, pre) if v is not None and v != "none")
-                out.append((point, f"{ctx.flow_name}: dynamic{' ' + name if name else ''}"))
+    pres = _values(params.get(ctx.key("pre_optimize")), start)
+    for point, (pre, weight) in _grid(ctx, start, ("pre_optimize", pres), ("weight_type", weights)):
+        if ctx.valid(point):
+            name = "/".join(str(v) for v in (weight, pre) if v is not None and v != "none")
+            out.append((point, f"{ctx.flow_name}: dynamic{' ' + name if name else ''}"))
     return out or [(start, f"{ctx.flow_name}: dynamic")]
 
 
