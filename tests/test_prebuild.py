@@ -111,3 +111,19 @@ def test_only_cached_answers_from_the_cache_or_raises(make_config, tmp_path) -> 
     assert not hit
     with only_cached():
         assert run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common) == (built, sha, True)
+
+
+def test_builds_are_split_so_only_one_worker_calibrates() -> None:
+    from quantune.engine.prebuild import split_by_calibration
+
+    items = [
+        ({"s.quant_format": "QDQ"}, ("s",)),
+        ({"d.weight_type": "int8"}, ("d",)),
+        ({"s.quant_format": "QOperator"}, ("s",)),
+        ({"d.weight_type": "mixed"}, ("t", "d")),
+    ]
+    passes = {"s": "static_quant", "d": "dynamic_quant", "t": "transformer_opt"}
+    heavy, light = split_by_calibration(items, passes)
+    assert [flow for _, flow in heavy] == [("s",), ("s",)]
+    assert [flow for _, flow in light] == [("d",), ("t", "d")]
+    assert split_by_calibration(items[1::2], passes) == [items[1::2]]  # one group: one worker
