@@ -81,18 +81,23 @@ def _first_meeting(strategy: Any, judge, limit: int = 80) -> int | None:
     return None
 
 
+@pytest.mark.parametrize("guess", [False, True])
 @pytest.mark.parametrize("place", [0, 5, 10])
-def test_first_model_in_budget_within_log2_units_plus_3(chain_config: dict[str, Any], place: int) -> None:
+def test_first_model_in_budget_within_log2_units_plus_3(chain_config: dict[str, Any], place: int, guess: bool) -> None:
     """Wherever the sensitivity ranking puts the one MatMul that must stay float (first, middle,
     next to last), the first model in budget comes within ceil(log2 n) + 3 evaluations; the
-    ceilings themselves cost none (they are timed, here by a made-up ratio)."""
+    ceilings themselves cost none (they are timed, here by a made-up ratio), and a first guess
+    that turns out slow costs one, which the bound absorbs."""
     ratios = {"dynamic_quant": 1.4, "QDQ": 0.6, "QOperator": 0.7}
 
     def ratio(point: Point, flow: tuple[str, ...]) -> float:
         return ratios["dynamic_quant"] if flow == ("dynamic_quant",) else ratios[point["static_quant.quant_format"]]
 
     problem = dataclasses.replace(
-        accuracy_problem(chain_config), latency_ratio=ratio, ceiling_ratios=None, node_costs=None
+        accuracy_problem(chain_config, {"first_guess": guess}),
+        latency_ratio=ratio,
+        ceiling_ratios=None,
+        node_costs=None,
     )
     strategy = create_strategy("quantune")
     strategy.bind(problem)
@@ -109,8 +114,11 @@ def test_first_model_in_budget_within_log2_units_plus_3(chain_config: dict[str, 
     units = len(strategy.ctx.candidates)
     assert units >= LAYERS
     assert first is not None and first <= math.ceil(math.log2(units)) + 3, (first, strategy.stage_log)
-    assert strategy.stage_log[0].startswith("ceiling: static_quant: QDQ")  # the fastest, and only it
-    assert sum(1 for stage in strategy.stage_log if stage.startswith("ceiling")) == 1
+    stages = list(strategy.stage_log)
+    if guess:  # a chain of MatMuls looks like a sequence model: the guess is the (here slow) dynamic ceiling
+        assert stages.pop(0) == "first guess: dynamic_quant: dynamic int8/extended"
+    assert stages[0].startswith("ceiling: static_quant: QDQ")  # the fastest, and only it
+    assert sum(1 for stage in stages if stage.startswith("ceiling")) == 1
 
 
 def test_the_ceiling_stage_keeps_to_its_share_of_the_time_limit(chain_config: dict[str, Any]) -> None:
@@ -193,3 +201,43 @@ def test_variants_that_are_one_model_are_timed_once(chain_config: dict[str, Any]
     ratios = problem.ceiling_ratios(items, 0.97, None)
     half = len(variants)
     assert all(r is not None for r in ratios) and ratios[:half] == ratios[half:]
+
+
+def _guess(config: dict[str, Any]) -> str:
+    """The first proposal of the quantune strategy with a first guess, its stage."""
+    strategy = create_strategy("quantune")
+    strategy.bind(accuracy_problem(config, {"first_guess": True}, timed=True))
+    strategy.observe_baseline({"latency_ms": 1.0})
+    proposal = strategy.ask()
+    return proposal.stage
+
+
+def test_the_first_guess_is_the_dynamic_flow_for_a_sequence_model(chain_config: dict[str, Any]) -> None:
+    """More weighted MatMuls than convolutions: Neural Compressor's "NLP" model, quantized
+    dynamically, the graph pre-optimized and int8 weights (no convolution wants uint8)."""
+    assert _guess(chain_config) == "first guess: dynamic_quant: dynamic int8/extended"
+
+
+def test_the_first_guess_is_static_uint8_for_a_cnn(make_config) -> None:
+    config = make_config(
+        passes=[{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}],
+        flows=[["static_quant"], ["dynamic_quant"]],
+        search={"strategy": "quantune"},
+    )
+    assert _guess(config) == "first guess: static_quant: QDQ/uint8"
+
+
+def test_no_first_guess_where_the_engine_would_evaluate_it_in_turn(chain_config: dict[str, Any]) -> None:
+    """By default a first guess is made only where the engine evaluates it beside the original
+    (``evaluates_ahead``): elsewhere it would be one more evaluation before the ceilings."""
+    strategy = create_strategy("quantune")
+    strategy.bind(accuracy_problem(chain_config, timed=True))
+    assert not strategy.problem.evaluates_ahead
+    strategy.observe_baseline({"latency_ms": 1.0})
+    proposal = strategy.ask()  # timed first (the chain's ceilings may all be dropped: then nothing)
+    assert proposal is None or proposal.stage.startswith("ceiling")
+    assert not any(stage.startswith("first guess") for stage in strategy.stage_log)
+    ahead = create_strategy("quantune")
+    ahead.bind(dataclasses.replace(accuracy_problem(chain_config, timed=True), evaluates_ahead=True))
+    ahead.observe_baseline({"latency_ms": 1.0})
+    assert ahead.ask().stage.startswith("first guess")

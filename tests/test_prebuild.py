@@ -13,6 +13,7 @@ import quantune
 from conftest import accuracy_problem
 from quantune.engine.prebuild import ceiling_items
 from quantune.strategy import create_strategy
+from quantune.strategy.base import Outcome
 
 DYNAMIC = [{"name": "dynamic_quant", "search": True}]
 STATIC = [{"name": "static_quant", "search": True, "params": {"calibration_samples": 16}}]
@@ -35,17 +36,32 @@ def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> Non
         timed.append([(dict(point), tuple(flow)) for point, flow in items])
         return [1.5] * len(items)
 
-    problem = dataclasses.replace(accuracy_problem(config, {"drop_slow": False}, timed=True), ceiling_ratios=ratios)
+    options = {"drop_slow": False, "first_guess": True}
+    problem = dataclasses.replace(accuracy_problem(config, options, timed=True), ceiling_ratios=ratios)
     strategy = create_strategy("quantune")
     strategy.bind(problem)
-    items, _ = ceiling_items(strategy, lambda: create_strategy("quantune"))
+    items, _, first = ceiling_items(strategy, lambda: create_strategy("quantune"))
     assert items and all(flow == ("static_quant",) for _, flow in items)
     assert len(items) == len({json.dumps(point, sort_keys=True) for point, _ in items})  # distinct variants
+    assert first in items  # the first guess is one of the ceilings, evaluated before they are timed
     assert timed == []  # the dry run timed nothing
-    # the real strategy, untouched by the dry run, times exactly those points first
+    # the real strategy, untouched by the dry run, asks for that guess, then times exactly those points
     strategy.observe_baseline({"top1": 1.0, "latency_ms": 1.0})
+    proposal = strategy.ask()
+    assert proposal.stage.startswith("first guess") and (dict(proposal.point), tuple(proposal.flow)) == first
+    assert timed == []
+    strategy.tell(proposal, Outcome(1.0, meets=False, violation=0.5))
     strategy.ask()
     assert timed == [items]
+
+
+def test_without_a_first_guess_the_ceilings_come_first(make_config) -> None:
+    config = _speed_first(make_config, STATIC)
+    problem = accuracy_problem(config, {"drop_slow": False, "first_guess": False}, timed=True)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    items, _, first = ceiling_items(strategy, lambda: create_strategy("quantune"))
+    assert items and first is None
 
 
 def test_a_strategy_that_does_not_start_with_ceilings_gets_nothing_built(make_config) -> None:
@@ -53,7 +69,7 @@ def test_a_strategy_that_does_not_start_with_ceilings_gets_nothing_built(make_co
     problem = accuracy_problem(config, timed=True)
     strategy = create_strategy("joint")
     strategy.bind(problem)
-    assert ceiling_items(strategy, lambda: create_strategy("joint")) == ([], None)
+    assert ceiling_items(strategy, lambda: create_strategy("joint")) == ([], None, None)
 
 
 def _run(config: dict, out: Path, monkeypatch: pytest.MonkeyPatch, prebuild: bool) -> dict:
@@ -71,6 +87,7 @@ def _labels(results: dict) -> list[str]:
 def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make_config, tmp_path, monkeypatch):
     executor = {"executor": {"kind": "process", "workers": 1}}
     ahead = _speed_first(make_config, STATIC, stop={"max_trials": 2}, **executor)
+    ahead["search"]["strategy_options"]["first_guess"] = True  # without the builds ahead too (evaluated in turn)
     ahead["cache_dir"] = str(tmp_path / "cache-ahead")
     plain = {**ahead, "cache_dir": str(tmp_path / "cache-plain")}
     with_prebuild = _run(ahead, tmp_path / "ahead", monkeypatch, prebuild=True)
@@ -92,6 +109,12 @@ def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make
     assert [t["flow"] for t in with_prebuild["trials"]] == [t["flow"] for t in without["trials"]]
     # the original's latency was timed again once the builds were done (the same figures' names)
     assert with_prebuild["baseline"].keys() == without["baseline"].keys()
+    # the first guess was built and evaluated beside the original: its trial read both from the cache
+    first = with_prebuild["trials"][0]
+    assert first["stage"].startswith("first guess") and first["cache"] == {"static_quant": "hit", "evaluation": "hit"}
+    assert (tmp_path / "ahead" / "workers" / "first_guess.log").is_file()
+    assert without["trials"][0]["stage"] == first["stage"] and without["trials"][0]["cache"]["evaluation"] == "miss"
+    assert first["metrics"]["top1"] == without["trials"][0]["metrics"]["top1"]  # the same model, evaluated alike
 
 
 def test_only_cached_answers_from_the_cache_or_raises(make_config, tmp_path) -> None:

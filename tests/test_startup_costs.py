@@ -108,3 +108,19 @@ def test_shape_inference_for_capture_sizes_needs_no_weights(tmp_path) -> None:
         full = tensor_bytes(model, shapes)
         assert full["r"] == shapes["x"][0] * shapes["x"][1] * 96 * 4  # the Reshape's output was inferred
         assert tensor_bytes(light, shapes) == full
+
+
+@pytest.mark.parametrize("name", sorted(metrics.AGREEMENT_METRICS))
+def test_the_originals_own_figures_are_what_each_metric_gives_identical_outputs(name: str) -> None:
+    """The original is not compared with itself (its figures are ``IDENTICAL``): every agreement
+    metric gives those figures for any finite outputs against themselves, constant and zero rows too."""
+    from quantune.evaluate.evaluator import IDENTICAL
+
+    assert set(IDENTICAL) == set(metrics.AGREEMENT_METRICS)
+    for out, _ in _cases():
+        if np.all(np.isfinite(out.astype(np.float64))):
+            assert metrics.AGREEMENT_METRICS[name](out, out) == pytest.approx(IDENTICAL[name], abs=1e-6)
+    zeros = np.zeros((4, 5), dtype=np.float32)
+    constant = np.full((4, 5), 2.5, dtype=np.float32)
+    for out in (zeros, constant):
+        assert metrics.AGREEMENT_METRICS[name](out, out) == pytest.approx(IDENTICAL[name])

@@ -73,18 +73,21 @@ def original_figures(
     return outcome.value, "miss"
 
 
-def retime_original(ctx: Any) -> None:
+def retime_original(ctx: Any) -> dict[str, float]:
     """The original's latency figures timed again, here, and its cached figures updated (``ctx``:
     the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
-    (engine/prebuild.py), and so did its timing, which every speed figure of the run is read against."""
+    (engine/prebuild.py), and so did its timing, which every speed figure of the run is read against.
+    Returns the new latency figures (none when the original's figures are not cached)."""
     key = ctx.eval_key(ctx.model.sha256)
     cached = ctx.cache.get_json("evals", key)
     if cached is None:
-        return
+        return {}
     evaluator = ctx.evaluator
     spec = evaluator.spec
     timings = evaluator.backend.timings([ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner)
-    ctx.cache.put_json("evals", key, {"metrics": {**cached["metrics"], **latency_figures(timings[0])}})
+    fresh = latency_figures(timings[0])
+    ctx.cache.put_json("evals", key, {"metrics": {**cached["metrics"], **fresh}})
+    return fresh
 
 
 def _failure(error: str, tail: str) -> QuantuneError:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from quantune.config import LoadedConfig
@@ -104,10 +104,6 @@ class Engine:
             self._prebuild = Prebuild.start(strategy, make, spec, self.isolation)
         try:
             preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
-            if self._prebuild is not None:
-                self._prebuild.join()
-                if parts.context.baseline_status == "miss":  # its timing shared the machine with the builds
-                    retime_original(parts.context)
             store = open_output(
                 self.output_dir,
                 config_hash,
@@ -134,6 +130,29 @@ class Engine:
             if self._prebuild is not None:  # a run that ended before its ceilings: the builds stop
                 self._prebuild.cancel()
             close_output(store, failed=failed)
+
+    def _time_left(self, started: float) -> float | None:
+        timeout = self.config.stop.timeout_s
+        return None if not timeout else max(0.0, started + timeout - time.perf_counter())
+
+    def _ceilings_ready(self, parts: RunParts, baseline: dict[str, float], strategy: Strategy) -> Callable[[], None]:
+        """What the speed ceilings' timing waits for (it times the models built ahead): the builds,
+        then the original's latency timed again here -- it was timed beside the builds -- into
+        the figures the run and its strategy hold (once)."""
+        prebuild = self._prebuild
+
+        def ready() -> None:
+            if prebuild is None or parts.context.before_ceilings is None:
+                return
+            parts.context.before_ceilings = None
+            prebuild.join()
+            prebuild.keep_log(self.isolation.log_dir)
+            if parts.context.baseline_status == "miss":
+                fresh = retime_original(parts.context)
+                baseline.update(fresh)
+                strategy.baseline.update(fresh)
+
+        return ready
 
     def _retimes(self) -> bool:
         """Whether the run ends by re-timing its best models: latency alone, and timed on this machine
@@ -164,7 +183,8 @@ class Engine:
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
         strategy.observe_baseline(baseline)
         if self._prebuild is not None:  # built while the original was evaluated (prebuild.py)
-            self._prebuild.keep_log(self.isolation.log_dir)
+            self._prebuild.wait_first_guess(self._time_left(started))
+            parts.context.before_ceilings = self._ceilings_ready(parts, baseline, strategy)
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         judge = Judge(parts.criterion, self.config.evaluation.metric, self.objectives)

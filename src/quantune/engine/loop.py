@@ -232,8 +232,11 @@ class RunLoop:
         timeout = self.stop.timeout_s
         if not timeout:
             return False
-        same = [r.durations.get("total_s") for r in self.records if tuple(r.flow) == flow]
-        durations = [d for d in same if d] or [d for r in self.records if (d := r.durations.get("total_s"))]
+        # a trial answered from the evaluation cache (a first guess evaluated ahead) took no time
+        # that says how long the next one takes
+        worked = [r for r in self.records if r.cache.get("evaluation") != "hit"] or self.records
+        same = [r.durations.get("total_s") for r in worked if tuple(r.flow) == flow]
+        durations = [d for d in same if d] or [d for r in worked if (d := r.durations.get("total_s"))]
         if not durations:
             return False
         ran = [d for r in self.records if r.number not in self.replayed_numbers and (d := r.durations.get("total_s"))]

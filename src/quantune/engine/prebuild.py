@@ -51,12 +51,19 @@ def enabled() -> bool:
     return os.environ.get("QUANTUNE_PREBUILD", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None]:
-    """(the points and flows ``strategy`` will time first, its build budget); nothing when its
-    first ``ask`` does not start with the speed ceilings. ``make`` builds a fresh strategy of the same kind."""
+Item = tuple[dict[str, Any], tuple[str, ...]]
+
+
+def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None]:
+    """(the points and flows ``strategy`` will time first, its build budget, the first guess it
+    evaluates before them or None); nothing when it does not start with the speed ceilings
+    (a first guess, then the ceilings, is how the quantune strategy starts). ``make`` builds a
+    fresh strategy of the same kind."""
+    from quantune.strategy.base import Outcome, Proposal
+
     problem = getattr(strategy, "problem", None)
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
-        return [], None
+        return [], None, None
 
     def capture(items: Any, threshold: float, budget_s: float | None) -> list[float | None]:
         raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
@@ -65,15 +72,55 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
         raise _Refused
 
     dry = make()
+    first: Item | None = None
     try:
         dry.bind(replace(problem, ceiling_ratios=capture, latency_ratio=refuse, sensitivity=refuse, node_costs=refuse))
         dry.observe_baseline({})
-        dry.ask()
+        proposal = dry.ask()
+        if isinstance(proposal, Proposal) and proposal.stage.startswith("first guess"):
+            first = (dict(proposal.point), tuple(proposal.flow or ()))
+            dry.tell(proposal, Outcome(None))
+            dry.ask()
     except _Captured as captured:
-        return captured.items, captured.budget_s
+        return captured.items, captured.budget_s, first
     except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
         log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)
-    return [], None
+    return [], None, None
+
+
+def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float) -> bool:
+    """In the first guess's stage worker: its model built, then evaluated as its trial will be
+    once the original's reference outputs are in the cache (the baseline's stage, beside this
+    one, writes them); the figures land in the evaluation cache, where the trial reads them.
+    False when the reference did not come within ``wait_s`` or the trial failed (the trial then
+    runs as any other)."""
+    from quantune.engine.baseline import cached_figures
+    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.probes import _variant_model
+    from quantune.engine.trial import Trial
+
+    started = time.perf_counter()
+    runner = runner_for(spec)
+    context = runner.context
+    ready = time.perf_counter()
+    with _sessions_without_spinning():
+        _variant_model(context, context.plan, point, flow, label=" (first guess)")
+    built = time.perf_counter()
+    deadline = time.monotonic() + wait_s
+    while cached_figures(runner) is None:  # a file written by the other worker: nothing to wait on but it
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+    waited = time.perf_counter()
+    record = runner.run(Trial(-1, tuple(flow), dict(point)))
+    print(
+        f"first guess: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, the original's "
+        f"reference waited for {waited - built:.1f} s, evaluated in {time.perf_counter() - waited:.1f} s",
+        flush=True,
+    )
+    if record.status != "ok":
+        print(f"first guess {point}: {record.error}", flush=True)
+    return record.status == "ok"
 
 
 def build_variants(spec: Any, items: Items, budget_s: float | None, profile: bool = True) -> int:
@@ -152,13 +199,28 @@ def _sessions_without_spinning() -> Iterator[None]:
         ort.InferenceSession = original
 
 
-class Prebuild:
-    """The ``ceiling_build`` stage running in a thread of the engine (its worker is a process)."""
+FIRST_GUESS = "first_guess"
+FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's reference outputs
 
-    def __init__(self, spec: Any, groups: list[Items], budget_s: float | None, isolation: Isolation) -> None:
+
+class Prebuild:
+    """The ``ceiling_build`` stages running in threads of the engine (their workers are processes).
+
+    With a first guess (the strategy's first trial, before its ceilings) its model is built and
+    evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
+    on the machine's two cores -- and the ceilings' builds start once it is done, so they do not
+    slow it down.
+    """
+
+    def __init__(
+        self, spec: Any, groups: list[Items], budget_s: float | None, isolation: Isolation, first: Item | None = None
+    ) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="quantune-prebuild-"))
         self._isolation = replace(isolation, log_dir=self._tmp, deadline=StageDeadline())
         self.items = [item for group in groups for item in group]
+        self.first = first
+        self.first_evaluated = False
+        self._first_done = threading.Event()
         self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(len(groups))]
         self._built = [0] * len(groups)
         self._threads = [
@@ -170,14 +232,37 @@ class Prebuild:
             )
             for index, group in enumerate(groups)
         ]
-        for thread in self._threads:
+        if first is not None:
+            self._stages.append(FIRST_GUESS)
+            guess = threading.Thread(target=self._guess, args=(spec, first), name="quantune-first-guess", daemon=True)
+            self._threads.append(guess)
+            guess.start()
+        else:
+            self._first_done.set()
+        for thread in self._threads[: len(groups)]:
             thread.start()
 
     @property
     def built(self) -> int:
         return sum(self._built)
 
+    def _guess(self, spec: Any, first: Item) -> None:
+        try:
+            outcome = run_stage(
+                FIRST_GUESS,
+                evaluate_first_guess,
+                spec,
+                first[0],
+                first[1],
+                FIRST_GUESS_WAIT_S,
+                isolation=self._isolation,
+            )
+            self.first_evaluated = bool(outcome.value)
+        finally:
+            self._first_done.set()
+
     def _run(self, index: int, spec: Any, items: Items, budget_s: float | None) -> None:
+        self._first_done.wait()  # the first guess alone beside the original's evaluation
         stage = self._stages[index]
         outcome = run_stage(stage, build_variants, spec, items, budget_s, index == 0, isolation=self._isolation)
         self._built[index] = outcome.value or 0
@@ -187,11 +272,18 @@ class Prebuild:
         """The stage started, or ``None`` (turned off, in-process runs, nothing to build)."""
         if isolation.inline or spec is None or not enabled():
             return None
-        items, budget_s = ceiling_items(strategy, make)
+        items, budget_s, first = ceiling_items(strategy, make)
         if not items:
             return None
         problem = getattr(strategy, "problem", None)
-        return cls(spec, split_by_calibration(items, getattr(problem, "step_passes", {})), budget_s, isolation)
+        rest = [item for item in items if item != first]
+        groups = split_by_calibration(rest, getattr(problem, "step_passes", {}))
+        return cls(spec, groups, budget_s, isolation, first)
+
+    def wait_first_guess(self, timeout_s: float | None = None) -> bool:
+        """Waits until the first guess is evaluated (or failed); whether it is in the cache."""
+        self._first_done.wait(timeout_s)
+        return self.first_evaluated
 
     def join(self) -> None:
         """Waits for the builds."""

@@ -12,6 +12,7 @@ from typing import Any
 
 from quantune.config import Config
 from quantune.engine.executors.stage import Isolation
+from quantune.engine.prebuild import enabled as prebuild_enabled
 from quantune.engine.probes import accuracy_fields  # model facts, probes, strategy options
 from quantune.engine.setup import RunParts
 from quantune.engine.stages import isolated
@@ -48,6 +49,7 @@ def search_problem(
         objectives=objectives,
         timeout_s=config.stop.timeout_s,
         int8_saturates=int8_saturates(),
+        evaluates_ahead=isolation is not None and not isolation.inline and spec is not None and prebuild_enabled(),
         **isolated(
             accuracy_fields(
                 parts.context, parts.plan, checked_options(search.strategy, search.strategy_options), isolation

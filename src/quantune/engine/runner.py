@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import time
 import traceback
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,8 @@ class RunContext:
     sources: dict[str, dict[str, str]] = field(default_factory=dict)
     prepared: ModelHandle | None = None
     preparation: Preparation | None = None
+    # called once before the speed ceilings are timed (the engine's: wait for the models built ahead)
+    before_ceilings: Callable[[], None] | None = None
 
     @property
     def start(self) -> ModelHandle:

@@ -69,6 +69,8 @@ def isolated(
         items: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], threshold: float, budget_s: float | None
     ) -> list[float | None]:
         plain = [(dict(point), tuple(flow)) for point, flow in items]
+        if local is not None and local[0].before_ceilings is not None:
+            local[0].before_ceilings()  # the models built ahead (prebuild.py)
         if local is not None:
             from quantune.engine.probes import cached_ceilings
 

@@ -68,10 +68,13 @@ def build_session_options(ort, threads, timing, settings):
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = int(threads)
+    # idle threads sleep rather than spin: an idle spinning pool eats the other core, which a
+    # timing needs quiet and which an evaluation beside another (the original's and the first
+    # guess's, engine/prebuild.py) needs for itself; spinning changes no output
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if timing:
         options.inter_op_num_threads = 1
         options.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
-        options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     levels = {
         "disable_all": ort.GraphOptimizationLevel.ORT_DISABLE_ALL,
         "basic": ort.GraphOptimizationLevel.ORT_ENABLE_BASIC,

@@ -95,6 +95,9 @@ class SearchProblem:
     timeout_s: float | None = None  # stop.timeout_s: the run's time limit (None: none)
     # this CPU's int8 dot products saturate (x86 without VNNI/AMX): 7-bit weights are safer
     int8_saturates: bool = False
+    # the engine builds and evaluates a strategy's first proposal beside the original's evaluation
+    # (engine/prebuild.py): a first guess there costs no wall time before the speed ceilings
+    evaluates_ahead: bool = False
 
 
 class Strategy(ABC):

@@ -66,6 +66,12 @@ class QuantuneOptions(AccuracyOptions):
     ceiling_share: float = Field(
         default=0.25, gt=0, le=1, description="The most of stop.timeout_s the speed ceilings may take."
     )
+    first_guess: bool | None = Field(
+        default=None,
+        description="Evaluate the likeliest ceiling (Neural Compressor's defaults in the flow it would pick) "
+        "before the ceilings are timed, for an early first model in budget. Default: when the engine "
+        "evaluates it beside the original (process executor), where it costs no wait.",
+    )
 
 
 def checked_options(strategy: str, raw: dict[str, Any]) -> dict[str, Any]:

@@ -26,6 +26,19 @@ class CeilingStage:
     and the verdict on each variant (its ``variants``, ``decisions`` and ``_ceiling_stage`` are
     set up by the strategy's ``setup``)."""
 
+    def ceiling_variants(self) -> list[Variant]:
+        """Every flow's fully-quantized variants, in build order (what is built first is surely timed)."""
+        if not self.variants:
+            contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
+            for ctx in contexts:
+                for point, label in speed_variants(ctx):
+                    point = self.complete(point, ctx)
+                    variant = Variant(ctx, point, label)
+                    self.variants.append(variant)
+                    self._ceiling_stage[f"{CEILING}: {label}"] = variant
+            self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
+        return self.variants
+
     def stage_ceiling(self) -> Step:
         """Stage: each flow's fully-quantized variants timed against the original (no accuracy
         evaluation); returns the kept ones, fastest first.
@@ -34,14 +47,7 @@ class CeilingStage:
         is surely on one side of the margin; the stage gets at most ``ceiling_share`` (default
         0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
         """
-        contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
-        for ctx in contexts:
-            for point, label in speed_variants(ctx):
-                point = self.complete(point, ctx)
-                variant = Variant(ctx, point, label)
-                self.variants.append(variant)
-                self._ceiling_stage[f"{CEILING}: {label}"] = variant
-        self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
+        self.ceiling_variants()
         if self._time_ceilings(self.variants):
             for variant in self.variants:
                 self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")

@@ -26,6 +26,7 @@ from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
     Variant,
+    likeliest,
     priced,
     speed_params,
     types_by_cost,
@@ -72,12 +73,15 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
         self._ceiling_stage: dict[str, Variant] = {}
         self.decisions: list[str] = []  # why variants were kept or dropped, in order
         self._screened = False  # the accuracy parameters were screened before the fallback
+        self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
 
     def stages(self) -> Stages:
+        guess = yield from self.stage_first_guess()
         kept = yield from self.stage_ceiling()
         for variant in kept:
             self.ctx = variant.ctx
             base = variant.point
+            self._guessed_elsewhere = guess is not None and guess is not variant
             # the only accuracy evaluation a ceiling gets: the fastest kept variant's, first
             outcome = yield from self.try_point(base, f"{CEILING}: {variant.label}")
             self._measure(variant, outcome)
@@ -96,6 +100,30 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
                     base, fallback = full, {}
             yield from self.latency(base, fallback or {})
             return
+
+    def stage_first_guess(self) -> Step:
+        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
+        returns its variant, or None (option ``first_guess: false``, or no variant).
+
+        A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
+        waits for every variant to be built: MiniLM-L3's first model in budget came 21 s after
+        the start, Neural Compressor's (the same model) at 8 s. When the guess turns out the
+        fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
+        cost one evaluation. The engine builds and evaluates it beside the original's
+        evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
+        there is a first guess only where the engine does that (``first_guess``).
+        """
+        wanted = self.ctx.options.get("first_guess")
+        if wanted is None:
+            wanted = self.problem.evaluates_ahead
+        if not wanted or self.problem.objective != "latency":
+            return None
+        guess = likeliest(self.ceiling_variants())
+        if guess is None:
+            return None
+        self.ctx = guess.ctx
+        yield from self.try_point(guess.point, f"first guess: {guess.label}")
+        return guess
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
@@ -148,7 +176,8 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
             op_types = 2 if risky and len(risky) < len(others) else 1
         pool = len(compute) if op_types else units
         bisect = math.ceil(math.log2(max(pool, 2))) + 1  # the assumed-feasible top may need its own trial
-        return max(0, min(limit, bound - 1 - op_types - bisect))
+        guess = int(self._guessed_elsewhere)
+        return max(0, min(limit, bound - 1 - guess - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
         """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``,

@@ -104,6 +104,39 @@ def build_order(ctx: AccuracyContext, point: Mapping[str, Any]) -> int:
     return 2 if point.get(ctx.key("activation_type")) == "int8" else 0
 
 
+# Op types that mark a sequence model: Neural Compressor calls such a model "NLP" and quantizes
+# it dynamically, as onnxruntime recommends for transformers and RNNs.
+SEQUENCE_TYPES = frozenset({"LSTM", "GRU", "RNN", "Attention"})
+
+
+def likeliest(variants: Sequence[Variant]) -> Variant | None:
+    """The ceiling most likely to be both fast and in budget, evaluated before any is timed.
+
+    Neural Compressor's choice, which reaches a first model in budget with one evaluation on
+    MiniLM-L3 and the captcha model: the dynamic flow for a sequence model (an RNN or attention
+    op, or more weighted MatMuls than convolutions), with the graph pre-optimized and the
+    weight type its kernels run fast (mixed when there are convolutions); otherwise the first
+    static variant (uint8 activations, the first format searched). None without variants.
+    """
+    if not variants:
+        return None
+    dynamic = [v for v in variants if v.ctx.dynamic or v.ctx.quant_pass == "dynamic_quant"]
+    static = [v for v in variants if v not in dynamic]
+    # the dynamic step's groups hold the RNNs a static step cannot quantize
+    types = [g.op_type for g in (dynamic or variants)[0].ctx.capability.groups]
+    sequence = bool(SEQUENCE_TYPES & set(types)) or types.count("MatMul") + types.count("Gemm") > types.count("Conv")
+    if dynamic and (sequence or not static):
+        conv = "Conv" in types
+
+        def rank(variant: Variant) -> tuple[int, int]:
+            weight = variant.point.get(variant.ctx.key("weight_type"))
+            pre = variant.point.get(variant.ctx.key("pre_optimize"))
+            return (int(weight != ("mixed" if conv else "int8")), int(pre not in ("extended", None)))
+
+        return min(dynamic, key=rank)
+    return static[0]
+
+
 def dynamic_variants(ctx: AccuracyContext, base: Point) -> list[tuple[Point, str]]:
     """A dynamic step's ceilings: each weight type x graph pre-optimization it searches.
 
