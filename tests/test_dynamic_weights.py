@@ -197,3 +197,25 @@ def test_plan_calls_skips_empty_groups():
     assert [c[:2] for c in calls] == [("uint8", False), ("int8", True), ("int8", False)]
     assert "LSTM" in calls[2][2] and "LSTM" not in calls[1][2] and "MatMul" in calls[1][2]
     assert plan_calls(config(), {"Transpose", "Add"}) == []
+
+
+def test_excluded_gemm_stays_float(tmp_path):
+    """onnxruntime renames a Gemm to ``<name>_MatMul`` before it reads nodes_to_exclude: the Gemm's own name must hold."""
+    from conftest import build_mlp
+
+    model = build_mlp(tmp_path / "mlp.onnx")
+    out = run_dynamic(model, tmp_path, nodes_to_exclude=["fc"])
+    nodes, inits = graph_of(out)
+    assert inits["w2"].dtype == np.float32, "the excluded Gemm keeps its float weight"
+    assert nodes["fc_MatMul"].op_type == "MatMul"
+    assert "MatMulInteger" in {n.op_type for n in nodes.values()}, "the other MatMul is quantized"
+
+
+def test_gemm_alone_is_quantized_per_channel(tmp_path):
+    """A Gemm (no MatMul in the model) makes the MatMul call: onnxruntime quantizes it as a MatMul."""
+    from conftest import build_cnn
+
+    model = build_cnn(tmp_path / "cnn.onnx")
+    out = run_dynamic(model, tmp_path, weight_type="mixed", per_channel=True)
+    ops = [n.op_type for n in onnx.load(str(out)).graph.node]
+    assert "MatMulInteger" in ops and "ConvInteger" in ops

@@ -140,7 +140,7 @@ class DynamicQuantization(Pass):
             per_channel=per_channel,
             reduce_range=config.reduce_range,
             op_types_to_quantize=op_types,
-            nodes_to_exclude=list(config.nodes_to_exclude),
+            nodes_to_exclude=excluded_names(config.nodes_to_exclude),
             # after graph_opt at extended/all, fused com.microsoft ops have no inferred types;
             # the quantizer then asks for this instead of failing the trial
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
@@ -176,10 +176,26 @@ def plan_calls(config: DynamicQuantizationConfig, present: set[str]) -> list[tup
 
 
 def present_op_types(model_path: Path, nodes_to_exclude: list[str]) -> set[str]:
-    """Op types of the nodes (subgraphs included) a quantizer excluding ``nodes_to_exclude`` may touch."""
+    """Op types of the nodes (subgraphs included) a quantizer excluding ``nodes_to_exclude`` may touch.
+
+    A Gemm counts as a MatMul too: every dynamic onnxruntime call rewrites Gemms (alpha = beta = 1,
+    no transA) into MatMul + Add before it quantizes, so the MatMul call is the one that takes them.
+    """
     model = onnx.load(str(model_path), load_external_data=False)
     excluded = set(nodes_to_exclude)
-    return {node.op_type for node in _nodes(model.graph) if not node.name or node.name not in excluded}
+    present = {node.op_type for node in _nodes(model.graph) if not node.name or node.name not in excluded}
+    return present | {"MatMul"} if "Gemm" in present else present
+
+
+def excluded_names(nodes_to_exclude: list[str]) -> list[str]:
+    """``nodes_to_exclude`` and the names onnxruntime gives an excluded Gemm's MatMul (``<name>_MatMul``).
+
+    onnxruntime's dynamic quantizer rewrites each Gemm into ``<name>_MatMul`` + ``<name>_Add``
+    before it reads ``nodes_to_exclude``: without the second name an excluded Gemm was quantized
+    all the same, and a call that comes after another one sees only the rewritten names.
+    """
+    names = list(nodes_to_exclude)
+    return names + [f"{name}_MatMul" for name in names if f"{name}_MatMul" not in names]
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
