@@ -10,17 +10,21 @@ int8 ones (uint8 weights made MiniLM-L3 0.75x fp32 against 0.64x); on the captch
 What each op type gets follows Neural Compressor 2.6's dynamic defaults, whose first model held
 a 1% budget on MiniLM-L3 and the captcha model where onnxruntime's plain settings did not:
 
-* MatMul (and Gemm): int8/uint8 weights, one scale per output column with ``per_channel``;
+* MatMul (and Gemm, which onnxruntime rewrites into MatMul + Add first): int8/uint8 weights,
+  one scale per output column with ``per_channel``;
 * LSTM, Attention: one scale per direction / per tensor even with ``per_channel``
-  (onnxruntime would give them one per gate row: the captcha model's per-channel LSTM lost 1.33%
-  character accuracy, the per-direction one 0.22%). They get a call of their own;
+  (onnxruntime would give them one per gate row: with the captcha model's LSTM per gate row
+  the dynamic model lost 1.33% character accuracy, per direction 0.89%). They get a call of
+  their own;
 * Conv: ConvInteger, per tensor either way (uint8 with ``mixed``);
 * embedding Gathers (the table a float initializer) with int8 weights: int8 symmetric per tensor
   by :mod:`.gather_int8`, not onnxruntime's uint8 asymmetric activation-style Gather (MiniLM-L3:
   uint8 tables lost 1.24% Pearson r, float ones 0.93%, int8 symmetric ones 0.43%); with
   ``weight_type: uint8`` onnxruntime quantizes them as before.
 
-``reduce_range`` applies to every one of them (the Gather tables are then 7-bit, [-64, 64]).
+``reduce_range`` applies to every one of them (the Gather tables are then 7-bit, [-64, 64], as
+in Neural Compressor's MiniLM model). With these, quantune's MiniLM-L3 and captcha models hold
+every one of Neural Compressor's quantized weights byte for byte (``bench/nc_equal.py``).
 A call is made only for a group the model has a node of (an empty op-type list would mean "all"
 to onnxruntime): MiniLM is one onnxruntime call plus the Gather rewrite.
 """
@@ -85,6 +89,9 @@ class DynamicQuantization(Pass):
         "reduce_range": Boolean(),
         "pre_optimize": Categorical(("none", "extended")),
     }
+
+    # 2: int8 symmetric Gathers, per_channel for MatMul/Gemm only, excluded Gemms kept float
+    version = 2
 
     # DynamicQuantizeLinear is an opset-11 op (onnxruntime's quantizer upgrades older models itself).
     min_opset = 11

@@ -4,9 +4,9 @@ onnxruntime's dynamic quantizer quantizes a Gather's table as an *activation* (u
 asymmetric, ``operators/gather.py``); Neural Compressor 2.6 quantizes it as a *weight*: int8,
 symmetric (zero point 0), one scale for the table, 7-bit when ``reduce_range`` is on. The Gather
 then reads the int8 table and one ``DequantizeLinear`` after it dequantizes only the gathered
-rows. On MiniLM-L3 (Pearson r of its document similarities) onnxruntime's uint8 tables lost
-1.24%, the tables left in float 0.93%, Neural Compressor's int8 ones 0.43% -- and the int8
-tables are a quarter of the float ones (a 17 MB model against 53 MB).
+rows. On MiniLM-L3 (Pearson r of its document similarities) the dynamic model with
+onnxruntime's uint8 tables lost 1.24%, with the tables left in float 0.93%, with int8 symmetric
+ones 0.43% (Neural Compressor's model, byte for byte: ``bench/nc_equal.py``).
 
 A table is rewritten only when every use of it is the data input of a Gather being quantized:
 a table shared with another op (a tied output projection, say) or read by an excluded Gather
