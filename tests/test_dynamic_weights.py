@@ -219,3 +219,14 @@ def test_gemm_alone_is_quantized_per_channel(tmp_path):
     out = run_dynamic(model, tmp_path, weight_type="mixed", per_channel=True)
     ops = [n.op_type for n in onnx.load(str(out)).graph.node]
     assert "MatMulInteger" in ops and "ConvInteger" in ops
+
+
+def test_gathers_alone(tmp_path):
+    """op_types_to_quantize [Gather] with int8 weights: no onnxruntime call, the table int8, the MatMul float."""
+    model = build_embedder(tmp_path / "embedder.onnx")
+    out = run_dynamic(model, tmp_path, op_types_to_quantize=["Gather"])
+    nodes, inits = graph_of(out)
+    assert inits[nodes["embed/Gather"].input[0]].dtype == np.int8
+    assert nodes["proj/MatMul"].op_type == "MatMul" and inits["w"].dtype == np.float32
+    got, want = run_model(out, ids())[0], run_model(model, ids())[0]
+    assert np.abs(got - want).max() <= 0.05 * np.abs(want).max()

@@ -41,6 +41,7 @@ import onnx
 from onnxruntime.quantization import quantize_dynamic
 from onnxruntime.quantization.registry import IntegerOpsRegistry
 
+from quantune.model import external_data_files
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.gather_int8 import quantize_gathers
@@ -125,8 +126,8 @@ class DynamicQuantization(Pass):
                 out = model_out if step == len(calls) - 1 else Path(scratch) / f"step{step}.onnx"
                 self._quantize(config, model_in, out, weight_type, op_types, per_channel)
                 model_in = out
-            if not calls:
-                shutil.copyfile(model_in, model_out)
+            if not calls:  # nothing for onnxruntime (the Gathers alone, or every node excluded)
+                _copy_model(model_in, model_out)
             if int8_gathers(config):
                 _rewrite_gathers(model_out, config)
             drop_types(model_out, added)
@@ -156,7 +157,7 @@ class DynamicQuantization(Pass):
 
 def int8_gathers(config: DynamicQuantizationConfig) -> bool:
     """Whether embedding Gathers get gather_int8's tables (int8 weights, Gather among the op types)."""
-    allowed = config.op_types_to_quantize is None or "Gather" in config.op_types_to_quantize
+    allowed = not config.op_types_to_quantize or "Gather" in config.op_types_to_quantize  # [] means all
     return config.weight_type in ("int8", "mixed") and allowed
 
 
@@ -214,6 +215,14 @@ def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
             elif attribute.type == onnx.AttributeProto.GRAPHS:
                 for sub in attribute.graphs:
                     yield from _nodes(sub)
+
+
+def _copy_model(model_in: Path, model_out: Path) -> None:
+    """The model as it is, its external data (if any) beside the copy."""
+    if external_data_files(model_in):
+        save_model(onnx.load(str(model_in)), model_out)
+    else:
+        shutil.copyfile(model_in, model_out)
 
 
 def _rewrite_gathers(path: Path, config: DynamicQuantizationConfig) -> None:
