@@ -6,13 +6,34 @@ convolutions uint8 weights and the rest int8: onnxruntime's ConvInteger is fast 
 weights only (int8 ones made the captcha model 1.7x slower than fp32), its MatMul kernels with
 int8 ones (uint8 weights made MiniLM-L3 0.75x fp32 against 0.64x); on the captcha model (convs
 + LSTM + an 8,210-way MatMul) mixed ran at 0.61x fp32 against uint8's 0.63x.
+
+What each op type gets follows Neural Compressor 2.6's dynamic defaults, whose first model held
+a 1% budget on MiniLM-L3 and the captcha model where onnxruntime's plain settings did not:
+
+* MatMul (and Gemm, which onnxruntime rewrites into MatMul + Add first): int8/uint8 weights,
+  one scale per output column with ``per_channel``;
+* LSTM, Attention: one scale per direction / per tensor even with ``per_channel``
+  (onnxruntime would give them one per gate row: with the captcha model's LSTM per gate row
+  the dynamic model lost 1.33% character accuracy, per direction 0.89%). They get a call of
+  their own;
+* Conv: ConvInteger, per tensor either way (uint8 with ``mixed``);
+* embedding Gathers (the table a float initializer) with int8 weights: int8 symmetric per tensor
+  by :mod:`.gather_int8`, not onnxruntime's uint8 asymmetric activation-style Gather (MiniLM-L3:
+  uint8 tables lost 1.24% Pearson r, float ones 0.93%, int8 symmetric ones 0.43%); with
+  ``weight_type: uint8`` onnxruntime quantizes them as before.
+
+``reduce_range`` applies to every one of them (the Gather tables are then 7-bit, [-64, 64], as
+in Neural Compressor's MiniLM model). With these, quantune's MiniLM-L3 and captcha models hold
+every one of Neural Compressor's quantized weights byte for byte (``bench/nc_equal.py``).
+A call is made only for a group the model has a node of (an empty op-type list would mean "all"
+to onnxruntime): MiniLM is one onnxruntime call plus the Gather rewrite.
 """
 
 from __future__ import annotations
 
 import shutil
 import tempfile
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -20,10 +41,13 @@ import onnx
 from onnxruntime.quantization import quantize_dynamic
 from onnxruntime.quantization.registry import IntegerOpsRegistry
 
+from quantune.model import external_data_files
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
+from quantune.passes.onnx.gather_int8 import quantize_gathers
 from quantune.passes.onnx.pre_optimize import drop_types, optimize_extended
 from quantune.passes.onnx.quant_types import QUANT_TYPES
+from quantune.passes.onnx.weight_only import save_model
 from quantune.passes.registry import register_pass
 from quantune.prepare.facts import facts_apply, quantized_among
 from quantune.space import Boolean, Categorical
@@ -31,11 +55,19 @@ from quantune.space import Boolean, Categorical
 # Op types whose integer kernel is fast with uint8 weights only (ConvInteger): "mixed" gives them
 # uint8 weights and every other op int8 ones.
 UINT8_FAST = ("Conv",)
+# Op types onnxruntime would quantize per gate row / column under per_channel, which stay per
+# tensor (per direction for LSTM) as in Neural Compressor: per_channel is for MatMul and Gemm.
+PER_TENSOR = ("LSTM", "Attention")
+# Op types quantized only when their input already is (in the same onnxruntime call): they never
+# make a call worth its time on their own.
+FOLLOWERS = ("Transpose",)
 
 
 class DynamicQuantizationConfig(PassConfig):
-    # "mixed": uint8 weights for convolutions, int8 for the rest (MatMul, LSTM, Gather, ...)
+    # "mixed": uint8 weights for convolutions, int8 for the rest (MatMul, LSTM, Gather, ...); with
+    # int8 weights (int8, mixed) embedding Gathers get int8 symmetric per-tensor tables (gather_int8.py)
     weight_type: Literal["int8", "uint8", "mixed"] = "int8"
+    # per output column for MatMul/Gemm weights only; LSTM (per direction), Attention, Conv per tensor
     per_channel: bool = False
     reduce_range: bool = False
     op_types_to_quantize: list[str] | None = None
@@ -58,6 +90,9 @@ class DynamicQuantization(Pass):
         "reduce_range": Boolean(),
         "pre_optimize": Categorical(("none", "extended")),
     }
+
+    # 2: int8 symmetric Gathers, per_channel for MatMul/Gemm only, excluded Gemms kept float
+    version = 2
 
     # DynamicQuantizeLinear is an opset-11 op (onnxruntime's quantizer upgrades older models itself).
     min_opset = 11
@@ -86,20 +121,15 @@ class DynamicQuantization(Pass):
                 optimized = Path(scratch) / "extended.onnx"
                 added = optimize_extended(model_in, optimized)
                 model_in = optimized
-            if config.weight_type == "mixed":
-                # (an empty op-type list means "all of them" to onnxruntime: skip a step that has none)
-                first = _among(config.op_types_to_quantize, UINT8_FAST)
-                rest = [t for t in config.op_types_to_quantize or IntegerOpsRegistry if t not in UINT8_FAST]
-                convs = Path(scratch) / "convs.onnx"
-                if first:
-                    self._quantize(config, model_in, convs, "uint8", first)
-                    model_in = convs
-                if rest:
-                    self._quantize(config, model_in, model_out, "int8", rest)
-                else:
-                    shutil.copyfile(model_in, model_out)
-            else:
-                self._quantize(config, model_in, model_out, config.weight_type, config.op_types_to_quantize)
+            calls = plan_calls(config, present_op_types(model_in, config.nodes_to_exclude))
+            for step, (weight_type, per_channel, op_types) in enumerate(calls):
+                out = model_out if step == len(calls) - 1 else Path(scratch) / f"step{step}.onnx"
+                self._quantize(config, model_in, out, weight_type, op_types, per_channel)
+                model_in = out
+            if not calls:  # nothing for onnxruntime (the Gathers alone, or every node excluded)
+                _copy_model(model_in, model_out)
+            if int8_gathers(config):
+                _rewrite_gathers(model_out, config)
             drop_types(model_out, added)
 
     def _quantize(
@@ -108,21 +138,98 @@ class DynamicQuantization(Pass):
         model_in: Path,
         model_out: Path,
         weight_type: str,
-        op_types: list[str] | None,
+        op_types: list[str],
+        per_channel: bool,
     ) -> None:
         quantize_dynamic(
             str(model_in),
             str(model_out),
             weight_type=QUANT_TYPES[weight_type],
-            per_channel=config.per_channel,
+            per_channel=per_channel,
             reduce_range=config.reduce_range,
             op_types_to_quantize=op_types,
-            nodes_to_exclude=list(config.nodes_to_exclude),
+            nodes_to_exclude=excluded_names(config.nodes_to_exclude),
             # after graph_opt at extended/all, fused com.microsoft ops have no inferred types;
             # the quantizer then asks for this instead of failing the trial
             extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
         )
 
 
-def _among(op_types: list[str] | None, wanted: tuple[str, ...]) -> list[str]:
-    return [t for t in wanted if op_types is None or t in op_types]
+def int8_gathers(config: DynamicQuantizationConfig) -> bool:
+    """Whether embedding Gathers get gather_int8's tables (int8 weights, Gather among the op types)."""
+    allowed = not config.op_types_to_quantize or "Gather" in config.op_types_to_quantize  # [] means all
+    return config.weight_type in ("int8", "mixed") and allowed
+
+
+def plan_calls(config: DynamicQuantizationConfig, present: set[str]) -> list[tuple[str, bool, list[str]]]:
+    """The onnxruntime calls, in order: (weight type, per_channel, op types), each with a node to quantize.
+
+    ``present``: the op types of the model's nodes not in ``nodes_to_exclude``.
+    """
+    allowed = list(config.op_types_to_quantize or IntegerOpsRegistry)
+    if int8_gathers(config):
+        allowed = [t for t in allowed if t != "Gather"]  # gather_int8 quantizes them
+    groups: list[tuple[str, bool, list[str]]] = []
+    rest = allowed
+    if config.weight_type == "mixed":
+        groups.append(("uint8", False, _among(allowed, UINT8_FAST)))
+        rest = [t for t in allowed if t not in UINT8_FAST]
+    weight_type = "int8" if config.weight_type == "mixed" else config.weight_type
+    if config.per_channel:
+        groups.append((weight_type, True, [t for t in rest if t not in PER_TENSOR]))
+        groups.append((weight_type, False, _among(rest, PER_TENSOR)))
+    else:
+        groups.append((weight_type, False, rest))
+    return [group for group in groups if any(t in present and t not in FOLLOWERS for t in group[2])]
+
+
+def present_op_types(model_path: Path, nodes_to_exclude: list[str]) -> set[str]:
+    """Op types of the nodes (subgraphs included) a quantizer excluding ``nodes_to_exclude`` may touch.
+
+    A Gemm counts as a MatMul too: every dynamic onnxruntime call rewrites Gemms (alpha = beta = 1,
+    no transA) into MatMul + Add before it quantizes, so the MatMul call is the one that takes them.
+    """
+    model = onnx.load(str(model_path), load_external_data=False)
+    excluded = set(nodes_to_exclude)
+    present = {node.op_type for node in _nodes(model.graph) if not node.name or node.name not in excluded}
+    return present | {"MatMul"} if "Gemm" in present else present
+
+
+def excluded_names(nodes_to_exclude: list[str]) -> list[str]:
+    """``nodes_to_exclude`` and the names onnxruntime gives an excluded Gemm's MatMul (``<name>_MatMul``).
+
+    onnxruntime's dynamic quantizer rewrites each Gemm into ``<name>_MatMul`` + ``<name>_Add``
+    before it reads ``nodes_to_exclude``: without the second name an excluded Gemm was quantized
+    all the same, and a call that comes after another one sees only the rewritten names.
+    """
+    names = list(nodes_to_exclude)
+    return names + [f"{name}_MatMul" for name in names if f"{name}_MatMul" not in names]
+
+
+def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
+    for node in graph.node:
+        yield node
+        for attribute in node.attribute:
+            if attribute.type == onnx.AttributeProto.GRAPH:
+                yield from _nodes(attribute.g)
+            elif attribute.type == onnx.AttributeProto.GRAPHS:
+                for sub in attribute.graphs:
+                    yield from _nodes(sub)
+
+
+def _copy_model(model_in: Path, model_out: Path) -> None:
+    """The model as it is, its external data (if any) beside the copy."""
+    if external_data_files(model_in):
+        save_model(onnx.load(str(model_in)), model_out)
+    else:
+        shutil.copyfile(model_in, model_out)
+
+
+def _rewrite_gathers(path: Path, config: DynamicQuantizationConfig) -> None:
+    model = onnx.load(str(path))
+    if quantize_gathers(model, config.nodes_to_exclude, reduce_range=config.reduce_range):
+        save_model(model, path)
+
+
+def _among(op_types: list[str], wanted: tuple[str, ...]) -> list[str]:
+    return [t for t in op_types if t in wanted]
