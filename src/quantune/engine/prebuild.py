@@ -89,38 +89,45 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
 
 
 def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float) -> bool:
-    """In the first guess's stage worker: its model built, then evaluated as its trial will be
-    once the original's reference outputs are in the cache (the baseline's stage, beside this
-    one, writes them); the figures land in the evaluation cache, where the trial reads them.
-    False when the reference did not come within ``wait_s`` or the trial failed (the trial then
-    runs as any other)."""
+    """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
+    then compared with the original's outputs once they are in the cache (the baseline's stage,
+    beside this one, writes them); the figures land in the evaluation cache, where the trial reads
+    them. False when the reference did not come within ``wait_s`` or the model failed (its trial
+    then runs as any other, and says why)."""
     from quantune.engine.baseline import cached_figures
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.probes import _variant_model
-    from quantune.engine.trial import Trial
 
     started = time.perf_counter()
     runner = runner_for(spec)
     context = runner.context
     ready = time.perf_counter()
-    with _sessions_without_spinning():
-        _variant_model(context, context.plan, point, flow, label=" (first guess)")
-    built = time.perf_counter()
+    try:
+        with _sessions_without_spinning():
+            path, sha = _variant_model(context, context.plan, point, flow, label=" (first guess)")
+        built = time.perf_counter()
+        key = context.eval_key(sha)
+        if context.cache.get_json("evals", key) is not None:
+            return True
+        measured = context.evaluator.measure(path)
+    except Exception as exc:
+        print(f"first guess {point}: {type(exc).__name__}: {exc}", flush=True)
+        return False
+    done = time.perf_counter()
     deadline = time.monotonic() + wait_s
     while cached_figures(runner) is None:  # a file written by the other worker: nothing to wait on but it
         if time.monotonic() >= deadline:
             return False
         time.sleep(0.05)
     waited = time.perf_counter()
-    record = runner.run(Trial(-1, tuple(flow), dict(point)))
+    context.cache.put_json("evals", key, {"metrics": context.evaluator.figures(measured, runner.reference())})
     print(
-        f"first guess: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, the original's "
-        f"reference waited for {waited - built:.1f} s, evaluated in {time.perf_counter() - waited:.1f} s",
+        f"first guess: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
+        f"{done - built:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "
+        f"{time.perf_counter() - waited:.1f} s",
         flush=True,
     )
-    if record.status != "ok":
-        print(f"first guess {point}: {record.error}", flush=True)
-    return record.status == "ok"
+    return True
 
 
 def build_variants(spec: Any, items: Items, budget_s: float | None, profile: bool = True) -> int:

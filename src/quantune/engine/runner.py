@@ -101,6 +101,13 @@ class TrialRunner:
         ctx.baseline_status = "miss"
         return metrics, "miss"
 
+    def reference(self) -> dict[str, Any]:
+        """The original's packed outputs (every agreement figure compares with them)."""
+        if self._reference is None:
+            self.baseline()
+        assert self._reference is not None
+        return self._reference
+
     def run(self, trial: Trial) -> TrialRecord:
         record = TrialRecord(number=trial.number, flow=list(trial.flow), params=dict(trial.params), status="ok")
         started = time.perf_counter()

@@ -142,21 +142,42 @@ class Evaluator:
             raise TrialError(str(exc)) from None
 
     def _evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
+        measured = self.measure(model)
+        return self.figures(measured, reference), pack(measured.outputs)
+
+    def measure(self, model: Path) -> Measured:
+        """Every figure of ``model`` that needs no reference: its outputs, the criterion metric,
+        latency, memory, size. The agreement figures follow with :meth:`figures` -- a model can be
+        measured while the original's reference is still being computed (engine/prebuild.py)."""
         # Only a user metric reads more than the first output; holding every output of every
         # feed (a detector's several full-resolution maps) is what bounded evaluation leaves out.
         outputs = self.outputs(model, every_output=self.spec.user_metric is not None)
         first = [next(iter(feed.values())) for feed in outputs]
-        figures: dict[str, float] = {}
+        metric: dict[str, float] = {}
         if self.spec.metric in LABEL_METRICS:
             labels = self.dataset.parts(self.spec.label_key, self.spec.batch_size)
             try:
-                figures[self.spec.metric] = over_feeds(self.spec.metric, LABEL_METRICS[self.spec.metric], first, labels)
+                metric[self.spec.metric] = over_feeds(self.spec.metric, LABEL_METRICS[self.spec.metric], first, labels)
             except ValueError as exc:  # labels that do not match the outputs (count, shape)
                 raise TrialError(
                     f"metric '{self.spec.metric}' cannot compare the outputs with '{self.spec.label_key}': {exc}"
                 ) from exc
         elif self.spec.user_metric is not None:
-            figures[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
+            metric[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
+        rest: dict[str, float] = {}
+        timings = self.backend.timings([model], self._latency_feeds, self.spec.latency, self.spec.runner)
+        rest.update(latency_figures(timings[0]))
+        # the memory a fresh session takes to load the model and run the latency feed, in its own process
+        rest["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
+        rest["size_bytes"] = float(model_size_bytes(model))
+        rest.update(quantization_figures(model))  # what actually runs quantized (0 for a float original)
+        return Measured(outputs, first, metric, rest)
+
+    def figures(self, measured: Measured, reference: dict[str, np.ndarray] | None) -> dict[str, float]:
+        """All the figures of a measured model: its own, and its agreement with ``reference`` (the
+        original's packed outputs; ``None`` means the model is the original)."""
+        first = measured.first
+        figures = dict(measured.metric)
         if reference is None and all(np.isfinite(output).all() for output in first):
             # the original against itself: the figures of identical, finite outputs, not computed
             # (on the captcha model's 300 wide CTC outputs that took 1.6 s of its evaluation)
@@ -168,13 +189,18 @@ class Evaluator:
             for name, func in AGREEMENT_METRICS.items():
                 figures[name] = over_feeds(name, func, first, ref_first, pair)
             del stacked, pair
-        timings = self.backend.timings([model], self._latency_feeds, self.spec.latency, self.spec.runner)
-        figures.update(latency_figures(timings[0]))
-        # the memory a fresh session takes to load the model and run the latency feed, in its own process
-        figures["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
-        figures["size_bytes"] = float(model_size_bytes(model))
-        figures.update(quantization_figures(model))  # what actually runs quantized (0 for a float original)
-        return figures, pack(outputs)
+        figures.update(measured.rest)
+        return figures
+
+
+@dataclass
+class Measured:
+    """A model's outputs and the figures that need no reference (:meth:`Evaluator.measure`)."""
+
+    outputs: FeedOutputs
+    first: list[np.ndarray]  # each feed's first output (what the agreement metrics compare)
+    metric: dict[str, float]
+    rest: dict[str, float]  # latency, memory, size, quantization
 
 
 def latency_feed(dataset: Dataset, input_names: list[str], spec: EvaluationSpec) -> dict[str, np.ndarray]:

@@ -39,16 +39,31 @@ def die_with_parent(parent_pid: int) -> None:
             libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (OSError, AttributeError):
             pass  # the watchdog below still notices
-    if os.getppid() != parent_pid:  # the parent died before the request took effect
+    # A worker forked by the fork server (contexts.py) is the server's child: the kernel kills it
+    # with the server, which exits when the run's process is gone; the run's PID is watched too.
+    if not _alive(parent_pid):  # the parent died before the request took effect
         os._exit(1)
 
     def watch() -> None:
         while True:
             time.sleep(_WATCH_INTERVAL_S)
-            if os.getppid() != parent_pid:
+            if not _alive(parent_pid):
                 os._exit(1)
 
     threading.Thread(target=watch, daemon=True, name="quantune-parent-watchdog").start()
+
+
+def _alive(pid: int) -> bool:
+    """Whether the process ``pid`` still runs (our parent, or the run that started the fork server)."""
+    if os.getppid() == pid:
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # it exists, owned by someone else
+        return True
+    return True
 
 
 def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -> DiskFull | None:

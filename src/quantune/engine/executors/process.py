@@ -26,6 +26,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from quantune.engine.executors.base import Executor, failed_record
+from quantune.engine.executors.contexts import child_environment, worker_context
 from quantune.engine.executors.lifeline import storage_fault
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trial import Trial, TrialRecord
@@ -91,14 +92,24 @@ def refuse_in_starting_worker() -> None:
     worker and hang both. The worker exits with a code its parent turns into advice.
     """
     if getattr(mp.current_process(), "_inheriting", False):
-        raise SystemExit(_EXIT_UNGUARDED_MAIN)
+        # at once, with the code: a worker forked by the fork server turns a SystemExit raised
+        # while it prepares into exit code 1 (multiprocessing's forkserver), losing the advice
+        sys.stderr.flush()
+        os._exit(_EXIT_UNGUARDED_MAIN)
 
 
 def _worker_main(
-    conn: Connection, spec: WorkerSpec, memory_limit_mb: int | None, log_path: str, parent_pid: int | None = None
+    conn: Connection,
+    spec: WorkerSpec,
+    memory_limit_mb: int | None,
+    log_path: str,
+    parent_pid: int | None = None,
+    environment: dict[str, str] | None = None,
 ) -> None:
+    from quantune.engine.executors.contexts import adopt_environment
     from quantune.engine.executors.lifeline import enter_worker
 
+    adopt_environment(environment)
     enter_worker(log_path, memory_limit_mb, parent_pid)
     from quantune.engine.executors.base import failed_record
     from quantune.engine.executors.worker import run_trial, runner_for
@@ -163,11 +174,11 @@ class _Worker:
                 raise ExecutorClosed()
             if self.process is not None and self.process.is_alive():
                 return
-            ctx = mp.get_context("spawn")
+            ctx = worker_context()
             parent, child = ctx.Pipe()
             process = ctx.Process(
                 target=_worker_main,
-                args=(child, self.spec, self.memory_limit_mb, str(self.log_path), os.getpid()),
+                args=(child, self.spec, self.memory_limit_mb, str(self.log_path), os.getpid(), child_environment()),
                 daemon=True,
                 name=f"quantune-worker-{self.index}",
             )

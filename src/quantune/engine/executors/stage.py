@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import contextlib
 import logging
-import multiprocessing as mp
 import os
 import time
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from quantune.engine.executors.contexts import child_environment, worker_context
 from quantune.engine.executors.process import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
 from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
@@ -99,9 +99,12 @@ def _stage_main(
     memory_limit_mb: int | None,
     log: str,
     parent_pid: int | None = None,
+    environment: dict[str, str] | None = None,
 ) -> None:
+    from quantune.engine.executors.contexts import adopt_environment
     from quantune.engine.executors.lifeline import enter_worker
 
+    adopt_environment(environment)
     enter_worker(log, memory_limit_mb, parent_pid)  # as a trial worker: dies with the run, within its limit
     print(f"--- {stage} (worker pid {os.getpid()}) ---", flush=True)
     return_large_blocks()  # batch after batch of large tensors: never let the heap keep them
@@ -150,11 +153,11 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stage}.log"
     offset = log_path.stat().st_size if log_path.is_file() else 0
-    ctx = mp.get_context("spawn")
+    ctx = worker_context()
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(
         target=_stage_main,
-        args=(child, stage, fn, args, isolation.memory_limit_mb, str(log_path), os.getpid()),
+        args=(child, stage, fn, args, isolation.memory_limit_mb, str(log_path), os.getpid(), child_environment()),
         daemon=True,
         name=f"quantune-{stage}",
     )

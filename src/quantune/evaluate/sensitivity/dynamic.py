@@ -32,7 +32,7 @@ def _fake_quant(array: np.ndarray, kind: str, *, reduce_range: bool = False, axi
     x = np.asarray(array, dtype=np.float32)
     reduce = tuple(i for i in range(x.ndim) if axis is None or i != axis % x.ndim)
     if kind == "int8":
-        qmax = 63.0 if reduce_range else 127.0
+        qmax = 64.0 if reduce_range else 127.0  # onnxruntime's symmetric 7-bit range is [-64, 64]
         scale = np.max(np.abs(x), axis=reduce, keepdims=True) / qmax
         scale = np.where(scale > 0, scale, 1.0)
         return np.clip(np.round(x / scale), -qmax, qmax) * scale
@@ -65,6 +65,8 @@ def measure_dynamic(
     capability = ModelCapability.from_model(model, mode="dynamic")
     nodes = [node for node in model.graph.node if (node.name or "") in capability.quantizable]
     plans: dict[str, tuple[onnx.NodeProto, str, np.ndarray, np.ndarray]] = {}  # (node, activation, quantized, float)
+    if weight_type == "mixed":  # uint8 is for convolutions only: MatMul weights and Gather tables are int8
+        weight_type = "int8"
     for node in nodes:
         if node.op_type == "MatMul" and node.input[1] in inits:
             weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)

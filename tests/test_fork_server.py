@@ -1,0 +1,43 @@
+"""Workers forked from a fork server with the heavy imports done (engine/executors/contexts.py):
+they start as a spawned worker would -- the parent's environment as it is when they start, the
+same advice for a script that calls tune() unguarded (test_engine_scale.py) -- only sooner."""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+from quantune.engine.executors.contexts import uses_fork_server, warm_up, worker_context
+from quantune.engine.executors.stage import Isolation, run_stage
+
+
+def _environment_and_modules(name: str) -> tuple[str | None, bool, int]:
+    return os.environ.get(name), "onnxruntime.tools.symbolic_shape_infer" in sys.modules, os.getpid()
+
+
+@pytest.mark.skipif("forkserver" not in mp.get_all_start_methods(), reason="no fork server on this platform")
+def test_a_forked_worker_sees_the_environment_of_its_start_and_the_preloaded_modules(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("QUANTUNE_FORKSERVER", raising=False)
+    warm_up()  # the server starts (and imports) before the variable below exists
+    monkeypatch.setenv("QUANTUNE_TEST_SEEN", "after the server started")
+    outcome = run_stage("probe", _environment_and_modules, "QUANTUNE_TEST_SEEN", isolation=Isolation(log_dir=tmp_path))
+    assert outcome.ok, outcome.error
+    seen, preloaded, pid = outcome.value
+    assert seen == "after the server started"
+    assert preloaded  # imported once by the server, not by the worker
+    assert pid != os.getpid()
+
+
+def test_workers_are_spawned_when_the_fork_server_is_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("QUANTUNE_FORKSERVER", "0")
+    assert not uses_fork_server()
+    assert worker_context().get_start_method() == "spawn"
+    monkeypatch.setenv("QUANTUNE_FORKSERVER", "1")
+    expected = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
+    assert worker_context().get_start_method() == expected
