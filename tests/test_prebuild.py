@@ -109,12 +109,26 @@ def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make
     assert [t["flow"] for t in with_prebuild["trials"]] == [t["flow"] for t in without["trials"]]
     # the original's latency was timed again once the builds were done (the same figures' names)
     assert with_prebuild["baseline"].keys() == without["baseline"].keys()
-    # the first guess was built and evaluated beside the original: its trial read both from the cache
+    # the first guess was built and evaluated beside the original: its trial read both from the cache,
+    # and the evaluation counts as this run's work (a "miss": it was computed, ahead)
     first = with_prebuild["trials"][0]
-    assert first["stage"].startswith("first guess") and first["cache"] == {"static_quant": "hit", "evaluation": "hit"}
-    assert (tmp_path / "ahead" / "workers" / "first_guess.log").is_file()
+    assert first["stage"].startswith("first guess") and first["cache"] == {"static_quant": "hit", "evaluation": "miss"}
+    assert "the original's reference waited" in (tmp_path / "ahead" / "workers" / "first_guess.log").read_text()
     assert without["trials"][0]["stage"] == first["stage"] and without["trials"][0]["cache"]["evaluation"] == "miss"
     assert first["metrics"]["top1"] == without["trials"][0]["metrics"]["top1"]  # the same model, evaluated alike
+
+
+def test_a_first_guess_evaluated_by_an_earlier_run_is_a_cache_hit(make_config, tmp_path, monkeypatch) -> None:
+    """Evaluated ahead, the first guess counts as the run's own evaluation; a later run reading
+    the same figures from the cache counts a hit, as for any other trial."""
+    config = _speed_first(make_config, STATIC, stop={"max_trials": 1}, executor={"kind": "process", "workers": 1})
+    config["search"]["strategy_options"]["first_guess"] = True
+    config["cache_dir"] = str(tmp_path / "cache")
+    first = _run(config, tmp_path / "one", monkeypatch, prebuild=True)["trials"][0]
+    again = _run(config, tmp_path / "two", monkeypatch, prebuild=True)["trials"][0]
+    assert first["stage"] == again["stage"] and first["stage"].startswith("first guess")
+    assert first["cache"]["evaluation"] == "miss" and again["cache"]["evaluation"] == "hit"
+    assert first["metrics"]["top1"] == again["metrics"]["top1"]
 
 
 def test_only_cached_answers_from_the_cache_or_raises(make_config, tmp_path) -> None:

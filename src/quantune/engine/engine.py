@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -97,7 +98,8 @@ class Engine:
         config_hash = cache_key("config", identity, fingerprints(sources))
         if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
             config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
-        spec = WorkerSpec(for_workers(self.loaded, parts), config_hash, eval_threads_for(workers), sources)
+        run_id = uuid.uuid4().hex
+        spec = WorkerSpec(for_workers(self.loaded, parts), config_hash, eval_threads_for(workers), sources, run_id)
         strategy = self._strategy(parts, spec)  # config mistakes surface before the output folder is claimed
         # so do data the model cannot take and a metric that is not a finite number (the original
         # evaluated in a stage worker, see baseline.py)

@@ -120,7 +120,8 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
             return False
         time.sleep(0.05)
     waited = time.perf_counter()
-    context.cache.put_json("evals", key, {"metrics": context.evaluator.figures(measured, runner.reference())})
+    figures = context.evaluator.figures(measured, runner.reference())
+    context.cache.put_json("evals", key, {"metrics": figures, "ahead": spec.run_id})
     print(
         f"first guess: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
         f"{done - built:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "

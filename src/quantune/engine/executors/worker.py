@@ -23,6 +23,7 @@ class WorkerSpec:
     key: str
     eval_threads: int = 0
     sources: dict[str, dict[str, str]] = field(default_factory=dict)  # the engine's (identity.py); checked here
+    run_id: str = ""  # this run of the engine: figures it computed ahead (the first guess) are its own work
 
 
 def runner_for(spec: WorkerSpec) -> TrialRunner:
@@ -35,6 +36,7 @@ def runner_for(spec: WorkerSpec) -> TrialRunner:
         if spec.sources:  # data or scripts edited since the engine loaded them: never mix them into the run
             check_unchanged(spec.sources, parts.context.sources)
         runner = TrialRunner(parts.context)  # its first evaluation reads the baseline the engine cached
+        runner.run_id = spec.run_id
         _RUNNERS[spec.key] = runner
     return runner
 
