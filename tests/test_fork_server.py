@@ -16,7 +16,7 @@ from quantune.engine.executors.stage import Isolation, run_stage
 
 
 def _environment_and_modules(name: str) -> tuple[str | None, bool, int]:
-    return os.environ.get(name), "onnxruntime.tools.symbolic_shape_infer" in sys.modules, os.getpid()
+    return os.environ.get(name), "_quantune_symbolic_shape_infer" in sys.modules, os.getpid()
 
 
 @pytest.mark.skipif("forkserver" not in mp.get_all_start_methods(), reason="no fork server on this platform")

@@ -21,19 +21,8 @@ import multiprocessing as mp
 import os
 from multiprocessing.context import BaseContext
 
-# Imported once in the fork server (a module missing here is skipped by multiprocessing).
-PRELOAD = [
-    "numpy",
-    "onnx",
-    "onnxruntime",
-    "onnxruntime.quantization",
-    "onnxruntime.tools.symbolic_shape_infer",
-    "quantune.engine.executors.worker",
-    "quantune.engine.executors.stage",
-    "quantune.engine.prebuild",
-    "quantune.engine.baseline",
-    "quantune.engine.probes",
-]
+# Imported once in the fork server (what a worker needs first: see _preload.py).
+PRELOAD = ["quantune.engine.executors._preload"]
 
 
 def uses_fork_server() -> bool:
