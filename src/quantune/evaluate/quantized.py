@@ -22,10 +22,11 @@ would misstate a fully quantized fused model; quantizing itself is one op for on
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from pathlib import Path
 
 import onnx
+
+from quantune.model import graphs
 
 # Ops that compute in integer arithmetic (QOperator format, dynamic quantization, weight-only kernels).
 QUANTIZED_COMPUTE_OPS = frozenset(
@@ -69,22 +70,10 @@ FLOAT_COMPUTE_OPS = frozenset(
 _WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Attention": 1, "LSTM": 1, "GRU": 1}
 
 
-def _graphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """The graph and every subgraph (If/Loop/Scan bodies) inside it."""
-    yield graph
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _graphs(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                for sub in attribute.graphs:
-                    yield from _graphs(sub)
-
-
 def count_quantized(model: onnx.ModelProto) -> tuple[int, int]:
     """(quantized compute ops, all compute ops) of ``model``, subgraphs included."""
     quantized = total = 0
-    for graph in _graphs(model.graph):
+    for graph in graphs(model.graph):
         dequantized = {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
         for node in graph.node:
             if node.op_type in QUANTIZED_COMPUTE_OPS:
@@ -106,7 +95,7 @@ def count_float16(model: onnx.ModelProto) -> int:
     quantizes nothing, so a size-first run can choose it.
     """
     count = 0
-    for graph in _graphs(model.graph):
+    for graph in graphs(model.graph):
         half = {init.name for init in graph.initializer if init.data_type == onnx.TensorProto.FLOAT16}
         for node in graph.node:
             weight = _WEIGHT_INPUT.get(node.op_type)

@@ -41,7 +41,7 @@ import onnx
 from onnxruntime.quantization import quantize_dynamic
 from onnxruntime.quantization.registry import IntegerOpsRegistry
 
-from quantune.model import external_data_files
+from quantune.model import external_data_files, graphs
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.gather_int8 import quantize_gathers
@@ -207,14 +207,8 @@ def excluded_names(nodes_to_exclude: list[str]) -> list[str]:
 
 
 def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for node in graph.node:
-        yield node
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield from _nodes(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                for sub in attribute.graphs:
-                    yield from _nodes(sub)
+    for each in graphs(graph):
+        yield from each.node
 
 
 def _copy_model(model_in: Path, model_out: Path) -> None:

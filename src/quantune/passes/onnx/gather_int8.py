@@ -23,6 +23,8 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from quantune.model import graphs
+
 QMAX = 127
 QMAX_REDUCED = 64  # onnxruntime's (and Neural Compressor's) symmetric int8 range with reduce_range
 
@@ -112,12 +114,7 @@ def _subgraph_names(graph: onnx.GraphProto) -> set[str]:
 
 
 def _subgraphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    for node in graph.node:
-        for attribute in node.attribute:
-            if attribute.type == onnx.AttributeProto.GRAPH:
-                yield attribute.g
-                yield from _subgraphs(attribute.g)
-            elif attribute.type == onnx.AttributeProto.GRAPHS:
-                for sub in attribute.graphs:
-                    yield sub
-                    yield from _subgraphs(sub)
+    """Every subgraph (If/Loop/Scan bodies) inside ``graph``, not ``graph`` itself."""
+    inner = graphs(graph)
+    next(inner)
+    yield from inner
