@@ -41,3 +41,16 @@ def test_workers_are_spawned_when_the_fork_server_is_turned_off(monkeypatch: pyt
     monkeypatch.setenv("QUANTUNE_FORKSERVER", "1")
     expected = "forkserver" if "forkserver" in mp.get_all_start_methods() else "spawn"
     assert worker_context().get_start_method() == expected
+
+
+def test_a_script_read_from_stdin_gets_one_clear_error(tmp_path: Path, make_config) -> None:
+    """Workers re-import the script that started them: from standard input there is none, and
+    every worker died starting ("worker exited with code 1"); now the run says why before any work."""
+    import subprocess
+
+    config = make_config(executor={"kind": "process", "workers": 1})
+    script = f"import quantune\nquantune.tune({config!r}, output={str(tmp_path / 'out')!r})\n"
+    done = subprocess.run([sys.executable, "-"], input=script, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 1
+    assert "'<stdin>' is no file" in done.stderr and "executor.kind: inline" in done.stderr
+    assert not (tmp_path / "out").exists()  # nothing claimed

@@ -20,7 +20,7 @@ from quantune.engine.baseline import cached_figures, original_figures, retime_or
 from quantune.engine.confirm import MIN_ROUNDS, confirm_latency, retiming_plan, timing_rounds
 from quantune.engine.deadline import EndBudget, end_cost_s
 from quantune.engine.executors import WorkerSpec, create_executor
-from quantune.engine.executors.contexts import warm_up
+from quantune.engine.executors.contexts import check_main_importable, warm_up
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.executors.stage import Isolation, StageLog
 from quantune.engine.identity import fingerprints
@@ -86,6 +86,7 @@ class Engine:
         begun = time.perf_counter()
         started = self.started if self.started is not None else begun  # the limit covers set-up too
         if not self.isolation.inline:  # the workers' fork server imports beside the set-up (contexts.py)
+            check_main_importable()
             warm_up()
         parts = build_run(self.loaded, eval_threads=eval_threads_for(workers))
         log.info("set-up (model, data, preparation): %.1f s", time.perf_counter() - begun)

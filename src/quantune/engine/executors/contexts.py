@@ -45,6 +45,24 @@ def worker_context() -> BaseContext:
     return mp.get_context("spawn")
 
 
+def check_main_importable() -> None:
+    """Workers import the script that started the run (so what it defines exists in them too);
+    a script read from standard input or ``-c`` has no file to import, and every worker would
+    die starting. Raises the error that says so, before any work."""
+    import sys
+
+    from quantune.errors import QuantuneError
+
+    main = sys.modules.get("__main__")
+    path = getattr(main, "__file__", None)
+    if getattr(getattr(main, "__spec__", None), "name", None) is None and path and not os.path.isfile(path):
+        raise QuantuneError(
+            f"executor: worker processes re-import the script that started the run, and '{path}' is no "
+            "file (a script read from standard input): save it to a .py file and run that, or set "
+            "executor.kind: inline"
+        )
+
+
 def warm_up() -> None:
     """Starts the fork server now (it imports in its own process, beside the run's set-up); a
     no-op when it runs already or workers are spawned."""
