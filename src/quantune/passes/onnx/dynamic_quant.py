@@ -44,6 +44,7 @@ from onnxruntime.quantization.registry import IntegerOpsRegistry
 from quantune.model import external_data_files, graphs
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
+from quantune.passes.onnx.fast_channels import fast_per_channel
 from quantune.passes.onnx.gather_int8 import quantize_gathers
 from quantune.passes.onnx.pre_optimize import drop_types, optimize_extended
 from quantune.passes.onnx.quant_types import QUANT_TYPES
@@ -141,18 +142,19 @@ class DynamicQuantization(Pass):
         op_types: list[str],
         per_channel: bool,
     ) -> None:
-        quantize_dynamic(
-            str(model_in),
-            str(model_out),
-            weight_type=QUANT_TYPES[weight_type],
-            per_channel=per_channel,
-            reduce_range=config.reduce_range,
-            op_types_to_quantize=op_types,
-            nodes_to_exclude=excluded_names(config.nodes_to_exclude),
-            # after graph_opt at extended/all, fused com.microsoft ops have no inferred types;
-            # the quantizer then asks for this instead of failing the trial
-            extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
-        )
+        with fast_per_channel():  # the same weights, all channels at once (fast_channels.py)
+            quantize_dynamic(
+                str(model_in),
+                str(model_out),
+                weight_type=QUANT_TYPES[weight_type],
+                per_channel=per_channel,
+                reduce_range=config.reduce_range,
+                op_types_to_quantize=op_types,
+                nodes_to_exclude=excluded_names(config.nodes_to_exclude),
+                # after graph_opt at extended/all, fused com.microsoft ops have no inferred types;
+                # the quantizer then asks for this instead of failing the trial
+                extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
+            )
 
 
 def int8_gathers(config: DynamicQuantizationConfig) -> bool:
