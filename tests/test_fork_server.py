@@ -54,3 +54,19 @@ def test_a_script_read_from_stdin_gets_one_clear_error(tmp_path: Path, make_conf
     assert done.returncode == 1
     assert "'<stdin>' is no file" in done.stderr and "executor.kind: inline" in done.stderr
     assert not (tmp_path / "out").exists()  # nothing claimed
+
+
+def test_a_fork_server_that_cannot_start_leaves_spawned_workers(monkeypatch: pytest.MonkeyPatch) -> None:
+    from multiprocessing import forkserver
+
+    from quantune.engine.executors import contexts
+
+    def refuse() -> None:
+        raise OSError("no Unix sockets here")
+
+    monkeypatch.delenv("QUANTUNE_FORKSERVER", raising=False)
+    monkeypatch.setattr(contexts, "_UNAVAILABLE", [])
+    monkeypatch.setattr(forkserver, "ensure_running", refuse)
+    warm_up()
+    assert contexts._UNAVAILABLE == ["OSError: no Unix sockets here"]
+    assert worker_context().get_start_method() == "spawn"

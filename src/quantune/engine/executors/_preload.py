@@ -9,6 +9,8 @@ the first worker could start).
 
 from __future__ import annotations
 
+import contextlib
+
 import numpy  # noqa: F401
 import onnx  # noqa: F401
 import onnxruntime
@@ -21,4 +23,7 @@ import quantune.engine.prebuild
 import quantune.engine.probes  # noqa: F401
 from quantune.prepare.shapes import symbolic_shape_inference
 
-symbolic_shape_inference()
+# without sympy (or with an onnxruntime that moved it) each worker imports it itself, or does
+# without; a fork server that failed to start would stop every worker
+with contextlib.suppress(Exception):
+    symbolic_shape_inference()

@@ -16,7 +16,6 @@ Where there is no fork server (not POSIX), or ``QUANTUNE_FORKSERVER=0``, workers
 
 from __future__ import annotations
 
-import contextlib
 import multiprocessing as mp
 import os
 from multiprocessing.context import BaseContext
@@ -25,15 +24,13 @@ from multiprocessing.context import BaseContext
 PRELOAD = ["quantune.engine.executors._preload"]
 
 
+_UNAVAILABLE: list[str] = []  # why the fork server could not start in this process, if it could not
+
+
 def uses_fork_server() -> bool:
-    return "forkserver" in mp.get_all_start_methods() and os.environ.get(
-        "QUANTUNE_FORKSERVER", "1"
-    ).strip().lower() not in (
-        "0",
-        "false",
-        "no",
-        "off",
-    )
+    if _UNAVAILABLE or "forkserver" not in mp.get_all_start_methods():
+        return False
+    return os.environ.get("QUANTUNE_FORKSERVER", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def worker_context() -> BaseContext:
@@ -71,8 +68,10 @@ def warm_up() -> None:
     worker_context()
     from multiprocessing import forkserver
 
-    with contextlib.suppress(Exception):  # the first worker tries again, or says why
+    try:
         forkserver.ensure_running()
+    except Exception as exc:  # e.g. no Unix sockets here: spawned workers, as before the fork server
+        _UNAVAILABLE.append(f"{type(exc).__name__}: {exc}")
 
 
 def child_environment() -> dict[str, str]:
