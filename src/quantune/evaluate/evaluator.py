@@ -16,8 +16,8 @@ import numpy as np
 import onnxruntime as ort
 
 from quantune.data import Dataset
-from quantune.data.dataset import stack
 from quantune.errors import QuantuneError, TrialError
+from quantune.evaluate.agreement import agreement_figures
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
 from quantune.evaluate.latency import LatencySpec, latency_figures
@@ -184,11 +184,7 @@ class Evaluator:
             figures.update(IDENTICAL)
         else:
             ref_first = first if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
-            stacked = stack(first)
-            pair = (stacked, stacked if ref_first is first else stack(ref_first))  # stacked once for every metric
-            for name, func in AGREEMENT_METRICS.items():
-                figures[name] = over_feeds(name, func, first, ref_first, pair)
-            del stacked, pair
+            figures.update(agreement_figures(first, ref_first))
         figures.update(measured.rest)
         return figures
 
