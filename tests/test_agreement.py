@@ -32,7 +32,9 @@ def feed_pairs(draw: st.DrawFn) -> tuple[list[np.ndarray], list[np.ndarray]]:
         rows = draw(st.integers(1, 3))
         width = draw(st.integers(1, 4)) if widths_vary else 3
         reference = rng.standard_normal((rows, width, classes)).astype(np.float32)
-        output = reference + rng.standard_normal(reference.shape).astype(np.float32) * draw(st.sampled_from([0, 0.1, 2]))
+        output = reference + rng.standard_normal(reference.shape).astype(np.float32) * draw(
+            st.sampled_from([0, 0.1, 2])
+        )
         kind = draw(st.sampled_from(["plain", "constant", "zero", "nan", "tie", "inf"]))
         if kind == "constant":
             output[0] = 1.5
