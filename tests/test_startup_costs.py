@@ -124,3 +124,31 @@ def test_the_originals_own_figures_are_what_each_metric_gives_identical_outputs(
     constant = np.full((4, 5), 2.5, dtype=np.float32)
     for out in (zeros, constant):
         assert metrics.AGREEMENT_METRICS[name](out, out) == pytest.approx(IDENTICAL[name])
+
+
+def test_the_originals_reference_is_cached_before_it_is_timed(make_config, monkeypatch) -> None:
+    """A first guess evaluated beside the original compares with the reference while the original
+    is still timed: the outputs reach the cache before the timing starts, the figures after it,
+    and the reference read then is the one the run keeps."""
+    from quantune.config import load_config
+    from quantune.engine.baseline import cached_figures, cached_reference
+    from quantune.engine.runner import TrialRunner
+    from quantune.engine.setup import build_run
+
+    runner = TrialRunner(build_run(load_config(make_config())).context)
+    backend = runner.context.evaluator.backend
+    seen: list[tuple[bool, bool]] = []
+    real = backend.timings
+
+    def timings(*args, **kwargs):  # the real timing, noting what the cache held when it began
+        seen.append((cached_reference(runner) is not None, cached_figures(runner) is not None))
+        return real(*args, **kwargs)
+
+    monkeypatch.setattr(backend, "timings", timings)
+    assert cached_reference(runner) is None
+    runner.baseline()
+    assert seen == [(True, False)]
+    early = cached_reference(runner)
+    assert early is not None and early.keys() == runner.reference().keys()
+    assert all(np.array_equal(early[name], runner.reference()[name]) for name in early)
+    assert cached_figures(runner) is not None

@@ -39,11 +39,24 @@ def evaluate_original(spec: Any) -> dict[str, float]:
 def cached_figures(runner: TrialRunner) -> dict[str, float] | None:
     """The original's figures when the cache holds them and its reference outputs (not read here)."""
     ctx = runner.context
-    key = ctx.eval_key(ctx.model.sha256)
-    cached = ctx.cache.get_json("evals", key)
-    if cached is None or not (ctx.cache.root / "outputs" / f"{cache_key('reference', key)}.npz").is_file():
+    cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256))
+    if cached is None or not _reference_file(runner).is_file():
         return None
     return cached["metrics"]
+
+
+def cached_reference(runner: TrialRunner) -> dict[str, Any] | None:
+    """The original's packed outputs once they are cached -- before its figures, which wait for
+    its timing (``TrialRunner.baseline``) -- else ``None`` (also for a damaged file)."""
+    if not _reference_file(runner).is_file():
+        return None
+    ctx = runner.context
+    return ctx.cache.get_arrays(cache_key("reference", ctx.eval_key(ctx.model.sha256)))
+
+
+def _reference_file(runner: TrialRunner) -> Path:
+    ctx = runner.context
+    return ctx.cache.root / "outputs" / f"{cache_key('reference', ctx.eval_key(ctx.model.sha256))}.npz"
 
 
 def original_figures(

@@ -134,7 +134,7 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
 
 class _Reference(threading.Thread):
     """The original's packed outputs, read once the baseline's stage has cached them (polled: a
-    file the other worker writes), or ``None`` after ``wait_s``."""
+    file the other worker writes, before it times the original), or ``None`` after ``wait_s``."""
 
     def __init__(self, runner: Any, wait_s: float) -> None:
         super().__init__(name="quantune-reference", daemon=True)
@@ -145,15 +145,12 @@ class _Reference(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        from quantune.engine.baseline import cached_figures
+        from quantune.engine.baseline import cached_reference
 
-        while cached_figures(self._runner) is None:
+        while (value := cached_reference(self._runner)) is None:
             if time.monotonic() >= self._deadline or self._cancelled.wait(0.05):
                 return
-        try:
-            self._value = self._runner.reference()
-        except Exception as exc:  # the trial then evaluates the guess itself, and says why if it fails
-            print(f"first guess: the original's reference: {type(exc).__name__}: {exc}", flush=True)
+        self._value = value
 
     def cancel(self) -> None:
         """Stops the waiting (the guess failed or was already evaluated)."""

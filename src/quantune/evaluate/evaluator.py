@@ -130,25 +130,31 @@ class Evaluator:
         )
         return self.backend.timings(models, self._latency_feeds, spec, self.spec.runner)
 
-    def evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
+    def evaluate(
+        self,
+        model: Path,
+        reference: dict[str, np.ndarray] | None,
+        on_outputs: Callable[[dict[str, np.ndarray]], None] | None = None,
+    ) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
 
         ``reference`` is the original model's packed outputs; ``None`` means ``model`` is the original.
+        ``on_outputs`` gets the packed outputs as soon as they and the metric are in, before the
+        timing (the original's reference is cached then, so a candidate evaluated beside it can
+        compare while the original is still timed).
         A target that died, hung or erred fails the evaluation like any other ``TrialError``.
         """
         try:
-            return self._evaluate(model, reference)
+            measured = self.measure(model, on_outputs)
+            return self.figures(measured, reference), pack(measured.outputs)
         except TargetFault as exc:
             raise TrialError(str(exc)) from None
 
-    def _evaluate(self, model: Path, reference: dict[str, np.ndarray] | None) -> tuple[dict[str, float], dict]:
-        measured = self.measure(model)
-        return self.figures(measured, reference), pack(measured.outputs)
-
-    def measure(self, model: Path) -> Measured:
+    def measure(self, model: Path, on_outputs: Callable[[dict[str, np.ndarray]], None] | None = None) -> Measured:
         """Every figure of ``model`` that needs no reference: its outputs, the criterion metric,
         latency, memory, size. The agreement figures follow with :meth:`figures` -- a model can be
-        measured while the original's reference is still being computed (engine/prebuild.py)."""
+        measured while the original's reference is still being computed (engine/prebuild.py).
+        ``on_outputs``: see :meth:`evaluate`."""
         # Only a user metric reads more than the first output; holding every output of every
         # feed (a detector's several full-resolution maps) is what bounded evaluation leaves out.
         outputs = self.outputs(model, every_output=self.spec.user_metric is not None)
@@ -164,6 +170,8 @@ class Evaluator:
                 ) from exc
         elif self.spec.user_metric is not None:
             metric[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
+        if on_outputs is not None:
+            on_outputs(pack(outputs))
         rest: dict[str, float] = {}
         timings = self.backend.timings([model], self._latency_feeds, self.spec.latency, self.spec.runner)
         rest.update(latency_figures(timings[0]))
