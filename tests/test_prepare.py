@@ -319,3 +319,43 @@ def test_symbolic_shape_inference_loads_without_importing_torch() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.split() == ["False", "False"]
+
+
+def test_symbolic_shapes_come_from_the_model_without_its_weights_and_keep_them() -> None:
+    """Past an op onnx's inference does not know (com.microsoft FastGelu), symbolic inference shapes
+    more; it runs on the model without its weights' values, and the result has every weight back."""
+    from quantune.prepare.shapes import infer_shapes
+
+    rng = np.random.default_rng(0)
+    weights = [
+        numpy_helper.from_array(rng.random((8, 2048)).astype(np.float32), "w"),
+        numpy_helper.from_array(rng.random((2048, 4)).astype(np.float32), "w2"),
+    ]
+    nodes = [
+        helper.make_node("MatMul", ["x", "w"], ["m"]),
+        helper.make_node("FastGelu", ["m"], ["g"], domain="com.microsoft"),
+        helper.make_node("MatMul", ["g", "w2"], ["m2"]),
+        helper.make_node("Relu", ["m2"], ["y"]),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)],
+        weights,
+    )
+    model = helper.make_model(
+        graph, opset_imports=[helper.make_opsetid("", 13), helper.make_opsetid("com.microsoft", 1)]
+    )
+    shaped, changes = infer_shapes(model)
+    assert changes and "symbolic" in changes[0]
+    assert {info.name for info in shaped.graph.value_info} >= {"m", "g", "m2"}
+    assert list(shaped.graph.initializer) == list(model.graph.initializer)  # the values, not only the dims
+    # a model onnx's inference shapes whole is left as it is (no symbolic pass over it)
+    plain = helper.make_model(
+        helper.make_graph(
+            nodes[:1], "p", graph.input, [helper.make_tensor_value_info("m", TensorProto.FLOAT, None)], weights[:1]
+        ),
+        opset_imports=[helper.make_opsetid("", 13)],
+    )
+    assert infer_shapes(plain) == (plain, [])

@@ -13,7 +13,9 @@ from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 
+import numpy as np
 import onnx
+from onnx import TensorProto
 
 from quantune.errors import QuantuneError
 
@@ -147,3 +149,21 @@ class ModelHandle:
 
     def input_names(self) -> list[str]:
         return list(self._graph.input_names)
+
+
+# Initializers whose values shape inference never reads (it reads small integer tensors only).
+_WEIGHT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
+_KEPT_ELEMENTS = 1024  # initializers up to this size keep their values (shape constants are small integers)
+
+
+def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
+    """``model`` with the values of its large float initializers left out, their type and dims
+    kept: shape inference reads only those (data propagation reads small integer tensors), and
+    copying and serializing a 100 MB model once per input shape cost seconds."""
+    light = onnx.ModelProto()
+    light.CopyFrom(model)
+    for init in light.graph.initializer:
+        if init.data_type in _WEIGHT_TYPES and int(np.prod(init.dims, dtype=np.int64)) > _KEPT_ELEMENTS:
+            for name in ("raw_data", "float_data", "double_data", "int32_data"):
+                init.ClearField(name)
+    return light

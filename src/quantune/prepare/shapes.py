@@ -19,14 +19,24 @@ from pathlib import Path
 
 import onnx
 
+from quantune.model import without_weights
+
 log = logging.getLogger("quantune.prepare")
 
 
 def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    baseline = _shaped(_onnx(model) or model)  # what the quantizers will see anyway
-    symbolic = _symbolic(model)
+    # Both inferences run on the model without its weights' values (they read only their types
+    # and dims), then the weights go back: each copied and serialized the whole model, 0.3-0.7 s
+    # of every run's set-up on a 54 MB model, against 0.06 s without the values.
+    light = without_weights(model)
+    baseline = _shaped(_onnx(light) or light)  # what the quantizers will see anyway
+    if baseline >= len(_intermediates(light)):  # nothing left to shape (PP-OCRv6's detector: 9.7 s saved)
+        return model, []
+    symbolic = _symbolic(light)
     if symbolic is None or _shaped(symbolic) <= baseline:
         return model, []
+    del symbolic.graph.initializer[:]
+    symbolic.graph.initializer.extend(model.graph.initializer)
     return symbolic, [f"shape inference (symbolic): {_shaped(symbolic)} tensors shaped, onnx's inference {baseline}"]
 
 
@@ -83,6 +93,12 @@ def _onnx(model: onnx.ModelProto) -> onnx.ModelProto | None:
     except Exception as exc:
         log.info("onnx shape inference failed (%s: %s)", type(exc).__name__, exc)
         return None
+
+
+def _intermediates(model: onnx.ModelProto) -> set[str]:
+    """The main graph's tensors that nodes produce, graph outputs aside (what ``_shaped`` counts)."""
+    outputs = {out.name for out in model.graph.output}
+    return {name for node in model.graph.node for name in node.output if name and name not in outputs}
 
 
 def _shaped(model: onnx.ModelProto) -> int:

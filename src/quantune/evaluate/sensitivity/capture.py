@@ -20,7 +20,9 @@ from dataclasses import dataclass
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, shape_inference
+from onnx import helper, shape_inference
+
+from quantune.model import without_weights
 
 log = logging.getLogger("quantune.sensitivity")
 
@@ -87,23 +89,6 @@ def input_shapes(feeds: Feeds, names: set[str], per_row: bool) -> list[dict[str,
             shapes = {k: (1, *s[1:]) if s else s for k, s in shapes.items()}
         seen.setdefault(tuple(sorted(shapes.items())), shapes)
     return list(seen.values())
-
-
-_WEIGHT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, TensorProto.BFLOAT16}
-_KEPT_ELEMENTS = 1024  # initializers up to this size keep their values (shape constants are small integers)
-
-
-def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
-    """``model`` with the values of its large float initializers left out, their type and dims
-    kept: shape inference reads only those (data propagation reads small integer tensors), and
-    copying and serializing a 100 MB model once per input shape cost seconds."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for init in light.graph.initializer:
-        if init.data_type in _WEIGHT_TYPES and int(np.prod(init.dims, dtype=np.int64)) > _KEPT_ELEMENTS:
-            for name in ("raw_data", "float_data", "double_data", "int32_data"):
-                init.ClearField(name)
-    return light
 
 
 def tensor_bytes(model: onnx.ModelProto, shapes: Mapping[str, Sequence[int]]) -> dict[str, int]:
