@@ -359,3 +359,30 @@ def test_symbolic_shapes_come_from_the_model_without_its_weights_and_keep_them()
         opset_imports=[helper.make_opsetid("", 13)],
     )
     assert infer_shapes(plain) == (plain, [])
+
+
+def test_the_opset_is_raised_on_the_model_without_its_weights_and_keeps_them(tmp_path, monkeypatch) -> None:
+    """onnx's converter runs on the model without its weights' values: the same model as converting
+    it whole; a result that touched a weight is not used (``with_weights`` refuses it)."""
+    import quantune.model
+    from quantune.model import with_weights, without_weights
+
+    monkeypatch.setattr(quantune.model, "_KEPT_ELEMENTS", 16)  # this tiny model's weights count as weights
+    from quantune.prepare.constants import constants_to_initializers
+    from quantune.prepare.opset import raise_opset
+
+    model = onnx.load(str(build_variant(tmp_path / "m.onnx", opset=12, constant_weights=True)))
+    model, _ = constants_to_initializers(model)
+    raised, changes = raise_opset(model, 13)
+    assert changes == ["opset 12 -> 13"]
+    assert raised == onnx.version_converter.convert_version(model, 13)
+    light = without_weights(model)
+    assert any(not init.raw_data for init in light.graph.initializer)
+    assert with_weights(light, model) == model
+    touched = without_weights(model)
+    big = max(touched.graph.initializer, key=lambda init: np.prod(init.dims))
+    big.dims[0] += 1
+    assert with_weights(touched, model) is None
+    dropped = without_weights(model)
+    dropped.graph.initializer.remove(max(dropped.graph.initializer, key=lambda init: np.prod(init.dims)))
+    assert with_weights(dropped, model) is None

@@ -167,3 +167,26 @@ def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
             for name in ("raw_data", "float_data", "double_data", "int32_data"):
                 init.ClearField(name)
     return light
+
+
+def with_weights(light: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """``light`` -- a result computed from ``without_weights(model)`` -- with ``model``'s weight
+    values put back, or ``None`` when the computation touched a weight it was not given (changed
+    its dims or type, gave it values, dropped it): the caller then computes on the whole model."""
+    stripped = {
+        init.name: init
+        for init in model.graph.initializer
+        if init.data_type in _WEIGHT_TYPES and int(np.prod(init.dims, dtype=np.int64)) > _KEPT_ELEMENTS
+    }
+    seen = set()
+    for init in light.graph.initializer:
+        original = stripped.get(init.name)
+        if original is None:
+            continue
+        if init.HasField("raw_data") or init.float_data or list(init.dims) != list(original.dims):
+            return None
+        if init.data_type != original.data_type or init.name in seen:
+            return None
+        seen.add(init.name)
+        init.CopyFrom(original)
+    return light if seen == stripped.keys() else None

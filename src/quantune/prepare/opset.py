@@ -11,6 +11,7 @@ from __future__ import annotations
 import onnx
 from onnx import version_converter
 
+from quantune.model import with_weights, without_weights
 from quantune.prepare.facts import default_opset
 
 
@@ -23,7 +24,11 @@ def raise_opset(model: onnx.ModelProto, wanted: int) -> tuple[onnx.ModelProto, l
     if not wanted or current >= wanted or current == 0:
         return model, []
     try:
-        converted = version_converter.convert_version(model, wanted)
+        # on the model without its weights' values (0.36 s -> 0.03 s on a 54 MB model): the
+        # converter rewrites ops, not weights; one that touched a weight is converted whole
+        converted = with_weights(version_converter.convert_version(without_weights(model), wanted), model)
+        if converted is None:
+            converted = version_converter.convert_version(model, wanted)
     except Exception as exc:  # the converter raises bare RuntimeErrors and friends
         raise OpsetError(f"onnx's version converter cannot raise opset {current} to {wanted}: {exc}") from exc
     return converted, [f"opset {current} -> {wanted}"]

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import onnx
 
-from quantune.model import without_weights
+from quantune.model import with_weights, without_weights
 
 log = logging.getLogger("quantune.prepare")
 
@@ -35,8 +35,9 @@ def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     symbolic = _symbolic(light)
     if symbolic is None or _shaped(symbolic) <= baseline:
         return model, []
-    del symbolic.graph.initializer[:]
-    symbolic.graph.initializer.extend(model.graph.initializer)
+    symbolic = with_weights(symbolic, model)
+    if symbolic is None:  # not expected (inference writes value infos only); then the model stays as it is
+        return model, []
     return symbolic, [f"shape inference (symbolic): {_shaped(symbolic)} tensors shaped, onnx's inference {baseline}"]
 
 
