@@ -49,6 +49,18 @@ def test_when_every_ceiling_is_slower_the_strategy_stops_and_says_why(make_confi
     assert "slower than the original side by side" in strategy.original_wins  # measured, so: keep it
 
 
+def test_when_no_ceiling_could_be_timed_the_strategy_does_not_call_them_slower(make_config) -> None:
+    """Every ceiling failed or was not built in its time share: nothing was measured slower, so
+    the reason says so (and the original is not declared the winner on speed)."""
+    problem = dataclasses.replace(accuracy_problem(_two_flows(make_config)), latency_ratio=lambda point, flow: None)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    assert _drive(strategy, lambda point: Outcome(1.3, 0.1, False, {"latency_ms": 1.3})) == []
+    assert "no speed ceiling was timed" in strategy.finished_reason
+    assert "faster" not in strategy.finished_reason and not strategy.original_wins
+
+
 def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_config) -> None:
     """Constructed timings (ConvInteger slower than fp32, QDQ int8 fastest): the decisions follow them."""
     ratios = {"dynamic_quant": 1.4, ("QDQ", "uint8"): 0.8, ("QDQ", "int8"): 0.5, ("QOperator", "uint8"): 0.9}

@@ -63,12 +63,21 @@ class CeilingStage:
         for line in self.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
-            log.info("quantune strategy: no variant is faster than the original: keep the original")
-            self.finished_reason = (
-                "no quantized variant was faster than the original (each fully quantized flow's speed "
-                "ceiling was slower or failed: " + "; ".join(self.decisions) + "), so no fallback could win"
-            )
-            if any(v.failed is False for v in self.variants):  # measured slower, not only failed
+            measured = any(v.failed is False for v in self.variants)
+            if measured:
+                log.info("quantune strategy: no variant is faster than the original: keep the original")
+                self.finished_reason = (
+                    "no quantized variant was faster than the original (each fully quantized flow's speed "
+                    "ceiling was slower or failed: " + "; ".join(self.decisions) + "), so no fallback could win"
+                )
+            else:  # nothing was timed: that says nothing about speed (a short time limit on a loaded machine)
+                self.finished_reason = (
+                    f"no speed ceiling was timed: each of the {len(self.variants)} fully quantized variants "
+                    "failed, or was not built within the ceiling stage's share of the time limit (a longer "
+                    "stop.timeout_s gives it more), so no fallback was tried"
+                )
+                log.info("quantune strategy: %s", self.finished_reason)
+            if measured:  # measured slower, not only failed
                 self.original_wins = "every quantized variant was slower than the original side by side (" + (
                     "; ".join(self.decisions) + ")"
                 )
