@@ -36,6 +36,23 @@ CONV_FUSIONS = ("ConvActivationFusion", "ConvAddFusion", "ConvAddActivationFusio
 def optimize_extended(model_in: Path, model_out: Path) -> list[str]:
     """``model_in`` optimized at onnxruntime's extended level (no Conv fusions), typed, at ``model_out``;
     returns the names of the tensors whose types were added (see :func:`drop_types`)."""
+    _optimize(model_in, model_out)
+    return _add_types(model_out)
+
+
+def optimize_extended_model(model_in: Path, model_out: Path) -> tuple[onnx.ModelProto, list[str]]:
+    """:func:`optimize_extended` for a model without external data, the typed model kept in memory.
+
+    onnxruntime writes its optimized model to ``model_out``; the typed model is returned instead
+    of being written back (it is what ``onnx.load`` would read from the file
+    :func:`optimize_extended` writes), with the names of the added types.
+    """
+    _optimize(model_in, model_out)
+    model = onnx.load(str(model_out))
+    return model, add_types(model)
+
+
+def _optimize(model_in: Path, model_out: Path) -> None:
     options = ort.SessionOptions()
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
     options.optimized_model_filepath = str(model_out)
@@ -47,7 +64,6 @@ def optimize_extended(model_in: Path, model_out: Path) -> list[str]:
     ort.InferenceSession(
         str(model_in), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(CONV_FUSIONS)
     )
-    return _add_types(model_out)
 
 
 def drop_types(path: Path, names: list[str]) -> None:
@@ -55,16 +71,33 @@ def drop_types(path: Path, names: list[str]) -> None:
     if not names:
         return
     model = onnx.load(str(path), load_external_data=False)
+    drop_value_infos(model, names)
+    onnx.save(model, str(path))
+
+
+def drop_value_infos(model: onnx.ModelProto, names: list[str]) -> bool:
+    """:func:`drop_types` on a model in memory; whether it had any to drop (the names given)."""
+    if not names:
+        return False
     drop = set(names)
     kept = [info for info in model.graph.value_info if info.name not in drop]
     del model.graph.value_info[:]
     model.graph.value_info.extend(kept)
-    onnx.save(model, str(path))
+    return True
 
 
 def _add_types(path: Path) -> list[str]:
-    """Value infos from onnxruntime's symbolic shape inference, when it follows the whole graph."""
+    """:func:`add_types` on the model file at ``path`` (rewritten only if it adds some)."""
     model = onnx.load(str(path), load_external_data=False)
+    added = add_types(model)
+    if added:
+        onnx.save(model, str(path))
+    return added
+
+
+def add_types(model: onnx.ModelProto) -> list[str]:
+    """Value infos from onnxruntime's symbolic shape inference, when it follows the whole graph,
+    added to ``model``; returns their names."""
     try:
         typed = symbolic_infer(model, guess_output_rank=True)
     except Exception as exc:  # an op it cannot follow: the quantizer's DefaultTensorType stands
@@ -74,5 +107,4 @@ def _add_types(path: Path) -> list[str]:
     added = [info for info in typed.graph.value_info if info.name not in known]
     if added:
         model.graph.value_info.extend(added)
-        onnx.save(model, str(path))
     return [info.name for info in added]

@@ -1,0 +1,317 @@
+"""onnxruntime's quantizer's shape inference, in memory, and the models between its calls kept in memory.
+
+``quantize_dynamic`` runs onnx's shape inference twice per call through temporary files:
+``load_model_with_shape_infer`` (``infer_shapes_path`` on the input file, then ``onnx.load``) and,
+after it rewrites Gemms, ``save_and_reload_model_with_shape_infer`` (the model saved with its
+weights as external data, ``infer_shapes_path``, loaded again) -- 54 MB written and read twice
+per call on the captcha model, three calls for ``weight_type: mixed``. The shape inference itself
+needs no weights, so :func:`in_memory_shapes` swaps in functions that give the very same model
+without the files, for the duration of a quantizer call (as :mod:`.fast_channels` does):
+
+* onnx's C++ inference runs on a *skeleton*: the large weights' bytes are taken out before it is
+  serialized and put back into the inferred model afterwards. The file round trip of
+  ``save_and_reload...`` hides the same weights from the inference (external data, which
+  onnx's inference does not read): the skeleton marks exactly those tensors external, and the
+  result gets what ``onnx.load`` gives them when it reads them back (their bytes, and
+  ``data_location`` set to ``DEFAULT``). For ``load_model_with_shape_infer`` the inference saw
+  every weight, so only float weights that no inference function reads (MatMul, Conv, Gather
+  tables, ...) leave the skeleton.
+* a model the pass hands over (:class:`ModelStore`) does not go through a file at all: the
+  quantizer's ``save_model_to_file`` into a path the store holds keeps the model object there,
+  and ``load_model_with_shape_infer`` of that path takes it back -- the same message a save and
+  a load would give.
+
+A model with external data, or too large to serialize in one piece, keeps onnxruntime's own
+functions.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import sys
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import onnx
+from onnx import TensorProto
+
+_LOCK = threading.Lock()
+EXTERNAL_THRESHOLD = 1024  # onnx.save_model's size_threshold: tensors it writes as external data
+_BYTES_OVERHEAD = sys.getsizeof(b"")  # onnx compares sys.getsizeof(raw_data) with the threshold
+_LIMIT = 2**31 - 2**26  # what fits in one serialized protobuf, with room to spare
+_ITEMSIZE = {
+    TensorProto.FLOAT: 4,
+    TensorProto.FLOAT16: 2,
+    TensorProto.BFLOAT16: 2,
+    TensorProto.DOUBLE: 8,
+    TensorProto.INT8: 1,
+    TensorProto.UINT8: 1,
+    TensorProto.INT16: 2,
+    TensorProto.UINT16: 2,
+    TensorProto.INT32: 4,
+    TensorProto.UINT32: 4,
+    TensorProto.INT64: 8,
+    TensorProto.UINT64: 8,
+    TensorProto.BOOL: 1,
+}
+_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
+# Inputs whose *values* onnx's shape inference never reads (data_prop off): op type -> input indices
+# (None: every input). A weight that only these read can leave the skeleton.
+_UNREAD: dict[str, tuple[int, ...] | None] = {
+    "MatMul": None,
+    "Gemm": None,
+    "Conv": None,
+    "ConvTranspose": None,
+    "Add": None,
+    "Sub": None,
+    "Mul": None,
+    "Div": None,
+    "LSTM": None,
+    "GRU": None,
+    "RNN": None,
+    "BatchNormalization": None,
+    "InstanceNormalization": None,
+    "LayerNormalization": None,
+    "PRelu": None,
+    "Gather": (0,),
+}
+
+
+class ModelStore:
+    """Models handed between the pass and onnxruntime's quantizer by path, without the file."""
+
+    def __init__(self) -> None:
+        self._models: dict[str, onnx.ModelProto | None] = {}
+
+    def expect(self, path: Path) -> None:
+        """The quantizer's save into ``path`` is kept here instead of being written."""
+        self._models.setdefault(_key(path), None)
+
+    def put(self, path: Path, model: onnx.ModelProto) -> None:
+        self._models[_key(path)] = model
+
+    def expects(self, path: str | Path) -> bool:
+        return _key(path) in self._models
+
+    def take(self, path: str | Path) -> onnx.ModelProto | None:
+        """The model held for ``path`` (once), or None."""
+        return self._models.pop(_key(path), None)
+
+
+def _key(path: str | Path) -> str:
+    return str(Path(path).resolve())
+
+
+def fits_in_memory(path: Path) -> bool:
+    """Whether a model file can take the in-memory path: no external data, under protobuf's limit."""
+    from quantune.model import external_data_files
+
+    return path.stat().st_size < _LIMIT and not external_data_files(path)
+
+
+def infer_like_file(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """What ``save_and_reload_model_with_shape_infer(model)`` returns, without files (None: not here)."""
+    if _has_external(model):
+        return None
+    tensors = list(_all_initializers(model))
+    hidden = [
+        i
+        for i, t in enumerate(tensors)
+        if t.HasField("raw_data") and _raw_size(t) + _BYTES_OVERHEAD >= EXTERNAL_THRESHOLD
+    ]
+    return _infer(model, hidden, external=True)
+
+
+def infer_loaded(model: onnx.ModelProto) -> onnx.ModelProto | None:
+    """What ``infer_shapes_path`` then ``onnx.load`` give for ``model`` saved as one file (None: not here)."""
+    if _has_external(model):
+        return None
+    unread = {t.name for t in _unread_weights(model.graph)}
+    main = len(model.graph.initializer)  # the main graph's come first in _all_initializers
+    hidden = [i for i, t in enumerate(_all_initializers(model)) if i < main and t.name in unread]
+    return _infer(model, hidden, external=False)
+
+
+def _infer(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx.ModelProto | None:
+    """onnx's inference of ``model`` with the bytes of the initializers at ``hidden`` (positions in
+    :func:`_all_initializers`) out of the serialized skeleton.
+
+    ``external``: they are hidden as ``save_and_reload...``'s external data, and come back as
+    ``onnx.load`` reads it back; else they come back as they were.
+    """
+    skeleton = onnx.ModelProto()
+    skeleton.CopyFrom(model)  # one copy: reading raw_data into Python would copy each weight twice
+    tensors = list(_all_initializers(skeleton))
+    for index in hidden:
+        tensors[index].ClearField("raw_data")
+        if external:
+            tensors[index].data_location = TensorProto.EXTERNAL
+    inferred = onnx.shape_inference.infer_shapes(skeleton)
+    originals = list(_all_initializers(model))
+    targets = list(_all_initializers(inferred))
+    if len(targets) != len(originals):
+        return None
+    for index in hidden:
+        target, original = targets[index], originals[index]
+        if target.name != original.name:
+            return None
+        target.CopyFrom(original)
+        if external:  # onnx's load_external_data_for_tensor
+            target.data_location = TensorProto.DEFAULT
+            del target.external_data[:]
+    return inferred
+
+
+def _raw_size(tensor: TensorProto) -> int:
+    """len(tensor.raw_data) without copying a large weight into Python: its dims tell, for a valid tensor."""
+    itemsize = _ITEMSIZE.get(tensor.data_type)
+    if itemsize is not None:
+        size = itemsize
+        for dim in tensor.dims:
+            size *= dim
+        if size >= 8192:
+            return size
+    return len(tensor.raw_data)
+
+
+def _as_loaded(tensor: TensorProto) -> None:
+    """What ``onnx.load`` does to a tensor it reads from external data (load_external_data_for_tensor)."""
+    tensor.data_location = TensorProto.DEFAULT
+    del tensor.external_data[:]
+
+
+def _all_initializers(model: onnx.ModelProto) -> Iterator[TensorProto]:
+    """Every initializer, subgraphs' included, in onnx's external-data order."""
+    from onnx.external_data_helper import _get_initializer_tensors
+
+    return iter(_get_initializer_tensors(model))
+
+
+def _has_external(model: onnx.ModelProto) -> bool:
+    from onnx.external_data_helper import _get_all_tensors, uses_external_data
+
+    return any(uses_external_data(tensor) for tensor in _get_all_tensors(model))
+
+
+def _unread_weights(graph: onnx.GraphProto) -> Iterator[TensorProto]:
+    """The main graph's large float initializers whose values no node's shape inference reads."""
+    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    inner: set[str] = set()
+    for node in graph.node:
+        for index, name in enumerate(node.input):
+            readers.setdefault(name, []).append((node, index))
+        for attribute in node.attribute:
+            if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                inner.update(_names_in(attribute))
+    outputs = {value.name for value in graph.output}
+    for tensor in graph.initializer:
+        if tensor.data_type not in _FLOATS or not tensor.HasField("raw_data") or _raw_size(tensor) < 8192:
+            continue
+        if tensor.name in outputs or tensor.name in inner or tensor.name not in readers:
+            continue
+        if all(_unread(node, index) for node, index in readers[tensor.name]):
+            yield tensor
+
+
+def _unread(node: onnx.NodeProto, index: int) -> bool:
+    if node.domain == "com.microsoft":  # onnx has no schema, so no inference, for these
+        return True
+    if node.domain not in ("", "ai.onnx") or node.op_type not in _UNREAD:
+        return False
+    indices = _UNREAD[node.op_type]
+    return indices is None or index in indices
+
+
+def _names_in(attribute: onnx.AttributeProto) -> set[str]:
+    names: set[str] = set()
+    for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs):
+        for node in graph.node:
+            names.update(node.input)
+            for inner in node.attribute:
+                if inner.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
+                    names |= _names_in(inner)
+        names.update(value.name for value in graph.output)
+    return names
+
+
+@contextlib.contextmanager
+def in_memory_shapes(store: ModelStore | None = None) -> Iterator[None]:
+    """onnxruntime's quantizer infers shapes in memory (and uses ``store``) meanwhile."""
+    # by module path: the package's attribute ``quantize`` is the function, not the module
+    quant_utils, quantize, onnx_quantizer, base_quantizer, onnx_model = (
+        importlib.import_module(f"onnxruntime.quantization.{name}")
+        for name in ("quant_utils", "quantize", "onnx_quantizer", "base_quantizer", "onnx_model")
+    )
+    store = store or ModelStore()
+    modules = (quant_utils, quantize, onnx_quantizer, base_quantizer)
+    names = ("load_model_with_shape_infer", "save_and_reload_model_with_shape_infer")
+    with _LOCK:
+        originals = {
+            (module, name): getattr(module, name) for module in modules for name in names if hasattr(module, name)
+        }
+        original_load = quant_utils.load_model_with_shape_infer
+        original_reload = quant_utils.save_and_reload_model_with_shape_infer
+        original_save = onnx_model.ONNXModel.save_model_to_file
+        replacements = {
+            "load_model_with_shape_infer": _load(original_load, store, quant_utils.add_infer_metadata),
+            "save_and_reload_model_with_shape_infer": _reload(original_reload, quant_utils.add_infer_metadata),
+        }
+        for module, name in originals:
+            setattr(module, name, replacements[name])
+        onnx_model.ONNXModel.save_model_to_file = _save(original_save, store)
+        try:
+            yield
+        finally:
+            for (module, name), function in originals.items():
+                setattr(module, name, function)
+            onnx_model.ONNXModel.save_model_to_file = original_save
+
+
+def _load(original: Any, store: ModelStore, add_metadata: Any) -> Any:
+    def load_model_with_shape_infer(model_path: Path) -> onnx.ModelProto:
+        path = Path(model_path)
+        model = store.take(path)
+        if model is None:
+            if path.suffix != ".onnx" or not fits_in_memory(path):
+                return original(model_path)
+            model = onnx.load(str(path))
+            inferred = infer_loaded(model)
+            if inferred is None:
+                return original(model_path)
+        else:
+            inferred = infer_loaded(model)
+            if inferred is None:  # onnxruntime's own way, from the file it would have read
+                onnx.save(model, str(path))
+                return original(model_path)
+        add_metadata(inferred)
+        return inferred
+
+    return load_model_with_shape_infer
+
+
+def _reload(original: Any, add_metadata: Any) -> Any:
+    def save_and_reload_model_with_shape_infer(model: onnx.ModelProto) -> onnx.ModelProto:
+        inferred = infer_like_file(model)
+        if inferred is None:
+            return original(model)
+        add_metadata(inferred)
+        return inferred
+
+    return save_and_reload_model_with_shape_infer
+
+
+def _save(original: Any, store: ModelStore) -> Any:
+    def save_model_to_file(self: Any, output_path: str, use_external_data_format: bool = False) -> None:
+        if use_external_data_format or not store.expects(output_path):
+            return original(self, output_path, use_external_data_format)
+        # onnxruntime's save_model_to_file (onnx_model.py) up to its onnx.save_model
+        self.topological_sort()
+        for init in self.model.graph.initializer:
+            self._check_init(init, "end")
+        store.put(Path(output_path), self.model)
+        return None
+
+    return save_model_to_file
