@@ -38,46 +38,12 @@ from typing import Any
 import onnx
 from onnx import TensorProto
 
+from quantune.passes.onnx.skeleton import UNREAD_BY_ONNX, raw_size, unread_weights
+
 _LOCK = threading.Lock()
 EXTERNAL_THRESHOLD = 1024  # onnx.save_model's size_threshold: tensors it writes as external data
 _BYTES_OVERHEAD = sys.getsizeof(b"")  # onnx compares sys.getsizeof(raw_data) with the threshold
 _LIMIT = 2**31 - 2**26  # what fits in one serialized protobuf, with room to spare
-_ITEMSIZE = {
-    TensorProto.FLOAT: 4,
-    TensorProto.FLOAT16: 2,
-    TensorProto.BFLOAT16: 2,
-    TensorProto.DOUBLE: 8,
-    TensorProto.INT8: 1,
-    TensorProto.UINT8: 1,
-    TensorProto.INT16: 2,
-    TensorProto.UINT16: 2,
-    TensorProto.INT32: 4,
-    TensorProto.UINT32: 4,
-    TensorProto.INT64: 8,
-    TensorProto.UINT64: 8,
-    TensorProto.BOOL: 1,
-}
-_FLOATS = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.BFLOAT16, TensorProto.DOUBLE}
-# Inputs whose *values* onnx's shape inference never reads (data_prop off): op type -> input indices
-# (None: every input). A weight that only these read can leave the skeleton.
-_UNREAD: dict[str, tuple[int, ...] | None] = {
-    "MatMul": None,
-    "Gemm": None,
-    "Conv": None,
-    "ConvTranspose": None,
-    "Add": None,
-    "Sub": None,
-    "Mul": None,
-    "Div": None,
-    "LSTM": None,
-    "GRU": None,
-    "RNN": None,
-    "BatchNormalization": None,
-    "InstanceNormalization": None,
-    "LayerNormalization": None,
-    "PRelu": None,
-    "Gather": (0,),
-}
 
 
 class ModelStore:
@@ -120,7 +86,7 @@ def infer_like_file(model: onnx.ModelProto) -> onnx.ModelProto | None:
     hidden = [
         i
         for i, t in enumerate(tensors)
-        if t.HasField("raw_data") and _raw_size(t) + _BYTES_OVERHEAD >= EXTERNAL_THRESHOLD
+        if t.HasField("raw_data") and raw_size(t) + _BYTES_OVERHEAD >= EXTERNAL_THRESHOLD
     ]
     return _infer(model, hidden, external=True)
 
@@ -129,7 +95,7 @@ def infer_loaded(model: onnx.ModelProto) -> onnx.ModelProto | None:
     """What ``infer_shapes_path`` then ``onnx.load`` give for ``model`` saved as one file (None: not here)."""
     if _has_external(model):
         return None
-    unread = {t.name for t in _unread_weights(model.graph)}
+    unread = {t.name for t in unread_weights(model.graph, UNREAD_BY_ONNX)}
     main = len(model.graph.initializer)  # the main graph's come first in _all_initializers
     hidden = [i for i, t in enumerate(_all_initializers(model)) if i < main and t.name in unread]
     return _infer(model, hidden, external=False)
@@ -165,18 +131,6 @@ def _infer(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx
     return inferred
 
 
-def _raw_size(tensor: TensorProto) -> int:
-    """len(tensor.raw_data) without copying a large weight into Python: its dims tell, for a valid tensor."""
-    itemsize = _ITEMSIZE.get(tensor.data_type)
-    if itemsize is not None:
-        size = itemsize
-        for dim in tensor.dims:
-            size *= dim
-        if size >= 8192:
-            return size
-    return len(tensor.raw_data)
-
-
 def _as_loaded(tensor: TensorProto) -> None:
     """What ``onnx.load`` does to a tensor it reads from external data (load_external_data_for_tensor)."""
     tensor.data_location = TensorProto.DEFAULT
@@ -194,47 +148,6 @@ def _has_external(model: onnx.ModelProto) -> bool:
     from onnx.external_data_helper import _get_all_tensors, uses_external_data
 
     return any(uses_external_data(tensor) for tensor in _get_all_tensors(model))
-
-
-def _unread_weights(graph: onnx.GraphProto) -> Iterator[TensorProto]:
-    """The main graph's large float initializers whose values no node's shape inference reads."""
-    readers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
-    inner: set[str] = set()
-    for node in graph.node:
-        for index, name in enumerate(node.input):
-            readers.setdefault(name, []).append((node, index))
-        for attribute in node.attribute:
-            if attribute.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                inner.update(_names_in(attribute))
-    outputs = {value.name for value in graph.output}
-    for tensor in graph.initializer:
-        if tensor.data_type not in _FLOATS or not tensor.HasField("raw_data") or _raw_size(tensor) < 8192:
-            continue
-        if tensor.name in outputs or tensor.name in inner or tensor.name not in readers:
-            continue
-        if all(_unread(node, index) for node, index in readers[tensor.name]):
-            yield tensor
-
-
-def _unread(node: onnx.NodeProto, index: int) -> bool:
-    if node.domain == "com.microsoft":  # onnx has no schema, so no inference, for these
-        return True
-    if node.domain not in ("", "ai.onnx") or node.op_type not in _UNREAD:
-        return False
-    indices = _UNREAD[node.op_type]
-    return indices is None or index in indices
-
-
-def _names_in(attribute: onnx.AttributeProto) -> set[str]:
-    names: set[str] = set()
-    for graph in [attribute.g] if attribute.type == onnx.AttributeProto.GRAPH else list(attribute.graphs):
-        for node in graph.node:
-            names.update(node.input)
-            for inner in node.attribute:
-                if inner.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS):
-                    names |= _names_in(inner)
-        names.update(value.name for value in graph.output)
-    return names
 
 
 @contextlib.contextmanager

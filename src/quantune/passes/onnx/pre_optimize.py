@@ -25,6 +25,7 @@ import onnx
 import onnxruntime as ort
 
 from quantune.model import external_data_files
+from quantune.passes.onnx.skeleton import UNREAD_BY_SYMBOLIC, without_weights
 from quantune.prepare.shapes import symbolic_infer
 
 log = logging.getLogger("quantune.passes")
@@ -98,8 +99,8 @@ def _add_types(path: Path) -> list[str]:
 def add_types(model: onnx.ModelProto) -> list[str]:
     """Value infos from onnxruntime's symbolic shape inference, when it follows the whole graph,
     added to ``model``; returns their names."""
-    try:
-        typed = symbolic_infer(model, guess_output_rank=True)
+    try:  # on the model's skeleton: the same value infos, without copying its weights (skeleton.py)
+        typed = symbolic_infer(without_weights(model, UNREAD_BY_SYMBOLIC), guess_output_rank=True)
     except Exception as exc:  # an op it cannot follow: the quantizer's DefaultTensorType stands
         log.info("extended optimization: no symbolic types (%s: %s)", type(exc).__name__, exc)
         return []
