@@ -110,3 +110,39 @@ def test_the_in_memory_build_writes_the_bytes_of_the_file_build(
 
 def _no_files(*args: object, **kwargs: object) -> None:
     raise AssertionError("onnx's file-based shape inference was called")
+
+
+def test_a_weight_inside_a_subgraph_is_hidden_as_onnxruntime_hides_it(tmp_path: Path) -> None:
+    """An If whose branch holds its own 2 KB weight: save_and_reload writes it as external data too."""
+    weight = numpy_helper.from_array(np.arange(512, dtype=np.float32).reshape(1, 512), "bw")
+    then_branch = helper.make_graph(
+        [helper.make_node("Add", ["x", "bw"], ["t"])],
+        "then",
+        [],
+        [helper.make_tensor_value_info("t", TensorProto.FLOAT, [1, 512])],
+        [weight],
+    )
+    else_branch = helper.make_graph(
+        [helper.make_node("Identity", ["x"], ["e"])],
+        "else",
+        [],
+        [helper.make_tensor_value_info("e", TensorProto.FLOAT, [1, 512])],
+    )
+    graph = helper.make_graph(
+        [
+            helper.make_node("MatMul", ["x0", "w"], ["x"], name="fc"),
+            helper.make_node("If", ["cond"], ["y"], then_branch=then_branch, else_branch=else_branch),
+        ],
+        "branchy",
+        [
+            helper.make_tensor_value_info("x0", TensorProto.FLOAT, [1, 512]),
+            helper.make_tensor_value_info("cond", TensorProto.BOOL, []),
+        ],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 512])],
+        [numpy_helper.from_array(np.ones((512, 512), np.float32), "w")],
+    )
+    model = onnx.load(str(save_graph(graph, tmp_path / "branchy.onnx")))
+    theirs = save_and_reload_model_with_shape_infer(model)
+    theirs.ClearField("metadata_props")
+    ours = infer_like_file(model)
+    assert ours is not None and ours.SerializeToString() == theirs.SerializeToString()

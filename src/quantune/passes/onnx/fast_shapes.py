@@ -36,6 +36,7 @@ from pathlib import Path
 from typing import Any
 
 import onnx
+from google.protobuf.message import Message
 from onnx import TensorProto
 
 from quantune.passes.onnx.skeleton import UNREAD_BY_ONNX, raw_size, unread_weights
@@ -43,6 +44,24 @@ from quantune.passes.onnx.skeleton import UNREAD_BY_ONNX, raw_size, unread_weigh
 _LOCK = threading.Lock()
 EXTERNAL_THRESHOLD = 1024  # onnx.save_model's size_threshold: tensors it writes as external data
 _BYTES_OVERHEAD = sys.getsizeof(b"")  # onnx compares sys.getsizeof(raw_data) with the threshold
+_TENSOR_FIELDS = {
+    "dims",
+    "data_type",
+    "segment",
+    "float_data",
+    "int32_data",
+    "string_data",
+    "int64_data",
+    "name",
+    "doc_string",
+    "raw_data",
+    "external_data",
+    "data_location",
+    "double_data",
+    "uint64_data",
+    "metadata_props",
+}
+_DATA_FIELDS = ("float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data")
 _LIMIT = 2**31 - 2**26  # what fits in one serialized protobuf, with room to spare
 
 
@@ -79,7 +98,10 @@ def fits_in_memory(path: Path) -> bool:
 
 
 def infer_like_file(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """What ``save_and_reload_model_with_shape_infer(model)`` returns, without files (None: not here)."""
+    """What ``save_and_reload_model_with_shape_infer(model)`` returns, without files (None: not here).
+
+    ``model`` is left as it is (the result is a new model, as onnxruntime's is).
+    """
     if _has_external(model):
         return None
     tensors = list(_all_initializers(model))
@@ -88,28 +110,113 @@ def infer_like_file(model: onnx.ModelProto) -> onnx.ModelProto | None:
         for i, t in enumerate(tensors)
         if t.HasField("raw_data") and raw_size(t) + _BYTES_OVERHEAD >= EXTERNAL_THRESHOLD
     ]
-    return _infer(model, hidden, external=True)
+    if any(i >= len(model.graph.initializer) for i in hidden):  # a subgraph's weight: the copying way
+        return _infer_copying(model, hidden, external=True)
+    skeleton = _skeleton(model, set(hidden), external=True)
+    if skeleton is None:
+        return _infer_copying(model, hidden, external=True)
+    inferred = onnx.shape_inference.infer_shapes(skeleton)
+    targets = list(inferred.graph.initializer)
+    if len(targets) != len(model.graph.initializer):
+        return None
+    for index in hidden:  # the one copy of the weights the new model needs
+        target, original = targets[index], model.graph.initializer[index]
+        if target.name != original.name:
+            return None
+        target.CopyFrom(original)
+        _as_loaded(target)
+    return inferred
 
 
 def infer_loaded(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """What ``infer_shapes_path`` then ``onnx.load`` give for ``model`` saved as one file (None: not here)."""
+    """What ``infer_shapes_path`` then ``onnx.load`` give for ``model`` saved as one file (None: not here).
+
+    The result is ``model`` itself, the inference's graph written into it: it must be a model
+    nobody else holds (one just loaded from its file, or handed over through :class:`ModelStore`).
+    """
     if _has_external(model):
         return None
     unread = {t.name for t in unread_weights(model.graph, UNREAD_BY_ONNX)}
-    main = len(model.graph.initializer)  # the main graph's come first in _all_initializers
-    hidden = [i for i, t in enumerate(_all_initializers(model)) if i < main and t.name in unread]
-    return _infer(model, hidden, external=False)
+    hidden = {i for i, t in enumerate(model.graph.initializer) if t.name in unread}
+    skeleton = _skeleton(model, hidden, external=False)
+    if skeleton is None:
+        return _infer_copying(model, sorted(hidden), external=False)
+    inferred = onnx.shape_inference.infer_shapes(skeleton)
+    if [t.name for t in inferred.graph.initializer] != [t.name for t in model.graph.initializer]:
+        return None
+    _take_all_but_initializers(model, inferred)
+    return model
 
 
-def _infer(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx.ModelProto | None:
+def _skeleton(model: onnx.ModelProto, hidden: set[int], *, external: bool) -> onnx.ModelProto | None:
+    """``model`` without the bytes of its main-graph initializers at ``hidden``, built without copying
+    them (marked external data when ``external``); None if a tensor has fields this does not know."""
+    if {f.name for f in TensorProto.DESCRIPTOR.fields} != _TENSOR_FIELDS:
+        return None
+    skeleton = onnx.ModelProto()
+    _copy_fields(model, skeleton, skip="graph")
+    _copy_fields(model.graph, skeleton.graph, skip="initializer")
+    for index, tensor in enumerate(model.graph.initializer):
+        target = skeleton.graph.initializer.add()
+        if index not in hidden:
+            target.CopyFrom(tensor)
+            continue
+        if any(len(getattr(tensor, name)) for name in _DATA_FIELDS):
+            return None  # raw bytes and typed data both: not a tensor to second-guess
+        target.dims.extend(tensor.dims)
+        for name in ("data_type", "segment", "name", "doc_string", "data_location"):
+            if tensor.HasField(name):
+                _set(target, name, getattr(tensor, name))
+        target.external_data.extend(tensor.external_data)
+        target.metadata_props.extend(tensor.metadata_props)
+        if external:
+            target.data_location = TensorProto.EXTERNAL
+    return skeleton
+
+
+def _take_all_but_initializers(model: onnx.ModelProto, inferred: onnx.ModelProto) -> None:
+    """``model`` gets every field of ``inferred`` but the main graph's initializers (they are the same)."""
+    for field in onnx.ModelProto.DESCRIPTOR.fields:
+        if field.name != "graph":
+            model.ClearField(field.name)
+    _copy_fields(inferred, model, skip="graph")
+    for field in onnx.GraphProto.DESCRIPTOR.fields:
+        if field.name != "initializer":
+            model.graph.ClearField(field.name)
+    _copy_fields(inferred.graph, model.graph, skip="initializer")
+
+
+def _copy_fields(source: Any, target: Any, *, skip: str) -> None:
+    for field, value in source.ListFields():
+        if field.name == skip:
+            continue
+        if _repeated(field):
+            getattr(target, field.name).extend(value)
+        else:
+            _set(target, field.name, value)
+
+
+def _set(target: Any, name: str, value: Any) -> None:
+    if isinstance(value, Message):
+        getattr(target, name).CopyFrom(value)
+    else:
+        setattr(target, name, value)
+
+
+def _repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
+
+
+def _infer_copying(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx.ModelProto | None:
     """onnx's inference of ``model`` with the bytes of the initializers at ``hidden`` (positions in
-    :func:`_all_initializers`) out of the serialized skeleton.
+    :func:`_all_initializers`, subgraphs' included) out of a copy of it that is serialized.
 
     ``external``: they are hidden as ``save_and_reload...``'s external data, and come back as
     ``onnx.load`` reads it back; else they come back as they were.
     """
     skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(model)  # one copy: reading raw_data into Python would copy each weight twice
+    skeleton.CopyFrom(model)
     tensors = list(_all_initializers(skeleton))
     for index in hidden:
         tensors[index].ClearField("raw_data")
@@ -125,9 +232,8 @@ def _infer(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx
         if target.name != original.name:
             return None
         target.CopyFrom(original)
-        if external:  # onnx's load_external_data_for_tensor
-            target.data_location = TensorProto.DEFAULT
-            del target.external_data[:]
+        if external:
+            _as_loaded(target)
     return inferred
 
 
