@@ -61,6 +61,8 @@ UINT8_FAST = ("Conv",)
 # Op types onnxruntime would quantize per gate row / column under per_channel, which stay per
 # tensor (per direction for LSTM) as in Neural Compressor: per_channel is for MatMul and Gemm.
 PER_TENSOR = ("LSTM", "Attention")
+# save_model's threshold for writing the weights beside the model (weight_only.py)
+LARGE_MODEL = 2**31 - 2**26
 # Op types quantized only when their input already is (in the same onnxruntime call): they never
 # make a call worth its time on their own.
 FOLLOWERS = ("Transpose",)
@@ -167,7 +169,7 @@ class DynamicQuantization(Pass):
             )
             changed = drop_value_infos(result, added) or changed
             if calls or changed:
-                save_model(result, model_out)
+                _write(result, model_out)
             else:  # the input (or onnxruntime's optimized model) as it is, byte for byte
                 _copy_model(model_in, model_out)
 
@@ -262,6 +264,18 @@ def _copy_model(model_in: Path, model_out: Path) -> None:
         save_model(onnx.load(str(model_in)), model_out)
     else:
         shutil.copyfile(model_in, model_out)
+
+
+def _write(model: onnx.ModelProto, path: Path) -> None:
+    """:func:`save_model`'s bytes, serialized once (save_model asks the size first: one more pass over 54 MB)."""
+    try:
+        data = model.SerializeToString()
+    except ValueError:  # past protobuf's limit
+        data = b""
+    if not data or len(data) > LARGE_MODEL:
+        save_model(model, path)
+        return
+    path.write_bytes(data)
 
 
 def _rewrite_gathers(path: Path, config: DynamicQuantizationConfig) -> None:
