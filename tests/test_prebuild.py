@@ -107,8 +107,12 @@ def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make
     assert built and " 0 of " not in built[0]
     assert _labels(with_prebuild) == _labels(without) and _labels(with_prebuild)
     assert [t["flow"] for t in with_prebuild["trials"]] == [t["flow"] for t in without["trials"]]
-    # the original's latency was timed again once the builds were done (the same figures' names)
+    # the original's latency was timed again once the builds were done (the same figures' names):
+    # the quick timing beside them is no longer what the cache holds
     assert with_prebuild["baseline"].keys() == without["baseline"].keys()
+    cached = [json.loads(p.read_text())["value"] for p in (tmp_path / "cache-ahead" / "evals").glob("*.json")]
+    original = [entry for entry in cached if entry.get("metrics", {}).get("quantized_ops") == 0]
+    assert original and not any(entry.get("quick_timing") for entry in original)
     # the first guess was built and evaluated beside the original: its trial read both from the cache,
     # and the evaluation counts as this run's work (a "miss": it was computed, ahead)
     first = with_prebuild["trials"][0]

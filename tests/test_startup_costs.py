@@ -152,3 +152,31 @@ def test_the_originals_reference_is_cached_before_it_is_timed(make_config, monke
     assert early is not None and early.keys() == runner.reference().keys()
     assert all(np.array_equal(early[name], runner.reference()[name]) for name in early)
     assert cached_figures(runner) is not None
+
+
+def test_a_quick_timing_of_the_original_is_marked_and_timed_again(make_config, monkeypatch) -> None:
+    """Beside the first guess the original is timed in a few rounds; its cached figures say so
+    until the engine times it again in full (``retime_original``), under the same cache key."""
+    from quantune.config import load_config
+    from quantune.engine.baseline import retime_original, timed_quickly
+    from quantune.engine.runner import TrialRunner
+    from quantune.engine.setup import build_run
+    from quantune.evaluate.evaluator import QUICK_REPEATS
+
+    config = make_config(evaluation={"metric": "top1", "latency": {"warmup": 2, "repeats": 40, "threads": 1}})
+    context = build_run(load_config(config)).context
+    rounds: list[int] = []
+    real = context.evaluator.backend.timings
+    monkeypatch.setattr(
+        context.evaluator.backend,
+        "timings",
+        lambda models, feed, spec, *rest: rounds.append(spec.repeats) or real(models, feed, spec, *rest),
+    )
+    key = context.eval_key(context.model.sha256)
+    figures, status = TrialRunner(context).baseline(quick_timing=True)
+    assert status == "miss" and rounds == [QUICK_REPEATS] and timed_quickly(context)
+    assert not context.evaluator.quick_timing  # only for that evaluation
+    fresh = retime_original(context)
+    assert rounds[-1] == 40 and not timed_quickly(context)
+    cached = context.cache.get_json("evals", key)["metrics"]
+    assert cached["latency_ms"] == fresh["latency_ms"] and cached["top1"] == figures["top1"]

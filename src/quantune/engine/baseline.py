@@ -28,12 +28,20 @@ from quantune.store import cache_key
 STAGE = "baseline_evaluation"
 
 
-def evaluate_original(spec: Any) -> dict[str, float]:
-    """In the stage worker: the original's figures, computed into the cache (``spec``: a WorkerSpec)."""
+def evaluate_original(spec: Any, quick_timing: bool = False) -> dict[str, float]:
+    """In the stage worker: the original's figures, computed into the cache (``spec``: a WorkerSpec;
+    ``quick_timing``: see ``TrialRunner.baseline``)."""
     from quantune.engine.executors.worker import runner_for
 
-    metrics, _ = runner_for(spec).baseline()
+    metrics, _ = runner_for(spec).baseline(quick_timing=quick_timing)
     return metrics
+
+
+def timed_quickly(ctx: Any) -> bool:
+    """Whether the original's cached latency comes from a quick timing beside another evaluation
+    (``TrialRunner.baseline``): then it is timed again before the run relies on it."""
+    cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256))
+    return bool(cached and cached.get("quick_timing"))
 
 
 def cached_figures(runner: TrialRunner) -> dict[str, float] | None:
@@ -60,7 +68,7 @@ def _reference_file(runner: TrialRunner) -> Path:
 
 
 def original_figures(
-    runner: TrialRunner, spec: Any, isolation: Isolation, *, log_dir: Path | None = None
+    runner: TrialRunner, spec: Any, isolation: Isolation, *, log_dir: Path | None = None, quick_timing: bool = False
 ) -> tuple[dict[str, float], str]:
     """(the original's figures, ``"hit"`` or ``"miss"``): from the cache, else from a stage worker.
 
@@ -79,7 +87,7 @@ def original_figures(
         return cached, ctx.baseline_status or "hit"
     with tempfile.TemporaryDirectory(prefix="quantune-stage-") as tmp:
         where = replace(isolation, log_dir=log_dir or Path(tmp))
-        outcome = run_stage(STAGE, evaluate_original, spec, isolation=where)
+        outcome = run_stage(STAGE, evaluate_original, spec, quick_timing, isolation=where)
     if not outcome.ok:
         raise _failure(outcome.error or "", outcome.log_tail)
     ctx.baseline_status = "miss"

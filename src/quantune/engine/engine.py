@@ -16,7 +16,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from quantune.config import LoadedConfig
-from quantune.engine.baseline import cached_figures, original_figures, retime_original
+from quantune.engine.baseline import cached_figures, original_figures, retime_original, timed_quickly
 from quantune.engine.confirm import MIN_ROUNDS, confirm_latency, retiming_plan, timing_rounds
 from quantune.engine.deadline import EndBudget, end_cost_s
 from quantune.engine.executors import WorkerSpec, create_executor
@@ -109,7 +109,14 @@ class Engine:
         if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
             self._prebuild = Prebuild.start(strategy, make, spec, self.isolation)
         try:
-            preflight(parts, baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation)[0])
+            # beside the builds ahead, the original is timed quickly, and again before its ceilings
+            quick = self._prebuild is not None
+            preflight(
+                parts,
+                baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation, quick_timing=quick)[
+                    0
+                ],
+            )
             store = open_output(
                 self.output_dir,
                 config_hash,
@@ -153,7 +160,7 @@ class Engine:
             parts.context.before_ceilings = None
             prebuild.join()
             prebuild.keep_log(self.isolation.log_dir)
-            if parts.context.baseline_status == "miss":
+            if parts.context.baseline_status == "miss" or timed_quickly(parts.context):
                 fresh = retime_original(parts.context)
                 baseline.update(fresh)
                 strategy.baseline.update(fresh)
@@ -183,6 +190,8 @@ class Engine:
         except BaseException:  # the original does not evaluate (or Ctrl-C): no run, no workers left behind
             executor.shutdown(kill=True)
             raise
+        if self._prebuild is None and timed_quickly(parts.context):  # an earlier run's quick timing
+            baseline.update(retime_original(parts.context))
         log.info("baseline (%s): %s", baseline_cache, baseline)
         _announce_preparation(parts, self.listeners)
         if len(replay):

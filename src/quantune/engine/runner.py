@@ -83,8 +83,12 @@ class TrialRunner:
         self._reference: dict[str, Any] | None = None
         self.run_id = ""  # the engine run this runner works for (WorkerSpec.run_id)
 
-    def baseline(self) -> tuple[dict[str, float], str]:
-        """The original model's figures (cached), and whether they came from the cache."""
+    def baseline(self, *, quick_timing: bool = False) -> tuple[dict[str, float], str]:
+        """The original model's figures (cached), and whether they came from the cache.
+
+        ``quick_timing``: timed in a few rounds (beside the first guess's evaluation); the cached
+        figures say so, and the engine times the original again before it uses its latency
+        (``baseline.timed_quickly``)."""
         ctx = self.context
         key = ctx.eval_key(ctx.model.sha256)
         reference_key = cache_key("reference", key)
@@ -97,10 +101,13 @@ class TrialRunner:
             # the reference cached before the original is timed: a first guess evaluated beside it
             # compares meanwhile (engine/prebuild.py); the figures follow, and only both are a hit
             keep = partial(ctx.cache.put_arrays, reference_key)
+            ctx.evaluator.quick_timing = quick_timing
             metrics, outputs = ctx.evaluator.evaluate(ctx.model.path, None, on_outputs=keep)
         except TrialError as exc:  # nothing can be compared to a reference that does not evaluate
             raise QuantuneError(f"evaluating the original model failed: {exc}") from None
-        ctx.cache.put_json("evals", key, {"metrics": metrics})
+        finally:
+            ctx.evaluator.quick_timing = False
+        ctx.cache.put_json("evals", key, {"metrics": metrics, **({"quick_timing": True} if quick_timing else {})})
         self._reference = outputs
         ctx.baseline_status = "miss"
         return metrics, "miss"

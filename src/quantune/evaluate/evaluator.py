@@ -64,6 +64,9 @@ class EvaluationSpec:
         }
 
 
+QUICK_WARMUP, QUICK_REPEATS = 3, 10  # rounds of a quick timing (Evaluator.quick_timing)
+
+
 class Evaluator:
     """Measures models on one dataset against one reference (the original model's outputs).
 
@@ -81,6 +84,11 @@ class Evaluator:
     ) -> None:
         self.spec = spec
         self.threads = threads
+        # Timings taken beside another evaluation (the original's and the first guess's, evaluated
+        # at once, engine/prebuild.py) are short: the two share the cores, so more rounds buy no
+        # precision, and both models are timed again side by side before anything is decided on
+        # their speed (the speed ceilings, the final re-timing). Not part of the cache key.
+        self.quick_timing = False
         # where models run: this process's onnxruntime, or a target environment's (backend.py)
         self.backend: Backend = backend if backend is not None else LocalBackend()
         self.dataset = dataset
@@ -173,7 +181,12 @@ class Evaluator:
         if on_outputs is not None:
             on_outputs(pack(outputs))
         rest: dict[str, float] = {}
-        timings = self.backend.timings([model], self._latency_feeds, self.spec.latency, self.spec.runner)
+        latency = self.spec.latency
+        if self.quick_timing:
+            latency = replace(
+                latency, warmup=min(latency.warmup, QUICK_WARMUP), repeats=min(latency.repeats, QUICK_REPEATS)
+            )
+        timings = self.backend.timings([model], self._latency_feeds, latency, self.spec.runner)
         rest.update(latency_figures(timings[0]))
         # the memory a fresh session takes to load the model and run the latency feed, in its own process
         rest["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
