@@ -28,13 +28,29 @@ from quantune.store import cache_key
 STAGE = "baseline_evaluation"
 
 
-def evaluate_original(spec: Any, quick_timing: bool = False) -> dict[str, float]:
-    """In the stage worker: the original's figures, computed into the cache (``spec``: a WorkerSpec;
-    ``quick_timing``: see ``TrialRunner.baseline``)."""
+def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
+    """In the stage worker: the original's figures, computed into the cache (``spec``: a WorkerSpec).
+
+    ``beside``: the first guess is evaluated at the same time (engine/prebuild.py): each of the
+    two takes half the cores and times its model quickly (see ``shared_cores``)."""
     from quantune.engine.executors.worker import runner_for
 
-    metrics, _ = runner_for(spec).baseline(quick_timing=quick_timing)
+    runner = runner_for(spec)
+    if beside:
+        shared_cores(runner.context.evaluator)
+    metrics, _ = runner.baseline(quick_timing=beside)
     return metrics
+
+
+def shared_cores(evaluator: Any) -> None:
+    """``evaluator`` set for an evaluation beside another one: half the cores, as two parallel
+    workers get them (``eval_threads_for``) -- two sessions of two threads on two cores wait on
+    each other's threads (the captcha model's first guess came 0.7 s later that way, 3 runs
+    each) -- and a quick timing (``Evaluator.quick_timing``)."""
+    from quantune.engine.executors.factory import eval_threads_for
+
+    evaluator.threads = eval_threads_for(2)
+    evaluator.quick_timing = True
 
 
 def timed_quickly(ctx: Any) -> bool:
@@ -68,7 +84,7 @@ def _reference_file(runner: TrialRunner) -> Path:
 
 
 def original_figures(
-    runner: TrialRunner, spec: Any, isolation: Isolation, *, log_dir: Path | None = None, quick_timing: bool = False
+    runner: TrialRunner, spec: Any, isolation: Isolation, *, log_dir: Path | None = None, beside: bool = False
 ) -> tuple[dict[str, float], str]:
     """(the original's figures, ``"hit"`` or ``"miss"``): from the cache, else from a stage worker.
 
@@ -87,7 +103,7 @@ def original_figures(
         return cached, ctx.baseline_status or "hit"
     with tempfile.TemporaryDirectory(prefix="quantune-stage-") as tmp:
         where = replace(isolation, log_dir=log_dir or Path(tmp))
-        outcome = run_stage(STAGE, evaluate_original, spec, quick_timing, isolation=where)
+        outcome = run_stage(STAGE, evaluate_original, spec, beside, isolation=where)
     if not outcome.ok:
         raise _failure(outcome.error or "", outcome.log_tail)
     ctx.baseline_status = "miss"

@@ -109,14 +109,13 @@ class Engine:
         if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
             self._prebuild = Prebuild.start(strategy, make, spec, self.isolation)
         try:
-            # beside the builds ahead, the original is timed quickly, and again before its ceilings
-            quick = self._prebuild is not None
-            preflight(
-                parts,
-                baseline=lambda: original_figures(TrialRunner(parts.context), spec, self.isolation, quick_timing=quick)[
-                    0
-                ],
-            )
+            # beside the builds ahead: half the cores, a quick timing (timed again before the ceilings)
+            beside = self._prebuild is not None
+
+            def baseline() -> dict[str, float]:
+                return original_figures(TrialRunner(parts.context), spec, self.isolation, beside=beside)[0]
+
+            preflight(parts, baseline=baseline)
             store = open_output(
                 self.output_dir,
                 config_hash,

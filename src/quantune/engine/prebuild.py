@@ -94,13 +94,14 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
     beside this one, writes them); the figures land in the evaluation cache, where the trial reads
     them. False when the reference did not come within ``wait_s`` or the model failed (its trial
     then runs as any other, and says why)."""
+    from quantune.engine.baseline import shared_cores
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.probes import _variant_model
 
     started = time.perf_counter()
     runner = runner_for(spec)
     context = runner.context
-    context.evaluator.quick_timing = True  # beside the original's evaluation; timed again as a ceiling
+    shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
     # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
     # build and measurement instead of following them (0.6 s for the captcha model's 217 MB)
     reference = _Reference(runner, wait_s)
