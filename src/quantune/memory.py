@@ -157,7 +157,10 @@ def take_stage_peaks() -> dict[str, float]:
     return peaks
 
 
-_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameter
+_M_MMAP_THRESHOLD = -3  # glibc's mallopt parameters
+_M_TRIM_THRESHOLD = -1
+_SMALL_BLOCK = 128 * 1024
+_fixed_threshold = False  # return_large_blocks() set this process's threshold
 
 
 def return_large_blocks() -> bool:
@@ -169,9 +172,39 @@ def return_large_blocks() -> bool:
     after batch (measured: sensitivity 665 -> 808 MB from 1 to 4 images; 636 -> 693 MB with
     the threshold fixed). Called in stage workers, whose work is exactly that loop.
     """
+    global _fixed_threshold
     try:
         import ctypes
 
-        return bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, 128 * 1024))
+        _fixed_threshold = bool(ctypes.CDLL("libc.so.6").mallopt(_M_MMAP_THRESHOLD, _SMALL_BLOCK))
     except (OSError, AttributeError):  # not glibc
         return False
+    return _fixed_threshold
+
+
+@contextlib.contextmanager
+def reused_blocks(largest_mb: int = 64) -> Iterator[None]:
+    """Blocks up to ``largest_mb`` come from the heap and go back to it meanwhile, in a process
+    whose blocks are otherwise mapped one by one (:func:`return_large_blocks`); returned to the
+    system at the end.
+
+    For a loop over equal blocks that frees each one before the next (the agreement metrics'
+    row blocks): mapped, every 2 MB temporary was a fresh mapping whose pages fault in and are
+    zeroed, and the captcha model's figures took 1.8 s in a stage worker instead of 0.4 s. The
+    heap keeps what a few blocks in flight need, no more; this process's other work keeps
+    the bounded blocks.
+    """
+    if not _fixed_threshold:  # glibc's own dynamic thresholds already reuse such blocks
+        yield
+        return
+    import ctypes
+
+    libc = ctypes.CDLL("libc.so.6")
+    libc.mallopt(_M_MMAP_THRESHOLD, largest_mb << 20)
+    libc.mallopt(_M_TRIM_THRESHOLD, 2 * largest_mb << 20)
+    try:
+        yield
+    finally:
+        libc.mallopt(_M_MMAP_THRESHOLD, _SMALL_BLOCK)
+        libc.mallopt(_M_TRIM_THRESHOLD, _SMALL_BLOCK)
+        libc.malloc_trim(0)
