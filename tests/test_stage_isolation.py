@@ -94,17 +94,17 @@ def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, m
     assert "peak memory: trials" in text and "stage sensitivity failed: worker crashed" in text
 
 
-def _killed_baseline(spec: object) -> dict:
+def _killed_baseline(spec: object, beside: bool = False) -> dict:
     """Stands in for the original's evaluation in its stage worker: the worker is killed."""
     os.kill(os.getpid(), signal.SIGKILL)
     return {}
 
 
-def _baseline_noting_pid(spec: object) -> dict:
+def _baseline_noting_pid(spec: object, beside: bool = False) -> dict:
     from quantune.engine.baseline import evaluate_original
 
     Path(os.environ["QUANTUNE_TEST_PID_FILE"]).write_text(str(os.getpid()))
-    return evaluate_original(spec)
+    return evaluate_original(spec, beside)
 
 
 def test_the_original_is_evaluated_in_a_worker_whose_death_ends_the_run_cleanly(
