@@ -13,6 +13,7 @@ import pytest
 from quantune.config import load_config
 from quantune.engine import Engine
 from quantune.engine.executors.stage import Isolation, run_stage
+from quantune.evaluate._exchange import scratch_root
 from quantune.report.console import summary
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -126,15 +127,23 @@ def test_the_original_is_evaluated_in_a_worker_whose_death_ends_the_run_cleanly(
     path = tmp_path / "config.json"
     path.write_text(json.dumps(config))
     monkeypatch.setattr(baseline, "evaluate_original", _killed_baseline)
+    failing = Engine(load_config(path), tmp_path / "out")
+    before = set(scratch_root().glob("quantune-workers-*"))
     with pytest.raises(QuantuneError, match=r"worker crashed: .*SIGKILL"):
-        Engine(load_config(path), tmp_path / "out").run()
+        failing.run()
     assert not (tmp_path / "out" / "results.json").exists()  # no half-written run: the next one starts afresh
+    assert failing._early is None  # the trial workers started beside the original are stopped...
+    assert set(scratch_root().glob("quantune-workers-*")) <= before  # ...and their scratch logs gone
 
     pid_file = tmp_path / "baseline.pid"
     monkeypatch.setattr(baseline, "evaluate_original", _baseline_noting_pid)
     monkeypatch.setenv("QUANTUNE_TEST_PID_FILE", str(pid_file))
-    result = Engine(load_config(path), tmp_path / "out").run()
+    engine = Engine(load_config(path), tmp_path / "out")
+    result = engine.run()
     assert int(pid_file.read_text()) != os.getpid()  # evaluated in a worker, not here
+    # the trial workers started with the original's evaluation, logging to a scratch folder, then here
+    assert engine._scratch is not None and not engine._scratch.exists()
+    assert "--- trial 0 ---" in (tmp_path / "out" / "workers" / "worker-0.log").read_text()
     assert result.cache_stats["baseline"] == {"hits": 0, "misses": 1} and len(result.trials) >= 2
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     assert saved["stage_peak_rss_mb"]["baseline_evaluation"] > 0 and not saved.get("stage_errors")

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import shutil
+import tempfile
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -19,7 +21,7 @@ from quantune.config import LoadedConfig
 from quantune.engine.baseline import cached_figures, original_figures, retime_original, timed_quickly
 from quantune.engine.confirm import MIN_ROUNDS, confirm_latency, retiming_plan, timing_rounds
 from quantune.engine.deadline import EndBudget, end_cost_s
-from quantune.engine.executors import WorkerSpec, create_executor
+from quantune.engine.executors import Executor, WorkerSpec, create_executor
 from quantune.engine.executors.contexts import check_main_importable, warm_up
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.executors.stage import Isolation, StageLog
@@ -37,6 +39,7 @@ from quantune.engine.setup import RunParts, build_run, for_workers, preflight
 from quantune.engine.trial import TrialRecord
 from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
+from quantune.evaluate._exchange import scratch_root
 from quantune.evaluate.criterion import check_budget
 from quantune.space import SearchSpace
 from quantune.space.report import EXACT_LIMIT
@@ -64,6 +67,8 @@ class Engine:
         self.loaded = loaded
         self.started = started
         self._prebuild: Prebuild | None = None
+        self._early: tuple[Executor, Path] | None = None  # workers started before the output was claimed
+        self._scratch: Path | None = None  # their first logs' folder
         self.config = loaded.config
         self.output_dir = Path(output_dir).resolve()
         self.restart = restart
@@ -108,6 +113,7 @@ class Engine:
         make = lambda: create_strategy(self.config.search.strategy)  # noqa: E731
         if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
             self._prebuild = Prebuild.start(strategy, make, spec, self.isolation)
+        self._early = self._start_workers(parts, spec)
         try:
             # beside the builds ahead: half the cores, a quick timing (timed again before the ceilings)
             beside = self._prebuild is not None
@@ -126,6 +132,7 @@ class Engine:
         except BaseException:
             if self._prebuild is not None:
                 self._prebuild.cancel()
+            self._stop_early_workers()
             raise
         failed = True  # until the run returns: a run that fails with no finished trial leaves nothing behind
         try:
@@ -141,7 +148,28 @@ class Engine:
         finally:
             if self._prebuild is not None:  # a run that ended before its ceilings: the builds stop
                 self._prebuild.cancel()
+            self._stop_early_workers()
+            if self._scratch is not None:
+                shutil.rmtree(self._scratch, ignore_errors=True)
             close_output(store, failed=failed)
+
+    def _start_workers(self, parts: RunParts, spec: WorkerSpec) -> tuple[Executor, Path] | None:
+        """A process executor's workers, started now: they build the run while the original is
+        evaluated, not after it (0.3-0.6 s before the first trial), logging to a scratch folder
+        until the output folder is claimed (``ProcessExecutor.move_logs``)."""
+        if self.config.executor.kind != "process":
+            return None
+        scratch = Path(tempfile.mkdtemp(prefix="quantune-workers-", dir=scratch_root()))
+        return create_executor(self.config.executor, spec, TrialRunner(parts.context), scratch), scratch
+
+    def _stop_early_workers(self) -> None:
+        """The early workers stopped, when the run did not take them (it failed first), and their scratch folder gone."""
+        if self._early is None:
+            return
+        executor, scratch = self._early
+        self._early = None
+        executor.shutdown(kill=True)
+        shutil.rmtree(scratch, ignore_errors=True)
 
     def _time_left(self, started: float) -> float | None:
         timeout = self.config.stop.timeout_s
@@ -182,7 +210,13 @@ class Engine:
     def _run(self, parts: RunParts, strategy: Strategy, store: RunStore, spec: WorkerSpec, started: float) -> Result:
         runner = TrialRunner(parts.context)
         replay = Replay(store.trials())
-        executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
+        if self._early is not None:  # started with the original's evaluation: their logs come here now
+            executor, scratch = self._early
+            self._early = None
+            executor.move_logs(self.output_dir / "workers")  # type: ignore[attr-defined]
+            self._scratch = scratch  # removed when the run ends (a worker still starting writes there until told)
+        else:
+            executor = create_executor(self.config.executor, spec, runner, self.output_dir)  # workers start meanwhile
         try:
             baseline, baseline_cache = original_figures(runner, spec, self.isolation, log_dir=self.isolation.log_dir)
             check_budget(parts.criterion, self.config.evaluation.metric, baseline)

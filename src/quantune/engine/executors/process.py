@@ -17,6 +17,7 @@ import contextlib
 import multiprocessing as mp
 import os
 import queue
+import shutil
 import signal
 import sys
 import threading
@@ -126,6 +127,9 @@ def _worker_main(
             return
         if trial is None:
             return
+        if isinstance(trial, tuple) and trial[0] == "log":  # the run's output folder is claimed: log there
+            _log_to(trial[1])
+            continue
         with contextlib.suppress(OSError):  # a full disk under the log is the engine's to report
             print(f"--- trial {trial.number} ---", flush=True)
         try:
@@ -136,6 +140,16 @@ def _worker_main(
         if memory_limit_mb and any(sign in error for sign in ("MemoryError", "bad_alloc", "Failed to allocate")):
             record["error"] = f"out of memory (memory limit {memory_limit_mb} MB): {error}"
         conn.send(record)
+
+
+def _log_to(path: str) -> None:
+    """This worker's output and faults go to ``path`` from now on (``ProcessExecutor.move_logs``)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    os.dup2(fd, 1)
+    os.dup2(fd, 2)
+    os.close(fd)
 
 
 class _Worker:
@@ -150,6 +164,7 @@ class _Worker:
         self.spec = spec
         self.memory_limit_mb = memory_limit_mb
         self.log_path = log_dir / f"worker-{index}.log"
+        self._moved_log: str | None = None  # to tell the running process (move_log)
         self.process: mp.process.BaseProcess | None = None
         self.conn: Connection | None = None
         self.closed = False
@@ -185,6 +200,7 @@ class _Worker:
             process.start()
             child.close()
             self.process, self.conn = process, parent
+            self._moved_log = None  # started on the current path
         # Wait for the worker to import and build the run (slow under load; not part of any trial's time).
         # A worker that cannot build the run says why again when it is given its trial.
         try:
@@ -239,9 +255,22 @@ class _Worker:
         self.closed = True
         self.stop(kill=kill)
 
+    def move_log(self, path: Path) -> None:
+        """The log continues at ``path``: what it holds is copied there now, and the process is
+        told before its next trial (it is idle until then)."""
+        with self._lock:
+            with contextlib.suppress(OSError):
+                shutil.copyfile(self.log_path, path)
+            self.log_path = path
+            self._moved_log = str(path) if self.process is not None else None
+
     def run(self, trial: Trial, timeout_s: float | None) -> TrialRecord:
         self.ensure_started()
         assert self.process is not None and self.conn is not None
+        if self._moved_log is not None:
+            with contextlib.suppress(OSError):  # a dead pipe: the trial's send below restarts the worker
+                self.conn.send(("log", self._moved_log))
+            self._moved_log = None
         offset = self.log_offset()
         try:
             self.conn.send(trial)
@@ -331,6 +360,15 @@ class ProcessExecutor(Executor):
                 future.set_exception(exc)
             except BaseException as exc:  # never leave the engine waiting on a future
                 future.set_result(failed_record(trial, f"executor error: {type(exc).__name__}: {exc}"))
+
+    def move_logs(self, log_dir: Path) -> None:
+        """The workers' logs continue in ``log_dir``: the engine starts its workers before the
+        run's output folder is claimed (they build the run meanwhile), logging to a scratch
+        folder until then."""
+        log_dir.mkdir(parents=True, exist_ok=True)
+        self.log_dir = log_dir
+        for worker in self._workers:
+            worker.move_log(log_dir / worker.log_path.name)
 
     def submit(self, trial: Trial) -> Future[TrialRecord]:
         future: Future[TrialRecord] = Future()
