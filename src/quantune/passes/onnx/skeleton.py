@@ -8,6 +8,10 @@ symbols: 8 copies of MiniLM-L3, 0.43 s). A skeleton keeps every initializer with
 dims, and drops ``raw_data`` only of large float weights whose every reader is an (op, input)
 pair whose inference reads no values -- by a list per inference engine, so what a tool reads is
 never taken from it. Its inference result (value infos) is then the one of the whole model.
+
+``quantune.model.without_weights`` is the looser cousin (every large float weight, no reader
+list): for preparation and capture sizing, whose results are checked afterwards (the prepared
+model's outputs, ``with_weights``); here nothing checks the quantizer's view, so the rule is exact.
 """
 
 from __future__ import annotations
