@@ -9,6 +9,7 @@ are never run.
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import uuid
@@ -35,10 +36,13 @@ from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.float_source import remember_float_source
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
+from quantune.passes.onnx.tensor_names import inference_error, plain_names, renamed_ranges, restore_names
 from quantune.passes.registry import register_pass
 from quantune.prepare.facts import facts_apply, quantized_among
 from quantune.space import Boolean, Categorical, Conditional
 from quantune.store.cache import cache_key
+
+log = logging.getLogger("quantune.passes")
 
 _WIDE = {"int16", "uint16"}
 # quantize_static's extra_options that configure its calibrator, and the calibrator's names for them.
@@ -101,7 +105,7 @@ class StaticQuantization(Pass):
     name = "static_quant"
     # 2: excluded Conv/Gemm stay float at session load (float_fallback.py)
     # 3: records the float model each output came from (float_source.py), for the refining passes
-    version = 3
+    version = 4  # 4: a model onnx refuses is made again with plain tensor names (tensor_names.py)
     Config = StaticQuantizationConfig
     needs_calibration = True
     # Accelerator EPs take QDQ graphs only; TensorRT wants symmetric int8 activations.
@@ -194,6 +198,8 @@ class StaticQuantization(Pass):
                 )
                 save_tensors_data(computed, source)
             self._quantize(config, model_in, model_out, extra, source)
+            if inference_error(model_out) is not None:  # the quantizer tripped on the model's names
+                self._quantize_plain(config, model_in, model_out, extra, source, Path(tmp))
         remember_float_source(model_out, model_in, context.model_sha256, context.cache_dir)
         if fresh is not None and fresh.is_file():
             os.replace(fresh, ranges)  # published whole, so a concurrent reader never sees half a file
@@ -218,6 +224,30 @@ class StaticQuantization(Pass):
         )
         if config.nodes_to_exclude:
             _keep_fallback_float(model_out, config.nodes_to_exclude)
+
+    @classmethod
+    def _quantize_plain(
+        cls, config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path, tmp: Path
+    ) -> None:
+        """The model quantized again from a copy with plain tensor names (tensor_names.py); kept
+        when onnx accepts that one, else the first result stands (its trial says why it fails)."""
+        model = onnx.load(str(model_in))
+        names = plain_names(model)
+        if names is None:
+            return
+        plain_in, plain_out, plain_ranges = tmp / "plain.onnx", tmp / "plain_q.onnx", tmp / "plain_ranges.json"
+        onnx.save(model, str(plain_in))
+        renamed_ranges(ranges, plain_ranges, names)
+        overrides = extra.get("TensorQuantOverrides")
+        if isinstance(overrides, dict):
+            extra = {**extra, "TensorQuantOverrides": {names.get(k, k): v for k, v in overrides.items()}}
+        cls._quantize(config, plain_in, plain_out, extra, plain_ranges)
+        if inference_error(plain_out) is not None:
+            return
+        quantized = onnx.load(str(plain_out))
+        restore_names(quantized, names)
+        onnx.save(quantized, str(model_out))
+        log.info("static_quant: quantized with plain tensor names (onnxruntime's quantizer broke the model's own)")
 
     @staticmethod
     def _calibration_cache(config: StaticQuantizationConfig, context: PassContext) -> tuple[Path | None, Path | None]:
