@@ -54,3 +54,62 @@ def test_strategies_touch_no_files_and_run_no_models():
         if calls:
             offenders[str(path.relative_to(SRC))] = sorted(calls)
     assert not offenders
+
+
+def _import_graph():
+    """bench/import_graph.py, the one definition of the floors (loaded by path: bench is no package)."""
+    import importlib.util
+    import sys
+
+    path = Path(__file__).parents[1] / "bench" / "import_graph.py"
+    spec = importlib.util.spec_from_file_location("quantune_bench_import_graph", path)
+    assert spec is not None and spec.loader is not None
+    module = sys.modules.setdefault(spec.name, importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(module)
+    return module
+
+
+# The figures the import graph may not grow past (bench/results/import-graph-*.md): imports from a
+# lower floor to a higher one, and import cycles. Lower them when an arrow is fixed.
+MAX_UPWARD_IMPORTS = 7
+MAX_IMPORT_CYCLES = 3
+
+
+def test_imports_point_down_and_go_round_no_more_than_before():
+    graph = _import_graph()
+    found = graph.arrows(SRC.parent)
+    upward = [f"{a.source}:{a.line} -> {a.target}" for a in graph.upward(found)]
+    cycles = graph.cycles(found)
+    assert len(upward) <= MAX_UPWARD_IMPORTS, "imports that point up a floor (FLOORS in bench/import_graph.py):\n" + (
+        "\n".join(upward)
+    )
+    assert len(cycles) <= MAX_IMPORT_CYCLES, f"import cycles: {cycles}"
+
+
+# Strings that name a precision (``"fp16"`` is a pass and a dtype): a literal holding one of these
+# beside a pass name is a list of precisions, not of passes.
+_PRECISIONS = {"fp32", "bf16", "int4", "int8", "uint8", "int16", "uint16", "float32", "float16"}
+
+
+def test_no_list_of_pass_names_outside_the_passes():
+    """What the house needs to know about a pass is its traits (passes/base.py), so a new pass is
+    one file: a list, set, tuple or dict of pass names outside ``passes/`` is a list someone
+    would have to find and extend."""
+    from quantune.passes import pass_names
+
+    names = set(pass_names())
+    offenders = []
+    for path in _modules(SRC):
+        if (SRC / "passes") in path.parents:
+            continue
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.List | ast.Set | ast.Tuple):
+                items = list(node.elts)
+            elif isinstance(node, ast.Dict):
+                items = [*(k for k in node.keys if k is not None), *node.values]
+            else:
+                continue
+            strings = {item.value for item in items if isinstance(item, ast.Constant) and isinstance(item.value, str)}
+            if strings & names and not strings & _PRECISIONS:
+                offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: {sorted(strings & names)}")
+    assert not offenders, "read the passes' traits instead:\n" + "\n".join(offenders)

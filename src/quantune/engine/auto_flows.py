@@ -3,17 +3,20 @@
 A user who knows nothing about the model lists the passes (each with ``search: true``) and
 lets quantune place them, the way Olive's recipes do:
 
-* every int8 quantizer (``static_quant``, ``dynamic_quant``) alone;
-* ``transformer_opt`` alone (fused fp32) and before each quantizer and ``weight_only``
-  (fusion, then quantization) -- only when the model is a transformer;
-* ``weight_only`` alone, and before ``dynamic_quant`` (the MatMuls it leaves float may still
-  go int8) -- only when the model has MatMuls with constant weights;
-* ``fp16`` alone (and after ``transformer_opt``) -- only when size is an objective: on a CPU
-  it rarely makes a model faster, so a latency run would spend its trials on it for nothing.
+* every int8 quantizer (``auto_place = "quantize"``: ``static_quant``, ``dynamic_quant``) alone;
+* a fusion (``"fuse"``: ``transformer_opt``) alone (fused fp32) and before each quantizer and
+  weight pass (fusion, then quantization) -- only when the model is a transformer;
+* a weight pass (``"weights"``: ``weight_only``) alone, and before each dynamic quantizer
+  (``quantizes = "dynamic"``: ``dynamic_quant``; the MatMuls it leaves float may still go
+  int8) -- only when the model has MatMuls with constant weights;
+* a half-precision pass (``"half"``: ``fp16``) alone (and after a fusion) -- only when size is
+  an objective: on a CPU it rarely makes a model faster, so a latency run would spend its
+  trials on it for nothing.
 
-"Only when" is each pass's own :meth:`~quantune.passes.Pass.supports` on the model's facts,
-for its default config: a flow the model cannot run is never built (and never sampled).
-Other passes (graph_opt, cle, smooth_quant, plugins) need flows written by hand.
+Where a pass goes is its ``auto_place`` trait (:mod:`quantune.passes.base`). "Only when" is
+each pass's own :meth:`~quantune.passes.Pass.supports` on the model's facts, for its default
+config: a flow the model cannot run is never built (and never sampled). Passes without a
+place (graph_opt, cle, smooth_quant, most plugins) need flows written by hand.
 """
 
 from __future__ import annotations
@@ -22,29 +25,28 @@ from collections.abc import Mapping
 from typing import Any
 
 from quantune.errors import ConfigError
-
-QUANTIZERS = ("static_quant", "dynamic_quant")
-PLACED = (*QUANTIZERS, "transformer_opt", "weight_only", "fp16")
+from quantune.passes.registry import PASSES
 
 
 def auto_flows(steps: Mapping[str, Any], facts: Mapping[str, Any], size_objective: bool) -> list[tuple[str, ...]]:
     """The flows over ``steps`` (step id -> :class:`~quantune.engine.plan.Step`) in a fixed order."""
-    other = [step_id for step_id, step in steps.items() if step.pass_cls.name not in PLACED]
+    other = [step_id for step_id, step in steps.items() if step.pass_cls.auto_place is None]
     if other:
+        placed = sorted(name for name, cls in PASSES.registered().items() if cls.auto_place is not None)
         raise ConfigError(
-            f"flows: auto places {', '.join(PLACED)}; write the flows by hand for {other} (a list of lists of step ids)"
+            f"flows: auto places {', '.join(placed)}; write the flows by hand for {other} (a list of lists of step ids)"
         )
 
-    def of(name: str) -> list[str]:
-        return [step_id for step_id, step in steps.items() if step.pass_cls.name == name]
+    def of(place: str) -> list[str]:
+        return [step_id for step_id, step in steps.items() if step.pass_cls.auto_place == place]
 
-    fusions, weights, halves = of("transformer_opt"), of("weight_only"), of("fp16")
-    quantizers = [step_id for step_id, step in steps.items() if step.pass_cls.name in QUANTIZERS]
+    fusions, weights, halves, quantizers = of("fuse"), of("weights"), of("half"), of("quantize")
+    dynamic = [q for q in quantizers if steps[q].pass_cls.quantizes == "dynamic"]
     candidates: list[tuple[str, ...]] = [(q,) for q in quantizers]
     for fuse in fusions:
         candidates += [(fuse,), *((fuse, q) for q in quantizers), *((fuse, w) for w in weights)]
     for weight in weights:
-        candidates += [(weight,), *((weight, q) for q in of("dynamic_quant"))]
+        candidates += [(weight,), *((weight, q) for q in dynamic)]
     if size_objective:
         candidates += [(half,) for half in halves] + [(fuse, half) for fuse in fusions for half in halves]
     flows = [flow for flow in candidates if _applies(flow, steps, facts)]

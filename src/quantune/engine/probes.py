@@ -25,7 +25,6 @@ from quantune.passes.onnx.capability import ModelCapability
 from quantune.passes.timing import timing_for
 from quantune.space import Point
 from quantune.store import cache_key
-from quantune.strategy.accuracy.context import QUANT_PASSES, WEIGHT_PASSES
 
 log = logging.getLogger("quantune.strategy")  # the strategies' log: these probes serve them
 
@@ -39,6 +38,7 @@ def accuracy_fields(
     in a worker process; without it, it runs in this process.
     """
     step_passes = {step_id: step.pass_cls.name for step_id, step in plan.steps.items()}
+    step_classes = {step_id: step.pass_cls for step_id, step in plan.steps.items()}
     step_fixed = {step_id: dict(step.fixed) for step_id, step in plan.steps.items()}
     probes: dict[tuple[str, ...], SensitivityProbe] = {}
     options = dict(options or {})
@@ -53,14 +53,14 @@ def accuracy_fields(
         fallback must name nodes the quantizer sees (an unfused MatMul's name is gone after
         fusion, and excluding it would change nothing).
         """
-        steps = tuple(upstream) if any(step_passes.get(s) in RESTRUCTURING for s in upstream) else ()
+        steps = tuple(upstream) if any(_trait(step_classes, s, "restructuring") for s in upstream) else ()
         key = (tuple(op_types) if op_types is not None else None, mode, steps)
         if key not in capabilities:
             capabilities[key] = ModelCapability.from_model(_quant_input(context, plan, steps), op_types, mode)
         return capabilities[key]
 
     def sensitivity(point: Point, flow: tuple[str, ...]) -> Mapping[str, float]:
-        quant = next((s for s in flow if step_passes.get(s) in QUANT_PASSES), None)
+        quant = next((s for s in flow if _trait(step_classes, s, "quantizes")), None)
         if quant is None or context.calibration is None:
             return {}
         probe = probes.get(flow)
@@ -76,7 +76,7 @@ def accuracy_fields(
                 batch_size=context.batch_size,
                 cache=context.cache,
                 rows=int(options.get("sensitivity_rows", 128)),
-                dynamic=step_passes.get(quant) in WEIGHT_PASSES,  # weight_only ranked by its int8 proxy
+                dynamic=_trait(step_classes, quant, "quantizes") == "dynamic",  # weight_only: by its int8 proxy
                 isolation=isolation,
             )
         return probe(point)
@@ -117,9 +117,13 @@ def accuracy_fields(
 
 
 CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the original
-# Passes whose output graph has other nodes than their input (fused, replaced): the quant step's
-# groups come from their output.
-RESTRUCTURING = ("transformer_opt", "graph_opt", "weight_only")
+
+
+def _trait(step_classes: Mapping[str, Any], step: str, trait: str) -> Any:
+    """A trait of the step's pass (None for an unknown step): ``restructuring`` passes' output
+    graph has other nodes than their input, so the quant step's groups come from their output."""
+    cls = step_classes.get(step)
+    return getattr(cls, trait) if cls is not None else None
 
 
 def _quant_input(context: Any, plan: Any, steps: tuple[str, ...]) -> Any:

@@ -108,6 +108,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         runner=runner,
         runner_name=config.evaluation.runner,
         runner_source_sha256=runner_source,
+        quantized_ops=frozenset().union(*(step.pass_cls.leaves_quantized for step in plan.steps.values())),
     )
     evaluator = Evaluator(spec, evaluation, input_names, threads=eval_threads, backend=target_backend(loaded))
     higher = config.criterion.higher_is_better

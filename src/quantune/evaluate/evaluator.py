@@ -22,7 +22,7 @@ from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
 from quantune.evaluate.latency import LatencySpec, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
-from quantune.evaluate.quantized import quantization_figures
+from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS, quantization_figures
 from quantune.evaluate.target_client import TargetFault
 from quantune.model import model_size_bytes
 
@@ -49,6 +49,8 @@ class EvaluationSpec:
     runner: Runner | None = field(default=None, compare=False)
     runner_name: str | None = None
     runner_source_sha256: str | None = None  # likewise for the runner script
+    # op types the run's passes leave quantized (their ``leaves_quantized`` trait), for quantized.py
+    quantized_ops: frozenset[str] = frozenset()
 
     def fingerprint(self) -> dict[str, object]:
         return {
@@ -61,7 +63,7 @@ class EvaluationSpec:
             "runner_source": self.runner_source_sha256,
             "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
             "figures": 4,  # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb; 4: float16_ops
-        }
+        } | ({"quantized_ops": sorted(extra)} if (extra := self.quantized_ops - QUANTIZED_COMPUTE_OPS) else {})
 
 
 QUICK_WARMUP, QUICK_REPEATS = 3, 10  # rounds of a quick timing (Evaluator.quick_timing)
@@ -191,7 +193,9 @@ class Evaluator:
         # the memory a fresh session takes to load the model and run the latency feed, in its own process
         rest["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
         rest["size_bytes"] = float(model_size_bytes(model))
-        rest.update(quantization_figures(model))  # what actually runs quantized (0 for a float original)
+        rest.update(
+            quantization_figures(model, self.spec.quantized_ops)
+        )  # what actually runs quantized (0 for a float original)
         return Measured(outputs, first, metric, rest)
 
     def figures(self, measured: Measured, reference: dict[str, np.ndarray] | None) -> dict[str, float]:

@@ -15,6 +15,11 @@ graph (a cheap walk; weights are not loaded):
 * ``quantized_compute_fraction``: ``quantized_ops`` over all compute ops of the same graph
   (quantized + float), 0..1.
 
+What a run's passes leave quantized beyond these (their ``leaves_quantized`` trait, handed
+in by the engine as ``also``) counts too: a kernel op a plugin writes, or a float compute op
+whose weight comes from a ``DequantizeLinear`` (weight-only QDQ: ``DequantizeLinear(int4) ->
+MatMul``, which onnxruntime fuses into ``MatMulNBits`` when it loads the model).
+
 The denominator is the candidate's own compute ops, not the original's: graph optimisation
 fuses (MatMul+Add into Gemm, several MatMuls into one Attention), so the original's count
 would misstate a fully quantized fused model; quantizing itself is one op for one op.
@@ -70,20 +75,25 @@ FLOAT_COMPUTE_OPS = frozenset(
 _WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Attention": 1, "LSTM": 1, "GRU": 1}
 
 
-def count_quantized(model: onnx.ModelProto) -> tuple[int, int]:
-    """(quantized compute ops, all compute ops) of ``model``, subgraphs included."""
+def count_quantized(model: onnx.ModelProto, also: frozenset[str] = frozenset()) -> tuple[int, int]:
+    """(quantized compute ops, all compute ops) of ``model``, subgraphs included; ``also``: op
+    types the run's passes leave quantized (see the module docstring)."""
+    kernels = QUANTIZED_COMPUTE_OPS | (also - FLOAT_COMPUTE_OPS)
+    weight_only = also & FLOAT_COMPUTE_OPS
     quantized = total = 0
     for graph in graphs(model.graph):
         dequantized = {out for node in graph.node if node.op_type == "DequantizeLinear" for out in node.output}
         for node in graph.node:
-            if node.op_type in QUANTIZED_COMPUTE_OPS:
+            if node.op_type in kernels:
                 quantized += 1
                 total += 1
             elif node.op_type in FLOAT_COMPUTE_OPS:
                 total += 1
                 weight = _WEIGHT_INPUT.get(node.op_type)
                 inputs = list(node.input)
-                if weight is not None and len(inputs) > weight and {inputs[0], inputs[weight]} <= dequantized:
+                if weight is None or len(inputs) <= weight or inputs[weight] not in dequantized:
+                    continue
+                if inputs[0] in dequantized or node.op_type in weight_only:
                     quantized += 1
     return quantized, total
 
@@ -104,11 +114,11 @@ def count_float16(model: onnx.ModelProto) -> int:
     return count
 
 
-def quantization_figures(model_path: str | Path) -> dict[str, float]:
+def quantization_figures(model_path: str | Path, also: frozenset[str] = frozenset()) -> dict[str, float]:
     """``quantized_ops``, ``quantized_compute_fraction`` (0 and 0.0 for a model without compute ops)
-    and ``float16_ops`` of the model file."""
+    and ``float16_ops`` of the model file (``also``: see :func:`count_quantized`)."""
     model = onnx.load(str(model_path), load_external_data=False)
-    quantized, total = count_quantized(model)
+    quantized, total = count_quantized(model, also)
     return {
         "quantized_ops": quantized,
         "quantized_compute_fraction": quantized / total if total else 0.0,

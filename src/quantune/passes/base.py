@@ -14,6 +14,28 @@ A pass turns one model file into another. It declares:
   to it) and, from facts about the prepared model, which points cannot work on it (a
   per-channel QDQ point on a model whose opset could not be raised), so they are pruned.
 
+And its *traits* (scikit-learn's estimator tags): what the rest of the house needs to know about
+it (``providers`` above is one), read from the class instead of from lists of pass names kept elsewhere, so a new pass is one
+file and its registration:
+
+* ``role``: what it does in a flow (``optimize``, ``prepare``, ``quantize``, ``recover``,
+  ``convert``, ``tune``); recipes (``prepare``/``recover``) are what the accuracy strategies
+  search before any fallback;
+* ``quantizes``: ``"static"`` (calibrated activation ranges: the accuracy strategies fall back
+  ops, int16 too) or ``"dynamic"`` (weights only: each weight it touches is a group), or None;
+  a quantizing pass takes ``nodes_to_exclude`` (how fallback is written);
+* ``leaves_quantized``: the op types its output computes quantized, so a model it wrote is not
+  taken for "quantizes nothing": a kernel op (``MatMulNBits``), or a float compute op whose
+  weight comes from a ``DequantizeLinear`` (``MatMul``: weight-only QDQ that onnxruntime fuses);
+* ``rewrites_weights``: its output's weights are no longer float32 initializers (quantized or
+  cast), so passes that read float weights cannot follow it;
+* ``restructuring``: its output has other nodes than its input (fused, replaced), so a later
+  quantizer's groups come from its output;
+* ``auto_place``: where ``flows: auto`` places it (``quantize``: alone and after fusion;
+  ``fuse``: alone and before the quantizers and weight passes; ``weights``: alone, after fusion
+  and before the dynamic quantizers; ``half``: alone and after fusion, when size is an
+  objective), or None: flows are written by hand.
+
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
 
@@ -23,13 +45,16 @@ from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from quantune.data import Dataset
 from quantune.passes.timing import PassTiming
 from quantune.space import Param
+
+Role = Literal["optimize", "prepare", "quantize", "recover", "convert", "tune", "other"]
+RECIPE_ROLES = frozenset({"prepare", "recover"})  # range-fixing recipes around a quantizer
 
 
 class PassConfig(BaseModel):
@@ -72,6 +97,14 @@ class Pass(ABC):
     needs_timing: ClassVar[bool] = False
     # Whether the pass must end its flows (its output is partly beside the model, which later passes do not read).
     last_in_flow: ClassVar[bool] = False
+
+    # Traits (see the module docstring): read by the engine, the strategies and the other passes.
+    role: ClassVar[Role] = "other"
+    quantizes: ClassVar[Literal["static", "dynamic"] | None] = None
+    leaves_quantized: ClassVar[frozenset[str]] = frozenset()
+    rewrites_weights: ClassVar[bool] = False
+    restructuring: ClassVar[bool] = False
+    auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half"] | None] = None
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:

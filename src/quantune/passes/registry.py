@@ -36,5 +36,16 @@ def pass_names() -> list[str]:
     return PASSES.names()
 
 
+def find_pass(name: str | None) -> type[Pass] | None:
+    """The pass named ``name`` (a plugin's loaded if need be), or None: for reading a pass's
+    traits by its name (a step's pass, an upstream step) where an unknown name means "none"."""
+    return PASSES.find(name) if name else None
+
+
+def weights_rewritten(upstream: list[tuple[str, object]]) -> bool:
+    """Whether a pass of ``upstream`` (name, config pairs) left the weights no longer float32."""
+    return any((found := find_pass(name)) is not None and found.rewrites_weights for name, _ in upstream)
+
+
 def get_pass(name: str, *, field_name: str = "passes") -> type[Pass]:
     return PASSES.get(name, field_name=field_name)

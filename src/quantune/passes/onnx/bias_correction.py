@@ -48,6 +48,8 @@ class BiasCorrection(Pass):
     """Adds each quantized Conv/Gemm's mean output error (per channel, on calibration data) to its bias."""
 
     name = "bias_correction"
+    role = "recover"
+    rewrites_weights = True  # its output holds static_quant's quantized weights
     Config = BiasCorrectionConfig
     needs_calibration = True
     search_space = {"strength": Categorical((1.0, 0.5))}

@@ -125,6 +125,7 @@ class CrossLayerEqualization(Pass):
     """Balances the channel ranges of consecutive layers (function-preserving), so int8 fits them all."""
 
     name = "cle"
+    role = "prepare"
     Config = CrossLayerEqualizationConfig
     search_space = {"iterations": Categorical((1, 4))}
 

@@ -92,6 +92,11 @@ class DynamicQuantization(Pass):
     """Quantizes weights ahead of time and activations on the fly (no calibration data)."""
 
     name = "dynamic_quant"
+    role = "quantize"
+    quantizes = "dynamic"
+    leaves_quantized = frozenset({"MatMulInteger", "ConvInteger", "DynamicQuantizeLSTM", "QAttention"})
+    rewrites_weights = True
+    auto_place = "quantize"
     Config = DynamicQuantizationConfig
     # DynamicQuantizeLinear / MatMulInteger / ConvInteger have CPU kernels only.
     providers = ("CPUExecutionProvider",)

@@ -84,6 +84,8 @@ class FastFinetune(Pass):
     """AdaRound / AdaQuant of a static QDQ model's Conv/Gemm/MatMul weights against the float layers."""
 
     name = "fast_finetune"
+    role = "recover"
+    rewrites_weights = True  # its output holds static_quant's quantized weights
     Config = FastFinetuneConfig
     needs_calibration = True
     search_space = {

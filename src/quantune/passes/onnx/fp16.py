@@ -24,7 +24,7 @@ import onnx
 
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.weight_only import save_model
-from quantune.passes.registry import register_pass
+from quantune.passes.registry import register_pass, weights_rewritten
 from quantune.space import Categorical
 
 # Ops whose result fp16 cannot hold well: large sums, exponentials and variances. Not the fused
@@ -47,8 +47,6 @@ NUMERIC_OPS = (
     "Sqrt",
     "Erf",
 )
-# Quantizer outputs hold no float32 compute to halve (or run QDQ math that fp16 breaks).
-_QUANTIZED = ("static_quant", "dynamic_quant", "weight_only", "fp16")
 
 
 class Float16Config(PassConfig):
@@ -63,14 +61,18 @@ class Float16Conversion(Pass):
     """Converts float32 tensors to float16, keeping blocked ops (and the model's I/O) in float32."""
 
     name = "fp16"
+    role = "convert"
+    rewrites_weights = True
+    auto_place = "half"
     Config = Float16Config
     # Which block list holds accuracy is model-specific; measured, not guessed.
     search_space = {"keep_fp32": Categorical(("numeric", "none"), weights=(2, 1))}
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Not after a quantizer (int8/4-bit graphs, QDQ scales), nor twice."""
-        return not any(name in _QUANTIZED for name, _ in upstream)
+        """Not after a quantizer (int8/4-bit graphs, QDQ scales), nor twice: no pass that rewrote
+        the weights (they hold no float32 compute to halve, or run QDQ math that fp16 breaks)."""
+        return not weights_rewritten(upstream)
 
     @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:

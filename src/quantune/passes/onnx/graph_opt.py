@@ -34,6 +34,8 @@ class GraphOptimization(Pass):
     """Runs onnxruntime's graph optimizer at ``level`` and saves the result."""
 
     name = "graph_opt"
+    role = "optimize"
+    restructuring = True
     Config = GraphOptimizationConfig
     search_space = {"level": Categorical(("basic", "extended", "all"))}
 

@@ -106,6 +106,7 @@ class SessionTuning(Pass):
     """Chooses onnxruntime session settings for its input model by side-by-side timing."""
 
     name = "session_tuning"
+    role = "tune"
     Config = SessionTuningConfig
     search_space = {}
     needs_timing = True

@@ -145,6 +145,7 @@ class SmoothQuant(Pass):
     """Migrates activation outliers into MatMul/Gemm weights per input channel (function-preserving)."""
 
     name = "smooth_quant"
+    role = "prepare"
     Config = SmoothQuantConfig
     needs_calibration = True
     search_space = {"alpha": Categorical((0.3, 0.5, 0.7))}

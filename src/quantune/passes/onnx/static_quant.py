@@ -103,6 +103,11 @@ class StaticQuantization(Pass):
     """Calibrates activation ranges on calibration data, then quantizes weights and activations."""
 
     name = "static_quant"
+    role = "quantize"
+    quantizes = "static"
+    leaves_quantized = frozenset({"QLinearConv", "QLinearMatMul", "QGemm", "QAttention"})
+    rewrites_weights = True
+    auto_place = "quantize"
     # 2: excluded Conv/Gemm stay float at session load (float_fallback.py)
     # 3: records the float model each output came from (float_source.py), for the refining passes
     version = 4  # 4: a model onnx refuses is made again with plain tensor names (tensor_names.py)

@@ -77,6 +77,9 @@ class TransformerOptimization(Pass):
     """Fuses transformer subgraphs into onnxruntime's contrib kernels (``optimize_model``)."""
 
     name = "transformer_opt"
+    role = "optimize"
+    restructuring = True
+    auto_place = "fuse"
     Config = TransformerOptConfig
     # The fused com.microsoft ops have CPU and CUDA (and ROCm/DML for some) kernels only.
     providers = ("CPUExecutionProvider", "CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecutionProvider")

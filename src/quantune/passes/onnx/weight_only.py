@@ -29,12 +29,10 @@ from pydantic import Field, field_validator, model_validator
 
 from quantune.errors import TrialError
 from quantune.passes.base import Pass, PassConfig, PassContext
-from quantune.passes.registry import register_pass
+from quantune.passes.registry import register_pass, weights_rewritten
 from quantune.prepare.facts import facts_apply
 from quantune.space import Categorical, Conditional
 
-# Passes whose output has no float MatMul weights left for MatMulNBits (quantized, or fp16).
-_REWRITES_WEIGHTS = ("static_quant", "dynamic_quant", "weight_only", "fp16")
 HQQ_AVAILABLE = importlib.util.find_spec("torch") is not None
 
 
@@ -72,6 +70,12 @@ class WeightOnlyQuantization(Pass):
     """Blockwise 4/8-bit weights for MatMuls with constant weights (``MatMulNBits``)."""
 
     name = "weight_only"
+    role = "quantize"
+    quantizes = "dynamic"
+    leaves_quantized = frozenset({"MatMulNBits", "GatherBlockQuantized"})
+    rewrites_weights = True
+    restructuring = True  # MatMul -> MatMulNBits
+    auto_place = "weights"
     Config = WeightOnlyConfig
     # MatMulNBits has CPU, CUDA, DirectML and WebGPU kernels; not the QDQ-only accelerators.
     providers = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider", "WebGpuExecutionProvider")
@@ -93,7 +97,7 @@ class WeightOnlyQuantization(Pass):
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
         """Not after a quantizer or fp16: their MatMul weights are no longer float32 initializers
         (MatMulInteger, QDQ pairs, fp16 tensors), so there is nothing left to quantize."""
-        return not any(name in _REWRITES_WEIGHTS for name, _ in upstream)
+        return not weights_rewritten(upstream)
 
     @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:

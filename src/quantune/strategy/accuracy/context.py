@@ -4,8 +4,9 @@ Fallback is expressed only through the quant step's own parameters, so nothing n
 needed downstream: a group kept in fp32 puts its node names in ``<step>.nodes_to_exclude``,
 a group kept in int16 puts its activations in ``<step>.tensor_overrides`` (static QDQ only).
 
-The quant step is a ``static_quant``, ``dynamic_quant`` or ``weight_only`` step (the latter two
-alike: MatMuls stay float through ``nodes_to_exclude``): the strategies tune the
+The quant step is a step whose pass quantizes (its ``quantizes`` trait: ``static_quant``
+static, ``dynamic_quant`` and ``weight_only`` dynamic, alike: MatMuls stay float through
+``nodes_to_exclude``): the strategies tune the
 first flow that has one, or the flow named by the ``flow`` option. For a dynamic step the
 groups are the nodes ``quantize_dynamic`` touches (MatMuls with constant weights, embedding
 Gathers), each alone; shape-only groups (Reshape, Transpose, ...) are never candidates.
@@ -28,14 +29,31 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quantune.errors import QuantuneError
+from quantune.passes.base import RECIPE_ROLES
 from quantune.passes.onnx.capability import Group, ModelCapability, Precision
+from quantune.passes.registry import PASSES, find_pass
 from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
 
-QUANT_PASSES = ("static_quant", "dynamic_quant", "weight_only")
-# Quant passes whose groups are the weights they touch, each alone (no activation ranges, no int16).
-WEIGHT_PASSES = ("dynamic_quant", "weight_only")
-RECIPE_PASSES = ("cle", "smooth_quant", "bias_correction", "fast_finetune")
+
+def quantizes(pass_name: str | None) -> str | None:
+    """The pass's ``quantizes`` trait: "static", "dynamic" (its groups are the weights it touches,
+    each alone: no activation ranges, no int16) or None. A flow's quant step is its first
+    step whose pass quantizes."""
+    found = find_pass(pass_name)
+    return found.quantizes if found is not None else None
+
+
+def is_recipe(pass_name: str | None) -> bool:
+    """Whether the pass is a range-fixing recipe around the quantizer (cle, smooth_quant, ...)."""
+    found = find_pass(pass_name)
+    return found is not None and found.role in RECIPE_ROLES
+
+
+def _quantizing_passes() -> str:
+    return ", ".join(repr(name) for name, cls in sorted(PASSES.registered().items()) if cls.quantizes)
+
+
 FLOW_KEY = "flow"
 # Quant-step parameters that change accuracy more than speed: screened before any fallback.
 ACCURACY_PARAMS = ("per_channel", "calibrate_method", "activation_symmetric", "reduce_range")
@@ -82,14 +100,14 @@ class AccuracyContext:
         flows = [
             (name, tuple(steps))
             for name, steps in problem.flows.items()
-            if any(problem.step_passes.get(step) in QUANT_PASSES for step in steps)
+            if any(quantizes(problem.step_passes.get(step)) for step in steps)
         ]
         if chosen is not None:
             flows = [(name, steps) for name, steps in flows if name == chosen]
         if not flows:
             raise QuantuneError(
-                f"search.strategy: '{strategy}' tunes per-operator precision of a 'static_quant', 'dynamic_quant' "
-                f"or 'weight_only' pass; "
+                f"search.strategy: '{strategy}' tunes per-operator precision of a quantizing pass "
+                f"({_quantizing_passes()}); "
                 f"no flow {'named ' + repr(chosen) + ' ' if chosen else ''}has one (flows: {list(problem.flows)})"
             )
         return flows
@@ -99,9 +117,9 @@ class AccuracyContext:
         cls, problem: SearchProblem, flow_name: str, flow: tuple[str, ...], options: dict[str, Any]
     ) -> AccuracyContext:
         assert problem.capability is not None
-        quant_step = next(step for step in flow if problem.step_passes.get(step) in QUANT_PASSES)
+        quant_step = next(step for step in flow if quantizes(problem.step_passes.get(step)))
         fixed = problem.step_fixed.get(quant_step, {})
-        mode = "dynamic" if problem.step_passes.get(quant_step) in WEIGHT_PASSES else "static"
+        mode = "dynamic" if quantizes(problem.step_passes.get(quant_step)) == "dynamic" else "static"
         capability = problem.capability(fixed.get("op_types_to_quantize"), mode, flow[: flow.index(quant_step)])
         fp32_types = set(options.get("fp32_op_types", []))
         fp32_nodes = set(options.get("fp32_nodes", [])) | set(fixed.get("nodes_to_exclude", []))
@@ -157,12 +175,12 @@ class AccuracyContext:
 
     @property
     def quant_pass(self) -> str:
-        """The quant step's pass: static_quant or dynamic_quant."""
+        """The quant step's pass (one whose ``quantizes`` trait is set)."""
         return str(self.problem.step_passes[self.quant_step])
 
     @property
     def dynamic(self) -> bool:
-        return self.quant_pass in WEIGHT_PASSES
+        return quantizes(self.quant_pass) == "dynamic"
 
     def key(self, param: str) -> str:
         return f"{self.quant_step}.{param}"
@@ -191,7 +209,7 @@ class AccuracyContext:
     def recipe_params(self) -> dict[str, tuple[Any, ...]]:
         """Searched categorical parameters of recipe passes (cle, smooth_quant) in the flow."""
         full = self.problem.subspace(list(self.flow), dict(self.flow_fixed))
-        steps = [s for s in self.flow if self.problem.step_passes.get(s) in RECIPE_PASSES]
+        steps = [s for s in self.flow if is_recipe(self.problem.step_passes.get(s))]
         return {
             name: param.choices
             for name, param in full.params.items()
@@ -199,7 +217,7 @@ class AccuracyContext:
         }
 
     def has_recipes(self) -> bool:
-        return any(self.problem.step_passes.get(s) in RECIPE_PASSES for s in self.flow)
+        return any(is_recipe(self.problem.step_passes.get(s)) for s in self.flow)
 
     # -- sensitivity --------------------------------------------------------------------------
     def ranked(self, point: Mapping[str, Any], groups: Sequence[Group] | None = None) -> list[tuple[Group, float]]:
