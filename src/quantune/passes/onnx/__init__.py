@@ -14,6 +14,7 @@ from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
 from quantune.passes.onnx.transformer_opt import TransformerOptimization
 from quantune.passes.onnx.weight_only import WeightOnlyQuantization
+from quantune.passes.onnx.weight_only_qdq import WeightOnlyQDQ as WeightOnlyQDQ
 
 __all__ = [
     "BiasCorrection",
