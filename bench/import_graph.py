@@ -52,7 +52,14 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("model", ("quantune.model", "quantune.memory", "quantune.machine")),
     (
         "base",
-        ("quantune.errors", "quantune.registry", "quantune.wording", "quantune.userimport", "quantune._lazy"),
+        (
+            "quantune.errors",
+            "quantune._version",
+            "quantune.registry",
+            "quantune.wording",
+            "quantune.userimport",
+            "quantune._lazy",
+        ),
     ),
 )
 

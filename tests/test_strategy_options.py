@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 from quantune.cli import main
-from quantune.config import config_json_schema
 from quantune.errors import ConfigError
+from quantune.schema import config_json_schema
 from quantune.strategy.options import QuantuneOptions, checked_options
 
 

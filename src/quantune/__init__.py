@@ -14,8 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from quantune._lazy import lazy_exports
-
-__version__ = "0.1.0"
+from quantune._version import __version__
 
 _EXPORTS = {
     "tune": "quantune.api",

@@ -59,7 +59,7 @@ def _cmd_report(args: argparse.Namespace) -> int:
 
 
 def _cmd_schema(args: argparse.Namespace) -> int:
-    from quantune.config import config_json_schema
+    from quantune.schema import config_json_schema
 
     print(json.dumps(config_json_schema(), indent=2))
     return 0

@@ -75,7 +75,7 @@ def _version(package: str) -> str | None:
         return metadata.version(package)
     except metadata.PackageNotFoundError:
         if package == "quantune":
-            from quantune import __version__
+            from quantune._version import __version__
 
             return __version__
         return None

@@ -16,7 +16,6 @@ from quantune.config.schema import (
     SearchConfig,
     StopConfig,
     TargetConfig,
-    config_json_schema,
 )
 
 __all__ = [
@@ -33,6 +32,5 @@ __all__ = [
     "SearchConfig",
     "StopConfig",
     "TargetConfig",
-    "config_json_schema",
     "load_config",
 ]

@@ -269,12 +269,3 @@ class Config(_Strict):
                 raise ValueError(f"pass '{entry.step_id}' appears twice; give each an 'id'")
             seen.add(entry.step_id)
         return self
-
-
-def config_json_schema() -> dict[str, Any]:
-    """The config's JSON Schema; ``x-strategy-options`` holds each registered strategy's options."""
-    from quantune.strategy.options import options_json_schemas
-
-    schema = Config.model_json_schema()
-    schema["x-strategy-options"] = options_json_schemas()
-    return schema
