@@ -8,13 +8,15 @@ from __future__ import annotations
 
 import hashlib
 import os
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnx
+from google.protobuf.message import Message
 from onnx import TensorProto
 
 from quantune.errors import QuantuneError
@@ -156,17 +158,63 @@ _WEIGHT_TYPES = {TensorProto.FLOAT, TensorProto.FLOAT16, TensorProto.DOUBLE, Ten
 _KEPT_ELEMENTS = 1024  # initializers up to this size keep their values (shape constants are small integers)
 
 
+# The fields of a TensorProto that hold its values (all the others describe it).
+VALUE_FIELDS = frozenset(
+    {"raw_data", "float_data", "int32_data", "string_data", "int64_data", "double_data", "uint64_data"}
+)
+
+
+def stripped(
+    model: onnx.ModelProto, strip: Callable[[int, TensorProto], bool], *, external: bool = False
+) -> onnx.ModelProto:
+    """A copy of ``model`` whose main-graph initializers picked by ``strip(index, tensor)`` keep
+    every field but their values (name, type, dims: what shape inference reads of a weight),
+    built without copying those values: copying and serializing a 100 MB model once per input
+    shape, or per restart of an inference, costs seconds. ``external``: they are marked external
+    data (as onnx's ``save_and_reload_model_with_shape_infer`` shows them to its inference).
+
+    The one weight-stripping helper: :func:`without_weights` here, ``passes/onnx/skeleton.py``
+    and ``passes/onnx/fast_shapes.py`` differ only in which initializers they pick.
+    """
+    light = onnx.ModelProto()
+    copy_fields(model, light, skip="graph")
+    copy_fields(model.graph, light.graph, skip="initializer")
+    for index, tensor in enumerate(model.graph.initializer):
+        target = light.graph.initializer.add()
+        if not strip(index, tensor):
+            target.CopyFrom(tensor)
+            continue
+        copy_fields(tensor, target, skip=VALUE_FIELDS)
+        if external:
+            target.data_location = TensorProto.EXTERNAL
+    return light
+
+
+def copy_fields(source: Any, target: Any, *, skip: str | frozenset[str]) -> None:
+    """Every set field of the protobuf message ``source`` but ``skip`` onto ``target``."""
+    skipped = {skip} if isinstance(skip, str) else skip
+    for field, value in source.ListFields():
+        if field.name in skipped:
+            continue
+        if _repeated(field):
+            getattr(target, field.name).extend(value)
+        elif isinstance(value, Message):
+            getattr(target, field.name).CopyFrom(value)
+        else:
+            setattr(target, field.name, value)
+
+
+def _repeated(field: Any) -> bool:
+    repeated = getattr(field, "is_repeated", None)
+    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
+
+
 def without_weights(model: onnx.ModelProto) -> onnx.ModelProto:
     """``model`` with the values of its large float initializers left out, their type and dims
-    kept: shape inference reads only those (data propagation reads small integer tensors), and
-    copying and serializing a 100 MB model once per input shape cost seconds."""
-    light = onnx.ModelProto()
-    light.CopyFrom(model)
-    for init in light.graph.initializer:
-        if init.data_type in _WEIGHT_TYPES and int(np.prod(init.dims, dtype=np.int64)) > _KEPT_ELEMENTS:
-            for name in ("raw_data", "float_data", "double_data", "int32_data"):
-                init.ClearField(name)
-    return light
+    kept: shape inference reads only those (data propagation reads small integer tensors)."""
+    return stripped(
+        model, lambda _, t: t.data_type in _WEIGHT_TYPES and int(np.prod(t.dims, dtype=np.int64)) > _KEPT_ELEMENTS
+    )
 
 
 def with_weights(light: onnx.ModelProto, model: onnx.ModelProto) -> onnx.ModelProto | None:

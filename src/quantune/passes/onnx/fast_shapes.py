@@ -36,9 +36,9 @@ from pathlib import Path
 from typing import Any
 
 import onnx
-from google.protobuf.message import Message
 from onnx import TensorProto
 
+from quantune.model import copy_fields, stripped
 from quantune.passes.onnx.skeleton import UNREAD_BY_ONNX, raw_size, unread_weights
 
 _LOCK = threading.Lock()
@@ -153,25 +153,10 @@ def _skeleton(model: onnx.ModelProto, hidden: set[int], *, external: bool) -> on
     them (marked external data when ``external``); None if a tensor has fields this does not know."""
     if {f.name for f in TensorProto.DESCRIPTOR.fields} != _TENSOR_FIELDS:
         return None
-    skeleton = onnx.ModelProto()
-    _copy_fields(model, skeleton, skip="graph")
-    _copy_fields(model.graph, skeleton.graph, skip="initializer")
-    for index, tensor in enumerate(model.graph.initializer):
-        target = skeleton.graph.initializer.add()
-        if index not in hidden:
-            target.CopyFrom(tensor)
-            continue
-        if any(len(getattr(tensor, name)) for name in _DATA_FIELDS):
-            return None  # raw bytes and typed data both: not a tensor to second-guess
-        target.dims.extend(tensor.dims)
-        for name in ("data_type", "segment", "name", "doc_string", "data_location"):
-            if tensor.HasField(name):
-                _set(target, name, getattr(tensor, name))
-        target.external_data.extend(tensor.external_data)
-        target.metadata_props.extend(tensor.metadata_props)
-        if external:
-            target.data_location = TensorProto.EXTERNAL
-    return skeleton
+    tensors = model.graph.initializer
+    if any(len(getattr(tensors[index], name)) for index in hidden for name in _DATA_FIELDS):
+        return None  # raw bytes and typed data both: not a tensor to second-guess
+    return stripped(model, lambda index, _: index in hidden, external=external)
 
 
 def _take_all_but_initializers(model: onnx.ModelProto, inferred: onnx.ModelProto) -> None:
@@ -179,33 +164,11 @@ def _take_all_but_initializers(model: onnx.ModelProto, inferred: onnx.ModelProto
     for field in onnx.ModelProto.DESCRIPTOR.fields:
         if field.name != "graph":
             model.ClearField(field.name)
-    _copy_fields(inferred, model, skip="graph")
+    copy_fields(inferred, model, skip="graph")
     for field in onnx.GraphProto.DESCRIPTOR.fields:
         if field.name != "initializer":
             model.graph.ClearField(field.name)
-    _copy_fields(inferred.graph, model.graph, skip="initializer")
-
-
-def _copy_fields(source: Any, target: Any, *, skip: str) -> None:
-    for field, value in source.ListFields():
-        if field.name == skip:
-            continue
-        if _repeated(field):
-            getattr(target, field.name).extend(value)
-        else:
-            _set(target, field.name, value)
-
-
-def _set(target: Any, name: str, value: Any) -> None:
-    if isinstance(value, Message):
-        getattr(target, name).CopyFrom(value)
-    else:
-        setattr(target, name, value)
-
-
-def _repeated(field: Any) -> bool:
-    repeated = getattr(field, "is_repeated", None)
-    return bool(repeated) if repeated is not None else field.label == field.LABEL_REPEATED
+    copy_fields(inferred.graph, model.graph, skip="initializer")
 
 
 def _infer_copying(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx.ModelProto | None:

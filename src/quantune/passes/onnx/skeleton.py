@@ -21,6 +21,8 @@ from collections.abc import Iterator, Mapping
 import onnx
 from onnx import TensorProto
 
+from quantune.model import stripped
+
 LARGE = 8192  # bytes: smaller weights stay (copying them costs nothing)
 _ITEMSIZE = {
     TensorProto.FLOAT: 4,
@@ -128,12 +130,7 @@ def unread_weights(graph: onnx.GraphProto, unread: Unread) -> Iterator[TensorPro
 def without_weights(model: onnx.ModelProto, unread: Unread) -> onnx.ModelProto:
     """A copy of ``model`` without the bytes of its :func:`unread_weights` (same initializers, types, dims)."""
     names = {tensor.name for tensor in unread_weights(model.graph, unread)}
-    skeleton = onnx.ModelProto()
-    skeleton.CopyFrom(model)  # one copy; reading raw_data into Python would copy each weight twice
-    for tensor in skeleton.graph.initializer:
-        if tensor.name in names:
-            tensor.ClearField("raw_data")
-    return skeleton
+    return stripped(model, lambda _, tensor: tensor.name in names)
 
 
 def _unread(node: onnx.NodeProto, index: int, unread: Unread) -> bool:
