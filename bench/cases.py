@@ -81,7 +81,19 @@ CASES: dict[str, Case] = {
 
 ZOO_CACHE = Path(os.environ.get("QUANTUNE_ZOO_CACHE", Path.home() / ".cache" / "quantune-zoo")).expanduser()
 # the zoo models the peer bench runs: their inputs, data and metric as the zoo's configs name them
-ZOO_CASES = ("captcha_ddddocr", "minilm_l3", "ppocrv6_rec", "ppocr_cls", "lac_tagger", "dfn_enc")
+# (every zoo model but romanizer_decoder, whose metric runs a decoding loop through its runner.py:
+# a peer's tuner scores one call of the model, so it cannot be scored the same way for every tool)
+ZOO_CASES = (
+    "captcha_ddddocr",
+    "minilm_l3",
+    "ppocrv6_rec",
+    "ppocr_cls",
+    "lac_tagger",
+    "dfn_enc",
+    "basic_pitch",
+    "layout_cdla",
+    "ppocrv6_det",
+)
 
 
 def zoo_case(name: str) -> Case:

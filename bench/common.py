@@ -127,19 +127,61 @@ def batches(data: Data, names: list[str], batch_size: int, limit: int | None = N
         yield {name: data[name][start : start + batch_size] for name in names}
 
 
-def run_model(model_path: str | Path, data: Data, batch_size: int) -> dict:
+def run_model(model_path: str | Path, data: Data, batch_size: int, runtime: dict | None = None) -> dict:
     """All outputs of the model over ``data``, concatenated along the batch axis (a list per
-    output when feeds' outputs differ in shape)."""
-    options = ort.SessionOptions()
-    options.log_severity_level = 3
-    session = ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
-    names = [item.name for item in session.get_inputs()]
-    outs = [item.name for item in session.get_outputs()]
+    output when feeds' outputs differ in shape), on the row's ``runtime`` (default: onnxruntime CPU)."""
+    run, names, outs = open_model(model_path, runtime, timing=False)
     chunks: list[list[np.ndarray]] = [[] for _ in outs]
     for batch in batches(data, names, batch_size):
-        for index, value in enumerate(session.run(outs, batch)):
+        for index, value in enumerate(run(batch)):
             chunks[index].append(value)
     return {name: stack(parts) for name, parts in zip(outs, chunks, strict=True)}
+
+
+# what every OpenVINO row is compiled with for timing (the bench's one-thread latency setting)
+OPENVINO_TIMING = {
+    "INFERENCE_NUM_THREADS": 1,
+    "NUM_STREAMS": 1,
+    "PERFORMANCE_HINT": "LATENCY",
+    "ENABLE_CPU_PINNING": False,
+}
+
+
+def open_model(
+    model_path: str | Path, runtime: dict | None = None, timing: bool = True
+) -> tuple[Callable[[dict], list], list[str], list[str]]:
+    """``(run, input names, output names)`` for a model on its runtime, ``run(feeds)`` -> outputs.
+
+    ``runtime`` is a row's ``{"name": "onnxruntime"}`` (the default: the CPU provider) or
+    ``{"name": "openvino", "config": {...}}`` (OpenVINO's own runtime on its CPU plugin, an IR
+    ``.xml`` or an ONNX file; ``config`` the compile properties the row was scored with, e.g.
+    ``INFERENCE_PRECISION_HINT``). ``timing``: the bench's one-thread latency setting.
+    """
+    runtime = runtime or {"name": "onnxruntime"}
+    if runtime["name"] == "onnxruntime":
+        session = _timing_session(model_path) if timing else _eval_session(model_path)
+        outs = [item.name for item in session.get_outputs()]
+        return (lambda feeds: session.run(outs, feeds)), [i.name for i in session.get_inputs()], outs
+    if runtime["name"] != "openvino":
+        raise ValueError(f"unknown runtime {runtime['name']!r} (onnxruntime or openvino)")
+    import openvino as ov  # only in the venvs that have it (venv-nncf)
+
+    config = {**runtime.get("config", {}), **(OPENVINO_TIMING if timing else {})}
+    compiled = ov.Core().compile_model(str(model_path), "CPU", config)
+    request = compiled.create_infer_request()
+    outs = [port.get_any_name() for port in compiled.outputs]
+
+    def run(feeds: dict) -> list:
+        result = request.infer(feeds)
+        return [np.array(result[port]) for port in compiled.outputs]
+
+    return run, [port.get_any_name() for port in compiled.inputs], outs
+
+
+def _eval_session(model_path: str | Path) -> ort.InferenceSession:
+    options = ort.SessionOptions()
+    options.log_severity_level = 3
+    return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
 
 def _timing_session(model_path: str | Path) -> ort.InferenceSession:
@@ -153,31 +195,42 @@ def _timing_session(model_path: str | Path) -> ort.InferenceSession:
     return ort.InferenceSession(str(model_path), options, providers=["CPUExecutionProvider"])
 
 
-def latency_ms(model_path: str | Path, feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100) -> dict:
+def latency_ms(
+    model_path: str | Path,
+    feeds: dict[str, np.ndarray],
+    warmup: int = 20,
+    repeats: int = 100,
+    runtime: dict | None = None,
+) -> dict:
     """The one latency method (see :func:`latency_interleaved`) for a single model: median and p90."""
-    return latency_interleaved({"model": model_path}, feeds, warmup=warmup, repeats=repeats)["model"]
+    return latency_interleaved({"model": (model_path, runtime)}, feeds, warmup=warmup, repeats=repeats)["model"]
 
 
 def latency_interleaved(
-    models: dict[str, str | Path], feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100
+    models: dict[str, str | Path | tuple], feeds: dict[str, np.ndarray], warmup: int = 20, repeats: int = 100
 ) -> dict[str, dict]:
     """Median and p90 latency (ms) of several models on a fixed batch, timed in interleaved rounds.
 
     On a shared or throttled machine, timing one model after another lets a slow minute land
     on one tool; one run of every model per round (in rotating order) gives each the same
-    conditions, so the ratios between tools are fair.
+    conditions, so the ratios between tools are fair. A model is a path (onnxruntime CPU) or
+    ``(path, runtime)`` (see :func:`open_model`): every one is timed on its own runtime, one
+    thread, in the same rounds of the same process.
     """
-    sessions = {name: _timing_session(path) for name, path in models.items()}
-    for session in sessions.values():
+    runners = {}
+    for name, entry in models.items():
+        path, runtime = entry if isinstance(entry, tuple) else (entry, None)
+        runners[name] = open_model(path, runtime)[0]
+    for run in runners.values():
         for _ in range(warmup):
-            session.run(None, feeds)
-    names = list(sessions)
+            run(feeds)
+    names = list(runners)
     timings = {name: np.empty(repeats) for name in names}
     for index in range(repeats):
         for offset in range(len(names)):
             name = names[(index + offset) % len(names)]
             start = time.perf_counter()
-            sessions[name].run(None, feeds)
+            runners[name](feeds)
             timings[name][index] = time.perf_counter() - start
     return {
         name: {"latency_ms": float(np.median(t) * 1000), "latency_p90_ms": float(np.percentile(t, 90) * 1000)}
@@ -221,8 +274,11 @@ class Scorer:
     def restart_clock(self) -> None:
         """Kept for the tools' calls; the clock runs from the process start (``BENCH_T0``) for all."""
 
-    def score(self, model_path: str | Path) -> float:
-        outputs = run_model(model_path, self.data, self.case["batch_size"])
+    def score(self, model_path: str | Path, runtime: dict | None = None) -> float:
+        return self.score_outputs(run_model(model_path, self.data, self.case["batch_size"], runtime))
+
+    def score_outputs(self, outputs: dict) -> float:
+        """Scores outputs the tool computed itself over the whole split (e.g. OpenVINO's compiled model)."""
         value = float(self.metric(outputs, view(self.data)))
         self.calls += 1
         elapsed = time.time() - self.started

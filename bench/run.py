@@ -4,8 +4,9 @@
                         [--max-trials 16] [--timeout 300] [--out bench/results]
     python bench/run.py --add-to bench/results/peers-<date>.json --tools quantune   # more rows, re-timed
 
-``--tools`` takes a tool (every row of it: ``inc`` is Neural Compressor basic and mse_v2, each
-static and dynamic) or single rows (``inc-mse_v2-dynamic``). ``--timeout`` is the one time
+``--tools`` takes a tool (its rows: ``inc`` is Neural Compressor's default strategy ``basic``,
+static and dynamic; ``inc-all`` adds ``mse_v2``; ``nncf_ov`` is NNCF on OpenVINO) or single rows
+(``inc-mse_v2-dynamic``). ``--timeout`` is the one time
 limit, the same for every row: wall-clock from the start of the tool's process, which is
 killed at the limit (a killed row keeps the evaluations it made, read from its progress
 file, but has no model). Each tool's own time limit is set ``--margin`` (default 10%) below
@@ -13,9 +14,10 @@ it, so a tool that honours its limit has time to save its model.
 
 Every tool runs in its own subprocess (its own venv: see ``bench/setup.sh``) with the same
 case file, budget and limits, and writes its result model plus timings as JSON. The harness
-then re-measures every result model the same way (``common.latency_ms``: onnxruntime CPU,
-1 intra-op thread, fixed batch, warm-up then median) and its accuracy on the same evaluation
-split, and writes ``<out>/<date>.md``, ``<out>/<date>.json`` and ``<out>/<date>.png``.
+then re-measures every result model the same way (``common.latency_interleaved``: each model on
+its own runtime, onnxruntime CPU unless the tool made an OpenVINO IR, 1 thread, fixed batch,
+warm-up then median, every model of a case in the same interleaved rounds; ``bench/timing.py``)
+and its accuracy on the same evaluation split, and writes ``<out>/<date>.md``, ``<out>/<date>.json`` and ``<out>/<date>.png``.
 """
 
 from __future__ import annotations
@@ -35,18 +37,9 @@ BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
 
 from cases import CACHE, CASES, REPO, Case  # noqa: E402
-from common import (  # noqa: E402
-    batches,
-    input_names,
-    latency_interleaved,
-    load_data,
-    load_metric,
-    meets,
-    relative_loss,
-    run_model,
-    view,
-)
-from common import latency_ms as measure_latency  # noqa: E402
+from common import input_names, meets, relative_loss  # noqa: E402
+from peer_table import write_report  # noqa: E402
+from timing import RUNTIME_VENVS, measure_models  # noqa: E402
 
 # row name -> (venv folder under CACHE, or None for quantune's own venv; runner script; its arguments)
 TOOLS: dict[str, tuple[str | None, str, tuple[str, ...]]] = {
@@ -55,29 +48,30 @@ TOOLS: dict[str, tuple[str | None, str, tuple[str, ...]]] = {
     "inc-basic-dynamic": ("venv-inc", "inc_tool.py", ("basic", "dynamic")),
     "inc-mse_v2-static": ("venv-inc", "inc_tool.py", ("mse_v2", "static")),
     "inc-mse_v2-dynamic": ("venv-inc", "inc_tool.py", ("mse_v2", "dynamic")),
+    # NC's default timeout=0: stops at its first model in budget (the rows above tune on until max_trials)
+    "inc-basic-early-static": ("venv-inc", "inc_tool.py", ("basic", "static", "early")),
+    "inc-basic-early-dynamic": ("venv-inc", "inc_tool.py", ("basic", "dynamic", "early")),
     "nncf": ("venv-nncf", "nncf_tool.py", ()),
+    "nncf_ov": ("venv-nncf", "nncf_ov_tool.py", ()),
     "olive-static": ("venv-olive", "olive_tool.py", ("static",)),
     "olive-dynamic": ("venv-olive", "olive_tool.py", ("dynamic",)),
     "quark": ("venv-quark", "quark_tool.py", ()),
 }
-TOOL_LABELS = {
-    "quantune": "quantune (strategy quantune, zero-knowledge)",
-    "inc-basic-static": "Neural Compressor 2.6 basic, static",
-    "inc-basic-dynamic": "Neural Compressor 2.6 basic, dynamic",
-    "inc-mse_v2-static": "Neural Compressor 2.6 mse_v2, static",
-    "inc-mse_v2-dynamic": "Neural Compressor 2.6 mse_v2, dynamic",
-    "nncf": "NNCF 3.4 accuracy control",
-    "olive-static": "Olive 0.13 static (tpe)",
-    "olive-dynamic": "Olive 0.13 dynamic (tpe)",
-    "quark": "Quark 0.13 AutoSearch",
+# a name in --tools that stands for several rows (else a row, or every row starting with "name-")
+GROUPS = {
+    "inc": ("inc-basic-static", "inc-basic-dynamic"),  # Neural Compressor's default strategy (issue 23)
+    "inc-all": ("inc-basic-static", "inc-basic-dynamic", "inc-mse_v2-static", "inc-mse_v2-dynamic"),
+    "inc-early": ("inc-basic-early-static", "inc-basic-early-dynamic"),
 }
+# the original on OpenVINO, timed beside a case's OpenVINO rows (what "just run it on OpenVINO" gives)
+OPENVINO_FP32 = {"name": "openvino", "config": {"INFERENCE_PRECISION_HINT": "f32"}}
 
 
 def expand_tools(names: str) -> list[str]:
-    """``inc`` -> every inc row; a row name stays itself."""
+    """``inc`` -> NC's basic rows, ``inc-all`` every NC row, ``olive`` both Olive rows; a row stays itself."""
     rows: list[str] = []
     for name in (n.strip() for n in names.split(",") if n.strip()):
-        matched = [row for row in TOOLS if row == name or row.startswith(f"{name}-")]
+        matched = list(GROUPS.get(name, ())) or [row for row in TOOLS if row == name or row.startswith(f"{name}-")]
         rows += matched or [name]
     return rows
 
@@ -138,15 +132,28 @@ def zoo_run():
     return module
 
 
-def measure(case: Case, model: Path, data, spec: dict) -> dict:
+def measure_job(spec: dict, job: dict) -> dict[str, dict]:
+    """Runs :func:`timing.measure_models` here, or, when a model runs on a runtime this venv lacks
+    (OpenVINO), in that runtime's venv (every model of the job then in that one process)."""
+    runtimes = {runtime["name"] for _, runtime in job["models"].values() if runtime} - {"onnxruntime"}
+    job = {**job, "spec": spec}
+    if not runtimes:
+        return measure_models(job)
+    venv = RUNTIME_VENVS[sorted(runtimes)[0]]
+    python = CACHE / venv / "bin" / "python"
+    folder = CACHE / "runs" / "timing"
+    folder.mkdir(parents=True, exist_ok=True)
+    job_file, out_file = folder / f"{spec['name']}-job.json", folder / f"{spec['name']}-out.json"
+    job_file.write_text(json.dumps(job))
+    subprocess.run([str(python), str(BENCH / "timing.py"), str(job_file), str(out_file)], check=True, env=child_env())
+    return json.loads(out_file.read_text())
+
+
+def measure(case: Case, model: Path, spec: dict, runtime: dict | None = None) -> dict:
     """Accuracy on the evaluation split, latency (the one method) and size of one model file."""
-    metric = load_metric(spec["metric"], "label")
-    outputs = run_model(model, data, case.batch_size)
-    value = float(metric(outputs, view(data)))
-    feeds = next(batches(data, spec["input_names"], case.batch_size))
-    figures = measure_latency(model, feeds, warmup=max(5, case.latency_repeats // 5), repeats=case.latency_repeats)
-    size = model.stat().st_size + sum(p.stat().st_size for p in model.parent.glob("*.data"))
-    return {"metric": value, **figures, "size_bytes": size}
+    job = {"models": {"model": [str(model), runtime]}, "accuracy": ["model"]}
+    job.update(warmup=max(5, case.latency_repeats // 5), repeats=case.latency_repeats, interleaved=False)
+    return measure_job(spec, job)["model"]
 
 
 def run_tool(tool: str, case_file: Path, out: Path, limit_s: float) -> dict:
@@ -231,18 +238,17 @@ def case_spec(case: Case, max_trials: int, timeout: float, margin: float) -> dic
 
 def bench_case(case: Case, tools: list[str], args, run_dir: Path) -> dict:
     ensure_built(case)
-    data = load_data(case.folder / case.evaluation_file)
     spec = case_spec(case, args.max_trials, args.timeout, args.margin)
     log(f"{case.name}: measuring fp32")
-    fp32 = measure(case, case.model.resolve(), data, spec)
+    fp32 = measure(case, case.model.resolve(), spec)
     spec["baseline"] = fp32["metric"]
     rows = [{"tool": "fp32", "status": "reference", **fp32, "loss": 0.0, "meets": True}]
     report = {"case": case.name, "description": case.description, "spec": spec, "rows": rows}
-    run_rows(case, report, tools, data, args, run_dir)
+    run_rows(case, report, tools, args, run_dir)
     return report
 
 
-def run_rows(case: Case, report: dict, tools: list[str], data, args, run_dir: Path) -> None:
+def run_rows(case: Case, report: dict, tools: list[str], args, run_dir: Path) -> None:
     """Runs ``tools`` on the case (replacing their earlier rows), then re-times every row together."""
     spec, rows = report["spec"], report["rows"]
     case_file = run_dir / case.name / "case.json"
@@ -252,145 +258,44 @@ def run_rows(case: Case, report: dict, tools: list[str], data, args, run_dir: Pa
         rows[:] = [r for r in rows if r["tool"] != tool]
         log(f"{case.name}: running {tool}")
         result = run_tool(tool, case_file, run_dir / case.name / tool, spec["limit_s"])
-        model = Path(result["model"]) if result.get("model") else None
-        row = {**result, "tool": tool}
-        if model is not None and model.exists():
-            try:
-                figures = measure(case, model, data, spec)
-            except Exception as exc:  # e.g. a model with custom ops plain onnxruntime cannot load
-                row["status"] = f"result model not measurable: {type(exc).__name__}: {str(exc)[:200]}"
-            else:
-                row.update(figures, loss=relative_loss(spec, figures["metric"]), meets=meets(spec, figures["metric"]))
-        log(f"{case.name}: {tool}: {row.get('status')} metric={row.get('metric')} latency={row.get('latency_ms')}")
-        rows.append(row)
-    remeasure_interleaved(case, report, data)
+        add_row(case, spec, rows, {**result, "tool": tool})
+    if any((r.get("runtime") or {}).get("name") == "openvino" for r in rows) and "fp32-openvino" not in {
+        r["tool"] for r in rows
+    }:
+        reference = {"tool": "fp32-openvino", "model": spec["model"], "runtime": OPENVINO_FP32}
+        add_row(case, spec, rows, {**reference, "status": "reference: the original on OpenVINO's runtime"})
+    remeasure_interleaved(case, report)
 
 
-def remeasure_interleaved(case: Case, report: dict, data: dict) -> None:
-    """Replaces each row's latency by one measured in interleaved rounds with all the others."""
+def add_row(case: Case, spec: dict, rows: list[dict], row: dict) -> None:
+    """Measures the row's model (accuracy, size, a first latency) on its runtime and appends the row."""
+    model = Path(row["model"]) if row.get("model") else None
+    if model is not None and model.exists():
+        try:
+            figures = measure(case, model, spec, row.get("runtime"))
+        except Exception as exc:  # e.g. a model with custom ops plain onnxruntime cannot load
+            row["status"] = f"result model not measurable: {type(exc).__name__}: {str(exc)[:200]}"
+        else:
+            row.update(figures, loss=relative_loss(spec, figures["metric"]), meets=meets(spec, figures["metric"]))
+    log(f"{case.name}: {row['tool']}: {row.get('status')} metric={row.get('metric')} latency={row.get('latency_ms')}")
+    rows.append(row)
+
+
+def remeasure_interleaved(case: Case, report: dict) -> None:
+    """Replaces each row's latency by one measured in interleaved rounds with all the others, each
+    model on its own runtime (fp32 on onnxruntime's CPU provider), in one process."""
     spec = report["spec"]
-    models = {"fp32": spec["model"]}
+    models = {"fp32": [spec["model"], None]}
     for row in report["rows"]:
         if row["tool"] != "fp32" and row.get("latency_ms") is not None and row.get("model"):
-            models[row["tool"]] = row["model"]
-    feeds = next(batches(data, spec["input_names"], case.batch_size))
+            models[row["tool"]] = [row["model"], row.get("runtime")]
     log(f"{case.name}: timing {len(models)} models in interleaved rounds")
-    figures = latency_interleaved(models, feeds, warmup=max(5, case.latency_repeats // 5), repeats=case.latency_repeats)
+    job = {"models": models, "warmup": max(5, case.latency_repeats // 5), "repeats": case.latency_repeats}
+    figures = measure_job(spec, {**job, "interleaved": True})
     for row in report["rows"]:
         if row["tool"] in figures:
             row.setdefault("latency_sequential_ms", row.get("latency_ms"))  # re-timing keeps the first figure
             row.update(figures[row["tool"]], latency_method="interleaved")
-
-
-def fmt(value, pattern: str, missing: str = "-") -> str:
-    return missing if value is None else format(value, pattern)
-
-
-def table(report: dict) -> str:
-    lines = []
-    for entry in report["cases"]:
-        spec, rows = entry["spec"], entry["rows"]
-        fp32 = rows[0]
-        lines += [
-            f"### {entry['case']}: {entry['description']}",
-            "",
-            f"Budget: at most {spec['tolerable_loss']:.1%} relative loss of the fp32 figure "
-            f"({fp32['metric']:.4f}); limits: {spec['max_trials']} trials, each tool's own limit "
-            f"{spec['timeout_s']:.0f} s, killed at {spec.get('limit_s', spec['timeout_s']):.0f} s from its process start.",
-            "",
-            "| tool | in budget | vs fp32 (side by side) | first in budget (s) | evals to first | full evals | "
-            "end (s) | metric | loss | latency ms | size MB | status |",
-            "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |",
-        ]
-        for row in rows:
-            latency = row.get("latency_ms")
-            ratio = latency / fp32["latency_ms"] if latency else None
-            lines.append(
-                "| "
-                + " | ".join(
-                    [
-                        TOOL_LABELS.get(row["tool"], row["tool"]),
-                        {True: "yes", False: "no"}.get(row.get("meets"), "-"),
-                        fmt(ratio, ".2f") + ("x" if ratio else ""),
-                        fmt(row.get("first_feasible_s"), ".1f"),
-                        fmt(row.get("first_feasible_evaluations"), "d"),
-                        fmt(row.get("evaluations"), "d"),
-                        fmt(row.get("process_s"), ".1f"),
-                        fmt(row.get("metric"), ".4f"),
-                        fmt(row.get("loss"), "+.2%"),
-                        fmt(latency, ".2f"),
-                        fmt(row["size_bytes"] / 1e6 if row.get("size_bytes") else None, ".2f"),
-                        str(row.get("status", ""))[:90].replace("|", "/"),
-                    ]
-                )
-                + " |"
-            )
-        lines += ["", versus_peers(rows), ""]
-    return "\n".join(lines)
-
-
-def versus_peers(rows: list[dict]) -> str:
-    ours = next((r for r in rows if r["tool"] == "quantune"), None)
-    peers = [r for r in rows if r["tool"] not in ("fp32", "quantune") and r.get("meets")]
-    if ours is None or not ours.get("meets"):
-        return "quantune: no model within the budget." if ours else ""
-    if not peers:
-        return "quantune vs best peer: no peer produced a model within the budget."
-    best = min(peers, key=lambda r: r["latency_ms"])
-    parts = [f"latency {ours['latency_ms'] / best['latency_ms']:.2f}x of the fastest peer model ({best['tool']})"]
-    timed = [r for r in peers if r.get("first_feasible_s")]
-    if timed and ours.get("first_feasible_s"):
-        quick = min(timed, key=lambda r: r["first_feasible_s"])
-        parts.append(
-            f"time to first model in budget {ours['first_feasible_s'] / quick['first_feasible_s']:.2f}x "
-            f"of the quickest peer ({quick['tool']})"
-        )
-    return "quantune vs best peer: " + "; ".join(parts) + " (below 1 = quantune better)."
-
-
-def plot(report: dict, path: Path) -> bool:
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError:
-        log("matplotlib is not installed: no plot (pip install matplotlib in quantune's venv)")
-        return False
-    cases = report["cases"]
-    fig, axes = plt.subplots(1, len(cases), figsize=(6 * len(cases), 4.5), squeeze=False)
-    for ax, entry in zip(axes[0], cases, strict=True):
-        budget = entry["spec"]["tolerable_loss"] * 100
-        for row in entry["rows"]:
-            if row.get("latency_ms") is None:
-                continue
-            marker = "*" if row["tool"] == "quantune" else ("s" if row["tool"] == "fp32" else "o")
-            ax.scatter(row["latency_ms"], row["loss"] * 100, s=120 if marker == "*" else 60, marker=marker)
-            ax.annotate(row["tool"], (row["latency_ms"], row["loss"] * 100), textcoords="offset points", xytext=(5, 5))
-        ax.axhline(budget, color="red", linestyle="--", linewidth=1, label=f"budget {budget:g}%")
-        ax.set_title(entry["case"])
-        ax.set_xlabel("latency, median ms (1 thread)")
-        ax.set_ylabel("accuracy loss vs fp32 (%)")
-        ax.grid(alpha=0.3)
-        ax.legend(loc="best")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    return True
-
-
-def write_report(report: dict, stem: Path) -> str:
-    load = report.get("machine", {}).get("load")
-    text = (
-        f"# quantune bench, {report['date']}\n\nTimed on a shared {report.get('machine', {}).get('cpus')}-core machine"
-        + (f" under load (1-minute load average {load:.1f} at the start)" if load else "")
-        + "; every ratio to fp32 is from one interleaved timing of all rows of a case.\n\n"
-        + table(report)
-    )
-    stem.with_suffix(".json").write_text(json.dumps(report, indent=2, default=str))
-    if plot(report, stem.with_suffix(".png")):
-        text += f"\n![accuracy loss vs latency]({stem.name}.png)\n"
-    stem.with_suffix(".md").write_text(text)
-    return text
 
 
 def main() -> None:
@@ -413,8 +318,8 @@ def main() -> None:
         report = json.loads(args.remeasure.read_text())
         for entry in report["cases"]:
             case = CASES[entry["case"]]
-            remeasure_interleaved(case, entry, load_data(case.folder / case.evaluation_file))
-        print(write_report(report, args.remeasure.with_suffix("")))
+            remeasure_interleaved(case, entry)
+        print(write_report(report, args.remeasure.with_suffix(""), log))
         return
     tools = expand_tools(args.tools)
     unknown = [t for t in tools if t not in TOOLS] + [c for c in args.cases.split(",") if c not in CASES]
@@ -429,8 +334,8 @@ def main() -> None:
                 continue
             case = CASES[entry["case"]]
             ensure_built(case)
-            run_rows(case, entry, tools, load_data(case.folder / case.evaluation_file), args, run_dir)
-            text = write_report(report, args.add_to.with_suffix(""))
+            run_rows(case, entry, tools, args, run_dir)
+            text = write_report(report, args.add_to.with_suffix(""), log)
         print(text)
         return
     stamp = args.prefix + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
@@ -439,12 +344,13 @@ def main() -> None:
         "date": stamp,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load": os.getloadavg()[0]},
         "limits": {"max_trials": args.max_trials, "limit_s": args.timeout, "margin": args.margin},
+        "command": "python bench/run.py " + " ".join(sys.argv[1:]),
         "cases": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)
     for name in args.cases.split(","):
         report["cases"].append(bench_case(CASES[name], tools, args, run_dir))
-        text = write_report(report, args.out / stamp)  # after every case, so a long run keeps its rows
+        text = write_report(report, args.out / stamp, log)  # after every case, so a long run keeps its rows
     print(text)
     log(f"wrote {args.out / stamp}.md/.json (work files in {run_dir})")
 

@@ -51,4 +51,5 @@ def test_bench_runs_quantune_on_digits(tmp_path: Path) -> None:
     assert ours["meets"] is True and ours["latency_ms"] > 0 and 1 <= ours["evaluations"] <= 2
     assert 0.0 < ours["first_feasible_s"] <= ours["process_s"] <= 60 + 5
     assert ours["first_feasible_evaluations"] <= ours["evaluations"]
-    assert "| quantune (strategy quantune, zero-knowledge) | yes |" in proc.stdout
+    assert "| quantune (strategy quantune, zero-knowledge) | ORT CPU | yes |" in proc.stdout
+    assert ours["stop"] and ours["verdict"] and "## Summary across cases" in proc.stdout

@@ -1,10 +1,15 @@
 """Intel Neural Compressor 2.x (ONNX Runtime adaptor): accuracy-driven post-training static quantization.
 
-Usage: python inc_tool.py CASE.json OUT_DIR [strategy] [approach]
+Usage: python inc_tool.py CASE.json OUT_DIR [strategy] [approach] [early]
     (runs in venv-inc; strategy: basic | mse_v2 | mse | auto; approach: static | dynamic)
 
 quant_level=1 is set, because the default quant_level="auto" ignores the strategy named.
-Everything else is Neural Compressor's default, as its users run it.
+Everything else is Neural Compressor's default, as its users run it, but the time limit: the
+case's own limit is passed as ``TuningCriterion.timeout``, and with a timeout above 0 Neural
+Compressor keeps tuning after its first model within the budget, for a faster one, until
+``max_trials`` or the timeout (its exit policy, ``strategy.py: stop``). ``early`` passes its
+default ``timeout=0`` instead: it stops at the first model within the budget (the harness's
+kill still bounds the run).
 """
 
 from __future__ import annotations
@@ -38,6 +43,7 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     strategy = sys.argv[3] if len(sys.argv) > 3 else case.get("inc_strategy", "basic")
     approach = sys.argv[4] if len(sys.argv) > 4 else "static"
+    early = len(sys.argv) > 5 and sys.argv[5] == "early"
     from neural_compressor import quantization
     from neural_compressor.config import AccuracyCriterion, PostTrainingQuantConfig, TuningCriterion
 
@@ -52,7 +58,7 @@ def main() -> None:
             higher_is_better=case["higher_is_better"], criterion="relative", tolerable_loss=case["tolerable_loss"]
         ),
         tuning_criterion=TuningCriterion(
-            strategy=strategy, max_trials=case["max_trials"], timeout=int(case["timeout_s"])
+            strategy=strategy, max_trials=case["max_trials"], timeout=0 if early else int(case["timeout_s"])
         ),
     )
     started = time.perf_counter()
@@ -68,7 +74,7 @@ def main() -> None:
     write_result(
         out,
         {
-            "tool": f"inc-{strategy}-{approach}",
+            "tool": f"inc-{strategy}-{'early-' if early else ''}{approach}",
             "status": "ok" if model is not None else "no model met the budget",
             "model": str(path) if path else None,
             "first_feasible_s": scorer.first_feasible_s,
@@ -76,9 +82,24 @@ def main() -> None:
             "evaluations": scorer.evaluations,
             "first_feasible_evaluations": scorer.first_feasible_evaluations,
             "tool_metric": scorer.history[-1]["value"] if scorer.history else None,
+            "stop": stop_reason(model is not None, scorer, case, total, early),
             "history": scorer.history,
         },
     )
+
+
+def stop_reason(found: bool, scorer: Scorer, case: dict, total_s: float, early: bool) -> str:
+    """What ended Neural Compressor's tuning (fit returns a model or None without saying why),
+    by its exit policy: the first model in budget (timeout 0 only), max_trials, its timeout, or
+    a tuning space with nothing left to try."""
+    kept = "best in-budget model kept" if found else "budget missed"
+    if early and found:
+        return f"accuracy reached after {scorer.evaluations} evaluation(s)"
+    if scorer.evaluations >= case["max_trials"]:
+        return f"trial limit ({case['max_trials']}) reached, {kept}"
+    if not early and total_s >= case["timeout_s"]:
+        return f"own time limit ({case['timeout_s']:.0f} s) reached, {kept}"
+    return f"tuning space exhausted after {scorer.evaluations} evaluation(s), {kept}"
 
 
 if __name__ == "__main__":

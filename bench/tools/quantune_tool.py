@@ -114,6 +114,11 @@ def main() -> None:
             "tool_metric": chosen.metrics.get(result.metric) if chosen else None,
             "settings": chosen.params if chosen else None,
             "notes": f"{result.stop_reason}; verdict {result.verdict}: {result.verdict_reason}",
+            # what ended the search and what the run concluded (results.json's stop_reason, verdict)
+            "stop": result.stop_reason,
+            "verdict": result.verdict,
+            "verdict_reason": result.verdict_reason,
+            "confirmed": result.latency_confirmation is not None and not result.latency_confirmation_skipped,
         },
     )
 
