@@ -308,6 +308,7 @@ def main() -> None:
         "--margin", type=float, default=0.1, help="share of --timeout below it that each tool's own limit is set"
     )
     parser.add_argument("--prefix", default="", help="the report's file name prefix, e.g. peers-")
+    parser.add_argument("--note", help="a line under the report's title (e.g. what the run was for)")
     parser.add_argument("--add-to", type=Path, help="run --tools on an earlier report's cases, re-time, rewrite it")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
     parser.add_argument(
@@ -316,6 +317,7 @@ def main() -> None:
     args = parser.parse_args()
     if args.remeasure:
         report = json.loads(args.remeasure.read_text())
+        report["note"] = args.note or report.get("note")
         for entry in report["cases"]:
             case = CASES[entry["case"]]
             remeasure_interleaved(case, entry)
@@ -345,6 +347,7 @@ def main() -> None:
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load": os.getloadavg()[0]},
         "limits": {"max_trials": args.max_trials, "limit_s": args.timeout, "margin": args.margin},
         "command": "python bench/run.py " + " ".join(sys.argv[1:]),
+        "note": args.note,
         "cases": [],
     }
     args.out.mkdir(parents=True, exist_ok=True)

@@ -70,6 +70,12 @@ def test_summary_table_has_one_row_per_case_with_stop_reason() -> None:
     assert "| NNCF 3.4 accuracy control on OpenVINO 2026.4 (IR) | OpenVINO | yes |" in text
 
 
+def test_ratios_within_the_noise_are_a_tie_not_a_loss() -> None:
+    assert peer_table.goal(0.44, 0.43, 0.03).startswith("tie (+2.3%")
+    assert peer_table.goal(0.50, 0.40, 0.03) == "missed by 0.10"
+    assert peer_table.goal(0.40, 0.43, 0.03) == "met"
+
+
 def test_killed_row_reads_the_kill_as_its_stop() -> None:
     assert peer_table.stop_text({"tool": "inc-basic-static", "status": "killed at the 60 s limit"}).startswith("killed")
 
