@@ -303,6 +303,28 @@ class Scorer:
             return self.score(path)
 
 
+def stop_by_limits(found: bool, evaluations: int, case: dict, total_s: float, otherwise: str) -> str:
+    """What ended a peer's search that returns a model or none without saying why: its trial
+    limit, its own time limit, or ``otherwise`` (e.g. "search space exhausted")."""
+    kept = "best in-budget model kept" if found else "budget missed"
+    if evaluations >= case["max_trials"]:
+        return f"trial limit ({case['max_trials']}) reached, {kept}"
+    if total_s >= case["timeout_s"]:
+        return f"own time limit ({case['timeout_s']:.0f} s) reached, {kept}"
+    return f"{otherwise} after {evaluations} evaluation(s), {kept}"
+
+
+def accuracy_control_stop(scorer: Scorer, case: dict, candidates: int) -> str:
+    """What ended NNCF's accuracy control (its first score is the fully quantized model, then one
+    per revert, ``max_num_iterations`` = the trial limit), from its scores."""
+    scores = scorer.history[1 : 1 + candidates]
+    if scores and scores[-1]["feasible"]:
+        return f"accuracy reached after {candidates} evaluation(s)"
+    if candidates - 1 >= case["max_trials"]:
+        return f"trial limit ({case['max_trials']} reverts) reached, budget missed"
+    return "nothing left to revert, budget missed"
+
+
 def calibration_batches(case: dict, batch_size: int = 1) -> list[dict[str, np.ndarray]]:
     data = load_data(case["calibration"])
     names = case["input_names"]

@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import Scorer, calibration_batches, load_case, write_result
+from common import Scorer, calibration_batches, load_case, stop_by_limits, write_result
 
 
 class CalibLoader:
@@ -89,17 +89,13 @@ def main() -> None:
 
 
 def stop_reason(found: bool, scorer: Scorer, case: dict, total_s: float, early: bool) -> str:
-    """What ended Neural Compressor's tuning (fit returns a model or None without saying why),
-    by its exit policy: the first model in budget (timeout 0 only), max_trials, its timeout, or
-    a tuning space with nothing left to try."""
-    kept = "best in-budget model kept" if found else "budget missed"
+    """What ended Neural Compressor's tuning (fit returns a model or None without saying why), by
+    its exit policy: the first model in budget (timeout 0 only), max_trials, its timeout, or a
+    tuning space with nothing left to try."""
     if early and found:
         return f"accuracy reached after {scorer.evaluations} evaluation(s)"
-    if scorer.evaluations >= case["max_trials"]:
-        return f"trial limit ({case['max_trials']}) reached, {kept}"
-    if not early and total_s >= case["timeout_s"]:
-        return f"own time limit ({case['timeout_s']:.0f} s) reached, {kept}"
-    return f"tuning space exhausted after {scorer.evaluations} evaluation(s), {kept}"
+    limit = case if not early else {**case, "timeout_s": float("inf")}
+    return stop_by_limits(found, scorer.evaluations, limit, total_s, "tuning space exhausted")
 
 
 if __name__ == "__main__":

@@ -21,7 +21,7 @@ from pathlib import Path
 
 os.environ.setdefault("NNCF_DISABLE_TELEMETRY", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import Scorer, batches, calibration_batches, load_case, stack, write_result
+from common import Scorer, accuracy_control_stop, batches, calibration_batches, load_case, stack, write_result
 
 RUNTIME = {"name": "openvino", "config": {"INFERENCE_PRECISION_HINT": "f32"}}
 
@@ -83,20 +83,10 @@ def main() -> None:
             "evaluations": candidates,  # the final re-score above is not NNCF's
             "first_feasible_evaluations": scorer.first_feasible_evaluations,
             "tool_metric": final,
-            "stop": stop_reason(scorer, case, candidates),
+            "stop": accuracy_control_stop(scorer, case, candidates),
             "history": scorer.history,
         },
     )
-
-
-def stop_reason(scorer: Scorer, case: dict, candidates: int) -> str:
-    """What ended NNCF's search, from its scores (NNCF returns its model without saying why)."""
-    scores = scorer.history[1 : 1 + candidates]
-    if scores and scores[-1]["feasible"]:
-        return f"accuracy reached after {candidates} evaluation(s)"
-    if candidates - 1 >= case["max_trials"]:  # the first scores the fully quantized model
-        return f"trial limit ({case['max_trials']} reverts) reached, budget missed"
-    return "nothing left to revert, budget missed"
 
 
 if __name__ == "__main__":

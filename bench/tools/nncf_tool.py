@@ -15,7 +15,7 @@ from pathlib import Path
 
 os.environ.setdefault("NNCF_DISABLE_TELEMETRY", "1")
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import Scorer, batches, calibration_batches, load_case, write_result
+from common import Scorer, accuracy_control_stop, batches, calibration_batches, load_case, write_result
 
 
 def main() -> None:
@@ -74,6 +74,7 @@ def main() -> None:
             "evaluations": scorer.evaluations - 1,  # the final re-score above is not NNCF's
             "first_feasible_evaluations": scorer.first_feasible_evaluations,
             "tool_metric": final,
+            "stop": note or accuracy_control_stop(scorer, case, scorer.evaluations - 1),
             "history": scorer.history,
         },
     )

@@ -20,7 +20,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import Scorer, batches, calibration_batches, load_case, write_result
+from common import Scorer, batches, calibration_batches, load_case, stop_by_limits, write_result
 
 CASE: dict = {}
 SCORER: Scorer | None = None
@@ -296,6 +296,7 @@ def main() -> None:
             "evaluations": SCORER.evaluations,
             "first_feasible_evaluations": SCORER.first_feasible_evaluations,
             "tool_metric": best.metrics_value if best is not None else None,
+            "stop": stop_by_limits(path is not None, SCORER.evaluations, CASE, total, "search space exhausted"),
             "inference_settings": inference_settings(best),
             "recipe": recipe_of(best.model_id if best is not None else None, footprint_nodes(out)),
             "fastest_in_budget": fastest_in_budget(footprint_nodes(out)),

@@ -16,7 +16,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from common import Scorer, calibration_batches, load_case, write_result
+from common import Scorer, calibration_batches, load_case, stop_by_limits, write_result
 
 
 def main() -> None:
@@ -77,6 +77,7 @@ def main() -> None:
             "evaluations": scorer.evaluations,
             "first_feasible_evaluations": scorer.first_feasible_evaluations,
             "tool_metric": None,
+            "stop": stop_by_limits(best is not None, scorer.evaluations, case, total, "grid exhausted"),
             "candidates": candidates,
             "history": scorer.history,
         },
