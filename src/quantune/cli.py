@@ -12,6 +12,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -243,7 +244,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback
     try:
-        return args.func(args)
+        code = args.func(args)
+        sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at exit
+        return code
+    except BrokenPipeError:  # output piped into head and friends: stop quietly (Python's documented way)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit goes nowhere
+        return 0
     except QuantuneError as exc:
         print(f"quantune: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -260,9 +266,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
         print(f"quantune: interrupted ({stop_cause(exc)})", file=sys.stderr)
         return exit_code(exc)
-    except BrokenPipeError:  # output piped into head and friends
-        sys.stderr.close()
-        return 0
 
 
 if __name__ == "__main__":

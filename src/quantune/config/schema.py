@@ -7,13 +7,25 @@ pass searches its default space, except parameters given a fixed value.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """``true`` for a number field is a mistake, not 1: pydantic's lax mode would take it (bool is an
+        int in Python), so ``max_trials: true`` ran one trial without a word."""
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = set(get_args(annotation)) or {annotation}
+            if kinds & {int, float} and bool not in kinds:
+                raise ValueError(f"{str(value).lower()} is not a number; give a number")
+        return value
 
 
 class DataConfig(_Strict):

@@ -20,6 +20,8 @@ from quantune.errors import DiskFull, QuantuneError
 
 FULL = {errno.ENOSPC, errno.EDQUOT}
 READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+# A path that cannot be a folder: a file in the way, a missing or unwritable parent (/proc/nope)
+IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG, errno.ELOOP}
 # Below this many free bytes the cache's file system counts as full: native code (onnxruntime's
 # model writers) may not report a short write, and leaves a truncated model behind instead.
 LOW_SPACE_BYTES = 64 * 1024
@@ -64,6 +66,15 @@ def not_writable(field: str, path: Path, exc: OSError) -> QuantuneError:
     return QuantuneError(f"{field}: '{path}' is not writable ({reason}); choose a folder you can write to")
 
 
+def cannot_create(field: str, path: Path, exc: OSError) -> QuantuneError:
+    """A folder that cannot be made where ``field`` points: names the file in its way, if any."""
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return QuantuneError(f"{field}: '{blocker}' is a file, not a folder; choose a folder (or remove the file)")
+    reason = exc.strerror or type(exc).__name__
+    return QuantuneError(f"{field}: cannot create '{path}' ({reason}); choose a folder you can write to")
+
+
 @contextlib.contextmanager
 def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[None]:
     """Turns a full disk into :class:`DiskFull` and (``refused``) a refused write into a one-line
@@ -85,6 +96,8 @@ def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[
             raise DiskFull(exc.filename or path) from None
         if refused and exc.errno in READ_ONLY:
             raise not_writable(field, Path(exc.filename or path), exc) from None
+        if refused and exc.errno in IN_THE_WAY:
+            raise cannot_create(field, Path(exc.filename or path), exc) from None
         raise
 
 
