@@ -45,6 +45,12 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
+def written_path(exc: OSError, default: object = "a file") -> object:
+    """The file a failed write was writing: a copy's error (shutil's sendfile) names the source
+    first and the destination -- the full one -- second."""
+    return exc.filename2 or exc.filename or default
+
+
 def free_bytes(path: Path) -> int | None:
     """Free bytes for an unprivileged writer on ``path``'s file system (``None``: unknown)."""
     try:
@@ -93,7 +99,7 @@ def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[
         raise
     except OSError as exc:
         if exc.errno in FULL:
-            raise DiskFull(exc.filename or path) from None
+            raise DiskFull(written_path(exc, path)) from None
         if refused and exc.errno in READ_ONLY:
             raise not_writable(field, Path(exc.filename or path), exc) from None
         if refused and exc.errno in IN_THE_WAY:
