@@ -550,6 +550,24 @@ KINDS: list[Kind] = [
         script("evaluation.metric", "m.py", "import not_a_module\n" + METRIC + "    return good\n", "score"),
         names=("m.py",),
     ),
+    Kind(
+        "metric",
+        "metric hangs (executor.trial_timeout_s: 3)",
+        lambda p: (
+            (p.set("executor", {"kind": "process", "trial_timeout_s": 3}) and None)
+            or script("evaluation.metric", "m.py", "import time\n\n" + METRIC + "    time.sleep(3600)\n", "score")(p)
+        ),
+        names=("3 s",),
+    ),
+    Kind(
+        "runner",
+        "runner hangs (executor.trial_timeout_s: 3)",
+        lambda p: (
+            (p.set("executor", {"kind": "process", "trial_timeout_s": 3}) and None)
+            or script("evaluation.runner", "r.py", "import time\n\n" + RUNNER + "    time.sleep(3600)\n", "run")(p)
+        ),
+        names=("3 s",),
+    ),
     # -- a runner script ------------------------------------------------------------------------
     Kind(
         "runner",

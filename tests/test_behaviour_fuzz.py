@@ -12,9 +12,10 @@ down; this one covers what the user's code *does* and what the machine does to t
 
 Every case ends in exit 0, or in exactly one ``quantune: error:`` line on stderr naming the
 field, script or folder at fault with exit 2 (1 for the machine) -- never a traceback. Hangs
-are left out here: a loader or metric that never returns is the per-trial limit's case
-(``executor.trial_timeout_s``), which needs worker processes and real seconds; exiting
-(``os._exit``) is covered in test_firsthour_faults.py with real workers for the same reason.
+are left out of the random draws (each needs worker processes and real seconds): one metric
+that never returns is run under the existing limit (``executor.trial_timeout_s``) below; a
+loader that never returns has no limit yet (issue 26 item 6). Exiting (``os._exit``) is covered
+in test_firsthour_faults.py with real workers for the same reason.
 
 ``QUANTUNE_FUZZ_EXAMPLES`` sets the examples per test (default 6, so the suite stays within
 seconds); ``make fuzz`` runs many more, new ones each time.
@@ -243,3 +244,24 @@ def test_a_read_only_output_folder_is_one_line(base, tmp_path, capsys):
         assert code == 2
     finally:
         subprocess.run(["umount", "-l", str(point)], capture_output=True)
+
+
+def test_a_metric_that_never_returns_ends_within_the_trial_limit(base, tmp_path):
+    """Under ``executor.trial_timeout_s`` the original's evaluation is killed at the limit: one line."""
+    import sys
+
+    (tmp_path / "hangs.py").write_text("import time\n\ndef score(outputs, data):\n    time.sleep(3600)\n")
+    config = {**base, "executor": {"kind": "process", "trial_timeout_s": 2}}
+    config["evaluation"] = {**base["evaluation"], "metric": "hangs.py:score"}
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parent.parent / "src"), "QUANTUNE_REPORT": "0"}
+    done = subprocess.run(
+        [sys.executable, "-m", "quantune", "run", "config.yaml", "-q", "-o", "out"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    check_outcome(done.returncode, done.stdout, done.stderr, ["2 s"])
+    assert done.returncode == 2 and "timeout" in done.stderr
