@@ -159,3 +159,27 @@ def test_an_infinite_budget_is_said_plainly(tmp_path, config, capsys):
     assert main(["run", str(write(tmp_path, config)), "-o", str(tmp_path / "o"), "-q"]) == 0
     err = capsys.readouterr().err
     assert "did you mean" not in err and "not guarded" in err
+
+
+def test_a_bool_mask_for_an_integer_input_is_still_converted(tmp_path, capsys):
+    """True/False for an int64 mask keeps its meaning (1/0): not another kind of number."""
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph(
+        [helper.make_node("Cast", ["mask"], ["y"], to=TensorProto.FLOAT)],
+        "g",
+        [helper.make_tensor_value_info("mask", TensorProto.INT64, ["n", 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 4])],
+    )
+    import onnx
+
+    onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), tmp_path / "mask.onnx")
+    np.savez(tmp_path / "mask.npz", mask=np.random.default_rng(0).random((8, 4)) > 0.5)
+    config = {
+        "model": "mask.onnx",
+        "data": {"evaluation": "mask.npz", "calibration": "mask.npz"},
+        "evaluation": {"metric": "cosine"},
+        "passes": [{"name": "dynamic_quant"}],
+        **INLINE_EXECUTOR,
+    }
+    assert main(["check", str(write(tmp_path, config))]) == 0, capsys.readouterr().err

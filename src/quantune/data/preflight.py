@@ -152,7 +152,8 @@ def _check_array(array: np.ndarray, spec: InputSpec, where: str, *, table: bool)
                 f"({spec.describe()})"
             )
     if spec.dtype is not None and array.dtype != spec.dtype:
-        if _family(array.dtype) != _family(spec.dtype):  # int64 pixels for a float input: scaled wrongly
+        kinds = (_family(array.dtype), _family(spec.dtype))
+        if kinds[0] != kinds[1] and kinds != ("boolean", "integer"):  # int64 pixels for a float input: scaled wrongly
             raise QuantuneError(
                 f"{label} has dtype {array.dtype} ({_family(array.dtype)}); model input '{spec.name}' takes "
                 f"{spec.dtype} ({_family(spec.dtype)}): convert the data as the model expects (e.g. scaled as in "
