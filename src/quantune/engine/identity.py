@@ -111,7 +111,7 @@ def check_unchanged(expected: Mapping[str, Mapping[str, str]], current: Mapping[
             raise QuantuneError(
                 f"{name} ({now.get('label')}) returned other data in a worker than it did at the start, though the "
                 "script is the same: a loader must return the same data on every call; make it deterministic "
-                "(e.g. seed its random numbers: np.random.default_rng(0))"
+                "(e.g. seed its random numbers: np.random.default_rng(0)) and leave the files it reads as they are"
             )
     if changed:
         raise QuantuneError(
