@@ -6,7 +6,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: demo test fuzz fuzz-config lint install install-test clean
+.PHONY: demo test fuzz fuzz-config fault-kinds lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -30,6 +30,11 @@ test: install-test target-venvs
 FUZZ_EXAMPLES ?= 2000
 fuzz: install-test
 	QUANTUNE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUANTUNE_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q $(wildcard tests/test_*fuzz*.py)
+
+# ~100 kinds of bad input and fault through the real CLI, each judged (exit code, one line naming
+# the field or file, no traceback): prints a table and writes it to bench/fault_kinds.md
+fault-kinds: install
+	$(BIN)/python bench/fault_kinds.py --write bench/fault_kinds.md
 
 # many more fuzzed configs than `make test` runs (tests/test_config_fuzz.py), new cases each time
 fuzz-config: install-test

@@ -13,6 +13,11 @@ Run: ``PYTHONPATH=src python bench/fault_soak.py [--kills 20] [--worker-kills 6]
    failed ("worker crashed: killed (SIGKILL ...)") and every other one ok.
 
 Prints a table: the fault, how often it was injected, how the run ended, what was lost.
+
+3. **Kinds** (``--kinds``, issue 26): instead of the soak, ~100 kinds of bad input and fault (config,
+   model, data, loader/metric/runner scripts, the environment) through the real CLI, each
+   judged for exit code, one line naming the field or file, and no traceback:
+   ``bench/fault_kinds.py`` (its list in ``bench/fault_kinds_list.py``; ``--write`` a table).
 """
 
 from __future__ import annotations
@@ -188,7 +193,14 @@ def main() -> None:
     parser.add_argument("--worker-kills", type=int, default=6)
     parser.add_argument("--worker-trials", type=int, default=30)
     parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
+    parser.add_argument("--kinds", action="store_true", help="run bench/fault_kinds.py's kinds instead of the soak")
+    args, rest = parser.parse_known_args()
+    if args.kinds:
+        import fault_kinds
+
+        sys.argv = [sys.argv[0], *rest]  # e.g. --only data --write bench/fault_kinds.md
+        fault_kinds.main()
+        return
     rng = random.Random(args.seed)
     with tempfile.TemporaryDirectory(prefix="quantune-soak-") as tmp:
         base = Path(tmp)

@@ -12,6 +12,7 @@ import argparse
 import errno
 import json
 import logging
+import os
 import signal
 import sys
 from collections.abc import Sequence
@@ -239,11 +240,46 @@ def one_line(message: str) -> str:
     return "".join(c if c.isprintable() or c == " " else repr(c)[1:-1] for c in message)
 
 
+class _OneLineWarnings(logging.Handler):
+    """Python's last resort for a warning logged while no handler is attached (before the run's
+    ``quantune.log`` exists), kept as one line each -- the log tail or traceback after a worker's
+    first line belongs in a log, not on a user's console -- and said when the command ends: a
+    command that fails says only its one error line (such a warning is a step towards it)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.WARNING)
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        lines = record.getMessage().strip().splitlines() or [""]
+        self.lines.append(f"quantune: warning: {one_line(lines[0])}")
+
+    def flush_to_stderr(self) -> None:
+        for line in dict.fromkeys(self.lines):
+            print(line, file=sys.stderr)
+        self.lines.clear()
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback
+    warnings, last_resort = _OneLineWarnings(), logging.lastResort
+    logging.lastResort = warnings  # before the run's log file exists: a warning is one line
     try:
-        return args.func(args)
+        return _main(args, warnings)
+    finally:
+        logging.lastResort = last_resort
+
+
+def _main(args: argparse.Namespace, warnings: _OneLineWarnings) -> int:
+    try:
+        code = args.func(args)
+        warnings.flush_to_stderr()
+        sys.stdout.flush()  # a closed pipe fails here, inside the handler below, not at exit
+        return code
+    except BrokenPipeError:  # output piped into head and friends: stop quietly (Python's documented way)
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # the flush at exit goes nowhere
+        return 0
     except QuantuneError as exc:
         print(f"quantune: error: {one_line(str(exc))}", file=sys.stderr)
         return EXIT_USER_ERROR
@@ -252,17 +288,19 @@ def main(argv: Sequence[str] | None = None) -> int:
         return EXIT_ENVIRONMENT
     except OSError as exc:
         if exc.errno not in (errno.ENOSPC, errno.EDQUOT):
-            raise
-        print(f"quantune: error: No space left on device writing {exc.filename or 'a file'}", file=sys.stderr)
+            if not exc.filename:
+                raise
+            print(f"quantune: error: '{exc.filename}': {exc.strerror or exc}", file=sys.stderr)  # a path in the way
+            return EXIT_USER_ERROR
+        from quantune.store.faults import written_path
+
+        print(f"quantune: error: No space left on device writing {written_path(exc)}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     except KeyboardInterrupt as exc:
         from quantune.engine.interrupts import exit_code, stop_cause
 
         print(f"quantune: interrupted ({stop_cause(exc)})", file=sys.stderr)
         return exit_code(exc)
-    except BrokenPipeError:  # output piped into head and friends
-        sys.stderr.close()
-        return 0
 
 
 if __name__ == "__main__":

@@ -123,8 +123,14 @@ class ModelHandle:
         if not model.graph.node or not model.graph.output:
             # An empty file parses as an empty ModelProto: say so here, not in a failed evaluation later.
             raise QuantuneError(f"{field_name}: '{path}' is not an ONNX model (it has no graph nodes or outputs)")
+        graph = _graph_of(model, resolved)
+        if not graph.input_names:  # its outputs are constants: nothing to feed, calibrate or measure
+            raise QuantuneError(
+                f"{field_name}: '{path}' has no inputs (every graph input is a weight or there are none); "
+                "quantune tunes a model that computes its outputs from input data"
+            )
         handle = cls(resolved)
-        handle.__dict__["_graph"] = _graph_of(model, resolved)  # this parse serves every later question
+        handle.__dict__["_graph"] = graph  # this parse serves every later question
         return handle
 
     @cached_property

@@ -75,15 +75,62 @@ def _read_file(config: str | Path) -> tuple[Path, dict[str, Any]]:
     path = Path(config)
     if not path.is_file():
         raise ConfigError(f"no config file at '{config}'")
-    text = path.read_text()
     try:
-        raw = json.loads(text) if path.suffix == ".json" else yaml.safe_load(text)
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as exc:
+        raise ConfigError(
+            f"not a text file (byte {exc.object[exc.start]:#04x} at offset {exc.start} is not UTF-8); "
+            "a config is YAML or JSON text",
+            source=str(path),
+        ) from None
+    except OSError as exc:
+        raise ConfigError(f"cannot be read ({exc.strerror or exc})", source=str(path)) from None
+    try:
+        raw = json.loads(text, object_pairs_hook=_unique_json) if path.suffix == ".json" else _yaml_load(text)
     except (ValueError, yaml.YAMLError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise ConfigError(f"not valid {kind}: {_one_line(exc)}", source=str(path)) from None
     if not isinstance(raw, dict):
         raise ConfigError("the top level must be a mapping (model:, data:, passes:, ...)", source=str(path))
     return path, raw
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, but a key given twice in one mapping is an error: PyYAML keeps the
+    last silently, so a user who set ``max_trials`` twice would not know which one ran."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            if key_node.tag == "tag:yaml.org,2002:merge":  # `<<: *base`: its keys may be overridden
+                continue
+            key = self.construct_object(key_node, deep=deep)  # type: ignore[no-untyped-call]
+            line = key_node.start_mark.line + 1
+            try:
+                if key in seen:
+                    raise yaml.constructor.ConstructorError(
+                        None,
+                        None,
+                        f"key '{key}' is given twice (first at line {seen[key]}; keep one), again",
+                        key_node.start_mark,
+                    )
+                seen[key] = line
+            except TypeError:  # an unhashable key: PyYAML's own error follows
+                continue
+        return super().construct_mapping(node, deep=deep)
+
+
+def _yaml_load(text: str) -> Any:
+    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
+
+
+def _unique_json(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"key '{key}' appears twice in one object; keep one")
+        out[key] = value
+    return out
 
 
 def _one_line(exc: Exception) -> str:
@@ -119,6 +166,8 @@ def format_validation_error(exc: ValidationError, prefix: str = "", named: Any =
                 message += f" (allowed here{' in ' + parent if parent else ''}: {', '.join(allowed)})"
         elif error["type"] == "missing":
             message = "required field is missing"
+        elif error["type"] == "value_error":
+            message = message.removeprefix("Value error, ")
         lines.append(f"{label or location or '(top level)'}: {message}")
     return "; ".join(lines)
 

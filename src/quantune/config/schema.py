@@ -7,13 +7,27 @@ pass searches its default space, except parameters given a fixed value.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator, model_validator
+
+MIN_WORKER_MB = 512  # executor.memory_limit_mb below this cannot start a worker (measured: ~400 MB at import)
 
 
 class _Strict(BaseModel):
     model_config = ConfigDict(extra="forbid")
+
+    @field_validator("*", mode="before")
+    @classmethod
+    def _no_bool_numbers(cls, value: Any, info: ValidationInfo) -> Any:
+        """``true`` for a number field is a mistake, not 1: pydantic's lax mode would take it (bool is an
+        int in Python), so ``max_trials: true`` ran one trial without a word."""
+        if isinstance(value, bool) and info.field_name is not None:
+            annotation = cls.model_fields[info.field_name].annotation
+            kinds = set(get_args(annotation)) or {annotation}
+            if kinds & {int, float} and bool not in kinds:
+                raise ValueError(f"{str(value).lower()} is not a number; give a number")
+        return value
 
 
 class DataConfig(_Strict):
@@ -179,11 +193,28 @@ class ExecutorConfig(_Strict):
     )
     workers: int = Field(default=1, gt=0, le=1024, description="Trials run at once.")
     trial_timeout_s: float | None = Field(default=None, gt=0, description="A trial running longer is killed.")
-    memory_limit_mb: int | None = Field(default=None, gt=0, description="Address-space limit of each worker.")
+    memory_limit_mb: int | None = Field(
+        default=None,
+        gt=0,
+        description=f"Address-space limit of each worker (at least {MIN_WORKER_MB}: Python with numpy and "
+        "onnxruntime takes about 400 MB of address space before any model is loaded).",
+    )
     address: str | None = Field(default=None, description="ray: cluster address (default: start a local Ray).")
     cpus_per_trial: float = Field(default=1.0, gt=0)
     gpus_per_trial: float = Field(default=0.0, ge=0)
     resources: dict[str, float] = Field(default_factory=dict, description="ray: custom resources per trial.")
+
+    @field_validator("memory_limit_mb")
+    @classmethod
+    def _room_to_start(cls, value: int | None) -> int | None:
+        """Below this a worker cannot even import onnxruntime: it failed with a MemoryError (or a
+        SyntaxError from a half-read module) that named neither the limit nor the field."""
+        if value is not None and 0 < value < MIN_WORKER_MB:
+            raise ValueError(
+                f"{value} MB is too small to start a worker (Python with numpy and onnxruntime takes about "
+                f"400 MB of address space before any model is loaded); give at least {MIN_WORKER_MB}, or leave it unset"
+            )
+        return value
 
 
 class PyTorchModelConfig(_Strict):

@@ -5,7 +5,8 @@ every trial inside onnxruntime, and the run ended with "no trial met the criteri
 bad evaluation data failed with a traceback. Here every array that feeds the model is checked
 for name, dtype, rank, fixed dimensions, emptiness and finite values, and every mistake is one
 line naming the data source and what the model expects. Arrays whose dtype converts without
-changing kind (float64 -> float32, int32 -> int64) are converted, as a user would expect.
+changing kind (float64 -> float32, int32 -> int64) are converted, as a user would expect; another
+kind (int64 pixels for a float32 input, the data not yet scaled as in training) is refused.
 """
 
 from __future__ import annotations
@@ -117,6 +118,14 @@ def _check_part(part: Feed, inputs: list[InputSpec], checks: DataChecks, where: 
             f"{checks.field}:{where} label array '{checks.labels}' has dtype {np.asarray(part[checks.labels]).dtype}; "
             "labels must be numbers (class indices)"
         )
+    if checks.labels is not None:
+        labels = np.asarray(part[checks.labels])
+        if labels.dtype.kind == "f" and not np.isfinite(labels).all():
+            bad = int(labels.size - np.count_nonzero(np.isfinite(labels)))
+            raise QuantuneError(
+                f"{checks.field}:{where} label array '{checks.labels}' holds {bad} NaN/Inf value(s); "
+                "labels must be finite numbers (class indices)"
+            )
     checked = dict(part)
     for spec in inputs:
         checked[spec.name] = _check_array(np.asarray(part[spec.name]), spec, checks.field + ":" + where, table=table)
@@ -143,6 +152,13 @@ def _check_array(array: np.ndarray, spec: InputSpec, where: str, *, table: bool)
                 f"({spec.describe()})"
             )
     if spec.dtype is not None and array.dtype != spec.dtype:
+        kinds = (_family(array.dtype), _family(spec.dtype))
+        if kinds[0] != kinds[1] and kinds != ("boolean", "integer"):  # int64 pixels for a float input: scaled wrongly
+            raise QuantuneError(
+                f"{label} has dtype {array.dtype} ({_family(array.dtype)}); model input '{spec.name}' takes "
+                f"{spec.dtype} ({_family(spec.dtype)}): convert the data as the model expects (e.g. scaled as in "
+                f"training) and save it as {spec.dtype}"
+            )
         if not np.can_cast(array.dtype, spec.dtype, casting="same_kind"):
             raise QuantuneError(
                 f"{label} has dtype {array.dtype}; model input '{spec.name}' takes {spec.dtype}, which {array.dtype} "
@@ -156,6 +172,11 @@ def _check_array(array: np.ndarray, spec: InputSpec, where: str, *, table: bool)
             f"{label} holds {bad} NaN/Inf value(s) as {array.dtype}; the model's inputs must be finite numbers"
         )
     return array
+
+
+def _family(dtype: np.dtype) -> str:
+    """The kind of number a dtype holds; a conversion within one kind keeps the values' meaning."""
+    return {"f": "floating point", "i": "integer", "u": "integer", "b": "boolean"}.get(dtype.kind, dtype.kind)
 
 
 def _check_batch_axis(dataset: Dataset, inputs: list[InputSpec], checks: DataChecks) -> None:

@@ -61,8 +61,10 @@ def run_sources(loaded: LoadedConfig, context: RunContext) -> Sources:
     }
     for name, (spec, dataset) in datasets.items():
         if spec and dataset is not None:
-            fingerprint = cache_key(dataset.fingerprint, _script_sha(spec, loaded))
-            sources[name] = {"label": spec, "fingerprint": fingerprint}
+            script = _script_sha(spec, loaded)
+            sources[name] = {"label": spec, "fingerprint": cache_key(dataset.fingerprint, script)}
+            if script is not None:  # a loader: other data from the same script is the loader's doing
+                sources[name]["script"] = script
     scripts = {
         "evaluation.metric": config.evaluation.metric,
         "evaluation.runner": getattr(config.evaluation, "runner", None),
@@ -99,6 +101,18 @@ def changed_sources(stored: Mapping[str, Mapping[str, str]], current: Mapping[st
 def check_unchanged(expected: Mapping[str, Mapping[str, str]], current: Mapping[str, Mapping[str, str]]) -> None:
     """Refuses to go on with sources that changed since the run started (a worker's check)."""
     changed = changed_sources(expected, current)
+    for name, now in current.items():
+        before = expected.get(name) or {}
+        if (
+            now.get("script")
+            and before.get("script") == now["script"]
+            and before.get("fingerprint") != now["fingerprint"]
+        ):
+            raise QuantuneError(
+                f"{name} ({now.get('label')}) returned other data in a worker than it did at the start, though the "
+                "script is the same: a loader must return the same data on every call; make it deterministic "
+                "(e.g. seed its random numbers: np.random.default_rng(0)) and leave the files it reads as they are"
+            )
     if changed:
         raise QuantuneError(
             f"{', '.join(changed)} changed while this run was going on; its trials would mix the old and "

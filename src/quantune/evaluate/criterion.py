@@ -56,6 +56,12 @@ def check_budget(criterion: Criterion, metric: str, baseline: dict[str, float]) 
     (an error: every trial would miss), one above 50% is allowed but said on stderr."""
     from quantune.errors import ConfigError
 
+    if criterion.tolerable_loss == float("inf"):
+        _warn(
+            f"criterion.tolerable_loss: inf accepts any loss of {metric}, so accuracy is not guarded; "
+            "give a finite budget (e.g. 0.01) to guard it"
+        )
+        return
     if criterion.kind != "relative":
         return
     value = baseline.get(metric)

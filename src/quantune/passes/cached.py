@@ -20,11 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from quantune.data import Dataset
-from quantune.errors import TrialError
+from quantune.errors import DiskFull, TrialError
 from quantune.model import external_data_files, file_sha256
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.timing import PassTiming
 from quantune.store import ArtifactCache, cache_key
+from quantune.store.faults import LOW_SPACE_BYTES, free_bytes, is_disk_full
 
 log = logging.getLogger("quantune.runner")
 
@@ -94,7 +95,10 @@ def run_pass_cached(
         if not output.is_file():
             raise TrialError(f"pass '{label}' wrote no model")
     except Exception as exc:
+        full = is_disk_full(exc) or _short_of_room(work_dir, model, external_data)
         shutil.rmtree(work_dir, ignore_errors=True)
+        if full:  # onnxruntime's writers stop short silently: "Wire format was corrupt" meant this
+            raise DiskFull(cache.root) from None
         if isinstance(exc, TrialError):
             raise
         raise TrialError(f"pass '{label}' failed: {type(exc).__name__}: {exc}") from exc
@@ -104,6 +108,18 @@ def run_pass_cached(
             log.info("pass %s printed:\n%s", label, printed.getvalue().rstrip())
     path, sha = cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
     return path, sha, False
+
+
+def _short_of_room(folder: Path, model: Path, external_data: list[Path] | None) -> bool:
+    """Whether a failed pass may have failed for want of space: onnxruntime writes copies of the
+    model (shape-inferred, augmented, quantized) beside it and does not notice a short write, so
+    a full cache disk surfaced as "Wire format was corrupt" -- and the copy is gone by now. Less
+    room than three copies of the model counts as full."""
+    free = free_bytes(folder)
+    if free is None:
+        return False
+    size = sum(p.stat().st_size for p in [model, *(external_data or [])] if p.is_file())
+    return free < max(LOW_SPACE_BYTES, 3 * size)
 
 
 def user_code(pass_cls: type[Pass]) -> list[str]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
@@ -90,12 +91,34 @@ class ConsoleListener:
             self._progress.stop()
 
 
+_STOPS = (  # the run's stop reasons (engine/loop.py) as a person would say them
+    (re.compile(r"max_trials \((\d+)\) reached"), r"the \1-trial limit (stop.max_trials) was reached"),
+    (re.compile(r"timeout \(([^)]*)\) reached"), r"the time limit of \1 (stop.timeout_s) was reached"),
+    (re.compile(r"search finished \(space exhausted or strategy done\)"), "every setting to try was tried"),
+)
+
+
+def heading(result: Result) -> str:
+    """The table's title: the trials counted against ``stop.max_trials``, those that made a model an
+    earlier trial had made (not counted: one model, one candidate), and why the search stopped.
+    "17 trials (max_trials (16) reached)" read as a miscount."""
+    duplicates = sum("(duplicate of trial" in (trial.stage or "") for trial in result.trials)
+    counted = len(result.trials) - duplicates
+    text = f"quantune: {counted} trial{'' if counted == 1 else 's'}"
+    if duplicates:
+        text += f" + {duplicates} that made an earlier trial's model again (not counted)"
+    reason = result.stop_reason
+    for pattern, words in _STOPS:
+        reason = pattern.sub(words, reason)
+    return f"{text}; stopped: {reason}" if reason else text
+
+
 def render_result(result: Result, console: Console | None = None, max_rows: int = 40) -> None:
     """The final table (one row per trial) and a summary of the best model."""
     console = console or Console()
     metric = result.metric
     base = result.baseline
-    table = Table(title=f"quantune: {len(result.trials)} trials ({result.stop_reason})")
+    table = Table(title=heading(result))
     label = metric_label(metric)
     # a long metric name (the summary line below names it) would squeeze the params column
     header = label if len(label) <= 10 else "metric"

@@ -18,6 +18,7 @@ import html
 import json
 import logging
 import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from string import Template
@@ -133,7 +134,7 @@ def _optuna_views(results: dict[str, Any], run_dir: Path) -> tuple[dict[str, str
 
     names = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
     try:
-        import optuna.visualization as vis
+        import optuna.visualization  # noqa: F401 (plotly missing fails here, with the note below)
 
         study = write_study(results, run_dir, run_space(run_dir))
     except Exception as exc:
@@ -150,26 +151,12 @@ def _optuna_views(results: dict[str, Any], run_dir: Path) -> tuple[dict[str, str
         why = "fewer than two finished trials" if len(complete) < 2 else "no searched parameter took two values"
         empty = f"<p class=note>No parameter view: {why} in the chosen trial's flow.</p>"
         return dict.fromkeys(names, empty), f"{len(study.trials)} trials as an Optuna study ({why})."
-    evaluator = _evaluator()
-    views = {}
-    for target, (value, label) in targets.items():
-        views[f"importance_{target}"] = _figure(
-            f"importance-{target}",
-            lambda v=value, lab=label: _titled(
-                vis.plot_param_importances(study, evaluator=evaluator, params=params, target=v, target_name=lab),
-                f"parameter importance for {lab}",
-            ),
-        )
-        views[f"parallel_{target}"] = _figure(
-            f"parallel-{target}",
-            lambda v=value, lab=label: _titled(
-                vis.plot_parallel_coordinate(study, params=params, target=v, target_name=lab), ""
-            ),
-        )
-        views[f"slice_{target}"] = _figure(
-            f"slice-{target}",
-            lambda v=value, lab=label: _titled(vis.plot_slice(study, params=params, target=v, target_name=lab), ""),
-        )
+    with warnings.catch_warnings():
+        # Optuna's notes to its own users (PED-ANOVA, the evaluator without scikit-learn, says it
+        # ranks for low targets -- ours are latency and loss, both minimised -- and that its quantiles
+        # coincide; experimental APIs): three warning blocks above a new user's results table
+        warnings.simplefilter("ignore", UserWarning)
+        views = _views(study, params, targets)
     where = (run_dir / STUDY_FILE).resolve()
     note = (
         f"{len(complete)} finished and {len(study.trials) - len(complete)} failed trials as an Optuna study; the views "
@@ -198,6 +185,33 @@ def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
     same = [t for t in complete if set(names) <= set(t.params)]
     varied = [n for n in names if len({repr(t.params[n]) for t in same}) > 1]
     return varied, len(same)
+
+
+def _views(study: Any, params: list[str], targets: dict[str, Any]) -> dict[str, str]:
+    """The importance, parallel-coordinate and slice views of each target."""
+    import optuna.visualization as vis
+
+    evaluator = _evaluator()
+    views = {}
+    for target, (value, label) in targets.items():
+        views[f"importance_{target}"] = _figure(
+            f"importance-{target}",
+            lambda v=value, lab=label: _titled(
+                vis.plot_param_importances(study, evaluator=evaluator, params=params, target=v, target_name=lab),
+                f"parameter importance for {lab}",
+            ),
+        )
+        views[f"parallel_{target}"] = _figure(
+            f"parallel-{target}",
+            lambda v=value, lab=label: _titled(
+                vis.plot_parallel_coordinate(study, params=params, target=v, target_name=lab), ""
+            ),
+        )
+        views[f"slice_{target}"] = _figure(
+            f"slice-{target}",
+            lambda v=value, lab=label: _titled(vis.plot_slice(study, params=params, target=v, target_name=lab), ""),
+        )
+    return views
 
 
 def _evaluator() -> Any:

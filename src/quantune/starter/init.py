@@ -10,6 +10,7 @@ overwrites a file.
 
 from __future__ import annotations
 
+import importlib.util
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -76,6 +77,8 @@ def init_project(
         notes.append("no --data given: data.py draws random inputs; replace them with your own data")
     if source.kind == "images":
         notes.append("data.py scales images to [0, 1]: edit preprocess() to your model's own normalisation")
+        if importlib.util.find_spec("PIL") is None:
+            notes.append("data.py reads images with Pillow, which is not installed: pip install 'quantune[images]'")
     first = info.outputs[0] if info.outputs else None
     if (
         first is not None

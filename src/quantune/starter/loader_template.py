@@ -84,7 +84,12 @@ def preprocess(image) -> np.ndarray:
 
 
 def _samples() -> list[dict]:
-    from PIL import Image  # pip install pillow
+    try:
+        from PIL import Image
+    except ImportError:  # Pillow is not among quantune's own dependencies
+        raise ModuleNotFoundError(
+            "reading images needs Pillow, which is not installed: pip install 'quantune[images]' (or pip install pillow)"
+        ) from None
 
     files = sorted(p for p in IMAGES.rglob("*") if p.suffix.lower() in {suffixes!r})
     samples = []

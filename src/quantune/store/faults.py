@@ -20,6 +20,8 @@ from quantune.errors import DiskFull, QuantuneError
 
 FULL = {errno.ENOSPC, errno.EDQUOT}
 READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
+# A path that cannot be a folder: a file in the way, a missing or unwritable parent (/proc/nope)
+IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG, errno.ELOOP}
 # Below this many free bytes the cache's file system counts as full: native code (onnxruntime's
 # model writers) may not report a short write, and leaves a truncated model behind instead.
 LOW_SPACE_BYTES = 64 * 1024
@@ -43,6 +45,12 @@ def is_disk_full(exc: BaseException | None) -> bool:
     return False
 
 
+def written_path(exc: OSError, default: object = "a file") -> object:
+    """The file a failed write was writing: a copy's error (shutil's sendfile) names the source
+    first and the destination -- the full one -- second."""
+    return exc.filename2 or exc.filename or default
+
+
 def free_bytes(path: Path) -> int | None:
     """Free bytes for an unprivileged writer on ``path``'s file system (``None``: unknown)."""
     try:
@@ -64,6 +72,15 @@ def not_writable(field: str, path: Path, exc: OSError) -> QuantuneError:
     return QuantuneError(f"{field}: '{path}' is not writable ({reason}); choose a folder you can write to")
 
 
+def cannot_create(field: str, path: Path, exc: OSError) -> QuantuneError:
+    """A folder that cannot be made where ``field`` points: names the file in its way, if any."""
+    blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        return QuantuneError(f"{field}: '{blocker}' is a file, not a folder; choose a folder (or remove the file)")
+    reason = exc.strerror or type(exc).__name__
+    return QuantuneError(f"{field}: cannot create '{path}' ({reason}); choose a folder you can write to")
+
+
 @contextlib.contextmanager
 def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[None]:
     """Turns a full disk into :class:`DiskFull` and (``refused``) a refused write into a one-line
@@ -82,9 +99,11 @@ def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[
         raise
     except OSError as exc:
         if exc.errno in FULL:
-            raise DiskFull(exc.filename or path) from None
+            raise DiskFull(written_path(exc, path)) from None
         if refused and exc.errno in READ_ONLY:
             raise not_writable(field, Path(exc.filename or path), exc) from None
+        if refused and exc.errno in IN_THE_WAY:
+            raise cannot_create(field, Path(exc.filename or path), exc) from None
         raise
 
 

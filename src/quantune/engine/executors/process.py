@@ -44,7 +44,9 @@ _SIGNALS = {
 _TAIL_LINES = 20
 _STARTUP_TIMEOUT_S = 600
 _START_ATTEMPTS = 3
-_EXIT_UNGUARDED_MAIN = 3  # a worker found the user's script calling quantune.tune() at its top level
+# a worker found the user's script calling quantune.tune() at its top level (a code no script
+# would use: a metric's os._exit(3) was once taken for it)
+_EXIT_UNGUARDED_MAIN = 89
 
 
 def exit_cause(code: int | None) -> str:
@@ -53,7 +55,10 @@ def exit_cause(code: int | None) -> str:
         return _SIGNALS.get(-code, f"killed by signal {-code}")
     if code == _EXIT_UNGUARDED_MAIN:
         return unguarded_advice()
-    return f"worker exited with code {code}"
+    return (
+        f"worker exited with code {code}: code it ran ended the process (a metric, loader or runner script "
+        "calling os._exit or sys.exit?); return a value instead"
+    )
 
 
 def unguarded_advice() -> str:
