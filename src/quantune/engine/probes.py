@@ -104,7 +104,20 @@ def accuracy_fields(
         """Every point's model timed against the original in one session (see :func:`_ceilings`)."""
         return _ceilings(context, plan, items, threshold, budget_s)
 
+    def paired_latency(
+        candidate: Point, candidate_flow: tuple[str, ...], reference: Point, reference_flow: tuple[str, ...]
+    ) -> Mapping[str, Any] | None:
+        """One model timed against another side by side (engine/paired_timing.py); None when it fails."""
+        from quantune.engine.paired_timing import paired_latency as timed
+
+        try:
+            return timed(context, plan, (candidate, candidate_flow), (reference, reference_flow))
+        except Exception as exc:  # no paired answer: the strategy keeps what it has
+            log.warning("paired timing failed (%s)", exc)
+            return None
+
     return {
+        "paired_latency": paired_latency,
         "ceiling_ratios": ceiling_ratios,
         "capability": capability,
         "step_passes": step_passes,

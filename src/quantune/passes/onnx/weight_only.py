@@ -22,7 +22,7 @@ import importlib.util
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import onnx
 from pydantic import Field, field_validator, model_validator
@@ -72,6 +72,11 @@ class WeightOnlyQuantization(Pass):
     """Blockwise 4/8-bit weights for MatMuls with constant weights (``MatMulNBits``)."""
 
     name = "weight_only"
+    # Parameters that change the executed graph or its kernels (see StaticQuantization.GRAPH_PARAMS);
+    # symmetric and algorithm only move the weights' values.
+    GRAPH_PARAMS: ClassVar[frozenset[str]] = frozenset(
+        {"bits", "block_size", "accuracy_level", "nodes_to_exclude", "embeddings"}
+    )
     Config = WeightOnlyConfig
     # MatMulNBits has CPU, CUDA, DirectML and WebGPU kernels; not the QDQ-only accelerators.
     providers = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider", "WebGpuExecutionProvider")
