@@ -295,3 +295,25 @@ def test_the_same_run_twice_tries_the_same_trials(tmp_path: Path, objective: str
         assert first == second
         assert runs[0].best is not None and runs[1].best is not None
         assert runs[0].best.params == runs[1].best.params
+
+
+def test_ceilings_within_the_noise_go_to_the_earlier_variant(make_config) -> None:
+    """Dynamic 0.500x and static QDQ/uint8 0.505x the original are one speed: the earlier built
+    (static uint8) is recovered first, whichever the timing noise put ahead."""
+
+    def ratio(point: Point, flow: tuple[str, ...]) -> float:
+        if flow == ("dynamic_quant",):
+            return 0.5
+        key = (point["static_quant.quant_format"], point["static_quant.activation_type"])
+        return 0.505 if key == ("QDQ", "uint8") else 0.9
+
+    passes = [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}]
+    config = make_config(passes, flows=[["static_quant"], ["dynamic_quant"]], search={"strategy": "quantune"})
+    strategy = create_strategy("quantune")
+    strategy.bind(dataclasses.replace(accuracy_problem(config), latency_ratio=ratio))
+    strategy.observe_baseline({"latency_ms": 1.0})
+    seen = _drive(strategy, _all_meet)
+    assert len(seen) == 1
+    point = seen[0][0]
+    assert point["flow"] == "static_quant" and point["static_quant.activation_type"] == "uint8"
+    assert "nothing faster is possible" in strategy.finished_reason

@@ -60,6 +60,7 @@ class CeilingStage:
         order = {id(v): i for i, v in enumerate(self.variants)}
         baseline = self.baseline.get("latency_ms")
         kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
+        kept = _ties_to_the_earlier(kept, baseline, order)
         for line in self.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
@@ -137,6 +138,23 @@ class CeilingStage:
             return None
         self._measure(variant, outcome)
         return self._verdict(variant)[1]
+
+
+TIE = 0.02  # ratios this close (relative) are one speed: evaluate/paired.py's MIN_GAIN
+
+
+def _ties_to_the_earlier(kept: list[Variant], baseline: float | None, order: dict[int, int]) -> list[Variant]:
+    """``kept`` (fastest first) with variants whose ratios are within ``TIE`` of the fastest left taken
+    in build order: which of two variants one speed apart comes first must not follow the timing
+    noise, or the same run twice recovers in different variants and ends at different models."""
+    rest, out = list(kept), []
+    while rest:
+        best = _or_inf(rest[0].ratio(baseline))
+        tied = [v for v in rest if _or_inf(v.ratio(baseline)) <= best / (1.0 - TIE)] if best != float("inf") else rest
+        pick = min(tied, key=lambda v: order[id(v)])
+        out.append(pick)
+        rest = [v for v in rest if v is not pick]
+    return out
 
 
 def _or_inf(value: float | None) -> float:

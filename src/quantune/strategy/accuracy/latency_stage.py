@@ -142,7 +142,13 @@ class LatencyStage:
         while improved:  # a new incumbent: its own neighbours, in the same order
             improved = False
             for point, change in self._neighbours(incumbent, names, params):
-                if spent >= trials or misses >= patience or self.remaining() <= 0:
+                if misses >= patience:
+                    self.finished_reason = (
+                        f"the latency stage ended: {misses} candidates in a row were not faster than the model "
+                        f"of trial '{self._stage_of(incumbent)}' beyond the noise, side by side"
+                    )
+                    return incumbent
+                if spent >= trials or self.remaining() <= 0:
                     return incumbent
                 tried = yield from self.try_point(point, f"{label}: {change}")
                 if tried.duplicate_of is not None:  # an earlier trial's model: its timing stands
@@ -154,6 +160,13 @@ class LatencyStage:
                         return incumbent
                     break
                 misses += 1
+        self.finished_reason = (
+            f"every setting that changes the executed graph was tried from the model of trial "
+            f"'{self._stage_of(incumbent)}' ({spent} latency trials): none is faster beyond the noise"
+            if spent
+            else f"no searched parameter changes the executed graph of the model of trial '{self._stage_of(incumbent)}'"
+            ": no latency trial could be faster"
+        )
         return incumbent
 
     def _neighbours(self, incumbent: Point, names: list[str], params: Mapping[str, Any]) -> list[tuple[Point, str]]:
