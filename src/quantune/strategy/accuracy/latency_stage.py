@@ -110,7 +110,7 @@ class LatencyStage:
             )
         speed = "" if ratio is None else f", {ratio:.2f}x fp32 latency"
         self.finished_reason = (
-            f"stopped: the model of trial '{self._stage_of(point)}' is in budget at the speed ceiling of the "
+            f"the model of trial '{self._stage_of(point)}' is in budget at the speed ceiling of the "
             f"fastest variant still in play ({variant.label}{speed}){how}: nothing faster is possible"
         )
         log.info("quantune strategy: %s", self.finished_reason)
