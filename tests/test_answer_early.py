@@ -317,3 +317,26 @@ def test_ceilings_within_the_noise_go_to_the_earlier_variant(make_config) -> Non
     point = seen[0][0]
     assert point["flow"] == "static_quant" and point["static_quant.activation_type"] == "uint8"
     assert "nothing faster is possible" in strategy.finished_reason
+
+
+def test_a_tie_goes_to_the_variant_already_in_budget(tmp_path: Path) -> None:
+    """The first guess (dynamic, for a MatMul chain) met the criterion and ties with a static ceiling
+    0.01x faster: it is the one recovered in, so the search ends without another evaluation."""
+
+    def ratio(point: Point, flow: tuple[str, ...]) -> float:
+        if flow == ("dynamic_quant",):
+            return 0.505
+        key = (point["static_quant.quant_format"], point["static_quant.activation_type"])
+        return 0.5 if key == ("QDQ", "uint8") else 0.9
+
+    config = _matmul_config(tmp_path)
+    config["passes"] = [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}]
+    config["flows"] = [["static_quant"], ["dynamic_quant"]]
+    problem = accuracy_problem(config, {"first_guess": True})
+    strategy = create_strategy("quantune")
+    strategy.bind(dataclasses.replace(problem, latency_ratio=ratio))
+    strategy.observe_baseline({"latency_ms": 1.0})
+    seen = _drive(strategy, _all_meet)
+    assert [stage.split(":")[0] for _, stage in seen] == ["first guess"]
+    assert seen[0][0]["flow"] == "dynamic_quant"
+    assert "nothing faster is possible" in strategy.finished_reason

@@ -60,7 +60,9 @@ class CeilingStage:
         order = {id(v): i for i, v in enumerate(self.variants)}
         baseline = self.baseline.get("latency_ms")
         kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
-        kept = _ties_to_the_earlier(kept, baseline, order)
+        # within a tie, a variant already in budget (the first guess) costs no evaluation: it goes first
+        known = {id(v): int(not ((o := self.known(v.point)) is not None and o.meets)) for v in kept}
+        kept = _ties_to_the_earlier(kept, baseline, {id(v): (known[id(v)], order[id(v)]) for v in kept})
         for line in self.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
@@ -143,10 +145,13 @@ class CeilingStage:
 TIE = 0.02  # ratios this close (relative) are one speed: evaluate/paired.py's MIN_GAIN
 
 
-def _ties_to_the_earlier(kept: list[Variant], baseline: float | None, order: dict[int, int]) -> list[Variant]:
+def _ties_to_the_earlier(
+    kept: list[Variant], baseline: float | None, order: dict[int, tuple[int, int]]
+) -> list[Variant]:
     """``kept`` (fastest first) with variants whose ratios are within ``TIE`` of the fastest left taken
-    in build order: which of two variants one speed apart comes first must not follow the timing
-    noise, or the same run twice recovers in different variants and ends at different models."""
+    in a fixed ``order`` (one evaluated in budget already, then build order): which of two variants
+    one speed apart comes first must not follow the timing noise, or the same run twice recovers
+    in different variants and ends at different models."""
     rest, out = list(kept), []
     while rest:
         best = _or_inf(rest[0].ratio(baseline))
