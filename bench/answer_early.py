@@ -22,6 +22,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 
 
@@ -43,6 +44,7 @@ def run_once(config: Path, src: str, sets: list[str], work: Path) -> dict:
     best = result.get("best") or {}
     return {
         "wall_s": wall,
+        "after_first_s": _after_first(out / "quantune.log", min(meeting) if meeting else None),
         "trials": len(spent),
         "first_in_budget": min(meeting) if meeting else None,
         "final": best.get("number"),
@@ -50,6 +52,21 @@ def run_once(config: Path, src: str, sets: list[str], work: Path) -> dict:
         "verdict": result.get("verdict"),
         "stop_reason": result.get("stop_reason"),
     }
+
+
+def _after_first(log: Path, first: int | None) -> float | None:
+    """Seconds from the first in-budget trial's record to the search's end, from the run's log (the
+    search after the answer was known; start-up and the confirmation are outside it)."""
+    if first is None or not log.exists():
+        return None
+    stamps = {}
+    for line in log.read_text().splitlines():
+        for name, marker in (("first", f"INFO quantune: trial {first}: "), ("end", "INFO quantune: search stopped")):
+            if marker in line and name not in stamps:
+                stamps[name] = datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    if len(stamps) < 2:
+        return None
+    return (stamps["end"] - stamps["first"]).total_seconds()
 
 
 def main() -> None:
@@ -67,16 +84,23 @@ def main() -> None:
                 row = run_once(args.config.resolve(), str(Path(src).resolve()), args.sets, Path(work))
             rows.append({"tree": name, "repeat": repeat, **row})
             print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| tree | run | whole run (s) | trials | first in budget | final | verdict | stop reason |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    print(
+        "| tree | run | whole run (s) | search after first in budget (s) | trials | first in budget | final | verdict | stop reason |"
+    )
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for row in rows:
         if "error" in row:
-            print(f"| {row['tree']} | {row['repeat']} | {row['wall_s']:.1f} | failed: {row['error']} | | | | |")
+            print(f"| {row['tree']} | {row['repeat']} | {row['wall_s']:.1f} | failed: {row['error']} | | | | | |")
             continue
         print(
-            f"| {row['tree']} | {row['repeat']} | {row['wall_s']:.1f} | {row['trials']} | {row['first_in_budget']} "
+            f"| {row['tree']} | {row['repeat']} | {row['wall_s']:.1f} | {_num(row['after_first_s'])} | {row['trials']} "
+            f"| {row['first_in_budget']} "
             f"| {row['final']} | {row['verdict']} | {row['stop_reason']} |"
         )
+
+
+def _num(value: float | None) -> str:
+    return "-" if value is None else f"{value:.1f}"
 
 
 if __name__ == "__main__":
