@@ -340,3 +340,24 @@ def test_a_tie_goes_to_the_variant_already_in_budget(tmp_path: Path) -> None:
     assert [stage.split(":")[0] for _, stage in seen] == ["first guess"]
     assert seen[0][0]["flow"] == "dynamic_quant"
     assert "nothing faster is possible" in strategy.finished_reason
+
+
+@pytest.mark.parametrize("faster", [False, True])
+def test_a_near_faster_ceiling_goes_first_only_when_faster_side_by_side(make_config, faster: bool) -> None:
+    """QOperator/uint8 0.41x and QDQ/uint8 0.43x by the ceilings' medians: timed side by side, QOperator
+    goes first only when it is faster beyond the noise; otherwise the earlier built QDQ does."""
+
+    def ratio(point: Point, flow: tuple[str, ...]) -> float:
+        key = (point["static_quant.quant_format"], point["static_quant.activation_type"])
+        return {("QOperator", "uint8"): 0.41, ("QDQ", "uint8"): 0.43}.get(key, 0.9)
+
+    def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
+        return {"ratio_median": 0.95, "faster": faster}
+
+    problem = accuracy_problem(_static_config(make_config))
+    strategy = create_strategy("quantune")
+    strategy.bind(dataclasses.replace(problem, latency_ratio=ratio, paired_latency=paired))
+    strategy.observe_baseline({"latency_ms": 1.0})
+    seen = _drive(strategy, _all_meet)
+    assert len(seen) == 1
+    assert seen[0][0]["static_quant.quant_format"] == ("QOperator" if faster else "QDQ")
