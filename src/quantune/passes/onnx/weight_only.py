@@ -72,11 +72,6 @@ class WeightOnlyQuantization(Pass):
     """Blockwise 4/8-bit weights for MatMuls with constant weights (``MatMulNBits``)."""
 
     name = "weight_only"
-    # Parameters that change the executed graph or its kernels (see StaticQuantization.GRAPH_PARAMS);
-    # symmetric and algorithm only move the weights' values.
-    GRAPH_PARAMS: ClassVar[frozenset[str]] = frozenset(
-        {"bits", "block_size", "accuracy_level", "nodes_to_exclude", "embeddings"}
-    )
     Config = WeightOnlyConfig
     # MatMulNBits has CPU, CUDA, DirectML and WebGPU kernels; not the QDQ-only accelerators.
     providers = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider", "WebGpuExecutionProvider")
@@ -93,6 +88,11 @@ class WeightOnlyQuantization(Pass):
     }
     # MatMulNBits is a com.microsoft op; the quantizer raises what it needs itself.
     min_opset = 0
+    # Parameters that change the executed graph or its kernels (see StaticQuantization.GRAPH_PARAMS);
+    # symmetric and algorithm only move the weights' values.
+    GRAPH_PARAMS: ClassVar[frozenset[str]] = frozenset(
+        {"bits", "block_size", "accuracy_level", "nodes_to_exclude", "embeddings"}
+    )
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
