@@ -239,15 +239,18 @@ def test_the_paired_timing_of_one_pair_of_models_runs_once(make_config, monkeypa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(paired_timing, "time_until_decided", counting)
+    from quantune.engine.probes import _builder
+
     config = _static_config(make_config)
     parts = build_run(load_config(config))
+    build = _builder(parts.context, parts.plan)
     flow = ("static_quant",)
     a = {"static_quant.per_channel": True}
     b = {"static_quant.per_channel": False}
-    same = paired_timing.paired_latency(parts.context, parts.plan, (a, flow), (dict(a), flow))
+    same = paired_timing.paired_latency(parts.context, (a, flow), (dict(a), flow), build)
     assert same is not None and same["same_model"] and same["rounds"] == 0 and not calls
-    first = paired_timing.paired_latency(parts.context, parts.plan, (a, flow), (b, flow))
-    again = paired_timing.paired_latency(parts.context, parts.plan, (a, flow), (b, flow))
+    first = paired_timing.paired_latency(parts.context, (a, flow), (b, flow), build)
+    again = paired_timing.paired_latency(parts.context, (a, flow), (b, flow), build)
     assert first is not None and first["rounds"] >= 5
     assert again == first and len(calls) == 1
 

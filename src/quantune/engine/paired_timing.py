@@ -15,7 +15,7 @@ faster than itself), and a pair once timed is read from the cache after.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import numpy as np
@@ -36,17 +36,16 @@ def same_model(rounds: int = 0) -> dict[str, Any]:
 
 def paired_latency(
     context: Any,
-    plan: Any,
     candidate: tuple[Mapping[str, Any], tuple[str, ...]],
     reference: tuple[Mapping[str, Any], tuple[str, ...]],
+    build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
 ) -> dict[str, Any] | None:
     """``candidate``'s model latency over ``reference``'s, timed side by side: the paired ratio's
     median and interval (``RatioInterval.to_dict``), ``faster`` (beyond the noise) and
-    ``same_model``; None when either model cannot be run."""
-    from quantune.engine.probes import _variant_model
-
-    cand_path, cand_sha = _variant_model(context, plan, dict(candidate[0]), tuple(candidate[1]), label=" (paired)")
-    ref_path, ref_sha = _variant_model(context, plan, dict(reference[0]), tuple(reference[1]), label=" (paired)")
+    ``same_model``; None when either model cannot be run. ``build``: a point's model path and hash
+    (its passes through the cache: probes._variant_model)."""
+    cand_path, cand_sha = build(dict(candidate[0]), tuple(candidate[1]))
+    ref_path, ref_sha = build(dict(reference[0]), tuple(reference[1]))
     if cand_sha == ref_sha:
         return same_model()
     spec = context.evaluator.spec.latency

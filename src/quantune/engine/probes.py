@@ -111,7 +111,7 @@ def accuracy_fields(
         from quantune.engine.paired_timing import paired_latency as timed
 
         try:
-            return timed(context, plan, (candidate, candidate_flow), (reference, reference_flow))
+            return timed(context, (candidate, candidate_flow), (reference, reference_flow), _builder(context, plan))
         except Exception as exc:  # no paired answer: the strategy keeps what it has
             log.warning("paired timing failed (%s)", exc)
             return None
@@ -172,6 +172,11 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     ratio = paired_ratio(timings[1], timings[0]).median  # per-round ratios cancel the machine's drift
     context.cache.put_json("evals", key, {"ratio": ratio})
     return ratio
+
+
+def _builder(context: Any, plan: Any) -> Any:
+    """A point's model (path, hash) for the paired timing: its passes through the cache."""
+    return lambda point, flow: _variant_model(context, plan, point, flow, label=" (paired)")
 
 
 def _variant_model(

@@ -109,9 +109,10 @@ def isolated(
 def paired_latency(spec: Any, candidate: Any, reference: Any) -> dict[str, Any] | None:
     """In the stage worker: one model timed against another (engine/paired_timing.py)."""
     from quantune.engine.paired_timing import paired_latency as timed
+    from quantune.engine.probes import _builder
 
     context = _context(spec)
-    return timed(context, context.plan, candidate, reference)
+    return timed(context, candidate, reference, _builder(context, context.plan))
 
 
 def _paired(here: Any, spec: Any, isolation: Isolation, local: tuple[Any, Any] | None) -> Any:
