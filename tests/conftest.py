@@ -189,7 +189,9 @@ def accuracy_problem(config: dict[str, Any], options: dict[str, Any] | None = No
     search = {**config.get("search", {}), "sampler": "random", "seed": 0, "strategy_options": dict(options or {})}
     loaded = load_config({**config, "search": search})
     problem = search_problem(build_run(loaded), loaded.config)
-    return problem if timed else dataclasses.replace(problem, latency_ratio=None, ceiling_ratios=None)
+    return (
+        problem if timed else dataclasses.replace(problem, latency_ratio=None, ceiling_ratios=None, paired_latency=None)
+    )
 
 
 @pytest.fixture(autouse=True)

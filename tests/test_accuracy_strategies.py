@@ -108,7 +108,8 @@ EXPECTED = {
     "mse": ["default", "op-type-wise tuning", "accumulated fallback (by error)"],
     "mse_v2": ["default", "fallback", "revert"],
     "two_stage": ["calibration", "rest"],
-    "quantune": ["ceiling", "screen", "bisect", "prune", "latency (2 groups in fp32)"],
+    # no latency stage: with per_channel fixed, no searched parameter changes the graph (issue 23)
+    "quantune": ["ceiling", "screen", "bisect", "prune"],
 }
 
 

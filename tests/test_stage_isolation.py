@@ -82,7 +82,9 @@ def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, m
     counted = [
         r for r in result.trials if "(duplicate of trial" not in r.stage
     ]  # a duplicate model is no trial of the budget
-    assert len(counted) == 6 and all(r.peak_rss_mb for r in result.trials if r.status == "ok")
+    # six trials, or fewer when the strategy is done first (no parameter left that changes the graph)
+    assert len(counted) == 6 or (len(counted) > 1 and result.stop_reason.startswith("search finished"))
+    assert all(r.peak_rss_mb for r in result.trials if r.status == "ok")
     saved = json.loads((tmp_path / "out" / "results.json").read_text())
     [failure] = saved["stage_errors"]
     assert failure["stage"] == "sensitivity" and "SIGKILL" in failure["error"]

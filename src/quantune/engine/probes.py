@@ -104,7 +104,20 @@ def accuracy_fields(
         """Every point's model timed against the original in one session (see :func:`_ceilings`)."""
         return _ceilings(context, plan, items, threshold, budget_s)
 
+    def paired_latency(
+        candidate: Point, candidate_flow: tuple[str, ...], reference: Point, reference_flow: tuple[str, ...]
+    ) -> Mapping[str, Any] | None:
+        """One model timed against another side by side (engine/paired_timing.py); None when it fails."""
+        from quantune.engine.paired_timing import paired_latency as timed
+
+        try:
+            return timed(context, (candidate, candidate_flow), (reference, reference_flow), _builder(context, plan))
+        except Exception as exc:  # no paired answer: the strategy keeps what it has
+            log.warning("paired timing failed (%s)", exc)
+            return None
+
     return {
+        "paired_latency": paired_latency,
         "ceiling_ratios": ceiling_ratios,
         "capability": capability,
         "step_passes": step_passes,
@@ -163,6 +176,11 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     ratio = paired_ratio(timings[1], timings[0]).median  # per-round ratios cancel the machine's drift
     context.cache.put_json("evals", key, {"ratio": ratio})
     return ratio
+
+
+def _builder(context: Any, plan: Any) -> Any:
+    """A point's model (path, hash) for the paired timing: its passes through the cache."""
+    return lambda point, flow: _variant_model(context, plan, point, flow, label=" (paired)")
 
 
 def _variant_model(

@@ -98,7 +98,44 @@ def isolated(
         return costs
 
     fields["latency_ratio"] = latency_ratio
+    if "paired_latency" in fields:
+        fields["paired_latency"] = _paired(fields["paired_latency"], spec, isolation, local)
     if "ceiling_ratios" in fields:
         fields["ceiling_ratios"] = many_ratios
     fields["node_costs"] = node_costs
     return fields
+
+
+def paired_latency(spec: Any, candidate: Any, reference: Any) -> dict[str, Any] | None:
+    """In the stage worker: one model timed against another (engine/paired_timing.py)."""
+    from quantune.engine.paired_timing import paired_latency as timed
+    from quantune.engine.probes import _builder
+
+    context = _context(spec)
+    return timed(context, candidate, reference, _builder(context, context.plan))
+
+
+def _paired(here: Any, spec: Any, isolation: Isolation, local: tuple[Any, Any] | None) -> Any:
+    """The paired timing of two trials' models: in this process when both are cached (their trials
+    built them: a worker's start-up would cost more than the timing), else as a stage."""
+
+    def paired(candidate: Any, candidate_flow: Any, reference: Any, reference_flow: Any) -> Any:
+        items = ((dict(candidate), tuple(candidate_flow)), (dict(reference), tuple(reference_flow)))
+        if local is not None:
+            from quantune.engine.probes import _variant_model
+            from quantune.passes.cached import NotCached, only_cached
+
+            started = time.perf_counter()
+            try:
+                with only_cached():
+                    for point, flow in items:
+                        _variant_model(local[0], local[1], point, flow)
+                    return here(*items[0], *items[1])
+            except NotCached:
+                pass
+            finally:
+                count_stage_seconds(time.perf_counter() - started)
+        outcome = run_stage("paired_latency", paired_latency, spec, *items, isolation=isolation)
+        return outcome.value if outcome.ok else None
+
+    return paired

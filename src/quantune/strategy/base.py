@@ -93,6 +93,10 @@ class SearchProblem:
         Callable[[Sequence[tuple[Point, tuple[str, ...]]], float, float | None], list[float | None]] | None
     ) = None
     timeout_s: float | None = None  # stop.timeout_s: the run's time limit (None: none)
+    # (candidate, its flow, reference, its flow) -> the candidate's model latency over the reference's,
+    # timed side by side: "ratio_median", "faster" (beyond the noise), "same_model" (byte-identical:
+    # not timed), "rounds"; None when unknown. Trials' models only (their passes ran).
+    paired_latency: Callable[[Point, tuple[str, ...], Point, tuple[str, ...]], Mapping[str, Any] | None] | None = None
     # this CPU's int8 dot products saturate (x86 without VNNI/AMX): 7-bit weights are safer
     int8_saturates: bool = False
     # the engine builds and evaluates a strategy's first proposal beside the original's evaluation

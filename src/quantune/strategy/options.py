@@ -61,7 +61,20 @@ class QuantuneOptions(AccuracyOptions):
     bisect_blocks: bool = Field(default=True, description="Bisect over repeated blocks before single groups.")
     prune_trials: int = Field(default=8, ge=0, description="Fallen groups tried back in int8 (or int16).")
     latency_trials: int | None = Field(
-        default=None, ge=0, description="Sampler trials for latency at the end (default: what max_trials leaves)."
+        default=None,
+        ge=0,
+        description="Most trials of the latency stage at the end (default: what max_trials leaves).",
+    )
+    latency_patience: int = Field(
+        default=3,
+        ge=1,
+        description="The latency stage ends after this many candidates in a row that are not faster than "
+        "the incumbent beyond the noise, timed side by side.",
+    )
+    stop_at_ceiling: bool = Field(
+        default=True,
+        description="End the search once a model in budget is at the speed ceiling of the fastest variant "
+        "still in play (nothing faster is possible).",
     )
     ceiling_share: float = Field(
         default=0.25, gt=0, le=1, description="The most of stop.timeout_s the speed ceilings may take."

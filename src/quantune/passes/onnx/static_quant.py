@@ -15,7 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import onnx
 from onnxruntime.quantization import quantize_static
@@ -113,6 +113,28 @@ class StaticQuantization(Pass):
     version = 4  # 4: a model onnx refuses is made again with plain tensor names (tensor_names.py)
     Config = StaticQuantizationConfig
     needs_calibration = True
+    # Parameters that change the executed graph (op and tensor types, which nodes are quantized,
+    # how Q/DQ pairs are laid out), so they can change speed; the rest (calibrate_method,
+    # percentile, reduce_range, weight_symmetric, ...) only move scales and zero points. The
+    # quantune strategy's latency stage samples only these (a trait the strategy reads).
+    GRAPH_PARAMS: ClassVar[frozenset[str]] = frozenset(
+        {
+            "quant_format",
+            "activation_type",
+            "weight_type",
+            "per_channel",
+            "activation_symmetric",
+            "op_types_to_quantize",
+            "nodes_to_exclude",
+            "tensor_overrides",
+            "keep_removable_activations",
+            "add_qdq_pair_to_weight",
+            "dedicated_qdq_pair",
+            "quantize_bias",
+            "matmul_const_b_only",
+            "force_quantize_no_input_check",
+        }
+    )
     # Accelerator EPs take QDQ graphs only; TensorRT wants symmetric int8 activations.
     provider_rules = {
         "TensorrtExecutionProvider": {

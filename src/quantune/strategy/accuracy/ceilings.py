@@ -60,6 +60,10 @@ class CeilingStage:
         order = {id(v): i for i, v in enumerate(self.variants)}
         baseline = self.baseline.get("latency_ms")
         kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
+        # within a tie, a variant already in budget (the first guess) costs no evaluation: it goes first
+        known = {id(v): int(not ((o := self.known(v.point)) is not None and o.meets)) for v in kept}
+        kept = _ties_to_the_earlier(kept, baseline, {id(v): (known[id(v)], order[id(v)]) for v in kept})
+        kept = self._settle_first(kept, baseline, {id(v): (known[id(v)], order[id(v)]) for v in kept})
         for line in self.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
@@ -82,6 +86,36 @@ class CeilingStage:
                     "; ".join(self.decisions) + ")"
                 )
         return kept
+
+    def _settle_first(
+        self, kept: list[Variant], baseline: float | None, preference: dict[int, tuple[int, int]]
+    ) -> list[Variant]:
+        """The fastest kept variant, checked side by side against the preferred one (in budget already,
+        else built first) among those within ``NEAR`` of it: it stays first only when it is faster
+        beyond the noise, else the preferred one goes first. One paired timing; without one, ``kept``.
+
+        The ceilings' medians come from one session; two variants 5% apart (QDQ and QOperator uint8 on
+        the digits CNN) swapped places from run to run, and the run recovered in, and ended at, a
+        different model each time."""
+        paired = getattr(self, "_paired", None)
+        if len(kept) < 2 or paired is None:
+            return kept
+        fastest = _or_inf(kept[0].ratio(baseline))
+        near = [v for v in kept[1:] if _or_inf(v.ratio(baseline)) <= fastest * (1.0 + NEAR)]
+        rivals = [v for v in near if preference[id(v)] < preference[id(kept[0])]]
+        if not rivals:
+            return kept
+        rival = min(rivals, key=lambda v: preference[id(v)])
+        result = paired(kept[0].point, rival.point)  # the fastest over the preferred, side by side
+        if result is None or result.get("faster"):
+            return kept
+        log.info(
+            "quantune strategy: %s is not faster than %s beyond the noise: %s first",
+            kept[0].label,
+            rival.label,
+            rival.label,
+        )
+        return [rival, *(v for v in kept if v is not rival)]
 
     def _time_ceilings(self, variants: list[Variant]) -> bool:
         """Each variant's side-by-side ratio, from one session for all (or one timing per variant);
@@ -137,6 +171,27 @@ class CeilingStage:
             return None
         self._measure(variant, outcome)
         return self._verdict(variant)[1]
+
+
+TIE = 0.02  # ratios this close (relative) are one speed: evaluate/paired.py's MIN_GAIN
+NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
+
+
+def _ties_to_the_earlier(
+    kept: list[Variant], baseline: float | None, order: dict[int, tuple[int, int]]
+) -> list[Variant]:
+    """``kept`` (fastest first) with variants whose ratios are within ``TIE`` of the fastest left taken
+    in a fixed ``order`` (one evaluated in budget already, then build order): which of two variants
+    one speed apart comes first must not follow the timing noise, or the same run twice recovers
+    in different variants and ends at different models."""
+    rest, out = list(kept), []
+    while rest:
+        best = _or_inf(rest[0].ratio(baseline))
+        tied = [v for v in rest if _or_inf(v.ratio(baseline)) <= best / (1.0 - TIE)] if best != float("inf") else rest
+        pick = min(tied, key=lambda v: order[id(v)])
+        out.append(pick)
+        rest = [v for v in rest if v is not pick]
+    return out
 
 
 def _or_inf(value: float | None) -> float:

@@ -22,13 +22,13 @@ from quantune.strategy.accuracy.bisect import Bisection
 from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import describe
+from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
     Variant,
     likeliest,
     priced,
-    speed_params,
     types_by_cost,
 )
 from quantune.strategy.accuracy.staged import Stages
@@ -40,7 +40,7 @@ log = logging.getLogger("quantune.strategy")
 
 
 @register_strategy("quantune")
-class QuantuneStrategy(CeilingStage, AccuracyStrategy):
+class QuantuneStrategy(LatencyStage, CeilingStage, AccuracyStrategy):
     """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
     Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
@@ -58,9 +58,13 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
     compute in fp32; ``bisect blocks`` first when the model has repeated blocks, option
     ``bisect_blocks``) -> ``prune`` (each fallen group, costliest first, back to int8 -- or
     int16 with ``precisions: [int16, fp32]`` -- if the criterion holds; ``prune_trials``,
-    default 8) -> ``latency`` (the sampler over the quant parameters with the speed class and
-    the fallback fixed; ``latency_trials``, default what ``stop.max_trials`` leaves). When
-    recovery finds nothing in a variant, the next fastest is tried.
+    default 8) -> ``latency`` (one graph-changing parameter at a time from the model in budget,
+    each candidate timed against the incumbent side by side; ends after ``latency_patience``,
+    default 3, that are not faster beyond the noise; ``latency_trials``, default what
+    ``stop.max_trials`` leaves; see :mod:`.latency_stage`). When recovery finds nothing in a
+    variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
+    variant it is in (the fastest still in play) the search ends: nothing faster is possible
+    (``stop_at_ceiling``, default true).
     """
 
     name = "quantune"
@@ -74,6 +78,7 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
         self.decisions: list[str] = []  # why variants were kept or dropped, in order
         self._screened = False  # the accuracy parameters were screened before the fallback
         self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
+        self._in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
 
     def stages(self) -> Stages:
         guess = yield from self.stage_first_guess()
@@ -87,18 +92,25 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
             self._measure(variant, outcome)
             if variant.failed or not self._verdict(variant)[0]:
                 continue  # untimed variants are judged by their trial's latency
+            self._in_play = variant
             if variant.meets:
                 fallback: dict[str, Precision] | None = {}
+                if self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
+                    return
             else:
                 found = yield from self.recover(base, self.known(base))
                 if found is None:
                     continue
                 base, fallback = found
+                if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
+                    return  # a recovery stage's model is at the ceiling
             if fallback:  # a first model in budget exists; can a calibration choice quantize everything?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
                     base, fallback = full, {}
-            yield from self.latency(base, fallback or {})
+                    if self.at_ceiling(variant, base):
+                        return
+            yield from self.latency(base, fallback or {}, variant)
             return
 
     def stage_first_guess(self) -> Step:
@@ -156,6 +168,8 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
         found = yield from self.bisect(base, pool, fallen)
         if found is None:
             return None
+        if self.at_ceiling(self._in_play, self.fallback(base, [*fallen, *found])):  # no prune can beat it
+            return base, self._assign([*fallen, *found])
         assignment = yield from self.prune(base, found, fallen)
         if fallen:  # the op types put in fp32 wholesale: back to int8 those the budget does not need
             inner = {name: p for name, p in assignment.items() if name not in {g.name for g in fallen}}
@@ -206,6 +220,8 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
                 break
         if fallen is None:
             return None
+        if self.at_ceiling(self._in_play, self.fallback(base, fallen)):  # nothing to add back
+            return fallen
         return (yield from self.add_back(base, fallen, {}))
 
     def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
@@ -355,15 +371,17 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
         return {g.name: "fp32" for g in groups}
 
     def _costs(self) -> dict[str, float]:
+        """Each node's share of the original's time, in steps of 25% of itself: a profile's shares move
+        by a few % from run to run, and orders taken from them (bisection ranks, op types added back,
+        the prune's order) should not, so that the same run twice tries the same trials."""
         if self.problem.node_costs is None:
             return {}
-        return dict(self.problem.node_costs())
+        return {node: _coarse(share) for node, share in self.problem.node_costs().items()}
 
-    def latency(self, base: Point, fallback: dict[str, Precision]) -> Step:
-        """Stage: the sampler over the quant parameters, with the speed class and the fallback held fixed."""
-        fixed = self.ctx.with_fallback({**self.ctx.flow_fixed, **speed_params(self.ctx, base)}, fallback)
-        trials = int(self.ctx.options.get("latency_trials", self.remaining()))
-        names = list(self.ctx.quant_params())
-        label = f"latency ({sum(1 for p in fallback.values() if p == 'fp32')} groups in fp32)"
-        tried = yield from self.stage_sampler(fixed, trials, label, names)
-        return tried
+
+def _coarse(share: float) -> float:
+    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares become equal, and the
+    sorts that use them fall back to their fixed tie order (sensitivity, graph order)."""
+    if share <= 0.0 or not math.isfinite(share):
+        return 0.0
+    return 1.25 ** round(math.log(share, 1.25))

@@ -1,0 +1,89 @@
+"""One candidate timed against a reference model side by side: is it faster beyond the noise?
+
+The quantune strategy decides two things on speed after a first model is in budget: whether
+that model already sits at its variant's speed ceiling (then nothing faster is possible and
+the search ends), and whether a latency-stage candidate beats the incumbent. Figures taken
+minutes apart, each against a different load of the machine, decide neither reliably: two
+runs of one config picked different trials. Here both models are timed in interleaved rounds
+(:func:`quantune.evaluate.rounds.time_until_decided`, stopping as soon as the paired ratio is
+surely on one side of ``1 - MIN_GAIN``), and the answer is the paired ratio's interval with
+``faster`` as :class:`~quantune.evaluate.paired.RatioInterval` defines it -- the same rule
+the end-of-run confirmation uses. Byte-identical models are never timed (one model is not
+faster than itself), and a pair once timed is read from the cache after.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import numpy as np
+
+from quantune.evaluate.paired import MIN_GAIN, paired_ratio
+from quantune.evaluate.rounds import time_until_decided
+from quantune.store import cache_key
+
+log = logging.getLogger("quantune.strategy")
+
+PAIRED_ROUNDS = 20  # the most interleaved rounds one decision takes (a ceiling's too)
+
+
+def same_model(rounds: int = 0) -> dict[str, Any]:
+    """The answer for a byte-identical pair: not faster, nothing timed."""
+    return {"ratio_median": 1.0, "rounds": rounds, "faster": False, "same_model": True}
+
+
+def paired_latency(
+    context: Any,
+    candidate: tuple[Mapping[str, Any], tuple[str, ...]],
+    reference: tuple[Mapping[str, Any], tuple[str, ...]],
+    build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
+) -> dict[str, Any] | None:
+    """``candidate``'s model latency over ``reference``'s, timed side by side: the paired ratio's
+    median and interval (``RatioInterval.to_dict``), ``faster`` (beyond the noise) and
+    ``same_model``; None when either model cannot be run. ``build``: a point's model path and hash
+    (its passes through the cache: probes._variant_model)."""
+    cand_path, cand_sha = build(dict(candidate[0]), tuple(candidate[1]))
+    ref_path, ref_sha = build(dict(reference[0]), tuple(reference[1]))
+    if cand_sha == ref_sha:
+        return same_model()
+    spec = context.evaluator.spec.latency
+    key = cache_key(
+        "paired-latency",
+        ref_sha,
+        cand_sha,
+        vars(spec),
+        MIN_GAIN,
+        PAIRED_ROUNDS,
+        context.evaluator.dataset.fingerprint,
+        context.evaluator.backend.fingerprint(),
+    )
+    cached = context.cache.get_json("evals", key)
+    if cached is not None:
+        return dict(cached)
+    feeds = getattr(context.evaluator, "_latency_feeds", None)
+    timings = time_until_decided(
+        ref_path,
+        [cand_path],
+        feeds,
+        spec,
+        threshold=1.0 - MIN_GAIN,
+        min_rounds=5,
+        max_rounds=max(5, min(spec.repeats, PAIRED_ROUNDS)),
+        runner=context.evaluator.spec.runner,
+    )
+    row = timings[1]
+    valid = ~np.isnan(row)
+    if not valid.any():
+        return None
+    interval = paired_ratio(row[valid], timings[0][valid])
+    result = {**interval.to_dict(), "faster": interval.faster, "same_model": False}
+    context.cache.put_json("evals", key, result)
+    log.info(
+        "paired timing: %.3fx the reference over %d rounds (faster: %s)",
+        interval.median,
+        interval.rounds,
+        interval.faster,
+    )
+    return result

@@ -1,0 +1,183 @@
+"""The quantune strategy's end: stop at the speed ceiling, and a latency stage that only tries
+what changes the executed graph, each candidate timed against the incumbent side by side.
+
+A variant's speed ceiling (its fully quantized model) is the most any fallback or setting of
+that variant can give: once a model in budget is as fast as the ceiling of the fastest variant
+still in play -- the ceiling itself, or a fallback whose paired ratio to it is within the
+noise -- nothing faster is possible and the search ends, saying so. On a YOLOX-style detector
+the ceiling (trial 4 of 17) was the final model, and 14 ``latency`` trials re-sampled
+calibration settings whose latencies spread 13.8-14.5 ms: noise, followed by the sampler.
+
+So the latency stage now changes only parameters the quant pass declares as changing the
+executed graph (``GRAPH_PARAMS``: format, types, per-channel, which ops are quantized, ...),
+one at a time from the incumbent in a fixed order; a candidate replaces the incumbent only
+when it meets the criterion and is faster beyond the noise *side by side with it* (ties go
+to the incumbent, the earlier and simpler model), and the stage ends after
+``latency_patience`` (default 3) candidates in a row that are not. A byte-identical model is
+never timed twice: a duplicate trial is skipped, and a pair once timed is cached by its models.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from quantune.passes.onnx.capability import Precision
+from quantune.space import Point, point_key
+from quantune.strategy.accuracy.common import Step
+from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.speed import SPEED_MARGIN, Variant, _values, fill_conditionals, speed_params
+
+log = logging.getLogger("quantune.strategy")
+# The least gain that counts as faster when no paired timing decides (another objective than
+# latency): evaluate/paired.py's MIN_GAIN, the rule the end-of-run confirmation uses.
+LEAST_GAIN = 0.02
+LATENCY_PATIENCE = 3  # candidates in a row not faster beyond the noise before the latency stage ends
+
+
+def graph_params(ctx: AccuracyContext) -> list[str]:
+    """The quant step's searched parameters that change the executed graph, in the space's order
+    (its pass's ``GRAPH_PARAMS``; a pass that declares none: every searched parameter), less
+    the variant's speed class and the fallback, which the latency stage holds."""
+    from quantune.passes import get_pass
+
+    declared = getattr(get_pass(ctx.quant_pass), "GRAPH_PARAMS", None)
+    held = {ctx.key("nodes_to_exclude"), ctx.key("tensor_overrides")}
+    names = []
+    for name in ctx.quant_params():
+        short = name.split(".", 1)[1]
+        if name in held or (declared is not None and short not in declared):
+            continue
+        names.append(name)
+    return names
+
+
+def within_noise(result: Mapping[str, Any]) -> bool:
+    """Whether a paired timing says neither model is faster beyond the noise: not ``faster``, and
+    the ratio's interval not wholly above ``1 / (1 - LEAST_GAIN)`` (the reference not faster either)."""
+    if result.get("same_model"):
+        return True
+    low = result.get("ratio_ci_low")
+    return not result.get("faster") and not (low is not None and float(low) > 1.0 / (1.0 - LEAST_GAIN))
+
+
+class LatencyStage:
+    """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stop and the latency stage."""
+
+    def faster(self, candidate: Point, reference: Point) -> bool:
+        """Whether ``candidate``'s model is faster than ``reference``'s beyond the noise: their paired
+        ratio when the run times models side by side, else their trials' figures by ``LEAST_GAIN``."""
+        result = self._paired(candidate, reference)
+        if result is not None:
+            return bool(result.get("faster"))
+        mine, theirs = self.known(candidate), self.known(reference)
+        if mine is None or theirs is None or mine.objective is None or theirs.objective is None:
+            return False
+        return mine.objective < theirs.objective * (1.0 - LEAST_GAIN)
+
+    def _paired(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
+        probe = self.problem.paired_latency
+        if probe is None or self.problem.objective != "latency":
+            return None
+        return probe(dict(candidate), self.flow_of(candidate), dict(reference), self.flow_of(reference))
+
+    def at_ceiling(self, variant: Variant | None, point: Point) -> bool:
+        """Whether ``point`` (evaluated, in budget) is as fast as ``variant``'s ceiling within the noise:
+        then the search ends (``finished_reason`` says why). Its own ceiling always is; another
+        model only by paired timing (no paired timing here: not known, so the search goes on).
+        Option ``stop_at_ceiling: false`` keeps searching."""
+        if variant is None or not self.ctx.options.get("stop_at_ceiling", True) or self.problem.objective != "latency":
+            return False
+        point, ceiling = self.complete(dict(point)), self.complete(dict(variant.point))
+        outcome = self.known(point)
+        if outcome is None or not outcome.meets or outcome.failed:
+            return False
+        ratio = variant.ratio(self.baseline.get("latency_ms"))
+        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
+        if ratio is not None and ratio >= 1.0 - margin:  # kept by drop_slow: false, no speed-up to bound
+            return False
+        how = ""
+        if point_key(point) != point_key(ceiling):
+            result = self._paired(ceiling, point)  # the ceiling over this model, side by side
+            if result is None or not within_noise(result):
+                return False
+            how = (
+                " (the same model)"
+                if result.get("same_model")
+                else f" (the ceiling is {float(result.get('ratio_median', 1.0)):.2f}x its latency side by side, "
+                "within the noise)"
+            )
+        speed = "" if ratio is None else f", {ratio:.2f}x fp32 latency"
+        self.finished_reason = (
+            f"the model of trial '{self._stage_of(point)}' is in budget at the speed ceiling of the "
+            f"fastest variant still in play ({variant.label}{speed}){how}: nothing faster is possible"
+        )
+        log.info("quantune strategy: %s", self.finished_reason)
+        return True
+
+    def _stage_of(self, point: Point) -> str:
+        key = point_key(point)
+        return next((tried.stage for tried in self.history if point_key(tried.point) == key), "?")
+
+    def latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
+        """Stage: from the model in budget, one graph-changing parameter at a time (see the module);
+        returns the incumbent's point."""
+        incumbent = self.complete(self.ctx.with_fallback(base, fallback))
+        outcome = self.known(incumbent)
+        if outcome is None or not outcome.meets:
+            best = self.best_meeting()
+            if best is None or self.flow_of(best.point) != self.ctx.flow:
+                return None
+            incumbent = best.point
+        budget = self.ctx.options.get("latency_trials")
+        trials = self.remaining() if budget is None else int(budget)
+        patience = int(self.ctx.options.get("latency_patience", LATENCY_PATIENCE))
+        label = f"latency ({sum(1 for p in fallback.values() if p == 'fp32')} groups in fp32)"
+        held = set(speed_params(self.ctx, incumbent))
+        names = [name for name in graph_params(self.ctx) if name not in held]
+        params = self.ctx.quant_params()
+        spent = misses = 0
+        improved = True
+        while improved:  # a new incumbent: its own neighbours, in the same order
+            improved = False
+            for point, change in self._neighbours(incumbent, names, params):
+                if misses >= patience:
+                    self.finished_reason = (
+                        f"the latency stage ended: {misses} candidates in a row were not faster than the model "
+                        f"of trial '{self._stage_of(incumbent)}' beyond the noise, side by side"
+                    )
+                    return incumbent
+                if spent >= trials or self.remaining() <= 0:
+                    return incumbent
+                tried = yield from self.try_point(point, f"{label}: {change}")
+                if tried.duplicate_of is not None:  # an earlier trial's model: its timing stands
+                    continue
+                spent += 1
+                if tried.meets and not tried.failed and self.faster(point, incumbent):
+                    incumbent, misses, improved = point, 0, True
+                    if self.at_ceiling(variant, incumbent):
+                        return incumbent
+                    break
+                misses += 1
+        self.finished_reason = (
+            f"every setting that changes the executed graph was tried from the model of trial "
+            f"'{self._stage_of(incumbent)}' ({spent} latency trials): none is faster beyond the noise"
+            if spent
+            else f"no searched parameter changes the executed graph of the model of trial '{self._stage_of(incumbent)}'"
+            ": no latency trial could be faster"
+        )
+        return incumbent
+
+    def _neighbours(self, incumbent: Point, names: list[str], params: Mapping[str, Any]) -> list[tuple[Point, str]]:
+        """``incumbent`` with one of ``names`` changed, each value in the space's preferred order;
+        only valid points not yet evaluated."""
+        out = []
+        for name in names:
+            for value in _values(params[name], incumbent):
+                if value is None or incumbent.get(name) == value:
+                    continue
+                point = self.complete(fill_conditionals(self.ctx, {**incumbent, name: value}))
+                if self.ctx.valid(point) and self.known(point) is None:
+                    out.append((point, f"{name.split('.', 1)[1]}={value}"))
+        return out
