@@ -2,9 +2,12 @@
 
 User code runs only when a config names it. Scripts are imported by path (relative to the
 config's folder) under a stable module name, so every worker process imports the same file
-the same way. A script whose file changed since it was imported is imported again, so a
-process that runs several configs (tests, notebooks) never runs an old version of a script
-(the run's identity, engine/identity.py, fingerprints the new one).
+the same way. A script's folder is importable while and after it loads (as ``python
+script.py`` would make it), so a metric can ``from helper import SCALE``; the modules it so
+imports from its folder, transitively (userlocal.py), are part of its fingerprint. A script
+whose file or any of those modules changed since it was imported is imported again, those
+modules with it, so a process that runs several configs (tests, notebooks) never runs an old
+version of a script (the run's identity, engine/identity.py, fingerprints the new one).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from quantune.errors import QuantuneError
+from quantune.userlocal import forget_stale_local_modules, local_imports, remember_local_modules, script_fingerprint
 
 
 def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
@@ -25,10 +29,16 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     if not path.is_file():
         raise QuantuneError(f"{field_name}: no script at '{script}' (looked in {path.parent})")
     module_name = f"quantune_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-    content = hashlib.sha256(path.read_bytes()).hexdigest()
+    content = script_fingerprint(path)
     module = sys.modules.get(module_name)
     if module is not None and getattr(module, "__quantune_sha256__", content) == content:
         return module
+    folder = str(path.parent)
+    if folder not in sys.path:  # its helper modules import as they would beside ``python script.py``
+        sys.path.insert(0, folder)
+    imports = local_imports(path)
+    forget_stale_local_modules(imports)
+    importlib.invalidate_caches()  # a helper written since the last import is found
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise QuantuneError(f"{field_name}: cannot import '{script}'")
@@ -40,6 +50,7 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     except Exception as exc:
         del sys.modules[module_name]
         raise QuantuneError(f"{field_name}: importing '{script}' failed: {type(exc).__name__}: {exc}") from None
+    remember_local_modules(imports)
     return module
 
 
