@@ -7,6 +7,7 @@ cache) and is built once per worker process; executors only decide where ``run``
 from __future__ import annotations
 
 import logging
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -181,4 +182,7 @@ class TrialRunner:
             ctx.cache.put_json("evals", key, {"metrics": metrics})
             record.cache["evaluation"] = "miss"
         record.durations["evaluation_s"] = time.perf_counter() - started
+        score = metrics.get(ctx.evaluator.spec.metric)
+        if isinstance(score, float) and math.isnan(score):  # no criterion, no sampler can rank it
+            raise TrialError(f"metric '{ctx.evaluator.spec.metric}' returned NaN for this model")
         return metrics
