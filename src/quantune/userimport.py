@@ -21,6 +21,7 @@ from types import ModuleType
 from typing import Any
 
 from quantune.errors import QuantuneError
+from quantune.userexit import Guarded
 from quantune.userlocal import forget_stale_local_modules, local_imports, remember_local_modules, script_fingerprint
 
 
@@ -60,7 +61,7 @@ def load_function(spec: str, field_name: str, base_dir: Path) -> Any:
     func = getattr(import_script(script, field_name, base_dir), func_name, None)
     if not callable(func):
         raise QuantuneError(f"{field_name}: '{script}' defines no function '{func_name}'")
-    return func
+    return Guarded(func, field_name, script)  # sys.exit() or os._exit() in it is named, not obeyed
 
 
 def load_plugins(plugins: list[str], base_dir: Path) -> None:
