@@ -21,7 +21,7 @@ from typing import Any, NoReturn
 
 from quantune.errors import QuantuneError
 
-_REAL_EXIT = os._exit
+_REAL_EXIT = REAL_EXIT = os._exit  # (a watchdog's exit must never be taken for user code's)
 _IN_USER_CODE: set[tuple[int, int]] = set()  # (pid, thread id) running user code now
 
 

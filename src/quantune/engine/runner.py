@@ -103,12 +103,15 @@ class TrialRunner:
             # compares meanwhile (engine/prebuild.py); the figures follow, and only both are a hit
             keep = partial(ctx.cache.put_arrays, reference_key)
             ctx.evaluator.quick_timing = quick_timing
+            started = time.perf_counter()
             metrics, outputs = ctx.evaluator.evaluate(ctx.model.path, None, on_outputs=keep)
+            took = time.perf_counter() - started  # trials' default time limit derives from it (executors/limits.py)
         except TrialError as exc:  # nothing can be compared to a reference that does not evaluate
             raise QuantuneError(f"evaluating the original model failed: {exc}") from None
         finally:
             ctx.evaluator.quick_timing = False
-        ctx.cache.put_json("evals", key, {"metrics": metrics, **({"quick_timing": True} if quick_timing else {})})
+        quick = {"quick_timing": True} if quick_timing else {}
+        ctx.cache.put_json("evals", key, {"metrics": metrics, "evaluation_s": took, **quick})
         self._reference = outputs
         ctx.baseline_status = "miss"
         return metrics, "miss"

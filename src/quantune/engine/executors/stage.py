@@ -212,11 +212,15 @@ def stage_seconds() -> float:
     return _STAGE_SECONDS
 
 
-def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolation) -> StageOutcome:
+def run_stage(
+    stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolation, reported: bool = False
+) -> StageOutcome:
     """``fn(*args)`` in a worker (in-process when ``isolation.inline``); never raises for the stage's faults.
 
     ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
-    and any failure are recorded in ``isolation.stages`` under ``stage``.
+    and any failure are recorded in ``isolation.stages`` under ``stage``. ``reported``: the
+    caller ends the run with the failure in one line of its own, so it is only logged to the
+    run's log (quantune.log), not warned about on the console too.
     """
     global _STAGE_SECONDS
     started = time.perf_counter()
@@ -229,6 +233,8 @@ def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolati
     for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran
         isolation.stages.note_peak(name, mb)
     if outcome.error is not None:
-        log.warning("%s stage failed: %s%s", stage, outcome.error, f"\n{outcome.log_tail}" if outcome.log_tail else "")
+        level = logging.INFO if reported else logging.WARNING
+        tail = f"\n{outcome.log_tail}" if outcome.log_tail else ""
+        log.log(level, "%s stage failed: %s%s", stage, outcome.error, tail)
         isolation.stages.note_error(stage, outcome.error, outcome.log_tail)
     return outcome
