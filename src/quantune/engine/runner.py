@@ -129,11 +129,21 @@ class TrialRunner:
         take_stage_peaks()  # only this trial's stages
         with peak_tracker() as peak:
             try:
-                model_path, model_sha = self._run_passes(trial, record)
-                record.model_path = str(model_path)
-                record.model_sha256 = model_sha
-                record.session_settings = read_session_settings(model_path)
-                record.metrics = self._evaluate(model_path, model_sha, record)
+                for attempt in (1, 2):
+                    model_path, model_sha = self._run_passes(trial, record)
+                    record.model_path = str(model_path)
+                    record.model_sha256 = model_sha
+                    try:
+                        record.session_settings = read_session_settings(model_path)
+                        record.metrics = self._evaluate(model_path, model_sha, record)
+                        break
+                    except Exception:
+                        if attempt == 2 or model_path.is_file():
+                            raise
+                        # the cache was cleared under the model it built: build it again, once
+                        log.warning(
+                            "trial %d: its model left the cache (%s); building it again", trial.number, model_path
+                        )
             except Exception as exc:  # a trial's failure is data, not a crash of the run
                 record.status = "failed"
                 record.error = f"{type(exc).__name__}: {exc}"
