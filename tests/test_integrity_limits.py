@@ -81,3 +81,16 @@ def test_an_original_whose_metric_never_returns_ends_with_one_line(make_config, 
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "stopped after 5 s (stop.timeout_s)" in lines[0], done.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_a_loader_that_never_returns_ends_the_run_with_one_line(make_config, tmp_path, cnn_data):
+    (tmp_path / "loader.py").write_text("import time\n\n\ndef load():\n    time.sleep(10**6)\n")
+    data = {"calibration": str(cnn_data["calibration"]), "evaluation": "loader.py:load", "batch_size": 16}
+    config = make_config(data=data, stop={"max_trials": 2, "timeout_s": 5})
+    path = tmp_path / "config.yaml"
+    path.write_text(yaml.safe_dump(config))
+    done = quantune_cli("run", str(path), "--output", str(tmp_path / "out"), "--quiet", cwd=tmp_path, timeout=300)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "data.evaluation: 'loader.py:load' did not return within 5 s" in lines[0], lines
+    assert not (tmp_path / "out").exists()
