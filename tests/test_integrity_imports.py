@@ -78,3 +78,18 @@ def test_worker_processes_import_the_helper_too(make_config, tmp_path):
     assert result.baseline["metric.py:score"] == pytest.approx(0.5)
     assert result.trials and all(t.status == "ok" for t in result.trials), [t.error for t in result.trials]
     assert all(t.metrics["metric.py:score"] <= 0.5 for t in result.trials)
+
+
+def test_two_scripts_with_helpers_of_one_name_each_get_their_own(tmp_path):
+    from quantune.userimport import load_function
+
+    for name, value in (("a", 1), ("b", 2)):
+        folder = tmp_path / name
+        folder.mkdir()
+        (folder / "helper.py").write_text(f"VALUE = {value}\n")
+        (folder / "metric.py").write_text("from helper import VALUE\n\n\ndef score(outputs, data):\n    return VALUE\n")
+    first = load_function("a/metric.py:score", "evaluation.metric", tmp_path)
+    second = load_function("b/metric.py:score", "evaluation.metric", tmp_path)
+    assert (first({}, {}), second({}, {})) == (1, 2)
+    (tmp_path / "a" / "helper.py").write_text("VALUE = 10  # edited\n")
+    assert load_function("a/metric.py:score", "evaluation.metric", tmp_path)({}, {}) == 10

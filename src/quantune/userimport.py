@@ -12,6 +12,7 @@ version of a script (the run's identity, engine/identity.py, fingerprints the ne
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -34,9 +35,6 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     module = sys.modules.get(module_name)
     if module is not None and getattr(module, "__quantune_sha256__", content) == content:
         return module
-    folder = str(path.parent)
-    if folder not in sys.path:  # its helper modules import as they would beside ``python script.py``
-        sys.path.insert(0, folder)
     imports = local_imports(path)
     forget_stale_local_modules(imports)
     importlib.invalidate_caches()  # a helper written since the last import is found
@@ -46,11 +44,27 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     module = importlib.util.module_from_spec(spec)
     module.__quantune_sha256__ = content  # type: ignore[attr-defined]
     sys.modules[module_name] = module
+    folder = str(path.parent)
+    # its helper modules import as they would beside ``python script.py``: first while it loads,
+    # last afterwards (an import inside its functions still finds them, and a file of the user's
+    # named like a module quantune imports later never stands in for it)
+    # (a folder already on the path goes back where it was; another script's folder never comes first)
+    was_at = sys.path.index(folder) if folder in sys.path else None
+    if was_at is not None:
+        del sys.path[was_at]
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
         raise QuantuneError(f"{field_name}: importing '{script}' failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        if was_at is None:
+            sys.path.append(folder)
+        else:
+            sys.path.insert(was_at, folder)
     remember_local_modules(imports)
     return module
 
