@@ -67,3 +67,14 @@ def test_a_segfaulting_loader_names_its_file(make_config, tmp_path, cnn_data):
     done = quantune("check", str(write(tmp_path, make_config, data=data)), cwd=tmp_path)
     assert done.returncode != 0
     assert "Segmentation fault" in done.stderr and str(tmp_path / "loader.py") in done.stderr
+
+
+def test_a_metric_crashing_its_worker_names_the_file_and_line(make_config, tmp_path):
+    (tmp_path / "metric.py").write_text("import ctypes\n\n\ndef score(outputs, data):\n    ctypes.string_at(0)\n")
+    evaluation = {"metric": "metric.py:score", "latency": {"repeats": 2}}
+    config = write(tmp_path, make_config, evaluation=evaluation, executor={"kind": "process", "workers": 1})
+    done = quantune("run", str(config), "--output", str(tmp_path / "out"), "--quiet", cwd=tmp_path)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "segmentation fault" in lines[0], done.stderr
+    assert f"in {tmp_path / 'metric.py'}, line 5 (score)" in lines[0]

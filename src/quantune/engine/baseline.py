@@ -143,6 +143,8 @@ def _failure(error: str, tail: str) -> QuantuneError:
         if error.startswith(prefix):
             return kind(error[len(prefix) :])
     last = tail.strip().splitlines()[-1] if tail.strip() else ""
+    if last.startswith("Extension modules:"):  # the end of a crash report (its site is in the error)
+        last = ""
     return QuantuneError(
         f"evaluating the original model failed in its worker: {error}" + (f" (last log line: {last})" if last else "")
     )

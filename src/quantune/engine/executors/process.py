@@ -28,6 +28,7 @@ from pathlib import Path
 
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.contexts import child_environment, worker_context
+from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.lifeline import storage_fault
 from quantune.engine.executors.limits import TrialLimit
 from quantune.engine.executors.worker import WorkerSpec
@@ -291,7 +292,7 @@ class _Worker:
                     pass  # the worker died while answering: fall through to its exit status
             if ready:
                 self.process.join(timeout=5)
-                cause = exit_cause(self.process.exitcode)
+                cause = exit_cause(self.process.exitcode) + crash_site(log_since(self.log_path, offset))
                 tail = self.tail(offset)
                 self.stop(kill=True)
                 return failed_record(trial, f"worker crashed: {cause}", tail)

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.engine.executors.contexts import child_environment, worker_context
+from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.process import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
 from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
@@ -180,8 +181,9 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                 process.join(timeout=5)
                 if process.exitcode == _EXIT_UNGUARDED_MAIN:  # the user's script calls tune() unguarded
                     return StageOutcome(error=str(WorkerStartError(0, process.exitcode, "")))
+                site = crash_site(log_since(log_path, offset))  # the user's file and line, when it was theirs
                 return StageOutcome(
-                    error=f"worker crashed: {exit_cause(process.exitcode)}", log_tail=_tail(log_path, offset)
+                    error=f"worker crashed: {exit_cause(process.exitcode)}{site}", log_tail=_tail(log_path, offset)
                 )
             if isolation.deadline.left_s() == 0.0:  # the run's limit (or the run's end) comes first
                 return StageOutcome(error=isolation.deadline.reason, log_tail=_tail(log_path, offset))
