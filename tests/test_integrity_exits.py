@@ -64,9 +64,13 @@ def test_a_metric_ending_its_worker_is_named_not_taken_for_an_unguarded_script(m
 def test_a_segfaulting_loader_names_its_file(make_config, tmp_path, cnn_data):
     (tmp_path / "loader.py").write_text(LOADER.format(body="ctypes.string_at(0)"))
     data = {"calibration": str(cnn_data["calibration"]), "evaluation": "loader.py:load", "batch_size": 16}
-    done = quantune("check", str(write(tmp_path, make_config, data=data)), cwd=tmp_path)
-    assert done.returncode != 0
-    assert "Segmentation fault" in done.stderr and str(tmp_path / "loader.py") in done.stderr
+    config = write(tmp_path, make_config, data=data)
+    for command in (["check", str(config)], ["run", str(config), "--output", str(tmp_path / "out"), "--quiet"]):
+        done = quantune(*command, cwd=tmp_path)
+        assert done.returncode != 0
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, done.stderr  # from the witness process (userfault.py), not a dump
+        assert "data.evaluation: 'loader.py' crashed Python at line 10 in load(): Segmentation fault" in lines[0]
 
 
 def test_a_metric_crashing_its_worker_names_the_file_and_line(make_config, tmp_path):

@@ -14,12 +14,14 @@ from __future__ import annotations
 
 import faulthandler
 import functools
+import multiprocessing
 import os
 import threading
 from collections.abc import Callable
 from typing import Any, NoReturn
 
 from quantune.errors import QuantuneError
+from quantune.userfault import crash_witness
 
 _REAL_EXIT = REAL_EXIT = os._exit  # (a watchdog's exit must never be taken for user code's)
 _IN_USER_CODE: set[tuple[int, int]] = set()  # (pid, thread id) running user code now
@@ -52,12 +54,17 @@ class Guarded:
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         me = (os.getpid(), threading.get_ident())
         outermost = me not in _IN_USER_CODE
-        fault_report = outermost and not faulthandler.is_enabled()
+        witnessed = outermost and self._in_main_process()
+        fault_report = outermost and not witnessed and not faulthandler.is_enabled()
         os._exit = _exit
         _IN_USER_CODE.add(me)
         if fault_report:
             faulthandler.enable()
         try:
+            if witnessed:  # a crash here ends quantune's own process: a witness says where (userfault.py)
+                source = getattr(getattr(self.func, "__code__", None), "co_filename", self.script)
+                with crash_witness(f"{self.field_name}: '{self.script}' crashed Python", source):
+                    return self.func(*args, **kwargs)
             return self.func(*args, **kwargs)
         except SystemExit as exc:
             raise self._ended(f"sys.exit({exc.code!r})") from None
@@ -68,6 +75,10 @@ class Guarded:
                 _IN_USER_CODE.discard(me)
             if fault_report:
                 faulthandler.disable()
+
+    def _in_main_process(self) -> bool:
+        """A loader or model builder in quantune's own process (not a worker, whose crash its parent reports)."""
+        return self.field_name.startswith(("data.", "model.")) and multiprocessing.parent_process() is None
 
     def _ended(self, call: str) -> QuantuneError:
         name = getattr(self.func, "__name__", "the function")
