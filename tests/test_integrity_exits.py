@@ -82,3 +82,12 @@ def test_a_metric_crashing_its_worker_names_the_file_and_line(make_config, tmp_p
     lines = done.stderr.strip().splitlines()
     assert len(lines) == 1 and "segmentation fault" in lines[0], done.stderr
     assert f"in {tmp_path / 'metric.py'}, line 5 (score)" in lines[0]
+
+
+def test_a_metric_crashing_quantune_check_is_one_line(make_config, tmp_path):
+    (tmp_path / "metric.py").write_text("import ctypes\n\n\ndef score(outputs, data):\n    ctypes.string_at(0)\n")
+    config = write(tmp_path, make_config, evaluation={"metric": "metric.py:score", "latency": {"repeats": 2}})
+    done = quantune("check", str(config), cwd=tmp_path)  # check evaluates the original in its own process
+    assert done.returncode != 0
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and "evaluation.metric: 'metric.py' crashed Python at line 5 in score()" in lines[0]

@@ -77,8 +77,10 @@ class Guarded:
                 faulthandler.disable()
 
     def _in_main_process(self) -> bool:
-        """A loader or model builder in quantune's own process (not a worker, whose crash its parent reports)."""
-        return self.field_name.startswith(("data.", "model.")) and multiprocessing.parent_process() is None
+        """A loader, model builder or metric in quantune's own process (not a worker, whose crash its
+        parent reports; never a runner, whose calls are timed)."""
+        fields = ("data.", "model.", "evaluation.metric")
+        return self.field_name.startswith(fields) and multiprocessing.parent_process() is None
 
     def _ended(self, call: str) -> QuantuneError:
         name = getattr(self.func, "__name__", "the function")
