@@ -98,9 +98,10 @@ def model_present(row: dict[str, Any]) -> bool:
     if not meta.is_file() or not row.get("model_sha256"):
         return True  # not a cache entry (the original, a prepared model): its file is there
     try:
-        return json.loads(meta.read_text()).get("sha256") == row["model_sha256"]
-    except (OSError, ValueError, AttributeError):
-        return False
+        recorded = json.loads(meta.read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):  # not a cache entry's record (a meta.json of the user's)
+        return True
+    return recorded is None or recorded == row["model_sha256"]
 
 
 class SkipLog:
