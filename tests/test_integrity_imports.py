@@ -93,3 +93,29 @@ def test_two_scripts_with_helpers_of_one_name_each_get_their_own(tmp_path):
     assert (first({}, {}), second({}, {})) == (1, 2)
     (tmp_path / "a" / "helper.py").write_text("VALUE = 10  # edited\n")
     assert load_function("a/metric.py:score", "evaluation.metric", tmp_path)({}, {}) == 10
+
+
+RUNNER = """
+from runhelper import run_all
+
+
+def run(session, feeds):
+    return run_all(session, feeds)
+"""
+RUNHELPER = """
+def run_all(session, feeds):
+    names = [out.name for out in session.get_outputs()]
+    return [dict(zip(names, session.run(names, feed))) for feed in feeds]
+"""
+
+
+def test_a_runner_evaluated_in_a_target_interpreter_imports_its_helper_there(make_config, tmp_path):
+    import sys
+
+    (tmp_path / "drive.py").write_text(RUNNER)
+    (tmp_path / "runhelper.py").write_text(RUNHELPER)
+    evaluation = {"metric": "top1", "runner": f"{tmp_path / 'drive.py'}:run", "latency": {"repeats": 2}}
+    target = {"python": sys.executable, "provider": "CPUExecutionProvider"}
+    result = quantune.tune(make_config(evaluation=evaluation, target=target), output=tmp_path / "out")
+    assert result.baseline["top1"] == pytest.approx(1.0)
+    assert result.trials and all(t.status == "ok" for t in result.trials), [t.error for t in result.trials]
