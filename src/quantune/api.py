@@ -70,7 +70,10 @@ def check(
     original model evaluated (its metric must be a finite number). Returns the original's
     figures; a mistake raises :class:`~quantune.errors.QuantuneError` naming the file or field.
     Nothing is written but the artifact cache. ``overrides`` as for :func:`tune`."""
+    from quantune.engine.executors.limits import check_watchdog
     from quantune.engine.setup import build_run, preflight
 
     refuse_in_starting_worker()
-    return preflight(build_run(load_config(config, overrides)))
+    loaded = load_config(config, overrides)
+    with check_watchdog(loaded.config):  # the loader and the metric run here: never for ever
+        return preflight(build_run(loaded))

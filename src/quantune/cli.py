@@ -101,8 +101,11 @@ def _cmd_check(args: argparse.Namespace) -> int:
     refuse_in_starting_worker()
     loaded = _load(args)
     metric = loaded.config.evaluation.metric
-    parts = build_run(loaded)
-    metrics = preflight(parts)  # what quantune.check(config) does
+    from quantune.engine.executors.limits import check_watchdog
+
+    with check_watchdog(loaded.config):  # the loader and the metric run here: never for ever
+        parts = build_run(loaded)
+        metrics = preflight(parts)  # what quantune.check(config) does
     for line in check_lines(parts, metrics):
         print(line)
     print(f"ok: the data fits the model and the original scores {metric} = {metrics[metric]:.6g}")

@@ -2,13 +2,17 @@
 
 User code runs only when a config names it. Scripts are imported by path (relative to the
 config's folder) under a stable module name, so every worker process imports the same file
-the same way. A script whose file changed since it was imported is imported again, so a
-process that runs several configs (tests, notebooks) never runs an old version of a script
-(the run's identity, engine/identity.py, fingerprints the new one).
+the same way. A script's folder is importable while and after it loads (as ``python
+script.py`` would make it), so a metric can ``from helper import SCALE``; the modules it so
+imports from its folder, transitively (userlocal.py), are part of its fingerprint. A script
+whose file or any of those modules changed since it was imported is imported again, those
+modules with it, so a process that runs several configs (tests, notebooks) never runs an old
+version of a script (the run's identity, engine/identity.py, fingerprints the new one).
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib
 import importlib.util
@@ -18,6 +22,8 @@ from types import ModuleType
 from typing import Any
 
 from quantune.errors import QuantuneError
+from quantune.userexit import Guarded
+from quantune.userlocal import forget_stale_local_modules, local_imports, remember_local_modules, script_fingerprint
 
 
 def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
@@ -25,21 +31,41 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     if not path.is_file():
         raise QuantuneError(f"{field_name}: no script at '{script}' (looked in {path.parent})")
     module_name = f"quantune_user_{hashlib.sha1(str(path).encode()).hexdigest()[:12]}"
-    content = hashlib.sha256(path.read_bytes()).hexdigest()
+    content = script_fingerprint(path)
     module = sys.modules.get(module_name)
     if module is not None and getattr(module, "__quantune_sha256__", content) == content:
         return module
+    imports = local_imports(path)
+    forget_stale_local_modules(imports)
+    importlib.invalidate_caches()  # a helper written since the last import is found
     spec = importlib.util.spec_from_file_location(module_name, path)
     if spec is None or spec.loader is None:
         raise QuantuneError(f"{field_name}: cannot import '{script}'")
     module = importlib.util.module_from_spec(spec)
     module.__quantune_sha256__ = content  # type: ignore[attr-defined]
     sys.modules[module_name] = module
+    folder = str(path.parent)
+    # its helper modules import as they would beside ``python script.py``: first while it loads,
+    # last afterwards (an import inside its functions still finds them, and a file of the user's
+    # named like a module quantune imports later never stands in for it)
+    # (a folder already on the path goes back where it was; another script's folder never comes first)
+    was_at = sys.path.index(folder) if folder in sys.path else None
+    if was_at is not None:
+        del sys.path[was_at]
+    sys.path.insert(0, folder)
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
         del sys.modules[module_name]
         raise QuantuneError(f"{field_name}: importing '{script}' failed: {type(exc).__name__}: {exc}") from None
+    finally:
+        with contextlib.suppress(ValueError):
+            sys.path.remove(folder)
+        if was_at is None:
+            sys.path.append(folder)
+        else:
+            sys.path.insert(was_at, folder)
+    remember_local_modules(imports)
     return module
 
 
@@ -49,7 +75,7 @@ def load_function(spec: str, field_name: str, base_dir: Path) -> Any:
     func = getattr(import_script(script, field_name, base_dir), func_name, None)
     if not callable(func):
         raise QuantuneError(f"{field_name}: '{script}' defines no function '{func_name}'")
-    return func
+    return Guarded(func, field_name, script)  # sys.exit() or os._exit() in it is named, not obeyed
 
 
 def load_plugins(plugins: list[str], base_dir: Path) -> None:

@@ -39,6 +39,7 @@ from quantune.evaluate.session import open_session
 from quantune.model import file_sha256
 from quantune.store import ArtifactCache, cache_key
 from quantune.userimport import load_function
+from quantune.userlocal import script_fingerprint  # the script and the modules it imports beside it
 
 log = logging.getLogger("quantune.convert")
 
@@ -119,7 +120,7 @@ def _module_and_example(
         if ".py:" not in spec.pytorch:
             raise ConfigError(f"model.pytorch: '{spec.pytorch}' is not 'path/to/script.py:function' or a .pt2 file")
         build = load_function(spec.pytorch, "model.pytorch", base_dir)
-        sources.append(file_sha256((base_dir / spec.pytorch.rpartition(":")[0]).resolve()))
+        sources.append(script_fingerprint((base_dir / spec.pytorch.rpartition(":")[0]).resolve()))
         try:
             module = build()
         except Exception as exc:
@@ -137,7 +138,7 @@ def _module_and_example(
         default_example = None
     if spec.example_inputs is not None:
         inputs = load_function(spec.example_inputs, "model.example_inputs", base_dir)
-        sources.append(file_sha256((base_dir / spec.example_inputs.rpartition(":")[0]).resolve()))
+        sources.append(script_fingerprint((base_dir / spec.example_inputs.rpartition(":")[0]).resolve()))
         try:
             raw = inputs()
         except Exception as exc:

@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from quantune.engine.executors.limits import limit_source, original_limit
 from quantune.engine.executors.stage import Isolation, run_stage
 from quantune.engine.runner import TrialRunner
 from quantune.errors import ConfigError, QuantuneError
@@ -102,8 +103,15 @@ def original_figures(
     if cached is not None:
         return cached, ctx.baseline_status or "hit"
     with tempfile.TemporaryDirectory(prefix="quantune-stage-") as tmp:
-        where = replace(isolation, log_dir=log_dir or Path(tmp))
-        outcome = run_stage(STAGE, evaluate_original, spec, beside, isolation=where)
+        # never unbounded: a metric or loader that hangs on the original ends the run (limits.py)
+        limit = original_limit(spec.loaded.config) if isolation.timeout_s is None else isolation.timeout_s
+        where = replace(isolation, log_dir=log_dir or Path(tmp), timeout_s=limit)
+        outcome = run_stage(STAGE, evaluate_original, spec, beside, isolation=where, reported=True)
+    if not outcome.ok and (outcome.error or "").startswith("timeout:"):
+        raise QuantuneError(
+            f"evaluating the original model was stopped after {limit:g} s ({limit_source(spec.loaded.config)}); "
+            "does the metric, runner or data loader ever return?"
+        )
     if not outcome.ok:
         raise _failure(outcome.error or "", outcome.log_tail)
     ctx.baseline_status = "miss"
@@ -123,7 +131,8 @@ def retime_original(ctx: Any) -> dict[str, float]:
     spec = evaluator.spec
     timings = evaluator.backend.timings([ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner)
     fresh = latency_figures(timings[0])
-    ctx.cache.put_json("evals", key, {"metrics": {**cached["metrics"], **fresh}})
+    took = {"evaluation_s": cached["evaluation_s"]} if "evaluation_s" in cached else {}
+    ctx.cache.put_json("evals", key, {"metrics": {**cached["metrics"], **fresh}, **took})
     return fresh
 
 
@@ -134,6 +143,8 @@ def _failure(error: str, tail: str) -> QuantuneError:
         if error.startswith(prefix):
             return kind(error[len(prefix) :])
     last = tail.strip().splitlines()[-1] if tail.strip() else ""
+    if last.startswith("Extension modules:"):  # the end of a crash report (its site is in the error)
+        last = ""
     return QuantuneError(
         f"evaluating the original model failed in its worker: {error}" + (f" (last log line: {last})" if last else "")
     )

@@ -3,8 +3,8 @@
 The same config text can mean another run: the evaluation data edited in place, a metric or
 loader script changed, a plugin's pass rewritten. Each such *source* gets a fingerprint of its
 content (a data set by what it holds, whatever file or loader produced it; a script by its
-file's bytes). Resuming compares them with those the run store kept, so a changed source is
-named and refused instead of scoring new trials against old ones; worker processes compare
+file's bytes and those of the modules it imports from its folder, userlocal.py). Resuming
+compares them with those the run store kept, so a changed source is named and refused instead of scoring new trials against old ones; worker processes compare
 them again after loading, so a file edited while the run goes on is never mixed into it; and
 the evaluation cache key holds the sources that change an evaluation.
 """
@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 from quantune.errors import QuantuneError
 from quantune.model import file_sha256
 from quantune.store import cache_key
+from quantune.userlocal import script_fingerprint
 
 if TYPE_CHECKING:
     from quantune.config import LoadedConfig
@@ -29,17 +30,18 @@ NOT_EVALUATED = ("model", "data.calibration")  # the evaluation key has the mode
 
 
 def _script_sha(spec: str, loaded: LoadedConfig) -> str | None:
-    """sha256 of the script in ``path/to/script.py:function`` (None for other specs)."""
+    """The fingerprint of the script in ``path/to/script.py:function`` and of the modules it imports
+    from its folder (None for other specs)."""
     if ".py:" not in spec:
         return None
     path = loaded.resolve(spec.rpartition(":")[0])
-    return file_sha256(path) if path.is_file() else None
+    return script_fingerprint(path) if path.is_file() else None
 
 
 def _plugin_sha(plugin: str, loaded: LoadedConfig) -> str:
     if plugin.endswith(".py"):
         path = loaded.resolve(plugin)
-        return file_sha256(path) if path.is_file() else "missing"
+        return script_fingerprint(path) if path.is_file() else "missing"
     try:
         spec = importlib.util.find_spec(plugin)
     except (ImportError, ValueError):

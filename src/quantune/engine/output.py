@@ -35,6 +35,7 @@ _OURS = {
     "optuna.db",
 }
 _STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
+_HARMLESS = {LOCK_NAME, "workers", "quantune.log"}  # left by a run stopped before its store existed
 
 
 @dataclass(frozen=True)
@@ -77,6 +78,14 @@ def open_output(
             raise QuantuneError(
                 f"--output: '{folder}' already holds files quantune did not write ({', '.join(foreign[:3])}...); "
                 "choose an empty or new folder"
+            )
+        # the names quantune writes, but no run store: not a run of ours (or one whose record is
+        # gone), so what they hold may be the user's and is never replaced without being asked
+        results = sorted(p.name for p in folder.iterdir() if p.name in _OURS and p.name not in _HARMLESS)
+        if results and not (folder / RUN_DB).exists() and not restart:
+            raise QuantuneError(
+                f"--output: '{folder}' holds {', '.join(results[:3])} but no quantune run ({RUN_DB}); choose "
+                "another --output folder, or pass --restart to replace them"
             )
     created_folder = not folder.exists()
     with storage_errors(folder, "--output"):

@@ -13,11 +13,13 @@ import json
 import logging
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from quantune.engine.trial import TrialRecord
+from quantune.errors import QuantuneError
 from quantune.evaluate.session_file import session_file
 from quantune.machine import machine_info
 from quantune.model import external_data_files
@@ -128,17 +130,24 @@ def write_outputs(result: Result) -> None:
         shutil.rmtree(folder / other, ignore_errors=True)  # from an earlier pass over this run
     if chosen is not None and chosen.model_path:
         _save_model(folder / kind, chosen, result)
+    _say_lost_models(result)
     tmp = folder / ".results.json.tmp"
     tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
     os.replace(tmp, folder / "results.json")
 
 
-def _saved_trial(folder: Path) -> int | None:
-    """The trial whose model ``folder`` (best/ or closest_miss/) holds, from its params.json."""
-    try:
-        return json.loads((folder / "params.json").read_text())["trial"]
-    except (OSError, ValueError, KeyError):
-        return None
+def _say_lost_models(result: Result) -> None:
+    """Says, on the console too, which finished trials' models left the cache during the run:
+    they could not be timed again or chosen, so the verdict is over the others."""
+    lost = [r.number for r in result.trials if r.status == "ok" and r.model_path and not Path(r.model_path).is_file()]
+    if lost:
+        numbers = ", ".join(map(str, lost[:10])) + (", ..." if len(lost) > 10 else "")
+        message = (
+            f"the models of trials {numbers} left the cache during the run (cache_dir cleared?): they were "
+            "not timed again; run the same command again to rebuild and compare them"
+        )
+        log.warning(message)
+        print(f"quantune: warning: {message}", file=sys.stderr)
 
 
 def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
@@ -146,16 +155,15 @@ def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
     target.mkdir(exist_ok=True)
     source = Path(str(chosen.model_path))
     if not source.is_file():
-        # Resumed after the cache was cleared: the model cannot be copied. Whatever pair the
-        # folder holds from an earlier run stays as it is (nothing of the user's is deleted).
-        log.warning(
-            "trial %d's model is no longer in the cache (%s); %s keeps %s. Run again with --restart to rebuild it",
-            chosen.number,
-            source,
-            target,
-            f"trial {_saved_trial(target)}'s model" if _saved_trial(target) is not None else "no model",
+        # The cache was cleared during the run (a resumed run re-runs a trial whose model is gone,
+        # engine/resume.py): no results.json may name a best that best/ does not hold, and no
+        # earlier pair may stand in for it. The next run rebuilds the model from the run store.
+        shutil.rmtree(target, ignore_errors=True)
+        (result.output_dir / "results.json").unlink(missing_ok=True)
+        raise QuantuneError(
+            f"trial {chosen.number}'s model is no longer in the cache ({source}): cache_dir was cleared during "
+            "the run. Run the same command again: it rebuilds the models that are gone"
         )
-        return
     shutil.rmtree(target)  # no file of an earlier best (its external data) may stay beside this one
     target.mkdir()
     shutil.copyfile(source, target / "model.onnx")

@@ -7,22 +7,43 @@ asking trial n, the replay delivers the stored tells that came before it; when t
 proposes what the store holds for n, the stored record stands in for running it. A trial
 that was running when the run died has no record and runs again; if a proposal ever differs
 from the store (a changed sampler, say), replay stops and the rest runs normally.
+
+The run store wins over the cache, never the other way round: a finished trial whose model
+is no longer in the cache (``cache_dir`` cleared between two runs, or during one) is not
+replayed but run again, so its model is rebuilt and every figure of the run belongs to a
+model that exists; replaying it would leave a best trial whose model cannot be copied to
+``best/`` or timed again at the end.
 """
 
 from __future__ import annotations
 
+import json
+import logging
+import sys
+from pathlib import Path
 from typing import Any
 
 from quantune.engine.trial import TrialRecord
 from quantune.space import point_key
 from quantune.store import RunStore
 
+log = logging.getLogger("quantune")
+
 SKIP_LOG = "skipped_known_failures"  # run-store meta: [trials asked, trials told] at each skip, in order
 
 
 class Replay:
     def __init__(self, stored: list[dict[str, Any]]) -> None:
-        self._stored = {row["number"]: row for row in stored}
+        gone = [row["number"] for row in stored if not model_present(row)]
+        if gone:  # said on the console too (the run takes longer, and its figures are measured anew)
+            numbers = ", ".join(map(str, gone[:10])) + (", ..." if len(gone) > 10 else "")
+            message = (
+                f"{len(gone)} finished trial(s) run again: their models are no longer in the cache (trials {numbers})"
+            )
+            log.warning(message)
+            print(f"quantune: warning: {message}", file=sys.stderr)
+        self._stored = {row["number"]: row for row in stored if row["number"] not in gone}
+        self.rerun = len(gone)
         self._waiting: dict[int, TrialRecord] = {}  # asked again, not yet told again
         self.active = bool(self._stored)
         self.replayed = 0
@@ -62,6 +83,25 @@ class Replay:
     @property
     def waiting(self) -> int:
         return len(self._waiting)
+
+
+def model_present(row: dict[str, Any]) -> bool:
+    """Whether a stored trial's model is where its record says, as it was: a successful trial's
+    model file, with the cache entry's recorded hash (meta.json beside it) equal to the record's."""
+    path = row.get("model_path")
+    if row.get("status") != "ok" or not path:
+        return True  # a failed trial has no model to lose
+    model = Path(path)
+    if not model.is_file():
+        return False
+    meta = model.parent / "meta.json"
+    if not meta.is_file() or not row.get("model_sha256"):
+        return True  # not a cache entry (the original, a prepared model): its file is there
+    try:
+        recorded = json.loads(meta.read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):  # not a cache entry's record (a meta.json of the user's)
+        return True
+    return recorded is None or recorded == row["model_sha256"]
 
 
 class SkipLog:

@@ -7,6 +7,7 @@ cache) and is built once per worker process; executors only decide where ``run``
 from __future__ import annotations
 
 import logging
+import math
 import time
 import traceback
 from collections.abc import Callable
@@ -102,12 +103,15 @@ class TrialRunner:
             # compares meanwhile (engine/prebuild.py); the figures follow, and only both are a hit
             keep = partial(ctx.cache.put_arrays, reference_key)
             ctx.evaluator.quick_timing = quick_timing
+            started = time.perf_counter()
             metrics, outputs = ctx.evaluator.evaluate(ctx.model.path, None, on_outputs=keep)
+            took = time.perf_counter() - started  # trials' default time limit derives from it (executors/limits.py)
         except TrialError as exc:  # nothing can be compared to a reference that does not evaluate
             raise QuantuneError(f"evaluating the original model failed: {exc}") from None
         finally:
             ctx.evaluator.quick_timing = False
-        ctx.cache.put_json("evals", key, {"metrics": metrics, **({"quick_timing": True} if quick_timing else {})})
+        quick = {"quick_timing": True} if quick_timing else {}
+        ctx.cache.put_json("evals", key, {"metrics": metrics, "evaluation_s": took, **quick})
         self._reference = outputs
         ctx.baseline_status = "miss"
         return metrics, "miss"
@@ -125,11 +129,21 @@ class TrialRunner:
         take_stage_peaks()  # only this trial's stages
         with peak_tracker() as peak:
             try:
-                model_path, model_sha = self._run_passes(trial, record)
-                record.model_path = str(model_path)
-                record.model_sha256 = model_sha
-                record.session_settings = read_session_settings(model_path)
-                record.metrics = self._evaluate(model_path, model_sha, record)
+                for attempt in (1, 2):
+                    model_path, model_sha = self._run_passes(trial, record)
+                    record.model_path = str(model_path)
+                    record.model_sha256 = model_sha
+                    try:
+                        record.session_settings = read_session_settings(model_path)
+                        record.metrics = self._evaluate(model_path, model_sha, record)
+                        break
+                    except Exception:
+                        if attempt == 2 or model_path.is_file():
+                            raise
+                        # the cache was cleared under the model it built: build it again, once
+                        log.warning(
+                            "trial %d: its model left the cache (%s); building it again", trial.number, model_path
+                        )
             except Exception as exc:  # a trial's failure is data, not a crash of the run
                 record.status = "failed"
                 record.error = f"{type(exc).__name__}: {exc}"
@@ -181,4 +195,7 @@ class TrialRunner:
             ctx.cache.put_json("evals", key, {"metrics": metrics})
             record.cache["evaluation"] = "miss"
         record.durations["evaluation_s"] = time.perf_counter() - started
+        score = metrics.get(ctx.evaluator.spec.metric)
+        if isinstance(score, float) and math.isnan(score):  # no criterion, no sampler can rank it
+            raise TrialError(f"metric '{ctx.evaluator.spec.metric}' returned NaN for this model")
         return metrics

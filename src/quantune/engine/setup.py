@@ -128,11 +128,26 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
 def _load_data(loaded: LoadedConfig) -> tuple[Dataset | None, Dataset]:
     """The calibration data (``None`` when not given) and the evaluation data."""
     data = loaded.config.data
-    evaluation = load_dataset(data.evaluation, field_name="data.evaluation", base_dir=loaded.base_dir)
+    evaluation = _load(loaded, data.evaluation, "data.evaluation")
     calibration = None
     if data.calibration:
-        calibration = load_dataset(data.calibration, field_name="data.calibration", base_dir=loaded.base_dir)
+        calibration = _load(loaded, data.calibration, "data.calibration")
     return calibration, evaluation
+
+
+def _load(loaded: LoadedConfig, spec: str, field_name: str) -> Dataset:
+    """A data source; a loader script that never returns ends the process with one line (limits.py)."""
+    if ".py:" not in spec:
+        return load_dataset(spec, field_name=field_name, base_dir=loaded.base_dir)
+    from quantune.engine.executors.limits import limit_source, original_limit, watchdog
+
+    limit = original_limit(loaded.config)
+    message = (
+        f"{field_name}: '{spec}' did not return within {limit:g} s ({limit_source(loaded.config)}); "
+        "a data loader must return its arrays"
+    )
+    with watchdog(limit, message):
+        return load_dataset(spec, field_name=field_name, base_dir=loaded.base_dir)
 
 
 def for_workers(loaded: LoadedConfig, parts: RunParts) -> LoadedConfig:

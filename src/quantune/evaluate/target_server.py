@@ -139,6 +139,9 @@ def _runner(spec, cache):
         return None
     if spec not in cache:
         path, _, name = spec.rpartition(":")
+        folder = os.path.dirname(os.path.abspath(path))
+        if folder not in sys.path:  # its helper modules import here too, as in quantune's processes
+            sys.path.append(folder)
         module_spec = importlib.util.spec_from_file_location("quantune_target_runner", path)
         module = importlib.util.module_from_spec(module_spec)
         module_spec.loader.exec_module(module)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import importlib.util
 import inspect
 import logging
+import math
 import random
 import warnings
 from collections.abc import Sequence
@@ -178,6 +179,8 @@ class OptunaSampler(Sampler):
                 f"the feedback gives {len(values)}"
             )
         trial = trials.pop(0)
+        if math.isnan(float(feedback.violation)):  # Optuna refuses a NaN constraint: a failed trial
+            values = None
         if values is None:
             if self._worst is None:
                 self._deferred.append(trial)

@@ -5,6 +5,8 @@ version and config, data fingerprints), so a repeated run or a repeated point ne
 recomputes, and a changed input can never hit a stale entry. Entries are written to a
 temporary name and renamed into place, so a crash leaves either nothing or a whole entry;
 models are verified against their recorded hash when read, and a corrupt entry is dropped.
+A cache deleted while a run uses it is made again as entries are put (a missing entry is a
+miss, recomputed), so trials after the deletion do not fail for want of its folders.
 """
 
 from __future__ import annotations
@@ -88,6 +90,7 @@ class ArtifactCache:
     def new_work_dir(self) -> Path:
         """A fresh scratch folder on the cache's file system (so results can be renamed in)."""
         with storage_errors(self.root / "tmp", _FIELD):
+            (self.root / "tmp").mkdir(parents=True, exist_ok=True)  # (the cache may have been deleted)
             return Path(tempfile.mkdtemp(dir=self.root / "tmp"))
 
     def put_model(self, key: str, work_dir: Path, meta: dict[str, Any]) -> tuple[Path, str]:
@@ -105,6 +108,8 @@ class ArtifactCache:
             shutil.rmtree(work_dir, ignore_errors=True)
             raise
         target = self._model_dir(key)
+        with storage_errors(target.parent, _FIELD):
+            target.parent.mkdir(parents=True, exist_ok=True)
         existing = self.get_model(key)  # (a corrupt entry is removed by get_model)
         if existing is not None:
             # Another worker put the same entry first. Theirs is as good as ours, and it may
@@ -167,6 +172,7 @@ class ArtifactCache:
         tmp = target.with_name(f".{uuid.uuid4().hex}.npz")
         arrays = {name: np.asarray(value) for name, value in arrays.items()}
         with storage_errors(target.parent, _FIELD):
+            target.parent.mkdir(parents=True, exist_ok=True)
             try:
                 with reused_blocks():  # written through equal buffers
                     np.savez(tmp, **arrays, **{_ARRAYS_HASH: np.array(_arrays_sha256(arrays))})

@@ -7,6 +7,7 @@ from pathlib import Path
 
 from quantune.config.schema import ExecutorConfig
 from quantune.engine.executors.base import Executor, InProcessExecutor
+from quantune.engine.executors.limits import TrialLimit, original_evaluation_s, run_cap
 from quantune.engine.executors.process import ProcessExecutor
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.runner import TrialRunner
@@ -22,6 +23,8 @@ def eval_threads_for(workers: int) -> int:
 def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunner, output_dir: Path) -> Executor:
     if config.kind == "inline":
         return InProcessExecutor(runner)
+    # a default limit, so a metric or loader that never returns cannot hang the run (limits.py)
+    limit = TrialLimit(config.trial_timeout_s, lambda: original_evaluation_s(runner), run_cap(spec.loaded.config))
     if config.kind == "ray":
         from quantune.engine.executors.ray_executor import RayExecutor
 
@@ -32,13 +35,13 @@ def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunne
             cpus_per_trial=config.cpus_per_trial,
             gpus_per_trial=config.gpus_per_trial,
             resources=config.resources,
-            trial_timeout_s=config.trial_timeout_s,
+            trial_timeout_s=limit.seconds(),
         )
     return ProcessExecutor(
         spec,
         workers=config.workers,
         log_dir=output_dir / "workers",
-        trial_timeout_s=config.trial_timeout_s,
+        trial_timeout_s=limit,
         memory_limit_mb=config.memory_limit_mb,
         cache_root=runner.context.cache.root,
     )

@@ -28,7 +28,9 @@ from pathlib import Path
 
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.contexts import child_environment, worker_context
+from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.lifeline import storage_fault
+from quantune.engine.executors.limits import TrialLimit
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError
@@ -269,7 +271,7 @@ class _Worker:
             self.log_path = path
             self._moved_log = str(path) if self.process is not None else None
 
-    def run(self, trial: Trial, timeout_s: float | None) -> TrialRecord:
+    def run(self, trial: Trial, timeout_s: float | None, note: str = "") -> TrialRecord:
         self.ensure_started()
         assert self.process is not None and self.conn is not None
         if self._moved_log is not None:
@@ -295,14 +297,15 @@ class _Worker:
                     pass  # the worker died while answering: fall through to its exit status
             if ready:
                 self.process.join(timeout=5)
-                cause = exit_cause(self.process.exitcode)
+                cause = exit_cause(self.process.exitcode) + crash_site(log_since(self.log_path, offset))
                 tail = self.tail(offset)
                 self.stop(kill=True)
                 return failed_record(trial, f"worker crashed: {cause}", tail)
             if deadline is not None and time.monotonic() >= deadline:
                 tail = self.tail(offset)
                 self.stop(kill=True)
-                return failed_record(trial, f"timeout: the trial ran longer than {timeout_s:g} s and was killed", tail)
+                error = f"timeout: the trial ran longer than {timeout_s:g} s and was killed{note}"
+                return failed_record(trial, error, tail)
 
 
 class ProcessExecutor(Executor):
@@ -314,7 +317,7 @@ class ProcessExecutor(Executor):
         *,
         workers: int = 1,
         log_dir: Path,
-        trial_timeout_s: float | None = None,
+        trial_timeout_s: float | TrialLimit | None = None,
         memory_limit_mb: int | None = None,
         cache_root: Path | None = None,
     ) -> None:
@@ -322,7 +325,7 @@ class ProcessExecutor(Executor):
         self.capacity = workers
         self.cache_root = cache_root
         self.log_dir = log_dir
-        self.trial_timeout_s = trial_timeout_s
+        self.limit = trial_timeout_s if isinstance(trial_timeout_s, TrialLimit) else TrialLimit(trial_timeout_s)
         log_dir.mkdir(parents=True, exist_ok=True)
         self._queue: queue.Queue[tuple[Trial, Future[TrialRecord]] | None] = queue.Queue()
         self._workers = [_Worker(index, spec, log_dir, memory_limit_mb) for index in range(workers)]
@@ -354,7 +357,7 @@ class ProcessExecutor(Executor):
                 future.set_exception(fatal)
                 continue
             try:
-                record = worker.run(trial, self.trial_timeout_s)
+                record = worker.run(trial, self.limit.seconds(), self.limit.note())
                 fault = storage_fault(record, self.cache_root, self.log_dir)
                 if fault is not None:  # the disk, not the trial: the engine stops the run with it
                     future.set_exception(fault)

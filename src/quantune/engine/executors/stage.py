@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.engine.executors.contexts import child_environment, worker_context
+from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.process import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
 from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
@@ -180,8 +181,9 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                 process.join(timeout=5)
                 if process.exitcode == _EXIT_UNGUARDED_MAIN:  # the user's script calls tune() unguarded
                     return StageOutcome(error=str(WorkerStartError(0, process.exitcode, "")))
+                site = crash_site(log_since(log_path, offset))  # the user's file and line, when it was theirs
                 return StageOutcome(
-                    error=f"worker crashed: {exit_cause(process.exitcode)}", log_tail=_tail(log_path, offset)
+                    error=f"worker crashed: {exit_cause(process.exitcode)}{site}", log_tail=_tail(log_path, offset)
                 )
             if isolation.deadline.left_s() == 0.0:  # the run's limit (or the run's end) comes first
                 return StageOutcome(error=isolation.deadline.reason, log_tail=_tail(log_path, offset))
@@ -212,11 +214,15 @@ def stage_seconds() -> float:
     return _STAGE_SECONDS
 
 
-def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolation) -> StageOutcome:
+def run_stage(
+    stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolation, reported: bool = False
+) -> StageOutcome:
     """``fn(*args)`` in a worker (in-process when ``isolation.inline``); never raises for the stage's faults.
 
     ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
-    and any failure are recorded in ``isolation.stages`` under ``stage``.
+    and any failure are recorded in ``isolation.stages`` under ``stage``. ``reported``: the
+    caller ends the run with the failure in one line of its own, so it is only logged to the
+    run's log (quantune.log), not warned about on the console too.
     """
     global _STAGE_SECONDS
     started = time.perf_counter()
@@ -229,6 +235,8 @@ def run_stage(stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolati
     for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran
         isolation.stages.note_peak(name, mb)
     if outcome.error is not None:
-        log.warning("%s stage failed: %s%s", stage, outcome.error, f"\n{outcome.log_tail}" if outcome.log_tail else "")
+        level = logging.INFO if reported else logging.WARNING
+        tail = f"\n{outcome.log_tail}" if outcome.log_tail else ""
+        log.log(level, "%s stage failed: %s%s", stage, outcome.error, tail)
         isolation.stages.note_error(stage, outcome.error, outcome.log_tail)
     return outcome

@@ -1,0 +1,119 @@
+"""How long a trial or the original's evaluation may run before its worker is killed.
+
+A metric, loader or runner that never returns hung a run for ever: ``executor.trial_timeout_s``
+had no default. Without it a trial now gets a limit derived from the original model's own
+evaluation (the same data through the same metric, timing included), with a floor generous
+enough for the passes a trial runs first (a calibration, a quantizer, a fine-tune):
+``max(TRIAL_FLOOR_S, PER_ORIGINAL x the original's evaluation)``. The original's evaluation,
+which has nothing to be measured against, gets ``ORIGINAL_LIMIT_S``. Neither runs past
+``stop.timeout_s`` when that is set: no single trial can take longer than the whole run may.
+A configured ``executor.trial_timeout_s`` is used as given, for both.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from quantune.userexit import REAL_EXIT as _REAL_EXIT
+
+TRIAL_FLOOR_S = 600.0
+PER_ORIGINAL = 50.0
+ORIGINAL_LIMIT_S = 1800.0
+
+
+def run_cap(config: Any) -> float | None:
+    """``stop.timeout_s`` when it is a time limit (0 means "stop at the first trial that meets it")."""
+    limit = config.stop.timeout_s
+    return float(limit) if limit else None
+
+
+def original_limit(config: Any) -> float:
+    """The limit of the original model's evaluation (``config``: the run's Config)."""
+    if config.executor.trial_timeout_s is not None:
+        return float(config.executor.trial_timeout_s)
+    cap = run_cap(config)
+    return min(ORIGINAL_LIMIT_S, cap) if cap else ORIGINAL_LIMIT_S
+
+
+def limit_source(config: Any) -> str:
+    """Where the original's limit came from, in words."""
+    if config.executor.trial_timeout_s is not None:
+        return "executor.trial_timeout_s"
+    if run_cap(config) and run_cap(config) < ORIGINAL_LIMIT_S:
+        return "stop.timeout_s"
+    return "the default limit; set executor.trial_timeout_s to change it"
+
+
+@dataclass
+class TrialLimit:
+    """A trial's time limit: ``configured`` (``executor.trial_timeout_s``), else the default,
+    read when the first trial starts (after the original was evaluated)."""
+
+    configured: float | None = None
+    original_s: Callable[[], float | None] = lambda: None  # the original's evaluation time, when known
+    cap_s: float | None = None  # stop.timeout_s
+    _resolved: float | None = None
+
+    def seconds(self) -> float | None:
+        if self.configured is not None:
+            return self.configured
+        if self._resolved is not None:
+            return self._resolved
+        original = self.original_s()
+        limit = max(TRIAL_FLOOR_S, PER_ORIGINAL * original) if original else ORIGINAL_LIMIT_S
+        limit = min(limit, self.cap_s) if self.cap_s else limit
+        if original:
+            self._resolved = limit
+        return limit
+
+    def note(self) -> str:
+        """What the limit was, for a trial it killed."""
+        if self.configured is not None:
+            return " (executor.trial_timeout_s)"
+        return (
+            f" (the default limit: {PER_ORIGINAL:g}x the original model's evaluation, at least {TRIAL_FLOOR_S:g} s, "
+            "at most stop.timeout_s; set executor.trial_timeout_s to change it)"
+        )
+
+
+def original_evaluation_s(runner: Any) -> float | None:
+    """How long the original's evaluation took, from its cached figures (``runner``: a TrialRunner)."""
+    ctx = runner.context
+    cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256))
+    value = (cached or {}).get("evaluation_s")
+    return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def check_watchdog(config: Any) -> contextlib.AbstractContextManager[None]:
+    """:func:`watchdog` for ``quantune check``: its loader and metric run in this process."""
+    limit = original_limit(config)
+    return watchdog(
+        limit, f"check stopped after {limit:g} s ({limit_source(config)}); do the data loader and the metric return?"
+    )
+
+
+@contextlib.contextmanager
+def watchdog(seconds: float, message: str) -> Iterator[None]:
+    """Ends this process with exit code 2 and ``message`` (one line) if the block runs longer than
+    ``seconds``: for user code run in the main process (``quantune check``'s loader and metric),
+    where no worker can be killed in its place. Only the artifact cache may be written meanwhile,
+    and its entries appear whole or not at all."""
+
+    def expire() -> None:
+        with contextlib.suppress(OSError):
+            sys.stderr.write(f"quantune: error: {message}\n")
+            sys.stderr.flush()
+        _REAL_EXIT(2)
+
+    timer = threading.Timer(seconds, expire)
+    timer.daemon = True
+    timer.start()
+    try:
+        yield
+    finally:
+        timer.cancel()
