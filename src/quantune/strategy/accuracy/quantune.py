@@ -22,6 +22,7 @@ from quantune.strategy.accuracy.bisect import Bisection
 from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import describe
+from quantune.strategy.accuracy.recover import RecoverStage
 from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
@@ -40,7 +41,7 @@ log = logging.getLogger("quantune.strategy")
 
 
 @register_strategy("quantune")
-class QuantuneStrategy(CeilingStage, AccuracyStrategy):
+class QuantuneStrategy(RecoverStage, CeilingStage, AccuracyStrategy):
     """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
     Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
@@ -89,11 +90,13 @@ class QuantuneStrategy(CeilingStage, AccuracyStrategy):
                 continue  # untimed variants are judged by their trial's latency
             if variant.meets:
                 fallback: dict[str, Precision] | None = {}
+            elif (refined := (yield from self.stage_recover(variant))) is not None:  # recover.py
+                base, fallback = refined, {}
             else:
                 found = yield from self.recover(base, self.known(base))
                 if found is None:
                     continue
-                base, fallback = found
+                base, fallback = yield from self.stage_recover_units(variant, *found, self._costs())
             if fallback:  # a first model in budget exists; can a calibration choice quantize everything?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
