@@ -21,7 +21,7 @@ from collections.abc import Iterable, Mapping, Sequence
 import numpy as np
 import onnx
 
-from quantune.evaluate.sensitivity.stats import session
+from quantune.evaluate.sensitivity.stats import session, with_outputs
 
 _SUFFIX = "__quantune_head"
 FULL = ""  # key of :func:`measure_head`'s result that holds the fully quantized model's loss
@@ -142,6 +142,38 @@ def _sort(graph: onnx.GraphProto) -> None:
     graph.node.extend(ordered)
 
 
+def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeProto], list[str], list[str]]:
+    """The nodes ``names`` (in graph order), the tensors they read from outside (the boundary)
+    and the graph outputs they make."""
+    wanted = set(names)
+    nodes = [node for node in fmodel.graph.node if node.name in wanted]
+    made = {out for node in nodes for out in node.output}
+    inits = {init.name for init in fmodel.graph.initializer}
+    boundary = list(dict.fromkeys(t for node in nodes for t in node.input if t and t not in made and t not in inits))
+    outputs = [o.name for o in fmodel.graph.output if o.name in made]
+    return nodes, boundary, outputs
+
+
+def _head_model(
+    fmodel: onnx.ModelProto, nodes: Sequence[onnx.NodeProto], boundary: Mapping[str, np.ndarray], outputs: Sequence[str]
+) -> onnx.ModelProto:
+    """The head alone: ``boundary`` tensors as its inputs, its initializers, ``outputs``."""
+    used = {t for node in nodes for t in node.input}
+    graph = onnx.helper.make_graph(
+        list(nodes),
+        "head",
+        [
+            onnx.helper.make_tensor_value_info(name, onnx.helper.np_dtype_to_tensor_dtype(value.dtype), None)
+            for name, value in boundary.items()
+        ],
+        [onnx.ValueInfoProto(name=name) for name in outputs],
+        [init for init in fmodel.graph.initializer if init.name in used],
+    )
+    model = onnx.helper.make_model(graph, opset_imports=fmodel.opset_import)
+    model.ir_version = fmodel.ir_version
+    return model
+
+
 def measure_head(
     fmodel: onnx.ModelProto,
     qmodel: onnx.ModelProto,
@@ -153,34 +185,43 @@ def measure_head(
     quantized (0 for a head node the quantized model leaves float); ``FULL`` -> the same for the
     fully quantized model.
 
-    ``pieces``: the data, a list of feeds (read once per head node).
+    ``pieces``: the data, a list of feeds. The whole float model runs once (to the head's
+    boundary), the quantized one once; each head node then reruns only the head, so a detector
+    whose backbone takes seconds per image pays for its head alone.
     """
-    feeds = list(pieces)
+    nodes, boundary, outputs = _cut(fmodel, head)
+    if not outputs:
+        return {}
     inputs = {i.name for i in fmodel.graph.input} - {i.name for i in fmodel.graph.initializer}
-    outputs = [o.name for o in fmodel.graph.output]
-    by_name = {node.name: node for node in fmodel.graph.node}
-    reference = session(fmodel)
-    refs = [reference.run(outputs, {k: v for k, v in feed.items() if k in inputs}) for feed in feeds]
-    whole = {out: _Channels() for out in outputs}  # the fully quantized model, for comparison
+    computed = [t for t in boundary if t not in inputs]  # the rest are the model's own inputs
+    reference = session(with_outputs(fmodel, [*computed, *outputs], only=True))
     quantized = session(qmodel)
     q_inputs = {i.name for i in qmodel.graph.input}
-    for feed, ref in zip(feeds, refs, strict=True):
-        values = quantized.run(outputs, {k: v for k, v in feed.items() if k in q_inputs})
-        for out, value, expected in zip(outputs, values, ref, strict=True):
+    cuts: list[dict[str, np.ndarray]] = []
+    refs: list[list[np.ndarray]] = []
+    whole = {out: _Channels() for out in outputs}  # the fully quantized model, for comparison
+    for feed in pieces:
+        values = reference.run([*computed, *outputs], {k: v for k, v in feed.items() if k in inputs})
+        cut = dict(zip(computed, values[: len(computed)], strict=True))
+        cuts.append({name: cut[name] if name in cut else feed[name] for name in boundary})
+        refs.append(values[len(computed) :])
+        q_values = quantized.run(outputs, {k: v for k, v in feed.items() if k in q_inputs})
+        for out, value, expected in zip(outputs, q_values, refs[-1], strict=True):
             whole[out].add(value, expected)
     found: dict[str, float] = {FULL: max((s.worst() for s in whole.values()), default=0.0)}
-    for name in head:
-        node = by_name.get(name)
-        tensors = {t: qdq[t] for t in (node.output if node is not None else []) if t in qdq}
-        model = injected(fmodel, qmodel, tensors) if tensors else None
+    if not cuts:
+        return found
+    sub = _head_model(fmodel, nodes, cuts[0], outputs)
+    for node in nodes:
+        tensors = {t: qdq[t] for t in node.output if t in qdq}
+        model = injected(sub, qmodel, tensors) if tensors else None
         if model is None:
-            found[name] = 0.0
+            found[node.name] = 0.0
             continue
         run = session(model)
         stats = {out: _Channels() for out in outputs}
-        for feed, ref in zip(feeds, refs, strict=True):
-            values = run.run(outputs, {k: v for k, v in feed.items() if k in inputs})
-            for out, value, expected in zip(outputs, values, ref, strict=True):
+        for cut, ref in zip(cuts, refs, strict=True):
+            for out, value, expected in zip(outputs, run.run(outputs, cut), ref, strict=True):
                 stats[out].add(value, expected)
-        found[name] = max((s.worst() for s in stats.values()), default=0.0)
+        found[node.name] = max((s.worst() for s in stats.values()), default=0.0)
     return found
