@@ -111,3 +111,20 @@ def test_the_precision_map_says_what_was_recovered_and_how() -> None:
     results["strategy"]["recovered"]["units"] = "all"
     text, nodes = recovered(results, {"params": {"flow": "quant>ft"}})
     assert text.startswith("every unit kept in int8") and nodes == {}
+
+
+def test_flows_auto_places_the_refining_passes_after_static_quant(make_config, cnn_model) -> None:
+    import onnx
+
+    from quantune.config import load_config
+    from quantune.engine.plan import build_plan
+    from quantune.prepare import model_facts
+
+    passes = [
+        {"name": "static_quant", "search": True},
+        {"name": "bias_correction"},
+        {"name": "fast_finetune", "search": True},
+    ]
+    config = load_config(make_config(passes, flows="auto")).config
+    flows = list(build_plan(config, facts=model_facts(onnx.load(str(cnn_model)))).flows)
+    assert flows == ["static_quant", "static_quant>bias_correction", "static_quant>fast_finetune"]

@@ -8,6 +8,8 @@ lets quantune place them, the way Olive's recipes do:
   (fusion, then quantization) -- only when the model is a transformer;
 * ``weight_only`` alone, and before ``dynamic_quant`` (the MatMuls it leaves float may still
   go int8) -- only when the model has MatMuls with constant weights;
+* ``bias_correction`` and ``fast_finetune`` each after ``static_quant`` (the flows the
+  ``quantune`` strategy's recover stage tries before any fallback);
 * ``fp16`` alone (and after ``transformer_opt``) -- only when size is an objective: on a CPU
   it rarely makes a model faster, so a latency run would spend its trials on it for nothing.
 
@@ -24,7 +26,8 @@ from typing import Any
 from quantune.errors import ConfigError
 
 QUANTIZERS = ("static_quant", "dynamic_quant")
-PLACED = (*QUANTIZERS, "transformer_opt", "weight_only", "fp16")
+REFINERS = ("bias_correction", "fast_finetune")  # after static_quant: the recover stage's flows
+PLACED = (*QUANTIZERS, "transformer_opt", "weight_only", "fp16", *REFINERS)
 
 
 def auto_flows(steps: Mapping[str, Any], facts: Mapping[str, Any], size_objective: bool) -> list[tuple[str, ...]]:
@@ -41,6 +44,7 @@ def auto_flows(steps: Mapping[str, Any], facts: Mapping[str, Any], size_objectiv
     fusions, weights, halves = of("transformer_opt"), of("weight_only"), of("fp16")
     quantizers = [step_id for step_id, step in steps.items() if step.pass_cls.name in QUANTIZERS]
     candidates: list[tuple[str, ...]] = [(q,) for q in quantizers]
+    candidates += [(q, r) for q in of("static_quant") for name in REFINERS for r in of(name)]
     for fuse in fusions:
         candidates += [(fuse,), *((fuse, q) for q in quantizers), *((fuse, w) for w in weights)]
     for weight in weights:
