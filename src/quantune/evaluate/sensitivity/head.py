@@ -9,7 +9,11 @@ output Q/DQ pairs alone (the scales and zero points the quantized model uses), a
 are compared with the float model's *per channel*, keeping the worst channel: the scores'
 channels show the loss however small they are next to the boxes.
 
-Only the head is measured this way (a few nodes, one float run each over the probe's rows):
+The same measurement scores the nodes that feed an *amplifier* (:func:`amplified_nodes`: a
+Log, a square root, a division's denominator, through a few elementwise ops), wherever they
+are: one rounding step there is a log of zero downstream.
+
+Only the head (and those few nodes) is measured this way (a few nodes, one float run each over the probe's rows):
 its ops sit between the last compute op and the outputs, where nothing downstream can hide or
 repair an error, and where a ranking by local noise over time put YOLOv8's decode conv last.
 """
@@ -28,12 +32,16 @@ FULL = ""  # key of :func:`measure_head`'s result that holds the fully quantized
 # A head node whose quantization alone causes this share of the fully quantized model's
 # worst-channel output error is a culprit: it ranks ahead of every other unit.
 CULPRIT_SHARE = 0.5
+# ... and at least this much of it (a worst channel's squared error over its energy): where the
+# fully quantized model is itself almost exact, no node is singled out.
+CULPRIT_FLOOR = 1e-3
 
 
 def culprits(head: Mapping[str, float]) -> dict[str, float]:
     """The head nodes of :func:`measure_head`'s result that alone cause most of the output loss."""
     full = head.get(FULL, 0.0)
-    return {name: loss for name, loss in head.items() if name != FULL and full > 0 and loss >= CULPRIT_SHARE * full}
+    floor = max(CULPRIT_SHARE * full, CULPRIT_FLOOR)
+    return {name: loss for name, loss in head.items() if name != FULL and loss >= floor}
 
 
 class _Channels:
@@ -143,15 +151,54 @@ def _sort(graph: onnx.GraphProto) -> None:
 
 
 def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeProto], list[str], list[str]]:
-    """The nodes ``names`` (in graph order), the tensors they read from outside (the boundary)
-    and the graph outputs they make."""
-    wanted = set(names)
-    nodes = [node for node in fmodel.graph.node if node.name in wanted]
+    """The nodes ``names`` and every node downstream of them (in graph order), the tensors they
+    read from outside (the boundary) and the graph outputs they make."""
+    wanted, reached = set(names), set()
+    nodes = []
+    for node in fmodel.graph.node:  # graph order is topological: one pass finds the closure
+        if node.name in wanted or reached & set(node.input):
+            nodes.append(node)
+            reached.update(node.output)
     made = {out for node in nodes for out in node.output}
     inits = {init.name for init in fmodel.graph.initializer}
     boundary = list(dict.fromkeys(t for node in nodes for t in node.input if t and t not in made and t not in inits))
     outputs = [o.name for o in fmodel.graph.output if o.name in made]
     return nodes, boundary, outputs
+
+
+# Ops that blow up a small absolute error: a quantization step on a tensor they read (through
+# a few elementwise ops) becomes log(0), a division by zero, a square root of a negative.
+AMPLIFIERS = frozenset({"Log", "Sqrt", "Reciprocal", "Pow", "Div"})
+_ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Clip", "Max", "Abs", "Relu"})
+
+
+def amplified_nodes(fmodel: onnx.ModelProto, depth: int = 2) -> list[str]:
+    """Nodes whose output reaches an amplifier (a Div's denominator) through at most ``depth``
+    elementwise ops: Basic Pitch's ``Square -> Add(eps) -> Log``, whose int8 square rounds the
+    quiet bins to 0 and its log to -16, which local noise ranked 28th of 38 units."""
+    consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
+    for node in fmodel.graph.node:
+        for index, name in enumerate(node.input):
+            consumers.setdefault(name, []).append((node, index))
+    found = []
+    for node in fmodel.graph.node:
+        if node.op_type in ("Constant", *AMPLIFIERS):
+            continue
+        frontier, hit = list(node.output), False
+        for _ in range(depth + 1):
+            following = []
+            for tensor in frontier:
+                for consumer, index in consumers.get(tensor, []):
+                    if consumer.op_type in AMPLIFIERS and (consumer.op_type != "Div" or index == 1):
+                        hit = True
+                    elif consumer.op_type in _ELEMENTWISE:
+                        following.extend(consumer.output)
+            if hit or not following:
+                break
+            frontier = following
+        if hit:
+            found.append(node.name)
+    return found
 
 
 def _head_model(
@@ -212,7 +259,7 @@ def measure_head(
     if not cuts:
         return found
     sub = _head_model(fmodel, nodes, cuts[0], outputs)
-    for node in nodes:
+    for node in (n for n in nodes if n.name in set(head)):
         tensors = {t: qdq[t] for t in node.output if t in qdq}
         model = injected(sub, qmodel, tensors) if tensors else None
         if model is None:

@@ -152,7 +152,7 @@ class SensitivityReport:
     outputs: dict[str, dict[str, float]] = field(default_factory=dict)
     rows: int = 0
     product_noise: dict[str, float] = field(default_factory=dict)  # MatMuls of two activations
-    head: dict[str, float] = field(default_factory=dict)  # head nodes: their loss at the outputs (head.py)
+    head: dict[str, float] = field(default_factory=dict)  # head / amplified nodes: loss at the outputs (head.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
