@@ -118,7 +118,9 @@ def assert_closest_miss_reported(result, out: Path) -> None:
     miss = saved["closest_miss"]
     assert miss is not None and miss["meets_criterion"] is False
     evaluated = [t for t in saved["trials"] if t["status"] == "ok"]
-    assert miss["accuracy_loss"] == min(t["accuracy_loss"] for t in evaluated)
+    # the most accurate model faster than the original (engine/selection.py miss_front), else of all
+    faster = [t for t in evaluated if t["number"] in {row["number"] for row in saved["closest_miss_front"]}]
+    assert miss["accuracy_loss"] == min(t["accuracy_loss"] for t in faster or evaluated)
     assert miss["number"] in {t["number"] for t in evaluated}
     assert (out / "closest_miss" / "model.onnx").is_file()
     assert not (out / "best").exists()

@@ -11,7 +11,10 @@ lets quantune place them, the way Olive's recipes do:
   int8) -- only when the model has MatMuls with constant weights;
 * a half-precision pass (``"half"``: ``fp16``) alone (and after a fusion) -- only when size is
   an objective: on a CPU it rarely makes a model faster, so a latency run would spend its
-  trials on it for nothing.
+  trials on it for nothing;
+* a refining pass (``"refine"``: ``bias_correction``, ``fast_finetune``) after each static
+  quantizer (``quantizes = "static"``): the flows the ``quantune`` strategy's recover stage tries
+  before any fallback.
 
 Where a pass goes is its ``auto_place`` trait (:mod:`quantune.passes.base`). "Only when" is
 each pass's own :meth:`~quantune.passes.Pass.supports` on the model's facts, for its default
@@ -43,6 +46,8 @@ def auto_flows(steps: Mapping[str, Any], facts: Mapping[str, Any], size_objectiv
     fusions, weights, halves, quantizers = of("fuse"), of("weights"), of("half"), of("quantize")
     dynamic = [q for q in quantizers if steps[q].pass_cls.quantizes == "dynamic"]
     candidates: list[tuple[str, ...]] = [(q,) for q in quantizers]
+    static = [q for q in quantizers if steps[q].pass_cls.quantizes == "static"]
+    candidates += [(q, r) for q in static for r in of("refine")]
     for fuse in fusions:
         candidates += [(fuse,), *((fuse, q) for q in quantizers), *((fuse, w) for w in weights)]
     for weight in weights:

@@ -34,7 +34,7 @@ from quantune.engine.problem import search_problem
 from quantune.engine.result import Result, write_outputs
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
-from quantune.engine.selection import closest_miss, pareto_front
+from quantune.engine.selection import closest_miss, miss_front, pareto_front
 from quantune.engine.setup import RunParts, build_run, for_workers, preflight
 from quantune.engine.trial import TrialRecord
 from quantune.engine.verdict import decide
@@ -299,7 +299,8 @@ class Engine:
             baseline=baseline,
             trials=records,
             best=verdict.best,
-            closest_miss=closest_miss(records, self.objectives),
+            closest_miss=closest_miss(records, self.objectives, baseline.get("latency_ms")),
+            miss_front=[r.number for r in miss_front(records, baseline.get("latency_ms"))],
             pareto_front=[r.number for r in pareto_front(records, self.objectives)] if len(self.objectives) > 1 else [],
             metric=self.config.evaluation.metric,
             criterion={

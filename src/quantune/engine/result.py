@@ -57,6 +57,9 @@ class Result:
     target: dict[str, Any] | None = None
     # why the run's end did not re-time its best models (no time left within stop.timeout_s), else None
     latency_confirmation_skipped: str | None = None
+    # the accuracy--latency Pareto front of the quantized trials faster than the original (numbers,
+    # most accurate first); the closest miss is its first point (engine/selection.py miss_front)
+    miss_front: list[int] = field(default_factory=list)
     # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
     time_left_s: float | None = field(default=None, repr=False)
 
@@ -83,6 +86,25 @@ class Result:
         """``best/model.onnx``, written only when a candidate beat the original (else ``None``)."""
         return self.output_dir / "best" / "model.onnx" if self.improved else None
 
+    def miss_front_rows(self) -> list[dict[str, Any]]:
+        """:attr:`miss_front` as rows a user chooses from: the metric, the loss, the speed-up over the original."""
+        by_number = {r.number: r for r in self.trials}
+        base = self.baseline.get("latency_ms") or 0.0
+        rows = []
+        for number in self.miss_front:
+            record = by_number[number]
+            latency = record.metrics.get("latency_ms", 0.0)
+            rows.append(
+                {
+                    "number": number,
+                    self.metric: record.metrics.get(self.metric),
+                    "accuracy_loss": record.accuracy_loss,
+                    "latency_ms": latency,
+                    "speedup": base / latency if latency > 0 else None,
+                }
+            )
+        return rows
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
@@ -96,6 +118,7 @@ class Result:
             "objective": self.objective,
             "objectives": self.objectives,
             "pareto_front": self.pareto_front,
+            "closest_miss_front": [] if self.best else self.miss_front_rows(),
             "stop_reason": self.stop_reason,
             "duration_s": self.duration_s,
             "cache": self.cache_stats,

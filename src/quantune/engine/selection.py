@@ -91,15 +91,50 @@ def pareto_front(records: Iterable[TrialRecord], objectives: Sequence[str]) -> l
     return sorted(front, key=lambda r: (values[r.number], r.number))
 
 
-def closest_miss(records: Iterable[TrialRecord], objectives: Sequence[str]) -> TrialRecord | None:
-    """The evaluated trial with the smallest accuracy loss (then the best objective); a model
-    that quantizes nothing yet meets the criterion is the original in disguise, not a miss."""
-    first = ranking(objectives)[0]
-    evaluated = [
+def _evaluated_misses(records: Iterable[TrialRecord]) -> list[TrialRecord]:
+    """Evaluated trials that may be a closest miss: not the original in disguise."""
+    return [
         r
         for r in records
         if r.status == "ok" and r.accuracy_loss is not None and not (r.meets_criterion and quantizes_nothing(r))
     ]
+
+
+def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None) -> list[TrialRecord]:
+    """The accuracy--latency Pareto front of the quantized trials faster than the original.
+
+    When nothing meets the budget, this is what a user can choose from: each point is a speed
+    bought with some accuracy, and no other tried model is both faster and more accurate. A
+    trial not faster than the original is no choice at all (the original is better on both),
+    so it is left out. Most accurate first.
+    """
+    if not original_latency_ms or original_latency_ms <= 0:
+        return []
+    faster = [
+        r
+        for r in _evaluated_misses(records)
+        if not quantizes_nothing(r) and 0 < r.metrics.get("latency_ms", float("inf")) < original_latency_ms
+    ]
+    front: list[TrialRecord] = []
+    for record in sorted(faster, key=lambda r: (r.accuracy_loss, r.metrics["latency_ms"], r.number)):
+        if not front or record.metrics["latency_ms"] < front[-1].metrics["latency_ms"]:
+            front.append(record)  # more loss than every point before it, so it must be faster to count
+    return front
+
+
+def closest_miss(
+    records: Iterable[TrialRecord], objectives: Sequence[str], original_latency_ms: float | None = None
+) -> TrialRecord | None:
+    """The most accurate point of :func:`miss_front` (with ``original_latency_ms``); when no
+    tried model is faster than the original, the evaluated trial with the smallest accuracy
+    loss (then the best objective). A model that quantizes nothing yet meets the criterion is
+    the original in disguise, not a miss."""
+    records = list(records)
+    front = miss_front(records, original_latency_ms)
+    if front:
+        return front[0]
+    first = ranking(objectives)[0]
+    evaluated = _evaluated_misses(records)
     if not evaluated:
         return None
     return min(evaluated, key=lambda r: (r.accuracy_loss, objective_value(r, first), r.number))

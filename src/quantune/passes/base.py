@@ -34,7 +34,7 @@ file and its registration:
 * ``auto_place``: where ``flows: auto`` places it (``quantize``: alone and after fusion;
   ``fuse``: alone and before the quantizers and weight passes; ``weights``: alone, after fusion
   and before the dynamic quantizers; ``half``: alone and after fusion, when size is an
-  objective), or None: flows are written by hand.
+  objective; ``refine``: after each static quantizer), or None: flows are written by hand.
 
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
@@ -104,7 +104,7 @@ class Pass(ABC):
     leaves_quantized: ClassVar[frozenset[str]] = frozenset()
     rewrites_weights: ClassVar[bool] = False
     restructuring: ClassVar[bool] = False
-    auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half"] | None] = None
+    auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half", "refine"] | None] = None
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:

@@ -19,6 +19,7 @@ from rich.table import Table
 
 from quantune.engine.loop import RunStatus
 from quantune.engine.trial import TrialRecord
+from quantune.report.miss import miss_lines
 from quantune.report.result import Result, format_loss, format_ratio, speed_words
 from quantune.report.summarize import node_op_types, summarize_value
 
@@ -286,11 +287,7 @@ def summary(result: Result) -> str:
                 f"the original stays the answer; the candidate's model is in the cache: {result.best.model_path}"
             )
     elif result.closest_miss is not None:
-        miss = result.closest_miss
-        lines.append(
-            f"closest miss: trial {miss.number}, {label} {miss.metrics[result.metric]:.4f} "
-            f"(loss {format_loss(miss.accuracy_loss, result.criterion['type'])}); saved in {result.output_dir / 'closest_miss'}"
-        )
+        lines += miss_lines(result, label)
     if result.failure_classes:
         lines.append("failed trials by cause:")
         lines += [f"  {count} x {name}" for name, count in result.failure_classes.items()]

@@ -37,6 +37,7 @@ _NAMES = {
 _DYNAMIC = {"MatMulInteger", "ConvInteger", "DynamicQuantizeMatMul", "MatMulIntegerToFloat", "DynamicQuantizeLSTM"}
 # Stages in which accuracy-driven strategies recover accuracy (the rest search speed).
 RECOVERY_PREFIXES = (
+    "recover",
     "recipes",
     "screen",
     "op types",
@@ -257,6 +258,27 @@ def evidence(results: Mapping[str, Any], chosen: Mapping[str, Any], node: str) -
         "other_differences": best[1] if best else 0,
         "same_settings": best[0] == 0 if best else False,
     }
+
+
+def recovered(results: Mapping[str, Any], chosen: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+    """What the refining passes kept in int8 in the chosen trial (the quantune strategy's recover
+    stage, ``strategy.recovered``): a sentence for the whole model ("" when nothing was recovered
+    in the chosen trial's flow) and node -> how, for the units the fallback had put in fp32."""
+    notes = (results.get("strategy") or {}).get("recovered") or {}
+    flow = (chosen.get("params") or {}).get("flow")
+    if not notes or (flow is not None and flow != notes.get("flow")):
+        return "", {}
+    how = " + ".join(notes.get("passes", [])) or "refining passes"
+    units = notes.get("units")
+    if units == "all":
+        return f"every unit kept in int8: {how} held the budget before any fallback (recover stage)", {}
+    groups = _groups(results, chosen)
+    by_node: dict[str, str] = {}
+    for unit in units or []:
+        for node in groups.get(unit, {}).get("nodes", [unit]):
+            by_node[node] = f"recovered: back to int8 after the fallback, {how} held the budget (recover stage)"
+    text = f"{len(units or [])} unit(s) the fallback had put in fp32 kept in int8 by {how} (recover stage)"
+    return (text if units else ""), by_node
 
 
 def _variant(params: Mapping[str, Any]) -> str:

@@ -14,6 +14,7 @@ from quantune.report.precision import (
     fallbacks,
     op_precisions,
     overridden,
+    recovered,
     recovery_steps,
 )
 from quantune.report.result import format_loss, format_ratio, speed_words
@@ -133,6 +134,7 @@ def precision_section(
 
     falls = fallbacks(results, chosen)
     by_node = {f.node: f for f in falls}
+    recovery, recovered_nodes = recovered(results, chosen)
     int16 = set(overridden(chosen.get("params", {})))
     scale, _ = loss_scale(results)
     tolerable = (results.get("criterion") or {}).get("tolerable_loss")
@@ -141,6 +143,8 @@ def precision_section(
         why = _why(by_node.get(op.original) or by_node.get(op.name), results, scale, tolerable)
         if not why and op.precision in ("fp32", "fp16", "bf16"):
             why = "not quantized by the flow's passes (not excluded by the search)"
+        if not why and (op.original in recovered_nodes or op.name in recovered_nodes):
+            why = e(recovered_nodes.get(op.original) or recovered_nodes[op.name])
         if int16 and any(t in int16 for t in (op.name, op.original)):
             why = (why + "; " if why else "") + "int16 override"
         css = "float" if op.precision in ("fp32", "fp16", "bf16") else "int"
@@ -151,7 +155,8 @@ def precision_section(
     counts = precision_counts(ops)
     head = (
         f"<p>{e(kind)}: trial {chosen['number']}, read from <code>{e(path)}</code>: {len(ops)} compute ops, "
-        f"{sum(1 for o in ops if o.precision not in ('fp32', 'fp16', 'bf16'))} in integer precision.</p>"
+        f"{sum(1 for o in ops if o.precision not in ('fp32', 'fp16', 'bf16'))} in integer precision"
+        f"{'; ' + e(recovery) if recovery else ''}.</p>"
     )
     table = (
         f"<details{' open' if len(ops) <= 60 else ''}><summary>every compute op ({len(ops)})</summary><div class=scroll><table class=ops><thead><tr><th>node</th>"

@@ -9,6 +9,7 @@ quantization against its float model), :mod:`.dynamic` (what ``quantize_dynamic`
 from __future__ import annotations
 
 from quantune.evaluate.sensitivity.dynamic import _fake_quant, measure_dynamic
+from quantune.evaluate.sensitivity.head import culprits, measure_head
 from quantune.evaluate.sensitivity.probe import VERSION, ProbeJob, SensitivityProbe, StepConfigs, run_probe
 from quantune.evaluate.sensitivity.static import measure
 from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats
@@ -21,7 +22,9 @@ __all__ = [
     "StepConfigs",
     "_Stats",
     "_fake_quant",
+    "culprits",
     "measure",
     "measure_dynamic",
+    "measure_head",
     "run_probe",
 ]

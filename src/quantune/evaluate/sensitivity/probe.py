@@ -27,7 +27,7 @@ from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.sensitivity")
 
-VERSION = 4  # 4: per-sample error counts too (_Stats.nmse)
+VERSION = 6  # 4: per-sample error counts too (_Stats.nmse); 5: the head measured at the outputs; 6: amplified nodes too
 
 StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
 

@@ -38,12 +38,17 @@ from onnx import numpy_helper
 
 from quantune.evaluate.sensitivity import capture
 from quantune.evaluate.sensitivity.capture import Job
+from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, measure_head
 from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, single_node, with_outputs
 from quantune.memory import memory_budget_mb
+from quantune.passes.onnx.capability import ModelCapability
+from quantune.passes.onnx.head import head_nodes
 
 log = logging.getLogger("quantune.sensitivity")
 
 _WEIGHTED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
+HEAD_LIMIT = 32  # head nodes re-run at most (one float run each): a decoder's tail, not a whole model
+AMPLIFIED_LIMIT = 8  # nodes feeding a Log or a division re-run at most (each reruns what follows it)
 
 
 @dataclass
@@ -168,8 +173,15 @@ def measure(
             + product_noise.get(node.name, 0.0)
             + sum(activation_noise[t] for t in adjacent)
         )
+    head = _head_loss(fmodel, qmodel, found, feeds, plan.rows)
+    # A head culprit (alone, most of the output loss: head.culprits) outranks every other unit,
+    # whatever local noise says: its score is above the sum of all the others.
+    above = sum(scores.values())
+    for name, loss in culprits(head).items():
+        scores[name] = above + loss
     return SensitivityReport(
         scores=scores,
+        head=head,
         weight_noise=weight_noise,
         activation_noise=activation_noise,
         tensors={name: s.summary() for name, s in ref_stats.items()},
@@ -177,6 +189,32 @@ def measure(
         rows=plan.total_rows,
         product_noise=product_noise,
     )
+
+
+def _head_loss(fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, found: _Structure, feeds, rows) -> dict[str, float]:
+    """The head's nodes (at most :data:`HEAD_LIMIT`, nearest the outputs) and the quantized nodes
+    that feed an amplifier (a Log, a division: at most :data:`AMPLIFIED_LIMIT`) scored by their
+    own quantization's effect on the outputs (:mod:`.head`)."""
+    nodes = head_nodes(ModelCapability.from_model(fmodel).nodes, [o.name for o in fmodel.graph.output])
+    by_name = {node.name: node for node in fmodel.graph.node}
+    amplified = [
+        name
+        for name in amplified_nodes(fmodel)
+        if name not in set(nodes) and any(t in found.qdq for t in by_name[name].output)
+    ][:AMPLIFIED_LIMIT]
+    result: dict[str, float] = {}
+    for measured in (nodes[-HEAD_LIMIT:], amplified):
+        if not measured:
+            continue
+        try:
+            part = measure_head(fmodel, qmodel, found.qdq, measured, capture.pieces(feeds, rows))
+        except Exception as exc:  # what cannot be re-run alone keeps its local scores
+            log.warning("output-level sensitivity skipped for %d node(s): %s", len(measured), exc)
+            continue
+        full = max(result.get(FULL, 0.0), part.pop(FULL, 0.0))
+        result.update(part)
+        result[FULL] = full
+    return result
 
 
 def _run_group(

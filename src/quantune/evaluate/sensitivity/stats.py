@@ -152,6 +152,7 @@ class SensitivityReport:
     outputs: dict[str, dict[str, float]] = field(default_factory=dict)
     rows: int = 0
     product_noise: dict[str, float] = field(default_factory=dict)  # MatMuls of two activations
+    head: dict[str, float] = field(default_factory=dict)  # head / amplified nodes: loss at the outputs (head.py)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -162,6 +163,7 @@ class SensitivityReport:
             "tensors": self.tensors,
             "outputs": self.outputs,
             "rows": self.rows,
+            "head": self.head,
         }
 
     @classmethod
@@ -174,6 +176,7 @@ class SensitivityReport:
             dict(data["outputs"]),
             int(data["rows"]),
             dict(data.get("product_noise", {})),
+            dict(data.get("head", {})),
         )
 
 

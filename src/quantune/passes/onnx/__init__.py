@@ -9,6 +9,7 @@ from quantune.passes.onnx.dynamic_quant import DynamicQuantization
 from quantune.passes.onnx.fast_finetune import FastFinetune
 from quantune.passes.onnx.fp16 import Float16Conversion
 from quantune.passes.onnx.graph_opt import GraphOptimization
+from quantune.passes.onnx.head import head_groups, head_nodes
 from quantune.passes.onnx.session_tuning import SessionTuning
 from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
@@ -28,4 +29,6 @@ __all__ = [
     "StaticQuantization",
     "TransformerOptimization",
     "WeightOnlyQuantization",
+    "head_groups",
+    "head_nodes",
 ]

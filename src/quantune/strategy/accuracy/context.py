@@ -31,6 +31,7 @@ from typing import Any
 from quantune.errors import QuantuneError
 from quantune.passes.base import RECIPE_ROLES
 from quantune.passes.onnx.capability import Group, ModelCapability, Precision
+from quantune.passes.onnx.head import head_nodes
 from quantune.passes.registry import PASSES, find_pass
 from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
@@ -72,6 +73,7 @@ class AccuracyContext:
     options: Mapping[str, Any] = field(default_factory=dict)
     # every group's sensitivity score as ranked (for the report: why a group stayed in fp32)
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
+    head: set[str] = field(default_factory=set)  # node names between the last compute op and the outputs
 
     @classmethod
     def from_problem(cls, problem: SearchProblem, strategy: str) -> AccuracyContext:
@@ -133,10 +135,12 @@ class AccuracyContext:
             for name in capability.quantizable
             if name in fp32_nodes or capability.by_name[name].op_type in fp32_types
         )
+        head = set(head_nodes(capability.nodes))
         candidates = [
             group
-            for group in capability.candidates()
-            if not set(group.nodes) <= set(always)
+            for group in capability.groups
+            if (not group.shape_only or head & set(group.nodes))  # a head's Concat is a unit (passes/onnx/head.py)
+            and not set(group.nodes) <= set(always)
             and not (set(group.nodes) & int8_nodes)
             and group.op_type not in int8_types
         ]
@@ -149,7 +153,9 @@ class AccuracyContext:
                 )
         if mode == "dynamic":
             precisions = [p for p in precisions if p == "fp32"] or ["fp32"]  # no tensor overrides in dynamic
-        return cls(problem, flow_name, flow, quant_step, capability, always, candidates, precisions, options)
+        context = cls(problem, flow_name, flow, quant_step, capability, always, candidates, precisions, options)
+        context.head = head
+        return context
 
     # -- points -------------------------------------------------------------------------------
     @property
@@ -229,6 +235,8 @@ class AccuracyContext:
         scored = [(group, _finite(sum(scores.get(node, 0.0) for node in group.nodes))) for group in pool]
         for group, score in scored:
             self.scores[group.name] = {"score": score, "op_type": group.op_type, "nodes": list(group.nodes)}
+            if self.head & set(group.nodes):
+                self.scores[group.name]["head"] = True
         order = {group.name: index for index, group in enumerate(pool)}
         return sorted(scored, key=lambda gs: (-gs[1], order[gs[0].name]))
 

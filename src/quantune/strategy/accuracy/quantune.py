@@ -23,6 +23,7 @@ from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import describe
 from quantune.strategy.accuracy.latency_stage import LatencyStage
+from quantune.strategy.accuracy.recover import RecoverStage
 from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
@@ -40,7 +41,7 @@ log = logging.getLogger("quantune.strategy")
 
 
 @register_strategy("quantune")
-class QuantuneStrategy(LatencyStage, CeilingStage, AccuracyStrategy):
+class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrategy):
     """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
     Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
@@ -97,11 +98,15 @@ class QuantuneStrategy(LatencyStage, CeilingStage, AccuracyStrategy):
                 fallback: dict[str, Precision] | None = {}
                 if self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
                     return
+            elif (refined := (yield from self.stage_recover(variant))) is not None:  # recover.py
+                base, fallback = refined, {}
+                if self.finished_reason or self.at_ceiling(variant, base):
+                    return  # the recovered, fully quantized model is at the ceiling
             else:
                 found = yield from self.recover(base, self.known(base))
                 if found is None:
                     continue
-                base, fallback = found
+                base, fallback = yield from self.stage_recover_units(variant, *found, self._costs())
                 if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
                     return  # a recovery stage's model is at the ceiling
             if fallback:  # a first model in budget exists; can a calibration choice quantize everything?

@@ -1,0 +1,264 @@
+"""The oracle: each fallback unit's real effect on the metric, and how well sensitivity ranks them.
+
+    python bench/oracle.py MODEL CONFIG [--out bench/results] [--name NAME] [--max-units N]
+
+For every fallback unit quantune's accuracy strategies can move (its groups, a decode head's
+Concat included: ``AccuracyContext.candidates``), two models are built and evaluated on the
+config's own metric, through quantune's own passes, cache and evaluator (a strategy, ``oracle``,
+proposes them to the engine exactly as the fallback stages do, by ``nodes_to_exclude``):
+
+* **alone int8**: this unit quantized, every other unit in fp32 -- the loss it causes by itself;
+* **alone fp32**: this unit in fp32, every other unit quantized -- what keeping it float buys.
+
+Plus the fully quantized model. The truth table (``oracle-<name>-<date>.md`` + ``.json``) then
+scores the rankings quantune uses against the truth (the loss alone int8): the sensitivity
+ranking (``ctx.ranked``) and the bisection's order (sensitivity per share of the original's time):
+Spearman's rank correlation, and whether the worst unit is in the first 1 / 3 / 5. It also says
+whether a single unit in fp32 gives an in-budget model faster than the original (an oracle over
+single fallbacks, not every subset). The quant step's parameters are its defaults (and the
+config's fixed values), in the config's first flow that quantizes.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import quantune
+from quantune.config import load_config
+from quantune.strategy.accuracy.common import AccuracyStrategy
+from quantune.strategy.accuracy.speed import priced
+from quantune.strategy.options import AccuracyOptions
+from quantune.strategy.registry import register_strategy
+
+REPO = Path(__file__).resolve().parents[1]
+FULL = "oracle: all int8"
+TOP = (1, 3, 5)
+
+
+@register_strategy("oracle")
+class OracleStrategy(AccuracyStrategy):
+    """Proposes the fully quantized model, then each unit alone int8 and alone fp32."""
+
+    name = "oracle"
+    Options = AccuracyOptions
+
+    def stages(self):
+        base = self.ctx.base_point()
+        units = list(self.ctx.candidates)
+        yield from self.try_point(base, FULL)
+        ranked = self.ctx.ranked(base, units)
+        costs = dict(self.problem.node_costs()) if self.problem.node_costs is not None else {}
+        self.orders = {
+            "sensitivity": [[g.name, score] for g, score in ranked],
+            "bisect": [[g.name, score] for g, score in priced(ranked, costs)],
+        }
+        self.units = [{"name": g.name, "op_type": g.op_type, "nodes": list(g.nodes)} for g in units]
+        for group in units:
+            others = [g for g in units if g is not group]
+            yield from self.try_point(self.fallback(base, others), f"oracle: {group.name} alone int8")
+            yield from self.try_point(self.fallback(base, [group]), f"oracle: {group.name} alone fp32")
+
+    def learned(self) -> dict[str, Any]:
+        return {
+            **super().learned(),
+            "orders": getattr(self, "orders", {}),
+            "units": getattr(self, "units", []),
+            "head": sorted(getattr(self.ctx, "head", ())),  # (main before the head existed: none)
+        }
+
+
+def ranks(values: list[float]) -> np.ndarray:
+    """Average ranks (ties share their mean rank), 1 = smallest."""
+    array = np.asarray(values, dtype=float)
+    order = array.argsort(kind="stable")
+    out = np.empty(len(array))
+    out[order] = np.arange(1, len(array) + 1)
+    for value in np.unique(array):
+        same = array == value
+        out[same] = out[same].mean()
+    return out
+
+
+def spearman(truth: list[float], predicted: list[float]) -> float | None:
+    """Spearman's rho (None when either side is constant: no ranking to compare)."""
+    if len(truth) < 2:
+        return None
+    a, b = ranks(truth), ranks(predicted)
+    if a.std() == 0 or b.std() == 0:
+        return None
+    return float(np.corrcoef(a, b)[0, 1])
+
+
+def score_order(order: list[list[Any]], truth: dict[str, float]) -> dict[str, Any]:
+    """A ranking (most sensitive first) against the truth (loss alone int8, higher = worse)."""
+    names = [name for name, _ in order if name in truth]
+    worst = max(truth.values()) if truth else 0.0
+    # no unit loses anything alone: there is no culprit to find, and nothing to score
+    # (nor when every unit loses the same alone: what breaks the model is outside the units)
+    alike = len(set(truth.values())) <= 1
+    culprits = {name for name, loss in truth.items() if loss == worst} if worst > 0 and not alike else set()
+    position = {name: index for index, name in enumerate(names)}
+    first = min((position[name] for name in culprits if name in position), default=None)
+    scores = {name: float(score) for name, score in order}
+    return {
+        "spearman": spearman([truth[n] for n in names], [scores[n] for n in names]),
+        "worst_units": sorted(culprits),
+        "worst_rank": None if first is None else first + 1,
+        **{f"worst_in_top_{k}": None if first is None else first < k for k in TOP},
+        "order": names,
+    }
+
+
+def run(model: Path, config: Path, out: Path, name: str, max_units: int | None) -> dict[str, Any]:
+    """The oracle's quantune run (the config's own data, metric and passes; its relative paths
+    stay relative to its file) and the truth table read from it."""
+    loaded = load_config(config)
+    options = loaded.config.search.strategy_options or {}
+    overrides = {
+        "model": str(model.resolve()),
+        "search.strategy": "oracle",
+        "search.strategy_options": {k: v for k, v in options.items() if k in AccuracyOptions.model_fields},
+        "stop": {"max_trials": 100_000},
+        "executor": {"kind": "inline"},  # the oracle strategy is registered in this process
+        "evaluation.latency.confirm_top": 0,
+    }
+    result = quantune.tune(config, output=out / f"oracle-{name}", restart=True, overrides=overrides)
+    table = truth_table(result, max_units)
+    table.update({"model": str(model), "config": str(config), "metric": result.metric})
+    return table
+
+
+def truth_table(result, max_units: int | None) -> dict[str, Any]:
+    notes = result.strategy_notes
+    head = set(notes.get("head", []))
+    base_ms = result.baseline.get("latency_ms") or 0.0
+    by_stage = {t.stage.split(" (duplicate")[0]: t for t in result.trials}
+    rows = []
+    for unit in notes.get("units", [])[:max_units]:
+        alone_int8 = by_stage.get(f"oracle: {unit['name']} alone int8")
+        alone_fp32 = by_stage.get(f"oracle: {unit['name']} alone fp32")
+        rows.append(
+            {
+                "unit": unit["name"],
+                "op_type": unit["op_type"],
+                "nodes": len(unit["nodes"]),
+                "head": bool(head & set(unit["nodes"])),
+                "loss_alone_int8": None if alone_int8 is None else alone_int8.accuracy_loss,
+                "loss_alone_fp32": None if alone_fp32 is None else alone_fp32.accuracy_loss,
+                "meets_alone_fp32": None if alone_fp32 is None else bool(alone_fp32.meets_criterion),
+                "speed_alone_fp32": _speed(alone_fp32, base_ms),
+            }
+        )
+    full = by_stage.get(FULL)
+    truth = {r["unit"]: r["loss_alone_int8"] for r in rows if r["loss_alone_int8"] is not None}
+    orders = notes.get("orders", {})
+    faster = [
+        r for r in rows if r["meets_alone_fp32"] and r["speed_alone_fp32"] is not None and r["speed_alone_fp32"] > 1.0
+    ]
+    return {
+        "criterion": result.criterion["description"],
+        "original": {result.metric: result.baseline.get(result.metric), "latency_ms": base_ms},
+        "full_int8": None
+        if full is None
+        else {"loss": full.accuracy_loss, "meets": bool(full.meets_criterion), "speed": _speed(full, base_ms)},
+        "units": rows,
+        "rankings": {kind: score_order(order, truth) for kind, order in orders.items()},
+        "single_fallback_in_budget_and_faster": [r["unit"] for r in faster],
+        "evaluations": len(result.trials),
+    }
+
+
+def _speed(trial, base_ms: float) -> float | None:
+    latency = None if trial is None else trial.metrics.get("latency_ms")
+    return base_ms / latency if latency and base_ms else None
+
+
+def _worst(units: list[str]) -> str:
+    if not units:
+        return "none (no unit loses more than another alone)"
+    return ", ".join(units[:3]) + (" ..." if len(units) > 3 else "")
+
+
+def _ratio(speed: float | None) -> str:
+    """A speed-up over the original (> 1: faster) as a factor, "-" when not measured."""
+    return "-" if speed is None else f"{speed:.2f}x"
+
+
+def markdown(table: dict[str, Any], command: str) -> str:
+    def fmt(value: Any) -> str:
+        if value is None:
+            return "-"
+        if isinstance(value, bool):
+            return "yes" if value else "no"
+        if isinstance(value, float):
+            return f"{value:+.4f}" if abs(value) < 10 else f"{value:.1f}"
+        return str(value)
+
+    full = table["full_int8"] or {}
+    lines = [
+        f"# oracle: {Path(table['model']).name}",
+        "",
+        f"`{command}` -- metric `{table['metric']}`, criterion {table['criterion']}, "
+        f"{table['evaluations']} evaluations; original {table['original']}.",
+        "",
+        f"Fully int8: loss {fmt(full.get('loss'))}, meets {fmt(full.get('meets'))}, "
+        f"speed {_ratio(full.get('speed'))} the original's (search-time timings, not re-timed side by side). A single unit in fp32 that meets the budget "
+        f"and is faster than the original: {', '.join(table['single_fallback_in_budget_and_faster']) or 'none'}.",
+        "",
+        "| unit | op type | nodes | head | loss alone int8 | loss alone fp32 | meets alone fp32 | speed alone fp32 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in sorted(table["units"], key=lambda r: -(r["loss_alone_int8"] or 0.0)):
+        speed = _ratio(r["speed_alone_fp32"])
+        lines.append(
+            f"| {r['unit']} | {r['op_type']} | {r['nodes']} | {fmt(r['head'])} | {fmt(r['loss_alone_int8'])} | "
+            f"{fmt(r['loss_alone_fp32'])} | {fmt(r['meets_alone_fp32'])} | {speed} |"
+        )
+    lines += ["", "| ranking | Spearman | worst unit(s) | its rank | in top 1 | in top 3 | in top 5 |"]
+    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
+    for kind, s in table["rankings"].items():
+        rho = "-" if s["spearman"] is None else f"{s['spearman']:.3f}"
+        lines.append(
+            f"| {kind} | {rho} | {_worst(s['worst_units'])} | "
+            f"{fmt(s['worst_rank'])} | {fmt(s['worst_in_top_1'])} | {fmt(s['worst_in_top_3'])} | "
+            f"{fmt(s['worst_in_top_5'])} |"
+        )
+    lines += ["", "Ranking orders (most sensitive first):", ""]
+    lines += [f"- {kind}: {', '.join(s['order'])}" for kind, s in table["rankings"].items()]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("model", type=Path)
+    parser.add_argument("config", type=Path)
+    parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the oracle's quantune runs go")
+    parser.add_argument("--name", default=None, help="the tables' name (default: the config folder's)")
+    parser.add_argument("--max-units", type=int, default=None)
+    args = parser.parse_args(argv)
+    for path, what in ((args.model, "MODEL"), (args.config, "CONFIG")):
+        if not path.is_file():
+            print(f"{what}: no file {path}", file=sys.stderr)
+            return 2
+    name = args.name or args.config.resolve().parent.name
+    table = run(args.model, args.config, args.runs, name, args.max_units)
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
+    args.out.mkdir(parents=True, exist_ok=True)
+    command = "python bench/oracle.py " + " ".join(sys.argv[1:] if argv is None else argv)
+    (args.out / f"oracle-{name}-{stamp}.json").write_text(json.dumps({**table, "command": command}, indent=2) + "\n")
+    text = markdown(table, command)
+    (args.out / f"oracle-{name}-{stamp}.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,155 @@
+"""Recover before falling back: a variant that misses the budget tries the refining passes first.
+
+A unit moved to fp32 gives up its int8 speed for good; bias correction and fast fine-tuning
+(AdaRound / AdaQuant, the ``fast_finetune`` pass) keep the graph, the scales and so the speed of
+the fully quantized model, and change only weights and biases. On a recurrent VAD, three conv
+groups fell back to fp32 to save 1% (0.715x fp32 latency, where the fully quantized ceiling was
+0.64x) while these passes sat unused. So, when the variant being recovered misses and there are
+trials left:
+
+1. **whole model** (:meth:`RecoverStage.stage_recover`): the same variant in each flow that is
+   its flow plus refining steps after the quant step (``[quant, bias_correction]``,
+   ``[quant, fast_finetune]``, cheapest first) -- the flows come from the config (``flows:``
+   lists them; ``flows: auto`` places ``bias_correction`` / ``fast_finetune`` after
+   ``static_quant``); one that meets the budget ends the accuracy recovery with every unit int8;
+2. **unit by unit** (:meth:`RecoverStage.stage_recover_units`): after the fallback stages found
+   the units to keep in fp32, each of them, the costliest first, goes back to int8 in the
+   refined flow; it stays int8 when the refined model still meets the budget.
+
+What was recovered, and how, is kept for the report (``learned()['recovered']``: the flow, its
+refining passes, the units kept in int8 by them), which the precision map shows.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Mapping
+from typing import Any
+
+from quantune.passes.onnx.capability import Precision
+from quantune.space import Point
+from quantune.strategy.accuracy.common import Step
+from quantune.strategy.accuracy.context import FLOW_KEY
+from quantune.strategy.accuracy.speed import Variant
+
+log = logging.getLogger("quantune.strategy")
+
+# The refining passes, cheapest first: bias correction is one pass over the data, a fine-tune
+# fits every quantized layer.
+RECOVERY_PASSES = ("bias_correction", "fast_finetune")
+RECOVER = "recover"
+
+
+class RecoverStage:
+    """Mixin for the quantune strategy: refined flows tried before and after the fallback."""
+
+    recovered: dict[str, Any]
+
+    def refined_variants(self, variant: Variant) -> list[Variant]:
+        """Kept variants of the flows that add refining steps after ``variant``'s quant step: the
+        same speed class first (its label's "QDQ/uint8"), then the fastest ceilings, cheapest
+        refinement first. Another format counts: bias correction refines QDQ models only, and a
+        refined QDQ model with every unit int8 is as fast as the fastest format's ceiling give or
+        take a few percent, where a unit in fp32 costs more."""
+        ctx = variant.ctx
+        steps = ctx.flow[: ctx.flow.index(ctx.quant_step) + 1]
+        suffix = variant.label.split(": ", 1)[-1]
+        keeps = getattr(self, "_keeps", lambda v: not v.failed)
+        baseline = (getattr(self, "baseline", None) or {}).get("latency_ms")
+        found = []
+        for other in getattr(self, "variants", []):
+            flow = other.ctx.flow
+            extra = flow[len(steps) :]
+            if other is variant or flow[: len(steps)] != steps or not extra or not keeps(other):
+                continue
+            passes = [self.problem.step_passes.get(step) for step in extra]
+            if not all(name in RECOVERY_PASSES for name in passes):
+                continue
+            ratio = other.ratio(baseline)
+            cost = max(RECOVERY_PASSES.index(str(p)) for p in passes)
+            key = (other.label.split(": ", 1)[-1] != suffix, float("inf") if ratio is None else ratio, cost, len(extra))
+            found.append((key, other))
+        return [other for _, other in sorted(found, key=lambda item: item[0])]
+
+    def _passes(self, variant: Variant) -> list[str]:
+        ctx = variant.ctx
+        extra = ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]
+        return [str(self.problem.step_passes.get(step)) for step in extra]
+
+    def stage_recover(self, variant: Variant) -> Step:
+        """Stage: the fully quantized variant in each refined flow; its point when one meets, else None
+        (``self.ctx`` is then the refined flow's)."""
+        for refined in self.refined_variants(variant):
+            if self.remaining() <= 1:  # leave a trial for the fallback
+                return None
+            passes = self._passes(refined)
+            outcome = yield from self.try_point(refined.point, f"{RECOVER}: {refined.label} (+{', '.join(passes)})")
+            if outcome.meets:
+                self.ctx = refined.ctx
+                self.recovered = {"flow": refined.ctx.flow_name, "passes": passes, "units": "all", "fallen": []}
+                return refined.point
+        return None
+
+    def stage_recover_units(
+        self, variant: Variant, base: Point, fallback: Mapping[str, Precision], costs: Mapping[str, float]
+    ) -> Step:
+        """Stage: each unit the fallback keeps in fp32 back to int8 in a refined flow, the costliest
+        first, kept int8 when the refined model meets (the first refining flow that keeps one wins);
+        returns (point, fallback), as given when nothing was recovered."""
+        fallen = [name for name, precision in fallback.items() if precision == "fp32"]
+        if not fallen:
+            return base, dict(fallback)
+        groups = variant.ctx.capability.group_by_name
+        order = sorted(fallen, key=lambda name: -sum(costs.get(n, 0.0) for n in groups[name].nodes))
+        for refined in self.refined_variants(variant):
+            ctx, passes = refined.ctx, self._passes(refined)
+            start = {**refined.point, **_quant_values(base, variant.ctx.quant_step, ctx.quant_step)}
+            current = dict(fallback)
+            point = ctx.with_fallback(start, current)
+            outcome = yield from self.try_point(point, f"{RECOVER}: {refined.label} with the fallback")
+            if not outcome.meets:
+                continue
+            kept: list[str] = []
+            for name in order:
+                if self.remaining() <= 1:
+                    break
+                trial = {k: v for k, v in current.items() if k != name}
+                outcome = yield from self.try_point(
+                    ctx.with_fallback(start, trial), f"{RECOVER}: {name} -> int8 (+{', '.join(passes)})"
+                )
+                if outcome.meets:
+                    current, kept = trial, [*kept, name]
+            if not kept:  # the same fallback, refined: no faster, try the next refining flow
+                continue
+            self.ctx = ctx
+            self.recovered = {"flow": ctx.flow_name, "passes": passes, "units": kept, "fallen": sorted(current)}
+            return ctx.with_fallback(start, current), current
+        return base, dict(fallback)
+
+    def learned(self) -> dict[str, Any]:
+        notes = super().learned()  # type: ignore[misc]
+        if getattr(self, "recovered", None):
+            notes["recovered"] = self.recovered
+        return notes
+
+
+def _quant_values(point: Mapping[str, Any], step: str, into: str) -> Point:
+    """The quant step's values of ``point`` renamed for the step ``into`` (fallback excluded)."""
+    skip = {"nodes_to_exclude", "tensor_overrides"}
+    out: Point = {}
+    for key, value in point.items():
+        if key == FLOW_KEY or not key.startswith(f"{step}."):
+            continue
+        short = key.split(".", 1)[1]
+        if short not in skip:
+            out[f"{into}.{short}"] = value
+    return out
+
+
+def describe_recovered(recovered: Mapping[str, Any] | None) -> str:
+    """One line for logs and stage texts: which units the refining passes kept int8."""
+    if not recovered:
+        return ""
+    units = recovered.get("units")
+    what = "every unit" if units == "all" else (", ".join(units) or "no unit") if isinstance(units, list) else ""
+    return f"{what} kept int8 by {' + '.join(recovered.get('passes', []))} ({recovered.get('flow')})"
