@@ -110,6 +110,13 @@ def original_figures(
     return outcome.value, "miss"
 
 
+def evaluation_seconds(ctx: Any) -> float:
+    """Seconds the original's evaluation took in its worker (its process's start excluded), 0 when
+    unknown: the run's first trial -- a calibration and an evaluation -- is expected to take about twice it."""
+    cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
+    return float(cached.get("evaluation_s") or 0.0)
+
+
 def retime_original(ctx: Any) -> dict[str, float]:
     """The original's latency figures timed again, here, and its cached figures updated (``ctx``:
     the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
@@ -123,7 +130,7 @@ def retime_original(ctx: Any) -> dict[str, float]:
     spec = evaluator.spec
     timings = evaluator.backend.timings([ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner)
     fresh = latency_figures(timings[0])
-    ctx.cache.put_json("evals", key, {"metrics": {**cached["metrics"], **fresh}})
+    ctx.cache.put_json("evals", key, {**cached, "metrics": {**cached["metrics"], **fresh}, "quick_timing": False})
     return fresh
 
 

@@ -102,12 +102,17 @@ class TrialRunner:
             # compares meanwhile (engine/prebuild.py); the figures follow, and only both are a hit
             keep = partial(ctx.cache.put_arrays, reference_key)
             ctx.evaluator.quick_timing = quick_timing
+            started = time.perf_counter()
             metrics, outputs = ctx.evaluator.evaluate(ctx.model.path, None, on_outputs=keep)
         except TrialError as exc:  # nothing can be compared to a reference that does not evaluate
             raise QuantuneError(f"evaluating the original model failed: {exc}") from None
         finally:
             ctx.evaluator.quick_timing = False
-        ctx.cache.put_json("evals", key, {"metrics": metrics, **({"quick_timing": True} if quick_timing else {})})
+        # how long an evaluation takes here: the run's first trial is expected to take about twice it (loop.py)
+        seconds = {"evaluation_s": time.perf_counter() - started}
+        ctx.cache.put_json(
+            "evals", key, {"metrics": metrics, **seconds, **({"quick_timing": True} if quick_timing else {})}
+        )
         self._reference = outputs
         ctx.baseline_status = "miss"
         return metrics, "miss"
