@@ -112,7 +112,8 @@ def original_figures(
 
 def evaluation_seconds(ctx: Any) -> float:
     """Seconds the original's evaluation took in its worker (its process's start excluded), 0 when
-    unknown: the run's first trial -- a calibration and an evaluation -- is expected to take about twice it."""
+    unknown: what the run's first trial is expected to take (a trial calibrates and evaluates, but
+    this first evaluation also paid for its session's and libraries' first load)."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
     return float(cached.get("evaluation_s") or 0.0)
 

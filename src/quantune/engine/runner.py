@@ -108,7 +108,7 @@ class TrialRunner:
             raise QuantuneError(f"evaluating the original model failed: {exc}") from None
         finally:
             ctx.evaluator.quick_timing = False
-        # how long an evaluation takes here: the run's first trial is expected to take about twice it (loop.py)
+        # how long an evaluation takes here: what the run's first trial is expected to take (loop.py)
         seconds = {"evaluation_s": time.perf_counter() - started}
         ctx.cache.put_json(
             "evals", key, {"metrics": metrics, **seconds, **({"quick_timing": True} if quick_timing else {})}
