@@ -271,9 +271,7 @@ class RunLoop:
         kept = (
             f", with {self.end_reserve_s:.0f} s kept for the re-timing and results" if self.end_reserve_s >= 0.5 else ""
         )
-        self._overrun_reason = (
-            f"timeout ({timeout:g} s): the next trial (about {expected:.1f} s) would end after it{kept}"
-        )
+        self._overrun_reason = f"timeout ({timeout:g} s): the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it{kept}"
         return True
 
     def _tell_replayed(self) -> None:

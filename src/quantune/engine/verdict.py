@@ -70,7 +70,9 @@ def decide(
         note = "timed during the search only, not side by side with the original, so not checked against the noise"
         if best.metrics["latency_ms"] < baseline["latency_ms"]:
             why = unconfirmed or "it was not re-timed side by side with the original"
-            return Verdict(UNCONFIRMED, f"trial {best.number} was {ratio} than the original during the search, but {why}", best)
+            return Verdict(
+                UNCONFIRMED, f"trial {best.number} was {ratio} than the original during the search, but {why}", best
+            )
         return Verdict(
             KEEP_ORIGINAL, f"no candidate was faster (best candidate trial {best.number}: {ratio}; {note})", best
         )
