@@ -188,3 +188,27 @@ def test_a_limit_of_a_few_seconds_runs_trials_and_confirms(make_config, tmp_path
     assert result.verdict != "unconfirmed"
     assert wall <= 8 * 1.05 + 2.0, (wall, result.time_spent_s)
     assert {"set-up", "original", "confirmation", "writing"} <= set(result.time_spent_s)
+
+
+def test_a_trial_overrunning_into_the_confirmations_time_is_abandoned(make_config, tmp_path) -> None:
+    """A trial far slower than its estimate (30 s, expected to take what the original's evaluation
+    took) is not waited for past the point where only the confirmation's time is left: the run
+    ends near its 12 s limit, saying the trial was abandoned (a rerun resumes it)."""
+    plugin = tmp_path / "slow_copy.py"
+    plugin.write_text(SLOW_PLUGIN)
+    config = make_config(
+        passes=[
+            {"name": "dynamic_quant", "params": {"weight_type": {"search": ["int8", "uint8"]}}},
+            {"name": "slow_copy", "params": {"seconds": 30.0}},
+        ],
+        plugins=[str(plugin)],
+        executor={"kind": "process", "workers": 1},
+        stop={"max_trials": 2, "timeout_s": 12},
+    )
+    begun = time.perf_counter()
+    result = quantune.tune(config, output=tmp_path / "out")
+    wall = time.perf_counter() - begun
+    assert result.trials == []
+    assert "abandoned" in result.stop_reason and "run again" in result.stop_reason, result.stop_reason
+    assert result.verdict == "no_candidate_in_budget"
+    assert wall <= 12 * 1.05 + 3.0, (wall, result.time_spent_s)

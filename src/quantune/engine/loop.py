@@ -2,8 +2,9 @@
 
 It keeps up to ``executor.capacity`` trials in flight, replays a stored run's finished trials
 instead of running them again (see resume.py), skips proposals that share a known failure,
-stops before a trial that would overrun the time limit, and on Ctrl-C stops asking and lets
-the engine write what finished.
+stops before a trial that would end inside the end's reserve (the side-by-side confirmation and
+the results: deadline.py), abandons a trial still running when only that reserve is left, and
+on Ctrl-C stops asking and lets the engine write what finished.
 """
 
 from __future__ import annotations
