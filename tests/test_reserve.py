@@ -212,3 +212,14 @@ def test_a_trial_overrunning_into_the_confirmations_time_is_abandoned(make_confi
     assert "abandoned" in result.stop_reason and "run again" in result.stop_reason, result.stop_reason
     assert result.verdict == "no_candidate_in_budget"
     assert wall <= 12 * 1.05 + 3.0, (wall, result.time_spent_s)
+
+
+def test_confirm_top_0_leaves_a_faster_model_unconfirmed(tmp_path) -> None:
+    config = _digits_config(tmp_path)
+    config["evaluation"]["latency"]["confirm_top"] = 0
+    result = quantune.tune(config, output=tmp_path / "out")
+    assert result.latency_confirmation is None
+    assert result.verdict in {"unconfirmed", "keep_original"}  # never "improved" on search-time figures
+    if result.verdict == "unconfirmed":
+        assert "confirm_top is 0" in result.verdict_reason
+        assert (tmp_path / "out" / "unconfirmed" / "model.onnx").is_file()
