@@ -169,19 +169,25 @@ def test_an_unconfirmed_answer_is_confirmed_by_running_again(tmp_path, monkeypat
 def test_a_limit_of_a_few_seconds_runs_trials_and_confirms(make_config, tmp_path) -> None:
     """stop.timeout_s: 8 on a small model whose trials take half a second: trials ran until the
     limit, the answer was confirmed side by side, and the run ended near the limit (a generous
-    bound: the machine is shared)."""
+    bound: the machine is shared). In worker processes: a trial that overruns its estimate on a
+    loaded machine (a fresh memory probe took 11 s here once) is abandoned, not waited for."""
     plugin = tmp_path / "slow_copy.py"
     plugin.write_text(SLOW_PLUGIN)
     config = make_config(
         passes=[{"name": "static_quant", "search": True}, {"name": "slow_copy", "params": {"seconds": 0.5}}],
         evaluation={"metric": "top1", "latency": {"warmup": 1, "repeats": 5, "threads": 1, "confirm_top": 2}},
         plugins=[str(plugin)],
+        executor={"kind": "process", "workers": 1},
         stop={"timeout_s": 8, "max_trials": 100000},
     )
+    # the workers' fork server's imports and this process's first session are not what the limit is
+    # about: paid first, on another cache (the run below starts cold)
+    warm = {**config, "cache_dir": str(tmp_path / "warm-cache"), "stop": {"max_trials": 1}}
+    quantune.tune(warm, output=tmp_path / "warm")
     begun = time.perf_counter()
     result = quantune.tune(config, output=tmp_path / "out")
     wall = time.perf_counter() - begun
-    assert len(result.trials) >= 1
+    assert len(result.trials) >= 1, result.time_spent_s
     assert result.stop_reason.startswith("timeout (8 s)"), result.stop_reason
     assert any(t.meets_criterion for t in result.trials)
     assert result.latency_confirmation is not None, result.stop_reason

@@ -33,9 +33,10 @@ def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
 
     ``beside``: the first guess is evaluated at the same time (engine/prebuild.py): each of the
     two takes half the cores and times its model quickly (see ``shared_cores``)."""
-    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.executors.worker import launch_memory_probe, runner_for
 
     runner = runner_for(spec)
+    launch_memory_probe(runner)
     if beside:
         shared_cores(runner.context.evaluator)
     metrics, _ = runner.baseline(quick_timing=beside)
