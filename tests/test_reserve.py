@@ -84,7 +84,7 @@ def test_the_reserve_keeps_the_confirmation_before_the_report() -> None:
     assert long.reserve_s(1.3, 2, 2, 5) > 5.0
     # a trial still running when only the confirmation's time (and the 5%) is left is abandoned
     abandon = short.abandon_at(1.3, 2, 2, 5)
-    assert abandon is not None and now - 1.5 + 6.0 < abandon < now - 1.5 + 6.3
+    assert abandon is not None and now - 1.5 + 5.0 < abandon < now - 1.5 + 6.0
     assert EndBudget(None, now).abandon_at(1.3, 2, 2, 5) is None
 
 
@@ -120,8 +120,11 @@ def test_a_slow_trial_is_not_started_into_the_reserve(make_config, tmp_path) -> 
         plugins=[str(plugin)],
         stop={"max_trials": 2, "timeout_s": 1000},
     )
+    # this process's first session and memory probe are not what the reserve is about: paid first
+    warm = {**config, "passes": config["passes"][:1], "cache_dir": str(tmp_path / "warm"), "stop": {"max_trials": 1}}
+    quantune.tune(warm, output=tmp_path / "warm-out")
     result = quantune.tune(config, output=tmp_path / "out", started=time.perf_counter() - 991.0)
-    assert len(result.trials) == 1, [t.durations for t in result.trials]
+    assert len(result.trials) == 1, ([t.durations for t in result.trials], result.time_spent_s)
     assert result.stop_reason.startswith("timeout (1000 s)")
     assert result.trials[0].meets_criterion
     assert result.latency_confirmation is not None  # the reserve kept its time

@@ -112,9 +112,9 @@ def original_figures(
 
 
 def evaluation_seconds(ctx: Any) -> float:
-    """Seconds the original's evaluation took in its worker (its process's start excluded), 0 when
-    unknown: what the run's first trial is expected to take (a trial calibrates and evaluates, but
-    this first evaluation also paid for its session's and libraries' first load)."""
+    """Seconds running the evaluation data through the original took (its outputs and metric; not
+    its timing, nor the memory probe's one-off start), 0 when unknown. A trial calibrates (about
+    as long), evaluates and times: the run expects its first trial from this (engine.py)."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
     return float(cached.get("evaluation_s") or 0.0)
 

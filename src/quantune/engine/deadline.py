@@ -101,12 +101,13 @@ class EndBudget:
         return needed + (self.report_s if self.report_fits(needed) else 0.0)
 
     def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
-        """The latest moment the fewest re-timing rounds and the writing still end within the limit
-        and its tolerance: a trial still running then is abandoned (loop.py), not waited for."""
+        """The latest moment the fewest re-timing rounds and the writing still end within the limit:
+        a trial still running then is abandoned (loop.py), not waited for (the tolerance is left for
+        stopping its worker and for a re-timing slower than its estimate)."""
         if not self.limited:
             return None
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
-        return self.started + float(self.timeout_s) * (1 + TOLERANCE) - needed
+        return self.started + float(self.timeout_s) - needed
 
     def report_fits(self, needed_s: float) -> bool:
         """Whether the report's drawing is kept from the limit besides ``needed_s`` (see :meth:`reserve_s`)."""

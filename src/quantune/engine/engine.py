@@ -260,7 +260,9 @@ class Engine:
         )
         loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
         loop.abandon_at = end.abandon_at(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
-        loop.first_trial_s = evaluation_seconds(parts.context)  # before any trial says (loop.py)
+        # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
+        rounds = self.config.evaluation.latency.warmup + self.config.evaluation.latency.repeats
+        loop.first_trial_s = 2 * evaluation_seconds(parts.context) + rounds * baseline.get("latency_ms", 0.0) / 1000
         book.search_starts()
         if end.limited:  # a strategy's stage (sensitivity, ceilings) stops there too
             self.isolation.deadline.at = started + float(self.config.stop.timeout_s or 0) - loop.end_reserve_s
