@@ -91,6 +91,7 @@ def test_the_reserve_keeps_the_confirmation_before_the_report() -> None:
 def test_the_time_breakdown_names_the_trials_stages() -> None:
     assert stage_name("latency (duplicate of trial 3) -> kept") == "latency"
     assert stage_name(None) == "search"
+    assert stage_name("ceiling: static_quant: QDQ/int8") == "ceiling"
     book = TimeBook(time.perf_counter() - 2.0)
     book.mark("set-up")
     book.search_starts()

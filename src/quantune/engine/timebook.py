@@ -27,6 +27,10 @@ CONFIRMATION = "confirmation"  # the side-by-side re-timing
 WRITING = "writing"  # results.json, best/ (report.html is drawn after, outside the figures)
 
 
+# the one-off stages as a user reads them (run_stage's names)
+STAGE_WORDS = {"speed_ceiling": "ceilings", "node_profile": "node profile", "first_guess": "first guess"}
+
+
 class TimeBook:
     """Seconds per phase of one run, from marks taken as each phase ends."""
 
@@ -69,6 +73,7 @@ class TimeBook:
             by_stage[name] = by_stage.get(name, 0.0) + float(record.durations.get("total_s") or 0.0)
         total = sum(by_stage.values())
         for name, seconds in stages.items():
+            name = STAGE_WORDS.get(name, name)
             self.phases[name] = self.phases.get(name, 0.0) + seconds
         if total > 0:
             for name, seconds in by_stage.items():
@@ -82,9 +87,9 @@ class TimeBook:
 
 
 def stage_name(stage: str | None) -> str:
-    """A trial's stage as the strategy named it, without the notes the loop adds
-    ("latency (duplicate of trial 3) -> kept" -> "latency")."""
-    name = re.split(r" \(| ->", stage or "")[0].strip()
+    """A trial's stage as the strategy named it, without its details and the notes the loop adds
+    ("latency (duplicate of trial 3) -> kept" -> "latency", "bisect: k=2/5 [...]" -> "bisect")."""
+    name = re.split(r" \(| ->|:", stage or "")[0].strip()
     return name or "search"
 
 
