@@ -15,7 +15,7 @@ import yaml
 import quantune
 from conftest import INLINE_EXECUTOR
 from quantune.engine.deadline import EndBudget
-from quantune.engine.ending import retimes
+from quantune.engine.ending import confirm_end, retimes
 from quantune.engine.timebook import TimeBook, stage_name
 from quantune.engine.trial import TrialRecord
 from quantune.engine.verdict import decide
@@ -72,6 +72,12 @@ def test_which_runs_confirm_side_by_side() -> None:
     assert "confirm_top is 0" in retimes(["latency"], 0, "process")
     assert "Ray" in retimes(["latency"], 2, "ray")
     assert retimes(["size"], 2, "process")  # not latency: nothing to confirm (the verdict ignores it)
+
+
+def test_an_interrupted_run_is_not_confirmed_and_says_how_to() -> None:
+    ending = confirm_end(None, None, {}, [], 2, EndBudget(None, time.perf_counter()), "interrupted (Ctrl-C): ...")
+    assert ending.confirmation is None
+    assert "interrupted before" in ending.unconfirmed and "`quantune run`" in ending.unconfirmed
 
 
 def test_the_reserve_keeps_the_confirmation_before_the_report() -> None:
