@@ -107,5 +107,7 @@ def test_nsga2_is_told_every_objective(
     ok = sorted((t for t in result.trials if t.status == "ok"), key=lambda t: t.told_index)
     assert len(told) == len(ok) >= 2
     for values, record in zip(told, ok, strict=True):
-        assert values == (record.metrics["latency_ms"], record.metrics["peak_memory_mb"])
+        # the sampler was told the search's figure (a re-timed model's is latency_search_ms after the end)
+        searched = record.metrics.get("latency_search_ms", record.metrics["latency_ms"])
+        assert values == (searched, record.metrics["peak_memory_mb"])
     assert result.pareto_front  # reported over both objectives

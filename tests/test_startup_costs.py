@@ -180,3 +180,21 @@ def test_a_quick_timing_of_the_original_is_marked_and_timed_again(make_config, m
     assert rounds[-1] == 40 and not timed_quickly(context)
     cached = context.cache.get_json("evals", key)["metrics"]
     assert cached["latency_ms"] == fresh["latency_ms"] and cached["top1"] == figures["top1"]
+
+
+def test_the_originals_evaluation_time_is_kept_for_the_first_trials_estimate(make_config) -> None:
+    """The first trial of a limited run is not started when even it would end inside the end's
+    reserve: before any trial, it is expected to take what the original's evaluation took
+    (issue 23), which the cache keeps beside the figures, through a re-timing too."""
+    from quantune.config import load_config
+    from quantune.engine.baseline import evaluation_seconds, retime_original
+    from quantune.engine.runner import TrialRunner
+    from quantune.engine.setup import build_run
+
+    context = build_run(load_config(make_config())).context
+    assert evaluation_seconds(context) == 0.0  # nothing evaluated: no estimate
+    TrialRunner(context).baseline(quick_timing=True)
+    seconds = evaluation_seconds(context)
+    assert seconds > 0.0
+    retime_original(context)
+    assert evaluation_seconds(context) == seconds

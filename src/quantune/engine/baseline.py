@@ -34,9 +34,10 @@ def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
 
     ``beside``: the first guess is evaluated at the same time (engine/prebuild.py): each of the
     two takes half the cores and times its model quickly (see ``shared_cores``)."""
-    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.executors.worker import launch_memory_probe, runner_for
 
     runner = runner_for(spec)
+    launch_memory_probe(runner)
     if beside:
         shared_cores(runner.context.evaluator)
     metrics, _ = runner.baseline(quick_timing=beside)
@@ -118,6 +119,14 @@ def original_figures(
     return outcome.value, "miss"
 
 
+def evaluation_seconds(ctx: Any) -> float:
+    """Seconds running the evaluation data through the original took (its outputs and metric; not
+    its timing, nor the memory probe's one-off start), 0 when unknown. A trial calibrates (about
+    as long), evaluates and times: the run expects its first trial from this (engine.py)."""
+    cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
+    return float(cached.get("evaluation_s") or 0.0)
+
+
 def retime_original(ctx: Any) -> dict[str, float]:
     """The original's latency figures timed again, here, and its cached figures updated (``ctx``:
     the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
@@ -131,8 +140,7 @@ def retime_original(ctx: Any) -> dict[str, float]:
     spec = evaluator.spec
     timings = evaluator.backend.timings([ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner)
     fresh = latency_figures(timings[0])
-    took = {"evaluation_s": cached["evaluation_s"]} if "evaluation_s" in cached else {}
-    ctx.cache.put_json("evals", key, {"metrics": {**cached["metrics"], **fresh}, **took})
+    ctx.cache.put_json("evals", key, {**cached, "metrics": {**cached["metrics"], **fresh}, "quick_timing": False})
     return fresh
 
 

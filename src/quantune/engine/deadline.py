@@ -6,8 +6,14 @@ a short limit. The CLI starts the clock at the process's start (:func:`process_s
 Python API when ``tune()`` is called. After the search the run still has two things to do:
 time its best models again side by side with the original (``engine/confirm.py``) and write
 its results and report. So the search stops early enough to leave them room
-(:meth:`EndBudget.reserve_s`), and the re-timing gets what is left of the limit -- fewer rounds
-when time is short, none (with the reason in ``results.json``) when even the fewest do not fit.
+(:meth:`EndBudget.reserve_s`: no trial starts whose expected end falls inside it, see
+``RunLoop._would_overrun``), and the re-timing gets what is left of the limit -- fewer rounds
+when time is short. Only when even the fewest do not fit (a trial or stage overran its
+estimate) is it skipped, with the reason in ``results.json``, and the verdict is then
+``unconfirmed``, never ``improved``: ``quantune run`` on the same output confirms it.
+
+Under a short limit the report's drawing is what gives way (issue 23: a 6 s limit kept 5 s for
+report.html and ended at 1.5 s with 0 trials; a 10 s limit skipped the re-timing to keep it).
 """
 
 from __future__ import annotations
@@ -43,14 +49,30 @@ def end_cost_s(listeners: Sequence[Any]) -> float:
     return WRITE_S + sum(float(getattr(listener, "end_cost_s", 0.0) or 0.0) for listener in listeners)
 
 
+def write_s(size_bytes: float) -> float:
+    """About what writing results.json and copying the answer's model to best/ takes (the workers are
+    stopped before the confirmation): ``WRITE_S`` at 500 MB, a tenth of a second for a small model."""
+    return 0.1 + WRITE_S * max(0.0, size_bytes) / 500e6
+
+
+def session_load_s(size_bytes: float) -> float:
+    """About what loading a model of ``size_bytes`` into a session costs before its first round
+    (``SESSION_LOAD_S`` at 100 MB; a 600 KB model loads in milliseconds, and reserving half a second
+    per model for it took a third of a 6 s limit from the search)."""
+    return 0.05 + SESSION_LOAD_S * max(0.0, size_bytes) / 100e6
+
+
 @dataclass(frozen=True)
 class EndBudget:
     """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs
-    besides the re-timing (writing the results, drawing the report)."""
+    besides the re-timing: writing the results (``end_s``, always kept) and drawing the report
+    (``report_s``, kept only where it leaves the search the larger share, see :meth:`reserve_s`)."""
 
     timeout_s: float | None
     started: float
     end_s: float = WRITE_S
+    report_s: float = 0.0
+    load_s: float = SESSION_LOAD_S  # per model the re-timing loads
 
     @property
     def limited(self) -> bool:
@@ -62,26 +84,52 @@ class EndBudget:
             return float("inf")
         return float(self.timeout_s) - (time.perf_counter() - self.started)
 
+    def retiming_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
+        """The fewest re-timing rounds of the original and ``top`` candidates (taken as fast as the
+        original), their sessions' loads included."""
+        models = 1 + max(0, top)
+        return 0.0 if top <= 0 else models * (self.load_s + (warmup + min_rounds) * baseline_ms / 1000.0)
+
     def reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """What the search leaves for the end: the fewest re-timing rounds of the original and
-        ``top`` candidates (taken as fast as the original), their sessions' loads, and the end's writing."""
+        """What the search leaves for the end, decided once when the search starts: the fewest
+        re-timing rounds and the results' writing always (the confirmation is never what a limit
+        cuts), and the report's drawing when it takes at most half of what the search would then
+        have (under a short limit the search comes first; ``quantune report`` draws the page later)."""
         if not self.limited:
             return 0.0
-        models = 1 + max(0, top)
-        retiming = 0.0 if top <= 0 else models * (SESSION_LOAD_S + (warmup + min_rounds) * baseline_ms / 1000.0)
-        return retiming + self.end_s
+        needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
+        return needed + (self.report_s if self.report_fits(needed) else 0.0)
+
+    def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
+        """The latest moment the fewest re-timing rounds and the writing still end within the limit:
+        a trial still running then is abandoned (loop.py), not waited for (the tolerance is left for
+        stopping its worker and for a re-timing slower than its estimate)."""
+        if not self.limited:
+            return None
+        needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
+        return self.started + float(self.timeout_s) - needed
+
+    def report_fits(self, needed_s: float) -> bool:
+        """Whether the report's drawing is kept from the limit besides ``needed_s`` (see :meth:`reserve_s`)."""
+        return self.report_s > 0 and self.report_s <= (self.left_s() - needed_s) / 2
 
     def retiming_budget(self, wanted_s: float, minimum_s: float, models: int) -> tuple[float | None, str]:
         """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when the
-        fewest rounds (``minimum_s``, sessions' loads excluded) do not fit what is left of the limit."""
+        fewest rounds (``minimum_s``, sessions' loads excluded) do not fit what is left of the limit
+        and its 5% tolerance. The re-timing comes before the report: the report is left out first."""
         if not self.limited:
             return wanted_s, ""
-        loads = models * SESSION_LOAD_S
+        loads = models * self.load_s
         left = self.left_s() - self.end_s - loads
-        if left < minimum_s:
-            return None, (
-                f"no time left within stop.timeout_s ({self.timeout_s:g} s): {max(0.0, self.left_s()):.1f} s left, "
-                f"the fewest re-timing rounds need about {minimum_s + loads + self.end_s:.1f} s with the results' "
-                "writing; the search-time figures decide"
-            )
-        return min(wanted_s, left), ""
+        if left - self.report_s >= minimum_s:  # the report keeps its time too
+            return min(wanted_s, left - self.report_s), ""
+        if left + TOLERANCE * float(self.timeout_s) >= minimum_s:
+            return max(minimum_s, min(wanted_s, left)), ""
+        return None, (
+            f"no time left within stop.timeout_s ({self.timeout_s:g} s): {max(0.0, self.left_s()):.1f} s left, "
+            f"the fewest re-timing rounds need about {minimum_s + loads + self.end_s:.1f} s with the results' writing"
+        )
+
+
+# How far past stop.timeout_s the run's end may go to confirm its answer (issue 23: "within T + 5%").
+TOLERANCE = 0.05

@@ -18,9 +18,16 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from quantune.config import LoadedConfig
-from quantune.engine.baseline import cached_figures, original_figures, retime_original, timed_quickly
-from quantune.engine.confirm import MIN_ROUNDS, confirm_latency, retiming_plan, timing_rounds
-from quantune.engine.deadline import EndBudget, end_cost_s
+from quantune.engine.baseline import (
+    cached_figures,
+    evaluation_seconds,
+    original_figures,
+    retime_original,
+    timed_quickly,
+)
+from quantune.engine.confirm import MIN_ROUNDS, timing_rounds
+from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, session_load_s, write_s
+from quantune.engine.ending import Ending, confirm_end, retimes
 from quantune.engine.executors import Executor, WorkerSpec, create_executor
 from quantune.engine.executors.contexts import check_main_importable, warm_up
 from quantune.engine.executors.factory import eval_threads_for
@@ -28,7 +35,7 @@ from quantune.engine.executors.stage import Isolation, StageLog
 from quantune.engine.identity import fingerprints
 from quantune.engine.interrupts import stop_cause
 from quantune.engine.loop import Judge, RunListener, RunLoop
-from quantune.engine.output import close_output, open_output
+from quantune.engine.output import attach_log, close_output, detach_log, open_output
 from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
 from quantune.engine.result import Result, write_outputs
@@ -36,6 +43,7 @@ from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import closest_miss, miss_front, pareto_front
 from quantune.engine.setup import RunParts, build_run, for_workers, preflight
+from quantune.engine.timebook import CONFIRMATION, ORIGINAL, SET_UP, START_UP, WRITING, TimeBook
 from quantune.engine.trial import TrialRecord
 from quantune.engine.verdict import decide
 from quantune.errors import ConfigError
@@ -90,6 +98,8 @@ class Engine:
         workers = self.config.executor.workers
         begun = time.perf_counter()
         started = self.started if self.started is not None else begun  # the limit covers set-up too
+        self.book = book = TimeBook(started)
+        book.mark(START_UP)
         if not self.isolation.inline:  # the workers' fork server imports beside the set-up (contexts.py)
             check_main_importable()
             warm_up()
@@ -119,7 +129,10 @@ class Engine:
             beside = self._prebuild is not None
 
             def baseline() -> dict[str, float]:
-                return original_figures(TrialRunner(parts.context), spec, self.isolation, beside=beside)[0]
+                book.mark(SET_UP)
+                figures = original_figures(TrialRunner(parts.context), spec, self.isolation, beside=beside)[0]
+                book.mark(ORIGINAL)
+                return figures
 
             preflight(parts, baseline=baseline)
             store = open_output(
@@ -129,6 +142,7 @@ class Engine:
                 protected=[parts.context.model.path],
                 sources=sources,
             )
+            book.mark(SET_UP)
         except BaseException:
             if self._prebuild is not None:
                 self._prebuild.cancel()
@@ -138,11 +152,11 @@ class Engine:
         try:
             with storage_errors(self.output_dir, "--output", refused=False):
                 (self.output_dir / "config.json").write_text(json.dumps(self.config.model_dump(mode="json"), indent=2))
-                handler = _attach_log(self.output_dir / "quantune.log")
+                handler = attach_log(self.output_dir / "quantune.log")
                 try:
                     result = self._run(parts, strategy, store, spec, started)
                 finally:
-                    _detach_log(handler)
+                    detach_log(handler)
             failed = False
             return result
         finally:
@@ -194,12 +208,9 @@ class Engine:
 
         return ready
 
-    def _retimes(self) -> bool:
-        """Whether the run ends by re-timing its best models: latency alone, and timed on this machine
-        (on Ray the trials were timed on the cluster's workers, which may be other hardware than the
-        machine running the engine: their figures stand as measured)."""
-        top = self.config.evaluation.latency.confirm_top
-        return self.objectives == ["latency"] and top > 0 and self.config.executor.kind != "ray"
+    def _not_retimed(self) -> str:
+        """``""`` when the run ends by re-timing its best models side by side, else why not (ending.py)."""
+        return retimes(self.objectives, self.config.evaluation.latency.confirm_top, self.config.executor.kind)
 
     def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
@@ -225,6 +236,8 @@ class Engine:
             raise
         if self._prebuild is None and timed_quickly(parts.context):  # an earlier run's quick timing
             baseline.update(retime_original(parts.context))
+        book = self.book
+        book.mark(ORIGINAL)
         log.info("baseline (%s): %s", baseline_cache, baseline)
         _announce_preparation(parts, self.listeners)
         if len(replay):
@@ -236,51 +249,54 @@ class Engine:
         for listener in self.listeners:
             listener.on_start(self.config.stop.max_trials, baseline)
         judge = Judge(parts.criterion, self.config.evaluation.metric, self.objectives)
-        end = EndBudget(self.config.stop.timeout_s, started, end_cost_s(self.listeners))
-        top = self.config.evaluation.latency.confirm_top if self._retimes() else 0
+        size = baseline.get("size_bytes", 0.0)
+        report_s = end_cost_s(self.listeners) - WRITE_S
+        end = EndBudget(self.config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size))
+        not_retimed = self._not_retimed()
+        top = 0 if not_retimed else self.config.evaluation.latency.confirm_top
         warmup, _ = timing_rounds(self.config.evaluation.latency.warmup, 1, 1.0, 0.0)
         loop = RunLoop(
             judge, parts.plan, self.config.stop, self.listeners, strategy, executor, store, replay, baseline, started
         )
         loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+        loop.abandon_at = end.abandon_at(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+        # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
+        rounds = self.config.evaluation.latency.warmup + self.config.evaluation.latency.repeats
+        loop.first_trial_s = 2 * evaluation_seconds(parts.context) + rounds * baseline.get("latency_ms", 0.0) / 1000
+        book.search_starts()
         if end.limited:  # a strategy's stage (sensitivity, ceilings) stops there too
             self.isolation.deadline.at = started + float(self.config.stop.timeout_s or 0) - loop.end_reserve_s
         try:
             stop_reason = loop.run()
             log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
-            executor.shutdown()
+            executor.shutdown(kill=bool(loop.abandoned))
         except KeyboardInterrupt as exc:
             stop_reason = f"interrupted ({stop_cause(exc)}): finished trials are saved; run again to resume"
             executor.shutdown(kill=True)
         except BaseException:  # e.g. workers that cannot start: stop them, then say why
             executor.shutdown(kill=True)
             raise
-        confirmation = None
-        skipped = ""
-        if top > 0 and not stop_reason.startswith("interrupted"):
-            original = parts.context.model.path
-            try:
-                # at most a tenth of the search's time (at least 3 s): a few rounds suffice interleaved;
-                # within what is left of stop.timeout_s, or skipped when even the fewest do not fit
-                models, minimum_s = retiming_plan(parts.context.evaluator, baseline, loop.records, top)
-                wanted_s = max(3.0, 0.1 * (time.perf_counter() - started))
-                budget_s, skipped = end.retiming_budget(wanted_s, minimum_s, models) if models else (wanted_s, "")
-                if budget_s is not None:
-                    confirmation = confirm_latency(
-                        parts.context.evaluator, original, baseline, loop.records, top, budget_s=budget_s
-                    )
-                else:
-                    log.warning("latency re-timing skipped: %s", skipped)
-                    stop_reason += "; latency re-timing skipped (no time left within stop.timeout_s)"
-            except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
-                stop_reason += "; latency re-timing skipped (Ctrl-C)"
+        book.search_ends(loop.records, loop.replayed_numbers)
+        ending = Ending(unconfirmed=not_retimed)
+        if top > 0:
+            ending = confirm_end(
+                parts.context.evaluator, parts.context.model.path, baseline, loop.records, top, end, stop_reason
+            )
+            stop_reason += ending.stop_note
+            book.mark(CONFIRMATION)
         log.info("search and re-timing done: %.1f s", time.perf_counter() - started)
-        result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
+        result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, ending)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
         result.target = parts.context.evaluator.backend.describe()
-        result.latency_confirmation_skipped = skipped or None
-        write_outputs(result)
+        result.latency_confirmation_skipped = ending.skipped or None
+
+        def written() -> None:  # the models are saved; results.json is next and takes no time
+            book.mark(WRITING)
+            result.time_spent_s = book.figures()
+            result.duration_s = time.perf_counter() - started
+
+        write_outputs(result, before_json=written)
         result.time_left_s = end.left_s() if end.limited else None  # report.html is drawn only if it fits
         for listener in self.listeners:
             listener.on_end(result)
@@ -288,13 +304,13 @@ class Engine:
         return result
 
     def _result(
-        self, parts, loop: RunLoop, baseline, baseline_cache: str, stop_reason: str, started: float, confirmation=None
+        self, parts, loop: RunLoop, baseline, baseline_cache: str, stop_reason: str, started: float, ending: Ending
     ) -> Result:
         records = sorted(loop.records, key=lambda r: r.number)
         # after a confirmation, only figures timed side by side compete, and their paired ratios decide
-        verdict = decide(
-            records, self.objectives, baseline, confirmation, parts.criterion.kind, loop.strategy.original_wins
-        )
+        confirmation = ending.confirmation
+        kind, wins = parts.criterion.kind, loop.strategy.original_wins
+        verdict = decide(records, self.objectives, baseline, confirmation, kind, wins, ending.unconfirmed)
         return Result(
             baseline=baseline,
             trials=records,
@@ -378,22 +394,3 @@ def _cache_stats(records: list[TrialRecord], baseline_cache: str) -> dict[str, d
             entry = stats.setdefault(step, {"hits": 0, "misses": 0})
             entry["hits" if outcome == "hit" else "misses"] += 1
     return stats
-
-
-def _attach_log(path: Path) -> tuple[logging.Handler, int]:
-    """Sends this run's log (and onnxruntime's quantization warnings) to ``quantune.log``."""
-    handler = logging.FileHandler(path, mode="a")
-    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
-    root = logging.getLogger()
-    previous = root.level
-    root.addHandler(handler)
-    root.setLevel(logging.INFO)
-    return handler, previous
-
-
-def _detach_log(attached: tuple[logging.Handler, int]) -> None:
-    handler, previous = attached
-    root = logging.getLogger()
-    root.removeHandler(handler)
-    root.setLevel(previous)
-    handler.close()

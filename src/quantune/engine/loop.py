@@ -2,8 +2,9 @@
 
 It keeps up to ``executor.capacity`` trials in flight, replays a stored run's finished trials
 instead of running them again (see resume.py), skips proposals that share a known failure,
-stops before a trial that would overrun the time limit, and on Ctrl-C stops asking and lets
-the engine write what finished.
+stops before a trial that would end inside the end's reserve (the side-by-side confirmation and
+the results: deadline.py), abandons a trial still running when only that reserve is left, and
+on Ctrl-C stops asking and lets the engine write what finished.
 """
 
 from __future__ import annotations
@@ -91,6 +92,11 @@ class RunLoop:
     """
 
     end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results; deadline.py)
+    first_trial_s: float = 0.0  # what the first trial is expected to take (the original's evaluation), 0: unknown
+    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then
+    # are abandoned (not recorded: run again to resume them), see _wait
+    abandon_at: float | None = None
+    abandoned: int = 0
 
     def __init__(
         self,
@@ -177,10 +183,24 @@ class RunLoop:
                 continue
             if not self.pending:
                 return stop_reason
-            done, _ = wait(self.pending, return_when=FIRST_COMPLETED)
+            done = self._wait()
+            if not done:
+                self.abandoned = len(self.pending)
+                self.pending.clear()
+                return (stop_reason or f"timeout ({self.stop.timeout_s:g} s) reached") + (
+                    f"; {self.abandoned} trial(s) still running at the limit were abandoned (run again to resume them)"
+                )
             for future in sorted(done, key=lambda f: self.pending[f][0].number):
                 _, proposal = self.pending.pop(future)
                 self._finish(future.result(), proposal, replayed=False)
+
+    def _wait(self) -> set[Future[TrialRecord]]:
+        """The trials that finished (at least one), or none when ``abandon_at`` came first: a trial
+        that overran its estimate does not take the confirmation's time."""
+        if self.abandon_at is None:
+            return wait(self.pending, return_when=FIRST_COMPLETED)[0]
+        left = max(0.0, self.abandon_at - time.perf_counter())
+        return wait(self.pending, timeout=left, return_when=FIRST_COMPLETED)[0]
 
     def _launch(self, proposal: Proposal) -> bool:
         """Runs (or replays) the proposal; ``False`` when it would not finish before ``timeout_s``."""
@@ -225,9 +245,10 @@ class RunLoop:
         trials (sampling, a strategy's bookkeeping): the wall time since the loop started that
         neither the trials' durations nor the strategies' one-off stages (speed ceilings,
         sensitivity, profile: MiniLM's 12 s ceiling stage made "the next trial" look 14 s long
-        and stopped a 60 s run after one trial) explain. With no finished trial
-        there is none. A run stops rather than start work it would have to abandon or overrun
-        its limit for.
+        and stopped a 60 s run after one trial) explain. With no finished trial it is
+        ``first_trial_s`` (the original's evaluation: a trial evaluates a model like it). A run
+        stops rather than start work that would end inside the end's reserve (the side-by-side
+        confirmation and the results, ``end_reserve_s``) or that it would have to abandon.
         """
         timeout = self.stop.timeout_s
         if not timeout:
@@ -237,6 +258,8 @@ class RunLoop:
         worked = [r for r in self.records if r.cache.get("evaluation") != "hit"] or self.records
         same = [r.durations.get("total_s") for r in worked if tuple(r.flow) == flow]
         durations = [d for d in same if d] or [d for r in worked if (d := r.durations.get("total_s"))]
+        if not durations:
+            durations = [self.first_trial_s] if self.first_trial_s > 0 else []
         if not durations:
             return False
         ran = [d for r in self.records if r.number not in self.replayed_numbers and (d := r.durations.get("total_s"))]
@@ -249,9 +272,7 @@ class RunLoop:
         kept = (
             f", with {self.end_reserve_s:.0f} s kept for the re-timing and results" if self.end_reserve_s >= 0.5 else ""
         )
-        self._overrun_reason = (
-            f"timeout ({timeout:g} s): the next trial (about {expected:.0f} s) would end after it{kept}"
-        )
+        self._overrun_reason = f"timeout ({timeout:g} s): the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it{kept}"
         return True
 
     def _tell_replayed(self) -> None:

@@ -8,6 +8,7 @@ been (no ``--restart`` needed after fixing the cause).
 from __future__ import annotations
 
 import contextlib
+import logging
 import shutil
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -181,3 +182,22 @@ def close_output(store: RunStore, *, failed: bool) -> None:
     if cleanup and made_folder:
         with contextlib.suppress(OSError):
             folder.rmdir()  # only if empty: nothing but ours was in it
+
+
+def attach_log(path: Path) -> tuple[logging.Handler, int]:
+    """Sends this run's log (and onnxruntime's quantization warnings) to ``quantune.log``."""
+    handler = logging.FileHandler(path, mode="a")
+    handler.setFormatter(logging.Formatter("%(asctime)s %(levelname)s %(name)s: %(message)s"))
+    root = logging.getLogger()
+    previous = root.level
+    root.addHandler(handler)
+    root.setLevel(logging.INFO)
+    return handler, previous
+
+
+def detach_log(attached: tuple[logging.Handler, int]) -> None:
+    handler, previous = attached
+    root = logging.getLogger()
+    root.removeHandler(handler)
+    root.setLevel(previous)
+    handler.close()

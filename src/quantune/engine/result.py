@@ -1,10 +1,12 @@
 """The result of a run and the files that record it.
 
 ``results.json`` is the machine-readable record other tools read. Its top level is stable:
-``verdict`` (improved, keep_original or no_candidate_in_budget) and ``verdict_reason``,
+``verdict`` (improved, unconfirmed, keep_original or no_candidate_in_budget) and ``verdict_reason``,
 ``baseline`` (the original model's metrics), ``trials`` (every trial: number, flow, params,
 status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null:
-the best candidate, which is the result only when the verdict is ``improved``).
+the best candidate, which is the result only when the verdict is ``improved``), and
+``time_spent_s`` (seconds per phase of the run: set-up, original, the search's stages,
+confirmation, writing; see engine/timebook.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import logging
 import os
 import shutil
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +48,7 @@ class Result:
     step_configs: dict[int, dict[str, Any]] = field(default_factory=dict, repr=False)
     replayed: int = 0
     latency_confirmation: dict[str, Any] | None = None  # trials re-timed side by side with the original
-    verdict: str = "no_candidate_in_budget"  # improved | keep_original | no_candidate_in_budget
+    verdict: str = "no_candidate_in_budget"  # improved | unconfirmed | keep_original | no_candidate_in_budget
     verdict_reason: str = ""
     preparation: dict[str, Any] | None = None  # what model preparation changed (quantune.prepare)
     skipped_known_failures: int = 0  # proposals not run: they shared a known failure's signature
@@ -60,6 +63,7 @@ class Result:
     # the accuracy--latency Pareto front of the quantized trials faster than the original (numbers,
     # most accurate first); the closest miss is its first point (engine/selection.py miss_front)
     miss_front: list[int] = field(default_factory=list)
+    time_spent_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds (engine/timebook.py)
     # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
     time_left_s: float | None = field(default=None, repr=False)
 
@@ -105,6 +109,13 @@ class Result:
             )
         return rows
 
+    @property
+    def unconfirmed_model_path(self) -> Path | None:
+        """``unconfirmed/model.onnx``: the candidate faster by the search's figures, not yet timed side
+        by side (``quantune run`` on the same output confirms it, then it moves to ``best/``)."""
+        unconfirmed = self.verdict == "unconfirmed" and self.best is not None
+        return self.output_dir / "unconfirmed" / "model.onnx" if unconfirmed else None
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
@@ -133,27 +144,35 @@ class Result:
             "environment": self.environment,
             "target": self.target,
             "latency_confirmation_skipped": self.latency_confirmation_skipped,
+            "time_spent_s": self.time_spent_s,
         }
 
 
-def write_outputs(result: Result) -> None:
+def write_outputs(result: Result, before_json: Callable[[], None] | None = None) -> None:
     """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
-    parameters that made it) only when the verdict is ``improved``; ``closest_miss/`` when no
-    candidate met the criterion; neither when the original should be kept (the best
-    candidate is in ``results.json`` and the cache, for information, not dressed up as a win).
-    ``report.html`` is the report package's (a run listener draws it, see ``quantune.report``)."""
+    parameters that made it) only when the verdict is ``improved``; ``unconfirmed/`` when the
+    candidate was faster by the search's figures but not yet timed side by side (a user deploying
+    ``best/`` gets only confirmed models); ``closest_miss/`` when no candidate met the criterion;
+    none when the original should be kept (the best candidate is in ``results.json`` and the
+    cache, for information, not dressed up as a win). ``before_json`` is called once the models
+    are saved (the engine closes its time breakdown there). ``report.html`` is the report
+    package's (a run listener draws it, see ``quantune.report``)."""
     folder = result.output_dir
     folder.mkdir(parents=True, exist_ok=True)
     chosen, kind = None, "best"
     if result.improved:
         chosen = result.best
+    elif result.unconfirmed_model_path is not None:
+        chosen, kind = result.best, "unconfirmed"
     elif result.best is None:
         chosen, kind = result.closest_miss, "closest_miss"
-    for other in {"best", "closest_miss"} - ({kind} if chosen is not None else set()):
+    for other in {"best", "unconfirmed", "closest_miss"} - ({kind} if chosen is not None else set()):
         shutil.rmtree(folder / other, ignore_errors=True)  # from an earlier pass over this run
     if chosen is not None and chosen.model_path:
         _save_model(folder / kind, chosen, result)
     _say_lost_models(result)
+    if before_json is not None:
+        before_json()
     tmp = folder / ".results.json.tmp"
     tmp.write_text(json.dumps(result.to_dict(), indent=2, default=str))
     os.replace(tmp, folder / "results.json")

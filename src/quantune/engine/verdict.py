@@ -6,11 +6,15 @@ The original model is always a candidate. The verdict is one of
   side beyond the timing noise (its paired-ratio interval from the end-of-run re-timing lies
   below 0.98, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
   accuracy, a smaller loss than the original's (below 0);
+* ``unconfirmed``: for latency, a candidate was faster during the search, but the run could
+  not time it side by side with the original (stopped first, ``confirm_top: 0``, Ray): search-time
+  figures drift by more than the gains they would crown, so this is no ``improved``;
 * ``keep_original``: candidates met the criterion but none beats the original;
 * ``no_candidate_in_budget``: no trial met the criterion with a model that quantizes something.
 
-Only ``improved`` writes ``best/``; the other two say so in one sentence (``verdict_reason``)
-and keep the best candidate in ``results.json`` for information.
+Only ``improved`` writes ``best/``; ``unconfirmed`` writes its candidate to ``unconfirmed/``;
+the others say so in one sentence (``verdict_reason``) and keep the best candidate in
+``results.json`` for information.
 """
 
 from __future__ import annotations
@@ -24,9 +28,10 @@ from quantune.engine.trial import TrialRecord
 from quantune.wording import format_loss, format_ratio
 
 IMPROVED = "improved"
+UNCONFIRMED = "unconfirmed"
 KEEP_ORIGINAL = "keep_original"
 NO_CANDIDATE = "no_candidate_in_budget"
-VERDICTS = (IMPROVED, KEEP_ORIGINAL, NO_CANDIDATE)
+VERDICTS = (IMPROVED, UNCONFIRMED, KEEP_ORIGINAL, NO_CANDIDATE)
 
 
 @dataclass(frozen=True)
@@ -43,11 +48,14 @@ def decide(
     confirmation: Confirmation | None = None,
     loss_kind: str | None = None,
     original_wins: str = "",
+    unconfirmed: str = "",
 ) -> Verdict:
     """The verdict on ``records`` (every trial of the run) against the original's ``baseline``.
 
     ``original_wins``: the strategy's reason, when it measured side by side that nothing it could
-    propose beats the original (then no trial may have run, and the original is the answer)."""
+    propose beats the original (then no trial may have run, and the original is the answer).
+    ``unconfirmed``: why a latency run has no side-by-side re-timing (the run's words: "the run was
+    stopped ..."); a candidate faster by the search's figures is then ``unconfirmed``, never ``improved``."""
     if not any(is_candidate(r) for r in records):
         if original_wins:
             return Verdict(KEEP_ORIGINAL, f"keep the original: {original_wins}", None)
@@ -61,7 +69,10 @@ def decide(
         ratio = format_ratio(best.metrics["latency_ms"], baseline["latency_ms"])
         note = "timed during the search only, not side by side with the original, so not checked against the noise"
         if best.metrics["latency_ms"] < baseline["latency_ms"]:
-            return Verdict(IMPROVED, f"trial {best.number} is {ratio} than the original ({note})", best)
+            why = unconfirmed or "it was not re-timed side by side with the original"
+            return Verdict(
+                UNCONFIRMED, f"trial {best.number} was {ratio} than the original during the search, but {why}", best
+            )
         return Verdict(
             KEEP_ORIGINAL, f"no candidate was faster (best candidate trial {best.number}: {ratio}; {note})", best
         )

@@ -16,6 +16,7 @@ part of every evaluation cache key: figures from one provider or build never sta
 
 from __future__ import annotations
 
+import os
 import platform
 import sys
 from collections.abc import Callable, Mapping
@@ -88,6 +89,12 @@ class LocalBackend:
 
     def fingerprint(self) -> dict[str, Any]:
         return {"provider": self.provider, "provider_options": self.provider_options, "onnxruntime": ort.__version__}
+
+    def launch_memory_probe(self) -> None:
+        """Starts the memory probe's server now, its imports beside the first evaluation (which
+        measures memory last): a worker's first figures then do not wait for it."""
+        if os.name == "posix":
+            self._memory.client.launch()
 
     def describe(self) -> dict[str, Any]:
         return {

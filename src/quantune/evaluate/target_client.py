@@ -69,6 +69,8 @@ class TargetClient:
         self.memory_limit_mb = memory_limit_mb
         self.process: subprocess.Popen[bytes] | None = None
         self.starts = 0
+        self._greeted = False  # the running server's hello was read
+        self._offset = 0  # its log's length when it started
 
     def _environment(self) -> dict[str, str]:
         """This process's environment; for another interpreter without PYTHONPATH and user site
@@ -91,23 +93,41 @@ class TargetClient:
             )
 
     def start(self) -> None:
-        if self.process is not None and self.process.poll() is None:
+        if self.process is None or self.process.poll() is not None:
+            self.stop()
+            self._offset = self.log_offset()
+            try:
+                self.process = self._spawn()
+            except OSError as exc:  # no such interpreter, not executable
+                raise TargetUnavailable(f"cannot start {self.python}: {exc.strerror or exc}") from None
+            self.starts += 1
+            self._greeted = False
+        if self._greeted:
             return
-        self.stop()
-        offset = self.log_offset()
         try:
-            self.process = self._spawn()
-        except OSError as exc:  # no such interpreter, not executable
-            raise TargetUnavailable(f"cannot start {self.python}: {exc.strerror or exc}") from None
-        self.starts += 1
-        try:
-            hello = self._read(_START_TIMEOUT_S, offset)
+            hello = self._read(_START_TIMEOUT_S, self._offset)
         except TargetFault as exc:
             self.stop()
             raise TargetUnavailable(str(exc)) from None
         if "error" in hello:
             self.stop()
             raise TargetUnavailable(f"onnxruntime is not importable in {self.python}: {hello['error']}")
+        self._greeted = True
+
+    def launch(self) -> None:
+        """Starts the server without waiting for it: its interpreter start and imports (half a
+        second idle) overlap the caller's work instead of delaying its first request, which reads
+        the hello (and says why, if the server could not start)."""
+        if self.process is not None and self.process.poll() is None:
+            return
+        self.stop()
+        self._offset = self.log_offset()
+        try:
+            self.process = self._spawn()
+        except OSError:
+            return  # the first request starts it again and says why
+        self.starts += 1
+        self._greeted = False
 
     def stop(self) -> None:
         process, self.process = self.process, None

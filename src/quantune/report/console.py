@@ -18,6 +18,7 @@ from rich.progress import (
 from rich.table import Table
 
 from quantune.engine.loop import RunStatus
+from quantune.engine.timebook import time_line
 from quantune.engine.trial import TrialRecord
 from quantune.report.miss import miss_lines
 from quantune.report.result import Result, format_loss, format_ratio, speed_words
@@ -207,6 +208,8 @@ def verdict_line(result: Result) -> str:
     best, base = result.best, result.baseline
     if result.verdict == "improved" and best is not None:
         return f"improved: {result.verdict_reason}"
+    if result.verdict == "unconfirmed":
+        return f"unconfirmed: {result.verdict_reason}"
     if result.verdict == "keep_original" and best is not None:
         if result.objective == "size":
             words = format_ratio(best.metrics["size_bytes"], base["size_bytes"], less="smaller", more="larger")
@@ -271,7 +274,7 @@ def summary(result: Result) -> str:
     if result.best is not None:
         m = result.best.metrics
         lines.append(
-            f"best: trial {result.best.number}{'' if result.improved else ' (a candidate only, not saved)'}  "
+            f"best: trial {result.best.number}{_saved_as(result)}  "
             f"{label} {m[result.metric]:.4f} (original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
             f"({speed_words(_as_results(result), {'number': result.best.number, 'metrics': m})}), "
             f"size {m['size_bytes'] / 1024:.0f} KB "
@@ -282,6 +285,8 @@ def summary(result: Result) -> str:
             lines.append(session_line(result))
         if result.improved:
             lines.append(f"best model: {result.best_model_path}")
+        elif result.unconfirmed_model_path is not None:
+            lines.append(f"unconfirmed model (not in best/ until confirmed): {result.unconfirmed_model_path}")
         else:
             lines.append(
                 f"the original stays the answer; the candidate's model is in the cache: {result.best.model_path}"
@@ -303,8 +308,17 @@ def summary(result: Result) -> str:
         lines.append(f"resumed: {result.replayed} finished trial(s) taken from the run store, not run again")
     if result.interrupted:
         lines.append("interrupted: run the same command again to resume")
+    spent = time_line(result.time_spent_s, result.duration_s)
+    if spent:
+        lines.append(spent)
     lines.append(f"results: {result.output_dir / 'results.json'}  ({result.duration_s:.1f} s)")
     return "\n".join(lines)
+
+
+def _saved_as(result: Result) -> str:
+    if result.improved:
+        return ""
+    return " (unconfirmed, in unconfirmed/)" if result.unconfirmed_model_path else " (a candidate only, not saved)"
 
 
 def session_line(result: Result) -> str:

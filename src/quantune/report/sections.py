@@ -22,6 +22,7 @@ from quantune.report.study import objective_name, objective_value
 
 _VERDICTS = {
     "improved": ("good", "improved: use the best model"),
+    "unconfirmed": ("warn", "unconfirmed: faster during the search, not yet timed side by side"),
     "keep_original": ("warn", "keep the original: no candidate was faster beyond the noise"),
     "no_candidate_in_budget": ("bad", "no candidate met the accuracy budget"),
 }
@@ -56,6 +57,9 @@ def summary(results: Mapping[str, Any]) -> str:
         f"stop: {results.get('stop_reason', '')} after {results.get('duration_s', 0):.1f} s, "
         f"{len(results.get('trials', []))} trials",
     ]
+    spent = results.get("time_spent_s") or {}
+    if spent:
+        lines.append("time: " + ", ".join(f"{name} {sec:.1f} s" for name, sec in spent.items() if sec >= 0.05))
     chosen, kind = chosen_trial(results)
     if chosen is not None and chosen.get("metrics"):
         m = chosen["metrics"]

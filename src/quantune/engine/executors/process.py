@@ -120,10 +120,10 @@ def _worker_main(
     adopt_environment(environment)
     enter_worker(log_path, memory_limit_mb, parent_pid)
     from quantune.engine.executors.base import failed_record
-    from quantune.engine.executors.worker import run_trial, runner_for
+    from quantune.engine.executors.worker import launch_memory_probe, run_trial, runner_for
 
     try:  # build the run's shared parts before any trial's clock starts
-        runner_for(spec)
+        launch_memory_probe(runner_for(spec))
         conn.send(("ready", ""))
     except Exception as exc:
         conn.send(("error", f"{type(exc).__name__}: {exc}"))

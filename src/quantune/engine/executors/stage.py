@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -200,12 +201,25 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
 
 
 _STAGE_SECONDS = 0.0  # wall seconds spent in stages by this process, ever (see stage_seconds)
+_BY_NAME: dict[str, float] = {}  # the same, per stage, of the stages the main thread waited for
 
 
-def count_stage_seconds(seconds: float) -> None:
+def count_stage_seconds(seconds: float, stage: str = "speed_ceiling") -> None:
     """Adds work done in this process on a stage's behalf (ceilings timed here) to :func:`stage_seconds`."""
     global _STAGE_SECONDS
     _STAGE_SECONDS += seconds
+    _count(stage, seconds)
+
+
+def _count(stage: str, seconds: float) -> None:
+    if threading.current_thread() is threading.main_thread():  # not the builds beside it (prebuild.py)
+        _BY_NAME[stage] = _BY_NAME.get(stage, 0.0) + seconds
+
+
+def stage_seconds_by_name() -> dict[str, float]:
+    """Wall seconds the main thread has spent in each stage so far (ever): the run's time
+    breakdown (engine/timebook.py) takes the difference over its search."""
+    return dict(_BY_NAME)
 
 
 def stage_seconds() -> float:
@@ -230,6 +244,7 @@ def run_stage(
         outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
     finally:
         _STAGE_SECONDS += time.perf_counter() - started
+        _count(stage, time.perf_counter() - started)
     log.info("%s stage: %.1f s", stage, time.perf_counter() - started)  # bench/startup.py reads the timeline
     isolation.stages.note_peak(stage, outcome.peak_rss_mb)
     for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran

@@ -41,5 +41,13 @@ def runner_for(spec: WorkerSpec) -> TrialRunner:
     return runner
 
 
+def launch_memory_probe(runner: TrialRunner) -> None:
+    """In a worker that evaluates: the memory probe's server started beside its first evaluation
+    (see ``LocalBackend.launch_memory_probe``; other backends measure in their own process)."""
+    launch = getattr(runner.context.evaluator.backend, "launch_memory_probe", None)
+    if launch is not None:
+        launch()
+
+
 def run_trial(spec: WorkerSpec, trial: Trial) -> dict:
     return runner_for(spec).run(trial).to_dict()

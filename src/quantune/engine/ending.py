@@ -1,0 +1,93 @@
+"""The run's end after the search: the side-by-side confirmation, or why there is none.
+
+A latency answer is only ``improved`` once its candidate was timed side by side with the
+original (``engine/confirm.py``); the search's own figures drift by more than the gains they
+would crown. So the end re-times within what ``stop.timeout_s`` left (the search kept it,
+``deadline.py``), and when it cannot -- the run was stopped first, the limit was overrun, the
+re-timing failed, or the config turns it off -- it says why in words the verdict quotes
+(``unconfirmed``, see verdict.py), and how to confirm: ``quantune run`` on the same output
+replays the finished trials from the run store and runs the confirmation.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from quantune.engine.confirm import Confirmation, confirm_latency, retiming_plan
+from quantune.engine.deadline import EndBudget
+from quantune.engine.trial import TrialRecord
+
+log = logging.getLogger("quantune")
+
+RERUN = "`quantune run` with the same config on the same output confirms it"
+
+
+@dataclass
+class Ending:
+    """What the end did: the confirmation (or ``None``), why the re-timing was skipped (``""``: it
+    was not), why the answer stays unconfirmed (``""``: it does not), and the stop reason's additions."""
+
+    confirmation: Confirmation | None = None
+    skipped: str = ""
+    unconfirmed: str = ""
+    stop_note: str = ""
+
+
+def retimes(objectives: Sequence[str], confirm_top: int, executor_kind: str) -> str:
+    """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why
+    not (a latency run's answer then stays ``unconfirmed``). On Ray the trials were timed on the
+    cluster's workers, which may be other hardware than the machine running the engine."""
+    if not objectives or objectives[0] != "latency":
+        return "its objective is not latency"
+    if confirm_top <= 0:
+        return (
+            "evaluation.latency.confirm_top is 0, so it was not re-timed side by side with the original "
+            "(set it to 1 or more to confirm the answer)"
+        )
+    if executor_kind == "ray":
+        return (
+            "its trials were timed on the Ray cluster's workers, not side by side with the original on one "
+            "machine (run the same config with executor.kind: process to confirm the answer)"
+        )
+    return ""
+
+
+def confirm_end(
+    evaluator: Any,
+    original: Any,
+    baseline: dict[str, float],
+    records: list[TrialRecord],
+    top: int,
+    end: EndBudget,
+    stop_reason: str,
+) -> Ending:
+    """Re-times the ``top`` best candidates with the original within what is left of the limit
+    (at most a tenth of the run so far, at least 3 s: a few interleaved rounds suffice)."""
+    if stop_reason.startswith("interrupted"):
+        return Ending(unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}")
+    try:
+        models, minimum_s = retiming_plan(evaluator, baseline, records, top)
+        if not models:  # no candidate to confirm (or their models are gone from a cleared cache)
+            return Ending(unconfirmed=f"its model could not be re-timed side by side (not in the cache); {RERUN}")
+        wanted_s = max(3.0, 0.1 * (time.perf_counter() - end.started))
+        budget_s, skipped = end.retiming_budget(wanted_s, minimum_s, models)
+        if budget_s is None:
+            log.warning("latency re-timing skipped: %s", skipped)
+            return Ending(
+                skipped=skipped,
+                unconfirmed=f"the run was stopped before it could be re-timed side by side ({skipped}); {RERUN}",
+                stop_note="; latency re-timing skipped (no time left within stop.timeout_s)",
+            )
+        confirmation = confirm_latency(evaluator, original, baseline, records, top, budget_s=budget_s)
+    except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
+        return Ending(
+            unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}",
+            stop_note="; latency re-timing skipped (Ctrl-C)",
+        )
+    if confirmation is None:
+        return Ending(unconfirmed=f"the side-by-side re-timing failed (see quantune.log); {RERUN}")
+    return Ending(confirmation=confirmation)
