@@ -31,6 +31,7 @@ from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.output import close_output, open_output
 from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
+from quantune.engine.providers import described, expand_providers
 from quantune.engine.result import Result, write_outputs
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
@@ -64,12 +65,12 @@ class Engine:
     ) -> None:
         """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (the
         CLI: the process's start, see deadline.py); by default when ``run()`` is called."""
-        self.loaded = loaded
+        self.loaded, self.providers_skipped = expand_providers(loaded)  # target.providers: the provider axis
         self.started = started
         self._prebuild: Prebuild | None = None
         self._early: tuple[Executor, Path] | None = None  # workers started before the output was claimed
         self._scratch: Path | None = None  # their first logs' folder
-        self.config = loaded.config
+        self.config = self.loaded.config
         self.output_dir = Path(output_dir).resolve()
         self.restart = restart
         self.listeners = list(listeners)
@@ -278,7 +279,7 @@ class Engine:
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
-        result.target = parts.context.evaluator.backend.describe()
+        result.target = described(parts.context.evaluator.backend, self.config, self.providers_skipped)
         result.latency_confirmation_skipped = skipped or None
         write_outputs(result)
         result.time_left_s = end.left_s() if end.limited else None  # report.html is drawn only if it fits

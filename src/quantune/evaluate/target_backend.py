@@ -16,6 +16,7 @@ from quantune.evaluate.latency import LatencySpec, latency_lane
 from quantune.evaluate.session import DEFAULT_PROVIDER
 from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_client import TargetFault, TargetUnavailable
+from quantune.evaluate.target_server import chosen_provider
 
 
 class TargetBackend:
@@ -90,20 +91,20 @@ class TargetBackend:
         }
 
     def _load(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None = None) -> int:
+        chosen = dict((read_session_settings(model) if settings is None else settings) or {})
+        provider, _ = chosen_provider(self.provider, self.provider_options, chosen)
         answer = self.client.request(
             "load",
             model=str(model),
             threads=threads,
             timing=timing,
-            settings=dict((read_session_settings(model) if settings is None else settings) or {}),
+            settings=chosen,
             provider=self.provider,
             provider_options=self.provider_options,
         )
         used = answer["providers"]
-        if not used or used[0] != self.provider:  # e.g. CUDA requested, no GPU: onnxruntime fell back
-            raise TargetFault(
-                f"target.provider: '{self.provider}' did not take the model; onnxruntime put it on {used}"
-            )
+        if not used or used[0] != provider:  # e.g. CUDA requested, no GPU: onnxruntime fell back
+            raise TargetFault(f"target.provider: '{provider}' did not take the model; onnxruntime put it on {used}")
         return int(answer["session"])
 
     def outputs(
