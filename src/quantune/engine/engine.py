@@ -31,7 +31,7 @@ from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.output import close_output, open_output
 from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
-from quantune.engine.providers import described, expand_providers
+from quantune.engine.providers import expand_providers, finish_providers, with_openings
 from quantune.engine.result import Result, write_outputs
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
@@ -204,7 +204,7 @@ class Engine:
 
     def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
-        strategy = create_strategy(self.config.search.strategy)
+        strategy = with_openings(create_strategy(self.config.search.strategy), parts.plan)  # providers first
         strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 
@@ -279,7 +279,7 @@ class Engine:
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, confirmation)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
-        result.target = described(parts.context.evaluator.backend, self.config, self.providers_skipped)
+        finish_providers(result, parts, self.config, self.providers_skipped)  # target, provider, its session
         result.latency_confirmation_skipped = skipped or None
         write_outputs(result)
         result.time_left_s = end.left_s() if end.limited else None  # report.html is drawn only if it fits

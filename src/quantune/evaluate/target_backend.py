@@ -90,6 +90,10 @@ class TargetBackend:
             "cpu": info["cpu"],
         }
 
+    def _provider_of(self, model: Path, settings: Mapping[str, Any] | None) -> str:
+        chosen = read_session_settings(model) if settings is None else settings
+        return chosen_provider(self.provider, self.provider_options, chosen)[0]
+
     def _load(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None = None) -> int:
         chosen = dict((read_session_settings(model) if settings is None else settings) or {})
         provider, _ = chosen_provider(self.provider, self.provider_options, chosen)
@@ -126,7 +130,8 @@ class TargetBackend:
             except TargetFault as exc:
                 if "target crashed" in str(exc) or "target timeout" in str(exc):
                     raise
-                raise TargetFault(f"onnxruntime cannot load the model: {exc}") from None
+                where = self._provider_of(model, settings)  # a failure that teaches names where it failed
+                raise TargetFault(f"onnxruntime cannot load the model on {where}: {exc}") from None
             answer = self.client.request(
                 "run", session=session, feeds=str(path), layout=layout, out=str(out), runner=self.runner
             )

@@ -16,7 +16,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from quantune.engine.deploy import deploy_sentence
 from quantune.engine.loop import RunStatus
+from quantune.engine.selection import quantizes_nothing
 from quantune.engine.trial import TrialRecord
 from quantune.report.result import Result, format_loss, format_ratio, speed_words
 from quantune.report.summarize import node_op_types, summarize_value
@@ -161,7 +163,7 @@ def _ok_label(record: TrialRecord) -> str:
     """Meets the criterion: "yes", "no", or "copy" for a model that quantizes nothing."""
     if not record.meets_criterion:
         return "no"
-    return "copy" if quantized_label(record.metrics) == "none" else "yes"
+    return "copy" if quantizes_nothing(record) else "yes"  # the original on another provider is no copy
 
 
 def quantized_label(metrics: dict[str, float]) -> str:
@@ -217,6 +219,9 @@ def target_lines(result: Result) -> list[str]:
         lines.append(
             f"evaluated on {target['provider']}, onnxruntime {target['onnxruntime']}, {where} ({target['python']})"
         )
+        if target.get("providers"):  # target.providers: where the candidates ran, and what was left out
+            skipped = "".join(f"; {p} skipped: {why}" for p, why in (target.get("providers_skipped") or {}).items())
+            lines.append(f"providers searched: {', '.join(target['providers'])}{skipped}")
     base_mb = result.baseline.get("peak_memory_mb")
     best_mb = result.best.metrics.get("peak_memory_mb") if result.best is not None else None
     if base_mb is not None and best_mb is not None:
@@ -284,6 +289,8 @@ def summary(result: Result) -> str:
     if result.interrupted:
         lines.append("interrupted: run the same command again to resume")
     lines.append(f"results: {result.output_dir / 'results.json'}  ({result.duration_s:.1f} s)")
+    if result.improved and (deploy := deploy_sentence(result.output_dir / "best")):
+        lines.append(deploy)  # where and how it was measured, in one sentence
     return "\n".join(lines)
 
 

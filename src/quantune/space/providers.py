@@ -36,6 +36,9 @@ PROVIDER_VALUES: dict[str, dict[str, tuple[object, ...]]] = {
     "CUDAExecutionProvider": {"quant_format": ("QDQ",)},
     "TensorrtExecutionProvider": {"quant_format": ("QDQ",)},
 }
+# The provider option that sets a provider's own thread pool (it ignores intra_op_num_threads):
+# set to the run's thread count, so every provider is timed with the threads the user deploys with.
+THREADS_OPTION = {"OpenVINOExecutionProvider": "num_of_threads"}
 # Passes whose output runs on the CPU provider only, whatever the pass declares.
 CPU_ONLY = {"dynamic_quant": "dynamic quantization (ConvInteger/MatMulInteger) runs on the CPU provider only"}
 
