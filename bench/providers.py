@@ -1,7 +1,11 @@
 """Tuned for one execution provider, deployed on another: the CPU provider against OpenVINO's.
 
     python bench/providers.py [--cases digits,ppocr_cls] [--max-trials 12] [--timeout 150]
-                              [--rounds 30] [--openvino PYTHON] [--out bench/results]
+                              [--rounds 30] [--openvino PYTHON] [--out bench/results] [--axis]
+
+``--axis``: the provider axis's table instead (``bench/providers_axis.py``): the original on
+OpenVINO's EP, the best int8 model of a CPU-only run on the CPU EP and on OpenVINO's, and
+quantune with ``target.providers: auto``, all as paired ratios to the original on the CPU EP.
 
 For each case quantune runs twice from the same config: evaluated here on the CPU execution
 provider, and evaluated in a second virtual environment with ``onnxruntime-openvino`` on
@@ -33,6 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "bench"))
 
 import quantune  # noqa: E402
 from quantune.config import load_config  # noqa: E402
@@ -190,6 +195,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--openvino", help="the OpenVINO environment's python (default: tests/target_env.py's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--axis", action="store_true", help="the provider axis's table (target.providers: auto)")
     args = parser.parse_args(argv)
     python = Path(args.openvino) if args.openvino else None
     if python is None:
@@ -198,11 +204,33 @@ def main(argv: list[str] | None = None) -> int:
             print(f"providers: {why}", file=sys.stderr)
             return 1
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.axis:
+        return axis_main(args, python)
     cases = [run_case(name, args, python, Path("/tmp/quantune-providers")) for name in args.cases.split(",")]
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     text = markdown(cases, args)
     (args.out / f"providers-{stamp}.md").write_text(text + "\n")
     (args.out / f"providers-{stamp}.json").write_text(json.dumps(cases, indent=2, default=str) + "\n")
+    print(text)
+    return 0
+
+
+def axis_main(args: argparse.Namespace, python: Path) -> int:
+    from providers_axis import axis_case, axis_markdown
+
+    work = Path("/tmp/quantune-providers-axis")
+    cases = []
+    for name in args.cases.split(","):
+        log(f"{name}: CPU-only run, providers: auto run, then the table's models side by side")
+        cases.append(axis_case(name, case_config(name), python, work / name, tune, args))
+    command = (
+        f"python bench/providers.py --axis --cases {args.cases} --max-trials {args.max_trials} "
+        f"--timeout {args.timeout:g} --rounds {args.rounds}"
+    )
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
+    text = axis_markdown(cases, command + f" ({stamp} UTC)")
+    (args.out / f"providers-axis-{stamp}.md").write_text(text + "\n")
+    (args.out / f"providers-axis-{stamp}.json").write_text(json.dumps(cases, indent=2, default=str) + "\n")
     print(text)
     return 0
 
