@@ -51,7 +51,7 @@ else
   else
     "$PY" -m venv "$VENV" >/dev/null 2>&1 || WHY="python -m venv failed"
     if [ -x "$VENV/bin/python" ]; then
-      if timeout 300 "$VENV/bin/python" -m pip install --quiet onnxruntime-gpu numpy >"$OUT/pip.log" 2>&1; then :
+      if timeout 300 "$VENV/bin/python" -m pip install --quiet --retries 0 --timeout 10 onnxruntime-gpu numpy >"$OUT/pip.log" 2>&1; then :
       elif [ -n "${WHEELS:-}" ] && [ -d "$WHEELS" ]; then
         timeout 300 "$VENV/bin/python" -m pip install --quiet --no-index --find-links "$WHEELS" onnxruntime-gpu numpy \
           >>"$OUT/pip.log" 2>&1
