@@ -67,14 +67,20 @@ def case_config(name: str) -> dict[str, Any]:
         if not (base / ".built").is_file():
             raise SystemExit(f"{name}: not built; run python bench/zoo/run.py --build-only --models {name}")
     config = yaml.safe_load(source.read_text())
+    scripts = source.parent  # a zoo case's data.py / metric.py live in the repo, beside their config
+    if name != "digits":  # and read the cache's files from there: linked as the zoo links them (ignored by git)
+        for file in sorted(p.name for p in base.iterdir() if p.suffix in (".onnx", ".npz", ".data")):
+            if not (scripts / file).exists():
+                (scripts / file).symlink_to(base / file)
     config["model"] = _absolute(config["model"], base)
     for key in ("calibration", "evaluation"):
         if config["data"].get(key):
-            config["data"][key] = _absolute(config["data"][key], base)
+            value = config["data"][key]
+            config["data"][key] = _absolute(value, scripts if ".py:" in value else base)
     evaluation = config.setdefault("evaluation", {})
     for key in ("metric", "runner"):
         if ".py:" in str(evaluation.get(key, "")):
-            evaluation[key] = _absolute(evaluation[key], base)
+            evaluation[key] = _absolute(evaluation[key], scripts)
     return config
 
 
@@ -220,18 +226,22 @@ def axis_main(args: argparse.Namespace, python: Path) -> int:
 
     work = Path("/tmp/quantune-providers-axis")
     cases = []
-    for name in args.cases.split(","):
-        log(f"{name}: CPU-only run, providers: auto run, then the table's models side by side")
-        cases.append(axis_case(name, case_config(name), python, work / name, tune, args))
     command = (
         f"python bench/providers.py --axis --cases {args.cases} --max-trials {args.max_trials} "
         f"--timeout {args.timeout:g} --rounds {args.rounds}"
     )
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
-    text = axis_markdown(cases, command + f" ({stamp} UTC)")
-    (args.out / f"providers-axis-{stamp}.md").write_text(text + "\n")
-    (args.out / f"providers-axis-{stamp}.json").write_text(json.dumps(cases, indent=2, default=str) + "\n")
-    print(text)
+    for name in args.cases.split(","):
+        log(f"{name}: CPU-only run, providers: auto run, then the table's models side by side")
+        try:
+            cases.append(axis_case(name, case_config(name), python, work / name, tune, args))
+        except Exception as exc:  # one case that cannot run does not lose the others' table
+            log(f"{name}: failed: {type(exc).__name__}: {exc}")
+            continue
+        text = axis_markdown(cases, command + f" ({stamp} UTC)")  # written after every case
+        (args.out / f"providers-axis-{stamp}.md").write_text(text + "\n")
+        (args.out / f"providers-axis-{stamp}.json").write_text(json.dumps(cases, indent=2, default=str) + "\n")
+    print(axis_markdown(cases, command + f" ({stamp} UTC)"))
     return 0
 
 
