@@ -95,8 +95,8 @@ def _cell(figure: dict[str, Any] | None) -> str:
     if "error" in figure:
         return f"does not load: {figure['error']}"
     ratio = figure["ratio"]
-    if ratio["ratio_ci_high"] is None or (abs(ratio["ratio_median"] - 1) < 1e-12 and figure is None):
-        return f"{ratio['ratio_median']:.2f}x"
+    if ratio["ratio_ci_high"] is None or ratio["ratio_ci_low"] is None:  # too few rounds for an interval
+        return f"{ratio['ratio_median']:.2f}x, {figure['metric']:.4f}"
     return f"{ratio['ratio_median']:.2f}x [{ratio['ratio_ci_low']:.2f}-{ratio['ratio_ci_high']:.2f}], {figure['metric']:.4f}"
 
 
@@ -120,7 +120,7 @@ def axis_markdown(cases: list[dict[str, Any]], command: str) -> str:
             else f"{auto['verdict']}"
         )
         lines.append(
-            f"| {case['case']} ({case['metric']} {f['original on CPU EP']['metric']:.4f}) "
+            f"| {case['case']} ({case['metric'].rpartition(':')[2]} {f['original on CPU EP']['metric']:.4f}) "
             f"| {_cell(f.get('original on OpenVINO EP'))} | {_cell(f.get('best int8 on CPU EP'))} "
             f"| {_cell(f.get('that int8 on OpenVINO EP'))} | {answer} |"
         )
