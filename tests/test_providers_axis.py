@@ -242,3 +242,35 @@ def test_the_original_on_another_provider_is_a_candidate_that_can_win() -> None:
     assert is_candidate(on_ov) and not is_candidate(copy) and is_candidate(int8)
     verdict = decide([on_ov, copy, int8], ["latency"], {"latency_ms": 1.0, "size_bytes": 100.0, "top1": 1.0})
     assert verdict.kind == "improved" and verdict.best is on_ov
+
+
+def test_session_search_groups_keep_the_providers_threads() -> None:
+    from quantune.engine.session_search import _merged, option_groups
+
+    groups = option_groups(OV)
+    assert [next(iter(group[0])) for group in groups] == [
+        "graph_optimization_level",
+        "execution_mode",
+        "provider_options",
+    ]
+    assert option_groups(CPU)[-1][0] == {"execution_mode": "sequential"}  # no provider options on the CPU provider
+    start = {"provider": OV, "provider_options": {"num_of_threads": "1"}}
+    hinted = _merged(start, {"provider_options": {"precision": "ACCURACY"}})
+    assert hinted["provider_options"] == {"num_of_threads": "1", "precision": "ACCURACY"}
+    assert _merged(hinted, {"provider_options": {}})["provider_options"] == {"num_of_threads": "1"}
+
+
+def test_deploy_settings_say_where_and_how(tmp_path: Path) -> None:
+    from quantune.engine.deploy import deploy_sentence, deploy_settings
+
+    target = {"provider": CPU, "provider_options": {}, "threads": 2}
+    settings = deploy_settings({"provider": OV, "provider_options": {"num_of_threads": "2"}}, target)
+    assert settings["provider"] == OV and settings["provider_options"] == {"num_of_threads": "2"}
+    assert settings["intra_op_num_threads"] == 2 and settings["inter_op_num_threads"] == 1
+    assert settings["graph_optimization_level"] == "all" and settings["execution_mode"] == "sequential"
+    assert deploy_settings(None, target)["provider"] == CPU
+    (tmp_path / "best").mkdir()
+    (tmp_path / "best" / "session.json").write_text(json.dumps(settings))
+    assert deploy_sentence(tmp_path / "best") == (
+        f"deploy best/model.onnx on {OV} with 2 threads (num_of_threads=2): python best/run.py"
+    )
