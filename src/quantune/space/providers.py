@@ -4,7 +4,8 @@ With ``target.providers`` the provider is a parameter of every flow, so a point 
 where it runs. Some pairs are known not to work, and are never run:
 
 * a pass that declares the providers its output serves (``Pass.providers``; None: all), such
-  as dynamic quantization (ConvInteger/MatMulInteger kernels exist on the CPU provider only);
+  as dynamic quantization (its ConvInteger/MatMulInteger kernels exist on the CPU provider only:
+  ``dynamic_quant.providers``), read from the pass, never from a list of pass names here;
 * a pass's own per-provider value rules (``Pass.provider_rules``);
 * the provider-side rules kept here, learned by running: a QOperator model does not load on
   OpenVINO ("dynamic rank", onnxruntime-openvino 1.24.1), and the GPU providers take QDQ only.
@@ -39,8 +40,6 @@ PROVIDER_VALUES: dict[str, dict[str, tuple[object, ...]]] = {
 # The provider option that sets a provider's own thread pool (it ignores intra_op_num_threads):
 # set to the run's thread count, so every provider is timed with the threads the user deploys with.
 THREADS_OPTION = {"OpenVINOExecutionProvider": "num_of_threads"}
-# Passes whose output runs on the CPU provider only, whatever the pass declares.
-CPU_ONLY = {"dynamic_quant": "dynamic quantization (ConvInteger/MatMulInteger) runs on the CPU provider only"}
 
 
 def refusal(provider: str, pass_cls: Any, config: Mapping[str, Any]) -> str | None:
@@ -49,8 +48,6 @@ def refusal(provider: str, pass_cls: Any, config: Mapping[str, Any]) -> str | No
     name = getattr(pass_cls, "name", str(pass_cls))
     if name == "execution_provider":
         return None
-    if provider != CPU and name in CPU_ONLY:
-        return CPU_ONLY[name]
     served = getattr(pass_cls, "providers", None)
     if served is not None and provider not in served:
         return f"{name}'s output runs on {', '.join(served)} only"
