@@ -5,9 +5,10 @@ original on OpenVINO was 1.6x faster than on the CPU provider, with no accuracy 
 int8 model beat it. So before any strategy searches quantization, the original is evaluated
 on every other provider -- accuracy and latency, on that provider -- and is a candidate like
 any other (a lossless speed-up is a valid ``improved``). The wrapped strategy never sees these
-trials (its sampler's space and stages are its own); what they scored is what it learned
-(``learned()["provider_originals"]``), and the end-of-run re-timing and verdict weigh them
-against every quantized candidate side by side.
+trials (its sampler's space and stages are its own); what they scored, and their latency timed
+interleaved with the original's (the engine's ``latency_ratio`` probe: a paired ratio), is what
+it learned (``learned()["provider_originals"]``); the end-of-run re-timing and the verdict weigh
+them against every quantized candidate side by side.
 """
 
 from __future__ import annotations
@@ -69,6 +70,10 @@ class WithOpenings(Strategy):
             "meets": None if outcome.meets is None else float(outcome.meets),
             "latency_ratio": round(latency / reference, 4) if latency and reference else None,
         }
+        timed = self.inner.problem.latency_ratio
+        if outcome.meets and timed is not None:  # paired: interleaved with the original on its provider
+            paired = timed(proposal.point, tuple(proposal.flow or ()))
+            self.scores[label]["paired_ratio"] = None if paired is None else round(paired, 4)
         return None
 
     def _won(self) -> bool:
