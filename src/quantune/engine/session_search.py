@@ -14,6 +14,8 @@ on the whole evaluation data and kept only when they still meet the criterion.
 from __future__ import annotations
 
 import logging
+import os
+import shutil
 import tempfile
 from dataclasses import replace
 from pathlib import Path
@@ -21,6 +23,7 @@ from typing import Any
 
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.session_file import write_session_settings
+from quantune.model import external_data_files
 from quantune.passes.onnx.session_tuning import LEVELS, MAX_WARMUP, _copy_model
 
 log = logging.getLogger("quantune.session_search")
@@ -103,9 +106,20 @@ PROVIDER_OPTIONS_KEYS = {key for options in PROVIDER_OPTIONS.values() for option
 
 
 def _copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
+    """``model`` (and its external data) in ``folder`` with ``settings`` beside it: hard links where
+    the file system allows (a large model is not copied once per setting), else copies."""
     folder.mkdir(parents=True)
     path = folder / model.name
-    _copy_model(model, path)
+    try:
+        os.link(model, path)
+        for data in external_data_files(model):
+            destination = folder / data.relative_to(model.parent)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.link(data, destination)
+    except OSError:
+        shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        _copy_model(model, path)
     write_session_settings(path, settings)
     return path
 
