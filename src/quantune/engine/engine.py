@@ -31,7 +31,7 @@ from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.output import close_output, open_output
 from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
-from quantune.engine.providers import expand_providers, finish_providers, with_openings
+from quantune.engine.provider_run import expand_providers, finish_providers, with_openings
 from quantune.engine.result import Result, write_outputs
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
