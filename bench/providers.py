@@ -1,7 +1,11 @@
 """Tuned for one execution provider, deployed on another: the CPU provider against OpenVINO's.
 
     python bench/providers.py [--cases digits,ppocr_cls] [--max-trials 12] [--timeout 150]
-                              [--rounds 30] [--openvino PYTHON] [--out bench/results]
+                              [--rounds 30] [--openvino PYTHON] [--out bench/results] [--axis]
+
+``--axis``: the provider axis's table instead (``bench/providers_axis.py``): the original on
+OpenVINO's EP, the best int8 model of a CPU-only run on the CPU EP and on OpenVINO's, and
+quantune with ``target.providers: auto``, all as paired ratios to the original on the CPU EP.
 
 For each case quantune runs twice from the same config: evaluated here on the CPU execution
 provider, and evaluated in a second virtual environment with ``onnxruntime-openvino`` on
@@ -33,6 +37,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))
 sys.path.insert(0, str(REPO / "src"))
+sys.path.insert(0, str(REPO / "bench"))
 
 import quantune  # noqa: E402
 from quantune.config import load_config  # noqa: E402
@@ -62,14 +67,20 @@ def case_config(name: str) -> dict[str, Any]:
         if not (base / ".built").is_file():
             raise SystemExit(f"{name}: not built; run python bench/zoo/run.py --build-only --models {name}")
     config = yaml.safe_load(source.read_text())
+    scripts = source.parent  # a zoo case's data.py / metric.py live in the repo, beside their config
+    if name != "digits":  # and read the cache's files from there: linked as the zoo links them (ignored by git)
+        for file in sorted(p.name for p in base.iterdir() if p.suffix in (".onnx", ".npz", ".data")):
+            if not (scripts / file).exists():
+                (scripts / file).symlink_to(base / file)
     config["model"] = _absolute(config["model"], base)
     for key in ("calibration", "evaluation"):
         if config["data"].get(key):
-            config["data"][key] = _absolute(config["data"][key], base)
+            value = config["data"][key]
+            config["data"][key] = _absolute(value, scripts if ".py:" in value else base)
     evaluation = config.setdefault("evaluation", {})
     for key in ("metric", "runner"):
         if ".py:" in str(evaluation.get(key, "")):
-            evaluation[key] = _absolute(evaluation[key], base)
+            evaluation[key] = _absolute(evaluation[key], scripts)
     return config
 
 
@@ -190,6 +201,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=30)
     parser.add_argument("--openvino", help="the OpenVINO environment's python (default: tests/target_env.py's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
+    parser.add_argument("--axis", action="store_true", help="the provider axis's table (target.providers: auto)")
     args = parser.parse_args(argv)
     python = Path(args.openvino) if args.openvino else None
     if python is None:
@@ -198,12 +210,38 @@ def main(argv: list[str] | None = None) -> int:
             print(f"providers: {why}", file=sys.stderr)
             return 1
     args.out.mkdir(parents=True, exist_ok=True)
+    if args.axis:
+        return axis_main(args, python)
     cases = [run_case(name, args, python, Path("/tmp/quantune-providers")) for name in args.cases.split(",")]
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     text = markdown(cases, args)
     (args.out / f"providers-{stamp}.md").write_text(text + "\n")
     (args.out / f"providers-{stamp}.json").write_text(json.dumps(cases, indent=2, default=str) + "\n")
     print(text)
+    return 0
+
+
+def axis_main(args: argparse.Namespace, python: Path) -> int:
+    from providers_axis import axis_case, axis_markdown
+
+    work = Path("/tmp/quantune-providers-axis")
+    cases = []
+    command = (
+        f"python bench/providers.py --axis --cases {args.cases} --max-trials {args.max_trials} "
+        f"--timeout {args.timeout:g} --rounds {args.rounds}"
+    )
+    stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
+    for name in args.cases.split(","):
+        log(f"{name}: CPU-only run, providers: auto run, then the table's models side by side")
+        try:
+            cases.append(axis_case(name, case_config(name), python, work / name, tune, args))
+        except Exception as exc:  # one case that cannot run does not lose the others' table
+            log(f"{name}: failed: {type(exc).__name__}: {exc}")
+            continue
+        text = axis_markdown(cases, command + f" ({stamp} UTC)")  # written after every case
+        (args.out / f"providers-axis-{stamp}.md").write_text(text + "\n")
+        (args.out / f"providers-axis-{stamp}.json").write_text(json.dumps(cases, indent=2, default=str) + "\n")
+    print(axis_markdown(cases, command + f" ({stamp} UTC)"))
     return 0
 
 

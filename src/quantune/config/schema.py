@@ -171,6 +171,20 @@ class TargetConfig(_Strict):
         description="A request to the target (loading, evaluating, timing one model) running longer is killed "
         "and fails that trial.",
     )
+    providers: Literal["auto"] | list[str] | None = Field(
+        default=None,
+        description="Search the execution provider too: 'auto' (every provider the target environment has "
+        "that runs on this machine; one absent or without its device is skipped with a reason) or a list. "
+        "The original on each provider is a candidate, every candidate is measured on its own provider, and "
+        "the original on target.provider stays the reference. Default: only target.provider.",
+    )
+
+    @field_validator("providers")
+    @classmethod
+    def _some_providers(cls, value: Any) -> Any:
+        if isinstance(value, list) and (not value or len(set(value)) != len(value)):
+            raise ValueError("give 'auto' or a list of distinct execution providers")
+        return value
 
 
 class StopConfig(_Strict):

@@ -38,6 +38,7 @@ from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.output import attach_log, close_output, detach_log, open_output
 from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
+from quantune.engine.provider_run import expand_providers, finish_providers, with_openings
 from quantune.engine.result import Result, write_outputs
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
@@ -72,12 +73,12 @@ class Engine:
     ) -> None:
         """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (the
         CLI: the process's start, see deadline.py); by default when ``run()`` is called."""
-        self.loaded = loaded
+        self.loaded, self.providers_skipped = expand_providers(loaded)  # target.providers: the provider axis
         self.started = started
         self._prebuild: Prebuild | None = None
         self._early: tuple[Executor, Path] | None = None  # workers started before the output was claimed
         self._scratch: Path | None = None  # their first logs' folder
-        self.config = loaded.config
+        self.config = self.loaded.config
         self.output_dir = Path(output_dir).resolve()
         self.restart = restart
         self.listeners = list(listeners)
@@ -214,7 +215,7 @@ class Engine:
 
     def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
-        strategy = create_strategy(self.config.search.strategy)
+        strategy = with_openings(create_strategy(self.config.search.strategy), parts.plan)  # providers first
         strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 
@@ -288,7 +289,7 @@ class Engine:
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, ending)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
-        result.target = parts.context.evaluator.backend.describe()
+        finish_providers(result, parts, self.config, self.providers_skipped)  # target, provider, its session
         result.latency_confirmation_skipped = ending.skipped or None
 
         def written() -> None:  # the models are saved; results.json is next and takes no time

@@ -20,14 +20,20 @@ def build_flows(
     config: Config, steps: Mapping[str, Step], provider: str, facts: Mapping[str, Any]
 ) -> dict[str, tuple[str, ...]]:
     raw = config.flows
+    where = next((sid for sid, step in steps.items() if step.pass_cls.name == "execution_provider"), None)
+    placed = {sid: step for sid, step in steps.items() if sid != where}
     if raw is None:
-        paths = [tuple(steps)]
+        paths = [tuple(placed)]
     elif raw == "auto":  # placed by quantune from the passes listed and the model's facts
-        paths = auto_flows(steps, facts, config.objective == "size" or "size" in (config.objectives or []))
+        paths = auto_flows(placed, facts, config.objective == "size" or "size" in (config.objectives or []))
     elif isinstance(raw, dict):
         paths = list(_tree_paths(raw, ()))
     else:
         paths = [tuple(flow) for flow in raw]
+    if where is not None:  # target.providers: every flow ends where it runs; the original on each provider too
+        paths = [(*[s for s in path if s != where], where) for path in paths]
+        paths.append((where,))
+        provider = ""  # pruned per point instead (engine/providers.py)
     flows: dict[str, tuple[str, ...]] = {}
     for index, path in enumerate(paths):
         if not path:
@@ -35,10 +41,13 @@ def build_flows(
         for step_id in path:
             if step_id not in steps:
                 raise ConfigError(f"flows[{index}]: no pass with id '{step_id}'; pass ids are {list(steps)}")
-        unsupported = [s for s in path if steps[s].pass_cls.providers and provider not in steps[s].pass_cls.providers]
+        unsupported = [
+            s for s in path if provider and steps[s].pass_cls.providers and provider not in steps[s].pass_cls.providers
+        ]
         if unsupported:
             continue  # pruned: the target cannot run this flow's output
-        flows[">".join(path)] = path
+        if ">".join(path) not in flows:
+            flows[">".join(path)] = path
     if not flows:
         raise ConfigError(f"target.provider: no flow can run on '{provider}'")
     return flows
@@ -67,6 +76,8 @@ def check_last_steps(flows: Mapping[str, tuple[str, ...]], steps: Mapping[str, S
     """A pass whose output lives partly beside the model (session_tuning's settings) ends its flows:
     the next pass would read the model without it."""
     for flow in flows.values():
+        if steps[flow[-1]].pass_cls.name == "execution_provider":  # it reads and keeps its input's settings
+            flow = flow[:-1]
         for step_id in flow[:-1]:
             if steps[step_id].pass_cls.last_in_flow:
                 raise ConfigError(

@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from quantune.config import Config
 from quantune.engine.flows import build_flows, check_last_steps, gate
+from quantune.engine.providers import provider_rule
 from quantune.engine.rules import build_rule
 from quantune.engine.search_syntax import build_step
 from quantune.engine.step import FLOW, NodeLister, Step, subset_key
@@ -96,7 +97,9 @@ def build_plan(config: Config, nodes: NodeLister | None = None, facts: Mapping[s
     ``facts`` describe the model flows start from (see :mod:`quantune.prepare.facts`)."""
     steps: dict[str, Step] = {}
     step_params: dict[str, dict[str, Param]] = {}
-    provider = config.target.provider
+    # with target.providers the provider is a parameter: its pruning is per point (provider_rule)
+    searched = any(entry.name == "execution_provider" for entry in config.passes)
+    provider = "" if searched else config.target.provider
     for index, entry in enumerate(config.passes):
         step, params = build_step(index, entry, provider, nodes)
         steps[step.id] = step
@@ -113,6 +116,8 @@ def build_plan(config: Config, nodes: NodeLister | None = None, facts: Mapping[s
         for name, param in params.items():
             space_params[name] = gate(param, using) if len(flows) > 1 else param
     rules = tuple(build_rule(index, rule, steps) for index, rule in enumerate(config.rules))
+    if searched:
+        rules = (*rules, provider_rule(steps, flows, config.target.provider))
     try:
         space = SearchSpace(space_params)
     except ValueError as exc:

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quantune.engine.deploy import write_deploy
 from quantune.engine.trial import TrialRecord
 from quantune.errors import QuantuneError
 from quantune.evaluate.session_file import session_file
@@ -225,3 +226,4 @@ def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
         "session_settings": chosen.session_settings,
     }
     (target / "params.json").write_text(json.dumps(params, indent=2, default=str))
+    write_deploy(target, chosen, result.target)  # session.json and run.py: as measured

@@ -34,11 +34,13 @@ def ranking(objectives: Sequence[str]) -> list[str]:
 
 def quantizes_nothing(record: TrialRecord) -> bool:
     """Whether the trial's model runs no compute op quantized nor in float16 (``False`` when not
-    measured, as in a run store written before the count existed)."""
+    measured, as in a run store written before the count existed) on the original's provider
+    (the same model on another provider, ``target.providers``, is a candidate of its own)."""
     return (
         record.status == "ok"
         and record.metrics.get("quantized_ops", 1) == 0
         and record.metrics.get("float16_ops", 0) == 0
+        and not (record.session_settings or {}).get("provider")
     )
 
 

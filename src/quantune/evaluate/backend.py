@@ -33,7 +33,7 @@ from quantune.evaluate.feeds import FeedOutputs
 from quantune.evaluate.latency import LatencySpec, time_side_by_side
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
-from quantune.evaluate.target_server import cpu_name
+from quantune.evaluate.target_server import chosen_provider, cpu_name
 
 
 class Backend(Protocol):
@@ -141,8 +141,11 @@ class LocalBackend:
     ) -> FeedOutputs:
         try:
             session = self._session(model, threads, settings=settings)
-        except Exception as exc:
-            raise TrialError(f"onnxruntime cannot load the model: {exc}") from exc
+        except Exception as exc:  # one line naming the provider: a failure that teaches
+            chosen = read_session_settings(model) if settings is None else settings
+            where = chosen_provider(self.provider, self.provider_options, chosen)[0]
+            cause = " ".join(str(exc).split())
+            raise TrialError(f"onnxruntime cannot load the model on {where}: {cause}") from exc
         if runner is not None:
             return runner(session, [dict(feed) for feed in feeds])
         names = [out.name for out in session.get_outputs()]

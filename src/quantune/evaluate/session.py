@@ -14,7 +14,7 @@ from typing import Any
 
 import onnxruntime as ort
 
-from quantune.evaluate.target_server import build_session_options
+from quantune.evaluate.target_server import build_session_options, chosen_provider
 
 DEFAULT_PROVIDER = "CPUExecutionProvider"
 
@@ -43,7 +43,9 @@ def open_session(
     provider: str = DEFAULT_PROVIDER,
     provider_options: Mapping[str, Any] | None = None,
 ) -> ort.InferenceSession:
-    """A session for ``model`` (a path or serialized bytes) on ``provider``."""
+    """A session for ``model`` (a path or serialized bytes) on ``provider`` -- or on the provider
+    its ``settings`` name (a candidate of ``target.providers``), with that provider's options."""
+    provider, provider_options = chosen_provider(provider, provider_options, settings)
     options = session_options(threads=threads, timing=timing, settings=settings)
     source = model if isinstance(model, bytes) else str(model)
     providers: list[Any] = [provider if not provider_options else (provider, dict(provider_options))]

@@ -16,6 +16,7 @@ from quantune.evaluate.latency import LatencySpec, latency_lane
 from quantune.evaluate.session import DEFAULT_PROVIDER
 from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_client import TargetFault, TargetUnavailable
+from quantune.evaluate.target_server import chosen_provider
 
 
 class TargetBackend:
@@ -89,21 +90,25 @@ class TargetBackend:
             "cpu": info["cpu"],
         }
 
+    def _provider_of(self, model: Path, settings: Mapping[str, Any] | None) -> str:
+        chosen = read_session_settings(model) if settings is None else settings
+        return chosen_provider(self.provider, self.provider_options, chosen)[0]
+
     def _load(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None = None) -> int:
+        chosen = dict((read_session_settings(model) if settings is None else settings) or {})
+        provider, _ = chosen_provider(self.provider, self.provider_options, chosen)
         answer = self.client.request(
             "load",
             model=str(model),
             threads=threads,
             timing=timing,
-            settings=dict((read_session_settings(model) if settings is None else settings) or {}),
+            settings=chosen,
             provider=self.provider,
             provider_options=self.provider_options,
         )
         used = answer["providers"]
-        if not used or used[0] != self.provider:  # e.g. CUDA requested, no GPU: onnxruntime fell back
-            raise TargetFault(
-                f"target.provider: '{self.provider}' did not take the model; onnxruntime put it on {used}"
-            )
+        if not used or used[0] != provider:  # e.g. CUDA requested, no GPU: onnxruntime fell back
+            raise TargetFault(f"target.provider: '{provider}' did not take the model; onnxruntime put it on {used}")
         return int(answer["session"])
 
     def outputs(
@@ -125,7 +130,8 @@ class TargetBackend:
             except TargetFault as exc:
                 if "target crashed" in str(exc) or "target timeout" in str(exc):
                     raise
-                raise TargetFault(f"onnxruntime cannot load the model: {exc}") from None
+                where = self._provider_of(model, settings)  # a failure that teaches names where it failed
+                raise TargetFault(f"onnxruntime cannot load the model on {where}: {exc}") from None
             answer = self.client.request(
                 "run", session=session, feeds=str(path), layout=layout, out=str(out), runner=self.runner
             )

@@ -83,6 +83,8 @@ def build_session_options(ort, threads, timing, settings):
     }
     modes = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
     for key, value in (settings or {}).items():
+        if key in WHERE_KEYS:  # where the session runs, not how: open_session reads them
+            continue
         if key == "graph_optimization_level":
             options.graph_optimization_level = levels[str(value)]
         elif key == "execution_mode":
@@ -103,9 +105,23 @@ def build_session_options(ort, threads, timing, settings):
     return options
 
 
+# Session settings that say where a candidate runs (``target.providers``): they replace the
+# request's provider and its options, so a candidate measured on OpenVINO is loaded there always.
+WHERE_KEYS = ("provider", "provider_options")
+
+
+def chosen_provider(provider, provider_options, settings):
+    """The provider and options a session opens with: the candidate's own (its settings), else the target's."""
+    settings = settings or {}
+    if settings.get("provider"):
+        return settings["provider"], dict(settings.get("provider_options") or {})
+    return provider or "CPUExecutionProvider", dict(provider_options or {})
+
+
 def open_session(ort, request):
-    provider = request.get("provider") or "CPUExecutionProvider"
-    provider_options = request.get("provider_options") or {}
+    provider, provider_options = chosen_provider(
+        request.get("provider"), request.get("provider_options"), request.get("settings")
+    )
     providers = [(provider, {str(k): str(v) for k, v in provider_options.items()}) if provider_options else provider]
     if provider != "CPUExecutionProvider":
         providers.append("CPUExecutionProvider")  # ops the provider does not take fall back to the CPU

@@ -17,7 +17,9 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from quantune.engine.deploy import deploy_sentence
 from quantune.engine.loop import RunStatus
+from quantune.engine.selection import quantizes_nothing
 from quantune.engine.timebook import time_line
 from quantune.engine.trial import TrialRecord
 from quantune.report.miss import miss_lines
@@ -186,7 +188,7 @@ def _ok_label(record: TrialRecord) -> str:
     """Meets the criterion: "yes", "no", or "copy" for a model that quantizes nothing."""
     if not record.meets_criterion:
         return "no"
-    return "copy" if quantized_label(record.metrics) == "none" else "yes"
+    return "copy" if quantizes_nothing(record) else "yes"  # the original on another provider is no copy
 
 
 def quantized_label(metrics: dict[str, float]) -> str:
@@ -244,6 +246,9 @@ def target_lines(result: Result) -> list[str]:
         lines.append(
             f"evaluated on {target['provider']}, onnxruntime {target['onnxruntime']}, {where} ({target['python']})"
         )
+        if target.get("providers"):  # target.providers: where the candidates ran, and what was left out
+            skipped = "".join(f"; {p} skipped: {why}" for p, why in (target.get("providers_skipped") or {}).items())
+            lines.append(f"providers searched: {', '.join(target['providers'])}{skipped}")
     base_mb = result.baseline.get("peak_memory_mb")
     best_mb = result.best.metrics.get("peak_memory_mb") if result.best is not None else None
     if base_mb is not None and best_mb is not None:
@@ -312,6 +317,8 @@ def summary(result: Result) -> str:
     if spent:
         lines.append(spent)
     lines.append(f"results: {result.output_dir / 'results.json'}  ({result.duration_s:.1f} s)")
+    if result.improved and (deploy := deploy_sentence(result.output_dir / "best")):
+        lines.append(deploy)  # where and how it was measured, in one sentence
     return "\n".join(lines)
 
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 from quantune.passes.onnx.bias_correction import BiasCorrection
 from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
+from quantune.passes.onnx.execution_provider import ExecutionProvider
 from quantune.passes.onnx.fast_finetune import FastFinetune
 from quantune.passes.onnx.fp16 import Float16Conversion
 from quantune.passes.onnx.graph_opt import GraphOptimization
@@ -21,6 +22,7 @@ __all__ = [
     "BiasCorrection",
     "CrossLayerEqualization",
     "DynamicQuantization",
+    "ExecutionProvider",
     "FastFinetune",
     "Float16Conversion",
     "GraphOptimization",

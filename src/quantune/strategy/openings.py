@@ -1,0 +1,88 @@
+"""Proposals every strategy runs first: the original on each execution provider (``target.providers``).
+
+The provider alone can move latency as much as quantization does: on a text recognizer the
+original on OpenVINO was 1.6x faster than on the CPU provider, with no accuracy lost, and no
+int8 model beat it. So before any strategy searches quantization, the original is evaluated
+on every other provider -- accuracy and latency, on that provider -- and is a candidate like
+any other (a lossless speed-up is a valid ``improved``). The wrapped strategy never sees these
+trials (its sampler's space and stages are its own); what they scored, and their latency timed
+interleaved with the original's (the engine's ``latency_ratio`` probe: a paired ratio), is what
+it learned (``learned()["provider_originals"]``); the end-of-run re-timing and the verdict weigh
+them against every quantized candidate side by side.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from quantune.strategy.base import Outcome, Proposal, SearchProblem, Strategy
+
+STAGE = "provider original"
+
+
+class WithOpenings(Strategy):
+    """``inner``, after ``openings`` (each asked once, in order, and told to no one else)."""
+
+    def __init__(self, inner: Strategy, openings: Sequence[tuple[str, Proposal]]) -> None:
+        self.inner = inner
+        self.name = inner.name
+        self.Options = inner.Options
+        self._openings = list(openings)  # (label, proposal)
+        self._asked: dict[int, str] = {}  # id of an opening proposal -> its label
+        self.scores: dict[str, dict[str, float | None]] = {}
+
+    def bind(self, problem: SearchProblem) -> None:
+        self.inner.bind(problem)
+
+    @property
+    def problem(self) -> SearchProblem:  # type: ignore[override]
+        return self.inner.problem
+
+    @property
+    def baseline(self) -> Mapping[str, float]:  # type: ignore[override]
+        return self.inner.baseline
+
+    @property
+    def finished_reason(self) -> str:  # type: ignore[override]
+        return self.inner.finished_reason
+
+    @property
+    def original_wins(self) -> str:  # type: ignore[override]
+        return "" if self._won() else self.inner.original_wins
+
+    def observe_baseline(self, metrics: Mapping[str, float]) -> None:
+        self.inner.observe_baseline(metrics)
+
+    def ask(self) -> Proposal | None:
+        if self._openings:
+            label, proposal = self._openings.pop(0)
+            self._asked[id(proposal)] = label
+            return proposal
+        return self.inner.ask()
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        label = self._asked.pop(id(proposal), None)
+        if label is None:
+            return self.inner.tell(proposal, outcome)
+        latency, reference = outcome.metrics.get("latency_ms"), self.inner.baseline.get("latency_ms")
+        self.scores[label] = {
+            "meets": None if outcome.meets is None else float(outcome.meets),
+            "latency_ratio": round(latency / reference, 4) if latency and reference else None,
+        }
+        timed = self.inner.problem.latency_ratio
+        if outcome.meets and timed is not None:  # paired: interleaved with the original on its provider
+            paired = timed(proposal.point, tuple(proposal.flow or ()))
+            self.scores[label]["paired_ratio"] = None if paired is None else round(paired, 4)
+        return None
+
+    def _won(self) -> bool:
+        """Whether an original on another provider met the criterion (it is then a candidate,
+        so the inner strategy's "keep the original" does not stand on its own)."""
+        return any(score.get("meets") for score in self.scores.values())
+
+    def learned(self) -> dict[str, Any]:
+        learned = dict(self.inner.learned())
+        if self.scores:
+            learned["provider_originals"] = self.scores
+        return learned
