@@ -45,10 +45,15 @@ if ! nvidia-smi -L >/dev/null 2>&1; then
   WHY="no NVIDIA GPU here (nvidia-smi -L failed)"
 else
   say "GPU: $(nvidia-smi -L | head -1)"
+  for candidate in "$PY" python3 python; do   # an onnxruntime already importable with CUDA, first
+    if command -v "$candidate" >/dev/null && lists_cuda "$(command -v "$candidate")"; then
+      TARGET=$(command -v "$candidate"); break
+    fi
+  done
   VENV="$OUT/venv-gpu"
-  if [ -x "$VENV/bin/python" ] && lists_cuda "$VENV/bin/python"; then
+  if [ -z "$TARGET" ] && [ -x "$VENV/bin/python" ] && lists_cuda "$VENV/bin/python"; then
     TARGET="$VENV/bin/python"
-  else
+  elif [ -z "$TARGET" ]; then
     "$PY" -m venv "$VENV" >/dev/null 2>&1 || WHY="python -m venv failed"
     if [ -x "$VENV/bin/python" ]; then
       if timeout 300 "$VENV/bin/python" -m pip install --quiet --retries 0 --timeout 10 onnxruntime-gpu numpy >"$OUT/pip.log" 2>&1; then :
@@ -57,13 +62,6 @@ else
           >>"$OUT/pip.log" 2>&1
       fi
       if lists_cuda "$VENV/bin/python"; then TARGET="$VENV/bin/python"; fi
-    fi
-    if [ -z "$TARGET" ]; then
-      for candidate in "$PY" python3 python; do   # an onnxruntime already importable with CUDA
-        if command -v "$candidate" >/dev/null && lists_cuda "$(command -v "$candidate")"; then
-          TARGET=$(command -v "$candidate"); break
-        fi
-      done
     fi
     if [ -z "$TARGET" ]; then
       WHY="onnxruntime-gpu not installable (no registry, no wheel in WHEELS=${WHEELS:-<unset>}: $(tail -1 "$OUT/pip.log" 2>/dev/null)) and no importable onnxruntime lists CUDAExecutionProvider"
@@ -141,7 +139,7 @@ for name, files in cases.items():
         "flows": [["static_quant"], ["fp16"]],
         "target": {"providers": "auto", "timeout_s": 240, **({"python": target} if target else {})},
         "search": {"sampler": "exhaustive"},
-        "stop": {"max_trials": 8, "timeout_s": 200},
+        "stop": {"max_trials": 8, "timeout_s": int(os.environ.get("GPU_CHECK_TIMEOUT", "200"))},
         "executor": {"kind": "inline"},
     }
     started = time.time()
