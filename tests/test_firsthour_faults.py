@@ -100,7 +100,7 @@ def test_a_memory_limit_too_small_to_start_python(digits, capsys, limit):
 def test_a_metric_that_ends_its_process(digits):
     config = digits(evaluation__metric="exits.py:score")
     (config.parent / "exits.py").write_text("import os\n\ndef score(outputs, data):\n    os._exit(3)\n")
-    line = one_line(quantune("run", str(config), "-q", "-o", "out", cwd=config.parent), 2, "exited with code 3")
+    line = one_line(quantune("run", str(config), "-q", "-o", "out", cwd=config.parent), 2, "os._exit(3)")
     assert "__main__" not in line and "metric" in line
 
 

@@ -242,7 +242,8 @@ def test_the_original_on_another_provider_is_a_candidate_that_can_win() -> None:
     int8 = record(2, 0.8, 3, None)
     assert is_candidate(on_ov) and not is_candidate(copy) and is_candidate(int8)
     verdict = decide([on_ov, copy, int8], ["latency"], {"latency_ms": 1.0, "size_bytes": 100.0, "top1": 1.0})
-    assert verdict.kind == "improved" and verdict.best is on_ov
+    # no side-by-side re-timing here: the search's figures choose it, and the verdict says so
+    assert verdict.kind == "unconfirmed" and verdict.best is on_ov
 
 
 def test_session_search_groups_keep_the_providers_threads() -> None:

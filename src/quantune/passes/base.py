@@ -34,7 +34,9 @@ file and its registration:
 * ``auto_place``: where ``flows: auto`` places it (``quantize``: alone and after fusion;
   ``fuse``: alone and before the quantizers and weight passes; ``weights``: alone, after fusion
   and before the dynamic quantizers; ``half``: alone and after fusion, when size is an
-  objective; ``refine``: after each static quantizer), or None: flows are written by hand.
+  objective; ``refine``: after each static quantizer), or None: flows are written by hand;
+* ``recover_cost``: for a ``recover`` pass, how costly it is (the recover stage tries the
+  cheapest refining flow first).
 
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
@@ -104,6 +106,7 @@ class Pass(ABC):
     leaves_quantized: ClassVar[frozenset[str]] = frozenset()
     rewrites_weights: ClassVar[bool] = False
     restructuring: ClassVar[bool] = False
+    recover_cost: ClassVar[int] = 0  # a refining pass's cost rank (1: one pass over the data; 2: a fit per layer)
     auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half", "refine"] | None] = None
 
     @classmethod

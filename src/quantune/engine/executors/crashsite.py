@@ -13,12 +13,11 @@ import re
 import sys
 from pathlib import Path
 
-import quantune
-
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+) in (?P<func>\S+)')
 _THREAD = ("Current thread", "Stack (most recent call first)")
 _NOT_USERS = tuple(
-    str(Path(p).resolve()) for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(quantune.__file__).parent)}
+    str(Path(p).resolve())
+    for p in {sys.prefix, sys.base_prefix, sys.exec_prefix, str(Path(__file__).resolve().parents[2])}
 )
 
 

@@ -49,6 +49,7 @@ class BiasCorrection(Pass):
 
     name = "bias_correction"
     role = "recover"
+    recover_cost = 1
     auto_place = "refine"
     rewrites_weights = True  # its output holds static_quant's quantized weights
     Config = BiasCorrectionConfig

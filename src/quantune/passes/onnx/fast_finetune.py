@@ -85,6 +85,7 @@ class FastFinetune(Pass):
 
     name = "fast_finetune"
     role = "recover"
+    recover_cost = 2
     auto_place = "refine"
     rewrites_weights = True  # its output holds static_quant's quantized weights
     Config = FastFinetuneConfig

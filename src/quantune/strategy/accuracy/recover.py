@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from quantune.passes.onnx.capability import Precision
+from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import FLOW_KEY
@@ -34,9 +35,14 @@ from quantune.strategy.accuracy.speed import Variant
 
 log = logging.getLogger("quantune.strategy")
 
-# The refining passes, cheapest first: bias correction is one pass over the data, a fine-tune
-# fits every quantized layer.
-RECOVERY_PASSES = ("bias_correction", "fast_finetune")
+
+def _refining(name: object) -> int | None:
+    """A refining pass's cost rank (its ``recover_cost`` trait: bias correction is one pass over the
+    data, a fine-tune fits every quantized layer), or None for any other pass."""
+    cls = find_pass(str(name))
+    return cls.recover_cost if cls is not None and cls.role == "recover" else None
+
+
 RECOVER = "recover"
 
 
@@ -63,10 +69,11 @@ class RecoverStage:
             if other is variant or flow[: len(steps)] != steps or not extra or not keeps(other):
                 continue
             passes = [self.problem.step_passes.get(step) for step in extra]
-            if not all(name in RECOVERY_PASSES for name in passes):
+            costs = [_refining(name) for name in passes]
+            if not costs or any(c is None for c in costs):
                 continue
             ratio = other.ratio(baseline)
-            cost = max(RECOVERY_PASSES.index(str(p)) for p in passes)
+            cost = max(c for c in costs if c is not None)
             key = (other.label.split(": ", 1)[-1] != suffix, float("inf") if ratio is None else ratio, cost, len(extra))
             found.append((key, other))
         return [other for _, other in sorted(found, key=lambda item: item[0])]
