@@ -104,6 +104,31 @@ def test_a_fallback_at_the_ceiling_side_by_side_ends_the_search(make_config) -> 
     assert "nothing faster is possible" in strategy.finished_reason
 
 
+def test_a_lighter_model_faster_side_by_side_is_tried_before_the_ceiling_ends_the_search(tmp_path: Path) -> None:
+    """The fully quantized ceiling meets, but the same model with only its compute ops int8 (fewer
+    Q/DQ pairs) is faster side by side: it is evaluated and the search goes on from it, instead of
+    calling the ceiling the end."""
+
+    def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
+        lighter = bool(candidate.get("static_quant.nodes_to_exclude")) and not reference.get(
+            "static_quant.nodes_to_exclude"
+        )
+        ratio = 0.8 if lighter else 1.0
+        return {"ratio_median": ratio, "ratio_ci_low": ratio - 0.02, "ratio_ci_high": ratio + 0.02, "faster": lighter}
+
+    config = _layernorm(tmp_path, "latency")  # MatMuls, and the Add/Mul/Div of its LayerNorms
+    problem = dataclasses.replace(accuracy_problem(config), latency_ratio=_fast, paired_latency=paired)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    seen = _drive(strategy, _all_meet)
+    stages = [stage for _, stage in seen]
+    lighter = [i for i, stage in enumerate(stages) if stage.startswith("lighter")]
+    assert lighter, stages
+    assert seen[lighter[0]][0].get("static_quant.nodes_to_exclude"), "the lighter model keeps non-compute ops float"
+    assert "nothing faster is possible" not in (strategy.finished_reason or "")
+
+
 def test_a_fallback_faster_than_a_slow_ceiling_is_no_reason_to_stop(make_config) -> None:
     """A variant kept only by ``drop_slow: false`` bounds nothing: the search goes on."""
     problem = dataclasses.replace(

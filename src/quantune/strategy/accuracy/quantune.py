@@ -94,9 +94,13 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
             if variant.failed or not self._verdict(variant)[0]:
                 continue  # untimed variants are judged by their trial's latency
             self._in_play = variant
+            lighter: dict[str, Precision] | None = None
             if variant.meets:
                 fallback: dict[str, Precision] | None = {}
-                if self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
+                lighter = yield from self.stage_lighter(base)  # fewer Q/DQ pairs, faster side by side?
+                if lighter is not None:
+                    fallback = lighter
+                elif self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
                     return
             elif (refined := (yield from self.stage_recover(variant))) is not None:  # recover.py
                 base, fallback = refined, {}
@@ -109,7 +113,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 base, fallback = yield from self.stage_recover_units(variant, *found, self._costs())
                 if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
                     return  # a recovery stage's model is at the ceiling
-            if fallback:  # a first model in budget exists; can a calibration choice quantize everything?
+            if (
+                fallback and lighter is None
+            ):  # a first model in budget exists; can a calibration choice quantize everything?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
                     base, fallback = full, {}
