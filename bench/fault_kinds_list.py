@@ -541,7 +541,7 @@ KINDS: list[Kind] = [
             (p.set("executor.kind", "process") and None)
             or script("evaluation.metric", "m.py", METRIC + "    os._exit(3)\n", "score")(p)
         ),
-        names=("exited with code 3",),
+        names=("os._exit(3)",),
     ),
     Kind("metric", "metric file missing", cfg(("evaluation.metric", "nope.py:score")), names=("nope.py",)),
     Kind(

@@ -30,6 +30,7 @@ _OURS = {
     "config.json",
     "best",
     "closest_miss",
+    "unconfirmed",
     "workers",
     "report.html",
     LOCK_NAME,
@@ -66,7 +67,9 @@ def open_output(
     identity.py) are kept in the store, so a refusal names the data or script that changed.
     """
     folder = folder.resolve()
-    rewritten = [folder / name for name in ("best", "closest_miss", "results.json", "config.json", RUN_DB)]
+    rewritten = [
+        folder / name for name in ("best", "closest_miss", "unconfirmed", "results.json", "config.json", RUN_DB)
+    ]
     for path in protected:
         resolved = path.resolve()
         if any(resolved == place or place in resolved.parents for place in rewritten):
@@ -141,7 +144,7 @@ def _claim(
         )
     if previous != config_hash or restart:
         store.clear()
-        for stale in ("best", "closest_miss"):  # another config's models
+        for stale in ("best", "closest_miss", "unconfirmed"):  # another config's models
             shutil.rmtree(folder / stale, ignore_errors=True)
     # Same config: the stored trials are resumed (see engine/resume.py); best/ stays until the
     # end of the run rewrites it (its model may be gone from a cleared cache: keep what we have).
