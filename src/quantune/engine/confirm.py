@@ -16,6 +16,7 @@ model's ratio median and interval are (``latency_confirmation.ratios``).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -80,9 +81,12 @@ def confirm_latency(
         return None
     round_s = _round_s(baseline, feasible, chosen)
     warmup, repeats = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, round_s, budget_s)
+    # the rounds were planned from search-time figures: under load they can take far longer,
+    # so the budget is also a deadline the rounds loop keeps (beyond the fewest rounds)
+    deadline = None if budget_s is None else time.perf_counter() + budget_s
     try:
         timings = evaluator.timings_side_by_side(
-            [original, *(Path(path) for path in chosen)], warmup=warmup, repeats=repeats
+            [original, *(Path(path) for path in chosen)], warmup=warmup, repeats=repeats, deadline=deadline
         )
     except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
         log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)

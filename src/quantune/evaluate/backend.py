@@ -62,6 +62,7 @@ class Backend(Protocol):
         spec: LatencySpec,
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -169,6 +170,7 @@ class LocalBackend:
         spec: LatencySpec,
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
     ) -> np.ndarray:
         return time_side_by_side(
             models,
@@ -178,6 +180,7 @@ class LocalBackend:
             provider=self.provider,
             provider_options=self.provider_options,
             settings=settings,
+            deadline=deadline,
         )
 
     def peak_memory_mb(

@@ -150,6 +150,7 @@ class TargetBackend:
         spec: LatencySpec,
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
+        deadline: float | None = None,  # not yet passed to the target process: its rounds run in full
     ) -> np.ndarray:
         path, layout = self.scratch.arrays([feed])
         try:
