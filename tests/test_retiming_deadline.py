@@ -11,6 +11,12 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper
 
+from quantune.data import Dataset
+from quantune.engine.confirm import MIN_ROUNDS, confirm_latency
+from quantune.engine.deadline import EndBudget
+from quantune.engine.ending import confirm_end
+from quantune.engine.trial import TrialRecord
+from quantune.evaluate import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, time_side_by_side
 
 
@@ -45,3 +51,53 @@ def test_without_a_deadline_every_planned_round_runs(tmp_path: Path) -> None:
     far = time.perf_counter() + 3600.0
     assert time_side_by_side([model, model], feeds, spec).shape == (2, 12)
     assert time_side_by_side([model, model], feeds, spec, deadline=far).shape == (2, 12)
+
+
+def _slow_model(path: Path) -> Path:
+    """Twenty 512x512 MatMuls: a few ms a run, far beyond what the records below claim."""
+    weight = helper.make_tensor(
+        "w", TensorProto.FLOAT, [512, 512], (np.eye(512, dtype=np.float32) * 0.5).flatten().tolist()
+    )
+    names = ["x", *(f"t{i}" for i in range(19)), "y"]
+    nodes = [helper.make_node("MatMul", [names[i], "w"], [names[i + 1]]) for i in range(20)]
+    graph = helper.make_graph(
+        nodes,
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 512])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 512])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    onnx.save(model, path)
+    return path
+
+
+def test_a_retiming_past_the_limit_is_unconfirmed_for_too_few_rounds(tmp_path: Path) -> None:
+    """Search-time figures that promise microsecond rounds, a limit 0.01 s away: the rounds loop
+    stops at the deadline and the answer is ``unconfirmed`` for too few rounds, never ``improved``."""
+    original = _slow_model(tmp_path / "original.onnx")
+    candidate = tmp_path / "candidate.onnx"
+    candidate.write_bytes(original.read_bytes())
+    evaluator = Evaluator(
+        EvaluationSpec(metric="cosine", batch_size=4), Dataset({"x": np.ones((4, 512), np.float32)}, "t"), ["x"]
+    )
+    record = TrialRecord(
+        number=0,
+        flow=["dynamic_quant"],
+        params={},
+        status="ok",
+        metrics={"cosine": 1.0, "latency_ms": 1e-4, "size_bytes": 1.0, "quantized_ops": 3},
+        meets_criterion=True,
+        accuracy_loss=0.0,
+        objective=1e-4,
+        model_path=str(candidate),
+    )
+    baseline = {"latency_ms": 1e-4, "size_bytes": 2.0}
+    end = EndBudget(600.0, time.perf_counter() - 599.99, end_s=0.0, report_s=0.0, load_s=0.0)
+    ending = confirm_end(evaluator, original, baseline, [record], 1, end, "max_trials reached")
+    assert ending.confirmation is None
+    assert "too few rounds" in ending.unconfirmed and "stop.timeout_s" in ending.unconfirmed
+    # the same re-timing with no limit runs its rounds in full
+    unlimited = confirm_latency(evaluator, original, dict(baseline), [record], 1)
+    assert unlimited is not None and unlimited.rounds >= MIN_ROUNDS

@@ -63,6 +63,7 @@ class Backend(Protocol):
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
+        min_rounds: int = 5,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -171,6 +172,7 @@ class LocalBackend:
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
+        min_rounds: int = 5,
     ) -> np.ndarray:
         return time_side_by_side(
             models,
@@ -181,6 +183,7 @@ class LocalBackend:
             provider_options=self.provider_options,
             settings=settings,
             deadline=deadline,
+            min_rounds=min_rounds,
         )
 
     def peak_memory_mb(

@@ -151,6 +151,7 @@ class TargetBackend:
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,  # not yet passed to the target process: its rounds run in full
+        min_rounds: int = 5,
     ) -> np.ndarray:
         path, layout = self.scratch.arrays([feed])
         try:
