@@ -15,6 +15,7 @@ from quantune.data import Dataset
 from quantune.engine.confirm import MIN_ROUNDS, confirm_latency
 from quantune.engine.deadline import EndBudget
 from quantune.engine.ending import confirm_end
+from quantune.engine.session_search import option_groups, search_session
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, time_side_by_side
@@ -101,3 +102,18 @@ def test_a_retiming_past_the_limit_is_unconfirmed_for_too_few_rounds(tmp_path: P
     # the same re-timing with no limit runs its rounds in full
     unlimited = confirm_latency(evaluator, original, dict(baseline), [record], 1)
     assert unlimited is not None and unlimited.rounds >= MIN_ROUNDS
+
+
+def test_the_session_search_starts_no_group_past_the_limit(tmp_path: Path) -> None:
+    """``target.providers``' post-verdict session search counts against ``stop.timeout_s``: past
+    its deadline it times nothing and keeps the measured settings, saying why."""
+    model = _model(tmp_path / "m.onnx")
+    evaluator = Evaluator(
+        EvaluationSpec(metric="cosine", batch_size=1), Dataset({"x": np.ones((2, 4), np.float32)}, "t"), ["x"]
+    )
+    assert option_groups("CPUExecutionProvider")  # there is something to search
+    found = search_session(evaluator, model, {}, "CPUExecutionProvider", deadline=time.perf_counter())
+    assert found["settings"] == {}
+    assert [entry.get("skipped") for entry in found["tried"]] == ["no time left within stop.timeout_s"]
+    free = search_session(evaluator, model, {}, "CPUExecutionProvider")
+    assert free["tried"] and not any("skipped" in entry for entry in free["tried"])
