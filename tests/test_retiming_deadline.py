@@ -15,10 +15,13 @@ from quantune.data import Dataset
 from quantune.engine.confirm import MIN_ROUNDS, confirm_latency
 from quantune.engine.deadline import EndBudget
 from quantune.engine.ending import confirm_end
+from quantune.engine.executors.stage import StageDeadline
 from quantune.engine.session_search import option_groups, search_session
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, time_side_by_side
+from quantune.strategy.base import Outcome, Proposal, Strategy
+from quantune.strategy.openings import WithOpenings
 
 
 def _model(path: Path) -> Path:
@@ -117,3 +120,29 @@ def test_the_session_search_starts_no_group_past_the_limit(tmp_path: Path) -> No
     assert [entry.get("skipped") for entry in found["tried"]] == ["no time left within stop.timeout_s"]
     free = search_session(evaluator, model, {}, "CPUExecutionProvider")
     assert free["tried"] and not any("skipped" in entry for entry in free["tried"])
+
+
+class _Finished(Strategy):
+    """A strategy with nothing left to propose: what follows the openings does not matter here."""
+
+    name = "finished"
+
+    def ask(self) -> Proposal | None:
+        return None
+
+    def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        return None
+
+
+def test_provider_openings_past_the_limit_are_skipped_with_a_note() -> None:
+    """The originals on each provider are part of the search: past stop.timeout_s's deadline the
+    ones not yet run are skipped (noted in the strategy's notes), not run after the limit."""
+    openings = [(p, Proposal({"provider.provider": p}, ("provider",))) for p in ("A", "B")]
+    free = WithOpenings(_Finished(), openings, StageDeadline())
+    assert free.ask() is openings[0][1]
+    late = WithOpenings(_Finished(), openings, StageDeadline(at=time.perf_counter()))
+    assert late.ask() is None
+    assert late.learned()["provider_originals"] == {
+        "A": {"skipped": "no time left within stop.timeout_s"},
+        "B": {"skipped": "no time left within stop.timeout_s"},
+    }

@@ -215,7 +215,9 @@ class Engine:
 
     def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
-        strategy = with_openings(create_strategy(self.config.search.strategy), parts.plan)  # providers first
+        strategy = with_openings(
+            create_strategy(self.config.search.strategy), parts.plan, self.isolation.deadline
+        )  # providers first
         strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 

@@ -23,7 +23,7 @@ log = logging.getLogger("quantune.providers")
 __all__ = ["described", "expand_providers", "finish_providers", "with_openings"]
 
 
-def with_openings(strategy: Strategy, plan: Any) -> Strategy:
+def with_openings(strategy: Strategy, plan: Any, deadline: Any = None) -> Strategy:
     """``strategy`` that first proposes the original on each provider but the reference one
     (``strategy/openings.py``), when the plan searches providers; else ``strategy`` itself."""
     step_id = provider_step(plan.steps)
@@ -36,7 +36,7 @@ def with_openings(strategy: Strategy, plan: Any) -> Strategy:
         point = {f"{step_id}.provider": provider, **({FLOW: step_id} if len(plan.flows) > 1 else {})}
         if plan.is_runnable(point, (step_id,)):
             openings.append((provider, Proposal(point, (step_id,), stage=f"{STAGE} on {provider}")))
-    return WithOpenings(strategy, openings) if openings else strategy
+    return WithOpenings(strategy, openings, deadline) if openings else strategy
 
 
 def described(backend: Backend, config: Any, skipped: Mapping[str, str]) -> dict[str, Any]:
