@@ -16,6 +16,7 @@ model's ratio median and interval are (``latency_confirmation.ratios``).
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -67,22 +68,34 @@ def confirm_latency(
     records: list[TrialRecord],
     top: int,
     budget_s: float | None = None,
+    deadline: float | None = None,
 ) -> Confirmation | None:
     """Re-times the ``top`` fastest distinct candidates (meeting the criterion, quantizing
     something) with the original, updating their figures and the baseline's in place, and
     measuring each one's paired ratio to the original. ``None`` when there is no candidate.
 
     ``budget_s`` bounds the re-timing (estimated from the search-time figures): on a large
-    model, fewer interleaved rounds (at least 5) rather than minutes of timing.
+    model, fewer interleaved rounds (at least 5) rather than minutes of timing, and no round
+    starts once it is spent (after those 5). ``deadline`` (``time.perf_counter()``) is the run's
+    hard end instead: no round starts after it, whatever ran (the caller judges too few rounds).
     """
     feasible, chosen = _choose(records, top)
     if not chosen:
         return None
     round_s = _round_s(baseline, feasible, chosen)
     warmup, repeats = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, round_s, budget_s)
+    # the rounds were planned from search-time figures: under load they can take far longer,
+    # so the budget is also a deadline the rounds loop keeps (beyond the fewest rounds)
+    fewest = 1 if deadline is not None else _MIN_ROUNDS
+    if deadline is None and budget_s is not None:
+        deadline = time.perf_counter() + budget_s
     try:
         timings = evaluator.timings_side_by_side(
-            [original, *(Path(path) for path in chosen)], warmup=warmup, repeats=repeats
+            [original, *(Path(path) for path in chosen)],
+            warmup=warmup,
+            repeats=repeats,
+            deadline=deadline,
+            min_rounds=fewest,
         )
     except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
         log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)

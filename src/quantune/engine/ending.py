@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quantune.engine.confirm import Confirmation, confirm_latency, retiming_plan
+from quantune.engine.confirm import MIN_ROUNDS, Confirmation, confirm_latency, retiming_plan
 from quantune.engine.deadline import EndBudget
 from quantune.engine.trial import TrialRecord
 
@@ -82,7 +82,12 @@ def confirm_end(
                 unconfirmed=f"the run was stopped before it could be re-timed side by side ({skipped}); {RERUN}",
                 stop_note="; latency re-timing skipped (no time left within stop.timeout_s)",
             )
-        confirmation = confirm_latency(evaluator, original, baseline, records, top, budget_s=budget_s)
+        # a limited run's re-timing ends with its budget (sessions' loads included), whatever the
+        # search-time figures planned: under load they underestimate the rounds several times
+        deadline = time.perf_counter() + budget_s + models * end.load_s if end.limited else None
+        confirmation = confirm_latency(
+            evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline
+        )
     except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
         return Ending(
             unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}",
@@ -90,4 +95,10 @@ def confirm_end(
         )
     if confirmation is None:
         return Ending(unconfirmed=f"the side-by-side re-timing failed (see quantune.log); {RERUN}")
+    if confirmation.rounds < MIN_ROUNDS:
+        return Ending(
+            unconfirmed=f"the side-by-side re-timing had too few rounds ({confirmation.rounds} of at least "
+            f"{MIN_ROUNDS}) within stop.timeout_s ({end.timeout_s:g} s); {RERUN}",
+            stop_note="; latency re-timing cut short (no time left within stop.timeout_s)",
+        )
     return Ending(confirmation=confirmation)

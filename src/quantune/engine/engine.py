@@ -215,7 +215,9 @@ class Engine:
 
     def _strategy(self, parts: RunParts, spec: WorkerSpec | None = None) -> Strategy:
         _check_runnable(parts.plan.space)
-        strategy = with_openings(create_strategy(self.config.search.strategy), parts.plan)  # providers first
+        strategy = with_openings(
+            create_strategy(self.config.search.strategy), parts.plan, self.isolation.deadline
+        )  # providers first
         strategy.bind(search_problem(parts, self.config, self.isolation, spec))
         return strategy
 
@@ -289,7 +291,7 @@ class Engine:
         result = self._result(parts, loop, baseline, baseline_cache, stop_reason, started, ending)
         result.skipped_known_failures = loop.skips.count
         result.strategy_notes = strategy.learned()
-        finish_providers(result, parts, self.config, self.providers_skipped)  # target, provider, its session
+        finish_providers(result, parts, self.config, self.providers_skipped, end)  # target, provider, its session
         result.latency_confirmation_skipped = ending.skipped or None
 
         def written() -> None:  # the models are saved; results.json is next and takes no time

@@ -7,6 +7,7 @@ parts reach the trial runner and the session search: the plan must not import th
 from __future__ import annotations
 
 import logging
+import time
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -22,7 +23,7 @@ log = logging.getLogger("quantune.providers")
 __all__ = ["described", "expand_providers", "finish_providers", "with_openings"]
 
 
-def with_openings(strategy: Strategy, plan: Any) -> Strategy:
+def with_openings(strategy: Strategy, plan: Any, deadline: Any = None) -> Strategy:
     """``strategy`` that first proposes the original on each provider but the reference one
     (``strategy/openings.py``), when the plan searches providers; else ``strategy`` itself."""
     step_id = provider_step(plan.steps)
@@ -35,7 +36,7 @@ def with_openings(strategy: Strategy, plan: Any) -> Strategy:
         point = {f"{step_id}.provider": provider, **({FLOW: step_id} if len(plan.flows) > 1 else {})}
         if plan.is_runnable(point, (step_id,)):
             openings.append((provider, Proposal(point, (step_id,), stage=f"{STAGE} on {provider}")))
-    return WithOpenings(strategy, openings) if openings else strategy
+    return WithOpenings(strategy, openings, deadline) if openings else strategy
 
 
 def described(backend: Backend, config: Any, skipped: Mapping[str, str]) -> dict[str, Any]:
@@ -47,10 +48,11 @@ def described(backend: Backend, config: Any, skipped: Mapping[str, str]) -> dict
     return described
 
 
-def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str, str]) -> None:
+def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str, str], end: Any = None) -> None:
     """After the verdict: results.json's ``target``; with ``target.providers``, the verdict names
     where the best candidate runs, and the winning model/provider pair's session settings are
-    searched (``session_search.py``), kept only if they still meet the criterion."""
+    searched (``session_search.py``), kept only if they still meet the criterion -- within what
+    ``stop.timeout_s`` leaves after the results' reserve (``end``, an ``EndBudget``), else skipped with a note."""
     evaluator = parts.context.evaluator
     result.target = described(evaluator.backend, config, skipped)
     best = result.best
@@ -66,8 +68,17 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
     from quantune.engine.session_search import evaluate_settings, search_session
 
     own = dict(best.session_settings or {})
+    deadline = None
+    if end is not None and end.limited:
+        left = end.left_s() - end.end_s - end.report_s
+        if left <= 0:
+            note = f"no time left within stop.timeout_s ({end.timeout_s:g} s) after the results' reserve"
+            log.info("session settings search skipped: %s", note)
+            result.target["session_search"] = {"trial": best.number, "settings": own, "skipped": note}
+            return
+        deadline = time.perf_counter() + left
     try:
-        found = search_session(evaluator, Path(best.model_path), own, where)
+        found = search_session(evaluator, Path(best.model_path), own, where, deadline=deadline)
         if found["settings"] != own:
             reference_outputs = TrialRunner(parts.context).reference()
             figures = evaluate_settings(evaluator, Path(best.model_path), found["settings"], reference_outputs)

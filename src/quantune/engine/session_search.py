@@ -17,6 +17,7 @@ import logging
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -46,8 +47,12 @@ def option_groups(provider: str) -> list[list[dict[str, Any]]]:
     return groups
 
 
-def search_session(evaluator: Any, model: Path, settings: dict[str, Any], provider: str) -> dict[str, Any]:
-    """The settings for ``model`` (its own ``settings`` as the start), and per group what was timed."""
+def search_session(
+    evaluator: Any, model: Path, settings: dict[str, Any], provider: str, deadline: float | None = None
+) -> dict[str, Any]:
+    """The settings for ``model`` (its own ``settings`` as the start), and per group what was timed.
+    ``deadline`` (``time.perf_counter()``, what ``stop.timeout_s`` leaves): no group starts after it,
+    and a group's rounds stop there (after the fewest), so the refinement never outlasts the limit."""
     chosen = dict(settings)
     tried: list[dict[str, Any]] = []
     spec = evaluator.spec.latency
@@ -62,9 +67,14 @@ def search_session(evaluator: Any, model: Path, settings: dict[str, Any], provid
                     candidates.append(merged)
             if len(candidates) == 1:
                 continue
+            if deadline is not None and time.perf_counter() >= deadline:
+                tried.append({"group": group, "skipped": "no time left within stop.timeout_s"})
+                break
             paths = [_copy(model, Path(folder) / f"{len(tried)}-{i}", s) for i, s in enumerate(candidates)]
             try:
-                timings = evaluator.backend.timings(paths, evaluator.latency_feed, spec, evaluator.spec.runner)
+                timings = evaluator.backend.timings(
+                    paths, evaluator.latency_feed, spec, evaluator.spec.runner, deadline=deadline
+                )
             except Exception as exc:  # a setting the provider refuses: the group keeps its default
                 log.warning("session search: %s failed (%s)", group, " ".join(str(exc).split())[:200])
                 tried.append({"group": group, "error": " ".join(str(exc).split())[:200]})

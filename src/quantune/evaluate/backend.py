@@ -62,6 +62,8 @@ class Backend(Protocol):
         spec: LatencySpec,
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
+        min_rounds: int = 5,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -169,6 +171,8 @@ class LocalBackend:
         spec: LatencySpec,
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
+        deadline: float | None = None,
+        min_rounds: int = 5,
     ) -> np.ndarray:
         return time_side_by_side(
             models,
@@ -178,6 +182,8 @@ class LocalBackend:
             provider=self.provider,
             provider_options=self.provider_options,
             settings=settings,
+            deadline=deadline,
+            min_rounds=min_rounds,
         )
 
     def peak_memory_mb(

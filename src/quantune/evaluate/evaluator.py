@@ -128,17 +128,26 @@ class Evaluator:
         return self._latency_feeds
 
     def timings_side_by_side(
-        self, models: list[Path], *, warmup: int | None = None, repeats: int | None = None
+        self,
+        models: list[Path],
+        *,
+        warmup: int | None = None,
+        repeats: int | None = None,
+        deadline: float | None = None,
+        min_rounds: int = 5,
     ) -> np.ndarray:
         """Seconds per round of ``models`` timed interleaved on the latency batch (one row per
-        model, see ``time_side_by_side``); ``warmup`` / ``repeats`` override the config's."""
+        model, see ``time_side_by_side``); ``warmup`` / ``repeats`` override the config's;
+        after ``deadline`` (``time.perf_counter()``) no new round starts once ``min_rounds`` ran."""
         spec = self.spec.latency
         spec = replace(
             spec,
             warmup=spec.warmup if warmup is None else warmup,
             repeats=spec.repeats if repeats is None else repeats,
         )
-        return self.backend.timings(models, self._latency_feeds, spec, self.spec.runner)
+        return self.backend.timings(
+            models, self._latency_feeds, spec, self.spec.runner, deadline=deadline, min_rounds=min_rounds
+        )
 
     def evaluate(
         self,

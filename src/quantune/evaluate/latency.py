@@ -125,11 +125,16 @@ def time_side_by_side(
     provider: str = DEFAULT_PROVIDER,
     provider_options: dict | None = None,
     settings: Mapping[str, Any] | Sequence[Mapping[str, Any] | None] | None = None,
+    deadline: float | None = None,
+    min_rounds: int = 5,
 ) -> np.ndarray:
     """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
     round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one).
     ``settings``: session settings for every model, or one per model (to time one model under
-    several settings side by side); ``None`` (or a ``None`` in the list): the model's own."""
+    several settings side by side); ``None`` (or a ``None`` in the list): the model's own.
+    ``deadline`` (a ``time.perf_counter()`` value): no round starts after it once ``min_rounds``
+    ran -- rounds planned from search-time figures must not outlast the run's limit under load
+    (fewer columns come back)."""
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     calls = [
         _call(_timing_session(model, spec, provider, provider_options, setting), feeds, runner)
@@ -141,6 +146,8 @@ def time_side_by_side(
             for _ in range(spec.warmup):
                 call()
         for index in range(spec.repeats):
+            if deadline is not None and index >= min_rounds and time.perf_counter() >= deadline:
+                return timings[:, :index]
             for row, call in enumerate(calls):
                 start = time.perf_counter()
                 call()

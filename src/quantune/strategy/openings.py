@@ -24,8 +24,11 @@ STAGE = "provider original"
 class WithOpenings(Strategy):
     """``inner``, after ``openings`` (each asked once, in order, and told to no one else)."""
 
-    def __init__(self, inner: Strategy, openings: Sequence[tuple[str, Proposal]]) -> None:
+    def __init__(self, inner: Strategy, openings: Sequence[tuple[str, Proposal]], deadline: Any = None) -> None:
         self.inner = inner
+        # the openings are part of the search: past ``deadline`` (the engine's ``StageDeadline``,
+        # set from stop.timeout_s) those not yet run are skipped with a note, not run after the limit
+        self.deadline = deadline
         self.name = inner.name
         self.Options = inner.Options
         self._openings = list(openings)  # (label, proposal)
@@ -54,7 +57,14 @@ class WithOpenings(Strategy):
     def observe_baseline(self, metrics: Mapping[str, float]) -> None:
         self.inner.observe_baseline(metrics)
 
+    def _out_of_time(self) -> bool:
+        return self.deadline is not None and self.deadline.left_s() == 0.0
+
     def ask(self) -> Proposal | None:
+        if self._openings and self._out_of_time():
+            for label, _ in self._openings:
+                self.scores[label] = {"skipped": "no time left within stop.timeout_s"}
+            self._openings.clear()
         if self._openings:
             label, proposal = self._openings.pop(0)
             self._asked[id(proposal)] = label
@@ -71,7 +81,9 @@ class WithOpenings(Strategy):
             "latency_ratio": round(latency / reference, 4) if latency and reference else None,
         }
         timed = self.inner.problem.latency_ratio
-        if outcome.meets and timed is not None:  # paired: interleaved with the original on its provider
+        if (
+            outcome.meets and timed is not None and not self._out_of_time()
+        ):  # paired: interleaved with the original on its provider
             paired = timed(proposal.point, tuple(proposal.flow or ()))
             self.scores[label]["paired_ratio"] = None if paired is None else round(paired, 4)
         return None
