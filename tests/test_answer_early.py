@@ -184,7 +184,7 @@ def test_the_latency_stage_changes_only_graph_parameters(make_config) -> None:
     [(incumbent, _)] = [(p, s) for p, s in seen if s.startswith("ceiling")]
     latency = [p for p, s in seen if s.startswith("latency")]
     assert latency, [s for _, s in seen]
-    graph = {f"static_quant.{name}" for name in get_pass("static_quant").GRAPH_PARAMS}
+    graph = {f"static_quant.{name}" for name in get_pass("static_quant").graph_params}
     for point in latency:
         changed = {k for k in set(point) | set(incumbent) if point.get(k) != incumbent.get(k)}
         assert len(changed) == 1 and changed <= graph, changed

@@ -35,6 +35,9 @@ file and its registration:
   ``fuse``: alone and before the quantizers and weight passes; ``weights``: alone, after fusion
   and before the dynamic quantizers; ``half``: alone and after fusion, when size is an
   objective; ``refine``: after each static quantizer), or None: flows are written by hand;
+* ``graph_params``: the parameters that change the executed graph (op and tensor types, which
+  nodes are quantized, the Q/DQ layout), so they can change speed; None: every parameter may.
+  The quantune strategy's latency stage tries only these;
 * ``recover_cost``: for a ``recover`` pass, how costly it is (the recover stage tries the
   cheapest refining flow first).
 
@@ -106,6 +109,7 @@ class Pass(ABC):
     leaves_quantized: ClassVar[frozenset[str]] = frozenset()
     rewrites_weights: ClassVar[bool] = False
     restructuring: ClassVar[bool] = False
+    graph_params: ClassVar[frozenset[str] | None] = None
     recover_cost: ClassVar[int] = 0  # a refining pass's cost rank (1: one pass over the data; 2: a fit per layer)
     auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half", "refine"] | None] = None
 

@@ -42,7 +42,7 @@ import shutil
 import tempfile
 from collections.abc import Iterator, Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import onnx
 from onnxruntime.quantization import quantize_dynamic
@@ -98,11 +98,9 @@ class DynamicQuantization(Pass):
     rewrites_weights = True
     auto_place = "quantize"
     Config = DynamicQuantizationConfig
-    # Parameters that change the executed graph (see StaticQuantization.GRAPH_PARAMS); reduce_range
+    # Parameters that change the executed graph (see StaticQuantization.graph_params); reduce_range
     # only moves the weights' values.
-    GRAPH_PARAMS: ClassVar[frozenset[str]] = frozenset(
-        {"weight_type", "per_channel", "op_types_to_quantize", "nodes_to_exclude", "pre_optimize"}
-    )
+    graph_params = frozenset({"weight_type", "per_channel", "op_types_to_quantize", "nodes_to_exclude", "pre_optimize"})
     # DynamicQuantizeLinear / MatMulInteger / ConvInteger have CPU kernels only.
     providers = ("CPUExecutionProvider",)
     search_space = {

@@ -15,7 +15,7 @@ import tempfile
 import uuid
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import onnx
 from onnxruntime.quantization import quantize_static
@@ -117,7 +117,7 @@ class StaticQuantization(Pass):
     # how Q/DQ pairs are laid out), so they can change speed; the rest (calibrate_method,
     # percentile, reduce_range, weight_symmetric, ...) only move scales and zero points. The
     # quantune strategy's latency stage samples only these (a trait the strategy reads).
-    GRAPH_PARAMS: ClassVar[frozenset[str]] = frozenset(
+    graph_params = frozenset(
         {
             "quant_format",
             "activation_type",

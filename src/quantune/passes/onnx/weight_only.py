@@ -22,7 +22,7 @@ import importlib.util
 import logging
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, Literal
 
 import onnx
 from pydantic import Field, field_validator, model_validator
@@ -92,11 +92,9 @@ class WeightOnlyQuantization(Pass):
     }
     # MatMulNBits is a com.microsoft op; the quantizer raises what it needs itself.
     min_opset = 0
-    # Parameters that change the executed graph or its kernels (see StaticQuantization.GRAPH_PARAMS);
+    # Parameters that change the executed graph or its kernels (see StaticQuantization.graph_params);
     # symmetric and algorithm only move the weights' values.
-    GRAPH_PARAMS: ClassVar[frozenset[str]] = frozenset(
-        {"bits", "block_size", "accuracy_level", "nodes_to_exclude", "embeddings"}
-    )
+    graph_params = frozenset({"bits", "block_size", "accuracy_level", "nodes_to_exclude", "embeddings"})
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:

@@ -9,7 +9,7 @@ the ceiling (trial 4 of 17) was the final model, and 14 ``latency`` trials re-sa
 calibration settings whose latencies spread 13.8-14.5 ms: noise, followed by the sampler.
 
 So the latency stage now changes only parameters the quant pass declares as changing the
-executed graph (``GRAPH_PARAMS``: format, types, per-channel, which ops are quantized, ...),
+executed graph (the ``graph_params`` trait: format, types, per-channel, which ops are quantized, ...),
 one at a time from the incumbent in a fixed order; a candidate replaces the incumbent only
 when it meets the criterion and is faster beyond the noise *side by side with it* (ties go
 to the incumbent, the earlier and simpler model), and the stage ends after
@@ -54,11 +54,11 @@ LATENCY_PATIENCE = 3  # candidates in a row not faster beyond the noise before t
 
 def graph_params(ctx: AccuracyContext) -> list[str]:
     """The quant step's searched parameters that change the executed graph, in the space's order
-    (its pass's ``GRAPH_PARAMS``; a pass that declares none: every searched parameter), less
+    (its pass's ``graph_params`` trait; a pass that declares none: every searched parameter), less
     the variant's speed class and the fallback, which the latency stage holds."""
     from quantune.passes import get_pass
 
-    declared = getattr(get_pass(ctx.quant_pass), "GRAPH_PARAMS", None)
+    declared = get_pass(ctx.quant_pass).graph_params
     held = {ctx.key("nodes_to_exclude"), ctx.key("tensor_overrides")}
     names = []
     for name in ctx.quant_params():
