@@ -158,3 +158,30 @@ def counted(trials: list[dict[str, Any]]) -> int:
     """Trials that count against ``stop.max_trials``: a trial whose model an earlier trial already
     produced (``stage`` says "duplicate of trial N") does not."""
     return sum("(duplicate of trial" not in (trial.get("stage") or "") for trial in trials)
+
+
+def metric_for_candidates(action: str) -> str:
+    """A top-1 metric script that does ``action`` (a statement: ``return float("nan")``,
+    ``time.sleep(10**6)``) for every model but the first it scores -- the original: the preflight
+    and the baseline evaluate it first, and its outputs do not change between runs."""
+    return f"""
+import hashlib
+import os
+import time
+
+import numpy as np
+
+FIRST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "first_outputs.txt")
+
+
+def score(outputs, data):
+    logits = next(iter(outputs.values()))
+    digest = hashlib.sha256(np.ascontiguousarray(logits).tobytes()).hexdigest()
+    if not os.path.exists(FIRST):
+        with open(FIRST, "w") as handle:
+            handle.write(digest)
+    with open(FIRST) as handle:
+        if handle.read() != digest:
+            {action}
+    return float(np.mean(np.argmax(logits, axis=1) == data["label"]))
+"""

@@ -10,30 +10,11 @@ import yaml
 import quantune
 from quantune.engine.executors import limits
 from quantune.engine.executors.limits import TrialLimit
+from robust_helpers import metric_for_candidates
 from robust_helpers import quantune as quantune_cli
 
 # hangs for every model but the first it sees (the original)
-HANGS_ON_CANDIDATES = """
-import hashlib
-import os
-import time
-
-import numpy as np
-
-FIRST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "first_outputs.txt")
-
-
-def score(outputs, data):
-    logits = next(iter(outputs.values()))
-    digest = hashlib.sha256(np.ascontiguousarray(logits).tobytes()).hexdigest()
-    if not os.path.exists(FIRST):
-        with open(FIRST, "w") as handle:
-            handle.write(digest)
-    with open(FIRST) as handle:
-        if handle.read() != digest:
-            time.sleep(10**6)
-    return float(np.mean(np.argmax(logits, axis=1) == data["label"]))
-"""
+HANGS_ON_CANDIDATES = metric_for_candidates("time.sleep(10**6)")
 HANGS_ALWAYS = "import time\n\n\ndef score(outputs, data):\n    time.sleep(10**6)\n"
 
 

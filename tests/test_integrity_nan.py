@@ -6,29 +6,11 @@ import math
 
 import quantune
 from quantune import Categorical, Feedback, SearchSpace, create_sampler
+from robust_helpers import metric_for_candidates
 
 # NaN for every model but the one it first saw (the original: the preflight and the baseline
 # evaluate it first, and its outputs do not change between runs)
-NAN_METRIC = """
-import hashlib
-import os
-
-import numpy as np
-
-FIRST = os.path.join(os.path.dirname(os.path.abspath(__file__)), "first_outputs.txt")
-
-
-def score(outputs, data):
-    logits = next(iter(outputs.values()))
-    digest = hashlib.sha256(np.ascontiguousarray(logits).tobytes()).hexdigest()
-    if not os.path.exists(FIRST):
-        with open(FIRST, "w") as handle:
-            handle.write(digest)
-    with open(FIRST) as handle:
-        if handle.read() != digest:
-            return float("nan")
-    return float(np.mean(np.argmax(logits, axis=1) == data["label"]))
-"""
+NAN_METRIC = metric_for_candidates('return float("nan")')
 
 
 def test_a_nan_violation_is_told_to_optuna_as_a_failure():
