@@ -42,10 +42,9 @@ def test_a_refined_flow_that_meets_keeps_every_unit_int8(tmp_path: Path) -> None
     points = drive(strategy, judge)
     assert not any(_excluded(p) for p in points), "a unit fell back although fine-tuning held the budget"
     assert not any(s.startswith("bisect") for s in strategy.stage_log)
-    assert points[-1].get("flow") == "quant>ft" or any(p.get("flow") == "quant>ft" for p in points)
     recovered = strategy.learned().get("recovered")
     if recovered is None:  # the refined flow was a variant of its own, in budget at its ceiling: the search ended there
-        assert "speed ceiling" in (strategy.finished_reason or "")
+        assert "speed ceiling" in (strategy.finished_reason or "") and "quant>ft" in strategy.finished_reason
     else:
         assert recovered["flow"] == "quant>ft" and recovered["passes"] == ["fast_finetune"]
         assert recovered["units"] == "all"
