@@ -93,7 +93,7 @@ def test_an_output_that_cannot_be_made(tmp_path, config, capsys, output):
     (tmp_path / "afile").write_text("x")
     target = output if output.startswith("/") else str(tmp_path / output)
     line = one_line(capsys, ["run", str(write(tmp_path, config)), "-o", target, "-q"], "--output")
-    assert ("afile" in line) or ("/proc/nope" in line)
+    assert ("afile" if output.startswith("afile") else "/proc/nope") in line  # names the path in the way
     assert (tmp_path / "afile").read_text() == "x"  # the file in the way is left as it was
 
 

@@ -46,8 +46,6 @@ def refusal(provider: str, pass_cls: Any, config: Mapping[str, Any]) -> str | No
     """Why ``provider`` cannot run the output of ``pass_cls`` with ``config`` (its resolved
     parameter values), or None when nothing known rules it out."""
     name = getattr(pass_cls, "name", str(pass_cls))
-    if name == "execution_provider":
-        return None
     served = getattr(pass_cls, "providers", None)
     if served is not None and provider not in served:
         return f"{name}'s output runs on {', '.join(served)} only"

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 
+from quantune.evaluate.paired import MIN_GAIN
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.speed import SPEED_MARGIN, Variant, build_order, speed_variants
@@ -61,9 +62,11 @@ class CeilingStage:
         baseline = self.baseline.get("latency_ms")
         kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
         # within a tie, a variant already in budget (the first guess) costs no evaluation: it goes first
-        known = {id(v): int(not ((o := self.known(v.point)) is not None and o.meets)) for v in kept}
-        kept = _ties_to_the_earlier(kept, baseline, {id(v): (known[id(v)], order[id(v)]) for v in kept})
-        kept = self._settle_first(kept, baseline, {id(v): (known[id(v)], order[id(v)]) for v in kept})
+        preference = {
+            id(v): (int(not ((o := self.known(v.point)) is not None and o.meets)), order[id(v)]) for v in kept
+        }
+        kept = _ties_to_the_earlier(kept, baseline, preference)
+        kept = self._settle_first(kept, baseline, preference)
         for line in self.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
@@ -173,7 +176,7 @@ class CeilingStage:
         return self._verdict(variant)[1]
 
 
-TIE = 0.02  # ratios this close (relative) are one speed: evaluate/paired.py's MIN_GAIN
+TIE = MIN_GAIN  # ratios this close (relative) are one speed: the confirmation's rule
 NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
 
 

@@ -31,6 +31,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
+from quantune.evaluate.paired import MIN_GAIN
 from quantune.passes.onnx.capability import Precision
 from quantune.space import Point, point_key
 from quantune.strategy.accuracy.common import Step
@@ -48,7 +49,7 @@ from quantune.strategy.accuracy.speed import (
 log = logging.getLogger("quantune.strategy")
 # The least gain that counts as faster when no paired timing decides (another objective than
 # latency): evaluate/paired.py's MIN_GAIN, the rule the end-of-run confirmation uses.
-LEAST_GAIN = 0.02
+LEAST_GAIN = MIN_GAIN
 LATENCY_PATIENCE = 3  # candidates in a row not faster beyond the noise before the latency stage ends
 
 

@@ -384,8 +384,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     def _costs(self) -> dict[str, float]:
         """Each node's share of the original's time, in steps of 25% of itself: a profile's shares move
         by a few % from run to run, and orders taken from them (bisection ranks, op types added back,
-        the prune's order) should not, so that the same run twice tries the same trials."""
-        if self.problem.node_costs is None:
+        the prune's order) should not, so that the same run twice tries the same trials. Only a
+        latency run prices groups by time: for size or accuracy a timing has no say in the orders."""
+        if self.problem.node_costs is None or self.problem.objective != "latency":
             return {}
         return {node: _coarse(share) for node, share in self.problem.node_costs().items()}
 
