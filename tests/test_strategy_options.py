@@ -10,7 +10,8 @@ import yaml
 from quantune.cli import main
 from quantune.errors import ConfigError
 from quantune.schema import config_json_schema
-from quantune.strategy.options import QuantuneOptions, checked_options
+from quantune.strategy.options import QuantuneOptions
+from quantune.strategy.registry import checked_options
 
 
 def test_a_typo_names_the_allowed_options() -> None:
@@ -28,8 +29,10 @@ def test_a_wrong_value_names_the_key() -> None:
         checked_options("joint", {"screen_trials": 2})  # quantune's option, not the joint strategy's
 
 
-def test_valid_options_pass_as_given_and_unknown_strategies_are_left_to_the_lookup() -> None:
-    assert checked_options("quantune", {"drop_slow": False}) == {"drop_slow": False}
+def test_valid_options_are_the_typed_model_and_unknown_strategies_are_left_to_the_lookup() -> None:
+    options = checked_options("quantune", {"drop_slow": False})
+    assert isinstance(options, QuantuneOptions) and options.model_fields_set == {"drop_slow"}
+    assert options.drop_slow is False and options.screen_trials == QuantuneOptions.model_fields["screen_trials"].default
     assert checked_options("not-registered", {"anything": 1}) == {"anything": 1}
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from quantune.config.schema import Config
-from quantune.strategy.options import options_json_schemas
+from quantune.strategy.registry import options_json_schemas
 
 
 def config_json_schema() -> dict[str, Any]:

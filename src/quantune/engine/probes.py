@@ -25,12 +25,13 @@ from quantune.passes.onnx.capability import ModelCapability
 from quantune.passes.timing import timing_for
 from quantune.space import Point
 from quantune.store import cache_key
+from quantune.strategy.options import AccuracyOptions, StrategyOptions, options_as
 
 log = logging.getLogger("quantune.strategy")  # the strategies' log: these probes serve them
 
 
 def accuracy_fields(
-    context: Any, plan: Any, options: Mapping[str, Any] | None = None, isolation: Any = None
+    context: Any, plan: Any, options: StrategyOptions | Mapping[str, Any] | None = None, isolation: Any = None
 ) -> dict[str, Any]:
     """SearchProblem fields from the engine's ``RunContext`` and ``Plan`` (duck-typed).
 
@@ -41,7 +42,7 @@ def accuracy_fields(
     step_classes = {step_id: step.pass_cls for step_id, step in plan.steps.items()}
     step_fixed = {step_id: dict(step.fixed) for step_id, step in plan.steps.items()}
     probes: dict[tuple[str, ...], SensitivityProbe] = {}
-    options = dict(options or {})
+    options = options if options is not None else {}
     capabilities: dict[tuple[tuple[str, ...] | None, str], ModelCapability] = {}
 
     def capability(op_types: Sequence[str] | None, mode: str, upstream: Sequence[str] = ()) -> ModelCapability:
@@ -75,7 +76,7 @@ def accuracy_fields(
                 input_names=list(context.evaluator.input_names),
                 batch_size=context.batch_size,
                 cache=context.cache,
-                rows=int(options.get("sensitivity_rows", 128)),
+                rows=options_as(options, AccuracyOptions).sensitivity_rows,
                 dynamic=_trait(step_classes, quant, "quantizes") == "dynamic",  # weight_only: by its int8 proxy
                 isolation=isolation,
             )

@@ -20,7 +20,7 @@ from quantune.machine import int8_saturates
 from quantune.search import create_sampler
 from quantune.search.directions import sampler_directions
 from quantune.strategy import SearchProblem
-from quantune.strategy.options import checked_options
+from quantune.strategy.registry import checked_options
 
 
 def search_problem(

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from quantune.search import Feedback, Sampler
 from quantune.space import Point, SearchSpace
-from quantune.strategy.options import StrategyOptions
+from quantune.strategy.options import StrategyOptions, options_as
 
 if TYPE_CHECKING:
     from quantune.passes.onnx.capability import ModelCapability
@@ -78,7 +78,8 @@ class SearchProblem:
     step_fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step id -> params the user fixed
     # (point, flow) -> a score per node of the model (higher: quantizing it does more harm).
     sensitivity: Callable[[Point, tuple[str, ...]], Mapping[str, float]] | None = None
-    options: Mapping[str, Any] = field(default_factory=dict)  # strategy options (strategy_kwargs)
+    # the strategy's options: its validated model (engine/problem.py), or a plain mapping (unchecked)
+    options: StrategyOptions | Mapping[str, Any] = field(default_factory=dict)
     # () -> each node's share (0..1) of the original model's kernel time (onnxruntime's profiler),
     # measured once when first asked; empty when unknown.
     node_costs: Callable[[], Mapping[str, float]] | None = None
@@ -117,8 +118,13 @@ class Strategy(ABC):
     # original" with this reason, even when no trial ran
     original_wins: str = ""
 
+    # ``problem.options`` as this strategy's ``Options`` model (the mapping itself without one):
+    # subclasses read their options' typed fields here, defaults filled by the model
+    options: Any = None
+
     def bind(self, problem: SearchProblem) -> None:
         self.problem = problem
+        self.options = problem.options if self.Options is None else options_as(problem.options, self.Options, self.name)
 
     def observe_baseline(self, metrics: Mapping[str, float]) -> None:
         """The original model's figures (latency, metric), measured before the first ``ask``."""

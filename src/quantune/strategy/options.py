@@ -4,11 +4,14 @@ A typo in an option (``screen_trial``) used to be ignored silently; now each str
 its options (``Strategy.Options``), the config is checked against them before the run, a
 mistake is one line naming the key and the allowed ones, and ``quantune schema`` lists them.
 A strategy registered by a plugin without an ``Options`` class gets its options unchecked.
+The validated model is what the strategy reads (``Strategy.options``): each default is written
+here, once.
 """
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from collections.abc import Mapping
+from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -28,6 +31,7 @@ class AccuracyOptions(StrategyOptions):
     fp32_nodes: list[str] = Field(default_factory=list, description="Node names always kept in fp32.")
     int8_op_types: list[str] = Field(default_factory=list, description="Op types never fallen back.")
     int8_nodes: list[str] = Field(default_factory=list, description="Node names never fallen back.")
+    # no fp16: onnxruntime's CPU provider lacks fp16 kernels for most ops
     precisions: list[Literal["int16", "fp32"]] = Field(
         default_factory=lambda: ["fp32"], description="Fallback precisions, preferred first (int16: QDQ only)."
     )
@@ -87,30 +91,14 @@ class QuantuneOptions(AccuracyOptions):
     )
 
 
-def checked_options(strategy: str, raw: dict[str, Any]) -> dict[str, Any]:
-    """``search.strategy_options`` checked against the named strategy's options (unknown strategy: as is,
-    the strategy lookup reports it)."""
-    from quantune.strategy.registry import strategy_class
-
-    cls = strategy_class(strategy)
-    return validate_options(strategy, None if cls is None else cls.Options, raw)
-
-
-def options_json_schemas() -> dict[str, Any]:
-    """strategy name -> the JSON Schema of its options (for ``quantune schema``)."""
-    from quantune.strategy.registry import STRATEGIES
-
-    return {
-        name: cls.Options.model_json_schema() for name, cls in sorted(STRATEGIES.registered().items()) if cls.Options
-    }
-
-
-def validate_options(strategy: str, options_cls: type[StrategyOptions] | None, raw: dict[str, Any]) -> dict[str, Any]:
-    """The options the user set, checked against the strategy's model (unchecked when it has none)."""
+def validate_options(
+    strategy: str, options_cls: type[StrategyOptions] | None, raw: Mapping[str, Any]
+) -> StrategyOptions | dict[str, Any]:
+    """The options the user set as the strategy's model, defaults filled (as given when it has none)."""
     if options_cls is None:
         return dict(raw)
     try:
-        options_cls.model_validate(raw)
+        return options_cls.model_validate(dict(raw))
     except ValidationError as exc:
         error = exc.errors()[0]
         key = ".".join(str(part) for part in error["loc"])
@@ -120,4 +108,23 @@ def validate_options(strategy: str, options_cls: type[StrategyOptions] | None, r
         else:
             message = f"{error['msg']} (strategy '{strategy}')"
         raise ConfigError(f"search.strategy_options.{key}: {message}") from None
-    return dict(raw)
+
+
+OptionsT = TypeVar("OptionsT", bound=StrategyOptions)
+
+
+def options_as(
+    options: StrategyOptions | Mapping[str, Any], options_cls: type[OptionsT], strategy: str = ""
+) -> OptionsT:
+    """``options`` as ``options_cls``: the engine's validated model itself when it is one; a plain
+    mapping (a test's ``SearchProblem``, a plugin strategy's) is validated here. With no
+    ``strategy`` name only ``options_cls``'s own keys are read (a context shared by strategies
+    with more options, e.g. the accuracy context)."""
+    if isinstance(options, options_cls):
+        return options
+    raw = options.model_dump(exclude_unset=True) if isinstance(options, BaseModel) else dict(options)
+    if not strategy:
+        raw = {key: value for key, value in raw.items() if key in options_cls.model_fields}
+    checked = validate_options(strategy or options_cls.__name__, options_cls, raw)
+    assert isinstance(checked, options_cls)
+    return checked

@@ -12,10 +12,11 @@ Installed packages add strategies through the ``quantune.strategies`` entry poin
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from quantune.registry import Registry
+from quantune.strategy.options import StrategyOptions, validate_options
 
 if TYPE_CHECKING:
     from quantune.strategy.base import Strategy
@@ -51,3 +52,17 @@ def strategy_class(name: str) -> type[Strategy] | None:
 
 def create_strategy(name: str) -> Strategy:
     return STRATEGIES.get(name)()
+
+
+def checked_options(strategy: str, raw: Mapping[str, Any]) -> StrategyOptions | dict[str, Any]:
+    """``search.strategy_options`` as the named strategy's options model (a strategy without one,
+    or an unknown strategy: as given, the strategy lookup reports it)."""
+    cls = strategy_class(strategy)
+    return validate_options(strategy, None if cls is None else cls.Options, raw)
+
+
+def options_json_schemas() -> dict[str, Any]:
+    """strategy name -> the JSON Schema of its options (for ``quantune schema``)."""
+    return {
+        name: cls.Options.model_json_schema() for name, cls in sorted(STRATEGIES.registered().items()) if cls.Options
+    }

@@ -14,12 +14,11 @@ import logging
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
-from quantune.strategy.accuracy.speed import SPEED_MARGIN, Variant, build_order, speed_variants
+from quantune.strategy.accuracy.speed import Variant, build_order, speed_variants
 from quantune.strategy.base import Outcome, Proposal
 
 log = logging.getLogger("quantune.strategy")
 CEILING = "ceiling"
-CEILING_SHARE = 0.25  # the most of stop.timeout_s the speed ceilings may take
 
 
 class CeilingStage:
@@ -125,8 +124,7 @@ class CeilingStage:
         False when nothing here times models (then the ceilings' trials must)."""
         if self.problem.objective != "latency" or not variants:
             return False
-        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
-        share = float(self.ctx.options.get("ceiling_share", CEILING_SHARE))
+        margin, share = self.options.speed_margin, self.options.ceiling_share
         budget = share * self.problem.timeout_s if self.problem.timeout_s else None
         items = [(v.point, v.ctx.flow) for v in variants]
         if self.problem.ceiling_ratios is not None:
@@ -160,8 +158,8 @@ class CeilingStage:
             return True, f"kept (objective: {self.problem.objective}, not latency)"
         if ratio is None:
             return True, "kept (no baseline latency to compare)"
-        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
-        if ratio >= 1.0 - margin and not self.ctx.options.get("drop_slow", True):
+        margin = self.options.speed_margin
+        if ratio >= 1.0 - margin and not self.options.drop_slow:
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"

@@ -35,6 +35,7 @@ from quantune.passes.onnx.head import head_nodes
 from quantune.passes.registry import PASSES, find_pass
 from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
+from quantune.strategy.options import AccuracyOptions, options_as
 
 
 def quantizes(pass_name: str | None) -> str | None:
@@ -70,7 +71,7 @@ class AccuracyContext:
     always_fp32: list[str]  # node names
     candidates: list[Group]  # groups a strategy may fall back
     precisions: list[Precision]
-    options: Mapping[str, Any] = field(default_factory=dict)
+    options: AccuracyOptions = field(default_factory=AccuracyOptions)
     # every group's sensitivity score as ranked (for the report: why a group stayed in fp32)
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
     head: set[str] = field(default_factory=set)  # node names between the last compute op and the outputs
@@ -79,7 +80,7 @@ class AccuracyContext:
     def from_problem(cls, problem: SearchProblem, strategy: str) -> AccuracyContext:
         """The context of the flow the strategies tune: the ``flow`` option's, else the first with a quant step."""
         name, steps = cls._flows(problem, strategy)[0]
-        return cls._for_flow(problem, name, steps, dict(problem.options))
+        return cls._for_flow(problem, name, steps, options_as(problem.options, AccuracyOptions))
 
     @classmethod
     def all_from_problem(
@@ -87,7 +88,7 @@ class AccuracyContext:
     ) -> list[AccuracyContext]:
         """One context per flow with a quant step (only the ``flow`` option's when it is set);
         ``known``, already built for one of them, is reused rather than analysing the model again."""
-        options = dict(problem.options)
+        options = options_as(problem.options, AccuracyOptions)
         return [
             known if known is not None and known.flow_name == name else cls._for_flow(problem, name, steps, options)
             for name, steps in cls._flows(problem, strategy)
@@ -95,10 +96,9 @@ class AccuracyContext:
 
     @staticmethod
     def _flows(problem: SearchProblem, strategy: str) -> list[tuple[str, tuple[str, ...]]]:
-        options = dict(problem.options)
         if problem.capability is None:
             raise QuantuneError(f"search.strategy: '{strategy}' needs the model's graph (run it through the engine)")
-        chosen = options.get("flow")
+        chosen = options_as(problem.options, AccuracyOptions).flow
         flows = [
             (name, tuple(steps))
             for name, steps in problem.flows.items()
@@ -116,17 +116,17 @@ class AccuracyContext:
 
     @classmethod
     def _for_flow(
-        cls, problem: SearchProblem, flow_name: str, flow: tuple[str, ...], options: dict[str, Any]
+        cls, problem: SearchProblem, flow_name: str, flow: tuple[str, ...], options: AccuracyOptions
     ) -> AccuracyContext:
         assert problem.capability is not None
         quant_step = next(step for step in flow if quantizes(problem.step_passes.get(step)))
         fixed = problem.step_fixed.get(quant_step, {})
         mode = "dynamic" if quantizes(problem.step_passes.get(quant_step)) == "dynamic" else "static"
         capability = problem.capability(fixed.get("op_types_to_quantize"), mode, flow[: flow.index(quant_step)])
-        fp32_types = set(options.get("fp32_op_types", []))
-        fp32_nodes = set(options.get("fp32_nodes", [])) | set(fixed.get("nodes_to_exclude", []))
-        int8_types = set(options.get("int8_op_types", []))
-        int8_nodes = set(options.get("int8_nodes", []))
+        fp32_types = set(options.fp32_op_types)
+        fp32_nodes = set(options.fp32_nodes) | set(fixed.get("nodes_to_exclude", []))
+        int8_types = set(options.int8_op_types)
+        int8_nodes = set(options.int8_nodes)
         unknown = (fp32_nodes | int8_nodes) - set(capability.by_name)
         if unknown:
             raise QuantuneError(f"search.strategy_options: no nodes named {sorted(unknown)} in the model")
@@ -144,13 +144,7 @@ class AccuracyContext:
             and not (set(group.nodes) & int8_nodes)
             and group.op_type not in int8_types
         ]
-        precisions: list[Precision] = list(options.get("precisions", ["fp32"]))
-        for precision in precisions:
-            if precision not in ("int16", "fp32"):
-                raise QuantuneError(
-                    f"search.strategy_options.precisions: '{precision}' is not a fallback precision; use int16 or fp32"
-                    " (fp16 is not offered on CPU: onnxruntime's CPU provider lacks fp16 kernels for most ops)"
-                )
+        precisions: list[Precision] = list(options.precisions)  # int16 or fp32: the options model checked them
         if mode == "dynamic":
             precisions = [p for p in precisions if p == "fp32"] or ["fp32"]  # no tensor overrides in dynamic
         context = cls(problem, flow_name, flow, quant_step, capability, always, candidates, precisions, options)

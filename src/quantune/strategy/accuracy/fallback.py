@@ -22,9 +22,10 @@ from quantune.strategy.registry import register_strategy
 
 class _Fallback(AccuracyStrategy):
     Options = FallbackOptions
+    options: FallbackOptions
 
     def tuning_trials(self) -> int:
-        return int(self.ctx.options.get("tuning_trials", 4))
+        return self.options.tuning_trials
 
     def start(self) -> Step:
         """default -> recipes -> parameter tuning; returns (reference point, its outcome, met?)."""

@@ -39,7 +39,6 @@ from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
-    SPEED_MARGIN,
     Variant,
     _values,
     fill_conditionals,
@@ -50,7 +49,6 @@ log = logging.getLogger("quantune.strategy")
 # The least gain that counts as faster when no paired timing decides (another objective than
 # latency): evaluate/paired.py's MIN_GAIN, the rule the end-of-run confirmation uses.
 LEAST_GAIN = MIN_GAIN
-LATENCY_PATIENCE = 3  # candidates in a row not faster beyond the noise before the latency stage ends
 
 
 def graph_params(ctx: AccuracyContext) -> list[str]:
@@ -104,14 +102,14 @@ class LatencyStage:
         then the search ends (``finished_reason`` says why). Its own ceiling always is; another
         model only by paired timing (no paired timing here: not known, so the search goes on).
         Option ``stop_at_ceiling: false`` keeps searching."""
-        if variant is None or not self.ctx.options.get("stop_at_ceiling", True) or self.problem.objective != "latency":
+        if variant is None or not self.options.stop_at_ceiling or self.problem.objective != "latency":
             return False
         point, ceiling = self.complete(dict(point)), self.complete(dict(variant.point))
         outcome = self.known(point)
         if outcome is None or not outcome.meets or outcome.failed:
             return False
         ratio = variant.ratio(self.baseline.get("latency_ms"))
-        margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
+        margin = self.options.speed_margin
         if ratio is not None and ratio >= 1.0 - margin:  # kept by drop_slow: false, no speed-up to bound
             return False
         how = ""
@@ -138,7 +136,7 @@ class LatencyStage:
         int8 (compute and Add/Mul; compute only), side by side; the fastest lighter one that is
         faster beyond the noise is evaluated. Returns its fallback (group -> precision) when it
         meets the criterion, else None (ties stay with the fully quantized model)."""
-        if not self.ctx.options.get("stop_at_ceiling", True) or self.problem.objective != "latency":
+        if not self.options.stop_at_ceiling or self.problem.objective != "latency":
             return None
         groups = list(self.ctx.candidates)
         compute = sorted({g.op_type for g in groups if g.op_type in COMPUTE_TYPES})
@@ -176,9 +174,9 @@ class LatencyStage:
             if best is None or self.flow_of(best.point) != self.ctx.flow:
                 return None
             incumbent = best.point
-        budget = self.ctx.options.get("latency_trials")
+        budget = self.options.latency_trials
         trials = self.remaining() if budget is None else int(budget)
-        patience = int(self.ctx.options.get("latency_patience", LATENCY_PATIENCE))
+        patience = self.options.latency_patience
         label = f"latency ({sum(1 for p in fallback.values() if p == 'fp32')} groups in fp32)"
         held = set(speed_params(self.ctx, incumbent))
         names = [name for name in graph_params(self.ctx) if name not in held]

@@ -70,6 +70,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     name = "quantune"
     Options = QuantuneOptions
+    options: QuantuneOptions
 
     def setup(self) -> None:
         super().setup()
@@ -136,7 +137,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
         there is a first guess only where the engine does that (``first_guess``).
         """
-        wanted = self.ctx.options.get("first_guess")
+        wanted = self.options.first_guess
         if wanted is None:
             wanted = self.problem.evaluates_ahead
         if not wanted or self.problem.objective != "latency":
@@ -192,7 +193,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         """Screen trials before any fallback: what the bound on evaluations to the first model in
         budget (``ceil(log2 n) + 3``, n fallback units) leaves after the ceiling, the op-type tries
         and a bisection's worst case; at most ``screen_trials``."""
-        limit = int(self.ctx.options.get("screen_trials", 2))
+        limit = self.options.screen_trials
         units = len(self.ctx.candidates)
         bound = math.ceil(math.log2(max(units, 2))) + 3
         op_types = 0
@@ -208,7 +209,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``,
         default 2) when they were not screened before the fallback; the point when one meets the
         criterion with nothing in fp32, else None."""
-        limit = int(self.ctx.options.get("screen_trials", 2))
+        limit = self.options.screen_trials
         if limit <= 0 or self._screened:
             return None
         point, outcome = yield from self.stage_screen(base, limit)
@@ -238,7 +239,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
         """Op types of ``fallen`` back to int8, the costliest first, each kept if the criterion holds
         (``fixed``: other groups' precisions, held); returns the groups still in fp32."""
-        limit = int(self.ctx.options.get("op_type_trials", 3))
+        limit = self.options.op_type_trials
         for op_type in types_by_cost(fallen, self._costs())[:limit]:
             trial = [g for g in fallen if g.op_type != op_type]
             point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
@@ -255,7 +256,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         ranked = [group for group, _ in ranked_scores]
         self.ranking = ranked
         blocks = self._blocks(ranked_scores)
-        if blocks and self.ctx.options.get("bisect_blocks", True):
+        if blocks and self.options.bisect_blocks:
             found = yield from self._bisect_blocks(base, ranked, blocks, fallen)
             if found is not None:
                 return found
@@ -343,7 +344,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     def prune(self, base: Point, groups: list[Group], fallen: Sequence[Group]) -> Step:
         """Re-quantize fallen groups the budget does not need, the costliest (most speed back) first."""
-        limit = int(self.ctx.options.get("prune_trials", 8))
+        limit = self.options.prune_trials
         assignment: dict[str, Precision] = {g.name: "fp32" for g in [*fallen, *groups]}
         if len(groups) <= 1 and "int16" not in self.ctx.precisions:
             return assignment

@@ -25,6 +25,7 @@ class TwoStageStrategy(AccuracyStrategy):
 
     name = "two_stage"
     Options = TwoStageOptions
+    options: TwoStageOptions
 
     def stages(self) -> Stages:
         params = list(self.ctx.quant_params())
@@ -32,7 +33,7 @@ class TwoStageStrategy(AccuracyStrategy):
         rest = [p for p in params if p not in calibration]
         base = self.ctx.base_point()
         budget = self.remaining() if self.problem.max_trials is not None else 16
-        first = int(self.ctx.options.get("calibration_trials", max(1, budget // 2)))
+        first = self.options.calibration_trials if self.options.calibration_trials is not None else max(1, budget // 2)
         tried = yield from self.stage_sampler(base, first, "calibration", calibration)
         if not tried:
             outcome = yield from self.try_point(base, "calibration")
