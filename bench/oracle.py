@@ -163,7 +163,7 @@ def truth_table(result, max_units: int | None) -> dict[str, Any]:
         r for r in rows if r["meets_alone_fp32"] and r["speed_alone_fp32"] is not None and r["speed_alone_fp32"] > 1.0
     ]
     return {
-        "criterion": result.criterion["description"],
+        "criterion": result.criterion.describe(),
         "original": {result.metric: result.baseline.get(result.metric), "latency_ms": base_ms},
         "full_int8": None
         if full is None

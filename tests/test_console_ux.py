@@ -14,6 +14,7 @@ from rich.console import Console
 import quantune
 from quantune.cli import main
 from quantune.engine.trial import TrialRecord
+from quantune.evaluate.criterion import Criterion
 from quantune.report import Result
 from quantune.report.console import render_result
 from quantune.report.passes_table import pass_rows, render_passes
@@ -96,7 +97,7 @@ def test_run_table_stays_short_with_hundreds_of_excluded_nodes(tmp_path: Path):
         closest_miss=None,
         pareto_front=[],
         metric="top1",
-        criterion={"type": "relative", "tolerable_loss": 0.01, "description": "loses at most 1%"},
+        criterion=Criterion("relative", 0.01),
         objective="latency",
         objectives=["latency"],
         stop_reason="max_trials (5) reached",
@@ -149,7 +150,7 @@ def test_pass_names_are_not_cut_in_a_narrow_table(tmp_path: Path):
         closest_miss=None,
         pareto_front=[],
         metric=metric,
-        criterion={"type": "relative", "tolerable_loss": 0.01, "description": "at most 1.00% relative loss"},
+        criterion=Criterion("relative", 0.01),
         objective="latency",
         objectives=["latency"],
         stop_reason="max_trials (2) reached",

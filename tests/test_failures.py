@@ -156,7 +156,7 @@ def test_static_quant_cannot_meet_an_exact_output_criterion(make_config, tmp_pat
     assert result.baseline["max_abs_diff"] == 0.0
     assert all(t.status == "ok" and t.meets_criterion is False for t in result.trials)
     assert all(t.metrics["max_abs_diff"] > 0 for t in result.trials)
-    assert result.criterion["higher_is_better"] is False
+    assert result.criterion.higher_is_better is False
     assert_closest_miss_reported(result, out)
 
 

@@ -322,12 +322,7 @@ class Engine:
             miss_front=[r.number for r in miss_front(records, baseline.get("latency_ms"))],
             pareto_front=[r.number for r in pareto_front(records, self.objectives)] if len(self.objectives) > 1 else [],
             metric=self.config.evaluation.metric,
-            criterion={
-                "type": parts.criterion.kind,
-                "tolerable_loss": parts.criterion.tolerable_loss,
-                "higher_is_better": parts.criterion.higher_is_better,
-                "description": parts.criterion.describe(),
-            },
+            criterion=parts.criterion,
             objective=self.objectives[0],
             objectives=self.objectives,
             stop_reason=stop_reason,

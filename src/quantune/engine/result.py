@@ -16,7 +16,7 @@ import logging
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -24,6 +24,7 @@ from typing import Any
 from quantune.engine.deploy import write_deploy
 from quantune.engine.trial import TrialRecord
 from quantune.errors import QuantuneError
+from quantune.evaluate.criterion import Criterion
 from quantune.evaluate.session_file import session_file
 from quantune.machine import machine_info
 from quantune.model import external_data_files
@@ -39,7 +40,7 @@ class Result:
     closest_miss: TrialRecord | None
     pareto_front: list[int]
     metric: str
-    criterion: dict[str, Any]
+    criterion: Criterion
     objective: str
     objectives: list[str]
     stop_reason: str
@@ -117,6 +118,43 @@ class Result:
         unconfirmed = self.verdict == "unconfirmed" and self.best is not None
         return self.output_dir / "unconfirmed" / "model.onnx" if unconfirmed else None
 
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any], output_dir: str | Path) -> Result:
+        """The run a results.json records (:meth:`to_dict` read back, typed: the criterion a
+        :class:`Criterion`, each trial a :class:`TrialRecord`); ``output_dir`` is its folder.
+        Keys an older results.json lacks take their defaults."""
+        trials = [TrialRecord.from_dict(t) for t in data["trials"]]
+        objective = data.get("objective", "latency")
+        return cls(
+            baseline=dict(data["baseline"]),
+            trials=trials,
+            best=TrialRecord.from_dict(data["best"]) if data.get("best") else None,
+            closest_miss=TrialRecord.from_dict(data["closest_miss"]) if data.get("closest_miss") else None,
+            pareto_front=list(data.get("pareto_front") or []),
+            metric=data["metric"],
+            criterion=Criterion.from_json(data["criterion"]),
+            objective=objective,
+            objectives=list(data.get("objectives") or [objective]),
+            stop_reason=data.get("stop_reason", ""),
+            duration_s=float(data.get("duration_s", 0.0)),
+            output_dir=Path(output_dir),
+            cache_stats=dict(data.get("cache") or {}),
+            replayed=int(data.get("replayed_trials", 0)),
+            latency_confirmation=data.get("latency_confirmation"),
+            verdict=data.get("verdict", "no_candidate_in_budget"),
+            verdict_reason=data.get("verdict_reason", ""),
+            preparation=data.get("preparation"),
+            skipped_known_failures=int(data.get("skipped_known_failures", 0)),
+            stage_peak_rss_mb=dict(data.get("stage_peak_rss_mb") or {}),
+            stage_errors=list(data.get("stage_errors") or []),
+            strategy_notes=dict(data.get("strategy") or {}),
+            environment=dict(data.get("environment") or {}),
+            target=data.get("target"),
+            latency_confirmation_skipped=data.get("latency_confirmation_skipped"),
+            miss_front=[row["number"] for row in data.get("closest_miss_front") or []],
+            time_spent_s=dict(data.get("time_spent_s") or {}),
+        )
+
     def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": self.verdict,
@@ -126,7 +164,7 @@ class Result:
             "best": self.best.to_dict() if self.best else None,
             "closest_miss": None if self.best or not self.closest_miss else self.closest_miss.to_dict(),
             "metric": self.metric,
-            "criterion": self.criterion,
+            "criterion": self.criterion.to_json(),
             "objective": self.objective,
             "objectives": self.objectives,
             "pareto_front": self.pareto_front,

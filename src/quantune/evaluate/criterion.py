@@ -2,13 +2,16 @@
 
 ``relative`` compares the loss with the baseline's magnitude (0.01 = at most 1% of the
 original's figure); ``absolute`` compares it with the metric's own units. ``higher_is_better``
-sets which way is a loss.
+sets which way is a loss. One :class:`Criterion` goes from the config (``criterion.type`` is
+its ``kind``) to results.json (:meth:`Criterion.to_json`, the config's keys) and back
+(:meth:`Criterion.from_json`, what the report reads).
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 _EPS = 1e-12
 
@@ -41,6 +44,30 @@ class Criterion:
     def violation(self, loss: float) -> float:
         """How far ``loss`` is over the budget: 0 when it meets it, else > 0 (what samplers minimise)."""
         return 0.0 if self.meets(loss) else loss - self.tolerable_loss
+
+    def worst_accepted(self, baseline: float) -> float:
+        """The metric value the criterion accepts at worst against the original's ``baseline``."""
+        allowed = self.tolerable_loss * abs(baseline) if self.kind == "relative" else self.tolerable_loss
+        return baseline - allowed if self.higher_is_better else baseline + allowed
+
+    def to_json(self) -> dict[str, Any]:
+        """results.json's ``criterion``: the config's keys, and the description the report shows."""
+        return {
+            "type": self.kind,
+            "tolerable_loss": self.tolerable_loss,
+            "higher_is_better": self.higher_is_better,
+            "description": self.describe(),
+        }
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Criterion:
+        """The criterion a results.json recorded (:meth:`to_json`; ``higher_is_better`` defaults to
+        true and ``description`` is derived, as in the first results.json files)."""
+        return cls(
+            kind=data["type"],
+            tolerable_loss=float(data["tolerable_loss"]),
+            higher_is_better=bool(data.get("higher_is_better", True)),
+        )
 
     def describe(self) -> str:
         budget = f"{self.tolerable_loss:.2%}" if self.kind == "relative" else f"{self.tolerable_loss:g}"

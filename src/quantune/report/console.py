@@ -165,7 +165,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             str(record.number),
             _fmt_params(record.params, op_types),
             f"{m[metric]:.4f}",
-            format_loss(record.accuracy_loss, result.criterion["type"]),
+            format_loss(record.accuracy_loss, result.criterion.kind),
             f"{m['latency_ms']:.3f}{retimed}",
             f"{m['size_bytes'] / 1024:.0f}",
             _ok_label(record),
@@ -262,7 +262,7 @@ def target_lines(result: Result) -> list[str]:
             values = ", ".join(
                 f"{name} {record.metrics.get(names[name], float('nan')):.4g}"
                 if name in names
-                else f"loss {format_loss(record.accuracy_loss, result.criterion['type'])}"
+                else f"loss {format_loss(record.accuracy_loss, result.criterion.kind)}"
                 for name in result.objectives
             )
             shown.append(f"  trial {number}: {values}")
@@ -274,7 +274,7 @@ def target_lines(result: Result) -> list[str]:
 def summary(result: Result) -> str:
     base = result.baseline
     label = metric_label(result.metric)
-    lines = [f"criterion: {label} {result.criterion['description']}; objective: {result.objective}"]
+    lines = [f"criterion: {label} {result.criterion.describe()}; objective: {result.objective}"]
     lines.append(verdict_line(result))
     if result.best is not None:
         m = result.best.metrics

@@ -24,6 +24,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from quantune.engine.result import Result
 from quantune.errors import QuantuneError
 from quantune.store.faults import storage_errors
 
@@ -42,8 +43,12 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
         raise QuantuneError(f"report: no results.json in '{run_dir}' (give the --output folder of a run)") from None
     except ValueError as exc:
         raise QuantuneError(f"report: '{path}' is not valid JSON ({exc})") from None
-    if not isinstance(results, dict) or "trials" not in results or "baseline" not in results:
-        raise QuantuneError(f"report: '{path}' is not a quantune results.json (no 'trials' or 'baseline')")
+    if not isinstance(results, dict) or not {"trials", "baseline", "criterion"} <= set(results):
+        raise QuantuneError(f"report: '{path}' is not a quantune results.json (no 'trials', 'baseline' or 'criterion')")
+    try:
+        Result.from_json(results, run_dir)  # the typed view: its criterion is what every section reads
+    except (KeyError, TypeError, ValueError) as exc:
+        raise QuantuneError(f"report: '{path}' is not a results.json quantune can read ({exc!r} in it)") from None
     target = Path(output) if output is not None else run_dir / "report.html"
     field = "report --output" if output is not None else "report"
     if target.is_dir():

@@ -23,9 +23,7 @@ def budget_value(result: Result) -> float | None:
     base = result.baseline.get(result.metric)
     if base is None:
         return None
-    tolerable = float(result.criterion["tolerable_loss"])
-    allowed = tolerable * abs(base) if result.criterion["type"] == "relative" else tolerable
-    return base - allowed if result.criterion.get("higher_is_better", True) else base + allowed
+    return result.criterion.worst_accepted(base)
 
 
 def accepting_loss(loss: float) -> float:
@@ -48,7 +46,7 @@ def miss_lines(result: Result, label: str) -> list[str]:
         return []
     value = miss.metrics.get(result.metric, float("nan"))
     budget = budget_value(result)
-    kind = result.criterion["type"]
+    kind = result.criterion.kind
     head = f"closest miss: trial {miss.number}, {label} {value:.4f}"
     if budget is not None:
         head += f" (budget {budget:.4f}, {abs(budget - value):.4g} away; loss {format_loss(miss.accuracy_loss, kind)})"

@@ -14,6 +14,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
+from quantune.evaluate.criterion import Criterion
 from quantune.report.study import objective_name, objective_value
 
 GREEN, GRAY, RED, BLUE, GOLD, ORANGE = "#2ca02c", "#9a9a9a", "#d62728", "#1f77b4", "#f5c518", "#ff7f0e"
@@ -21,7 +22,7 @@ GREEN, GRAY, RED, BLUE, GOLD, ORANGE = "#2ca02c", "#9a9a9a", "#d62728", "#1f77b4
 
 def loss_scale(results: Mapping[str, Any]) -> tuple[float, str]:
     """Accuracy loss as shown: percent of the original for a relative criterion, else metric units."""
-    if (results.get("criterion") or {}).get("type") == "relative":
+    if Criterion.from_json(results["criterion"]).kind == "relative":
         return 100.0, "accuracy loss (% of the original)"
     return 1.0, f"accuracy loss ({results.get('metric', '')})"
 
@@ -121,10 +122,10 @@ def trade_off(results: Mapping[str, Any]) -> Any:
                 hoverinfo="text",
             )
         )
-    criterion = results.get("criterion") or {}
+    tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
     losses = [scale * t["accuracy_loss"] for t in trials] + [0.0]
-    if criterion.get("tolerable_loss") is not None:
-        budget = scale * criterion["tolerable_loss"]
+    if tolerable is not None:
+        budget = scale * tolerable
         losses.append(budget)
         figure.add_hline(
             y=budget, line={"color": RED, "dash": "dash"}, annotation_text="budget", annotation_position="top right"
@@ -354,7 +355,7 @@ def progress(results: Mapping[str, Any]) -> Any:
         if log_axis(finite + ([base] if base else [])):
             figure.update_yaxes(**log_ticks(finite + ([base] if base else [])))
     else:
-        tolerable = (results.get("criterion") or {}).get("tolerable_loss")
+        tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
         if tolerable is not None:
             figure.add_hline(y=scale * tolerable, line={"color": RED, "dash": "dash"}, annotation_text="budget")
         _mark_chosen(figure, results, lambda t: (t["number"], scale * t["accuracy_loss"]))

@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from quantune.evaluate.criterion import Criterion
 from quantune.report.plots import chosen_trial, loss_scale
 from quantune.report.precision import (
     Fallback,
@@ -49,9 +50,9 @@ def verdict(results: Mapping[str, Any]) -> str:
 def summary(results: Mapping[str, Any]) -> str:
     metric = results.get("metric", "")
     base = results.get("baseline", {})
-    criterion = results.get("criterion", {})
+    criterion = Criterion.from_json(results["criterion"])
     lines = [
-        f"criterion: {metric} {criterion.get('description', '')}; objective: {results.get('objective', '')}",
+        f"criterion: {metric} {criterion.describe()}; objective: {results.get('objective', '')}",
         f"original: {metric} {base.get(metric, float('nan')):.4f}, latency {base.get('latency_ms', float('nan')):.3f} ms, "
         f"size {base.get('size_bytes', 0) / 1024:.0f} KB",
         f"stop: {results.get('stop_reason', '')} after {results.get('duration_s', 0):.1f} s, "
@@ -65,7 +66,7 @@ def summary(results: Mapping[str, Any]) -> str:
         m = chosen["metrics"]
         lines.append(
             f"{kind}: trial {chosen['number']}, {metric} {m.get(metric, float('nan')):.4f} "
-            f"(loss {loss_text(chosen.get('accuracy_loss'), criterion.get('type'))}), latency "
+            f"(loss {loss_text(chosen.get('accuracy_loss'), criterion.kind)}), latency "
             f"{m.get('latency_ms', float('nan')):.3f} ms ({speed_words(results, chosen)}), size "
             f"{m.get('size_bytes', 0) / 1024:.0f} KB "
             f"({format_ratio(m.get('size_bytes', 0), base.get('size_bytes', 0), less='smaller', more='larger')}); "
@@ -141,7 +142,7 @@ def precision_section(
     recovery, recovered_nodes = recovered(results, chosen)
     int16 = set(overridden(chosen.get("params", {})))
     scale, _ = loss_scale(results)
-    tolerable = (results.get("criterion") or {}).get("tolerable_loss")
+    tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
     rows = []
     for op in ops:
         why = _why(by_node.get(op.original) or by_node.get(op.name), results, scale, tolerable)
@@ -181,8 +182,9 @@ def _why(fall: Fallback | None, results: Mapping[str, Any], scale: float, tolera
         parts.append("sensitivity not measured")
     proof = fall.evidence
     if proof is not None:
-        loss = loss_text(proof["accuracy_loss"], (results.get("criterion") or {}).get("type"))
-        budget = "" if tolerable is None else f" > budget {loss_text(tolerable, results['criterion'].get('type'))}"
+        kind = Criterion.from_json(results["criterion"]).kind
+        loss = loss_text(proof["accuracy_loss"], kind)
+        budget = "" if tolerable is None else f" > budget {loss_text(tolerable, kind)}"
         extra = f", {proof['other_differences']} other node(s) differing" if proof["other_differences"] else ""
         if not proof.get("same_settings", True):
             extra += ", other quantization settings"
@@ -223,7 +225,7 @@ def recovery_section(results: Mapping[str, Any]) -> str:
     steps = recovery_steps(results)
     if not steps:
         return "<p>No accuracy-recovering step was needed or tried (no screen, op-type, bisection or prune stage).</p>"
-    kind = (results.get("criterion") or {}).get("type")
+    kind = Criterion.from_json(results["criterion"]).kind
     rows = []
     for t in steps:
         m = t.get("metrics") or {}

@@ -28,6 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from quantune.evaluate.criterion import Criterion
+
 log = logging.getLogger("quantune")
 
 STUDY_NAME = "quantune"
@@ -96,7 +98,7 @@ def frozen_trials(results: Mapping[str, Any], space: Any = None) -> list[Any]:
     trials = sorted(results.get("trials", []), key=lambda t: t["number"])
     mapped = [_mapped_params(trial.get("params", {}), space) for trial in trials]
     distributions = _distributions(mapped)
-    tolerable = (results.get("criterion") or {}).get("tolerable_loss", 0.0) or 0.0
+    tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
     native = "constraints" in inspect.signature(optuna.trial.create_trial).parameters
     out = []
     for trial, params in zip(trials, mapped, strict=True):

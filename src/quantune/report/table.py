@@ -15,6 +15,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from quantune.evaluate.criterion import Criterion
 from quantune.report.plots import loss_scale
 from quantune.report.precision import excluded
 from quantune.report.sections import loss_text
@@ -75,7 +76,7 @@ def nodes_cell(names: list[str], types: Mapping[str, str], label: str = "") -> s
 
 def trial_table(results: Mapping[str, Any], page_dir: Path, types: Mapping[str, str]) -> str:
     metric = results.get("metric", "")
-    kind = (results.get("criterion") or {}).get("type")
+    kind = Criterion.from_json(results["criterion"]).kind
     scale, _ = loss_scale(results)
     best = (results.get("best") or {}).get("number")
     miss = (results.get("closest_miss") or {}).get("number")
