@@ -68,13 +68,10 @@ def test_an_in_budget_ceiling_ends_the_search_and_says_why(make_config) -> None:
 
 
 def test_stop_at_ceiling_false_goes_on_to_the_latency_stage(make_config) -> None:
-    problem = dataclasses.replace(accuracy_problem(_static_config(make_config)), latency_ratio=_fast)
+    options = {"stop_at_ceiling": False}
+    problem = dataclasses.replace(accuracy_problem(_static_config(make_config), options), latency_ratio=_fast)
     strategy = create_strategy("quantune")
-    strategy.bind(
-        dataclasses.replace(
-            problem, options={**problem.options.model_dump(exclude_unset=True), "stop_at_ceiling": False}
-        )
-    )
+    strategy.bind(problem)
     strategy.observe_baseline({"latency_ms": 1.0})
     stages = [stage for _, stage in _drive(strategy, _all_meet)]
     assert any(stage.startswith("latency") for stage in stages)

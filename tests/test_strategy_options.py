@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 import pytest
 import yaml
 
+import quantune
+from conftest import accuracy_problem
 from quantune.cli import main
 from quantune.errors import ConfigError
 from quantune.schema import config_json_schema
+from quantune.strategy import create_strategy
 from quantune.strategy.options import QuantuneOptions
 from quantune.strategy.registry import checked_options
 
@@ -51,3 +55,27 @@ def test_the_cli_exits_2_with_one_line(tmp_path: Path, make_config, capsys: pyte
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "speed_margn" in err[0] and "speed_margin" in err[0]
     assert not (tmp_path / "out" / "run.db").exists()
+
+
+def test_a_strategy_reads_its_validated_options_with_the_defaults_filled(make_config) -> None:
+    config = make_config([{"name": "static_quant", "search": True}], search={"strategy": "quantune"})
+    problem = accuracy_problem(config, {"screen_trials": 1})
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    assert isinstance(problem.options, QuantuneOptions) and strategy.options is problem.options
+    assert strategy.options.screen_trials == 1 and strategy.options.speed_margin == QuantuneOptions().speed_margin
+    assert strategy.ctx.options is problem.options  # the accuracy context reads the same model
+    with pytest.raises(ConfigError, match=r"strategy_options\.screen_trial: .*has no option"):
+        strategy.bind(dataclasses.replace(problem, options={"screen_trial": 1}))  # a plain mapping is checked too
+
+
+def test_no_strategy_option_default_is_written_twice() -> None:
+    """Strategies read their options' typed fields: a default lives only in strategy/options.py."""
+    root = Path(quantune.__file__).parent / "strategy"
+    found = [
+        f"{path.relative_to(root)}:{number}"
+        for path in sorted(root.rglob("*.py"))
+        for number, line in enumerate(path.read_text().splitlines(), 1)
+        if "options.get(" in line
+    ]
+    assert not found
