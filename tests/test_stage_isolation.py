@@ -62,7 +62,7 @@ def _killed_probe(job: object) -> dict:
 
 
 def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import quantune.evaluate.sensitivity.probe as sensitivity
+    import quantune.engine.sensitivity_probe as sensitivity
 
     monkeypatch.setattr(sensitivity, "run_probe", _killed_probe)  # what the worker is given to run
     config = {

@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.rounds import ratio_medians, time_until_decided
-from quantune.evaluate.sensitivity import SensitivityProbe
+from quantune.graph.capability import ModelCapability
 from quantune.passes.cached import run_flow_cached
-from quantune.passes.onnx.capability import ModelCapability
 from quantune.passes.timing import timing_for
 from quantune.space import Point
 from quantune.store import cache_key
