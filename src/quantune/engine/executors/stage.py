@@ -25,7 +25,7 @@ from typing import Any
 
 from quantune.engine.executors.contexts import child_environment, worker_context
 from quantune.engine.executors.crashsite import crash_site, log_since
-from quantune.engine.executors.process import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
+from quantune.engine.executors.exits import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
 from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
 log = logging.getLogger("quantune.stage")
