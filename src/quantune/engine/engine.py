@@ -100,11 +100,10 @@ class Engine:
         parts = opening.parts
         runner = TrialRunner(parts.context)
         replay = Replay(store.trials())
-        executor = self.early.take(self.output_dir)  # started with the original's evaluation: their logs come here now
-        if executor is None:
-            executor = create_executor(
-                self.config.executor, opening.spec, runner, self.output_dir
-            )  # workers start meanwhile
+        # the workers started with the original's evaluation (their logs come here now), else new ones
+        executor = self.early.take(self.output_dir)
+        if executor is None:  # (they start while the original is measured)
+            executor = create_executor(self.config.executor, opening.spec, runner, self.output_dir)
         metric = self.config.evaluation.metric
         baseline, baseline_cache = measure_original(
             runner, opening, executor, self.isolation, metric, self.book, self.listeners
