@@ -71,7 +71,8 @@ def _import_graph():
 
 # The figures the import graph may not grow past (bench/results/import-graph-*.md): imports from a
 # lower floor to a higher one, and import cycles. Lower them when an arrow is fixed.
-MAX_UPWARD_IMPORTS = 0  # the sensitivity probe is the engine's, capability/head are quantune.graph (issue 27)
+# bench/results/import-graph-2026-11-27-thin.md: the sensitivity probe is the engine's, capability/head quantune.graph
+MAX_UPWARD_IMPORTS = 0
 MAX_IMPORT_CYCLES = 2  # report html/result/sections/table; strategy base/options/registry
 
 
