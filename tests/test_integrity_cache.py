@@ -54,7 +54,23 @@ def test_a_cache_cleared_between_runs_reruns_the_trials_whose_models_are_gone(ma
     assert second.best.metrics["size_bytes"] == first.best.metrics["size_bytes"], "the same model, rebuilt"
 
 
-def test_a_cache_cleared_during_the_run_says_so_in_one_line_and_the_next_run_mends_it(make_config, tmp_path, capsys):
+def test_a_chosen_model_that_left_the_cache_during_the_run_is_built_again(make_config, tmp_path, capsys):
+    """A cache miss rebuilds: the best's model, gone from the cache, is built again through the
+    passes (the same bytes) and best/ is written as always."""
+    config = make_config(SEARCH, objective="size")
+    out = tmp_path / "out"
+    result = quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
+    assert result.model_not_saved is None and result.best_model_path is not None
+    best_pair_matches(out)
+    assert "left the cache during the run (cache_dir cleared?)" in capsys.readouterr().err  # the others' loss
+
+
+def test_a_chosen_model_that_cannot_be_built_again_is_said_in_one_line_and_the_next_run_mends_it(
+    make_config, tmp_path, capsys, monkeypatch
+):
+    from quantune.engine.runner import TrialRunner
+
+    monkeypatch.setattr(TrialRunner, "rebuild", lambda self, record: None)  # not the same bytes, say
     config = make_config(SEARCH, objective="size")
     out = tmp_path / "out"
     lost = quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
@@ -66,6 +82,7 @@ def test_a_cache_cleared_during_the_run_says_so_in_one_line_and_the_next_run_men
     assert len(said) == 1 and "run the same command again" in said[0]
     assert err.index("left the cache during the run (cache_dir cleared?)") < err.index(said[0])
 
+    monkeypatch.undo()
     mended = quantune.tune(config, output=out)
     assert mended.replayed == 0 and mended.verdict == "improved"
     best_pair_matches(out)
@@ -75,8 +92,8 @@ def test_trials_after_the_cache_was_deleted_still_run(make_config, tmp_path):
     """The cache's folders are made again as entries are put: only the models lost are lost."""
     config = make_config(SEARCH, objective="size", executor={"kind": "process", "workers": 1})
     out = tmp_path / "out"
-    lost = quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
-    assert lost.model_not_saved, "the best's model went too"
+    result = quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
+    assert result.model_not_saved is None, "the best's model went too, and was built again"
     store = RunStore(out / "run.db")
     trials = store.trials()
     store.close()

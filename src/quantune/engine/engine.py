@@ -140,7 +140,7 @@ class Engine:
             ending,
         )
         finish_providers(result, parts, self.config, self.providers_skipped, searched.end)  # target, provider, session
-        return write(result, self.book, searched.end, self.listeners, started)
+        return write(result, self.book, searched.end, self.listeners, started, runner)
 
     def _confirm(self, parts, baseline: dict[str, float], searched: Searched) -> tuple[Ending, str]:
         """The best candidates re-timed side by side with the original (ending.py), or why not; the stop reason with its note."""

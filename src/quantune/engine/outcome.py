@@ -19,6 +19,7 @@ from quantune.engine.ending import Ending
 from quantune.engine.executors.stage import StageLog
 from quantune.engine.loop import RunListener, RunLoop
 from quantune.engine.result import Result, write_outputs
+from quantune.engine.runner import TrialRunner
 from quantune.engine.selection import closest_miss, miss_front, pareto_front
 from quantune.engine.setup import RunParts
 from quantune.engine.timebook import WRITING, TimeBook
@@ -82,16 +83,26 @@ def gather(
     return result
 
 
-def write(result: Result, book: TimeBook, end: EndBudget, listeners: Sequence[RunListener], started: float) -> Result:
+def write(
+    result: Result,
+    book: TimeBook,
+    end: EndBudget,
+    listeners: Sequence[RunListener],
+    started: float,
+    runner: TrialRunner | None = None,
+) -> Result:
     """``results.json`` and the chosen model's folder (result.py), the time spent closed as the
-    models are saved; then the listeners' ends (report.html is drawn only if it fits the limit)."""
+    models are saved; then the listeners' ends (report.html is drawn only if it fits the limit).
+    ``runner``: builds the chosen model again if it left the cache during the run, while the
+    limit leaves time for it (else its folder is not written, and results.json says so)."""
 
     def written() -> None:  # the models are saved; results.json is next and takes no time
         book.mark(WRITING)
         result.time_spent_s = book.figures()
         result.duration_s = time.perf_counter() - started
 
-    write_outputs(result, before_json=written)
+    rebuild = None if runner is None or (end.limited and end.left_s() <= end.end_s) else runner.rebuild
+    write_outputs(result, before_json=written, rebuild=rebuild)
     result.time_left_s = end.left_s() if end.limited else None  # report.html is drawn only if it fits
     for listener in listeners:
         listener.on_end(result)

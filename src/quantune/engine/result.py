@@ -152,15 +152,20 @@ class Result:
         }
 
 
-def write_outputs(result: Result, before_json: Callable[[], None] | None = None) -> None:
+def write_outputs(
+    result: Result,
+    before_json: Callable[[], None] | None = None,
+    rebuild: Callable[[TrialRecord], Path | None] | None = None,
+) -> None:
     """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
     parameters that made it) only when the verdict is ``improved``; ``unconfirmed/`` when the
     candidate was faster by the search's figures but not yet timed side by side (a user deploying
     ``best/`` gets only confirmed models); ``closest_miss/`` when no candidate met the criterion;
     none when the original should be kept (the best candidate is in ``results.json`` and the
     cache, for information, not dressed up as a win). ``before_json`` is called once the models
-    are saved (the engine closes its time breakdown there). ``report.html`` is the report
-    package's (a run listener draws it, see ``quantune.report``)."""
+    are saved (the engine closes its time breakdown there). ``rebuild``: the chosen model built
+    again when it left the cache during the run (``TrialRunner.rebuild``). ``report.html`` is the
+    report package's (a run listener draws it, see ``quantune.report``)."""
     folder = result.output_dir
     folder.mkdir(parents=True, exist_ok=True)
     result.model_not_saved = None  # this pass's finding (an earlier pass over the run may have had one)
@@ -175,7 +180,7 @@ def write_outputs(result: Result, before_json: Callable[[], None] | None = None)
         shutil.rmtree(folder / other, ignore_errors=True)  # from an earlier pass over this run
     _say_lost_models(result)
     if chosen is not None and chosen.model_path:
-        _save_model(folder / kind, chosen, result)
+        _save_model(folder / kind, chosen, result, rebuild)
     if before_json is not None:
         before_json()
     tmp = folder / ".results.json.tmp"
@@ -197,9 +202,17 @@ def _say_lost_models(result: Result) -> None:
         print(f"quantune: warning: {message}", file=sys.stderr)
 
 
-def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
+def _save_model(
+    target: Path, chosen: TrialRecord, result: Result, rebuild: Callable[[TrialRecord], Path | None] | None
+) -> None:
     """``target``/model.onnx (with its external data) and params.json, always as a matching pair."""
     source = Path(str(chosen.model_path))
+    if not source.is_file() and rebuild is not None:  # a cache miss rebuilds: the same bytes, or nothing
+        rebuilt = rebuild(chosen)
+        if rebuilt is not None:
+            log.info("trial %d's model left the cache during the run: built again (%s)", chosen.number, rebuilt)
+            source = rebuilt
+            chosen.model_path = str(rebuilt)
     if not source.is_file():
         # The cache was cleared during the run: no earlier pair may stand in for the model, and
         # results.json says the folder is missing (the next run rebuilds the model, engine/resume.py).
