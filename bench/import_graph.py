@@ -49,7 +49,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("store", ("quantune.store",)),
     ("evaluate", ("quantune.evaluate",)),
     ("data", ("quantune.data",)),
-    ("model", ("quantune.model", "quantune.memory", "quantune.machine")),
+    ("model", ("quantune.model", "quantune.memory", "quantune.machine", "quantune.graph")),
     (
         "base",
         (

@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
 from conftest import save_graph
-from quantune.passes.onnx.capability import ModelCapability, quantizable_op_types
+from quantune.graph.capability import ModelCapability, quantizable_op_types
 
 ROOT = Path(__file__).resolve().parents[1]
 SCALED = ROOT / "examples" / "scaled_cnn" / "model.onnx"

@@ -11,7 +11,7 @@ from onnx import TensorProto, helper, numpy_helper
 import quantune
 from conftest import accuracy_problem, save_graph
 from quantune.evaluate.sensitivity import measure_dynamic
-from quantune.passes.onnx.capability import ModelCapability
+from quantune.graph.capability import ModelCapability
 from quantune.space import Point
 from quantune.strategy import WAIT, Outcome, create_strategy
 

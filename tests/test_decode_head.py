@@ -15,8 +15,8 @@ from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantTy
 import quantune
 from conftest import INLINE_EXECUTOR, build_cnn
 from quantune.evaluate.sensitivity import measure
-from quantune.passes.onnx.capability import ModelCapability
-from quantune.passes.onnx.head import head_groups, head_nodes
+from quantune.graph.capability import ModelCapability
+from quantune.graph.head import head_groups, head_nodes
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "decode_head"
 

@@ -7,8 +7,6 @@ import json
 import shutil
 from pathlib import Path
 
-import pytest
-
 import quantune
 from quantune.store import RunStore
 
@@ -56,14 +54,35 @@ def test_a_cache_cleared_between_runs_reruns_the_trials_whose_models_are_gone(ma
     assert second.best.metrics["size_bytes"] == first.best.metrics["size_bytes"], "the same model, rebuilt"
 
 
-def test_a_cache_cleared_during_the_run_stops_it_with_one_line_and_the_next_run_mends_it(make_config, tmp_path):
+def test_a_chosen_model_that_left_the_cache_during_the_run_is_built_again(make_config, tmp_path, capsys):
+    """A cache miss rebuilds: the best's model, gone from the cache, is built again through the
+    passes (the same bytes) and best/ is written as always."""
     config = make_config(SEARCH, objective="size")
     out = tmp_path / "out"
-    with pytest.raises(quantune.QuantuneError, match=r"trial \d's model is no longer in the cache .*again"):
-        quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
-    assert not (out / "results.json").exists(), "no results.json names a best that best/ does not hold"
-    assert not (out / "best").exists()
+    result = quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
+    assert result.model_not_saved is None and result.best_model_path is not None
+    best_pair_matches(out)
+    assert "left the cache during the run (cache_dir cleared?)" in capsys.readouterr().err  # the others' loss
 
+
+def test_a_chosen_model_that_cannot_be_built_again_is_said_in_one_line_and_the_next_run_mends_it(
+    make_config, tmp_path, capsys, monkeypatch
+):
+    from quantune.engine.runner import TrialRunner
+
+    monkeypatch.setattr(TrialRunner, "rebuild", lambda self, record: None)  # not the same bytes, say
+    config = make_config(SEARCH, objective="size")
+    out = tmp_path / "out"
+    lost = quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
+    err = capsys.readouterr().err
+    assert lost.best_model_path is None and not (out / "best").exists(), "no best/ without its model"
+    saved = json.loads((out / "results.json").read_text())  # the run's record is kept, and says why
+    assert saved["model_not_saved"] and "best/ is not written" in saved["model_not_saved"]
+    said = [line for line in err.splitlines() if "best/ is not written" in line]
+    assert len(said) == 1 and "run the same command again" in said[0]
+    assert err.index("left the cache during the run (cache_dir cleared?)") < err.index(said[0])
+
+    monkeypatch.undo()
     mended = quantune.tune(config, output=out)
     assert mended.replayed == 0 and mended.verdict == "improved"
     best_pair_matches(out)
@@ -73,8 +92,8 @@ def test_trials_after_the_cache_was_deleted_still_run(make_config, tmp_path):
     """The cache's folders are made again as entries are put: only the models lost are lost."""
     config = make_config(SEARCH, objective="size", executor={"kind": "process", "workers": 1})
     out = tmp_path / "out"
-    with pytest.raises(quantune.QuantuneError, match="no longer in the cache"):  # the best's model went too
-        quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
+    result = quantune.tune(config, output=out, listeners=[ClearsTheCache(tmp_path / "cache")])
+    assert result.model_not_saved is None, "the best's model went too, and was built again"
     store = RunStore(out / "run.db")
     trials = store.trials()
     store.close()

@@ -18,8 +18,8 @@ import quantune
 from conftest import save_graph
 from quantune.data import Dataset
 from quantune.evaluate.sensitivity import measure
+from quantune.graph.capability import ModelCapability
 from quantune.passes import PassContext
-from quantune.passes.onnx.capability import ModelCapability
 from quantune.passes.onnx.cle import equalize
 
 ROOT = Path(__file__).resolve().parents[1]

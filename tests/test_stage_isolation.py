@@ -62,7 +62,7 @@ def _killed_probe(job: object) -> dict:
 
 
 def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import quantune.evaluate.sensitivity.probe as sensitivity
+    import quantune.engine.sensitivity_probe as sensitivity
 
     monkeypatch.setattr(sensitivity, "run_probe", _killed_probe)  # what the worker is given to run
     config = {
@@ -134,7 +134,7 @@ def test_the_original_is_evaluated_in_a_worker_whose_death_ends_the_run_cleanly(
     with pytest.raises(QuantuneError, match=r"worker crashed: .*SIGKILL"):
         failing.run()
     assert not (tmp_path / "out" / "results.json").exists()  # no half-written run: the next one starts afresh
-    assert failing._early is None  # the trial workers started beside the original are stopped...
+    assert failing.early.executor is None  # the trial workers started beside the original are stopped...
     assert set(scratch_root().glob("quantune-workers-*")) <= before  # ...and their scratch logs gone
 
     pid_file = tmp_path / "baseline.pid"
@@ -144,7 +144,7 @@ def test_the_original_is_evaluated_in_a_worker_whose_death_ends_the_run_cleanly(
     result = engine.run()
     assert int(pid_file.read_text()) != os.getpid()  # evaluated in a worker, not here
     # the trial workers started with the original's evaluation, logging to a scratch folder, then here
-    assert engine._scratch is not None and not engine._scratch.exists()
+    assert engine.early.scratch is not None and not engine.early.scratch.exists()
     assert "--- trial 0 ---" in (tmp_path / "out" / "workers" / "worker-0.log").read_text()
     assert result.cache_stats["baseline"] == {"hits": 0, "misses": 1} and len(result.trials) >= 2
     saved = json.loads((tmp_path / "out" / "results.json").read_text())

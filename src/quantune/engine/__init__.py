@@ -27,6 +27,9 @@ _EXPORTS = {
     "Plan": "quantune.engine.plan",
     "Step": "quantune.engine.plan",
     "build_plan": "quantune.engine.plan",
+    "SensitivityProbe": "quantune.engine.sensitivity_probe",
+    "ProbeJob": "quantune.engine.sensitivity_probe",
+    "run_probe": "quantune.engine.sensitivity_probe",
     "RunContext": "quantune.engine.runner",
     "TrialRunner": "quantune.engine.runner",
     "Trial": "quantune.engine.trial",
@@ -48,4 +51,5 @@ if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
     from quantune.engine.plan import Plan, Step, build_plan  # noqa: F401
     from quantune.engine.problem import search_problem  # noqa: F401
     from quantune.engine.runner import RunContext, TrialRunner  # noqa: F401
+    from quantune.engine.sensitivity_probe import ProbeJob, SensitivityProbe, run_probe  # noqa: F401
     from quantune.engine.trial import Trial, TrialRecord  # noqa: F401

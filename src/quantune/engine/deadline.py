@@ -121,8 +121,9 @@ class EndBudget:
             return wanted_s, ""
         loads = models * self.load_s
         left = self.left_s() - self.end_s - loads
-        if left - self.report_s >= minimum_s:  # the report keeps its time too
-            return min(wanted_s, left - self.report_s), ""
+        report_s = self.report_s if self.report_fits(minimum_s + loads + self.end_s) else 0.0  # a dropped one: none
+        if left - report_s >= minimum_s:  # the report keeps its time too
+            return min(wanted_s, left - report_s), ""
         if left + TOLERANCE * float(self.timeout_s) >= minimum_s:
             return max(minimum_s, min(wanted_s, left)), ""
         return None, (

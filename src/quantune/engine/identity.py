@@ -23,7 +23,6 @@ from quantune.userlocal import script_fingerprint
 
 if TYPE_CHECKING:
     from quantune.config import LoadedConfig
-    from quantune.engine.runner import RunContext
 
 Sources = dict[str, dict[str, str]]  # config field -> {"label": what the config names, "fingerprint": ...}
 NOT_EVALUATED = ("model", "data.calibration")  # the evaluation key has the model's hash; calibration never scores
@@ -52,8 +51,9 @@ def _plugin_sha(plugin: str, loaded: LoadedConfig) -> str:
     return f"module {plugin}"
 
 
-def run_sources(loaded: LoadedConfig, context: RunContext) -> Sources:
-    """The fingerprint of every source of ``loaded``'s run, by the config field naming it."""
+def run_sources(loaded: LoadedConfig, context: Any) -> Sources:
+    """The fingerprint of every source of ``loaded``'s run, by the config field naming it.
+    ``context``: the run's ``RunContext`` (runner.py, which imports this module: not named here)."""
     config = loaded.config
     label = config.model if isinstance(config.model, str) else config.model.label
     sources: Sources = {"model": {"label": label, "fingerprint": context.model.sha256}}

@@ -5,7 +5,7 @@ that model already sits at its variant's speed ceiling (then nothing faster is p
 the search ends), and whether a latency-stage candidate beats the incumbent. Figures taken
 minutes apart, each against a different load of the machine, decide neither reliably: two
 runs of one config picked different trials. Here both models are timed in interleaved rounds
-(:func:`quantune.evaluate.rounds.time_until_decided`, stopping as soon as the paired ratio is
+(the backend's :meth:`~quantune.evaluate.backend.Backend.time_until_decided`, stopping as soon as the paired ratio is
 surely on one side of ``1 - MIN_GAIN``), and the answer is the paired ratio's interval with
 ``faster`` as :class:`~quantune.evaluate.paired.RatioInterval` defines it -- the same rule
 the end-of-run confirmation uses. Byte-identical models are never timed (one model is not
@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from quantune.evaluate.paired import MIN_GAIN, paired_ratio
-from quantune.evaluate.rounds import time_until_decided
 from quantune.store import cache_key
 
 log = logging.getLogger("quantune.strategy")
@@ -63,15 +62,15 @@ def paired_latency(
     if cached is not None:
         return dict(cached)
     feeds = getattr(context.evaluator, "_latency_feeds", None)
-    timings = time_until_decided(
+    timings = context.evaluator.backend.time_until_decided(
         ref_path,
         [cand_path],
         feeds,
         spec,
+        context.evaluator.spec.runner,
         threshold=1.0 - MIN_GAIN,
         min_rounds=5,
         max_rounds=max(5, min(spec.repeats, PAIRED_ROUNDS)),
-        runner=context.evaluator.spec.runner,
     )
     row = timings[1]
     valid = ~np.isnan(row)

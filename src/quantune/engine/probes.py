@@ -16,12 +16,12 @@ from typing import Any
 
 import numpy as np
 
+from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
-from quantune.evaluate.rounds import ratio_medians, time_until_decided
-from quantune.evaluate.sensitivity import SensitivityProbe
+from quantune.evaluate.rounds import ratio_medians
+from quantune.graph.capability import ModelCapability
 from quantune.passes.cached import run_flow_cached
-from quantune.passes.onnx.capability import ModelCapability
 from quantune.passes.timing import timing_for
 from quantune.space import Point
 from quantune.store import cache_key
@@ -206,7 +206,8 @@ def _ceilings(
 ) -> list[float | None]:
     """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
     the original in one interleaved session that stops once each ratio is surely on one side of
-    ``threshold`` (:func:`quantune.evaluate.rounds.time_until_decided`); the median paired ratios.
+    ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time_until_decided`);
+    the median paired ratios.
 
     No accuracy evaluation: a ceiling's speed decides whether it is worth one, and only the
     fastest kept variant gets it first.
@@ -232,6 +233,7 @@ def _ceilings(
     twins = {index: next(i for i, _, s in built if s == sha) for index, _, sha in built}
     built = [entry for entry in built if twins[entry[0]] == entry[0]]
     spec = context.evaluator.spec.latency
+    backend = context.evaluator.backend  # the target's provider and build, as every other timing
     key = cache_key(
         "ceilings",
         context.model.sha256,
@@ -239,20 +241,21 @@ def _ceilings(
         vars(spec),
         threshold,
         context.evaluator.dataset.fingerprint,
+        backend.fingerprint(),
     )
     cached = context.cache.get_json("evals", key)
     if cached is None:
         feeds = getattr(context.evaluator, "_latency_feeds", None)
-        timings = time_until_decided(
+        timings = backend.time_until_decided(
             context.model.path,
             [path for _, path, _ in built],
             feeds,
             spec,
+            context.evaluator.spec.runner,
             threshold=threshold,
             min_rounds=min(5, spec.repeats),
             max_rounds=max(1, min(spec.repeats, CEILING_ROUNDS)),
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
-            runner=context.evaluator.spec.runner,
         )
         medians = ratio_medians(timings)
         cached = {"ratios": medians, "rounds": int(timings.shape[1])}

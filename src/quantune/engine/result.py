@@ -23,7 +23,6 @@ from typing import Any
 
 from quantune.engine.deploy import write_deploy
 from quantune.engine.trial import TrialRecord
-from quantune.errors import QuantuneError
 from quantune.evaluate.criterion import Criterion
 from quantune.evaluate.session_file import session_file
 from quantune.machine import machine_info
@@ -68,6 +67,9 @@ class Result:
     time_spent_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds (engine/timebook.py)
     # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
     time_left_s: float | None = field(default=None, repr=False)
+    # why the chosen model's folder (best/, unconfirmed/, closest_miss/) was not written: its model
+    # left the cache during the run (the next run rebuilds it); None when it was, or none was chosen
+    model_not_saved: str | None = None
 
     @property
     def failure_classes(self) -> dict[str, int]:
@@ -90,7 +92,7 @@ class Result:
     @property
     def best_model_path(self) -> Path | None:
         """``best/model.onnx``, written only when a candidate beat the original (else ``None``)."""
-        return self.output_dir / "best" / "model.onnx" if self.improved else None
+        return self.output_dir / "best" / "model.onnx" if self.improved and not self.model_not_saved else None
 
     def miss_front_rows(self) -> list[dict[str, Any]]:
         """:attr:`miss_front` as rows a user chooses from: the metric, the loss, the speed-up over the original."""
@@ -115,7 +117,7 @@ class Result:
     def unconfirmed_model_path(self) -> Path | None:
         """``unconfirmed/model.onnx``: the candidate faster by the search's figures, not yet timed side
         by side (``quantune run`` on the same output confirms it, then it moves to ``best/``)."""
-        unconfirmed = self.verdict == "unconfirmed" and self.best is not None
+        unconfirmed = self.verdict == "unconfirmed" and self.best is not None and not self.model_not_saved
         return self.output_dir / "unconfirmed" / "model.onnx" if unconfirmed else None
 
     @classmethod
@@ -153,6 +155,7 @@ class Result:
             latency_confirmation_skipped=data.get("latency_confirmation_skipped"),
             miss_front=[row["number"] for row in data.get("closest_miss_front") or []],
             time_spent_s=dict(data.get("time_spent_s") or {}),
+            model_not_saved=data.get("model_not_saved"),
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -184,20 +187,27 @@ class Result:
             "target": self.target,
             "latency_confirmation_skipped": self.latency_confirmation_skipped,
             "time_spent_s": self.time_spent_s,
+            "model_not_saved": self.model_not_saved,
         }
 
 
-def write_outputs(result: Result, before_json: Callable[[], None] | None = None) -> None:
+def write_outputs(
+    result: Result,
+    before_json: Callable[[], None] | None = None,
+    rebuild: Callable[[TrialRecord], Path | None] | None = None,
+) -> None:
     """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
     parameters that made it) only when the verdict is ``improved``; ``unconfirmed/`` when the
     candidate was faster by the search's figures but not yet timed side by side (a user deploying
     ``best/`` gets only confirmed models); ``closest_miss/`` when no candidate met the criterion;
     none when the original should be kept (the best candidate is in ``results.json`` and the
     cache, for information, not dressed up as a win). ``before_json`` is called once the models
-    are saved (the engine closes its time breakdown there). ``report.html`` is the report
-    package's (a run listener draws it, see ``quantune.report``)."""
+    are saved (the engine closes its time breakdown there). ``rebuild``: the chosen model built
+    again when it left the cache during the run (``TrialRunner.rebuild``). ``report.html`` is the
+    report package's (a run listener draws it, see ``quantune.report``)."""
     folder = result.output_dir
     folder.mkdir(parents=True, exist_ok=True)
+    result.model_not_saved = None  # this pass's finding (an earlier pass over the run may have had one)
     chosen, kind = None, "best"
     if result.improved:
         chosen = result.best
@@ -207,9 +217,9 @@ def write_outputs(result: Result, before_json: Callable[[], None] | None = None)
         chosen, kind = result.closest_miss, "closest_miss"
     for other in {"best", "unconfirmed", "closest_miss"} - ({kind} if chosen is not None else set()):
         shutil.rmtree(folder / other, ignore_errors=True)  # from an earlier pass over this run
-    if chosen is not None and chosen.model_path:
-        _save_model(folder / kind, chosen, result)
     _say_lost_models(result)
+    if chosen is not None and chosen.model_path:
+        _save_model(folder / kind, chosen, result, rebuild)
     if before_json is not None:
         before_json()
     tmp = folder / ".results.json.tmp"
@@ -231,21 +241,29 @@ def _say_lost_models(result: Result) -> None:
         print(f"quantune: warning: {message}", file=sys.stderr)
 
 
-def _save_model(target: Path, chosen: TrialRecord, result: Result) -> None:
+def _save_model(
+    target: Path, chosen: TrialRecord, result: Result, rebuild: Callable[[TrialRecord], Path | None] | None
+) -> None:
     """``target``/model.onnx (with its external data) and params.json, always as a matching pair."""
-    target.mkdir(exist_ok=True)
     source = Path(str(chosen.model_path))
+    if not source.is_file() and rebuild is not None:  # a cache miss rebuilds: the same bytes, or nothing
+        rebuilt = rebuild(chosen)
+        if rebuilt is not None:
+            log.info("trial %d's model left the cache during the run: built again (%s)", chosen.number, rebuilt)
+            source = rebuilt
+            chosen.model_path = str(rebuilt)
     if not source.is_file():
-        # The cache was cleared during the run (a resumed run re-runs a trial whose model is gone,
-        # engine/resume.py): no results.json may name a best that best/ does not hold, and no
-        # earlier pair may stand in for it. The next run rebuilds the model from the run store.
+        # The cache was cleared during the run: no earlier pair may stand in for the model, and
+        # results.json says the folder is missing (the next run rebuilds the model, engine/resume.py).
         shutil.rmtree(target, ignore_errors=True)
-        (result.output_dir / "results.json").unlink(missing_ok=True)
-        raise QuantuneError(
-            f"trial {chosen.number}'s model is no longer in the cache ({source}): cache_dir was cleared during "
-            "the run. Run the same command again: it rebuilds the models that are gone"
+        result.model_not_saved = (
+            f"trial {chosen.number}'s model left the cache during the run ({source}): {target.name}/ is not "
+            "written; run the same command again to rebuild it"
         )
-    shutil.rmtree(target)  # no file of an earlier best (its external data) may stay beside this one
+        log.warning(result.model_not_saved)
+        print(f"quantune: warning: {result.model_not_saved}", file=sys.stderr)
+        return
+    shutil.rmtree(target, ignore_errors=True)  # no file of an earlier best (its external data) may stay beside this one
     target.mkdir()
     shutil.copyfile(source, target / "model.onnx")
     for data in external_data_files(source):  # weights saved beside the model travel with it

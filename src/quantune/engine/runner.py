@@ -162,6 +162,20 @@ class TrialRunner:
             record.durations[f"{stage}_peak_rss_mb"] = mb
         return record
 
+    def rebuild(self, record: TrialRecord) -> Path | None:
+        """A finished trial's model built again through the pass cache, when it left the cache (a
+        cache miss rebuilds); ``None`` when the passes fail or do not give the same bytes."""
+        scratch = TrialRecord(number=record.number, flow=list(record.flow), params=dict(record.params), status="ok")
+        try:
+            path, sha = self._run_passes(Trial(record.number, tuple(record.flow), dict(record.params)), scratch)
+        except Exception as exc:
+            log.warning("trial %d: its model could not be built again (%s)", record.number, exc)
+            return None
+        if sha != record.model_sha256:
+            log.warning("trial %d: its model built again is not the same model (sha256 %s)", record.number, sha)
+            return None
+        return path
+
     def _run_passes(self, trial: Trial, record: TrialRecord) -> tuple[Path, str]:
         ctx = self.context
         start = ctx.start

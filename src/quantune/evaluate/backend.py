@@ -19,7 +19,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -27,6 +27,7 @@ import numpy as np
 import onnxruntime as ort
 
 from quantune.errors import ConfigError, TrialError
+from quantune.evaluate import rounds
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, shared_client
 from quantune.evaluate.budget import batch_follows_rows, rows_per_run, run_in_pieces
 from quantune.evaluate.feeds import FeedOutputs
@@ -64,6 +65,19 @@ class Backend(Protocol):
         settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         min_rounds: int = 5,
+    ) -> np.ndarray: ...
+    def time_until_decided(
+        self,
+        original: Path,
+        candidates: Sequence[Path],
+        feed: dict[str, np.ndarray],
+        spec: LatencySpec,
+        runner: Callable | None,
+        *,
+        threshold: float,
+        min_rounds: int = 5,
+        max_rounds: int = 20,
+        deadline: float | None = None,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -184,6 +198,35 @@ class LocalBackend:
             settings=settings,
             deadline=deadline,
             min_rounds=min_rounds,
+        )
+
+    def time_until_decided(
+        self,
+        original: Path,
+        candidates: Sequence[Path],
+        feed: dict[str, np.ndarray],
+        spec: LatencySpec,
+        runner: Callable | None,
+        *,
+        threshold: float,
+        min_rounds: int = 5,
+        max_rounds: int = 20,
+        deadline: float | None = None,
+    ) -> np.ndarray:
+        """Interleaved rounds that stop once each ratio is decided (:func:`.rounds.time_until_decided`),
+        on this backend's provider: the search's paired decisions and the speed ceilings."""
+        return rounds.time_until_decided(
+            original,
+            candidates,
+            feed,
+            spec,
+            threshold=threshold,
+            min_rounds=min_rounds,
+            max_rounds=max_rounds,
+            deadline=deadline,
+            runner=runner,
+            provider=self.provider,
+            provider_options=self.provider_options,
         )
 
     def peak_memory_mb(

@@ -5,6 +5,12 @@ With an ``evaluation.runner`` the timed call is the runner over that one feed
 
 Threads are set explicitly (default 1) so figures are comparable between models and runs;
 spinning is disabled so an idle thread pool does not eat the other core.
+
+The one timing path in this process: :func:`timing_session` and :func:`timed_call` are what
+every in-process timing loop opens and times (:func:`time_side_by_side` here, rounds that
+stop once decided in :mod:`.rounds`), both on the provider they are given -- a backend's
+(:mod:`.backend`), never a default that would bypass ``target``. The target's evaluation server
+(``target_server.py``) keeps its own copy by design: it runs with numpy and onnxruntime only.
 """
 
 from __future__ import annotations
@@ -55,7 +61,7 @@ def latency_lane() -> Iterator[None]:
             fcntl.flock(handle, fcntl.LOCK_UN)
 
 
-def _timing_session(
+def timing_session(
     model: Path,
     spec: LatencySpec,
     provider: str = DEFAULT_PROVIDER,
@@ -73,7 +79,9 @@ def _timing_session(
     )
 
 
-def _call(session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None) -> Callable[[], object]:
+def timed_call(
+    session: ort.InferenceSession, feeds: dict[str, np.ndarray], runner: Callable | None
+) -> Callable[[], object]:
     """The timed call: one ``session.run`` on the feed, or the runner over that one feed."""
     if runner is None:
         return lambda: session.run(None, feeds)
@@ -92,17 +100,9 @@ def _figures(timings: np.ndarray) -> dict[str, float]:
 def measure_latency(
     model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
 ) -> dict[str, float]:
-    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane."""
-    call = _call(_timing_session(model, spec), feeds, runner)
-    timings = np.empty(spec.repeats)
-    with latency_lane():
-        for _ in range(spec.warmup):
-            call()
-        for index in range(spec.repeats):
-            start = time.perf_counter()
-            call()
-            timings[index] = time.perf_counter() - start
-    return _figures(timings)
+    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane
+    (:func:`time_side_by_side` of one model, on the default provider)."""
+    return _figures(time_side_by_side([model], feeds, spec, runner=runner)[0])
 
 
 def measure_side_by_side(
@@ -137,7 +137,7 @@ def time_side_by_side(
     (fewer columns come back)."""
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     calls = [
-        _call(_timing_session(model, spec, provider, provider_options, setting), feeds, runner)
+        timed_call(timing_session(model, spec, provider, provider_options, setting), feeds, runner)
         for model, setting in zip(models, chosen, strict=True)
     ]
     timings = np.empty((len(calls), spec.repeats))

@@ -12,6 +12,10 @@ lies on one side of it, at ``max_rounds``, or at the ``deadline``. Candidates be
 threshold keep being timed until the fastest of them is surely faster than the others: the
 strategy recovers accuracy in the fastest first, and on MiniLM-L3 a stop at "below" ranked a
 0.65x variant before a 0.60x one.
+
+The search's paired decisions, the ceilings and the confirmation all time through the run's
+backend (:meth:`~quantune.evaluate.backend.LocalBackend.time_until_decided`): here on its
+provider, or on a target in chunks of rounds (:func:`decide_in_chunks`).
 """
 
 from __future__ import annotations
@@ -24,8 +28,9 @@ from pathlib import Path
 
 import numpy as np
 
-from quantune.evaluate.latency import LatencySpec, _call, _timing_session, latency_lane
+from quantune.evaluate.latency import LatencySpec, latency_lane, timed_call, timing_session
 from quantune.evaluate.paired import paired_ratio
+from quantune.evaluate.session import DEFAULT_PROVIDER
 
 log = logging.getLogger("quantune.evaluate")
 
@@ -82,6 +87,8 @@ def time_until_decided(
     chunk: int = 3,
     deadline: float | None = None,
     runner: Callable | None = None,
+    provider: str = DEFAULT_PROVIDER,
+    provider_options: dict | None = None,
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
@@ -91,10 +98,14 @@ def time_until_decided(
     deadline never leaves a candidate untimed.
     """
     timing_spec = replace(spec, warmup=min(spec.warmup, 2))
-    calls = [_call(_timing_session(original, timing_spec), feeds, runner)]
+
+    def opened(model: Path) -> Callable[[], object]:
+        return timed_call(timing_session(model, timing_spec, provider, provider_options), feeds, runner)
+
+    calls = [opened(original)]
     for model in candidates:  # a candidate onnxruntime cannot load or run sits out (a NaN row)
         try:
-            calls.append(_call(_timing_session(model, timing_spec), feeds, runner))
+            calls.append(opened(model))
         except Exception as exc:
             log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", model, str(exc).splitlines()[0][:200])
             calls.append(None)
@@ -133,14 +144,71 @@ def time_until_decided(
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            timings = np.stack(columns, axis=1)
-            settled = decided(timings, threshold)
-            ranked = fastest_known(timings, threshold)
-            below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / timings[0]) < threshold) for row in timings[1:]]
-            active = [True] + [
-                usable[row] and (not flag or (fast and not ranked))
-                for row, (flag, fast) in enumerate(zip(settled, below, strict=True), start=1)
-            ]
-            if all(settled) and ranked:
+            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable)
+            if finished:
                 break
     return np.stack(columns, axis=1)
+
+
+def _still_timed(timings: np.ndarray, threshold: float, usable: Sequence[bool]) -> tuple[list[bool], bool]:
+    """Which rows the next rounds time (the original, and candidates not yet decided or still being
+    ranked among the fast ones), and whether timing is over."""
+    settled = decided(timings, threshold)
+    ranked = fastest_known(timings, threshold)
+    below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / timings[0]) < threshold) for row in timings[1:]]
+    active = [True] + [
+        usable[row] and (not flag or (fast and not ranked))
+        for row, (flag, fast) in enumerate(zip(settled, below, strict=True), start=1)
+    ]
+    return active, all(settled) and ranked
+
+
+Timings = Callable[[list[Path], LatencySpec], np.ndarray]  # a backend's side-by-side rounds, seconds
+
+
+def decide_in_chunks(
+    timings: Timings,
+    original: Path,
+    candidates: Sequence[Path],
+    spec: LatencySpec,
+    *,
+    threshold: float,
+    min_rounds: int = 5,
+    max_rounds: int = 20,
+    chunk: int = 3,
+    deadline: float | None = None,
+) -> np.ndarray:
+    """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a
+    target's server): ``min_rounds`` rounds of every model, then ``chunk`` rounds at a time of the
+    models still undecided, by the same rule. A candidate the backend cannot run sits out (a NaN row)."""
+    models = [original, *candidates]
+    usable = [True] * len(models)
+    spec = replace(spec, warmup=min(spec.warmup, 2))
+
+    def batch(rows: list[int], rounds: int) -> np.ndarray:
+        column = np.full((len(models), rounds), np.nan)
+        try:
+            column[rows] = timings([models[row] for row in rows], replace(spec, repeats=rounds))
+            return column
+        except Exception:
+            if len(rows) < 2:
+                raise
+        for row in rows[1:]:  # which candidate the backend cannot run: each once beside the original
+            try:
+                timings([original, models[row]], replace(spec, warmup=0, repeats=1))
+            except Exception as exc:
+                log.warning("speed ceiling %s: the backend cannot run it (%s)", models[row], str(exc)[:200])
+                usable[row] = False
+        if all(usable[row] for row in rows):
+            raise RuntimeError(f"the backend could not time {len(rows)} models side by side, yet each alone")
+        return batch([row for row in rows if usable[row]], rounds)
+
+    columns = [batch(list(range(len(models))), max(1, min(min_rounds, max_rounds)))]
+    while (done := sum(c.shape[1] for c in columns)) < max_rounds:
+        if deadline is not None and time.perf_counter() >= deadline:
+            break
+        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable)
+        if finished:
+            break
+        columns.append(batch([row for row, on in enumerate(active) if on], min(chunk, max_rounds - done)))
+    return np.concatenate(columns, axis=1)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -13,6 +13,7 @@ from quantune.errors import ConfigError
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, read_outputs, shared_client
 from quantune.evaluate.feeds import FeedOutputs
 from quantune.evaluate.latency import LatencySpec, latency_lane
+from quantune.evaluate.rounds import decide_in_chunks
 from quantune.evaluate.session import DEFAULT_PROVIDER
 from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_client import TargetFault, TargetUnavailable
@@ -171,6 +172,31 @@ class TargetBackend:
                 if self.client.process is not None:
                     self.client.request("free")
         return np.asarray(answer["timings"], dtype=np.float64)
+
+    def time_until_decided(
+        self,
+        original: Path,
+        candidates: Sequence[Path],
+        feed: dict[str, np.ndarray],
+        spec: LatencySpec,
+        runner: Callable | None,
+        *,
+        threshold: float,
+        min_rounds: int = 5,
+        max_rounds: int = 20,
+        deadline: float | None = None,
+    ) -> np.ndarray:
+        """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`)."""
+        return decide_in_chunks(
+            lambda models, chunk: self.timings(models, feed, chunk, runner),
+            original,
+            candidates,
+            spec,
+            threshold=threshold,
+            min_rounds=min_rounds,
+            max_rounds=max_rounds,
+            deadline=deadline,
+        )
 
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None

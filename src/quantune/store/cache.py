@@ -17,6 +17,7 @@ import os
 import shutil
 import tempfile
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -108,8 +109,9 @@ class ArtifactCache:
             shutil.rmtree(work_dir, ignore_errors=True)
             raise
         target = self._model_dir(key)
-        with storage_errors(target.parent, _FIELD):
-            target.parent.mkdir(parents=True, exist_ok=True)
+        if not target.parent.is_dir():  # the first model, or the cache was deleted meanwhile
+            with storage_errors(target.parent, _FIELD):
+                target.parent.mkdir(parents=True, exist_ok=True)
         existing = self.get_model(key)  # (a corrupt entry is removed by get_model)
         if existing is not None:
             # Another worker put the same entry first. Theirs is as good as ours, and it may
@@ -148,8 +150,7 @@ class ArtifactCache:
         value = json.loads(json.dumps(value, default=str))  # as it will read back
         envelope = {"sha256": _json_sha256(value), "value": value}
         with storage_errors(folder, _FIELD):
-            folder.mkdir(parents=True, exist_ok=True)
-            _atomic_write(folder / f"{key}.json", json.dumps(envelope, indent=1).encode())
+            _in_folder(folder, lambda: _atomic_write(folder / f"{key}.json", json.dumps(envelope, indent=1).encode()))
 
     # -- arrays -------------------------------------------------------------------------------
     def get_arrays(self, key: str) -> dict[str, np.ndarray] | None:
@@ -171,8 +172,8 @@ class ArtifactCache:
         target = self.root / "outputs" / f"{key}.npz"
         tmp = target.with_name(f".{uuid.uuid4().hex}.npz")
         arrays = {name: np.asarray(value) for name, value in arrays.items()}
-        with storage_errors(target.parent, _FIELD):
-            target.parent.mkdir(parents=True, exist_ok=True)
+
+        def write() -> None:
             try:
                 with reused_blocks():  # written through equal buffers
                     np.savez(tmp, **arrays, **{_ARRAYS_HASH: np.array(_arrays_sha256(arrays))})
@@ -180,6 +181,9 @@ class ArtifactCache:
             except BaseException:
                 tmp.unlink(missing_ok=True)
                 raise
+
+        with storage_errors(target.parent, _FIELD):
+            _in_folder(target.parent, write)
 
 
 def _entry_sha256(folder: Path) -> str:
@@ -201,6 +205,16 @@ def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
         # the array's own buffer (the bytes tobytes() would copy: 217 MB of a recognizer's outputs)
         digest.update(memoryview(array).cast("B") if array.size and not array.dtype.hasobject else array.tobytes())
     return digest.hexdigest()
+
+
+def _in_folder(folder: Path, write: Callable[[], None]) -> None:
+    """``write()``, making ``folder`` first only when it is missing (the first entry of its kind, or
+    a cache deleted during the run): one failed write then, not a ``mkdir`` before every put."""
+    try:
+        write()
+    except FileNotFoundError:
+        folder.mkdir(parents=True, exist_ok=True)
+        write()
 
 
 def _atomic_write(path: Path, data: bytes) -> None:

@@ -17,7 +17,7 @@ from quantune.space import Point, SearchSpace
 from quantune.strategy.options import StrategyOptions, options_as
 
 if TYPE_CHECKING:
-    from quantune.passes.onnx.capability import ModelCapability
+    from quantune.graph.capability import ModelCapability
 
 
 @dataclass(frozen=True)

@@ -25,7 +25,7 @@ from typing import Any
 
 from quantune.engine.executors.contexts import child_environment, worker_context
 from quantune.engine.executors.crashsite import crash_site, log_since
-from quantune.engine.executors.process import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
+from quantune.engine.executors.exits import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
 from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
 log = logging.getLogger("quantune.stage")
@@ -121,13 +121,9 @@ def _stage_main(
     conn.send((value, error, peak.mb, take_stage_peaks()))
 
 
-def _tail(path: Path, offset: int) -> str:
-    try:
-        with open(path, "rb") as handle:
-            handle.seek(offset)
-            text = handle.read().decode(errors="replace")
-    except FileNotFoundError:
-        return ""
+def _tail(path: Path, offset: int, text: str | None = None) -> str:
+    """The last lines of the worker's log from ``offset`` (``text``: that part, already read)."""
+    text = log_since(path, offset) if text is None else text
     return "\n".join(text.strip().splitlines()[-_TAIL_LINES:])
 
 
@@ -182,9 +178,11 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                 process.join(timeout=5)
                 if process.exitcode == _EXIT_UNGUARDED_MAIN:  # the user's script calls tune() unguarded
                     return StageOutcome(error=str(WorkerStartError(0, process.exitcode, "")))
-                site = crash_site(log_since(log_path, offset))  # the user's file and line, when it was theirs
+                text = log_since(log_path, offset)  # read once: the crash site and the tail
+                site = crash_site(text)  # the user's file and line, when it was theirs
                 return StageOutcome(
-                    error=f"worker crashed: {exit_cause(process.exitcode)}{site}", log_tail=_tail(log_path, offset)
+                    error=f"worker crashed: {exit_cause(process.exitcode)}{site}",
+                    log_tail=_tail(log_path, offset, text),
                 )
             if isolation.deadline.left_s() == 0.0:  # the run's limit (or the run's end) comes first
                 return StageOutcome(error=isolation.deadline.reason, log_tail=_tail(log_path, offset))

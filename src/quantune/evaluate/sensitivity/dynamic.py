@@ -58,7 +58,7 @@ def measure_dynamic(
 
     A node's score is the relative per-channel error of its output.
     """
-    from quantune.passes.onnx.capability import ModelCapability
+    from quantune.graph.capability import ModelCapability
 
     model = onnx.load(str(float_model))
     inits = {init.name: init for init in model.graph.initializer}

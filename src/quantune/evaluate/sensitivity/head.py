@@ -4,7 +4,7 @@ Local noise (a Q/DQ pair's own error against its input) says how much a tensor i
 what the rounding does: a ``Concat`` of box coordinates (0..720) and scores (0..1) rounded with
 one scale has a local error of a fraction of a percent -- the coordinates dominate its energy --
 and every score is gone. And an output-wide error hides it the same way. So for each node of the
-model's head (:func:`quantune.passes.onnx.head.head_nodes`), the float model gets that node's
+model's head (:func:`quantune.graph.head.head_nodes`), the float model gets that node's
 output Q/DQ pairs alone (the scales and zero points the quantized model uses), and the outputs
 are compared with the float model's *per channel*, keeping the worst channel: the scores'
 channels show the loss however small they are next to the boxes.

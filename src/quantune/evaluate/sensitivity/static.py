@@ -40,9 +40,9 @@ from quantune.evaluate.sensitivity import capture
 from quantune.evaluate.sensitivity.capture import Job
 from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, measure_head
 from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, single_node, with_outputs
+from quantune.graph.capability import ModelCapability
+from quantune.graph.head import head_nodes
 from quantune.memory import memory_budget_mb
-from quantune.passes.onnx.capability import ModelCapability
-from quantune.passes.onnx.head import head_nodes
 
 log = logging.getLogger("quantune.sensitivity")
 

@@ -3,6 +3,7 @@ and the range-fixing recipes tried before any fallback (cross-layer equalization
 
 from __future__ import annotations
 
+from quantune.graph.head import head_groups, head_nodes
 from quantune.passes.onnx.bias_correction import BiasCorrection
 from quantune.passes.onnx.cle import CrossLayerEqualization
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization
@@ -10,7 +11,6 @@ from quantune.passes.onnx.execution_provider import ExecutionProvider
 from quantune.passes.onnx.fast_finetune import FastFinetune
 from quantune.passes.onnx.fp16 import Float16Conversion
 from quantune.passes.onnx.graph_opt import GraphOptimization
-from quantune.passes.onnx.head import head_groups, head_nodes
 from quantune.passes.onnx.session_tuning import SessionTuning
 from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization

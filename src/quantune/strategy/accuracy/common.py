@@ -11,7 +11,7 @@ import math
 from collections.abc import Generator, Mapping, Sequence
 from typing import Any
 
-from quantune.passes.onnx.capability import Group, Precision
+from quantune.graph.capability import Group, Precision
 from quantune.space import Conditional, Point
 from quantune.strategy.accuracy.context import ACCURACY_PARAMS, FLOW_KEY, AccuracyContext, describe
 from quantune.strategy.accuracy.staged import StagedStrategy

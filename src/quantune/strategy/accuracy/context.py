@@ -29,9 +29,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from quantune.errors import QuantuneError
+from quantune.graph.capability import Group, ModelCapability, Precision
+from quantune.graph.head import head_nodes
 from quantune.passes.base import RECIPE_ROLES
-from quantune.passes.onnx.capability import Group, ModelCapability, Precision
-from quantune.passes.onnx.head import head_nodes
 from quantune.passes.registry import PASSES, find_pass
 from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem

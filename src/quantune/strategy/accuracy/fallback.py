@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from quantune.passes.onnx.capability import Group
+from quantune.graph.capability import Group
 from quantune.space import Point
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import describe

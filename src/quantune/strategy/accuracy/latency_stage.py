@@ -32,7 +32,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from quantune.evaluate.paired import MIN_GAIN
-from quantune.passes.onnx.capability import Precision
+from quantune.graph.capability import Precision
 from quantune.space import Point, point_key
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext

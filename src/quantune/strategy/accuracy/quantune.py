@@ -16,7 +16,7 @@ import logging
 import math
 from collections.abc import Sequence
 
-from quantune.passes.onnx.capability import Group, Precision
+from quantune.graph.capability import Group, Precision
 from quantune.space import Point
 from quantune.strategy.accuracy.bisect import Bisection
 from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage

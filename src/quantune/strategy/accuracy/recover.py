@@ -26,7 +26,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from quantune.passes.onnx.capability import Precision
+from quantune.graph.capability import Precision
 from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.strategy.accuracy.common import Step

@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quantune.passes.onnx.capability import Group
+from quantune.graph.capability import Group
 from quantune.space import Conditional, Point
 from quantune.strategy.accuracy.context import AccuracyContext
 

@@ -1,5 +1,8 @@
 """The sensitivity probe a strategy calls: the flow's passes, then a measurement, in a worker.
 
+The engine's, not the evaluation's: it runs passes and stages (orchestration), and calls
+:mod:`quantune.evaluate.sensitivity` only to measure.
+
 The flow's steps up to its quantization run through the artifact cache (with the trials'
 keys, so trials reuse them: :func:`quantune.passes.cached.run_flow_cached`); a static
 quantization is forced to QDQ (the same numbers as QOperator, but every tensor stays
@@ -145,7 +148,7 @@ class SensitivityProbe:
         if self.isolation is None:
             data = run_probe(job, self.cache)
         else:
-            from quantune.engine.executors.stage import run_stage
+            from quantune.engine.executors.stage import run_stage  # the worker machinery, on first isolated probe
 
             outcome = run_stage("sensitivity", run_probe, job, isolation=self.isolation)
             if not outcome.ok:

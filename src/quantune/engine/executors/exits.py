@@ -1,0 +1,85 @@
+"""How a worker process ends, in words: the signal or exit code that ended it, a worker that died
+while starting (no trial can run: the run stops), and a user's script that calls
+``quantune.tune()`` at its top level (the workers import it: the worker exits with a code its
+parent turns into advice). Shared by the trial workers (worker_process.py) and the stage
+workers (stage.py).
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import signal
+import sys
+
+from quantune.errors import QuantuneError
+
+_SIGNALS = {
+    signal.SIGSEGV: "segmentation fault (SIGSEGV)",
+    signal.SIGABRT: "abort (SIGABRT)",
+    signal.SIGKILL: "killed (SIGKILL: out-of-memory killer or external kill)",
+    signal.SIGBUS: "bus error (SIGBUS)",
+    signal.SIGFPE: "floating point exception (SIGFPE)",
+    signal.SIGTERM: "terminated (SIGTERM)",
+}
+_TAIL_LINES = 20
+_STARTUP_TIMEOUT_S = 600
+_START_ATTEMPTS = 3
+# a worker found the user's script calling quantune.tune() at its top level (a code no script
+# would use: a metric's os._exit(3) was once taken for it)
+_EXIT_UNGUARDED_MAIN = 89
+
+
+def exit_cause(code: int | None) -> str:
+    """A dead worker's exit status in words: the signal that killed it, or its exit code."""
+    if code is not None and code < 0:
+        return _SIGNALS.get(-code, f"killed by signal {-code}")
+    if code == _EXIT_UNGUARDED_MAIN:
+        return unguarded_advice()
+    return (
+        f"worker exited with code {code}: code it ran ended the process (a metric, loader or runner script "
+        "calling os._exit or sys.exit?); return a value instead"
+    )
+
+
+def unguarded_advice() -> str:
+    """What to do when workers found the user's script calling ``quantune.tune()`` at its top level."""
+    script = getattr(sys.modules.get("__main__"), "__file__", "your script")
+    return (
+        f"worker processes import the script that started them ({script}), and it calls "
+        'quantune.tune() at its top level: put the call under `if __name__ == "__main__":` '
+        "(or use executor: {kind: inline})"
+    )
+
+
+class ExecutorClosed(Exception):
+    """The executor shut down while a slot was starting its worker."""
+
+
+class WorkerStartError(QuantuneError):
+    """A worker process died before it was ready: no trial can run, so the run stops."""
+
+    def __init__(self, index: int, exit_code: int | None, log_tail: str, cause: str | None = None) -> None:
+        self.exit_code = exit_code
+        if cause is None:
+            cause = exit_cause(exit_code)
+        message = f"executor: worker process {index} died while starting ({cause})"
+        if log_tail:
+            message += f"; its log ends with: {log_tail.splitlines()[-1]}"
+        if exit_code == _EXIT_UNGUARDED_MAIN:
+            message = f"executor: {unguarded_advice()}"
+        super().__init__(message)
+
+
+def refuse_in_starting_worker() -> None:
+    """Stops a worker that, while importing the user's script, reached ``quantune.tune()``.
+
+    Spawned workers import the main module first (so passes defined in a script exist in
+    them too); a script that calls ``tune()`` unguarded would start a second run inside the
+    worker and hang both. The worker exits with a code its parent turns into advice.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
+        # at once, with the code: a worker forked by the fork server turns a SystemExit raised
+        # while it prepares into exit code 1 (multiprocessing's forkserver), losing the advice
+        sys.stderr.flush()
+        os._exit(_EXIT_UNGUARDED_MAIN)

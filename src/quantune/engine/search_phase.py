@@ -1,0 +1,87 @@
+"""The search phase: what the run's end keeps from the limit, then the loop until it stops.
+
+The end's budget (deadline.py) is decided once, as the search starts: the fewest re-timing
+rounds of the best candidates and the results' writing are always kept from ``stop.timeout_s``
+(and the report's drawing where it fits), so the loop stops -- and abandons a trial still
+running -- in time for them. On Ctrl-C the loop stops asking, running trials are abandoned and
+what finished is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from quantune.config import Config
+from quantune.engine.baseline import evaluation_seconds
+from quantune.engine.confirm import MIN_ROUNDS, timing_rounds
+from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, session_load_s, write_s
+from quantune.engine.ending import retimes
+from quantune.engine.executors import Executor
+from quantune.engine.executors.stage import Isolation
+from quantune.engine.interrupts import stop_cause
+from quantune.engine.loop import Judge, RunListener, RunLoop
+from quantune.engine.resume import Replay
+from quantune.engine.timebook import TimeBook
+from quantune.store import RunStore
+
+log = logging.getLogger("quantune")
+
+
+@dataclass
+class Searched:
+    """The loop that ran (its records), why it stopped, the end's budget, how many of the best
+    candidates the end re-times (``top``), and why it re-times none (``""``: it does)."""
+
+    loop: RunLoop
+    stop_reason: str
+    end: EndBudget
+    top: int
+    not_retimed: str
+
+
+def search(
+    config: Config,
+    objectives: list[str],
+    opening: Any,
+    executor: Executor,
+    store: RunStore,
+    replay: Replay,
+    baseline: dict[str, float],
+    started: float,
+    listeners: Sequence[RunListener],
+    isolation: Isolation,
+    book: TimeBook,
+) -> Searched:
+    parts, strategy = opening.parts, opening.strategy
+    judge = Judge(parts.criterion, config.evaluation.metric, objectives)
+    size = baseline.get("size_bytes", 0.0)
+    report_s = end_cost_s(listeners) - WRITE_S
+    end = EndBudget(config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size))
+    not_retimed = retimes(objectives, config.evaluation.latency.confirm_top, config.executor.kind)
+    top = 0 if not_retimed else config.evaluation.latency.confirm_top
+    warmup, _ = timing_rounds(config.evaluation.latency.warmup, 1, 1.0, 0.0)
+    loop = RunLoop(judge, parts.plan, config.stop, listeners, strategy, executor, store, replay, baseline, started)
+    loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+    loop.abandon_at = end.abandon_at(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+    # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
+    rounds = config.evaluation.latency.warmup + config.evaluation.latency.repeats
+    loop.first_trial_s = 2 * evaluation_seconds(parts.context) + rounds * baseline.get("latency_ms", 0.0) / 1000
+    book.search_starts()
+    if end.limited:  # a strategy's stage (sensitivity, ceilings) stops there too
+        isolation.deadline.at = started + float(config.stop.timeout_s or 0) - loop.end_reserve_s
+    try:
+        stop_reason = loop.run()
+        log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
+        executor.shutdown(kill=bool(loop.abandoned))
+    except KeyboardInterrupt as exc:
+        stop_reason = f"interrupted ({stop_cause(exc)}): finished trials are saved; run again to resume"
+        executor.shutdown(kill=True)
+    except BaseException:  # e.g. workers that cannot start: stop them, then say why
+        executor.shutdown(kill=True)
+        raise
+    book.search_ends(loop.records, loop.replayed_numbers)
+    return Searched(loop, stop_reason, end, top, not_retimed)

@@ -1,0 +1,70 @@
+"""The model's output head: the ops between the last compute op and the outputs.
+
+A detector's decode head (YOLOv8's DFL: ``Softmax`` over distance bins -> a fixed 1x1 ``Conv``
+with weights 0..15 -> ``Mul`` by the stride, ``Add`` of the anchors -> ``Concat`` of boxes and
+sigmoid scores) is where int8 breaks such models: one per-tensor scale for coordinates in the
+hundreds and scores in 0..1 rounds every score to 0 or one step, and nothing upstream of it
+is to blame. Its ops carry little compute, so a sensitivity made of local noise and harm per
+unit of time ranks them last; quantune ranks them by their measured effect on the outputs
+instead (:mod:`quantune.evaluate.sensitivity.head`), and a shape-only op of the head (the
+``Concat``) becomes a fallback unit (it is none elsewhere: :data:`.capability.SHAPE_TYPES`).
+
+The head is found from the graph alone: walk back from every output through non-compute ops
+and stop at a compute op -- except a compute op fed through a ``Softmax`` (the DFL decode conv,
+an attention-like decoder), which is part of the head, and the walk goes on through it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+
+from quantune.graph.capability import Group, NodeInfo
+
+# Ops that do the learned compute: the walk from the outputs stops at them.
+COMPUTE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN"})
+# Ops between a Softmax and a decode conv that only move data.
+_MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split"})
+
+
+def _fed_by_softmax(node: NodeInfo, producer: dict[str, NodeInfo]) -> bool:
+    """Whether an activation input of ``node`` comes from a ``Softmax`` (through data moves only)."""
+    pending = [producer[t] for t in node.inputs if t in producer]
+    seen: set[str] = set()
+    while pending:
+        parent = pending.pop()
+        if parent.name in seen:
+            continue
+        seen.add(parent.name)
+        if parent.op_type == "Softmax":
+            return True
+        if parent.op_type in _MOVES:
+            pending.extend(producer[t] for t in parent.inputs if t in producer)
+    return False
+
+
+def head_nodes(nodes: Sequence[NodeInfo], outputs: Iterable[str] | None = None) -> list[str]:
+    """Names of the head's nodes, in graph order.
+
+    ``outputs``: the graph's output names (default: tensors no node reads).
+    """
+    producer = {tensor: node for node in nodes for tensor in node.outputs}
+    if outputs is None:
+        read = {t for node in nodes for t in node.inputs}
+        outputs = [t for node in nodes for t in node.outputs if t not in read]
+    head: set[str] = set()
+    pending = [producer[t] for t in outputs if t in producer]
+    while pending:
+        node = pending.pop()
+        if node.name in head:
+            continue
+        if node.op_type in COMPUTE and not _fed_by_softmax(node, producer):
+            continue  # the backbone's last compute op: the head starts after it
+        head.add(node.name)
+        pending.extend(producer[t] for t in node.inputs if t in producer)
+    return [node.name for node in nodes if node.name in head]
+
+
+def head_groups(groups: Sequence[Group], head: Iterable[str]) -> list[Group]:
+    """The groups with a node in the head (the units marked ``head`` in rankings and reports)."""
+    names = set(head)
+    return [group for group in groups if names & set(group.nodes)]
