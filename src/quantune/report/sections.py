@@ -18,8 +18,8 @@ from quantune.report.precision import (
     recovered,
     recovery_steps,
 )
-from quantune.report.result import format_loss, format_ratio, speed_words
 from quantune.report.study import objective_name, objective_value
+from quantune.wording import format_loss, format_ratio, speed_words
 
 _VERDICTS = {
     "improved": ("good", "improved: use the best model"),
