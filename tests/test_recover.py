@@ -7,10 +7,12 @@ from pathlib import Path
 
 import quantune
 from conftest import accuracy_problem
+from quantune.engine.trial import TrialRecord
 from quantune.report.precision import recovered
 from quantune.space import Point
 from quantune.strategy import Outcome, create_strategy
 from test_accuracy_strategies import CONV2, CONV5, drive, scaled_config
+from test_report_precision import _typed
 
 FLOWS = [["quant"], ["quant", "bc"], ["quant", "ft"]]
 PASSES = [
@@ -107,12 +109,14 @@ def test_the_precision_map_says_what_was_recovered_and_how() -> None:
             "sensitivity": {"quant>ft": {CONV5: {"score": 0.1, "nodes": [CONV5, "/features/features.6/Relu"]}}},
         }
     }
-    text, nodes = recovered(results, {"params": {"flow": "quant>ft"}})
+    chosen = TrialRecord(number=0, flow=["quant", "ft"], params={"flow": "quant>ft"}, status="ok")
+    other = TrialRecord(number=1, flow=["quant"], params={"flow": "quant"}, status="ok")
+    text, nodes = recovered(_typed(results), chosen)
     assert "1 unit(s)" in text and "fast_finetune" in text
     assert set(nodes) == {CONV5, "/features/features.6/Relu"} and "fast_finetune" in nodes[CONV5]
-    assert recovered(results, {"params": {"flow": "quant"}}) == ("", {})  # another flow's model: nothing
+    assert recovered(_typed(results), other) == ("", {})  # another flow's model: nothing
     results["strategy"]["recovered"]["units"] = "all"
-    text, nodes = recovered(results, {"params": {"flow": "quant>ft"}})
+    text, nodes = recovered(_typed(results), chosen)
     assert text.startswith("every unit kept in int8") and nodes == {}
 
 

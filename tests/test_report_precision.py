@@ -6,6 +6,8 @@ from __future__ import annotations
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 from conftest import build_cnn, build_mlp, cnn_inputs
+from quantune.engine.result import Result
+from quantune.engine.trial import TrialRecord
 from quantune.report.precision import evidence, excluded, fallbacks, op_precisions, precision_counts
 
 
@@ -59,6 +61,12 @@ def test_dynamic_quantization_is_int8_with_dynamic_activations(tmp_path):
     assert [op.original for op in ops] == ["matmul1", "fc_MatMul"]  # the Gemm became MatMul + Add, quantized too
 
 
+def _typed(results):
+    """A results.json as the report reads it (Result.from_json), the keys a test does not set filled in."""
+    base = {"trials": [], "baseline": {}, "metric": "top1", "criterion": {"type": "absolute", "tolerable_loss": 0.01}}
+    return Result.from_json({**base, **results}, ".")
+
+
 def _trial(number, excluded, meets, stage, loss):
     return {
         "number": number,
@@ -95,14 +103,15 @@ def test_each_fallback_names_its_sensitivity_and_the_trial_that_showed_it_was_ne
             }
         },
     }
-    found = {f.node: f for f in fallbacks(results, chosen)}
+    typed, record = _typed(results), TrialRecord.from_dict(chosen)
+    found = {f.node: f for f in fallbacks(typed, record)}
     assert set(found) == {"a", "b"}
     assert (found["a"].score, found["a"].rank, found["a"].groups_ranked) == (0.5, 1, 3)
     assert found["a"].evidence["number"] == 3  # prune: a -> int8 missed, the rest held as chosen
     assert found["b"].evidence["number"] == 1  # the closest trial that quantized b and missed
     assert found["b"].evidence["other_differences"] == 0
-    assert evidence(results, chosen, "z") is not None  # any node: the fully quantized ceiling at worst
-    assert evidence({"trials": [chosen]}, chosen, "a") is None  # nothing ever quantized it and missed
+    assert evidence(typed, record, "z") is not None  # any node: the fully quantized ceiling at worst
+    assert evidence(_typed({"trials": [chosen]}), record, "a") is None  # nothing ever quantized it and missed
 
 
 def test_a_quantune_strategy_run_records_sensitivity_and_the_report_gives_each_fallback_its_reason(

@@ -19,7 +19,7 @@ import json
 import logging
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from string import Template
 from typing import Any
@@ -46,14 +46,14 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     if not isinstance(results, dict) or not {"trials", "baseline", "criterion"} <= set(results):
         raise QuantuneError(f"report: '{path}' is not a quantune results.json (no 'trials', 'baseline' or 'criterion')")
     try:
-        Result.from_json(results, run_dir)  # the typed view: its criterion is what every section reads
+        result = Result.from_json(results, run_dir)  # the typed view every section reads
     except (KeyError, TypeError, ValueError) as exc:
         raise QuantuneError(f"report: '{path}' is not a results.json quantune can read ({exc!r} in it)") from None
     target = Path(output) if output is not None else run_dir / "report.html"
     field = "report --output" if output is not None else "report"
     if target.is_dir():
         raise QuantuneError(f"{field}: '{target}' is a folder; name the file to write, e.g. '{target / 'report.html'}'")
-    page = render_html(results, run_dir, page_dir=target.parent)
+    page = render_html(result, run_dir, page_dir=target.parent)
     try:
         with storage_errors(target, field):
             target.parent.mkdir(parents=True, exist_ok=True)  # a new folder for the page is made
@@ -69,8 +69,11 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     return target
 
 
-def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page_dir: str | Path | None = None) -> str:
-    """The page for one results.json (``run_dir``: where its models and config.json are)."""
+def render_html(
+    results: Result | Mapping[str, Any], run_dir: str | Path | None = None, page_dir: str | Path | None = None
+) -> str:
+    """The page for one run's :class:`Result` (or its results.json, read with ``Result.from_json``;
+    ``run_dir``: where its models and config.json are)."""
     from plotly.offline import get_plotlyjs
 
     from quantune.report import plots, sections
@@ -79,13 +82,15 @@ def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page
 
     run_dir = Path(run_dir) if run_dir is not None else Path(".")
     page_dir = Path(page_dir) if page_dir is not None else run_dir
+    if not isinstance(results, Result):
+        results = Result.from_json(results, run_dir)
     chosen_path, _, chosen_kind = sections.chosen_model(results, run_dir)
-    start = (results.get("preparation") or {}).get("model")
+    start = (results.preparation or {}).get("model")
     types = {**node_types(chosen_path), **node_types(start)}
     precision, counts = sections.precision_section(results, run_dir, types)
     views, note = _optuna_views(results, run_dir)
     fields = {
-        "title": html.escape(f"quantune: {results.get('metric', '')}, {len(results['trials'])} trials"),
+        "title": html.escape(f"quantune: {results.metric}, {len(results.trials)} trials"),
         "plotlyjs": get_plotlyjs(),
         "verdict": sections.verdict(results),
         "summary": sections.summary(results),
@@ -105,7 +110,7 @@ def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page
     return Template(_TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
 
 
-def _objective_label(results: dict[str, Any]) -> str:
+def _objective_label(results: Result) -> str:
     from quantune.report.study import objective_name
 
     return objective_name(results)
@@ -131,7 +136,7 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
-def _optuna_views(results: dict[str, Any], run_dir: Path) -> tuple[dict[str, str], str]:
+def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
     """Importance, parallel-coordinate and slice plots from ``optuna.visualization``, for the
     objective and for the accuracy loss, drawn on the run's study (written to optuna.db)."""
     from quantune.report.plots import loss_scale
@@ -151,7 +156,8 @@ def _optuna_views(results: dict[str, Any], run_dir: Path) -> tuple[dict[str, str
         "objective": ((lambda t: t.values[0]), objective_name(results)),
         "loss": ((lambda t: scale * t.values[1]), loss_label),
     }
-    params, among = view_params(study, (results.get("best") or results.get("closest_miss") or {}).get("number"))
+    chosen = results.best or results.closest_miss
+    params, among = view_params(study, chosen.number if chosen is not None else None)
     if len(complete) < 2 or not params:
         why = "fewer than two finished trials" if len(complete) < 2 else "no searched parameter took two values"
         empty = f"<p class=note>No parameter view: {why} in the chosen trial's flow.</p>"

@@ -11,42 +11,41 @@ from __future__ import annotations
 
 import html
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
-from quantune.evaluate.criterion import Criterion
+from quantune.engine.result import Result
+from quantune.engine.trial import TrialRecord
 from quantune.report.study import objective_name, objective_value
 
 GREEN, GRAY, RED, BLUE, GOLD, ORANGE = "#2ca02c", "#9a9a9a", "#d62728", "#1f77b4", "#f5c518", "#ff7f0e"
 
 
-def loss_scale(results: Mapping[str, Any]) -> tuple[float, str]:
+def loss_scale(results: Result) -> tuple[float, str]:
     """Accuracy loss as shown: percent of the original for a relative criterion, else metric units."""
-    if Criterion.from_json(results["criterion"]).kind == "relative":
+    if results.criterion.kind == "relative":
         return 100.0, "accuracy loss (% of the original)"
-    return 1.0, f"accuracy loss ({results.get('metric', '')})"
+    return 1.0, f"accuracy loss ({results.metric})"
 
 
-def ok_trials(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def ok_trials(results: Result) -> list[TrialRecord]:
     return [
         t
-        for t in results.get("trials", [])
-        if t.get("status") == "ok"
-        and t.get("accuracy_loss") is not None
-        and objective_value(results, t.get("metrics", {})) is not None
+        for t in results.trials
+        if t.status == "ok" and t.accuracy_loss is not None and objective_value(results, t.metrics) is not None
     ]
 
 
-def failed_trials(results: Mapping[str, Any]) -> list[dict[str, Any]]:
-    return [t for t in results.get("trials", []) if t.get("status") != "ok"]
+def failed_trials(results: Result) -> list[TrialRecord]:
+    return [t for t in results.trials if t.status != "ok"]
 
 
-def chosen_trial(results: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str]:
+def chosen_trial(results: Result) -> tuple[TrialRecord | None, str]:
     """The trial the report centres on and what it is: the best, else the closest miss."""
-    if results.get("best"):
-        return results["best"], "best" if results.get("verdict") == "improved" else "best candidate"
-    if results.get("closest_miss"):
-        return results["closest_miss"], "closest miss"
+    if results.best:
+        return results.best, "best" if results.verdict == "improved" else "best candidate"
+    if results.closest_miss:
+        return results.closest_miss, "closest miss"
     return None, ""
 
 
@@ -67,13 +66,13 @@ def log_ticks(values: Sequence[float]) -> dict[str, Any]:
     return {"type": "log", "tickvals": ticks, "ticktext": [f"{t:g}" for t in ticks]}
 
 
-def _hover(trial: Mapping[str, Any]) -> str:
+def _hover(trial: TrialRecord) -> str:
     """A trial's hover text; what came from the trial is escaped (plotly renders some HTML tags)."""
     e = html.escape
-    params = "<br>".join(e(f"{k.split('.', 1)[-1]}={_short(v)}") for k, v in trial.get("params", {}).items())
-    head = e(f"trial {trial['number']}: {trial.get('stage', '') or ' > '.join(trial.get('flow', []))}")
-    if trial.get("status") != "ok":
-        return f"{head}<br>FAILED: {e(str(trial.get('failure_class') or trial.get('error') or ''))}<br>{params}"
+    params = "<br>".join(e(f"{k.split('.', 1)[-1]}={_short(v)}") for k, v in trial.params.items())
+    head = e(f"trial {trial.number}: {trial.stage or ' > '.join(trial.flow)}")
+    if trial.status != "ok":
+        return f"{head}<br>FAILED: {e(str(trial.failure_class or trial.error or ''))}<br>{params}"
     return f"{head}<br>{params}"
 
 
@@ -85,21 +84,21 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def trade_off(results: Mapping[str, Any]) -> Any:
+def trade_off(results: Result) -> Any:
     """Every trial: objective against accuracy loss, with the original, the budget, the best or
     the closest miss, and the failed trials (no figures) in a strip above the plot."""
     import plotly.graph_objects as go
 
     scale, loss_label = loss_scale(results)
     trials = ok_trials(results)
-    x_of = lambda t: objective_value(results, t["metrics"])  # noqa: E731
+    x_of = lambda t: objective_value(results, t.metrics)  # noqa: E731
     figure = go.Figure()
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
-        group = [t for t in trials if bool(t.get("meets_criterion")) is meets]
+        group = [t for t in trials if bool(t.meets_criterion) is meets]
         figure.add_trace(
             go.Scatter(
                 x=[x_of(t) for t in group],
-                y=[scale * t["accuracy_loss"] for t in group],
+                y=[scale * t.accuracy_loss for t in group],
                 mode="markers",
                 marker={"color": color, "size": 9, "line": {"width": 0.5, "color": "#333"}},
                 name=f"{name} ({len(group)})",
@@ -108,7 +107,7 @@ def trade_off(results: Mapping[str, Any]) -> Any:
             )
         )
     xs = [x_of(t) for t in trials]
-    base = objective_value(results, results.get("baseline", {}))
+    base = objective_value(results, results.baseline)
     if base is not None:
         xs.append(base)
         figure.add_trace(
@@ -122,8 +121,8 @@ def trade_off(results: Mapping[str, Any]) -> Any:
                 hoverinfo="text",
             )
         )
-    tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
-    losses = [scale * t["accuracy_loss"] for t in trials] + [0.0]
+    tolerable = results.criterion.tolerable_loss
+    losses = [scale * t.accuracy_loss for t in trials] + [0.0]
     if tolerable is not None:
         budget = scale * tolerable
         losses.append(budget)
@@ -132,7 +131,7 @@ def trade_off(results: Mapping[str, Any]) -> Any:
         )
     if base is not None:  # a line trace, not a shape: shapes on a log axis take log10 coordinates
         figure.add_trace(_line([base, base], [min(losses), max(losses)], BLUE, "original"))
-    _mark_chosen(figure, results, lambda t: (x_of(t), scale * t["accuracy_loss"]))
+    _mark_chosen(figure, results, lambda t: (x_of(t), scale * t.accuracy_loss))
     failed = failed_trials(results)
     if failed:
         top = max(losses) + 0.08 * (max(losses) - min(losses) or 1.0)
@@ -153,11 +152,11 @@ def trade_off(results: Mapping[str, Any]) -> Any:
     return _styled(figure)
 
 
-def _mark_chosen(figure: Any, results: Mapping[str, Any], at: Callable[[dict[str, Any]], tuple[float, float]]) -> None:
+def _mark_chosen(figure: Any, results: Result, at: Callable[[TrialRecord], tuple[float, float]]) -> None:
     import plotly.graph_objects as go
 
     chosen, kind = chosen_trial(results)
-    if chosen is None or chosen.get("status") != "ok" or objective_value(results, chosen["metrics"]) is None:
+    if chosen is None or chosen.status != "ok" or objective_value(results, chosen.metrics) is None:
         return
     x, y = at(chosen)
     star = kind != "closest miss"
@@ -172,17 +171,17 @@ def _mark_chosen(figure: Any, results: Mapping[str, Any], at: Callable[[dict[str
                 "color": GOLD if star else ORANGE,
                 "line": {"width": 1.5, "color": "#000" if star else ORANGE},
             },
-            name=f"{kind} (trial {chosen['number']})",
+            name=f"{kind} (trial {chosen.number})",
             text=[_hover(chosen)],
             hoverinfo="text",
         )
     )
 
 
-def pareto_numbers(results: Mapping[str, Any]) -> list[int]:
+def pareto_numbers(results: Result) -> list[int]:
     """Trials no other finished trial beats on accuracy loss, latency and size at once."""
     points = {
-        t["number"]: (t["accuracy_loss"], t["metrics"].get("latency_ms", 0.0), t["metrics"].get("size_bytes", 0.0))
+        t.number: (t.accuracy_loss, t.metrics.get("latency_ms", 0.0), t.metrics.get("size_bytes", 0.0))
         for t in ok_trials(results)
     }
     front = []
@@ -197,7 +196,7 @@ def pareto_numbers(results: Mapping[str, Any]) -> list[int]:
     return sorted(front)
 
 
-def pareto(results: Mapping[str, Any]) -> Any:
+def pareto(results: Result) -> Any:
     """The Pareto front of accuracy loss, latency and size: loss against latency (the front as a
     line) and size against latency (colour: loss), front members outlined in both."""
     import plotly.graph_objects as go
@@ -209,24 +208,24 @@ def pareto(results: Mapping[str, Any]) -> Any:
     figure = make_subplots(
         rows=1, cols=2, subplot_titles=("accuracy loss vs latency", "size vs latency (colour: accuracy loss)")
     )
-    on = [t for t in trials if t["number"] in front]
-    line = sorted(on, key=lambda t: t["metrics"].get("latency_ms", 0.0))
+    on = [t for t in trials if t.number in front]
+    line = sorted(on, key=lambda t: t.metrics.get("latency_ms", 0.0))
     best_loss, stair = float("inf"), []
     for t in line:  # the 2-D front of loss against latency: each faster point that loses less
-        if t["accuracy_loss"] < best_loss:
-            best_loss = t["accuracy_loss"]
+        if t.accuracy_loss < best_loss:
+            best_loss = t.accuracy_loss
             stair.append(t)
     hover = [_hover(t) for t in trials]
-    outline = [{"width": 2.5, "color": "#000"} if t["number"] in front else {"width": 0} for t in trials]
-    lat = [t["metrics"].get("latency_ms") for t in trials]
-    loss = [scale * t["accuracy_loss"] for t in trials]
+    outline = [{"width": 2.5, "color": "#000"} if t.number in front else {"width": 0} for t in trials]
+    lat = [t.metrics.get("latency_ms") for t in trials]
+    loss = [scale * t.accuracy_loss for t in trials]
     figure.add_trace(
         go.Scatter(
             x=lat,
             y=loss,
             mode="markers",
             name="trials (outlined: Pareto front)",
-            marker={"color": [GREEN if t.get("meets_criterion") else GRAY for t in trials], "size": 9},
+            marker={"color": [GREEN if t.meets_criterion else GRAY for t in trials], "size": 9},
             text=hover,
             hoverinfo="text",
         ),
@@ -235,8 +234,8 @@ def pareto(results: Mapping[str, Any]) -> Any:
     )
     figure.add_trace(
         go.Scatter(
-            x=[t["metrics"].get("latency_ms") for t in stair],
-            y=[scale * t["accuracy_loss"] for t in stair],
+            x=[t.metrics.get("latency_ms") for t in stair],
+            y=[scale * t.accuracy_loss for t in stair],
             mode="lines",
             line={"shape": "hv", "color": "#000", "width": 1},
             name="front (loss vs latency)",
@@ -247,7 +246,7 @@ def pareto(results: Mapping[str, Any]) -> Any:
     figure.add_trace(
         go.Scatter(
             x=lat,
-            y=[t["metrics"].get("size_bytes", 0.0) / 1024 for t in trials],
+            y=[t.metrics.get("size_bytes", 0.0) / 1024 for t in trials],
             mode="markers",
             name="trials by size",
             marker={
@@ -265,7 +264,7 @@ def pareto(results: Mapping[str, Any]) -> Any:
         row=1,
         col=2,
     )
-    base = results.get("baseline", {})
+    base = results.baseline
     if base.get("latency_ms") is not None:
         for col, y in ((1, 0.0), (2, base.get("size_bytes", 0.0) / 1024)):
             figure.add_trace(
@@ -290,32 +289,32 @@ def pareto(results: Mapping[str, Any]) -> Any:
     return _styled(figure, height=470)
 
 
-def progress(results: Mapping[str, Any]) -> Any:
+def progress(results: Result) -> Any:
     """The best objective within the budget after each trial; when nothing met the budget, the
     smallest accuracy loss so far against the budget instead, with the closest miss marked."""
     import plotly.graph_objects as go
 
     scale, loss_label = loss_scale(results)
-    trials = sorted(results.get("trials", []), key=lambda t: t["number"])
-    met = any(t.get("status") == "ok" and t.get("meets_criterion") for t in trials)
+    trials = sorted(results.trials, key=lambda t: t.number)
+    met = any(t.status == "ok" and t.meets_criterion for t in trials)
     figure = go.Figure()
     value = (
-        (lambda t: objective_value(results, t.get("metrics", {})))
+        (lambda t: objective_value(results, t.metrics))
         if met
-        else (lambda t: None if t.get("accuracy_loss") is None else scale * t["accuracy_loss"])
+        else (lambda t: None if t.accuracy_loss is None else scale * t.accuracy_loss)
     )
     numbers, steps, current = [], [], None
     for t in trials:
-        v = value(t) if t.get("status") == "ok" else None
-        if v is not None and (not met or t.get("meets_criterion")):
+        v = value(t) if t.status == "ok" else None
+        if v is not None and (not met or t.meets_criterion):
             current = v if current is None else min(current, v)
-        numbers.append(t["number"])
+        numbers.append(t.number)
         steps.append(current)
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
-        group = [t for t in trials if t.get("status") == "ok" and bool(t.get("meets_criterion")) is meets]
+        group = [t for t in trials if t.status == "ok" and bool(t.meets_criterion) is meets]
         figure.add_trace(
             go.Scatter(
-                x=[t["number"] for t in group],
+                x=[t.number for t in group],
                 y=[value(t) for t in group],
                 mode="markers",
                 marker={"color": color, "size": 7, "opacity": 0.7},
@@ -338,7 +337,7 @@ def progress(results: Mapping[str, Any]) -> Any:
     if failed and finite:
         figure.add_trace(
             go.Scatter(
-                x=[t["number"] for t in failed],
+                x=[t.number for t in failed],
                 y=[min(finite)] * len(failed),
                 mode="markers",
                 marker={"symbol": "x", "size": 10, "color": RED},
@@ -348,20 +347,20 @@ def progress(results: Mapping[str, Any]) -> Any:
             )
         )
     if met:
-        base = objective_value(results, results.get("baseline", {}))
+        base = objective_value(results, results.baseline)
         if base is not None and numbers:  # a line trace: shapes on a log axis take log10 coordinates
             figure.add_trace(_line([min(numbers), max(numbers)], [base, base], BLUE, "original", legend=True))
         title, y_title = "best so far", f"{objective_name(results)}, best within the budget"
         if log_axis(finite + ([base] if base else [])):
             figure.update_yaxes(**log_ticks(finite + ([base] if base else [])))
     else:
-        tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
+        tolerable = results.criterion.tolerable_loss
         if tolerable is not None:
             figure.add_hline(y=scale * tolerable, line={"color": RED, "dash": "dash"}, annotation_text="budget")
-        _mark_chosen(figure, results, lambda t: (t["number"], scale * t["accuracy_loss"]))
-        miss = results.get("closest_miss")
+        _mark_chosen(figure, results, lambda t: (t.number, scale * t.accuracy_loss))
+        miss = results.closest_miss
         title = "no trial met the accuracy budget: the smallest loss so far" + (
-            f" (closest miss: trial {miss['number']})" if miss else ""
+            f" (closest miss: trial {miss.number})" if miss else ""
         )
         y_title = loss_label
     figure.update_layout(title=title, xaxis_title="trial", yaxis_title=y_title)

@@ -20,6 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quantune.engine.result import Result
+from quantune.engine.trial import TrialRecord
 from quantune.evaluate.quantized import FLOAT_COMPUTE_OPS, QUANTIZED_COMPUTE_OPS
 
 _NAMES = {
@@ -192,9 +194,9 @@ def overridden(params: Mapping[str, Any]) -> list[str]:
     return names
 
 
-def fallbacks(results: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[Fallback]:
+def fallbacks(results: Result, chosen: TrialRecord) -> list[Fallback]:
     """Each node the chosen trial keeps in fp32 with its group, sensitivity and evidence."""
-    kept = excluded(chosen.get("params", {}))
+    kept = excluded(chosen.params)
     groups = _groups(results, chosen)
     ranked = sorted(groups.items(), key=lambda item: -_score(item[1]))
     ranks = {name: index + 1 for index, (name, _) in enumerate(ranked)}
@@ -218,10 +220,10 @@ def fallbacks(results: Mapping[str, Any], chosen: Mapping[str, Any]) -> list[Fal
     return out
 
 
-def _groups(results: Mapping[str, Any], chosen: Mapping[str, Any]) -> dict[str, dict[str, Any]]:
+def _groups(results: Result, chosen: TrialRecord) -> dict[str, dict[str, Any]]:
     """The sensitivity entries of the chosen trial's flow (all flows' when it does not say)."""
-    sensitivity = (results.get("strategy") or {}).get("sensitivity") or {}
-    flow = chosen.get("params", {}).get("flow")
+    sensitivity = (results.strategy_notes or {}).get("sensitivity") or {}
+    flow = chosen.params.get("flow")
     if flow in sensitivity:
         return dict(sensitivity[flow])
     merged: dict[str, dict[str, Any]] = {}
@@ -230,42 +232,42 @@ def _groups(results: Mapping[str, Any], chosen: Mapping[str, Any]) -> dict[str, 
     return merged
 
 
-def evidence(results: Mapping[str, Any], chosen: Mapping[str, Any], node: str) -> dict[str, Any] | None:
+def evidence(results: Result, chosen: TrialRecord, node: str) -> dict[str, Any] | None:
     """The finished trial of the chosen flow that quantized ``node`` and missed the budget, with
     the fewest other differences from the chosen trial's fallback (the latest on a tie)."""
-    target = set(excluded(chosen.get("params", {}))) - {node}
-    flow = chosen.get("flow")
-    variant = _variant(chosen.get("params", {}))
+    target = set(excluded(chosen.params)) - {node}
+    flow = chosen.flow
+    variant = _variant(chosen.params)
     best: tuple[int, int, int] | None = None
     found = None
-    for trial in results.get("trials", []):
-        if trial.get("status") != "ok" or trial.get("meets_criterion") is not False or trial.get("flow") != flow:
+    for trial in results.trials:
+        if trial.status != "ok" or trial.meets_criterion is not False or trial.flow != flow:
             continue
-        fallen = set(excluded(trial.get("params", {})))
+        fallen = set(excluded(trial.params))
         if node in fallen:
             continue
         # the same quantization settings first (a trial of another variant proves less), then the fewest
         # other fallback differences, then the latest
-        key = (int(_variant(trial.get("params", {})) != variant), len(fallen ^ target), -trial["number"])
+        key = (int(_variant(trial.params) != variant), len(fallen ^ target), -trial.number)
         if best is None or key < best:
             best, found = key, trial
     if found is None:
         return None
     return {
-        "number": found["number"],
-        "stage": found.get("stage", ""),
-        "accuracy_loss": found.get("accuracy_loss"),
+        "number": found.number,
+        "stage": found.stage,
+        "accuracy_loss": found.accuracy_loss,
         "other_differences": best[1] if best else 0,
         "same_settings": best[0] == 0 if best else False,
     }
 
 
-def recovered(results: Mapping[str, Any], chosen: Mapping[str, Any]) -> tuple[str, dict[str, str]]:
+def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]]:
     """What the refining passes kept in int8 in the chosen trial (the quantune strategy's recover
     stage, ``strategy.recovered``): a sentence for the whole model ("" when nothing was recovered
     in the chosen trial's flow) and node -> how, for the units the fallback had put in fp32."""
-    notes = (results.get("strategy") or {}).get("recovered") or {}
-    flow = (chosen.get("params") or {}).get("flow")
+    notes = (results.strategy_notes or {}).get("recovered") or {}
+    flow = (chosen.params or {}).get("flow")
     if not notes or (flow is not None and flow != notes.get("flow")):
         return "", {}
     how = " + ".join(notes.get("passes", [])) or "refining passes"
@@ -287,13 +289,9 @@ def _variant(params: Mapping[str, Any]) -> str:
     return repr(sorted(rest.items(), key=lambda kv: kv[0]))
 
 
-def recovery_steps(results: Mapping[str, Any]) -> list[dict[str, Any]]:
+def recovery_steps(results: Result) -> list[TrialRecord]:
     """The trials of accuracy-recovering stages (screen, op types, bisect, prune, ...), in order."""
-    return [
-        t
-        for t in sorted(results.get("trials", []), key=lambda t: t["number"])
-        if str(t.get("stage", "")).startswith(RECOVERY_PREFIXES)
-    ]
+    return [t for t in sorted(results.trials, key=lambda t: t.number) if str(t.stage).startswith(RECOVERY_PREFIXES)]
 
 
 def _score(entry: Mapping[str, Any]) -> float:

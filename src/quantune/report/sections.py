@@ -7,7 +7,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quantune.evaluate.criterion import Criterion
+from quantune.engine.result import Result
+from quantune.engine.trial import TrialRecord
 from quantune.report.plots import chosen_trial, loss_scale
 from quantune.report.precision import (
     Fallback,
@@ -42,51 +43,55 @@ def e(text: Any) -> str:
     return html.escape(str(text))
 
 
-def verdict(results: Mapping[str, Any]) -> str:
-    css, words = _VERDICTS.get(results.get("verdict", ""), ("warn", str(results.get("verdict", ""))))
-    return f'<div class="verdict {css}"><b>{e(words)}</b><br>{e(results.get("verdict_reason", ""))}</div>'
+def verdict(results: Result) -> str:
+    css, words = _VERDICTS.get(results.verdict, ("warn", str(results.verdict)))
+    return f'<div class="verdict {css}"><b>{e(words)}</b><br>{e(results.verdict_reason)}</div>'
 
 
-def summary(results: Mapping[str, Any]) -> str:
-    metric = results.get("metric", "")
-    base = results.get("baseline", {})
-    criterion = Criterion.from_json(results["criterion"])
+def summary(results: Result) -> str:
+    metric = results.metric
+    base = results.baseline
+    criterion = results.criterion
     lines = [
-        f"criterion: {metric} {criterion.describe()}; objective: {results.get('objective', '')}",
+        f"criterion: {metric} {criterion.describe()}; objective: {results.objective}",
         f"original: {metric} {base.get(metric, float('nan')):.4f}, latency {base.get('latency_ms', float('nan')):.3f} ms, "
         f"size {base.get('size_bytes', 0) / 1024:.0f} KB",
-        f"stop: {results.get('stop_reason', '')} after {results.get('duration_s', 0):.1f} s, "
-        f"{len(results.get('trials', []))} trials",
+        f"stop: {results.stop_reason} after {results.duration_s:.1f} s, {len(results.trials)} trials",
     ]
-    spent = results.get("time_spent_s") or {}
+    spent = results.time_spent_s or {}
     if spent:
         lines.append("time: " + ", ".join(f"{name} {sec:.1f} s" for name, sec in spent.items() if sec >= 0.05))
     chosen, kind = chosen_trial(results)
-    if chosen is not None and chosen.get("metrics"):
-        m = chosen["metrics"]
+    if chosen is not None and chosen.metrics:
+        m = chosen.metrics
         lines.append(
-            f"{kind}: trial {chosen['number']}, {metric} {m.get(metric, float('nan')):.4f} "
-            f"(loss {loss_text(chosen.get('accuracy_loss'), criterion.kind)}), latency "
-            f"{m.get('latency_ms', float('nan')):.3f} ms ({speed_words(results, chosen)}), size "
+            f"{kind}: trial {chosen.number}, {metric} {m.get(metric, float('nan')):.4f} "
+            f"(loss {loss_text(chosen.accuracy_loss, criterion.kind)}), latency "
+            f"{m.get('latency_ms', float('nan')):.3f} ms ({speed_words(_speed_fields(results), {'number': chosen.number, 'metrics': m})}), size "
             f"{m.get('size_bytes', 0) / 1024:.0f} KB "
             f"({format_ratio(m.get('size_bytes', 0), base.get('size_bytes', 0), less='smaller', more='larger')}); "
-            f"flow {' > '.join(chosen.get('flow', []))}"
+            f"flow {' > '.join(chosen.flow)}"
         )
-    for name, count in (results.get("failure_classes") or {}).items():
+    for name, count in (results.failure_classes or {}).items():
         lines.append(f"failed {count}x: {name}")
-    if results.get("skipped_known_failures"):
-        lines.append(f"not run: {results['skipped_known_failures']} proposal(s) shared a known failure")
-    for line in (results.get("strategy") or {}).get("decisions") or []:
+    if results.skipped_known_failures:
+        lines.append(f"not run: {results.skipped_known_failures} proposal(s) shared a known failure")
+    for line in (results.strategy_notes or {}).get("decisions") or []:
         lines.append(f"strategy: {line}")
-    for failure in results.get("stage_errors") or []:
+    for failure in results.stage_errors or []:
         lines.append(f"stage {failure['stage']} failed: {failure['error']} (the run went on without it)")
-    if results.get("latency_confirmation"):
+    if results.latency_confirmation:
         lines.append("latencies marked * were timed again at the end, side by side with the original")
     return "<ul>" + "".join(f"<li>{e(line)}</li>" for line in lines) + "</ul>"
 
 
-def environment(results: Mapping[str, Any]) -> str:
-    env = results.get("environment")
+def _speed_fields(results: Result) -> dict[str, Any]:
+    """The parts of results.json that ``speed_words`` reads."""
+    return {"latency_confirmation": results.latency_confirmation, "baseline": results.baseline}
+
+
+def environment(results: Result) -> str:
+    env = results.environment
     if not env:
         return "<p class=dim>This run's results.json predates the machine record (no CPU or versions).</p>"
     versions = ", ".join(f"{k} {v}" for k, v in (env.get("versions") or {}).items() if v)
@@ -110,27 +115,27 @@ def environment(results: Mapping[str, Any]) -> str:
     return "<table class=kv>" + "".join(f"<tr><th>{e(k)}</th><td>{e(v)}</td></tr>" for k, v in rows) + "</table>"
 
 
-def chosen_model(results: Mapping[str, Any], run_dir: Path) -> tuple[Path | None, dict[str, Any] | None, str]:
+def chosen_model(results: Result, run_dir: Path) -> tuple[Path | None, TrialRecord | None, str]:
     """The chosen (or best, or closest-miss) trial's model file, the trial, and what it is."""
     chosen, kind = chosen_trial(results)
     if chosen is None:
         return None, None, ""
     folder = "closest_miss" if kind == "closest miss" else "best"
-    for path in (run_dir / folder / "model.onnx", Path(str(chosen.get("model_path") or "")).expanduser()):
+    for path in (run_dir / folder / "model.onnx", Path(str(chosen.model_path or "")).expanduser()):
         if path.is_file() and path.suffix == ".onnx":
             return path, chosen, kind
     return None, chosen, kind
 
 
 def precision_section(
-    results: Mapping[str, Any], run_dir: Path, types: Mapping[str, str]
+    results: Result, run_dir: Path, types: Mapping[str, str]
 ) -> tuple[str, dict[str, dict[str, int]]]:
     """The precision map's HTML and the counts its bar chart draws (empty when there is no model)."""
     path, chosen, kind = chosen_model(results, run_dir)
     if chosen is None:
         return "<p>No trial finished, so there is no model to map.</p>", {}
     if path is None:
-        return f"<p>The {e(kind)}'s model (trial {chosen['number']}) is no longer on disk: no precision map.</p>", {}
+        return f"<p>The {e(kind)}'s model (trial {chosen.number}) is no longer on disk: no precision map.</p>", {}
     try:
         ops = op_precisions(path)
     except Exception as exc:
@@ -140,9 +145,9 @@ def precision_section(
     falls = fallbacks(results, chosen)
     by_node = {f.node: f for f in falls}
     recovery, recovered_nodes = recovered(results, chosen)
-    int16 = set(overridden(chosen.get("params", {})))
+    int16 = set(overridden(chosen.params))
     scale, _ = loss_scale(results)
-    tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
+    tolerable = results.criterion.tolerable_loss
     rows = []
     for op in ops:
         why = _why(by_node.get(op.original) or by_node.get(op.name), results, scale, tolerable)
@@ -159,7 +164,7 @@ def precision_section(
         )
     counts = precision_counts(ops)
     head = (
-        f"<p>{e(kind)}: trial {chosen['number']}, read from <code>{e(path)}</code>: {len(ops)} compute ops, "
+        f"<p>{e(kind)}: trial {chosen.number}, read from <code>{e(path)}</code>: {len(ops)} compute ops, "
         f"{sum(1 for o in ops if o.precision not in ('fp32', 'fp16', 'bf16'))} in integer precision"
         f"{'; ' + e(recovery) if recovery else ''}.</p>"
     )
@@ -172,7 +177,7 @@ def precision_section(
     return head + table + _fallback_table(falls, ops, results, scale, tolerable, types), counts
 
 
-def _why(fall: Fallback | None, results: Mapping[str, Any], scale: float, tolerable: float | None) -> str:
+def _why(fall: Fallback | None, results: Result, scale: float, tolerable: float | None) -> str:
     if fall is None:
         return ""
     parts = ["kept in fp32 by the search"]
@@ -182,7 +187,7 @@ def _why(fall: Fallback | None, results: Mapping[str, Any], scale: float, tolera
         parts.append("sensitivity not measured")
     proof = fall.evidence
     if proof is not None:
-        kind = Criterion.from_json(results["criterion"]).kind
+        kind = results.criterion.kind
         loss = loss_text(proof["accuracy_loss"], kind)
         budget = "" if tolerable is None else f" > budget {loss_text(tolerable, kind)}"
         extra = f", {proof['other_differences']} other node(s) differing" if proof["other_differences"] else ""
@@ -199,7 +204,7 @@ def _why(fall: Fallback | None, results: Mapping[str, Any], scale: float, tolera
 def _fallback_table(
     falls: list[Fallback],
     ops: list[OpPrecision],
-    results: Mapping[str, Any],
+    results: Result,
     scale: float,
     tolerable: float | None,
     types: Mapping[str, str],
@@ -220,20 +225,20 @@ def _fallback_table(
     )
 
 
-def recovery_section(results: Mapping[str, Any]) -> str:
+def recovery_section(results: Result) -> str:
     """Each accuracy-recovering step the strategy tried, with what it gave."""
     steps = recovery_steps(results)
     if not steps:
         return "<p>No accuracy-recovering step was needed or tried (no screen, op-type, bisection or prune stage).</p>"
-    kind = Criterion.from_json(results["criterion"]).kind
+    kind = results.criterion.kind
     rows = []
     for t in steps:
-        m = t.get("metrics") or {}
+        m = t.metrics or {}
         value = objective_value(results, m)
-        held = {True: "meets", False: "misses"}.get(t.get("meets_criterion"), "failed")
+        held = {True: "meets", False: "misses"}.get(t.meets_criterion, "failed")
         rows.append(
-            f"<tr class={held}><td>{t['number']}</td><td>{e(t.get('stage', ''))}</td><td>{held}</td>"
-            f"<td>{e(loss_text(t.get('accuracy_loss'), kind))}</td><td>{'' if value is None else f'{value:.4g}'}</td>"
+            f"<tr class={held}><td>{t.number}</td><td>{e(t.stage)}</td><td>{held}</td>"
+            f"<td>{e(loss_text(t.accuracy_loss, kind))}</td><td>{'' if value is None else f'{value:.4g}'}</td>"
             f"<td>{e(_fraction(m))}</td></tr>"
         )
     return (

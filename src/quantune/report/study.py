@@ -28,7 +28,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quantune.evaluate.criterion import Criterion
+from quantune.engine.result import Result
+from quantune.engine.trial import TrialRecord
 
 log = logging.getLogger("quantune")
 
@@ -41,7 +42,7 @@ def storage_url(path: str | Path) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 
 
-def write_study(results: Mapping[str, Any], run_dir: str | Path, space: Any = None) -> Any:
+def write_study(results: Result, run_dir: str | Path, space: Any = None) -> Any:
     """Writes ``run_dir/optuna.db`` (replacing an earlier one) and returns the same study in
     memory (for drawing: Optuna's plots read it without another database round trip).
 
@@ -66,39 +67,40 @@ def write_study(results: Mapping[str, Any], run_dir: str | Path, space: Any = No
     return memory
 
 
-def _study(results: Mapping[str, Any], storage: Any, trials: list[Any]) -> Any:
+def _study(results: Result, storage: Any, trials: list[Any]) -> Any:
     import optuna
 
     study = optuna.create_study(study_name=STUDY_NAME, storage=storage, directions=["minimize", "minimize"])
     study.set_metric_names([objective_name(results), "accuracy loss"])
-    for key in ("metric", "criterion", "verdict", "verdict_reason", "baseline"):
-        study.set_user_attr(key, results.get(key))
+    attrs = {"metric": results.metric, "criterion": results.criterion.to_json(), "verdict": results.verdict}
+    for key, value in {**attrs, "verdict_reason": results.verdict_reason, "baseline": results.baseline}.items():
+        study.set_user_attr(key, value)
     study.add_trials(trials)
     return study
 
 
-def objective_name(results: Mapping[str, Any]) -> str:
-    return "size (KB)" if results.get("objective") == "size" else "latency (ms)"
+def objective_name(results: Result) -> str:
+    return "size (KB)" if results.objective == "size" else "latency (ms)"
 
 
-def objective_value(results: Mapping[str, Any], metrics: Mapping[str, Any]) -> float | None:
+def objective_value(results: Result, metrics: Mapping[str, Any]) -> float | None:
     """The run's objective in the report's units (KB for size), None when not measured."""
-    if results.get("objective") == "size":
+    if results.objective == "size":
         value = metrics.get("size_bytes")
         return None if value is None else float(value) / 1024
     value = metrics.get("latency_ms")
     return None if value is None else float(value)
 
 
-def frozen_trials(results: Mapping[str, Any], space: Any = None) -> list[Any]:
+def frozen_trials(results: Result, space: Any = None) -> list[Any]:
     """The run's trials as Optuna ``FrozenTrial`` objects, in trial order."""
     import optuna
     from optuna.trial import TrialState
 
-    trials = sorted(results.get("trials", []), key=lambda t: t["number"])
-    mapped = [_mapped_params(trial.get("params", {}), space) for trial in trials]
+    trials = sorted(results.trials, key=lambda t: t.number)
+    mapped = [_mapped_params(trial.params, space) for trial in trials]
     distributions = _distributions(mapped)
-    tolerable = Criterion.from_json(results["criterion"]).tolerable_loss
+    tolerable = results.criterion.tolerable_loss
     native = "constraints" in inspect.signature(optuna.trial.create_trial).parameters
     out = []
     for trial, params in zip(trials, mapped, strict=True):
@@ -106,9 +108,9 @@ def frozen_trials(results: Mapping[str, Any], space: Any = None) -> list[Any]:
         used = {name: distributions[name] for name in values}
         params_out = {name: used[name].to_external_repr(internal) for name, internal in values.items()}
         attrs = _user_attrs(trial)
-        objective = objective_value(results, trial.get("metrics", {}))
-        loss = trial.get("accuracy_loss")
-        ok = trial.get("status") == "ok" and objective is not None and loss is not None
+        objective = objective_value(results, trial.metrics)
+        loss = trial.accuracy_loss
+        ok = trial.status == "ok" and objective is not None and loss is not None
         kwargs: dict[str, Any] = {"params": params_out, "distributions": used, "user_attrs": attrs}
         if ok:
             violation = float(loss) - float(tolerable)
@@ -122,18 +124,18 @@ def frozen_trials(results: Mapping[str, Any], space: Any = None) -> list[Any]:
     return out
 
 
-def _user_attrs(trial: Mapping[str, Any]) -> dict[str, Any]:
+def _user_attrs(trial: TrialRecord) -> dict[str, Any]:
     attrs = {
-        "quantune_trial": trial["number"],
-        "flow": " > ".join(trial.get("flow", [])),
-        "stage": trial.get("stage", ""),
-        "meets_criterion": trial.get("meets_criterion"),
-        "failure_class": trial.get("failure_class"),
-        "error": (trial.get("error") or "")[:500] or None,
+        "quantune_trial": trial.number,
+        "flow": " > ".join(trial.flow),
+        "stage": trial.stage,
+        "meets_criterion": trial.meets_criterion,
+        "failure_class": trial.failure_class,
+        "error": (trial.error or "")[:500] or None,
     }
     for key in ("quantized_ops", "quantized_compute_fraction", "size_bytes", "latency_ms"):
-        if key in trial.get("metrics", {}):
-            attrs[key] = trial["metrics"][key]
+        if key in trial.metrics:
+            attrs[key] = trial.metrics[key]
     return {k: v for k, v in attrs.items() if v is not None and v != ""}
 
 

@@ -15,7 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quantune.evaluate.criterion import Criterion
+from quantune.engine.result import Result
+from quantune.engine.trial import TrialRecord
 from quantune.report.plots import loss_scale
 from quantune.report.precision import excluded
 from quantune.report.sections import loss_text
@@ -74,50 +75,50 @@ def nodes_cell(names: list[str], types: Mapping[str, str], label: str = "") -> s
     return f"<details><summary>{summary}</summary><ul class=nodes>{items}</ul></details>"
 
 
-def trial_table(results: Mapping[str, Any], page_dir: Path, types: Mapping[str, str]) -> str:
-    metric = results.get("metric", "")
-    kind = Criterion.from_json(results["criterion"]).kind
+def trial_table(results: Result, page_dir: Path, types: Mapping[str, str]) -> str:
+    metric = results.metric
+    kind = results.criterion.kind
     scale, _ = loss_scale(results)
-    best = (results.get("best") or {}).get("number")
-    miss = (results.get("closest_miss") or {}).get("number")
+    best = results.best.number if results.best else None
+    miss = results.closest_miss.number if results.closest_miss else None
     head = "".join(
         f'<th data-kind="{kind_}">{html.escape(_header(name, metric, results))}</th>' for name, kind_ in _COLUMNS
     )
     rows = []
-    for trial in sorted(results.get("trials", []), key=lambda t: t["number"]):
-        m = trial.get("metrics", {})
-        loss = trial.get("accuracy_loss")
+    for trial in sorted(results.trials, key=lambda t: t.number):
+        m = trial.metrics
+        loss = trial.accuracy_loss
         objective = objective_value(results, m)
-        durations = trial.get("durations") or {}
+        durations = trial.durations or {}
         passes = durations.get("passes_s") or {}
-        cache = trial.get("cache") or {}
+        cache = trial.cache or {}
         hits = sum(1 for v in cache.values() if v == "hit")
-        status = "ok" if trial.get("status") == "ok" else f"failed: {trial.get('failure_class') or ''}"
+        status = "ok" if trial.status == "ok" else f"failed: {trial.failure_class or ''}"
         cells = [
-            (trial["number"], html.escape(str(trial["number"]))),
-            (None, html.escape(str(trial.get("stage", "")))),
-            (None, _params_cell(trial.get("params", {}), types)),
+            (trial.number, html.escape(str(trial.number))),
+            (None, html.escape(str(trial.stage))),
+            (None, _params_cell(trial.params, types)),
             (None, _status_cell(trial, status)),
             (m.get(metric), _num(m.get(metric), "{:.4f}")),
             (None if loss is None else scale * loss, html.escape(loss_text(loss, kind))),
             (objective, _num(objective, "{:.4g}") + ("*" if "latency_search_ms" in m else "")),
             (_kb(m), _num(_kb(m), "{:.0f}")),
             (m.get("quantized_compute_fraction"), _quantized(m)),
-            (None, {True: "yes", False: "no"}.get(trial.get("meets_criterion"), "")),
+            (None, {True: "yes", False: "no"}.get(trial.meets_criterion, "")),
             (sum(passes.values()) if passes else None, _passes_cell(passes)),
             (durations.get("evaluation_s"), _num(durations.get("evaluation_s"), "{:.2f}")),
             (durations.get("total_s"), _num(durations.get("total_s"), "{:.2f}")),
             (hits if cache else None, f"{hits}/{len(cache)}" if cache else ""),
-            (None, _model_link(trial.get("model_path"), page_dir)),
+            (None, _model_link(trial.model_path, page_dir)),
         ]
         css = []
-        if trial["number"] == best:
+        if trial.number == best:
             css.append("best")
-        if trial["number"] == miss:
+        if trial.number == miss:
             css.append("miss")
-        if trial.get("status") != "ok":
+        if trial.status != "ok":
             css.append("failed")
-        state = "failed" if trial.get("status") != "ok" else ("meets" if trial.get("meets_criterion") else "misses")
+        state = "failed" if trial.status != "ok" else ("meets" if trial.meets_criterion else "misses")
         tds = "".join(_td(value, text) for value, text in cells)
         rows.append(f'<tr class="{" ".join(css)}" data-state="{state}">{tds}</tr>')
     return (
@@ -134,7 +135,7 @@ def _td(value: Any, text: str) -> str:
     return f"<td>{text}</td>" if value is None else f'<td data-v="{float(value)!r}">{text}</td>'
 
 
-def _header(name: str, metric: str, results: Mapping[str, Any]) -> str:
+def _header(name: str, metric: str, results: Result) -> str:
     if name == "metric":
         return metric or "metric"
     if name == "objective":
@@ -175,10 +176,10 @@ def _params_cell(params: Mapping[str, Any], types: Mapping[str, str]) -> str:
     return text
 
 
-def _status_cell(trial: Mapping[str, Any], status: str) -> str:
-    if trial.get("status") == "ok":
+def _status_cell(trial: TrialRecord, status: str) -> str:
+    if trial.status == "ok":
         return "ok"
-    error = html.escape(trial.get("error") or "")
+    error = html.escape(trial.error or "")
     return f'<span class=bad title="{error}">{html.escape(status)}</span>'
 
 
