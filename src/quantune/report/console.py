@@ -23,7 +23,8 @@ from quantune.engine.selection import quantizes_nothing
 from quantune.engine.timebook import time_line
 from quantune.engine.trial import TrialRecord
 from quantune.report.miss import miss_lines
-from quantune.report.result import Result, format_loss, format_ratio, speed_words
+from quantune.report.result import Result, format_loss, format_ratio
+from quantune.report.speed import speed_of
 from quantune.report.summarize import node_op_types, summarize_value
 
 
@@ -200,11 +201,6 @@ def quantized_label(metrics: dict[str, float]) -> str:
     return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
 
 
-def _as_results(result: Result) -> dict[str, Any]:
-    """The parts of results.json that ``speed_words`` reads."""
-    return {"latency_confirmation": result.latency_confirmation, "baseline": result.baseline}
-
-
 def verdict_line(result: Result) -> str:
     """The run's answer in one line: which model to use, and why."""
     best, base = result.best, result.baseline
@@ -217,7 +213,7 @@ def verdict_line(result: Result) -> str:
             words = format_ratio(best.metrics["size_bytes"], base["size_bytes"], less="smaller", more="larger")
             return f"keep the original: no candidate was smaller (best candidate {words}, trial {best.number})"
         if result.objective == "latency":
-            words = speed_words(_as_results(result), {"number": best.number, "metrics": best.metrics})
+            words = speed_of(result, best)
             return f"keep the original: no candidate was faster (best candidate {words}, trial {best.number})"
         return f"keep the original: {result.verdict_reason}"
     if result.verdict == "keep_original":  # settled without a candidate (e.g. every variant timed slower)
@@ -281,7 +277,7 @@ def summary(result: Result) -> str:
         lines.append(
             f"best: trial {result.best.number}{_saved_as(result)}  "
             f"{label} {m[result.metric]:.4f} (original {base[result.metric]:.4f}), latency {m['latency_ms']:.3f} ms "
-            f"({speed_words(_as_results(result), {'number': result.best.number, 'metrics': m})}), "
+            f"({speed_of(result, result.best)}), "
             f"size {m['size_bytes'] / 1024:.0f} KB "
             f"({format_ratio(m['size_bytes'], base['size_bytes'], less='smaller', more='larger')}), "
             f"quantized ops {quantized_label(m) or 'unknown'}"

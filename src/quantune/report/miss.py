@@ -13,7 +13,8 @@ import math
 
 from quantune.engine.result import Result
 from quantune.engine.trial import TrialRecord
-from quantune.wording import format_loss, speed_words
+from quantune.report.speed import speed_of
+from quantune.wording import format_loss
 
 SHOWN = 5  # front points listed under the closest miss
 
@@ -32,10 +33,7 @@ def accepting_loss(loss: float) -> float:
 
 
 def _speed(result: Result, record: TrialRecord) -> str:
-    words = speed_words(
-        {"latency_confirmation": result.latency_confirmation, "baseline": result.baseline},
-        {"number": record.number, "metrics": record.metrics},
-    )
+    words = speed_of(result, record)
     return words.replace("faster", "faster than the original", 1) if "faster" in words else words
 
 

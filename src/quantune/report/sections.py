@@ -19,8 +19,9 @@ from quantune.report.precision import (
     recovered,
     recovery_steps,
 )
+from quantune.report.speed import speed_of
 from quantune.report.study import objective_name, objective_value
-from quantune.wording import format_loss, format_ratio, speed_words
+from quantune.wording import format_loss, format_ratio
 
 _VERDICTS = {
     "improved": ("good", "improved: use the best model"),
@@ -67,7 +68,7 @@ def summary(results: Result) -> str:
         lines.append(
             f"{kind}: trial {chosen.number}, {metric} {m.get(metric, float('nan')):.4f} "
             f"(loss {loss_text(chosen.accuracy_loss, criterion.kind)}), latency "
-            f"{m.get('latency_ms', float('nan')):.3f} ms ({speed_words(_speed_fields(results), {'number': chosen.number, 'metrics': m})}), size "
+            f"{m.get('latency_ms', float('nan')):.3f} ms ({speed_of(results, chosen)}), size "
             f"{m.get('size_bytes', 0) / 1024:.0f} KB "
             f"({format_ratio(m.get('size_bytes', 0), base.get('size_bytes', 0), less='smaller', more='larger')}); "
             f"flow {' > '.join(chosen.flow)}"
@@ -83,11 +84,6 @@ def summary(results: Result) -> str:
     if results.latency_confirmation:
         lines.append("latencies marked * were timed again at the end, side by side with the original")
     return "<ul>" + "".join(f"<li>{e(line)}</li>" for line in lines) + "</ul>"
-
-
-def _speed_fields(results: Result) -> dict[str, Any]:
-    """The parts of results.json that ``speed_words`` reads."""
-    return {"latency_confirmation": results.latency_confirmation, "baseline": results.baseline}
 
 
 def environment(results: Result) -> str:
