@@ -67,3 +67,34 @@ def test_report_refuses_a_results_json_without_a_criterion_in_one_line(make_conf
     assert main(["report", str(out)]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and "criterion" in err[0]
+
+
+def test_the_report_draws_an_old_results_json_read_back_typed(tmp_path) -> None:
+    """The page reads the typed Result: a results.json of the first kind (no objective, objectives,
+    environment, time breakdown or strategy notes; a criterion without its description; trials
+    with only their first keys) still draws, each missing key at its default."""
+    from quantune.report.html import render_html
+
+    def trial(number: int, status: str, loss: float | None, latency: float) -> dict[str, object]:
+        metrics = {"top1": 0.9, "latency_ms": latency, "size_bytes": 2048.0} if status == "ok" else {}
+        meets = loss is not None and loss <= 0.01
+        params = {"static_quant.per_channel": number % 2 == 0}
+        first = {"number": number, "flow": ["static_quant"], "params": params, "status": status, "metrics": metrics}
+        return {**first, "accuracy_loss": loss, "meets_criterion": meets}
+
+    trials = [trial(0, "ok", 0.0, 1.0), trial(1, "ok", 0.02, 0.5), trial(2, "failed", None, 0.0)]
+    old = {
+        "baseline": {"top1": 0.9, "latency_ms": 2.0, "size_bytes": 4096.0},
+        "trials": trials,
+        "best": trials[0],
+        "metric": "top1",
+        "criterion": {"type": "absolute", "tolerable_loss": 0.01},
+        "verdict": "improved",
+    }
+    result = Result.from_json(old, tmp_path)
+    assert result.objective == "latency" and result.environment == {} and result.failure_classes == {"unclassified": 1}
+    page = render_html(old, tmp_path)
+    assert page == render_html(result, tmp_path)  # the dict is read with Result.from_json, so the same page
+    assert "quantune: top1, 3 trials" in page and "best: trial 0" in page
+    # the failure classes are the typed Result's, counted from the trials (main read the key, absent here)
+    assert "predates the machine record" in page and "failed 1x: unclassified" in page
