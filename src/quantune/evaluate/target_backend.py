@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
@@ -150,9 +151,12 @@ class TargetBackend:
         spec: LatencySpec,
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
-        deadline: float | None = None,  # not yet passed to the target process: its rounds run in full
+        deadline: float | None = None,
         min_rounds: int = 5,
     ) -> np.ndarray:
+        """Interleaved rounds in the target (see ``time_side_by_side``). ``deadline`` is this process's
+        ``time.perf_counter()``: the target gets the seconds left to it when the request leaves, on
+        its own clock, and starts no round past them once ``min_rounds`` ran (fewer columns come back)."""
         path, layout = self.scratch.arrays([feed])
         try:
             sessions = [self._load(model, spec.threads, timing=True, settings=settings) for model in models]
@@ -165,6 +169,8 @@ class TargetBackend:
                     warmup=spec.warmup,
                     repeats=spec.repeats,
                     runner=self.runner,
+                    seconds=None if deadline is None else deadline - time.perf_counter(),
+                    min_rounds=min_rounds,
                 )
         finally:
             with contextlib.suppress(TargetFault):
