@@ -26,7 +26,7 @@ from quantune.engine.baseline import (
     timed_quickly,
 )
 from quantune.engine.confirm import MIN_ROUNDS, timing_rounds
-from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, session_load_s, write_s
+from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, least_end_cost_s, session_load_s, write_s
 from quantune.engine.ending import Ending, confirm_end, retimes
 from quantune.engine.executors import Executor, WorkerSpec, create_executor
 from quantune.engine.executors.contexts import check_main_importable, warm_up
@@ -254,7 +254,8 @@ class Engine:
         judge = Judge(parts.criterion, self.config.evaluation.metric, self.objectives)
         size = baseline.get("size_bytes", 0.0)
         report_s = end_cost_s(self.listeners) - WRITE_S
-        end = EndBudget(self.config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size))
+        least = least_end_cost_s(self.listeners)
+        end = EndBudget(self.config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size), least)
         not_retimed = self._not_retimed()
         top = 0 if not_retimed else self.config.evaluation.latency.confirm_top
         warmup, _ = timing_rounds(self.config.evaluation.latency.warmup, 1, 1.0, 0.0)

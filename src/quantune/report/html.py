@@ -31,9 +31,11 @@ log = logging.getLogger("quantune")
 _TEMPLATE = Path(__file__).with_name("template.html")
 
 
-def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
+def write_report(run_dir: str | Path, output: str | Path | None = None, *, parameter_views: bool = True) -> Path:
     """Writes ``report.html`` (and ``optuna.db``) for the run in ``run_dir`` (the page to
-    ``output`` when given) and returns the page's path."""
+    ``output`` when given) and returns the page's path. ``parameter_views=False`` leaves out the
+    Optuna views and optuna.db: they are most of the drawing's seconds (Optuna's importance and
+    plotting imports), which a run under a short ``stop.timeout_s`` does not have."""
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
     try:
@@ -48,7 +50,7 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     field = "report --output" if output is not None else "report"
     if target.is_dir():
         raise QuantuneError(f"{field}: '{target}' is a folder; name the file to write, e.g. '{target / 'report.html'}'")
-    page = render_html(results, run_dir, page_dir=target.parent)
+    page = render_html(results, run_dir, page_dir=target.parent, parameter_views=parameter_views)
     try:
         with storage_errors(target, field):
             target.parent.mkdir(parents=True, exist_ok=True)  # a new folder for the page is made
@@ -64,7 +66,12 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     return target
 
 
-def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page_dir: str | Path | None = None) -> str:
+def render_html(
+    results: dict[str, Any],
+    run_dir: str | Path | None = None,
+    page_dir: str | Path | None = None,
+    parameter_views: bool = True,
+) -> str:
     """The page for one results.json (``run_dir``: where its models and config.json are)."""
     from plotly.offline import get_plotlyjs
 
@@ -78,7 +85,7 @@ def render_html(results: dict[str, Any], run_dir: str | Path | None = None, page
     start = (results.get("preparation") or {}).get("model")
     types = {**node_types(chosen_path), **node_types(start)}
     precision, counts = sections.precision_section(results, run_dir, types)
-    views, note = _optuna_views(results, run_dir)
+    views, note = _optuna_views(results, run_dir) if parameter_views else _views_left_out(run_dir)
     fields = {
         "title": html.escape(f"quantune: {results.get('metric', '')}, {len(results['trials'])} trials"),
         "plotlyjs": get_plotlyjs(),
@@ -167,6 +174,16 @@ def _optuna_views(results: dict[str, Any], run_dir: Path) -> tuple[dict[str, str
         "is named by its parents' values, as the Optuna samplers name it."
     )
     return views, note
+
+
+def _views_left_out(run_dir: Path) -> tuple[dict[str, str], str]:
+    """The parameter views' places when they were left out to keep ``stop.timeout_s``."""
+    note = (
+        "The parameter views were left out to end within stop.timeout_s (drawing them takes seconds); "
+        f"quantune report {run_dir} draws the page with them."
+    )
+    names = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
+    return dict.fromkeys(names, f"<p class=note>{html.escape(note)}</p>"), note
 
 
 def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
