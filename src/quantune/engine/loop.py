@@ -79,7 +79,9 @@ class Judge:
         violation = 0.0 if record.accuracy_loss is None else self.criterion.violation(record.accuracy_loss)
         names = self.objectives
         values = tuple(objective_value(record, name) for name in names) if len(names) > 1 else None
-        return Outcome(record.objective, violation, record.meets_criterion, record.metrics, objectives=values)
+        return Outcome(
+            record.objective, violation, record.meets_criterion, record.metrics, objectives=values, number=record.number
+        )
 
 
 class RunLoop:
