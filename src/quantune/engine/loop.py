@@ -24,6 +24,7 @@ from quantune.engine.plan import Plan
 from quantune.engine.result import Result
 from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.selection import better, objective_value
+from quantune.engine.timebook import stage_name
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.evaluate import Criterion
 from quantune.store import RunStore
@@ -137,6 +138,7 @@ class RunLoop:
         self.told = 0
         self.interrupts = DeferredInterrupt()
         self._overrun_reason = ""
+        self.stage = ""  # the stage of the last trial started: a timeout names it
         self.model_owner: dict[str, int] = {}  # candidate model hash -> first trial that produced it
         self.duplicates = 0  # trials whose model an earlier trial produced: not counted in max_trials
         self.known = KnownFailures()
@@ -189,7 +191,7 @@ class RunLoop:
             if not done:
                 self.abandoned = len(self.pending)
                 self.pending.clear()
-                return (stop_reason or f"timeout ({self.stop.timeout_s:g} s) reached") + (
+                return (stop_reason or f"timeout ({self.stop.timeout_s:g} s) reached{self._in_stage()}") + (
                     f"; {self.abandoned} trial(s) still running at the limit were abandoned (run again to resume them)"
                 )
             for future in sorted(done, key=lambda f: self.pending[f][0].number):
@@ -212,6 +214,7 @@ class RunLoop:
         stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
         if stored is None and self._would_overrun(trial.flow):
             return False
+        self.stage = proposal.stage
         self.step_configs[trial.number] = {
             step.id: config.model_dump(mode="json") for step, config in plan.configs_for(proposal.point, flow)
         }
@@ -274,7 +277,7 @@ class RunLoop:
         kept = (
             f", with {self.end_reserve_s:.0f} s kept for the re-timing and results" if self.end_reserve_s >= 0.5 else ""
         )
-        self._overrun_reason = f"timeout ({timeout:g} s): the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it{kept}"
+        self._overrun_reason = f"timeout ({timeout:g} s){self._in_stage()}: the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it{kept}"
         return True
 
     def _tell_replayed(self) -> None:
@@ -338,6 +341,11 @@ class RunLoop:
         self.duplicates += 1
         return first
 
+    def _in_stage(self) -> str:
+        """`` in the latency stage``: where the search was when the limit came (``""`` before any trial)."""
+        stage = getattr(self, "stage", "")  # a loop put together piecemeal (tests) has none
+        return f" in the {stage_name(stage)} stage" if stage else ""
+
     def _should_stop(self) -> str:
         stop = self.stop
         met = sum(1 for r in self.records if r.meets_criterion)
@@ -347,7 +355,7 @@ class RunLoop:
             if met:
                 return "a trial met the criterion (timeout: 0)"
         elif stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s - self.end_reserve_s:
-            return f"timeout ({stop.timeout_s:g} s) reached"
+            return f"timeout ({stop.timeout_s:g} s) reached{self._in_stage()}"
         if stop.stop_when_met and met:
             return "a trial met the criterion (stop_when_met)"
         if stop.n_candidates is not None and met >= stop.n_candidates:
