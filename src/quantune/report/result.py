@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from pathlib import Path
 
 from quantune.engine.result import Result, write_outputs
@@ -64,6 +65,16 @@ class PageWriter:
         pass
 
     def on_end(self, result: Result) -> None:
+        """Draws the page; its seconds join the run's time breakdown (``report``) and duration for the
+        console's last lines (results.json, written before, holds them without the page)."""
+        began = time.perf_counter()
+        self._draw(result)
+        spent = time.perf_counter() - began
+        if _drawn() and result.time_spent_s:
+            result.time_spent_s = {**result.time_spent_s, "report": round(spent, 3)}
+            result.duration_s += spent
+
+    def _draw(self, result: Result) -> None:
         left = result.time_left_s
         if left is not None and left < self.end_cost_s:
             log.info(
