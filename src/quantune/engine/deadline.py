@@ -111,6 +111,14 @@ class EndBudget:
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return needed + (self.report_s if self.report_fits(needed) else min(self.least_report_s, self.report_s))
 
+    def start_reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
+        """What a trial may not end inside: :meth:`reserve_s` with the least report only (a trial that
+        fits beside it is started, and the page is drawn without its Optuna views)."""
+        if not self.limited:
+            return 0.0
+        needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
+        return needed + min(self.least_report_s, self.report_s)
+
     def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
         """The latest moment the fewest re-timing rounds and the writing still end within the limit:
         a trial still running then is abandoned (loop.py), not waited for (the tolerance is left for

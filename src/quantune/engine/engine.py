@@ -200,10 +200,10 @@ class Engine:
             if prebuild is None or parts.context.before_ceilings is None:
                 return
             parts.context.before_ceilings = None
-            prebuild.join()
+            prebuild.join(self.isolation.deadline.at)
             prebuild.keep_log(self.isolation.log_dir)
             if parts.context.baseline_status == "miss" or timed_quickly(parts.context):
-                fresh = retime_original(parts.context)
+                fresh = retime_original(parts.context, self.isolation.deadline.at)
                 baseline.update(fresh)
                 strategy.baseline.update(fresh)
 
@@ -263,6 +263,9 @@ class Engine:
             judge, parts.plan, self.config.stop, self.listeners, strategy, executor, store, replay, baseline, started
         )
         loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+        loop.start_reserve_s = end.start_reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+        if self._prebuild is not None and self._prebuild.first_evaluated and self._prebuild.first is not None:
+            loop.evaluated_ahead.append(self._prebuild.first)  # its trial reads the cache
         loop.abandon_at = end.abandon_at(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
         # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
         rounds = self.config.evaluation.latency.warmup + self.config.evaluation.latency.repeats
