@@ -126,7 +126,10 @@ def run_once(name: str, timeout_s: float, max_trials: int, keep: Path | None) ->
         row = summarize(name, timeout_s, wall, done.returncode, done.stdout, output)
         if keep is not None:
             keep.mkdir(parents=True, exist_ok=True)
-            (keep / f"{name}-{timeout_s:g}-{int(time.time())}.log").write_text(done.stdout)
+            stem = f"{name}-{timeout_s:g}-{int(time.time())}"
+            (keep / f"{stem}.log").write_text(done.stdout)
+            if (output / "quantune.log").is_file():
+                (keep / f"{stem}.quantune.log").write_text((output / "quantune.log").read_text(errors="replace"))
         return row
 
 
@@ -236,7 +239,7 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--repeat", type=int, default=1, help="cold runs per (case, T): reproducibility")
     parser.add_argument("--max-trials", type=int, default=200, help="stop.max_trials (large: the limit must stop it)")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="where the table goes")
-    parser.add_argument("--logs", type=Path, help="keep each run's console output in this folder")
+    parser.add_argument("--logs", type=Path, help="keep each run's console output and quantune.log in this folder")
     return parser.parse_args()
 
 

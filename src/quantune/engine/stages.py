@@ -71,6 +71,11 @@ def isolated(
         plain = [(dict(point), tuple(flow)) for point, flow in items]
         if local is not None and local[0].before_ceilings is not None:
             local[0].before_ceilings()  # the models built ahead (prebuild.py)
+        left = isolation.deadline.left_s()  # the run's limit bounds the timing here as a stage's
+        if left == 0.0:
+            return [None] * len(plain)
+        if left is not None:
+            budget_s = left if budget_s is None else min(budget_s, left)
         if local is not None:
             from quantune.engine.probes import cached_ceilings
 
