@@ -82,13 +82,16 @@ def time_until_decided(
     chunk: int = 3,
     deadline: float | None = None,
     runner: Callable | None = None,
+    limit: float | None = None,
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
     A candidate whose ratio is decided sits out the later rounds (NaN there): a slow dynamic
     variant is timed five times, not twenty. ``deadline`` is a ``time.perf_counter()`` value; at
     least ``min_rounds`` rounds always run (a ratio needs some rounds to mean anything), so a
-    deadline never leaves a candidate untimed.
+    deadline never leaves a candidate untimed. ``limit`` (the run's ``stop.timeout_s``, less its end)
+    comes before that: no round starts past it once one ran (fewer rounds, noisier ratios, rather than
+    a run past its limit: 5 rounds of 9 models took 30 s on a loaded machine).
     """
     timing_spec = replace(spec, warmup=min(spec.warmup, 2))
     calls = [_call(_timing_session(original, timing_spec), feeds, runner)]
@@ -129,6 +132,8 @@ def time_until_decided(
                 column[row] = time.perf_counter() - start
             columns.append(column)
             done = len(columns)
+            if limit is not None and time.perf_counter() >= limit:
+                break
             if done < min_rounds or (done - min_rounds) % chunk:
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
