@@ -128,6 +128,13 @@ class EndBudget:
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return self.started + float(self.timeout_s) - needed
 
+    def arm(self, loop: Any, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> None:
+        """The run loop's limits from this budget: ``end_reserve_s`` (the search stops there),
+        ``start_reserve_s`` (no trial ends inside it) and ``abandon_at`` (a trial still running is left)."""
+        loop.end_reserve_s = self.reserve_s(baseline_ms, top, warmup, min_rounds)
+        loop.start_reserve_s = self.start_reserve_s(baseline_ms, top, warmup, min_rounds)
+        loop.abandon_at = self.abandon_at(baseline_ms, top, warmup, min_rounds)
+
     def report_fits(self, needed_s: float) -> bool:
         """Whether the report's drawing is kept from the limit besides ``needed_s`` (see :meth:`reserve_s`)."""
         return self.report_s > 0 and self.report_s <= (self.left_s() - needed_s) / 2

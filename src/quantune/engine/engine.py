@@ -262,11 +262,8 @@ class Engine:
         loop = RunLoop(
             judge, parts.plan, self.config.stop, self.listeners, strategy, executor, store, replay, baseline, started
         )
-        loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
-        loop.start_reserve_s = end.start_reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
-        if self._prebuild is not None and self._prebuild.first_evaluated and self._prebuild.first is not None:
-            loop.evaluated_ahead.append(self._prebuild.first)  # its trial reads the cache
-        loop.abandon_at = end.abandon_at(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+        end.arm(loop, baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)  # its reserves and abandon time
+        loop.evaluated_ahead = self._prebuild.ahead() if self._prebuild is not None else []  # read from the cache
         # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
         rounds = self.config.evaluation.latency.warmup + self.config.evaluation.latency.repeats
         loop.first_trial_s = 2 * evaluation_seconds(parts.context) + rounds * baseline.get("latency_ms", 0.0) / 1000

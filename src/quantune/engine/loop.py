@@ -283,7 +283,9 @@ class RunLoop:
         if elapsed + expected <= timeout - reserve:
             return False
         kept = f", with {reserve:.0f} s kept for the re-timing and results" if reserve >= 0.5 else ""
-        self._overrun_reason = f"timeout ({timeout:g} s){self._in_stage()}: the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it{kept}"
+        what = f"the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it"
+        what = what if expected >= 0.05 else "no time is left for another trial"
+        self._overrun_reason = f"timeout ({timeout:g} s){self._in_stage()}: {what}{kept}"
         return True
 
     def _tell_replayed(self) -> None:

@@ -325,6 +325,10 @@ class Prebuild:
         self._first_done.wait(timeout_s)
         return self.first_evaluated
 
+    def ahead(self) -> list[Item]:
+        """The first guess when it was evaluated ahead (its trial reads the cache), else nothing."""
+        return [self.first] if self.first_evaluated and self.first is not None else []
+
     def join(self, deadline: float | None = None) -> None:
         """Waits for the builds; with ``deadline`` (``time.perf_counter()``, the run's limit) no longer
         than until then: builds still running are stopped (issue 23: one static build of a 225 KB
