@@ -178,7 +178,7 @@ def summarize(name: str, timeout_s: float, wall: float, code: int, console: str,
 
 def time_line(console: str) -> str:
     """The console's ``time:`` line, whose wrapping (the console's width) is undone."""
-    found = re.search(r"^time: (.*?\(total [0-9.]+ s\))", console, flags=re.M | re.S)
+    found = re.search(r"^time: (.*?\(total\s+[0-9.]+\s+s\))", console, flags=re.M | re.S)
     return "time: " + " ".join(found.group(1).split()) if found else ""
 
 
