@@ -64,7 +64,8 @@ def test_an_in_budget_ceiling_ends_the_search_and_says_why(make_config) -> None:
     assert [stage for _, stage in seen] == [seen[0][1]] and seen[0][1].startswith("ceiling")
     reason = strategy.finished_reason
     assert "speed ceiling of the fastest variant" in reason and "nothing faster is possible" in reason
-    assert seen[0][1] in reason  # names the trial
+    stage, _, tried = seen[0][1].partition(": ")
+    assert reason.startswith(f"the {stage} stage: ") and f"({tried})" in reason  # names the stage and the trial
 
 
 def test_stop_at_ceiling_false_goes_on_to_the_latency_stage(make_config) -> None:
@@ -168,6 +169,8 @@ def test_a_real_run_stops_at_the_ceiling_before_max_trials(tmp_path: Path) -> No
     assert result.trials[0].meets_criterion and result.trials[0].stage.startswith("ceiling")
     assert "nothing faster is possible" in result.stop_reason
     assert "speed ceiling of the fastest variant" in result.stop_reason
+    # the stop reason names the stage and the trial, as a person says it
+    assert f"the ceiling stage: trial {result.trials[0].number} (" in result.stop_reason, result.stop_reason
 
 
 # -- 2. a latency stage that only samples what changes speed ---------------------------------------

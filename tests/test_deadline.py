@@ -124,10 +124,26 @@ def test_a_stage_stops_at_the_runs_time_limit(tmp_path) -> None:
     assert not outcome.ok and "longer than 1 s" in outcome.error
 
 
-def test_report_html_is_not_drawn_past_the_limit(make_config, tmp_path, monkeypatch, caplog) -> None:
+def test_report_html_without_its_slow_views_past_the_limit(make_config, tmp_path, monkeypatch, caplog) -> None:
+    """1 s of the limit left: report.html is still written (issue 23: a 6 s limit ended without one),
+    without the Optuna views that take seconds, and says how to draw them."""
     monkeypatch.setenv("QUANTUNE_REPORT", "1")
+    caplog.set_level("INFO", logger="quantune")
     config = make_config(passes=WEIGHT_TYPES, evaluation=LATENCY, stop={"max_trials": 2, "timeout_s": 1000})
     quantune.tune(config, output=tmp_path / "out", started=time.perf_counter() - 999.0)
     assert (tmp_path / "out" / "results.json").is_file()
-    assert not (tmp_path / "out" / "report.html").exists()
-    assert "report.html not drawn" in caplog.text and "quantune report" in caplog.text
+    page = (tmp_path / "out" / "report.html").read_text()
+    assert "parameter views were left out to end within stop.timeout_s" in page
+    assert not (tmp_path / "out" / "optuna.db").exists()
+    assert "without its parameter views" in caplog.text and "quantune report" in caplog.text
+
+
+def test_the_least_report_is_always_kept_from_the_limit() -> None:
+    """The full page's seconds are kept only where the search keeps the larger share; the least page's always."""
+    short = EndBudget(6.0, time.perf_counter(), end_s=0.1, report_s=5.0, load_s=0.05, least_report_s=1.0)
+    assert short.reserve_s(1.0, 2, 2, 5) == pytest.approx(short.retiming_s(1.0, 2, 2, 5) + 0.1 + 1.0)
+    long = EndBudget(600.0, time.perf_counter(), end_s=0.1, report_s=5.0, load_s=0.05, least_report_s=1.0)
+    assert long.reserve_s(1.0, 2, 2, 5) == pytest.approx(long.retiming_s(1.0, 2, 2, 5) + 0.1 + 5.0)
+    # the re-timing gives way to neither page when only the least one fits beside it
+    budget, why = short.retiming_budget(3.0, 0.5, 3)
+    assert budget is not None and not why

@@ -176,7 +176,7 @@ def test_an_unconfirmed_answer_is_confirmed_by_running_again(tmp_path, monkeypat
     assert (out / "best" / "model.onnx").is_file() == (again.verdict == "improved")
 
 
-def test_a_limit_of_a_few_seconds_runs_trials_and_confirms(make_config, tmp_path) -> None:
+def test_a_limit_of_a_few_seconds_runs_trials_and_confirms(make_config, tmp_path, monkeypatch) -> None:
     """stop.timeout_s: 8 on a small model whose trials take half a second: trials ran until the
     limit, the answer was confirmed side by side, and the run ended near the limit (a generous
     bound: the machine is shared). In worker processes: a trial that overruns its estimate on a
@@ -194,16 +194,19 @@ def test_a_limit_of_a_few_seconds_runs_trials_and_confirms(make_config, tmp_path
     # about: paid first, on another cache (the run below starts cold)
     warm = {**config, "cache_dir": str(tmp_path / "warm-cache"), "stop": {"max_trials": 1}}
     quantune.tune(warm, output=tmp_path / "warm")
+    monkeypatch.setenv("QUANTUNE_REPORT", "1")  # the report is part of what the limit holds
     begun = time.perf_counter()
     result = quantune.tune(config, output=tmp_path / "out")
     wall = time.perf_counter() - begun
     assert len(result.trials) >= 1, result.time_spent_s
-    assert result.stop_reason.startswith("timeout (8 s)"), result.stop_reason
+    assert result.stop_reason.startswith("timeout (8 s) "), result.stop_reason
+    assert " in the " in result.stop_reason and " stage" in result.stop_reason  # where the search was
+    assert (tmp_path / "out" / "report.html").is_file()  # the page without its slow views, at least
     assert any(t.meets_criterion for t in result.trials)
     assert result.latency_confirmation is not None, result.stop_reason
     assert result.verdict != "unconfirmed"
     assert wall <= 8 * 1.05 + 2.0, (wall, result.time_spent_s)
-    assert {"set-up", "original", "confirmation", "writing"} <= set(result.time_spent_s)
+    assert {"set-up", "original", "confirmation", "writing", "report"} <= set(result.time_spent_s)
 
 
 def test_a_trial_overrunning_into_the_confirmations_time_is_abandoned(make_config, tmp_path) -> None:

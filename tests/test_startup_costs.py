@@ -170,7 +170,7 @@ def test_a_quick_timing_of_the_original_is_marked_and_timed_again(make_config, m
     monkeypatch.setattr(
         context.evaluator.backend,
         "timings",
-        lambda models, feed, spec, *rest: rounds.append(spec.repeats) or real(models, feed, spec, *rest),
+        lambda models, feed, spec, *rest, **kw: rounds.append(spec.repeats) or real(models, feed, spec, *rest, **kw),
     )
     key = context.eval_key(context.model.sha256)
     figures, status = TrialRunner(context).baseline(quick_timing=True)

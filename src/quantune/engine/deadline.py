@@ -13,7 +13,10 @@ estimate) is it skipped, with the reason in ``results.json``, and the verdict is
 ``unconfirmed``, never ``improved``: ``quantune run`` on the same output confirms it.
 
 Under a short limit the report's drawing is what gives way (issue 23: a 6 s limit kept 5 s for
-report.html and ended at 1.5 s with 0 trials; a 10 s limit skipped the re-timing to keep it).
+report.html and ended at 1.5 s with 0 trials; a 10 s limit skipped the re-timing to keep it):
+the full page (its Optuna views take seconds) is kept only where it leaves the search the larger
+share, and otherwise the page without those views (``least_report_s``, under a second), so every
+run that ends by itself still writes report.html.
 """
 
 from __future__ import annotations
@@ -49,6 +52,12 @@ def end_cost_s(listeners: Sequence[Any]) -> float:
     return WRITE_S + sum(float(getattr(listener, "end_cost_s", 0.0) or 0.0) for listener in listeners)
 
 
+def least_end_cost_s(listeners: Sequence[Any]) -> float:
+    """The least the run's listeners take when it ends (``least_end_cost_s`` attributes; one without
+    gives way whole under a short limit): report.html without its parameter views."""
+    return sum(float(getattr(listener, "least_end_cost_s", 0.0) or 0.0) for listener in listeners)
+
+
 def write_s(size_bytes: float) -> float:
     """About what writing results.json and copying the answer's model to best/ takes (the workers are
     stopped before the confirmation): ``WRITE_S`` at 500 MB, a tenth of a second for a small model."""
@@ -65,14 +74,16 @@ def session_load_s(size_bytes: float) -> float:
 @dataclass(frozen=True)
 class EndBudget:
     """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs
-    besides the re-timing: writing the results (``end_s``, always kept) and drawing the report
-    (``report_s``, kept only where it leaves the search the larger share, see :meth:`reserve_s`)."""
+    besides the re-timing: writing the results (``end_s``, always kept), drawing the full report
+    (``report_s``, kept only where it leaves the search the larger share, see :meth:`reserve_s`)
+    and the least report (``least_report_s``, always kept)."""
 
     timeout_s: float | None
     started: float
     end_s: float = WRITE_S
     report_s: float = 0.0
     load_s: float = SESSION_LOAD_S  # per model the re-timing loads
+    least_report_s: float = 0.0
 
     @property
     def limited(self) -> bool:
@@ -98,7 +109,15 @@ class EndBudget:
         if not self.limited:
             return 0.0
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
-        return needed + (self.report_s if self.report_fits(needed) else 0.0)
+        return needed + (self.report_s if self.report_fits(needed) else min(self.least_report_s, self.report_s))
+
+    def start_reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
+        """What a trial may not end inside: :meth:`reserve_s` with the least report only (a trial that
+        fits beside it is started, and the page is drawn without its Optuna views)."""
+        if not self.limited:
+            return 0.0
+        needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
+        return needed + min(self.least_report_s, self.report_s)
 
     def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
         """The latest moment the fewest re-timing rounds and the writing still end within the limit:
@@ -109,6 +128,13 @@ class EndBudget:
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return self.started + float(self.timeout_s) - needed
 
+    def arm(self, loop: Any, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> None:
+        """The run loop's limits from this budget: ``end_reserve_s`` (the search stops there),
+        ``start_reserve_s`` (no trial ends inside it) and ``abandon_at`` (a trial still running is left)."""
+        loop.end_reserve_s = self.reserve_s(baseline_ms, top, warmup, min_rounds)
+        loop.start_reserve_s = self.start_reserve_s(baseline_ms, top, warmup, min_rounds)
+        loop.abandon_at = self.abandon_at(baseline_ms, top, warmup, min_rounds)
+
     def report_fits(self, needed_s: float) -> bool:
         """Whether the report's drawing is kept from the limit besides ``needed_s`` (see :meth:`reserve_s`)."""
         return self.report_s > 0 and self.report_s <= (self.left_s() - needed_s) / 2
@@ -116,14 +142,15 @@ class EndBudget:
     def retiming_budget(self, wanted_s: float, minimum_s: float, models: int) -> tuple[float | None, str]:
         """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when the
         fewest rounds (``minimum_s``, sessions' loads excluded) do not fit what is left of the limit
-        and its 5% tolerance. The re-timing comes before the report: the report is left out first."""
+        and its 5% tolerance. The re-timing comes before the report: the full report gives way first,
+        then the least one."""
         if not self.limited:
             return wanted_s, ""
         loads = models * self.load_s
         left = self.left_s() - self.end_s - loads
-        report_s = self.report_s if self.report_fits(minimum_s + loads + self.end_s) else 0.0  # a dropped one: none
-        if left - report_s >= minimum_s:  # the report keeps its time too
-            return min(wanted_s, left - report_s), ""
+        for report_s in (self.report_s, min(self.least_report_s, self.report_s)):
+            if left - report_s >= minimum_s:  # the report keeps its time too
+                return min(wanted_s, left - report_s), ""
         if left + TOLERANCE * float(self.timeout_s) >= minimum_s:
             return max(minimum_s, min(wanted_s, left)), ""
         return None, (

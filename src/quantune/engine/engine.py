@@ -111,7 +111,7 @@ class Engine:
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
         time_left = lambda: self._time_left(started)  # noqa: E731
-        tell_baseline(opening, baseline, self.listeners, self.config.stop.max_trials, time_left, self.isolation.log_dir)
+        tell_baseline(opening, baseline, self.listeners, self.config.stop.max_trials, time_left, self.isolation)
         searched = search(
             self.config,
             self.objectives,

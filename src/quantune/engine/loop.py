@@ -24,6 +24,7 @@ from quantune.engine.plan import Plan
 from quantune.engine.result import Result
 from quantune.engine.resume import Replay, SkipLog
 from quantune.engine.selection import better, objective_value
+from quantune.engine.timebook import stage_name
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.evaluate import Criterion
 from quantune.store import RunStore
@@ -79,7 +80,9 @@ class Judge:
         violation = 0.0 if record.accuracy_loss is None else self.criterion.violation(record.accuracy_loss)
         names = self.objectives
         values = tuple(objective_value(record, name) for name in names) if len(names) > 1 else None
-        return Outcome(record.objective, violation, record.meets_criterion, record.metrics, objectives=values)
+        return Outcome(
+            record.objective, violation, record.meets_criterion, record.metrics, objectives=values, number=record.number
+        )
 
 
 class RunLoop:
@@ -135,6 +138,11 @@ class RunLoop:
         self.told = 0
         self.interrupts = DeferredInterrupt()
         self._overrun_reason = ""
+        self.stage = ""  # the stage of the last trial started: a timeout names it
+        # what a trial may not end inside: the end's reserve less the whole report's drawing (a trial
+        # comes before the report's Optuna views); None: all of end_reserve_s
+        self.start_reserve_s: float | None = None
+        self.evaluated_ahead: list[tuple[dict, tuple[str, ...]]] = []  # (point, flow) in the cache already
         self.model_owner: dict[str, int] = {}  # candidate model hash -> first trial that produced it
         self.duplicates = 0  # trials whose model an earlier trial produced: not counted in max_trials
         self.known = KnownFailures()
@@ -187,7 +195,7 @@ class RunLoop:
             if not done:
                 self.abandoned = len(self.pending)
                 self.pending.clear()
-                return (stop_reason or f"timeout ({self.stop.timeout_s:g} s) reached") + (
+                return (stop_reason or f"timeout ({self.stop.timeout_s:g} s) reached{self._in_stage()}") + (
                     f"; {self.abandoned} trial(s) still running at the limit were abandoned (run again to resume them)"
                 )
             for future in sorted(done, key=lambda f: self.pending[f][0].number):
@@ -208,8 +216,9 @@ class RunLoop:
         flow = proposal.flow or plan.flow_of(proposal.point)
         trial = Trial(self.asked, tuple(flow), proposal.point)
         stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
-        if stored is None and self._would_overrun(trial.flow):
+        if stored is None and not self._ahead(proposal.point, trial.flow) and self._would_overrun(trial.flow):
             return False
+        self.stage = proposal.stage
         self.step_configs[trial.number] = {
             step.id: config.model_dump(mode="json") for step, config in plan.configs_for(proposal.point, flow)
         }
@@ -255,7 +264,9 @@ class RunLoop:
             return False
         # a trial answered from the evaluation cache (a first guess evaluated ahead) took no time
         # that says how long the next one takes
-        worked = [r for r in self.records if r.cache.get("evaluation") != "hit"] or self.records
+        # (nor does it make the first real one's estimate: that stays first_trial_s)
+        hits = [] if self.first_trial_s > 0 else self.records
+        worked = [r for r in self.records if r.cache.get("evaluation") != "hit"] or hits
         same = [r.durations.get("total_s") for r in worked if tuple(r.flow) == flow]
         durations = [d for d in same if d] or [d for r in worked if (d := r.durations.get("total_s"))]
         if not durations:
@@ -267,12 +278,14 @@ class RunLoop:
         outside = time.perf_counter() - self.loop_started - sum(ran) / self.executor.capacity - stages
         expected = sum(durations) / len(durations) + max(0.0, outside) / max(1, len(ran))
         elapsed = time.perf_counter() - self.started
-        if elapsed + expected <= timeout - self.end_reserve_s:
+        reserve = getattr(self, "start_reserve_s", None)
+        reserve = self.end_reserve_s if reserve is None else reserve
+        if elapsed + expected <= timeout - reserve:
             return False
-        kept = (
-            f", with {self.end_reserve_s:.0f} s kept for the re-timing and results" if self.end_reserve_s >= 0.5 else ""
-        )
-        self._overrun_reason = f"timeout ({timeout:g} s): the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it{kept}"
+        kept = f", with {reserve:.0f} s kept for the re-timing and results" if reserve >= 0.5 else ""
+        what = f"the next trial (about {expected:.{0 if expected >= 10 else 1}f} s) would end after it"
+        what = what if expected >= 0.05 else "no time is left for another trial"
+        self._overrun_reason = f"timeout ({timeout:g} s){self._in_stage()}: {what}{kept}"
         return True
 
     def _tell_replayed(self) -> None:
@@ -336,6 +349,19 @@ class RunLoop:
         self.duplicates += 1
         return first
 
+    def _ahead(self, point: Any, flow: tuple[str, ...]) -> bool:
+        """Whether the proposal was evaluated ahead (a first guess beside the original's evaluation,
+        engine/prebuild.py): its trial reads the cache, whatever a trial takes, and is never refused
+        for time (issue 23: a first guess in the cache was refused as "about 29 s" and a 60 s run
+        ended with 0 trials at 29 s)."""
+        ahead = getattr(self, "evaluated_ahead", [])
+        return any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in ahead)
+
+    def _in_stage(self) -> str:
+        """`` in the latency stage``: where the search was when the limit came (``""`` before any trial)."""
+        stage = getattr(self, "stage", "")  # a loop put together piecemeal (tests) has none
+        return f" in the {stage_name(stage)} stage" if stage else ""
+
     def _should_stop(self) -> str:
         stop = self.stop
         met = sum(1 for r in self.records if r.meets_criterion)
@@ -345,7 +371,7 @@ class RunLoop:
             if met:
                 return "a trial met the criterion (timeout: 0)"
         elif stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s - self.end_reserve_s:
-            return f"timeout ({stop.timeout_s:g} s) reached"
+            return f"timeout ({stop.timeout_s:g} s) reached{self._in_stage()}"
         if stop.stop_when_met and met:
             return "a trial met the criterion (stop_when_met)"
         if stop.n_candidates is not None and met >= stop.n_candidates:

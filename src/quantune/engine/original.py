@@ -58,7 +58,7 @@ def tell_baseline(
     listeners: Sequence[RunListener],
     max_trials: int | None,
     time_left_s: Callable[[], float | None],
-    log_dir: Any,
+    isolation: Isolation,
 ) -> None:
     """The strategy and the listeners get the original's figures; the ceilings' timing will wait for
     the builds ahead (and the original timed again), the first guess is waited for now."""
@@ -66,13 +66,13 @@ def tell_baseline(
     strategy.observe_baseline(baseline)
     if opening.prebuild is not None:  # built while the original was evaluated (prebuild.py)
         opening.prebuild.wait_first_guess(time_left_s())
-        parts.context.before_ceilings = ceilings_ready(opening.prebuild, parts, baseline, strategy, log_dir)
+        parts.context.before_ceilings = ceilings_ready(opening.prebuild, parts, baseline, strategy, isolation)
     for listener in listeners:
         listener.on_start(max_trials, baseline)
 
 
 def ceilings_ready(
-    prebuild: Prebuild | None, parts: RunParts, baseline: dict[str, float], strategy: Strategy, log_dir: Any
+    prebuild: Prebuild | None, parts: RunParts, baseline: dict[str, float], strategy: Strategy, isolation: Isolation
 ) -> Callable[[], None]:
     """What the speed ceilings' timing waits for (it times the models built ahead): the builds,
     then the original's latency timed again here -- it was timed beside the builds -- into
@@ -82,10 +82,10 @@ def ceilings_ready(
         if prebuild is None or parts.context.before_ceilings is None:
             return
         parts.context.before_ceilings = None
-        prebuild.join()
-        prebuild.keep_log(log_dir)
+        prebuild.join(isolation.deadline.at)  # the builds and the re-timing stop at the run's limit
+        prebuild.keep_log(isolation.log_dir)
         if parts.context.baseline_status == "miss" or timed_quickly(parts.context):
-            fresh = retime_original(parts.context)
+            fresh = retime_original(parts.context, isolation.deadline.at)
             baseline.update(fresh)
             strategy.baseline.update(fresh)
 

@@ -325,10 +325,21 @@ class Prebuild:
         self._first_done.wait(timeout_s)
         return self.first_evaluated
 
-    def join(self) -> None:
-        """Waits for the builds."""
+    def ahead(self) -> list[Item]:
+        """The first guess when it was evaluated ahead (its trial reads the cache), else nothing."""
+        return [self.first] if self.first_evaluated and self.first is not None else []
+
+    def join(self, deadline: float | None = None) -> None:
+        """Waits for the builds; with ``deadline`` (``time.perf_counter()``, the run's limit) no longer
+        than until then: builds still running are stopped (issue 23: one static build of a 225 KB
+        model took 36 s on a loaded machine and the speed ceilings waited for it past a 60 s limit)."""
         for thread in self._threads:
-            thread.join()
+            thread.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+        if any(thread.is_alive() for thread in self._threads):
+            self._isolation.deadline.reason = "stopped at the run's time limit (stop.timeout_s) before it was built"
+            self._isolation.deadline.at = time.perf_counter()
+            for thread in self._threads:
+                thread.join()
 
     def cancel(self) -> None:
         """Stops the builds (the run ends before its ceilings) and waits for the workers to go."""

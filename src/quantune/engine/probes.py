@@ -202,7 +202,12 @@ def _variant_model(
 
 
 def _ceilings(
-    context: Any, plan: Any, items: Sequence[tuple[Point, tuple[str, ...]]], threshold: float, budget_s: float | None
+    context: Any,
+    plan: Any,
+    items: Sequence[tuple[Point, tuple[str, ...]]],
+    threshold: float,
+    budget_s: float | None,
+    limit: float | None = None,
 ) -> list[float | None]:
     """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
     the original in one interleaved session that stops once each ratio is surely on one side of
@@ -256,10 +261,12 @@ def _ceilings(
             min_rounds=min(5, spec.repeats),
             max_rounds=max(1, min(spec.repeats, CEILING_ROUNDS)),
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
+            limit=limit,
         )
         medians = ratio_medians(timings)
         cached = {"ratios": medians, "rounds": int(timings.shape[1])}
-        context.cache.put_json("evals", key, cached)
+        if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
+            context.cache.put_json("evals", key, cached)
     log.info(
         "speed ceilings: %d variants timed side by side in %d rounds (%.1f s)",
         len(built),
@@ -274,7 +281,12 @@ def _ceilings(
 
 
 def cached_ceilings(
-    context: Any, plan: Any, items: Sequence[tuple[Point, tuple[str, ...]]], threshold: float, budget_s: float | None
+    context: Any,
+    plan: Any,
+    items: Sequence[tuple[Point, tuple[str, ...]]],
+    threshold: float,
+    budget_s: float | None,
+    limit: float | None = None,
 ) -> list[float | None] | None:
     """:func:`_ceilings` here when every point's model is already in the cache (built beside the
     original's evaluation, engine/prebuild.py): timing alone needs no worker of its own, whose
@@ -290,7 +302,7 @@ def cached_ceilings(
     except Exception:  # a variant that failed: the stage says so as it always did
         return None
     with only_cached():
-        return _ceilings(context, plan, items, threshold, budget_s)
+        return _ceilings(context, plan, items, threshold, budget_s, limit)
 
 
 def _profile_key(context: Any) -> tuple[dict[str, Any] | None, str]:

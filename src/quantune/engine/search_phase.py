@@ -18,7 +18,7 @@ from typing import Any
 from quantune.config import Config
 from quantune.engine.baseline import evaluation_seconds
 from quantune.engine.confirm import MIN_ROUNDS, timing_rounds
-from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, session_load_s, write_s
+from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, least_end_cost_s, session_load_s, write_s
 from quantune.engine.ending import retimes
 from quantune.engine.executors import Executor
 from quantune.engine.executors.stage import Isolation
@@ -60,13 +60,14 @@ def search(
     judge = Judge(parts.criterion, config.evaluation.metric, objectives)
     size = baseline.get("size_bytes", 0.0)
     report_s = end_cost_s(listeners) - WRITE_S
-    end = EndBudget(config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size))
+    least = least_end_cost_s(listeners)
+    end = EndBudget(config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size), least)
     not_retimed = retimes(objectives, config.evaluation.latency.confirm_top, config.executor.kind)
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
     warmup, _ = timing_rounds(config.evaluation.latency.warmup, 1, 1.0, 0.0)
     loop = RunLoop(judge, parts.plan, config.stop, listeners, strategy, executor, store, replay, baseline, started)
-    loop.end_reserve_s = end.reserve_s(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
-    loop.abandon_at = end.abandon_at(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)
+    end.arm(loop, baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)  # its reserves and abandon time
+    loop.evaluated_ahead = opening.prebuild.ahead() if opening.prebuild is not None else []  # read from the cache
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
     rounds = config.evaluation.latency.warmup + config.evaluation.latency.repeats
     loop.first_trial_s = 2 * evaluation_seconds(parts.context) + rounds * baseline.get("latency_ms", 0.0) / 1000

@@ -70,13 +70,22 @@ def isolated(
     ) -> list[float | None]:
         plain = [(dict(point), tuple(flow)) for point, flow in items]
         if local is not None and local[0].before_ceilings is not None:
-            local[0].before_ceilings()  # the models built ahead (prebuild.py)
+            waited = time.perf_counter()
+            try:
+                local[0].before_ceilings()  # the models built ahead (prebuild.py)
+            finally:  # the ceilings' one-off wait: neither a trial's work nor the next trial's estimate
+                count_stage_seconds(time.perf_counter() - waited)
+        left = isolation.deadline.left_s()  # the run's limit bounds the timing here as a stage's
+        if left == 0.0:
+            return [None] * len(plain)
+        if left is not None:
+            budget_s = left if budget_s is None else min(budget_s, left)
         if local is not None:
             from quantune.engine.probes import cached_ceilings
 
             started = time.perf_counter()
             try:
-                here = cached_ceilings(local[0], local[1], plain, threshold, budget_s)
+                here = cached_ceilings(local[0], local[1], plain, threshold, budget_s, isolation.deadline.at)
             finally:  # a one-off stage run here: the loop must not count it as every trial's work
                 count_stage_seconds(time.perf_counter() - started)
             if here is not None:

@@ -24,11 +24,16 @@ START_UP = "start-up"  # process start (the CLI) or tune() to the engine's run: 
 SET_UP = "set-up"  # model, data, preparation, workers started, output claimed
 ORIGINAL = "original"  # the original's evaluation and timing
 CONFIRMATION = "confirmation"  # the side-by-side re-timing
-WRITING = "writing"  # results.json, best/ (report.html is drawn after, outside the figures)
+WRITING = "writing"  # results.json, best/ (report.html is drawn after: "report", on the console only)
 
 
 # the one-off stages as a user reads them (run_stage's names)
-STAGE_WORDS = {"speed_ceiling": "ceilings", "node_profile": "node profile", "first_guess": "first guess"}
+STAGE_WORDS = {
+    "speed_ceiling": "ceilings",
+    "node_profile": "node profile",
+    "first_guess": "first guess",
+    "paired_latency": "paired timings",
+}
 
 
 class TimeBook:

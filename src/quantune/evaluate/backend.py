@@ -78,6 +78,7 @@ class Backend(Protocol):
         min_rounds: int = 5,
         max_rounds: int = 20,
         deadline: float | None = None,
+        limit: float | None = None,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -212,6 +213,7 @@ class LocalBackend:
         min_rounds: int = 5,
         max_rounds: int = 20,
         deadline: float | None = None,
+        limit: float | None = None,
     ) -> np.ndarray:
         """Interleaved rounds that stop once each ratio is decided (:func:`.rounds.time_until_decided`),
         on this backend's provider: the search's paired decisions and the speed ceilings."""
@@ -224,6 +226,7 @@ class LocalBackend:
             min_rounds=min_rounds,
             max_rounds=max_rounds,
             deadline=deadline,
+            limit=limit,
             runner=runner,
             provider=self.provider,
             provider_options=self.provider_options,

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -151,9 +152,12 @@ class TargetBackend:
         spec: LatencySpec,
         runner: Callable | None,
         settings: Mapping[str, Any] | None = None,
-        deadline: float | None = None,  # not yet passed to the target process: its rounds run in full
+        deadline: float | None = None,
         min_rounds: int = 5,
     ) -> np.ndarray:
+        """Interleaved rounds in the target (see ``time_side_by_side``). ``deadline`` is this process's
+        ``time.perf_counter()``: the target gets the seconds left to it when the request leaves, on
+        its own clock, and starts no round past them once ``min_rounds`` ran (fewer columns come back)."""
         path, layout = self.scratch.arrays([feed])
         try:
             sessions = [self._load(model, spec.threads, timing=True, settings=settings) for model in models]
@@ -166,6 +170,8 @@ class TargetBackend:
                     warmup=spec.warmup,
                     repeats=spec.repeats,
                     runner=self.runner,
+                    seconds=None if deadline is None else deadline - time.perf_counter(),
+                    min_rounds=min_rounds,
                 )
         finally:
             with contextlib.suppress(TargetFault):
@@ -185,10 +191,12 @@ class TargetBackend:
         min_rounds: int = 5,
         max_rounds: int = 20,
         deadline: float | None = None,
+        limit: float | None = None,
     ) -> np.ndarray:
-        """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`)."""
+        """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`); the
+        run's ``limit`` travels with each batch, as with :meth:`timings`."""
         return decide_in_chunks(
-            lambda models, chunk: self.timings(models, feed, chunk, runner),
+            lambda models, chunk: self.timings(models, feed, chunk, runner, deadline=limit),
             original,
             candidates,
             spec,
@@ -196,6 +204,7 @@ class TargetBackend:
             min_rounds=min_rounds,
             max_rounds=max_rounds,
             deadline=deadline,
+            limit=limit,
         )
 
     def peak_memory_mb(

@@ -17,8 +17,10 @@ files the client names (``allow_pickle`` off). Requests:
   -> ``{"session": id, "providers": [...]}`` (what onnxruntime actually put the session on).
 - ``{"op": "run", "session", "feeds": npz, "layout": [[name, ...] per feed], "out": npz,
   "runner": "file.py:function" | null}`` -> ``{"layout": ...}`` of the outputs written to ``out``.
-- ``{"op": "time", "sessions": [ids], "feed": npz, "names": [...], "warmup", "repeats", "runner"}``
-  -> ``{"timings": [[seconds per round] per session]}``, interleaved round by round.
+- ``{"op": "time", "sessions": [ids], "feed": npz, "names": [...], "warmup", "repeats", "runner",
+  "seconds", "min_rounds"}`` -> ``{"timings": [[seconds per round] per session]}``, interleaved round
+  by round; no round starts ``seconds`` (``null``: no limit) after the request came once
+  ``min_rounds`` ran (the run's limit, see engine/deadline.py: fewer rounds come back).
 - ``{"op": "free"}`` drops every session.
 
 - ``{"op": "memory", "model", "feed", "names", "threads", "provider", ...}`` -> ``{"peak_memory_mb"}``:
@@ -220,13 +222,18 @@ class Server:
                 calls.append(lambda s=session: s.run(None, feed))
             else:
                 calls.append(lambda s=session: runner(s, [feed]))
+        clock = time.perf_counter
+        seconds = request.get("seconds")
+        end = None if seconds is None else clock() + float(seconds)
+        fewest = int(request.get("min_rounds") or 5)
         repeats = int(request["repeats"])
         timings = [[0.0] * repeats for _ in calls]
         for call in calls:
             for _ in range(int(request["warmup"])):
                 call()
-        clock = time.perf_counter
         for index in range(repeats):
+            if end is not None and index >= fewest and clock() >= end:
+                return {"timings": [row[:index] for row in timings]}
             for row, call in enumerate(calls):
                 start = clock()
                 call()

@@ -32,9 +32,11 @@ log = logging.getLogger("quantune")
 _TEMPLATE = Path(__file__).with_name("template.html")
 
 
-def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
+def write_report(run_dir: str | Path, output: str | Path | None = None, *, parameter_views: bool = True) -> Path:
     """Writes ``report.html`` (and ``optuna.db``) for the run in ``run_dir`` (the page to
-    ``output`` when given) and returns the page's path."""
+    ``output`` when given) and returns the page's path. ``parameter_views=False`` leaves out the
+    Optuna views and optuna.db: they are most of the drawing's seconds (Optuna's importance and
+    plotting imports), which a run under a short ``stop.timeout_s`` does not have."""
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
     try:
@@ -53,7 +55,7 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
     field = "report --output" if output is not None else "report"
     if target.is_dir():
         raise QuantuneError(f"{field}: '{target}' is a folder; name the file to write, e.g. '{target / 'report.html'}'")
-    page = render_html(result, run_dir, page_dir=target.parent)
+    page = render_html(result, run_dir, page_dir=target.parent, parameter_views=parameter_views)
     try:
         with storage_errors(target, field):
             target.parent.mkdir(parents=True, exist_ok=True)  # a new folder for the page is made
@@ -70,10 +72,14 @@ def write_report(run_dir: str | Path, output: str | Path | None = None) -> Path:
 
 
 def render_html(
-    results: Result | Mapping[str, Any], run_dir: str | Path | None = None, page_dir: str | Path | None = None
+    results: Result | Mapping[str, Any],
+    run_dir: str | Path | None = None,
+    page_dir: str | Path | None = None,
+    parameter_views: bool = True,
 ) -> str:
     """The page for one run's :class:`Result` (or its results.json, read with ``Result.from_json``;
-    ``run_dir``: where its models and config.json are)."""
+    ``run_dir``: where its models and config.json are); ``parameter_views=False`` leaves out the
+    Optuna views (the light page a short limit keeps)."""
     from plotly.offline import get_plotlyjs
 
     from quantune.report import plots, sections
@@ -88,7 +94,7 @@ def render_html(
     start = (results.preparation or {}).get("model")
     types = {**node_types(chosen_path), **node_types(start)}
     precision, counts = sections.precision_section(results, run_dir, types)
-    views, note = _optuna_views(results, run_dir)
+    views, note = _optuna_views(results, run_dir) if parameter_views else _views_left_out(run_dir)
     fields = {
         "title": html.escape(f"quantune: {results.metric}, {len(results.trials)} trials"),
         "plotlyjs": get_plotlyjs(),
@@ -178,6 +184,16 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
         "is named by its parents' values, as the Optuna samplers name it."
     )
     return views, note
+
+
+def _views_left_out(run_dir: Path) -> tuple[dict[str, str], str]:
+    """The parameter views' places when they were left out to keep ``stop.timeout_s``."""
+    note = (
+        "The parameter views were left out to end within stop.timeout_s (drawing them takes seconds); "
+        f"quantune report {run_dir} draws the page with them."
+    )
+    names = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
+    return dict.fromkeys(names, f"<p class=note>{html.escape(note)}</p>"), note
 
 
 def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:

@@ -38,6 +38,7 @@ class Outcome:
     duplicate_of: int | None = None  # the earlier trial that produced the byte-identical model
     # every objective's value when the run has several (``objectives:``), in the declared order
     objectives: tuple[float, ...] | None = None
+    number: int | None = None  # the trial that scored it (stop reasons name it)
 
     @property
     def failed(self) -> bool:

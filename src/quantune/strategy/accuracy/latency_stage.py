@@ -124,8 +124,9 @@ class LatencyStage:
                 "within the noise)"
             )
         speed = "" if ratio is None else f", {ratio:.2f}x fp32 latency"
+        stage, trial = self._trial_of(point)
         self.finished_reason = (
-            f"the model of trial '{self._stage_of(point)}' is in budget at the speed ceiling of the "
+            f"the {stage} stage: {trial} is in budget at the speed ceiling of the "
             f"fastest variant still in play ({variant.label}{speed}){how}: nothing faster is possible"
         )
         log.info("quantune strategy: %s", self.finished_reason)
@@ -160,9 +161,17 @@ class LatencyStage:
                 return self._assign(fallen)
         return None
 
-    def _stage_of(self, point: Point) -> str:
+    def _trial_of(self, point: Point) -> tuple[str, str]:
+        """(the stage that evaluated ``point``, "trial N (what it tried)") for a stop reason a person
+        reads: "the first guess stage: trial 1 (static_quant: QDQ/uint8) is in budget at ..."."""
         key = point_key(point)
-        return next((tried.stage for tried in self.history if point_key(tried.point) == key), "?")
+        tried = next((t for t in self.history if point_key(t.point) == key), None)
+        if tried is None:
+            return "search", "its model"
+        stage, _, detail = tried.stage.partition(":")
+        stage = stage.split(" (")[0].strip() or "search"
+        number = "a trial" if tried.outcome.number is None else f"trial {tried.outcome.number}"
+        return stage, f"{number} ({detail.strip()})" if detail.strip() else number
 
     def latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
         """Stage: from the model in budget, one graph-changing parameter at a time (see the module);
@@ -188,8 +197,8 @@ class LatencyStage:
             for point, change in self._neighbours(incumbent, names, params):
                 if misses >= patience:
                     self.finished_reason = (
-                        f"the latency stage ended: {misses} candidates in a row were not faster than the model "
-                        f"of trial '{self._stage_of(incumbent)}' beyond the noise, side by side"
+                        f"the latency stage: {misses} candidates in a row were not faster than "
+                        f"{self._trial_of(incumbent)[1]} beyond the noise, side by side"
                     )
                     return incumbent
                 if spent >= trials or self.remaining() <= 0:
@@ -204,12 +213,13 @@ class LatencyStage:
                         return incumbent
                     break
                 misses += 1
+        trial = self._trial_of(incumbent)[1]
         self.finished_reason = (
-            f"every setting that changes the executed graph was tried from the model of trial "
-            f"'{self._stage_of(incumbent)}' ({spent} latency trials): none is faster beyond the noise"
+            f"the latency stage: every setting that changes the executed graph was tried from {trial} "
+            f"({spent} latency trials): none is faster beyond the noise"
             if spent
-            else f"no searched parameter changes the executed graph of the model of trial '{self._stage_of(incumbent)}'"
-            ": no latency trial could be faster"
+            else f"the latency stage: no searched parameter changes the executed graph of {trial}: "
+            "no latency trial could be faster"
         )
         return incumbent
 

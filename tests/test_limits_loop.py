@@ -1,0 +1,117 @@
+"""Under a short ``stop.timeout_s`` the search comes first (issue 23, limits that mean what they
+say): on the loaded machine four zoo models ended a 60 s run at 27-45 s with 0 trials, the first
+guess (already evaluated beside the original, in the cache) refused as "about 29 s" with 12 s
+kept for the end, 5 of them for the whole report's Optuna views. Only what a trial reads
+(``_would_overrun``) is built here; no timing is asserted."""
+
+from __future__ import annotations
+
+import time
+from types import SimpleNamespace
+
+from quantune.engine.deadline import EndBudget
+from quantune.engine.loop import RunLoop
+from quantune.engine.trial import TrialRecord
+
+
+def _loop(
+    elapsed_s: float, timeout_s: float, first_trial_s: float, records: list[TrialRecord] | None = None
+) -> RunLoop:
+    loop = RunLoop.__new__(RunLoop)  # only what _launch's time check reads
+    loop.stop = SimpleNamespace(timeout_s=timeout_s)
+    loop.records = records or []
+    loop.started = time.perf_counter() - elapsed_s
+    loop.loop_started = time.perf_counter()  # the search has just begun
+    loop.replayed_numbers = set()
+    loop.executor = SimpleNamespace(capacity=1)
+    loop._overrun_reason = ""
+    loop.first_trial_s = first_trial_s
+    loop.end_reserve_s = 12.0  # the whole report's drawing kept too
+    return loop
+
+
+def test_a_trial_may_run_into_the_whole_reports_time_not_the_least_reports() -> None:
+    loop = _loop(21.0, 60.0, 29.0)
+    assert loop._would_overrun(("static_quant",))  # 21 + 29 > 60 - 12
+    loop.start_reserve_s = 8.0  # the same end with the page drawn without its Optuna views
+    assert not loop._would_overrun(("static_quant",))  # 21 + 29 <= 60 - 8
+    late = _loop(30.0, 60.0, 29.0)
+    late.start_reserve_s = 8.0
+    assert late._would_overrun(("static_quant",)) and "8 s kept" in late._overrun_reason
+
+
+def test_a_proposal_evaluated_ahead_is_never_refused_for_time() -> None:
+    loop = _loop(50.0, 60.0, 29.0)
+    point, flow = {"flow": "static_quant", "static_quant.quant_format": "QDQ"}, ("static_quant",)
+    loop.evaluated_ahead = [(dict(point), flow)]
+    assert loop._ahead(point, flow)
+    assert not loop._ahead({**point, "static_quant.quant_format": "QOperator"}, flow)
+    assert not loop._ahead(point, ("dynamic_quant",))
+
+
+def test_a_cache_hit_does_not_make_the_next_trial_look_quick() -> None:
+    """The first guess read from the cache took 0.1 s: the next real trial is still expected to take
+    what the original's evaluation suggests, not 0.1 s."""
+    hit = TrialRecord(0, ["static_quant"], {}, "ok", durations={"total_s": 0.1}, cache={"evaluation": "hit"})
+    loop = _loop(40.0, 60.0, 29.0, [hit])
+    loop.start_reserve_s = 8.0
+    assert loop._would_overrun(("static_quant",))  # 40 + 29 > 52, though the hit took 0.1 s
+
+
+def test_the_start_reserve_keeps_the_least_report_only() -> None:
+    end = EndBudget(60.0, time.perf_counter(), end_s=0.5, report_s=5.0, load_s=0.1, least_report_s=1.0)
+    full, start = end.reserve_s(100.0, 1, 2, 5), end.start_reserve_s(100.0, 1, 2, 5)
+    assert full - start == 4.0  # the whole page's extra seconds
+    assert EndBudget(None, 0.0).start_reserve_s(100.0, 1, 2, 5) == 0.0
+
+
+def test_waiting_for_the_builds_ahead_ends_at_the_runs_limit() -> None:
+    """A speed ceiling's build still running at the run's limit is stopped, not waited for: the
+    builds' stages watch their deadline (engine/executors/stage.py), which the join moves to now."""
+    import threading
+
+    from quantune.engine.executors.stage import Isolation, StageDeadline
+    from quantune.engine.prebuild import Prebuild
+
+    prebuild = Prebuild.__new__(Prebuild)  # only what join reads
+    prebuild._isolation = Isolation(deadline=StageDeadline())
+
+    def build() -> None:  # as run_stage waits: until its deadline comes
+        while prebuild._isolation.deadline.left_s() != 0.0:
+            time.sleep(0.02)
+
+    prebuild._threads = [threading.Thread(target=build, daemon=True)]
+    prebuild._threads[0].start()
+    prebuild.join(time.perf_counter() + 0.1)
+    assert not prebuild._threads[0].is_alive()
+    assert "stop.timeout_s" in prebuild._isolation.deadline.reason
+
+
+def test_the_ceilings_timing_starts_no_round_past_the_runs_limit(tmp_path) -> None:
+    """The fewest rounds are for the ceilings' own budget; the run's limit cuts them (one round)."""
+    import numpy as np
+    import onnx
+    from onnx import TensorProto, helper
+
+    from quantune.evaluate.latency import LatencySpec
+    from quantune.evaluate.rounds import time_until_decided
+
+    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.ones(16, dtype=np.float32).tolist())
+    graph = helper.make_graph(
+        [helper.make_node("MatMul", ["x", "w"], ["y"])],
+        "g",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
+        [weight],
+    )
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+    model.ir_version = 8
+    path = tmp_path / "m.onnx"
+    onnx.save(model, path)
+    feeds = {"x": np.ones((1, 4), dtype=np.float32)}
+    spec = LatencySpec(warmup=1, repeats=20, threads=1)
+    past = time.perf_counter() - 1.0
+    cut = time_until_decided(path, [path, path], feeds, spec, threshold=0.97, limit=past)
+    assert cut.shape == (3, 1)
+    whole = time_until_decided(path, [path], feeds, spec, threshold=0.97, min_rounds=5, max_rounds=5)
+    assert whole.shape == (2, 5)
