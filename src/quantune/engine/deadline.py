@@ -148,7 +148,8 @@ class EndBudget:
             return wanted_s, ""
         loads = models * self.load_s
         left = self.left_s() - self.end_s - loads
-        for report_s in (self.report_s, min(self.least_report_s, self.report_s)):
+        full = (self.report_s,) if self.report_fits(minimum_s + loads + self.end_s) else ()  # a dropped one: none
+        for report_s in (*full, min(self.least_report_s, self.report_s)):
             if left - report_s >= minimum_s:  # the report keeps its time too
                 return min(wanted_s, left - report_s), ""
         if left + TOLERANCE * float(self.timeout_s) >= minimum_s:
