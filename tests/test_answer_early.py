@@ -199,7 +199,8 @@ def test_the_latency_stage_changes_only_graph_parameters(make_config) -> None:
 
 
 def test_the_latency_stage_ends_after_candidates_that_are_not_faster(make_config) -> None:
-    """``latency_patience: 1``: the first candidate not faster side by side ends the stage."""
+    """``latency_patience: 1``: the first candidate not faster side by side ends the stage -- and it
+    is timed before any accuracy evaluation, so it never becomes a trial (speed first)."""
     timed: list[Point] = []
 
     def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
@@ -212,8 +213,9 @@ def test_the_latency_stage_ends_after_candidates_that_are_not_faster(make_config
     strategy.bind(dataclasses.replace(base, latency_ratio=_fast, paired_latency=paired))
     strategy.observe_baseline({"latency_ms": 1.0})
     seen = _drive(strategy, _all_meet)
-    assert len([s for _, s in seen if s.startswith("latency")]) == 1
+    assert [s for _, s in seen if s.startswith("latency")] == []  # not faster: never evaluated
     assert len(timed) == 1  # compared with the incumbent by paired timing
+    assert "not faster" in strategy.finished_reason, strategy.finished_reason
 
 
 def test_a_faster_candidate_becomes_the_incumbent(make_config) -> None:
@@ -238,11 +240,13 @@ def test_a_faster_candidate_becomes_the_incumbent(make_config) -> None:
 
 
 def test_a_duplicate_model_in_the_latency_stage_is_not_timed(make_config) -> None:
+    """A candidate faster side by side whose trial turns out to be an earlier trial's model: the
+    earlier timing stands, the duplicate is not timed again after its trial."""
     timed: list[Point] = []
 
     def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
         timed.append(candidate)
-        return {"ratio_median": 1.0, "faster": False}
+        return {"ratio_median": 0.9, "faster": True}
 
     config = _static_config(make_config, weight_type={"search": ["int8", "uint8"]})
     base = accuracy_problem(config, {"stop_at_ceiling": False})
@@ -250,8 +254,9 @@ def test_a_duplicate_model_in_the_latency_stage_is_not_timed(make_config) -> Non
     strategy.bind(dataclasses.replace(base, latency_ratio=_fast, paired_latency=paired))
     strategy.observe_baseline({"latency_ms": 1.0})
     seen = _drive(strategy, lambda point: dataclasses.replace(_all_meet(point), duplicate_of=0))
-    assert [s for _, s in seen if s.startswith("latency")], "no latency trial"
-    assert timed == []  # every latency candidate's model was an earlier trial's
+    latency = [p for p, s in seen if s.startswith("latency")]
+    assert latency, "no latency trial"
+    assert len(timed) == len(latency)  # each timed once, before its trial; none after it
 
 
 def test_the_paired_timing_of_one_pair_of_models_runs_once(make_config, monkeypatch: pytest.MonkeyPatch) -> None:

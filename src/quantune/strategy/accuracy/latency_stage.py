@@ -10,9 +10,12 @@ calibration settings whose latencies spread 13.8-14.5 ms: noise, followed by the
 
 So the latency stage now changes only parameters the quant pass declares as changing the
 executed graph (the ``graph_params`` trait: format, types, per-channel, which ops are quantized, ...),
-one at a time from the incumbent in a fixed order; a candidate replaces the incumbent only
-when it meets the criterion and is faster beyond the noise *side by side with it* (ties go
-to the incumbent, the earlier and simpler model), and the stage ends after
+one at a time from the incumbent in a fixed order; each candidate is first timed side by side
+with the incumbent, and only one faster beyond the noise gets its accuracy evaluated (a rejected
+candidate costs a timing, not a 7 s evaluation: PP-OCRv6's recognizer spent that on a latency
+trial that was not faster). A candidate replaces the incumbent only when it meets the criterion
+and is faster beyond the noise (ties go to the incumbent, the earlier and simpler model), and the
+stage ends after
 ``latency_patience`` (default 3) candidates in a row that are not. A byte-identical model is
 never timed twice: a duplicate trial is skipped, and a pair once timed is cached by its models.
 
@@ -190,7 +193,7 @@ class LatencyStage:
         held = set(speed_params(self.ctx, incumbent))
         names = [name for name in graph_params(self.ctx) if name not in held]
         params = self.ctx.quant_params()
-        spent = misses = 0
+        spent = misses = timed_out = 0
         improved = True
         while improved:  # a new incumbent: its own neighbours, in the same order
             improved = False
@@ -203,21 +206,29 @@ class LatencyStage:
                     return incumbent
                 if spent >= trials or self.remaining() <= 0:
                     return incumbent
+                # speed first: a candidate not faster side by side costs a timing, not an accuracy evaluation
+                paired = self._paired(point, incumbent)
+                if paired is not None and not paired.get("faster"):
+                    timed_out += 1
+                    misses += 1
+                    continue
                 tried = yield from self.try_point(point, f"{label}: {change}")
                 if tried.duplicate_of is not None:  # an earlier trial's model: its timing stands
                     continue
                 spent += 1
-                if tried.meets and not tried.failed and self.faster(point, incumbent):
+                faster = bool(paired.get("faster")) if paired is not None else self.faster(point, incumbent)
+                if tried.meets and not tried.failed and faster:
                     incumbent, misses, improved = point, 0, True
                     if self.at_ceiling(variant, incumbent):
                         return incumbent
                     break
                 misses += 1
         trial = self._trial_of(incumbent)[1]
+        timed = f"; {timed_out} more not faster side by side, never evaluated" if timed_out else ""
         self.finished_reason = (
             f"the latency stage: every setting that changes the executed graph was tried from {trial} "
-            f"({spent} latency trials): none is faster beyond the noise"
-            if spent
+            f"({spent} latency trials{timed}): none is faster beyond the noise"
+            if spent or timed_out
             else f"the latency stage: no searched parameter changes the executed graph of {trial}: "
             "no latency trial could be faster"
         )
