@@ -25,7 +25,7 @@ from quantune.engine.selection import is_candidate
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
 from quantune.evaluate.latency import latency_figures
-from quantune.evaluate.paired import CONFIDENCE
+from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN
 
 log = logging.getLogger("quantune.confirm")
 MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
@@ -44,6 +44,9 @@ class Confirmation:
     baseline_search_ms: float
     rounds: int = 0
     ratios: dict[int, RatioInterval] = field(default_factory=dict)  # trial number -> paired ratio to the original
+    # trial numbers whose model the fastest re-timed one does not beat beyond the noise, side by side
+    # (the fastest's own included): the verdict breaks that tie by a fixed rule, not by the noise
+    ties: list[int] = field(default_factory=list)
 
     def ratio_of(self, record: TrialRecord) -> RatioInterval | None:
         return self.ratios.get(record.number)
@@ -58,6 +61,7 @@ class Confirmation:
                 "order statistics (sign test); faster only when the interval's upper end is below 0.98"
             ),
             "ratios": {str(number): ratio.to_dict() for number, ratio in sorted(self.ratios.items())},
+            "ties": sorted(self.ties),
         }
 
 
@@ -110,7 +114,25 @@ def confirm_latency(
         _replace(record.metrics, latency_figures(rounds))
         record.objective = record.metrics["latency_ms"]
         ratios[record.number] = paired_ratio(rounds, timings[0])
-    return Confirmation(confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios)
+    ties = _ties(confirmed, by_model)
+    return Confirmation(confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios, ties=ties)
+
+
+def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
+    """The trials tied with the fastest re-timed model: the paired ratio of each model to the
+    fastest one, round by round, does not put the fastest ahead beyond the noise (its interval's
+    lower end at most ``1 / (1 - MIN_GAIN)``, the latency stage's rule). Two QDQ models that differ
+    only in int8/uint8 weights swap places from run to run on the noise alone."""
+    if not confirmed:
+        return []
+    fastest = min(confirmed, key=lambda r: (r.metrics["latency_ms"], r.number))
+    reference = by_model[str(fastest.model_path)]
+    tied = []
+    for record in confirmed:
+        ratio = paired_ratio(by_model[str(record.model_path)], reference)
+        if record.model_path == fastest.model_path or ratio.low <= 1.0 / (1.0 - MIN_GAIN):
+            tied.append(record.number)
+    return tied
 
 
 def _choose(records: list[TrialRecord], top: int) -> tuple[list[TrialRecord], list[str]]:

@@ -1,0 +1,59 @@
+"""The end of a latency run breaks ties by a fixed rule (issue 23, reproducible): models that the
+side-by-side re-timing cannot tell apart go to the best by the other objectives, then the earliest
+trial -- not to whichever median the noise put lowest this time."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from quantune.engine.confirm import Confirmation, _ties
+from quantune.engine.trial import TrialRecord
+from quantune.engine.verdict import decide
+from quantune.evaluate import paired_ratio
+
+
+def _record(number: int, latency_ms: float, size: float, path: str) -> TrialRecord:
+    return TrialRecord(
+        number=number,
+        flow=["static_quant"],
+        params={},
+        status="ok",
+        metrics={"latency_ms": latency_ms, "size_bytes": size, "quantized_compute_ops": 1.0},
+        meets_criterion=True,
+        accuracy_loss=0.0,
+        model_path=path,
+    )
+
+
+def _rounds(center: float, spread: float, seed: int, n: int = 30) -> np.ndarray:
+    return center * (1.0 + spread * np.random.default_rng(seed).standard_normal(n))
+
+
+def test_models_within_the_noise_are_tied_and_the_earlier_trial_wins() -> None:
+    original = _rounds(2.0, 0.01, 0)
+    early, late = _record(3, 1.01, 100.0, "a.onnx"), _record(7, 0.99, 100.0, "b.onnx")
+    by_model = {"a.onnx": original * 0.505, "b.onnx": original * 0.495}  # 2% apart, round by round
+    ties = _ties([early, late], by_model)
+    assert sorted(ties) == [3, 7]
+    ratios = {3: paired_ratio(by_model["a.onnx"], original), 7: paired_ratio(by_model["b.onnx"], original)}
+    confirmation = Confirmation([early, late], 2.0, rounds=30, ratios=ratios, ties=ties)
+    verdict = decide([early, late], ["latency"], {"latency_ms": 2.0}, confirmation=confirmation)
+    assert verdict.best is not None and verdict.best.number == 3  # not trial 7, the lower median
+
+
+def test_a_model_faster_beyond_the_noise_is_not_tied() -> None:
+    original = _rounds(2.0, 0.01, 1)
+    slow, fast = _record(2, 1.2, 100.0, "a.onnx"), _record(5, 0.8, 100.0, "b.onnx")
+    assert _ties([slow, fast], {"a.onnx": original * 0.6, "b.onnx": original * 0.4}) == [5]
+
+
+def test_a_tie_goes_to_the_smaller_model_before_the_earlier_trial(tmp_path: Path) -> None:
+    original = _rounds(2.0, 0.01, 2)
+    big, small = _record(1, 1.0, 200.0, "a.onnx"), _record(4, 1.0, 100.0, "b.onnx")
+    by_model = {"a.onnx": original * 0.5, "b.onnx": original * 0.5}
+    ratios = {n: paired_ratio(by_model[p], original) for n, p in ((1, "a.onnx"), (4, "b.onnx"))}
+    confirmation = Confirmation([big, small], 2.0, rounds=30, ratios=ratios, ties=_ties([big, small], by_model))
+    verdict = decide([big, small], ["latency"], {"latency_ms": 2.0}, confirmation=confirmation)
+    assert verdict.best is not None and verdict.best.number == 4
