@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.rounds import ratio_medians, time_until_decided
@@ -238,8 +239,12 @@ def _ceilings(
         vars(spec),
         threshold,
         context.evaluator.dataset.fingerprint,
+        context.evaluator.backend.fingerprint(),  # ceilings are per provider: timed on the target
     )
     cached = context.cache.get_json("evals", key)
+    if cached is None and not isinstance(context.evaluator.backend, LocalBackend):
+        cached = _ceilings_on_target(context, [path for _, path, _ in built], deadline)
+        context.cache.put_json("evals", key, cached)
     if cached is None:
         feeds = getattr(context.evaluator, "_latency_feeds", None)
         timings = time_until_decided(
@@ -267,6 +272,29 @@ def _ceilings(
     for index, first in twins.items():
         ratios[index] = ratios[first]
     return ratios
+
+
+def _ceilings_on_target(context: Any, paths: list[Any], deadline: float | None) -> dict[str, Any]:
+    """The ceilings timed in the target environment (``target.python``): each model opens there on
+    the provider its settings name, as its trials do -- timed here, a model for a provider this
+    environment lacks would run on the CPU provider and its ratio would be the CPU's. Its rounds run
+    in full (the target times a fixed number); a model the target cannot run is timed alone, else None."""
+    evaluator = context.evaluator
+    rounds = max(1, min(evaluator.spec.latency.repeats, CEILING_ROUNDS))
+    try:
+        timings = evaluator.timings_side_by_side([context.model.path, *paths], repeats=rounds, deadline=deadline)
+        medians = ratio_medians(timings)
+    except Exception:  # one model the target cannot load: the others are timed each against the original
+        medians = []
+        for path in paths:
+            try:
+                pair = evaluator.timings_side_by_side([context.model.path, path], repeats=rounds, deadline=deadline)
+                medians.append(ratio_medians(pair)[0])
+            except Exception as exc:
+                log.warning("speed ceiling %s: the target cannot run it (%s)", path, str(exc).splitlines()[0][:200])
+                medians.append(None)
+        timings = np.zeros((1, rounds))
+    return {"ratios": medians, "rounds": int(timings.shape[1])}
 
 
 def cached_ceilings(
