@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.paired import MIN_GAIN, paired_ratio
 from quantune.evaluate.rounds import time_until_decided
 from quantune.store import cache_key
@@ -63,16 +64,24 @@ def paired_latency(
     if cached is not None:
         return dict(cached)
     feeds = getattr(context.evaluator, "_latency_feeds", None)
-    timings = time_until_decided(
-        ref_path,
-        [cand_path],
-        feeds,
-        spec,
-        threshold=1.0 - MIN_GAIN,
-        min_rounds=5,
-        max_rounds=max(5, min(spec.repeats, PAIRED_ROUNDS)),
-        runner=context.evaluator.spec.runner,
-    )
+    if not isinstance(context.evaluator.backend, LocalBackend):  # target.python: each model on its provider there
+        rounds = max(5, min(spec.repeats, PAIRED_ROUNDS))
+        try:
+            timings = context.evaluator.timings_side_by_side([ref_path, cand_path], repeats=rounds)
+        except Exception as exc:  # the target cannot run one of them: unknown, as below
+            log.warning("paired timing: the target cannot run the pair (%s)", str(exc).splitlines()[0][:200])
+            return None
+    else:
+        timings = time_until_decided(
+            ref_path,
+            [cand_path],
+            feeds,
+            spec,
+            threshold=1.0 - MIN_GAIN,
+            min_rounds=5,
+            max_rounds=max(5, min(spec.repeats, PAIRED_ROUNDS)),
+            runner=context.evaluator.spec.runner,
+        )
     row = timings[1]
     valid = ~np.isnan(row)
     if not valid.any():
