@@ -59,6 +59,7 @@ def paired_latency(
         PAIRED_ROUNDS,
         context.evaluator.dataset.fingerprint,
         context.evaluator.backend.fingerprint(),
+        *(() if isinstance(context.evaluator.backend, LocalBackend) else ("timed on the target",)),
     )
     cached = context.cache.get_json("evals", key)
     if cached is not None:
