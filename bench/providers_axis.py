@@ -57,7 +57,10 @@ def axis_case(name: str, base: dict[str, Any], python: Path, work: Path, tune, a
     target = {"python": str(python), "provider": CPU}
     cpu = tune({**base, "target": target}, work / "cpu-only", args.max_trials, args.timeout)
     auto = tune({**base, "target": {**target, "providers": "auto"}}, work / "auto", args.max_trials, args.timeout)
-    peer_spec, peer_rows = run_peers(name, args.peers, args, work) if args.peers else ({}, [])
+    try:
+        peer_spec, peer_rows = run_peers(name, args.peers, args, work) if args.peers else ({}, [])
+    except Exception as exc:  # peers that cannot score the case (a decoding loop) do not lose quantune's row
+        peer_spec, peer_rows = {}, [{"tool": "peers", "status": f"not run: {type(exc).__name__}: {exc}"[:200]}]
     threads = int(base.get("evaluation", {}).get("latency", {}).get("threads", 1))
     original = Path(base["model"])
     scratch = Path(tempfile.mkdtemp(prefix="quantune-axis-"))
