@@ -19,9 +19,21 @@ metric measured in the same session, ``common.meets``); a peer without one retur
 
 from __future__ import annotations
 
+import importlib.util
 import json
 from pathlib import Path
 from typing import Any
+
+BENCH = Path(__file__).resolve().parent
+
+
+def _bench_run() -> Any:
+    """bench/run.py, by its path: a zoo case puts bench/zoo (whose run.py is the zoo's) on sys.path."""
+    spec = importlib.util.spec_from_file_location("bench_peer_run", BENCH / "run.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def _case(name: str) -> Any:
@@ -32,8 +44,8 @@ def _case(name: str) -> Any:
 
 def run_peers(name: str, peers: str, args: Any, work: Path) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """Runs the peers on the case: (the case file every peer read, one result per peer row)."""
-    from run import case_spec, expand_tools, measure, run_tool
-
+    run = _bench_run()
+    case_spec, expand_tools, measure, run_tool = run.case_spec, run.expand_tools, run.measure, run.run_tool
     case = _case(name)
     spec = case_spec(case, args.max_trials, args.timeout, 0.1)
     spec["baseline"] = measure(case, case.model.resolve(), spec)["metric"]
@@ -59,8 +71,7 @@ def onnx_peers(rows: list[dict[str, Any]]) -> dict[str, Path]:
 
 def ir_peers(spec: dict[str, Any], rows: list[dict[str, Any]], rounds: int) -> dict[str, dict[str, Any]]:
     """The peers' OpenVINO IRs timed in their runtime's venv beside the original on the CPU provider."""
-    from run import measure_job
-
+    measure_job = _bench_run().measure_job
     models: dict[str, list[Any]] = {"fp32": [spec["model"], None]}
     for row in rows:
         runtime = row.get("runtime") or {}
