@@ -136,16 +136,16 @@ class CeilingStage(ProviderCeilings):
         margin = float(self.ctx.options.get("speed_margin", SPEED_MARGIN))
         share = float(self.ctx.options.get("ceiling_share", CEILING_SHARE))
         budget = share * self.problem.timeout_s if self.problem.timeout_s else None
-        items = [(v.point, v.ctx.flow) for v in variants]
-        items += self.original_items()  # the originals on the other providers, in the same session
+        originals = self.original_items()  # the originals on the other providers, in the same session:
+        items = [*originals, *((v.point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
             ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
         elif self.problem.latency_ratio is not None:
             ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
         else:
             return False
-        self.note_originals(ratios[len(variants) :])
-        for variant, ratio in zip(variants, ratios[: len(variants)], strict=True):
+        self.note_originals(ratios[: len(originals)])
+        for variant, ratio in zip(variants, ratios[len(originals) :], strict=True):
             variant.side_by_side = ratio
             variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
         return True
