@@ -127,3 +127,14 @@ def test_the_quantune_strategy_times_ceilings_per_provider(make_config, tmp_path
     for line in decisions:
         if "original on OpenVINO is in budget" in line:
             assert "dropped" in line
+
+
+def test_the_openings_paired_ratio_stands_until_the_ceilings_time_it(make_config) -> None:
+    rule = Rule(axis_problem(make_config, [CPU, OV]))
+    rule.observe_opening(OV, Outcome({"top1": 1.0}, meets=True), 0.8)  # timed by its opening
+    assert rule.best_original() == (OV, 0.8)
+    rule.original_items()
+    rule.note_originals([None])  # not timed in the ceilings' session (its share ran out): the opening's stands
+    assert rule.best_original() == (OV, 0.8)
+    rule.note_originals([0.7])  # timed with the ceilings, side by side with them
+    assert rule.best_original() == (OV, 0.7)

@@ -81,8 +81,6 @@ class WithOpenings(Strategy):
         label = self._asked.pop(id(proposal), None)
         if label is None:
             return self.inner.tell(proposal, outcome)
-        if hasattr(self.inner, "observe_opening"):
-            self.inner.observe_opening(label, outcome)
         latency, reference = outcome.metrics.get("latency_ms"), self.inner.baseline.get("latency_ms")
         self.scores[label] = {
             "meets": None if outcome.meets is None else float(outcome.meets),
@@ -94,6 +92,8 @@ class WithOpenings(Strategy):
         ):  # paired: interleaved with the original on its provider
             paired = timed(proposal.point, tuple(proposal.flow or ()))
             self.scores[label]["paired_ratio"] = None if paired is None else round(paired, 4)
+        if hasattr(self.inner, "observe_opening"):
+            self.inner.observe_opening(label, outcome, self.scores[label].get("paired_ratio"))
         return None
 
     def _won(self) -> bool:

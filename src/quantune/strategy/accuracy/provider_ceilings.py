@@ -87,9 +87,12 @@ class ProviderCeilings:
     problem: SearchProblem
     ctx: Any
 
-    def observe_opening(self, provider: str, outcome: Outcome) -> None:
-        """Told by ``WithOpenings``: whether the original on ``provider`` met the criterion there."""
+    def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
+        """Told by ``WithOpenings``: whether the original on ``provider`` met the criterion there, and
+        its paired ratio (used until the ceilings' session times it with the ceilings)."""
         self._opening_meets()[provider] = bool(outcome.meets) and not outcome.failed
+        if paired_ratio is not None:
+            self._originals_ratios().setdefault(provider, paired_ratio)
 
     def _opening_meets(self) -> dict[str, bool]:
         if not hasattr(self, "_openings_met"):
@@ -109,7 +112,8 @@ class ProviderCeilings:
     def note_originals(self, ratios: Sequence[float | None]) -> None:
         """Their side-by-side ratios (in the order of :meth:`original_items`)."""
         for (provider, _, _), ratio in zip(getattr(self, "_originals", []), ratios, strict=False):
-            self._originals_ratios()[provider] = ratio
+            if ratio is not None:  # else what its opening timed stands
+                self._originals_ratios()[provider] = ratio
 
     def best_original(self) -> tuple[str, float] | None:
         """The fastest original on another provider that met the criterion, side by side with
