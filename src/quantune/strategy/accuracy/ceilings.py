@@ -175,7 +175,7 @@ class CeilingStage(ProviderCeilings):
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
-        if (beaten := self.beaten_by_original(ratio, margin)) and self.ctx.options.get("drop_slow", True):
+        if (beaten := self.beaten_by_original(ratio, margin)) is not None:
             return False, beaten
         return True, f"kept: {ratio:.2f}x fp32 latency"
 

@@ -130,13 +130,20 @@ class ProviderCeilings:
         """Why a ceiling at ``ratio`` cannot win (an original in budget on another provider is not
         slower than it by the margin), or None."""
         best = self.best_original()
-        if best is None or ratio < best[1] * (1.0 - margin):
+        if best is None or ratio < best[1] * (1.0 - margin) or not self._drops_slow():
             return None
         provider, theirs = best
         return (
             f"dropped: {ratio:.2f}x fp32 latency, not below {theirs * (1.0 - margin):.2f}x: the original on "
             f"{short_provider(provider)} is in budget at {theirs:.2f}x"
         )
+
+    def _drops_slow(self) -> bool:
+        """The ``drop_slow`` option (default true; false keeps every ceiling, ordered by speed)."""
+        typed = getattr(self, "options", None)
+        if typed is not None and hasattr(typed, "drop_slow"):
+            return bool(typed.drop_slow)
+        return bool(dict(getattr(getattr(self, "ctx", None), "options", None) or {}).get("drop_slow", True))
 
     def learned(self) -> dict[str, Any]:
         """results.json's ``strategy``, with the originals' ratios from the ceilings' session."""
