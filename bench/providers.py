@@ -203,6 +203,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     parser.add_argument("--axis", action="store_true", help="the provider axis's table (target.providers: auto)")
     parser.add_argument("--peers", default="", help="with --axis: peer rows as bench/run.py names them (inc,nncf_ov)")
+    parser.add_argument("--peer-timeout", type=float, help="each peer row's time limit (default: --timeout)")
     args = parser.parse_args(argv)
     python = Path(args.openvino) if args.openvino else None
     if python is None:
@@ -229,7 +230,9 @@ def axis_main(args: argparse.Namespace, python: Path) -> int:
     cases = []
     command = (
         f"python bench/providers.py --axis --cases {args.cases} --max-trials {args.max_trials} "
-        f"--timeout {args.timeout:g} --rounds {args.rounds}" + (f" --peers {args.peers}" if args.peers else "")
+        f"--timeout {args.timeout:g} --rounds {args.rounds}"
+        + (f" --peers {args.peers}" if args.peers else "")
+        + (f" --peer-timeout {args.peer_timeout:g}" if args.peer_timeout else "")
     )
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     for name in args.cases.split(","):
