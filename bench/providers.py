@@ -68,8 +68,10 @@ def case_config(name: str) -> dict[str, Any]:
             raise SystemExit(f"{name}: not built; run python bench/zoo/run.py --build-only --models {name}")
     config = yaml.safe_load(source.read_text())
     scripts = source.parent  # a zoo case's data.py / metric.py live in the repo, beside their config
-    if name != "digits":  # and read the cache's files from there: linked as the zoo links them (ignored by git)
-        for file in sorted(p.name for p in base.iterdir() if p.suffix in (".onnx", ".npz", ".data")):
+    # and read the cache's files from there (models, data, a metric's own files: ratings, a charset):
+    if name != "digits":  # linked as the zoo links them (ignored by git)
+        files = [p for p in base.iterdir() if p.is_file() and not p.name.startswith(".")]
+        for file in sorted(p.name for p in files if p.suffix not in (".py", ".yaml")):
             if not (scripts / file).exists():
                 (scripts / file).symlink_to(base / file)
     config["model"] = _absolute(config["model"], base)
