@@ -72,6 +72,8 @@ def onnx_peers(rows: list[dict[str, Any]]) -> dict[str, Path]:
 def ir_peers(spec: dict[str, Any], rows: list[dict[str, Any]], rounds: int) -> dict[str, dict[str, Any]]:
     """The peers' OpenVINO IRs timed in their runtime's venv beside the original on the CPU provider."""
     measure_job = _bench_run().measure_job
+    if not spec:  # the peers did not run
+        return {}
     models: dict[str, list[Any]] = {"fp32": [spec["model"], None]}
     for row in rows:
         runtime = row.get("runtime") or {}
