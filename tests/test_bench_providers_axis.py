@@ -59,3 +59,11 @@ def test_no_peer_in_budget_is_the_original_and_the_table_says_the_median() -> No
     assert found["best_peer"] == 1.0 and found["speedup_over_peer"] == pytest.approx(2.0)
     text = axis.axis_markdown([case(["provider"], axis.OPENVINO, 0.5, peers)], "cmd")
     assert "**2.00x**" in text and "c (quantune returned it)" in text
+
+
+def test_an_original_elsewhere_slower_than_the_original_is_not_the_answer() -> None:
+    slow = case(["static_quant", "provider"], axis.CPU, 1.0, {})
+    slow["figures"]["original on OpenVINO EP"] = figure(2.0)
+    slow["figures"]["best int8 on CPU EP"] = figure(0.9, metric=0.5)  # no int8 model in budget
+    slow["figures"]["that int8 on OpenVINO EP"] = figure(0.9, metric=0.5)
+    assert not axis.summary(slow)["original_elsewhere_beats_int8"]  # keeping the original is the answer
