@@ -68,8 +68,10 @@ def case_config(name: str) -> dict[str, Any]:
             raise SystemExit(f"{name}: not built; run python bench/zoo/run.py --build-only --models {name}")
     config = yaml.safe_load(source.read_text())
     scripts = source.parent  # a zoo case's data.py / metric.py live in the repo, beside their config
-    if name != "digits":  # and read the cache's files from there: linked as the zoo links them (ignored by git)
-        for file in sorted(p.name for p in base.iterdir() if p.suffix in (".onnx", ".npz", ".data")):
+    # and read the cache's files from there (models, data, a metric's own files: ratings, a charset):
+    if name != "digits":  # linked as the zoo links them (ignored by git)
+        files = [p for p in base.iterdir() if p.is_file() and not p.name.startswith(".")]
+        for file in sorted(p.name for p in files if p.suffix not in (".py", ".yaml")):
             if not (scripts / file).exists():
                 (scripts / file).symlink_to(base / file)
     config["model"] = _absolute(config["model"], base)
@@ -202,6 +204,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--openvino", help="the OpenVINO environment's python (default: tests/target_env.py's)")
     parser.add_argument("--out", type=Path, default=REPO / "bench" / "results")
     parser.add_argument("--axis", action="store_true", help="the provider axis's table (target.providers: auto)")
+    parser.add_argument("--peers", default="", help="with --axis: peer rows as bench/run.py names them (inc,nncf_ov)")
+    parser.add_argument("--peer-timeout", type=float, help="each peer row's time limit (default: --timeout)")
     args = parser.parse_args(argv)
     python = Path(args.openvino) if args.openvino else None
     if python is None:
@@ -229,6 +233,8 @@ def axis_main(args: argparse.Namespace, python: Path) -> int:
     command = (
         f"python bench/providers.py --axis --cases {args.cases} --max-trials {args.max_trials} "
         f"--timeout {args.timeout:g} --rounds {args.rounds}"
+        + (f" --peers {args.peers}" if args.peers else "")
+        + (f" --peer-timeout {args.peer_timeout:g}" if args.peer_timeout else "")
     )
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     for name in args.cases.split(","):

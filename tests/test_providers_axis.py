@@ -210,6 +210,8 @@ def test_openvino_originals_and_candidates_measured_on_their_provider(tmp_path: 
     assert result.verdict == "improved" and f"on {OV}" in result.verdict_reason
     best = tmp_path / "run" / "best"
     assert json.loads((best / "session.json").read_text())["provider"] == OV
+    search = json.loads((tmp_path / "run" / "results.json").read_text())["target"]["session_search"]
+    assert search["cache"]["cache_bytes"] > 0  # OpenVINO's model cache measured at the start it changes
     assert read_session_settings(best / "model.onnx")["provider"] == OV
     expected = backend.outputs(Path(str(result.best.model_path)), feeds[:1], threads=1, runner=None)
     backend.close()
@@ -253,13 +255,52 @@ def test_session_search_groups_keep_the_providers_threads() -> None:
     assert [next(iter(group[0])) for group in groups] == [
         "graph_optimization_level",
         "execution_mode",
-        "provider_options",
+        "provider_options",  # the precision hint
+        "provider_options",  # OpenVINO's own properties (load_config): CPU pinning, bf16 where the CPU has it
     ]
     assert option_groups(CPU)[-1][0] == {"execution_mode": "sequential"}  # no provider options on the CPU provider
+    assert all("num_of_threads" not in o["provider_options"] for group in groups[2:] for o in group)  # threads stay
     start = {"provider": OV, "provider_options": {"num_of_threads": "1"}}
     hinted = _merged(start, {"provider_options": {"precision": "ACCURACY"}})
     assert hinted["provider_options"] == {"num_of_threads": "1", "precision": "ACCURACY"}
     assert _merged(hinted, {"provider_options": {}})["provider_options"] == {"num_of_threads": "1"}
+    # a later group's choice keeps the earlier group's: each replaces only its own keys
+    pinned = _merged(hinted, {"provider_options": {"load_config": "{}"}}, {"load_config"})
+    assert pinned["provider_options"] == {"num_of_threads": "1", "precision": "ACCURACY", "load_config": "{}"}
+    assert _merged(pinned, {"provider_options": {}}, {"load_config"})["provider_options"] == hinted["provider_options"]
+
+
+def test_best_opens_with_the_searched_openvino_settings_and_its_cache(tmp_path: Path, ov_python: Path) -> None:
+    """best/run.py opens the session with the searched OpenVINO options (a load_config property, the
+    model cache beside it) and gives the outputs the target gives with the same settings."""
+    from quantune.engine.deploy import write_deploy
+    from quantune.engine.session_search import _ov_config
+    from quantune.engine.trial import TrialRecord
+
+    best = tmp_path / "best"
+    best.mkdir()
+    (best / "model.onnx").write_bytes((DIGITS / "model.onnx").read_bytes())
+    settings = {
+        "provider": OV,
+        "provider_options": {"num_of_threads": "1", "load_config": _ov_config(ENABLE_CPU_PINNING="YES")},
+    }
+    chosen = TrialRecord(3, ["provider"], {}, "ok", {}, True, 0.0, 1.0, session_settings={"provider": OV})
+    cache = {"first_open_s": 0.5, "cached_open_s": 0.1, "cache_bytes": 1}  # as cache_effect reports it
+    target = {"provider": CPU, "threads": 1, "session_search": {"trial": 3, "settings": settings, "cache": cache}}
+    write_deploy(best, chosen, target)
+    session = json.loads((best / "session.json").read_text())
+    assert session["provider_options"]["cache_dir"] == "ov_cache"
+    assert session["provider_options"]["load_config"] == settings["provider_options"]["load_config"]
+    assert read_session_settings(best / "model.onnx") == settings  # what evaluations read: no cache path
+
+    with np.load(DIGITS / "eval.npz") as data:
+        feed = {"input": data["input"][:8]}
+    backend = TargetBackend(str(ov_python))
+    expected = backend.outputs(best / "model.onnx", [feed], threads=1, runner=None)
+    backend.close()
+    produced = _best_outputs(best, str(ov_python), feed, tmp_path)
+    np.testing.assert_allclose(produced[0], next(iter(expected[0].values())), rtol=1e-5, atol=1e-5)
+    assert any((best / "ov_cache").rglob("*")), "the first session compiled the model into best/ov_cache"
 
 
 def test_deploy_settings_say_where_and_how(tmp_path: Path) -> None:

@@ -6,7 +6,10 @@ opened otherwise runs at another speed, and on another provider may score otherw
 ``best/`` says all of it in one file -- provider, its options, graph optimization level,
 execution mode, threads -- and ``run.py`` opens the session exactly so (numpy and onnxruntime
 only: it runs in the target environment), as the evaluation did: idle threads sleep, one
-inter-op thread unless the settings chose more.
+inter-op thread unless the settings chose more. On OpenVINO, when a second session opened faster
+with the model cache than the first (``session_search.cache_effect``), ``session.json`` adds
+``cache_dir: ov_cache`` (beside it): the first ``run.py`` compiles and writes it, later ones start
+from it; inference is the same.
 """
 
 from __future__ import annotations
@@ -46,7 +49,10 @@ def open_session(folder=HERE):
     for key in ("enable_mem_pattern", "enable_cpu_mem_arena"):
         if key in s:
             setattr(options, key, bool(s[key]))
-    provider = (s["provider"], s["provider_options"]) if s["provider_options"] else s["provider"]
+    provider_options = dict(s["provider_options"])
+    if "cache_dir" in provider_options:  # OpenVINO's model cache, beside this file unless absolute
+        provider_options["cache_dir"] = str(Path(folder) / provider_options["cache_dir"])
+    provider = (s["provider"], provider_options) if provider_options else s["provider"]
     providers = [provider] + (["CPUExecutionProvider"] if s["provider"] != "CPUExecutionProvider" else [])
     return ort.InferenceSession(str(Path(folder) / "model.onnx"), options, providers=providers)
 
@@ -71,6 +77,9 @@ if __name__ == "__main__":
     if len(sys.argv) > 2:
         np.savez(sys.argv[2], **{o.name: v for o, v in zip(session.get_outputs(), outputs)})
 '''
+
+
+CACHE_DIR = "ov_cache"  # OpenVINO's compiled-model cache, relative to best/ (run.py resolves it there)
 
 
 def deploy_settings(settings: Mapping[str, Any] | None, target: Mapping[str, Any]) -> dict[str, Any]:
@@ -106,7 +115,11 @@ def write_deploy(folder: Path, chosen: Any, target: Mapping[str, Any] | None) ->
         settings = search["settings"]
         if settings:
             write_session_settings(folder / "model.onnx", dict(settings))
-    (folder / "session.json").write_text(json.dumps(deploy_settings(settings, target), indent=1, sort_keys=True) + "\n")
+    deployed = deploy_settings(settings, target)
+    cache = search.get("cache") if search.get("trial") == chosen.number else None
+    if cache and cache.get("cached_open_s", 1e9) < cache.get("first_open_s", 0.0):  # it cut the start
+        deployed["provider_options"]["cache_dir"] = CACHE_DIR
+    (folder / "session.json").write_text(json.dumps(deployed, indent=1, sort_keys=True) + "\n")
     (folder / "run.py").write_text(RUN_PY)
 
 

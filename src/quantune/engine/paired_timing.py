@@ -57,21 +57,26 @@ def paired_latency(
         PAIRED_ROUNDS,
         context.evaluator.dataset.fingerprint,
         context.evaluator.backend.fingerprint(),
+        *(() if isinstance(context.evaluator.backend, LocalBackend) else ("timed on the target",)),
     )
     cached = context.cache.get_json("evals", key)
     if cached is not None:
         return dict(cached)
     feeds = getattr(context.evaluator, "_latency_feeds", None)
-    timings = context.evaluator.backend.time_until_decided(
-        ref_path,
-        [cand_path],
-        feeds,
-        spec,
-        context.evaluator.spec.runner,
-        threshold=1.0 - MIN_GAIN,
-        min_rounds=5,
-        max_rounds=max(5, min(spec.repeats, PAIRED_ROUNDS)),
-    )
+    try:  # target.python: each model on its provider there (the backend times where it runs)
+        timings = context.evaluator.backend.time_until_decided(
+            ref_path,
+            [cand_path],
+            feeds,
+            spec,
+            context.evaluator.spec.runner,
+            threshold=1.0 - MIN_GAIN,
+            min_rounds=5,
+            max_rounds=max(5, min(spec.repeats, PAIRED_ROUNDS)),
+        )
+    except Exception as exc:  # the backend cannot run one of them: unknown, as below
+        log.warning("paired timing: the backend cannot run the pair (%s)", str(exc).splitlines()[0][:200])
+        return None
     row = timings[1]
     valid = ~np.isnan(row)
     if not valid.any():

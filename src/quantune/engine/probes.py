@@ -246,7 +246,7 @@ def _ceilings(
         vars(spec),
         threshold,
         context.evaluator.dataset.fingerprint,
-        backend.fingerprint(),
+        backend.fingerprint(),  # ceilings are per provider: timed on the target
     )
     cached = context.cache.get_json("evals", key)
     if cached is None:

@@ -65,7 +65,7 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
     if not result.improved or not best.model_path or not Path(best.model_path).is_file():
         return
     from quantune.engine.runner import TrialRunner
-    from quantune.engine.session_search import evaluate_settings, search_session
+    from quantune.engine.session_search import OV, cache_effect, evaluate_settings, search_session
 
     own = dict(best.session_settings or {})
     deadline = None
@@ -90,4 +90,9 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
     except Exception as exc:  # the search is a refinement: the measured settings stay
         log.warning("session settings search failed: %s", " ".join(str(exc).split())[:300])
         found = {"settings": own, "error": " ".join(str(exc).split())[:300]}
+    if where == OV and (deadline is None or time.perf_counter() < deadline):  # what the cache saves at start
+        try:
+            found["cache"] = cache_effect(evaluator, Path(best.model_path), found["settings"])
+        except Exception as exc:  # a refinement of what to deploy: without it, no cache is deployed
+            log.warning("OpenVINO model cache not measured: %s", " ".join(str(exc).split())[:300])
     result.target["session_search"] = {"trial": best.number, **found}

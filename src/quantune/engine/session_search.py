@@ -3,16 +3,25 @@
 Once the verdict names a model and the provider it runs on, the settings that change its speed
 for a fixed thread count are tried one group at a time, as ``passes/onnx/session_tuning.py``
 does for a flow's model: graph optimization level, execution mode, and the provider's own
-options (OpenVINO's precision hint). Each value is timed interleaved with the current choice
+options (OpenVINO's precision hint; its own properties through ``load_config``: CPU pinning, and
+the bf16 inference precision where the CPU has bf16 instructions -- onnxruntime-openvino runs an
+fp32 model in f32 unless told). Each value is timed interleaved with the current choice
 on the target (``Backend.timings``: every copy of the model carries its settings beside it, so
 a target environment times it too) and replaces it only when its median paired ratio's 90%
 interval lies below 1 (``evaluate/paired.py``). Threads stay ``evaluation.latency.threads``.
 A setting may change the numbers (a precision hint), so the chosen settings are evaluated again
 on the whole evaluation data and kept only when they still meet the criterion.
+
+OpenVINO's model cache (``cache_dir``) changes no inference: it saves the compiled model at the
+first session and reads it back at the next, so it cuts the *start* of every later session
+(compilation) and nothing after. It is not timed against the others: :func:`cache_effect` opens
+the chosen model twice with a cache, and ``best/`` carries it (``best/ov_cache``) when the second
+open was faster.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import shutil
@@ -31,9 +40,32 @@ log = logging.getLogger("quantune.session_search")
 
 ROUNDS = 20
 # Provider options that change speed for a fixed thread count, per provider (the first: its default).
+OV = "OpenVINOExecutionProvider"
 PROVIDER_OPTIONS: dict[str, list[dict[str, str]]] = {
-    "OpenVINOExecutionProvider": [{}, {"precision": "ACCURACY"}, {"precision": "FP32"}],
+    OV: [{}, {"precision": "ACCURACY"}, {"precision": "FP32"}],
 }
+
+
+def _ov_config(**properties: str) -> str:
+    """OpenVINO properties for its CPU device, as the provider's ``load_config`` takes them (JSON)."""
+    return json.dumps({"CPU": properties}, sort_keys=True)
+
+
+def bf16_cpu() -> bool:
+    """Whether this CPU has bf16 instructions (where OpenVINO's bf16 inference precision runs fast)."""
+    try:
+        flags = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
+    return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def ov_config_options() -> list[dict[str, str]]:
+    """OpenVINO's own properties that change speed at a fixed thread count (the first: none)."""
+    options = [{}, {"load_config": _ov_config(ENABLE_CPU_PINNING="YES")}]
+    if bf16_cpu():  # fewer bits per activation: may cost accuracy, checked on the whole evaluation data
+        options.append({"load_config": _ov_config(INFERENCE_PRECISION_HINT="bf16")})
+    return options
 
 
 def option_groups(provider: str) -> list[list[dict[str, Any]]]:
@@ -44,6 +76,8 @@ def option_groups(provider: str) -> list[list[dict[str, Any]]]:
     ]
     if provider in PROVIDER_OPTIONS:
         groups.append([{"provider_options": options} for options in PROVIDER_OPTIONS[provider]])
+    if provider == OV:
+        groups.append([{"provider_options": options} for options in ov_config_options()])
     return groups
 
 
@@ -61,8 +95,9 @@ def search_session(
         for options in option_groups(provider):
             # the current settings first (a value equal to them is not timed twice), then each other value
             group, candidates = [{}], [chosen]
+            keys = {key for option in options for key in option.get("provider_options", {})}
             for option in options:
-                if (merged := _merged(chosen, option)) not in candidates and not _same(chosen, option):
+                if (merged := _merged(chosen, option, keys)) not in candidates and not _same(chosen, option):
                     group.append(option)
                     candidates.append(merged)
             if len(candidates) == 1:
@@ -99,11 +134,14 @@ def _same(settings: dict[str, Any], option: dict[str, Any]) -> bool:
     return all(settings.get(key, defaults.get(key)) == value for key, value in option.items() if key in defaults)
 
 
-def _merged(settings: dict[str, Any], option: dict[str, Any]) -> dict[str, Any]:
+def _merged(settings: dict[str, Any], option: dict[str, Any], keys: set[str] | None = None) -> dict[str, Any]:
+    """``settings`` with ``option``; a provider option of the group (``keys``) replaces the group's
+    value, the provider's other options (its thread count, another group's choice) stay."""
     merged = dict(settings)
+    group = PROVIDER_OPTIONS_KEYS if keys is None else keys
     for key, value in option.items():
-        if key == "provider_options":  # the provider's own options (its thread count) stay; hints change
-            base = {k: v for k, v in dict(merged.get(key) or {}).items() if k not in PROVIDER_OPTIONS_KEYS}
+        if key == "provider_options":
+            base = {k: v for k, v in dict(merged.get(key) or {}).items() if k not in group}
             merged[key] = {**base, **value}
             if not merged[key]:
                 merged.pop(key)
@@ -132,6 +170,24 @@ def _copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
         _copy_model(model, path)
     write_session_settings(path, settings)
     return path
+
+
+def cache_effect(evaluator: Any, model: Path, settings: dict[str, Any]) -> dict[str, Any]:
+    """OpenVINO's model cache on ``model``: the first session's open (compiles, writes the cache)
+    and the next one's (reads it), each timed around one run of the latency feed in the target
+    environment. Inference is unchanged; only the start is."""
+    threads = evaluator.spec.latency.threads
+    with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:
+        cache = Path(folder) / "ov_cache"
+        cached = _merged(settings, {"provider_options": {"cache_dir": str(cache)}}, {"cache_dir"})
+        took = []
+        for index in range(2):  # two copies: a target that keeps a session per path opens each anew
+            path = _copy(model, Path(folder) / f"cache-{index}", cached)
+            started = time.perf_counter()
+            evaluator.backend.outputs(path, [evaluator.latency_feed], threads=threads, runner=evaluator.spec.runner)
+            took.append(time.perf_counter() - started)
+        written = sum(f.stat().st_size for f in cache.rglob("*") if f.is_file()) if cache.is_dir() else 0
+    return {"first_open_s": round(took[0], 4), "cached_open_s": round(took[1], 4), "cache_bytes": written}
 
 
 def evaluate_settings(evaluator: Any, model: Path, settings: dict[str, Any], reference: Any) -> dict[str, float]:

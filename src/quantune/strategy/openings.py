@@ -8,7 +8,11 @@ any other (a lossless speed-up is a valid ``improved``). The wrapped strategy ne
 trials (its sampler's space and stages are its own); what they scored, and their latency timed
 interleaved with the original's (the engine's ``latency_ratio`` probe: a paired ratio), is what
 it learned (``learned()["provider_originals"]``); the end-of-run re-timing and the verdict weigh
-them against every quantized candidate side by side.
+them against every quantized candidate side by side. A strategy that weighs them (the quantune
+strategy's ceiling stage drops the quantized ceilings an original in budget already beats:
+``strategy/accuracy/provider_ceilings.py``) is told each one's outcome (its ``observe_opening``),
+and is first asked only once every opening was told: the same run then decides the same way with
+several workers.
 """
 
 from __future__ import annotations
@@ -16,7 +20,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from quantune.strategy.base import Outcome, Proposal, SearchProblem, Strategy
+from quantune.strategy.base import WAIT, Outcome, Proposal, SearchProblem, Strategy
 
 STAGE = "provider original"
 
@@ -69,6 +73,8 @@ class WithOpenings(Strategy):
             label, proposal = self._openings.pop(0)
             self._asked[id(proposal)] = label
             return proposal
+        if self._asked and hasattr(self.inner, "observe_opening"):  # it weighs them: told first
+            return WAIT
         return self.inner.ask()
 
     def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
@@ -86,6 +92,8 @@ class WithOpenings(Strategy):
         ):  # paired: interleaved with the original on its provider
             paired = timed(proposal.point, tuple(proposal.flow or ()))
             self.scores[label]["paired_ratio"] = None if paired is None else round(paired, 4)
+        if hasattr(self.inner, "observe_opening"):
+            self.inner.observe_opening(label, outcome, self.scores[label].get("paired_ratio"))
         return None
 
     def _won(self) -> bool:

@@ -14,6 +14,7 @@ import logging
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
 from quantune.strategy.accuracy.speed import Variant, build_order, speed_variants
 from quantune.strategy.base import Outcome, Proposal
 
@@ -21,7 +22,7 @@ log = logging.getLogger("quantune.strategy")
 CEILING = "ceiling"
 
 
-class CeilingStage:
+class CeilingStage(ProviderCeilings):
     """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stage
     and the verdict on each variant (its ``variants``, ``decisions`` and ``_ceiling_stage`` are
     set up by the strategy's ``setup``)."""
@@ -31,7 +32,7 @@ class CeilingStage:
         if not self.variants:
             contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
             for ctx in contexts:
-                for point, label in speed_variants(ctx):
+                for point, label in on_providers(self.problem, speed_variants(ctx)):  # each provider's
                     point = self.complete(point, ctx)
                     variant = Variant(ctx, point, label)
                     self.variants.append(variant)
@@ -70,6 +71,13 @@ class CeilingStage:
             log.info("quantune strategy: %s", line)
         if not kept:
             measured = any(v.failed is False for v in self.variants)
+            if measured and (best := self.best_original()) is not None:  # the original there is the answer
+                self.finished_reason = (
+                    f"the original on {best[0]} is in budget at {best[1]:.2f}x fp32 latency, faster than every "
+                    "quantized variant's speed ceiling (" + "; ".join(self.decisions) + "), so no fallback could win"
+                )
+                log.info("quantune strategy: %s", self.finished_reason)
+                return kept
             if measured:
                 log.info("quantune strategy: no variant is faster than the original: keep the original")
                 self.finished_reason = (
@@ -126,14 +134,16 @@ class CeilingStage:
             return False
         margin, share = self.options.speed_margin, self.options.ceiling_share
         budget = share * self.problem.timeout_s if self.problem.timeout_s else None
-        items = [(v.point, v.ctx.flow) for v in variants]
+        originals = self.original_items()  # the originals on the other providers, in the same session:
+        items = [*originals, *((v.point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
             ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
         elif self.problem.latency_ratio is not None:
             ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
         else:
             return False
-        for variant, ratio in zip(variants, ratios, strict=True):
+        self.note_originals(ratios[: len(originals)])
+        for variant, ratio in zip(variants, ratios[len(originals) :], strict=True):
             variant.side_by_side = ratio
             variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
         return True
@@ -163,6 +173,8 @@ class CeilingStage:
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
+        if (beaten := self.beaten_by_original(ratio, margin)) is not None:
+            return False, beaten
         return True, f"kept: {ratio:.2f}x fp32 latency"
 
     def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
