@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.paired import MIN_GAIN, paired_ratio
 from quantune.store import cache_key
 

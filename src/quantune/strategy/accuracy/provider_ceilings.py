@@ -140,7 +140,8 @@ class ProviderCeilings:
 
     def _drops_slow(self) -> bool:
         """The ``drop_slow`` option (default true; false keeps every ceiling, ordered by speed)."""
-        return bool(self.options.drop_slow)  # type: ignore[attr-defined]
+        options = getattr(self, "options", None)  # the strategy's typed options (none on a bare rule)
+        return True if options is None else bool(options.drop_slow)
 
     def learned(self) -> dict[str, Any]:
         """results.json's ``strategy``, with the originals' ratios from the ceilings' session."""
