@@ -57,3 +57,26 @@ def test_a_tie_goes_to_the_smaller_model_before_the_earlier_trial(tmp_path: Path
     confirmation = Confirmation([big, small], 2.0, rounds=30, ratios=ratios, ties=_ties([big, small], by_model))
     verdict = decide([big, small], ["latency"], {"latency_ms": 2.0}, confirmation=confirmation)
     assert verdict.best is not None and verdict.best.number == 4
+
+
+def test_the_earliest_trial_as_fast_by_the_search_figures_is_re_timed_too(tmp_path: Path) -> None:
+    """Which near-equal models make the top ``confirm_top`` follows the noise; the earliest one within
+    the search's noise of the fastest takes the second place (the tie rule's stable contender)."""
+    from quantune.engine.confirm import _choose
+
+    paths = []
+    for name in "abcd":
+        (tmp_path / f"{name}.onnx").write_bytes(b"x")
+        paths.append(str(tmp_path / f"{name}.onnx"))
+    records = [
+        _record(1, 1.05, 100.0, paths[0]),  # the earliest, 5% slower by its one search-time timing
+        _record(2, 1.60, 100.0, paths[1]),  # beyond the noise: never a contender
+        _record(3, 1.00, 100.0, paths[2]),
+        _record(4, 1.01, 100.0, paths[3]),
+    ]
+    _, chosen = _choose(records, 2)
+    assert chosen == [paths[2], paths[0]]  # the fastest, then the earliest as fast
+    _, chosen = _choose(records, 3)
+    assert chosen == [paths[2], paths[0], paths[3]]
+    _, chosen = _choose(records, 1)
+    assert chosen == [paths[2]]  # confirm_top 1: the fastest only
