@@ -39,6 +39,7 @@ from quantune.strategy.registry import register_strategy
 
 REPO = Path(__file__).resolve().parents[1]
 FULL = "oracle: all int8"
+SEARCH = "oracle search:"
 TOP = (1, 3, 5)
 
 
@@ -48,6 +49,9 @@ class OracleStrategy(AccuracyStrategy):
 
     name = "oracle"
     Options = AccuracyOptions
+    # only the units worst alone int8 are also tried alone fp32 (None: every unit; the head's
+    # units always): bounds a run on a model with many units (``--fp32-top``)
+    fp32_top: int | None = None
 
     def stages(self):
         base = self.ctx.base_point()
@@ -60,10 +64,35 @@ class OracleStrategy(AccuracyStrategy):
             "bisect": [[g.name, score] for g, score in priced(ranked, costs)],
         }
         self.units = [{"name": g.name, "op_type": g.op_type, "nodes": list(g.nodes)} for g in units]
+        alone: dict[str, Any] = {}
         for group in units:
             others = [g for g in units if g is not group]
-            yield from self.try_point(self.fallback(base, others), f"oracle: {group.name} alone int8")
+            alone[group.name] = yield from self.try_point(
+                self.fallback(base, others), f"oracle: {group.name} alone int8"
+            )
+        truth = sorted(units, key=lambda g: self.harm(alone[g.name]), reverse=True)
+        head = set(getattr(self.ctx, "head", ()))
+        floats = truth if self.fp32_top is None else truth[: self.fp32_top]
+        floats += [g for g in units if head & set(g.nodes) and g not in floats]
+        for group in floats:
             yield from self.try_point(self.fallback(base, [group]), f"oracle: {group.name} alone fp32")
+        # the oracle search: the truth's worst 1, 2, 4, ... units in fp32, until one meets the budget
+        count = 1
+        while count <= len(truth):
+            outcome = yield from self.try_point(self.fallback(base, truth[:count]), f"{SEARCH} {count} worst in fp32")
+            if outcome.meets:
+                break
+            count *= 2
+
+    def harm(self, outcome) -> tuple[float, float]:
+        """How much a unit alone int8 breaks the model: its budget violation, then how far its
+        metric moved from the original's (a failed trial counts worst)."""
+        if outcome.failed:
+            return (float("inf"), float("inf"))
+        moved = [
+            abs(v - self.baseline[k]) for k, v in outcome.metrics.items() if k in self.baseline and k != "latency_ms"
+        ]
+        return (outcome.violation, max(moved, default=0.0))
 
     def learned(self) -> dict[str, Any]:
         return {
@@ -172,6 +201,26 @@ def truth_table(result, max_units: int | None) -> dict[str, Any]:
         "rankings": {kind: score_order(order, truth) for kind, order in orders.items()},
         "single_fallback_in_budget_and_faster": [r["unit"] for r in faster],
         "evaluations": len(result.trials),
+        "search": [
+            {"stage": t.stage, "loss": t.accuracy_loss, "meets": bool(t.meets_criterion), "speed": _speed(t, base_ms)}
+            for t in result.trials
+            if t.stage.startswith(SEARCH)
+        ],
+        **best_of(result.trials, base_ms),
+    }
+
+
+def best_of(trials, base_ms: float) -> dict[str, Any]:
+    """Over every model the oracle built (search-time timings): the fastest one that meets the
+    budget and is faster than the original, and the most accurate one faster than the original."""
+    faster = [t for t in trials if t.accuracy_loss is not None and (_speed(t, base_ms) or 0.0) > 1.0]
+    meeting = [t for t in faster if t.meets_criterion]
+    pick = lambda t: {"stage": t.stage, "loss": t.accuracy_loss, "speed": _speed(t, base_ms)}  # noqa: E731
+    fastest = max(meeting, key=lambda t: _speed(t, base_ms) or 0.0, default=None)
+    accurate = min(faster, key=lambda t: (t.accuracy_loss, -(_speed(t, base_ms) or 0.0)), default=None)
+    return {
+        "in_budget_faster": None if fastest is None else pick(fastest),
+        "most_accurate_faster": None if accurate is None else pick(accurate),
     }
 
 
@@ -221,6 +270,28 @@ def markdown(table: dict[str, Any], command: str) -> str:
             f"| {r['unit']} | {r['op_type']} | {r['nodes']} | {fmt(r['head'])} | {fmt(r['loss_alone_int8'])} | "
             f"{fmt(r['loss_alone_fp32'])} | {fmt(r['meets_alone_fp32'])} | {speed} |"
         )
+    best, accurate = table.get("in_budget_faster"), table.get("most_accurate_faster")
+    lines += [
+        "",
+        "Oracle search (the worst units alone int8 put in fp32, 1, 2, 4, ...): "
+        + "; ".join(
+            f"{r['stage']}: loss {fmt(r['loss'])}, meets {fmt(r['meets'])}, {_ratio(r['speed'])}"
+            for r in table.get("search", [])
+        )
+        + ".",
+        "",
+        "**Oracle verdict**: "
+        + (
+            f"an in-budget model faster than the original exists: `{best['stage']}`, loss {fmt(best['loss'])}, {_ratio(best['speed'])}"
+            if best
+            else "no model the oracle built meets the budget and is faster than the original"
+        )
+        + (
+            f". Most accurate model faster than the original: `{accurate['stage']}`, loss {fmt(accurate['loss'])}, {_ratio(accurate['speed'])}."
+            if accurate
+            else "."
+        ),
+    ]
     lines += ["", "| ranking | Spearman | worst unit(s) | its rank | in top 1 | in top 3 | in top 5 |"]
     lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for kind, s in table["rankings"].items():
@@ -243,7 +314,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the oracle's quantune runs go")
     parser.add_argument("--name", default=None, help="the tables' name (default: the config folder's)")
     parser.add_argument("--max-units", type=int, default=None)
+    parser.add_argument(
+        "--fp32-top", type=int, default=None, help="try alone fp32 only the N worst units (and the head's)"
+    )
     args = parser.parse_args(argv)
+    OracleStrategy.fp32_top = args.fp32_top
     for path, what in ((args.model, "MODEL"), (args.config, "CONFIG")):
         if not path.is_file():
             print(f"{what}: no file {path}", file=sys.stderr)
