@@ -1,6 +1,7 @@
 """The oracle: each fallback unit's real effect on the metric, and how well sensitivity ranks them.
 
     python bench/oracle.py MODEL CONFIG [--out bench/results] [--name NAME] [--max-units N]
+                           [--by-compute] [--fp32-top N]
 
 For every fallback unit quantune's accuracy strategies can move (its groups, a decode head's
 Concat included: ``AccuracyContext.candidates``), two models are built and evaluated on the
@@ -25,6 +26,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -53,33 +55,37 @@ class OracleStrategy(AccuracyStrategy):
     # units always): bounds a run on a model with many units (``--fp32-top``)
     fp32_top: int | None = None
 
+    # a compute group and the non-compute groups after it form one unit, tried together (False:
+    # every group alone): bounds a model with hundreds of groups (``--by-compute``)
+    by_compute: bool = False
+
     def stages(self):
         base = self.ctx.base_point()
-        units = list(self.ctx.candidates)
+        groups = list(self.ctx.candidates)
         yield from self.try_point(base, FULL)
-        ranked = self.ctx.ranked(base, units)
+        ranked = self.ctx.ranked(base, groups)
         costs = dict(self.problem.node_costs()) if self.problem.node_costs is not None else {}
+        units = blocks(groups, self.by_compute)
         self.orders = {
-            "sensitivity": [[g.name, score] for g, score in ranked],
-            "bisect": [[g.name, score] for g, score in priced(ranked, costs)],
+            "sensitivity": block_order([[g.name, score] for g, score in ranked], units),
+            "bisect": block_order([[g.name, score] for g, score in priced(ranked, costs)], units),
         }
-        self.units = [{"name": g.name, "op_type": g.op_type, "nodes": list(g.nodes)} for g in units]
+        self.units = [{"name": u.name, "op_type": u.op_type, "nodes": list(u.nodes)} for u in units]
         alone: dict[str, Any] = {}
-        for group in units:
-            others = [g for g in units if g is not group]
-            alone[group.name] = yield from self.try_point(
-                self.fallback(base, others), f"oracle: {group.name} alone int8"
-            )
+        for unit in units:
+            others = [g for u in units if u is not unit for g in u.members]
+            alone[unit.name] = yield from self.try_point(self.fallback(base, others), f"oracle: {unit.name} alone int8")
         truth = sorted(units, key=lambda g: self.harm(alone[g.name]), reverse=True)
         head = set(getattr(self.ctx, "head", ()))
         floats = truth if self.fp32_top is None else truth[: self.fp32_top]
         floats += [g for g in units if head & set(g.nodes) and g not in floats]
-        for group in floats:
-            yield from self.try_point(self.fallback(base, [group]), f"oracle: {group.name} alone fp32")
+        for unit in floats:
+            yield from self.try_point(self.fallback(base, unit.members), f"oracle: {unit.name} alone fp32")
         # the oracle search: the truth's worst 1, 2, 4, ... units in fp32, until one meets the budget
         count = 1
         while count <= len(truth):
-            outcome = yield from self.try_point(self.fallback(base, truth[:count]), f"{SEARCH} {count} worst in fp32")
+            worst = [g for u in truth[:count] for g in u.members]
+            outcome = yield from self.try_point(self.fallback(base, worst), f"{SEARCH} {count} worst in fp32")
             if outcome.meets:
                 break
             count *= 2
@@ -101,6 +107,49 @@ class OracleStrategy(AccuracyStrategy):
             "units": getattr(self, "units", []),
             "head": sorted(getattr(self.ctx, "head", ())),  # (main before the head existed: none)
         }
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What the oracle tries alone: one fallback group, or a block of them (``--by-compute``)."""
+
+    name: str
+    op_type: str
+    nodes: tuple[str, ...]
+    members: tuple[Any, ...]
+
+
+COMPUTE = {"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN"}
+
+
+def blocks(groups: list[Any], by_compute: bool) -> list[Unit]:
+    """The groups as units: each alone, or (``by_compute``) each compute group (a Conv, a MatMul)
+    with the non-compute groups after it in graph order (its activation, a Split, the decode
+    head's arithmetic) up to the next compute group; ones before the first stand alone."""
+    chunks: list[list[Any]] = []
+    for group in groups:
+        if not by_compute or group.op_type in COMPUTE or not chunks:
+            chunks.append([group])
+        else:
+            chunks[-1].append(group)
+    out = []
+    for members in chunks:
+        first = members[0]
+        name = first.name if len(members) == 1 else f"{first.name} +{len(members) - 1}"
+        types = "+".join(dict.fromkeys(g.op_type for g in members))
+        out.append(Unit(name, types, tuple(n for g in members for n in g.nodes), tuple(members)))
+    return out
+
+
+def block_order(order: list[list[Any]], units: list[Unit]) -> list[list[Any]]:
+    """A group ranking as a unit ranking: each unit at its best member's place, with its score."""
+    owner = {g.name: u.name for u in units for g in u.members}
+    seen: dict[str, float] = {}
+    for name, score in order:
+        unit = owner.get(name)
+        if unit is not None and unit not in seen:
+            seen[unit] = score
+    return [[name, score] for name, score in seen.items()]
 
 
 def ranks(values: list[float]) -> np.ndarray:
@@ -319,6 +368,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     OracleStrategy.fp32_top = args.fp32_top
+    OracleStrategy.by_compute = args.by_compute
     for path, what in ((args.model, "MODEL"), (args.config, "CONFIG")):
         if not path.is_file():
             print(f"{what}: no file {path}", file=sys.stderr)
