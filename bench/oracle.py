@@ -363,6 +363,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the oracle's quantune runs go")
     parser.add_argument("--name", default=None, help="the tables' name (default: the config folder's)")
     parser.add_argument("--max-units", type=int, default=None)
+    parser.add_argument("--by-compute", action="store_true", help="a unit: a compute group and the groups after it")
     parser.add_argument(
         "--fp32-top", type=int, default=None, help="try alone fp32 only the N worst units (and the head's)"
     )
