@@ -62,6 +62,9 @@ def test_oracle_on_a_decode_head(tmp_path: Path) -> None:
         assert ranking["worst_units"] == ["head_concat"]
         assert ranking["worst_in_top_1"] is True
         assert ranking["spearman"] is not None
+    # the verdict's models (mostly int8, in budget) are re-timed side by side with the original
+    assert table["retimed"] and all(r["meets"] and r["original_ms"] > 0 for r in table["retimed"])
+    assert all("alone int8" not in r["stage"] for r in table["retimed"])
     text = ORACLE.markdown(table, "python bench/oracle.py ...")
     assert "| head_concat | Concat |" in text and "| sensitivity |" in text
 
