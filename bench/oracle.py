@@ -379,6 +379,17 @@ def markdown(table: dict[str, Any], command: str) -> str:
         f"- `{r['stage']}`: loss {fmt(r['loss'])}, meets {fmt(r['meets'])}, {r['chosen_ms']} vs {r['original_ms']} ms (ratio {r['ratio']})"
         for r in table.get("retimed", [])
     ] or ["- nothing to re-time"]
+    faster = [r for r in table.get("retimed", []) if r["meets"] and r["ratio"] < 1.0]
+    lines += [
+        "",
+        "**Re-timed verdict**: "
+        + (
+            f"an in-budget model faster than the original exists: `{faster[0]['stage']}` (ratio {faster[0]['ratio']})"
+            if faster
+            else "no in-budget model the oracle built re-times faster than the original"
+        )
+        + ".",
+    ]
     lines += ["", "| ranking | Spearman | worst unit(s) | its rank | in top 1 | in top 3 | in top 5 |"]
     lines.append("| --- | --- | --- | --- | --- | --- | --- |")
     for kind, s in table["rankings"].items():
