@@ -1,6 +1,7 @@
 """The oracle: each fallback unit's real effect on the metric, and how well sensitivity ranks them.
 
     python bench/oracle.py MODEL CONFIG [--out bench/results] [--name NAME] [--max-units N]
+                           [--by-compute] [--fp32-top N]
 
 For every fallback unit quantune's accuracy strategies can move (its groups, a decode head's
 Concat included: ``AccuracyContext.candidates``), two models are built and evaluated on the
@@ -25,6 +26,7 @@ import argparse
 import datetime as dt
 import json
 import sys
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -38,7 +40,11 @@ from quantune.strategy.options import AccuracyOptions
 from quantune.strategy.registry import register_strategy
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from oracle_report import markdown  # noqa: E402  (beside this script)
+
 FULL = "oracle: all int8"
+SEARCH = "oracle search:"
 TOP = (1, 3, 5)
 
 
@@ -48,22 +54,54 @@ class OracleStrategy(AccuracyStrategy):
 
     name = "oracle"
     Options = AccuracyOptions
+    # only the units worst alone int8 are also tried alone fp32 (None: every unit; the head's
+    # units always): bounds a run on a model with many units (``--fp32-top``)
+    fp32_top: int | None = None
+
+    # a compute group and the non-compute groups after it form one unit, tried together (False:
+    # every group alone): bounds a model with hundreds of groups (``--by-compute``)
+    by_compute: bool = False
 
     def stages(self):
         base = self.ctx.base_point()
-        units = list(self.ctx.candidates)
+        groups = list(self.ctx.candidates)
         yield from self.try_point(base, FULL)
-        ranked = self.ctx.ranked(base, units)
+        ranked = self.ctx.ranked(base, groups)
         costs = dict(self.problem.node_costs()) if self.problem.node_costs is not None else {}
+        units = blocks(groups, self.by_compute)
         self.orders = {
-            "sensitivity": [[g.name, score] for g, score in ranked],
-            "bisect": [[g.name, score] for g, score in priced(ranked, costs)],
+            "sensitivity": block_order([[g.name, score] for g, score in ranked], units),
+            "bisect": block_order([[g.name, score] for g, score in priced(ranked, costs)], units),
         }
-        self.units = [{"name": g.name, "op_type": g.op_type, "nodes": list(g.nodes)} for g in units]
-        for group in units:
-            others = [g for g in units if g is not group]
-            yield from self.try_point(self.fallback(base, others), f"oracle: {group.name} alone int8")
-            yield from self.try_point(self.fallback(base, [group]), f"oracle: {group.name} alone fp32")
+        self.units = [{"name": u.name, "op_type": u.op_type, "nodes": list(u.nodes)} for u in units]
+        alone: dict[str, Any] = {}
+        for unit in units:
+            others = [g for u in units if u is not unit for g in u.members]
+            alone[unit.name] = yield from self.try_point(self.fallback(base, others), f"oracle: {unit.name} alone int8")
+        truth = sorted(units, key=lambda g: self.harm(alone[g.name]), reverse=True)
+        head = set(getattr(self.ctx, "head", ()))
+        floats = truth if self.fp32_top is None else truth[: self.fp32_top]
+        floats += [g for g in units if head & set(g.nodes) and g not in floats]
+        for unit in floats:
+            yield from self.try_point(self.fallback(base, unit.members), f"oracle: {unit.name} alone fp32")
+        # the oracle search: the truth's worst 1, 2, 4, ... units in fp32, until one meets the budget
+        count = 1
+        while count <= len(truth):
+            worst = [g for u in truth[:count] for g in u.members]
+            outcome = yield from self.try_point(self.fallback(base, worst), f"{SEARCH} {count} worst in fp32")
+            if outcome.meets:
+                break
+            count *= 2
+
+    def harm(self, outcome) -> tuple[float, float]:
+        """How much a unit alone int8 breaks the model: its budget violation, then how far its
+        metric moved from the original's (a failed trial counts worst)."""
+        if outcome.failed:
+            return (float("inf"), float("inf"))
+        moved = [
+            abs(v - self.baseline[k]) for k, v in outcome.metrics.items() if k in self.baseline and k != "latency_ms"
+        ]
+        return (outcome.violation, max(moved, default=0.0))
 
     def learned(self) -> dict[str, Any]:
         return {
@@ -72,6 +110,49 @@ class OracleStrategy(AccuracyStrategy):
             "units": getattr(self, "units", []),
             "head": sorted(getattr(self.ctx, "head", ())),  # (main before the head existed: none)
         }
+
+
+@dataclass(frozen=True)
+class Unit:
+    """What the oracle tries alone: one fallback group, or a block of them (``--by-compute``)."""
+
+    name: str
+    op_type: str
+    nodes: tuple[str, ...]
+    members: tuple[Any, ...]
+
+
+COMPUTE = {"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN"}
+
+
+def blocks(groups: list[Any], by_compute: bool) -> list[Unit]:
+    """The groups as units: each alone, or (``by_compute``) each compute group (a Conv, a MatMul)
+    with the non-compute groups after it in graph order (its activation, a Split, the decode
+    head's arithmetic) up to the next compute group; ones before the first stand alone."""
+    chunks: list[list[Any]] = []
+    for group in groups:
+        if not by_compute or group.op_type in COMPUTE or not chunks:
+            chunks.append([group])
+        else:
+            chunks[-1].append(group)
+    out = []
+    for members in chunks:
+        first = members[0]
+        name = first.name if len(members) == 1 else f"{first.name} +{len(members) - 1}"
+        types = "+".join(dict.fromkeys(g.op_type for g in members))
+        out.append(Unit(name, types, tuple(n for g in members for n in g.nodes), tuple(members)))
+    return out
+
+
+def block_order(order: list[list[Any]], units: list[Unit]) -> list[list[Any]]:
+    """A group ranking as a unit ranking: each unit at its best member's place, with its score."""
+    owner = {g.name: u.name for u in units for g in u.members}
+    seen: dict[str, float] = {}
+    for name, score in order:
+        unit = owner.get(name)
+        if unit is not None and unit not in seen:
+            seen[unit] = score
+    return [[name, score] for name, score in seen.items()]
 
 
 def ranks(values: list[float]) -> np.ndarray:
@@ -132,7 +213,31 @@ def run(model: Path, config: Path, out: Path, name: str, max_units: int | None) 
     result = quantune.tune(config, output=out / f"oracle-{name}", restart=True, overrides=overrides)
     table = truth_table(result, max_units)
     table.update({"model": str(model), "config": str(config), "metric": result.metric})
+    table["retimed"] = retimed(result, config)
     return table
+
+
+def retimed(result, config: Path, most: int = 3) -> list[dict[str, Any]]:
+    """The verdict's models re-timed side by side with the original (``zoo_report.retime``:
+    interleaved, 30 rounds, one thread): search-time figures on a loaded machine put models
+    with one conv int8 at 1.7x. Only mostly-int8 models are verdict candidates (the fully int8
+    one, "alone fp32", the oracle search), never "alone int8" (a float model with one unit
+    quantized): up to ``most`` that meet the budget, fastest first, else the most accurate."""
+    sys.path.insert(0, str(REPO / "bench" / "zoo"))
+    from zoo_report import retime
+
+    pool = [
+        t
+        for t in result.trials
+        if t.accuracy_loss is not None and "alone int8" not in t.stage and t.model_path and Path(t.model_path).is_file()
+    ]
+    meeting = sorted((t for t in pool if t.meets_criterion), key=lambda t: t.metrics.get("latency_ms") or 0.0)
+    chosen = meeting[:most] or sorted(pool, key=lambda t: t.accuracy_loss)[:1]
+    out = []
+    for trial in chosen:
+        figures = retime(config, Path(trial.model_path))
+        out.append({"stage": trial.stage, "loss": trial.accuracy_loss, "meets": bool(trial.meets_criterion), **figures})
+    return out
 
 
 def truth_table(result, max_units: int | None) -> dict[str, Any]:
@@ -172,67 +277,37 @@ def truth_table(result, max_units: int | None) -> dict[str, Any]:
         "rankings": {kind: score_order(order, truth) for kind, order in orders.items()},
         "single_fallback_in_budget_and_faster": [r["unit"] for r in faster],
         "evaluations": len(result.trials),
+        "search": [
+            {"stage": t.stage, "loss": t.accuracy_loss, "meets": bool(t.meets_criterion), "speed": _speed(t, base_ms)}
+            for t in result.trials
+            if t.stage.startswith(SEARCH)
+        ],
+        **best_of(result.trials, base_ms),
+    }
+
+
+def best_of(trials, base_ms: float) -> dict[str, Any]:
+    """Over the mostly-int8 models the oracle built (not "alone int8": see :func:`retimed`;
+    search-time timings): the fastest one that meets the budget and is faster than the
+    original, and the most accurate one faster than the original."""
+    faster = [
+        t
+        for t in trials
+        if t.accuracy_loss is not None and "alone int8" not in t.stage and (_speed(t, base_ms) or 0.0) > 1.0
+    ]
+    meeting = [t for t in faster if t.meets_criterion]
+    pick = lambda t: {"stage": t.stage, "loss": t.accuracy_loss, "speed": _speed(t, base_ms)}  # noqa: E731
+    fastest = max(meeting, key=lambda t: _speed(t, base_ms) or 0.0, default=None)
+    accurate = min(faster, key=lambda t: (t.accuracy_loss, -(_speed(t, base_ms) or 0.0)), default=None)
+    return {
+        "in_budget_faster": None if fastest is None else pick(fastest),
+        "most_accurate_faster": None if accurate is None else pick(accurate),
     }
 
 
 def _speed(trial, base_ms: float) -> float | None:
     latency = None if trial is None else trial.metrics.get("latency_ms")
     return base_ms / latency if latency and base_ms else None
-
-
-def _worst(units: list[str]) -> str:
-    if not units:
-        return "none (no unit loses more than another alone)"
-    return ", ".join(units[:3]) + (" ..." if len(units) > 3 else "")
-
-
-def _ratio(speed: float | None) -> str:
-    """A speed-up over the original (> 1: faster) as a factor, "-" when not measured."""
-    return "-" if speed is None else f"{speed:.2f}x"
-
-
-def markdown(table: dict[str, Any], command: str) -> str:
-    def fmt(value: Any) -> str:
-        if value is None:
-            return "-"
-        if isinstance(value, bool):
-            return "yes" if value else "no"
-        if isinstance(value, float):
-            return f"{value:+.4f}" if abs(value) < 10 else f"{value:.1f}"
-        return str(value)
-
-    full = table["full_int8"] or {}
-    lines = [
-        f"# oracle: {Path(table['model']).name}",
-        "",
-        f"`{command}` -- metric `{table['metric']}`, criterion {table['criterion']}, "
-        f"{table['evaluations']} evaluations; original {table['original']}.",
-        "",
-        f"Fully int8: loss {fmt(full.get('loss'))}, meets {fmt(full.get('meets'))}, "
-        f"speed {_ratio(full.get('speed'))} the original's (search-time timings, not re-timed side by side). A single unit in fp32 that meets the budget "
-        f"and is faster than the original: {', '.join(table['single_fallback_in_budget_and_faster']) or 'none'}.",
-        "",
-        "| unit | op type | nodes | head | loss alone int8 | loss alone fp32 | meets alone fp32 | speed alone fp32 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
-    ]
-    for r in sorted(table["units"], key=lambda r: -(r["loss_alone_int8"] or 0.0)):
-        speed = _ratio(r["speed_alone_fp32"])
-        lines.append(
-            f"| {r['unit']} | {r['op_type']} | {r['nodes']} | {fmt(r['head'])} | {fmt(r['loss_alone_int8'])} | "
-            f"{fmt(r['loss_alone_fp32'])} | {fmt(r['meets_alone_fp32'])} | {speed} |"
-        )
-    lines += ["", "| ranking | Spearman | worst unit(s) | its rank | in top 1 | in top 3 | in top 5 |"]
-    lines.append("| --- | --- | --- | --- | --- | --- | --- |")
-    for kind, s in table["rankings"].items():
-        rho = "-" if s["spearman"] is None else f"{s['spearman']:.3f}"
-        lines.append(
-            f"| {kind} | {rho} | {_worst(s['worst_units'])} | "
-            f"{fmt(s['worst_rank'])} | {fmt(s['worst_in_top_1'])} | {fmt(s['worst_in_top_3'])} | "
-            f"{fmt(s['worst_in_top_5'])} |"
-        )
-    lines += ["", "Ranking orders (most sensitive first):", ""]
-    lines += [f"- {kind}: {', '.join(s['order'])}" for kind, s in table["rankings"].items()]
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -243,7 +318,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--runs", type=Path, default=Path("runs"), help="where the oracle's quantune runs go")
     parser.add_argument("--name", default=None, help="the tables' name (default: the config folder's)")
     parser.add_argument("--max-units", type=int, default=None)
+    parser.add_argument("--by-compute", action="store_true", help="a unit: a compute group and the groups after it")
+    parser.add_argument(
+        "--fp32-top", type=int, default=None, help="try alone fp32 only the N worst units (and the head's)"
+    )
     args = parser.parse_args(argv)
+    OracleStrategy.fp32_top = args.fp32_top
+    OracleStrategy.by_compute = args.by_compute
     for path, what in ((args.model, "MODEL"), (args.config, "CONFIG")):
         if not path.is_file():
             print(f"{what}: no file {path}", file=sys.stderr)

@@ -62,5 +62,29 @@ def test_oracle_on_a_decode_head(tmp_path: Path) -> None:
         assert ranking["worst_units"] == ["head_concat"]
         assert ranking["worst_in_top_1"] is True
         assert ranking["spearman"] is not None
+    # the verdict's models (mostly int8, in budget) are re-timed side by side with the original
+    assert table["retimed"] and all(r["meets"] and r["original_ms"] > 0 for r in table["retimed"])
+    assert all("alone int8" not in r["stage"] for r in table["retimed"])
     text = ORACLE.markdown(table, "python bench/oracle.py ...")
     assert "| head_concat | Concat |" in text and "| sensitivity |" in text
+
+
+def test_units_by_compute_group_and_their_ranking() -> None:
+    """--by-compute: a Conv with the non-compute groups after it is one unit; a unit ranks at
+    its best member's place."""
+    from quantune.passes.onnx.capability import Group
+
+    groups = [
+        Group("sig0", "Sigmoid", ("sig0",), ()),
+        Group("conv1", "Conv", ("conv1",), ()),
+        Group("mul1", "Mul", ("mul1",), ()),
+        Group("conv2", "Conv", ("conv2",), ()),
+        Group("softmax", "Softmax", ("softmax",), ()),
+        Group("concat", "Concat", ("concat",), ()),
+    ]
+    units = ORACLE.blocks(groups, by_compute=True)
+    assert [u.name for u in units] == ["sig0", "conv1 +1", "conv2 +2"]
+    assert units[2].op_type == "Conv+Softmax+Concat" and units[2].nodes == ("conv2", "softmax", "concat")
+    assert [u.name for u in ORACLE.blocks(groups, by_compute=False)] == [g.name for g in groups]
+    order = ORACLE.block_order([["concat", 9.0], ["mul1", 5.0], ["conv2", 4.0], ["sig0", 1.0]], units)
+    assert order == [["conv2 +2", 9.0], ["conv1 +1", 5.0], ["sig0", 1.0]]

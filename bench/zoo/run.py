@@ -122,6 +122,7 @@ def run_model(name: str, max_trials: int | None, timeout: float | None, warm: bo
     command = [sys.executable, "-m", "quantune.cli", "run", str(config), "--output", str(output), "--restart"]
     limit = (timeout or 600) * 3 + 600
     log(f"{name}: quantune run (log: {logfile})")
+    logfile.parent.mkdir(parents=True, exist_ok=True)  # a fresh zoo cache has no runs/ yet
     start = time.perf_counter()
     with logfile.open("w") as handle:
         try:

