@@ -14,11 +14,11 @@ from quantune.engine.verdict import decide
 from quantune.evaluate import paired_ratio
 
 
-def _record(number: int, latency_ms: float, size: float, path: str) -> TrialRecord:
+def _record(number: int, latency_ms: float, size: float, path: str, **params: object) -> TrialRecord:
     return TrialRecord(
         number=number,
         flow=["static_quant"],
-        params={},
+        params={f"static_quant.{k}": v for k, v in params.items()} or {"static_quant.weight_type": path},
         status="ok",
         metrics={"latency_ms": latency_ms, "size_bytes": size, "quantized_compute_ops": 1.0},
         meets_criterion=True,
@@ -80,3 +80,27 @@ def test_the_earliest_trial_as_fast_by_the_search_figures_is_re_timed_too(tmp_pa
     assert chosen == [paths[2], paths[0], paths[3]]
     _, chosen = _choose(records, 1)
     assert chosen == [paths[2]]  # confirm_top 1: the fastest only
+
+
+def test_trials_that_run_the_same_graph_are_one_contender(tmp_path: Path) -> None:
+    """Trials that differ only in calibration settings run one executed graph: one contender, its
+    figure the median of theirs (not the luckiest single timing), its model the most accurate."""
+    from quantune.engine.confirm import _choose, speed_class
+
+    paths = []
+    for name in "abcd":
+        (tmp_path / f"{name}.onnx").write_bytes(b"x")
+        paths.append(str(tmp_path / f"{name}.onnx"))
+    same = dict(weight_type="int8", per_channel=True)
+    lucky = _record(0, 0.90, 100.0, paths[0], calibrate_method="MinMax", **same)
+    rest = [
+        _record(1, 1.10, 100.0, paths[1], calibrate_method="Entropy", **same),
+        _record(2, 1.10, 100.0, paths[2], calibrate_method="Percentile", **same),
+    ]
+    rest[0].accuracy_loss = -0.01  # the most accurate of the class
+    other = _record(3, 1.00, 100.0, paths[3], weight_type="uint8", per_channel=True, calibrate_method="MinMax")
+    assert speed_class(lucky) == speed_class(rest[0]) != speed_class(other)
+    _, chosen = _choose([lucky, *rest, other], 1)
+    assert chosen == [paths[3]]  # the class's median 1.10 ms, not its one lucky 0.90 ms
+    _, chosen = _choose([lucky, *rest, other], 2)
+    assert chosen == [paths[3], paths[1]]  # the class's model: its most accurate trial

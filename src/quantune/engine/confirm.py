@@ -16,6 +16,7 @@ model's ratio median and interval are (``latency_confirmation.ratios``).
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -142,22 +143,58 @@ def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
 
 
 def _choose(records: list[TrialRecord], top: int) -> tuple[list[TrialRecord], list[str]]:
-    """The candidates that can be re-timed, fastest first, and the ``top`` distinct models among them."""
+    """The candidates that can be re-timed, fastest first, and the ``top`` distinct models to re-time.
+
+    Trials that run the same executed graph (:func:`speed_class`: only calibration settings differ)
+    are one contender: its search-time figure is the median of theirs (one timing each, beside other
+    work, is noise), and its model the most accurate of them, then the earliest. The contenders go
+    fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
+    second place (the tie rule's stable contender, verdict.py)."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
         key=lambda r: (r.metrics["latency_ms"], r.number),
     )
-    order = list(feasible)
-    if len(feasible) > 1 and top > 1:  # the fastest, then the earliest trial as fast by the search's figures
-        band = feasible[0].metrics["latency_ms"] * (1.0 + SEARCH_NOISE)  # (the tie rule's stable contender)
-        earliest = min((r for r in feasible if r.metrics["latency_ms"] <= band), key=lambda r: r.number)
-        order = [feasible[0], earliest, *feasible[1:]]
+    classes: dict[tuple, list[TrialRecord]] = {}
+    for record in feasible:
+        classes.setdefault(speed_class(record), []).append(record)
+    contenders = sorted(
+        (
+            float(statistics.median(r.metrics["latency_ms"] for r in members)),
+            min(members, key=lambda r: (r.accuracy_loss if r.accuracy_loss is not None else float("inf"), r.number)),
+        )
+        for members in classes.values()
+    )
+    order = [record for _, record in contenders]
+    if len(contenders) > 1 and top > 1:
+        band = contenders[0][0] * (1.0 + SEARCH_NOISE)
+        earliest = min((r for ms, r in contenders if ms <= band), key=lambda r: r.number)
+        order = [order[0], earliest, *order[1:]]
     chosen: list[str] = []
     for record in order:
         if str(record.model_path) not in chosen and len(chosen) < top:
             chosen.append(str(record.model_path))
     return feasible, chosen
+
+
+def speed_class(record: TrialRecord) -> tuple[Any, ...]:
+    """What decides a trial's executed graph: its flow, its session settings and each parameter
+    its pass declares as changing the graph (the ``graph_params`` trait; a pass that declares none,
+    or a name no pass answers to: every parameter). Trials of one class differ only in values
+    (calibration, scales), not in what runs."""
+    from quantune.passes import get_pass
+
+    kept = []
+    for key, value in sorted(record.params.items()):
+        name, _, short = key.partition(".")
+        try:
+            declared = get_pass(name).graph_params
+        except Exception:  # not a registered pass name: keep the parameter (conservative)
+            declared = None
+        if declared is None or short in declared:
+            kept.append((key, repr(value)))
+    settings = sorted((record.session_settings or {}).items())
+    return (tuple(record.flow), tuple(kept), repr(settings))
 
 
 def _round_s(baseline: dict[str, float], feasible: list[TrialRecord], chosen: list[str]) -> float:
