@@ -125,18 +125,17 @@ def test_best_is_the_fastest_trial_meeting_the_criterion(digits_run):
     results = digits_run["results"]
     feasible = [t for t in results["trials"] if t["meets_criterion"]]
     assert feasible, "no static-quant trial met 1% relative loss on digits"
-    # The two fastest models (by search-time figures) were timed again beside the original ...
-    confirmed_numbers = results["latency_confirmation"]["trials"]
-    confirmed = [t for t in feasible if t["number"] in confirmed_numbers]
-    others = [t for t in feasible if t["number"] not in confirmed_numbers]
+    # Two contenders (by search-time figures, engine/confirm.py) were timed again beside the original ...
+    confirmation = results["latency_confirmation"]
+    confirmed = [t for t in feasible if t["number"] in confirmation["trials"]]
     assert 1 <= len({t["model_path"] for t in confirmed}) <= 2
-    slowest_confirmed = max(t["metrics"]["latency_search_ms"] for t in confirmed)
-    assert all(t["metrics"]["latency_ms"] >= slowest_confirmed for t in others)
     assert "latency_search_ms" in results["baseline"]
-    # ... and the best is the fastest on those side-by-side figures.
+    # ... and the best is the fastest on those side-by-side figures, or a model the re-timing could
+    # not tell from it (the tie rule: the same run twice picks the same model)
     fastest = min(confirmed, key=lambda t: (t["metrics"]["latency_ms"], t["number"]))
-    assert results["best"]["number"] == fastest["number"]
-    assert results["best"]["params"] == fastest["params"]
+    best = next(t for t in confirmed if t["number"] == results["best"]["number"])
+    assert best is fastest or {best["number"], fastest["number"]} <= set(confirmation["ties"])
+    assert results["best"]["params"] == best["params"]
     assert results["closest_miss"] is None
     assert digits_run["result"].best_model_path == digits_run["out"] / "best" / "model.onnx"
 
