@@ -23,7 +23,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from quantune.engine.confirm import Confirmation
-from quantune.engine.selection import is_candidate, objective_value, quantizes_nothing, ranking, select_best
+from quantune.engine.selection import is_candidate, quantizes_nothing, select_best
 from quantune.engine.trial import TrialRecord
 from quantune.wording import format_loss, format_ratio
 
@@ -119,14 +119,13 @@ def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str])
 def _tie_rule(
     best: TrialRecord, pool: Sequence[TrialRecord], confirmation: Confirmation, objectives: Sequence[str]
 ) -> TrialRecord:
-    """Among the models tied with the fastest side by side (``confirmation.ties``), the best by the
-    other objectives, then the earliest trial: the same run twice picks the same model, where the
-    fastest median alone would follow the noise."""
+    """Among the models tied with the fastest side by side (``confirmation.ties``), the earliest
+    trial: the re-timing's stable contender (engine/confirm.py), so the same run twice picks the
+    same model where the fastest median -- or a byte fewer -- would follow the noise."""
     tied = [r for r in pool if r.number in confirmation.ties]
     if best.number not in confirmation.ties or len(tied) < 2:
         return best
-    others = [name for name in ranking(objectives) if name != "latency"]
-    return min(tied, key=lambda r: (*(objective_value(r, name) for name in others), r.number))
+    return min(tied, key=lambda r: r.number)
 
 
 # Peak memory measured twice in fresh processes differs by up to a few percent: a smaller figure
