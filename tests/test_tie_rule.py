@@ -104,3 +104,16 @@ def test_trials_that_run_the_same_graph_are_one_contender(tmp_path: Path) -> Non
     assert chosen == [paths[3]]  # the class's median 1.10 ms, not its one lucky 0.90 ms
     _, chosen = _choose([lucky, *rest, other], 2)
     assert chosen == [paths[3], paths[1]]  # the class's model: its most accurate trial
+
+
+def test_contenders_with_equal_medians_are_ordered_by_trial(tmp_path: Path) -> None:
+    """Equal search-time figures (a model timed once, cached, read again) order by trial number."""
+    from quantune.engine.confirm import _choose
+
+    paths = []
+    for name in "ab":
+        (tmp_path / f"{name}.onnx").write_bytes(b"x")
+        paths.append(str(tmp_path / f"{name}.onnx"))
+    later, earlier = _record(5, 1.0, 100.0, paths[0]), _record(2, 1.0, 100.0, paths[1])
+    _, chosen = _choose([later, earlier], 1)
+    assert chosen == [paths[1]]

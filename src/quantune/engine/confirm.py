@@ -160,10 +160,15 @@ def _choose(records: list[TrialRecord], top: int) -> tuple[list[TrialRecord], li
         classes.setdefault(speed_class(record), []).append(record)
     contenders = sorted(
         (
-            float(statistics.median(r.metrics["latency_ms"] for r in members)),
-            min(members, key=lambda r: (r.accuracy_loss if r.accuracy_loss is not None else float("inf"), r.number)),
-        )
-        for members in classes.values()
+            (
+                float(statistics.median(r.metrics["latency_ms"] for r in members)),
+                min(
+                    members, key=lambda r: (r.accuracy_loss if r.accuracy_loss is not None else float("inf"), r.number)
+                ),
+            )
+            for members in classes.values()
+        ),
+        key=lambda contender: (contender[0], contender[1].number),  # equal medians: the earlier trial
     )
     order = [record for _, record in contenders]
     if len(contenders) > 1 and top > 1:
