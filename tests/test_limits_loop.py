@@ -89,26 +89,12 @@ def test_waiting_for_the_builds_ahead_ends_at_the_runs_limit() -> None:
 
 def test_the_ceilings_timing_starts_no_round_past_the_runs_limit(tmp_path) -> None:
     """The fewest rounds are for the ceilings' own budget; the run's limit cuts them (one round)."""
-    import numpy as np
-    import onnx
-    from onnx import TensorProto, helper
-
+    from conftest import build_mlp, mlp_inputs
     from quantune.evaluate.latency import LatencySpec
     from quantune.evaluate.rounds import time_until_decided
 
-    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.ones(16, dtype=np.float32).tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [weight],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    path = tmp_path / "m.onnx"
-    onnx.save(model, path)
-    feeds = {"x": np.ones((1, 4), dtype=np.float32)}
+    path = build_mlp(tmp_path / "m.onnx")
+    feeds = {"x": mlp_inputs(1, 0)}
     spec = LatencySpec(warmup=1, repeats=20, threads=1)
     past = time.perf_counter() - 1.0
     cut = time_until_decided(path, [path, path], feeds, spec, threshold=0.97, limit=past)

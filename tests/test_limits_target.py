@@ -9,31 +9,13 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-import onnx
-from onnx import TensorProto, helper
-
+from conftest import build_mlp, mlp_inputs
 from quantune.evaluate import LatencySpec, TargetBackend
 
 
-def _model(path: Path) -> Path:
-    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.ones(16, dtype=np.float32).tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [weight],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
-
-
 def test_the_target_stops_its_rounds_at_the_deadline(tmp_path: Path) -> None:
-    model = _model(tmp_path / "m.onnx")
-    feed = {"x": np.ones((1, 4), dtype=np.float32)}
+    model = build_mlp(tmp_path / "m.onnx")
+    feed = {"x": mlp_inputs(1, 0)}
     backend = TargetBackend(sys.executable)
     try:
         spec = LatencySpec(warmup=1, repeats=100000, threads=1)

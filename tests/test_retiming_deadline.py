@@ -8,9 +8,9 @@ import time
 from pathlib import Path
 
 import numpy as np
-import onnx
 from onnx import TensorProto, helper
 
+from conftest import build_mlp, mlp_inputs, save_graph
 from quantune.data import Dataset
 from quantune.engine.confirm import MIN_ROUNDS, confirm_latency
 from quantune.engine.deadline import EndBudget
@@ -24,24 +24,9 @@ from quantune.strategy.base import Outcome, Proposal, Strategy
 from quantune.strategy.openings import WithOpenings
 
 
-def _model(path: Path) -> Path:
-    weight = helper.make_tensor("w", TensorProto.FLOAT, [4, 4], np.ones(16, dtype=np.float32).tolist())
-    graph = helper.make_graph(
-        [helper.make_node("MatMul", ["x", "w"], ["y"])],
-        "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 4])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4])],
-        [weight],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
-
-
 def test_a_passed_deadline_stops_new_rounds_after_the_fewest(tmp_path: Path) -> None:
-    model = _model(tmp_path / "m.onnx")
-    feeds = {"x": np.ones((1, 4), dtype=np.float32)}
+    model = build_mlp(tmp_path / "m.onnx")
+    feeds = {"x": mlp_inputs(1, 0)}
     spec = LatencySpec(warmup=1, repeats=40, threads=1)
     timings = time_side_by_side([model, model], feeds, spec, deadline=time.perf_counter(), min_rounds=5)
     assert timings.shape == (2, 5)
@@ -49,8 +34,8 @@ def test_a_passed_deadline_stops_new_rounds_after_the_fewest(tmp_path: Path) -> 
 
 
 def test_without_a_deadline_every_planned_round_runs(tmp_path: Path) -> None:
-    model = _model(tmp_path / "m.onnx")
-    feeds = {"x": np.ones((1, 4), dtype=np.float32)}
+    model = build_mlp(tmp_path / "m.onnx")
+    feeds = {"x": mlp_inputs(1, 0)}
     spec = LatencySpec(warmup=1, repeats=12, threads=1)
     far = time.perf_counter() + 3600.0
     assert time_side_by_side([model, model], feeds, spec).shape == (2, 12)
@@ -71,10 +56,7 @@ def _slow_model(path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 512])],
         [weight],
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, path)
-    return path
+    return save_graph(graph, path)
 
 
 def test_a_retiming_past_the_limit_is_unconfirmed_for_too_few_rounds(tmp_path: Path) -> None:
@@ -110,10 +92,8 @@ def test_a_retiming_past_the_limit_is_unconfirmed_for_too_few_rounds(tmp_path: P
 def test_the_session_search_starts_no_group_past_the_limit(tmp_path: Path) -> None:
     """``target.providers``' post-verdict session search counts against ``stop.timeout_s``: past
     its deadline it times nothing and keeps the measured settings, saying why."""
-    model = _model(tmp_path / "m.onnx")
-    evaluator = Evaluator(
-        EvaluationSpec(metric="cosine", batch_size=1), Dataset({"x": np.ones((2, 4), np.float32)}, "t"), ["x"]
-    )
+    model = build_mlp(tmp_path / "m.onnx")
+    evaluator = Evaluator(EvaluationSpec(metric="cosine", batch_size=1), Dataset({"x": mlp_inputs(2, 0)}, "t"), ["x"])
     assert option_groups("CPUExecutionProvider")  # there is something to search
     found = search_session(evaluator, model, {}, "CPUExecutionProvider", deadline=time.perf_counter())
     assert found["settings"] == {}
