@@ -13,6 +13,7 @@ whose score is within ``BAND`` of the threshold and has no partner counts neithe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,3 +116,19 @@ def f1(mine: list[Boxes], theirs: list[Boxes], threshold: float, band: float = B
         found += int(matched.sum()) + int(np.sum(~matched & (m.scores >= threshold + band)))
         expected += int(partnered.sum()) + int(np.sum(~partnered & (t.scores >= threshold + band)))
     return 1.0 if found + expected == 0 else 2.0 * hits / (found + expected)
+
+
+def versus_fp32(
+    model, outputs: dict, data: dict, output: str, threshold: float, decode: Callable[[np.ndarray, float], Boxes]
+) -> float:
+    """The zoo detectors' metric: ``f1`` of the candidate's detections (``decode`` of each image's
+    ``output``, then NMS; unmatched boxes within ``BAND`` of the threshold count neither way)
+    against the fp32 ``model``'s on the same images (``agreement.reference``, cached)."""
+    from agreement import pieces, reference
+
+    truth = reference(model, {"images": data["images"]})
+
+    def boxes(batch, cut: float) -> list[Boxes]:
+        return [nms(decode(image, cut)) for part in pieces(batch) for image in part]
+
+    return f1(boxes(outputs[output], threshold - BAND), boxes(truth[output], threshold), threshold)

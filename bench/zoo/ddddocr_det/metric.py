@@ -8,8 +8,7 @@ import sys
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from agreement import pieces, reference
-from detections import BAND, f1, nms, yolox
+from detections import versus_fp32, yolox
 
 MODEL = Path(__file__).with_name("model.onnx")
 THRESHOLD = 0.1
@@ -17,9 +16,4 @@ SIZE = (416, 416)
 
 
 def detection_f1(outputs: dict, data: dict) -> float:
-    truth = reference(MODEL, {"images": data["images"]})
-
-    def decode(batch, threshold: float) -> list:
-        return [nms(yolox(image, SIZE, threshold)) for part in pieces(batch) for image in part]
-
-    return f1(decode(outputs["output"], THRESHOLD - BAND), decode(truth["output"], THRESHOLD), THRESHOLD)
+    return versus_fp32(MODEL, outputs, data, "output", THRESHOLD, lambda image, cut: yolox(image, SIZE, cut))
