@@ -20,11 +20,13 @@ from typing import Any
 
 import numpy as np
 
-from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.paired import MIN_GAIN, paired_ratio
 from quantune.store import cache_key
 
 log = logging.getLogger("quantune.strategy")
+# 2: every pair timed through the evaluator's backend (before, a target.python run's pairs were
+# timed in this process on the CPU provider: those entries must not be read back)
+KEY_VERSION = 2
 
 PAIRED_ROUNDS = 20  # the most interleaved rounds one decision takes (a ceiling's too)
 
@@ -51,6 +53,7 @@ def paired_latency(
     spec = context.evaluator.spec.latency
     key = cache_key(
         "paired-latency",
+        KEY_VERSION,
         ref_sha,
         cand_sha,
         vars(spec),
@@ -58,7 +61,6 @@ def paired_latency(
         PAIRED_ROUNDS,
         context.evaluator.dataset.fingerprint,
         context.evaluator.backend.fingerprint(),
-        *(() if isinstance(context.evaluator.backend, LocalBackend) else ("timed on the target",)),
     )
     cached = context.cache.get_json("evals", key)
     if cached is not None:
