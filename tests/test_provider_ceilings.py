@@ -18,6 +18,7 @@ from quantune.config import load_config
 from quantune.engine.plan import build_plan
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers, original_points
 from quantune.strategy.base import Outcome, SearchProblem
+from quantune.strategy.options import QuantuneOptions
 from target_env import openvino_python
 
 CPU, OV = "CPUExecutionProvider", "OpenVINOExecutionProvider"
@@ -70,6 +71,7 @@ class Rule(ProviderCeilings):
 
     def __init__(self, problem: SearchProblem) -> None:
         self.problem = problem
+        self.options = QuantuneOptions()  # the strategy's defaults (drop_slow: true)
 
 
 def test_a_ceiling_an_original_in_budget_beats_cannot_win(make_config) -> None:

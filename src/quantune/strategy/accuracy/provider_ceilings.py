@@ -140,8 +140,7 @@ class ProviderCeilings:
 
     def _drops_slow(self) -> bool:
         """The ``drop_slow`` option (default true; false keeps every ceiling, ordered by speed)."""
-        options = getattr(self, "options", None)  # the strategy's typed options (none on a bare rule)
-        return True if options is None else bool(options.drop_slow)
+        return bool(self.options.drop_slow)  # type: ignore[attr-defined]  # the strategy's typed options
 
     def learned(self) -> dict[str, Any]:
         """results.json's ``strategy``, with the originals' ratios from the ceilings' session."""
