@@ -157,13 +157,7 @@ class _Worker:
             return 0
 
     def tail(self, offset: int) -> str:
-        try:
-            with open(self.log_path, "rb") as handle:
-                handle.seek(offset)
-                text = handle.read().decode(errors="replace")
-        except FileNotFoundError:
-            return ""
-        return "\n".join(text.strip().splitlines()[-_TAIL_LINES:])
+        return "\n".join(log_since(self.log_path, offset).strip().splitlines()[-_TAIL_LINES:])
 
     def stop(self, *, kill: bool = False) -> None:
         with self._lock:
