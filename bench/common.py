@@ -167,15 +167,19 @@ def open_model(
     import openvino as ov  # only in the venvs that have it (venv-nncf)
 
     config = {**runtime.get("config", {}), **(OPENVINO_TIMING if timing else {})}
-    compiled = ov.Core().compile_model(str(model_path), "CPU", config)
+    core = ov.Core()
+    model = core.read_model(str(model_path))
+    # the names as the model file has them: a compiled model merges the names of fused tensors
+    # (an NNCF IR's output "461" becomes {"/model/Div_output_0", "461"}) and get_any_name picks either
+    outs = [port.get_any_name() for port in model.outputs]
+    compiled = core.compile_model(model, "CPU", config)
     request = compiled.create_infer_request()
-    outs = [port.get_any_name() for port in compiled.outputs]
 
     def run(feeds: dict) -> list:
         result = request.infer(feeds)
         return [np.array(result[port]) for port in compiled.outputs]
 
-    return run, [port.get_any_name() for port in compiled.inputs], outs
+    return run, [port.get_any_name() for port in model.inputs], outs
 
 
 def _eval_session(model_path: str | Path) -> ort.InferenceSession:
