@@ -212,6 +212,11 @@ def test_openvino_originals_and_candidates_measured_on_their_provider(tmp_path: 
     assert json.loads((best / "session.json").read_text())["provider"] == OV
     search = json.loads((tmp_path / "run" / "results.json").read_text())["target"]["session_search"]
     assert search["cache"]["cache_bytes"] > 0  # OpenVINO's model cache measured at the start it changes
+    opens = search["cache"]["opens"]  # session creation alone, fresh caches: first open, then cached
+    assert len(opens["first_s"]) == len(opens["cached_s"]) == 2 and min(opens["first_s"] + opens["cached_s"]) > 0
+    assert search["cache"]["first_open_s"] == min(opens["first_s"]) and search["cache"]["cached_open_s"] == max(
+        opens["cached_s"]
+    )
     assert read_session_settings(best / "model.onnx")["provider"] == OV
     expected = backend.outputs(Path(str(result.best.model_path)), feeds[:1], threads=1, runner=None)
     backend.close()

@@ -6,8 +6,9 @@ opened otherwise runs at another speed, and on another provider may score otherw
 ``best/`` says all of it in one file -- provider, its options, graph optimization level,
 execution mode, threads -- and ``run.py`` opens the session exactly so (numpy and onnxruntime
 only: it runs in the target environment), as the evaluation did: idle threads sleep, one
-inter-op thread unless the settings chose more. On OpenVINO, when a second session opened faster
-with the model cache than the first (``session_search.cache_effect``), ``session.json`` adds
+inter-op thread unless the settings chose more. On OpenVINO, when every session opened from the
+model cache was created faster than every first one (``session_search.cache_effect``: session
+creation alone), ``session.json`` adds
 ``cache_dir: ov_cache`` (beside it): the first ``run.py`` compiles and writes it, later ones start
 from it; inference is the same.
 """

@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import platform
 import sys
+import time
 from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Protocol
@@ -83,6 +84,7 @@ class Backend(Protocol):
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
     ) -> float: ...
+    def open_s(self, model: Path, threads: int, settings: Mapping[str, Any] | None = None) -> float: ...
 
 
 class LocalBackend:
@@ -145,6 +147,12 @@ class LocalBackend:
             provider=self.provider,
             provider_options=self.provider_options,
         )
+
+    def open_s(self, model: Path, threads: int, settings: Mapping[str, Any] | None = None) -> float:
+        """Seconds creating a session on ``model`` took here (the open alone)."""
+        started = time.perf_counter()
+        self._session(model, threads, timing=True, settings=settings)
+        return time.perf_counter() - started
 
     def outputs(
         self,

@@ -97,6 +97,16 @@ class TargetBackend:
         return chosen_provider(self.provider, self.provider_options, chosen)[0]
 
     def _load(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None = None) -> int:
+        return int(self._open(model, threads, timing, settings)["session"])
+
+    def open_s(self, model: Path, threads: int, settings: Mapping[str, Any] | None = None) -> float:
+        """Seconds the target took to create a session on ``model`` (the open alone, timed there)."""
+        try:
+            return float(self._open(model, threads, True, settings)["open_s"])
+        finally:
+            self.client.request("free")
+
+    def _open(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None) -> dict[str, Any]:
         chosen = dict((read_session_settings(model) if settings is None else settings) or {})
         provider, _ = chosen_provider(self.provider, self.provider_options, chosen)
         answer = self.client.request(
@@ -111,7 +121,7 @@ class TargetBackend:
         used = answer["providers"]
         if not used or used[0] != provider:  # e.g. CUDA requested, no GPU: onnxruntime fell back
             raise TargetFault(f"target.provider: '{provider}' did not take the model; onnxruntime put it on {used}")
-        return int(answer["session"])
+        return answer
 
     def outputs(
         self,

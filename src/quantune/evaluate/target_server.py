@@ -189,10 +189,12 @@ class Server:
         }
 
     def load(self, request):
+        started = time.perf_counter()  # the open alone (OpenVINO: compiling, or reading its model cache)
         session = open_session(self.ort, request)
+        opened = time.perf_counter() - started
         self.next_id += 1
         self.sessions[self.next_id] = session
-        return {"session": self.next_id, "providers": list(session.get_providers())}
+        return {"session": self.next_id, "providers": list(session.get_providers()), "open_s": opened}
 
     def run(self, request):
         session = self.sessions[request["session"]]
