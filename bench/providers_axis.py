@@ -20,6 +20,7 @@ Accuracy (the case's metric) is measured on the same provider as the timing.
 
 from __future__ import annotations
 
+import json
 import shutil
 import tempfile
 from pathlib import Path
@@ -51,6 +52,33 @@ def _on(model: Path, folder: Path, provider: str, threads: int) -> Path:
     if settings:
         write_session_settings(path, settings)
     return path
+
+
+def measured_elsewhere(results: dict[str, Any]) -> dict[str, Any]:
+    """A run's candidates whose accuracy was measured on a provider other than the one reported for
+    them, from its ``results.json``: each evaluated trial's provider as reported (its
+    ``provider.provider`` parameter; without the axis, ``target.provider``) against the provider
+    its evaluation opened the model on (the session settings the runner read from the file the
+    evaluation opened, ``session_settings.provider``, else ``target.provider``; a target refuses a
+    session onnxruntime moved to another provider), and the same for the run's ``best``."""
+    reference = (results.get("target") or {}).get("provider") or CPU
+    elsewhere, counted = [], 0
+    rows = [t for t in results.get("trials", []) if t.get("status") == "ok"]
+    for trial in rows + ([results["best"]] if results.get("best") else []):
+        reported = (trial.get("params") or {}).get("provider.provider") or reference
+        measured = (trial.get("session_settings") or {}).get("provider") or reference
+        counted += 1
+        if reported != measured:
+            elsewhere.append({"trial": trial.get("number"), "reported": reported, "measured": measured})
+    return {"checked": counted, "elsewhere": len(elsewhere), "which": elsewhere}
+
+
+def _elsewhere(folder: Path) -> dict[str, Any]:
+    path = folder / "results.json"
+    try:
+        return measured_elsewhere(json.loads(path.read_text()))
+    except (OSError, ValueError) as exc:
+        return {"checked": 0, "elsewhere": None, "error": f"{path}: {type(exc).__name__}"}
 
 
 def axis_case(name: str, base: dict[str, Any], python: Path, work: Path, tune, args) -> dict[str, Any]:
@@ -108,6 +136,7 @@ def axis_case(name: str, base: dict[str, Any], python: Path, work: Path, tune, a
         "figures": figures,
         "cpu_only": {"verdict": cpu.verdict, "reason": cpu.verdict_reason},
         "auto": {"verdict": auto.verdict, "reason": auto.verdict_reason, "provider": where, "flow": flow},
+        "measured_elsewhere": {"auto": _elsewhere(work / "auto"), "cpu_only": _elsewhere(work / "cpu-only")},
         "peers": statuses(peer_rows),
         "peer_labels": [label for label in figures if label.startswith(tuple(statuses(peer_rows)))],
         "tolerable_loss": float(base.get("criterion", {}).get("tolerable_loss", 0.01)),
@@ -138,6 +167,18 @@ def _meets(case: dict[str, Any], figure: dict[str, Any] | None) -> bool:
         return bool(figure["meets"])
     base = case["figures"]["original on CPU EP"]["metric"]
     return (base - figure["metric"]) / abs(base) <= case.get("tolerable_loss", 0.01) + 1e-12
+
+
+def _elsewhere_cell(case: dict[str, Any]) -> str:
+    """``auto: 0 of 9, CPU-only: 0 of 8``: per run, candidates whose accuracy was measured elsewhere."""
+    counts = case.get("measured_elsewhere")
+    if not counts:
+        return "-"
+    words = {"auto": "auto", "cpu_only": "CPU-only"}
+    return ", ".join(
+        f"{words[run]}: {'?' if n.get('elsewhere') is None else n['elsewhere']} of {n['checked']}"
+        for run, n in counts.items()
+    )
 
 
 def summary(case: dict[str, Any]) -> dict[str, Any]:
@@ -177,8 +218,8 @@ def axis_markdown(cases: list[dict[str, Any]], command: str) -> str:
         "original on its CPU provider (a ratio of medians, no interval).",
         "",
         "| case | original on OpenVINO EP | best int8 on CPU EP | that int8 on OpenVINO EP | quantune providers: auto "
-        "| best peer in budget | peer final / quantune final |",
-        "| --- | --- | --- | --- | --- | --- | --- |",
+        "| best peer in budget | peer final / quantune final | accuracy measured elsewhere |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     speedups = []
     for case in cases:
@@ -199,13 +240,27 @@ def axis_markdown(cases: list[dict[str, Any]], command: str) -> str:
             f"| {case['case']} ({case['metric'].rpartition(':')[2]} {f['original on CPU EP']['metric']:.4f}) "
             f"| {_cell(f.get('original on OpenVINO EP'))} | {_cell(f.get('best int8 on CPU EP'))} "
             f"| {_cell(f.get('that int8 on OpenVINO EP'))} | {answer} | {peer if case.get('peers') else '-'} "
-            f"| {'-' if speed is None or not case.get('peers') else f'{speed:.2f}x'} |"
+            f"| {'-' if speed is None or not case.get('peers') else f'{speed:.2f}x'} | {_elsewhere_cell(case)} |"
         )
     lines.append("")
     if speedups:
         lines.append(
             f"Median over {len(speedups)} cases of the best peer's final ratio over quantune's: "
             f"**{float(np.median(speedups)):.2f}x** (above 1: quantune's model is faster; goal 1.2x)."
+        )
+    counts = [c["measured_elsewhere"][run] for c in cases if "measured_elsewhere" in c for run in ("auto", "cpu_only")]
+    if counts:
+        known = [n for n in counts if n.get("elsewhere") is not None]
+        lines.append(
+            f"Candidates whose accuracy was measured on a provider other than the one reported for them "
+            f"(each run's results.json): **{sum(n['elsewhere'] for n in known)}** of "
+            f"{sum(n['checked'] for n in known)} evaluated trials and bests"
+            + (
+                f" ({len(counts) - len(known)} runs without a readable results.json)"
+                if len(known) < len(counts)
+                else ""
+            )
+            + "."
         )
     elsewhere = [(c["case"], summary(c)["returned_it"]) for c in cases if summary(c)["original_elsewhere_beats_int8"]]
     lines.append(
