@@ -92,7 +92,7 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
         found = {"settings": own, "error": " ".join(str(exc).split())[:300]}
     if where == OV and (deadline is None or time.perf_counter() < deadline):  # what the cache saves at start
         try:
-            found["cache"] = cache_effect(evaluator, Path(best.model_path), found["settings"])
+            found["cache"] = cache_effect(evaluator, Path(best.model_path), found["settings"], deadline)
         except Exception as exc:  # a refinement of what to deploy: without it, no cache is deployed
             log.warning("OpenVINO model cache not measured: %s", " ".join(str(exc).split())[:300])
     result.target["session_search"] = {"trial": best.number, **found}

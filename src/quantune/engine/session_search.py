@@ -175,19 +175,24 @@ def _copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
 CACHE_PAIRS = 2  # fresh caches: a first open (compiles, writes) then a cached one (reads), each
 
 
-def cache_effect(evaluator: Any, model: Path, settings: dict[str, Any]) -> dict[str, Any]:
+def cache_effect(
+    evaluator: Any, model: Path, settings: dict[str, Any], deadline: float | None = None
+) -> dict[str, Any]:
     """OpenVINO's model cache on ``model``: session creation alone, timed where the sessions open
     (``Backend.open_s``; no inference), the first open of a fresh cache (compiles and writes it)
     against the next (reads it back). One open without a cache comes first and is not counted:
     a process's first session also loads the provider's plugin, a start no cache saves. Then
     ``CACHE_PAIRS`` fresh caches; ``first_open_s`` is the fastest first open and ``cached_open_s``
     the slowest cached one, so ``best/`` deploys the cache (``deploy.write_deploy``: cached below
-    first) only when every cached open beat every first one. Inference is unchanged; only the start is."""
+    first) only when every cached open beat every first one; past ``deadline`` (``time.perf_counter()``)
+    no further pair starts. Inference is unchanged; only the start is."""
     threads = evaluator.spec.latency.threads
     firsts, cached_opens, written = [], [], 0
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:
         evaluator.backend.open_s(_copy(model, Path(folder) / "warm", settings), threads)
         for pair in range(CACHE_PAIRS):
+            if pair and deadline is not None and time.perf_counter() >= deadline:
+                break
             cache = Path(folder) / f"ov_cache-{pair}"
             cached = _merged(settings, {"provider_options": {"cache_dir": str(cache)}}, {"cache_dir"})
             took = []
