@@ -17,8 +17,9 @@ side by side, interleaved round by round with the original, as a median paired r
 whether the model tuned for one provider is also the one to ship on the other.
 
 Cases: ``digits`` (examples/digits) and any zoo model already built in the zoo cache
-(``bench/zoo``, ``~/.cache/quantune-zoo``); the zoo's committed config is used with its paths
-made absolute, so nothing in the shared zoo cache is written.
+(``bench/zoo``, ``~/.cache/quantune-zoo``), ``zoo`` for all of them (the three detectors
+included); the zoo's committed config is used with its paths made absolute, so nothing in the
+shared zoo cache is written.
 """
 
 from __future__ import annotations
@@ -84,6 +85,21 @@ def case_config(name: str) -> dict[str, Any]:
         if ".py:" in str(evaluation.get(key, "")):
             evaluation[key] = _absolute(evaluation[key], scripts)
     return config
+
+
+def zoo_names() -> list[str]:
+    """Every zoo model (a folder of bench/zoo with a config.yaml: the detectors too), by name."""
+    return sorted(p.parent.name for p in (REPO / "bench" / "zoo").glob("*/config.yaml"))
+
+
+def case_names(cases: str) -> list[str]:
+    """``--cases``: names, comma-separated; ``zoo`` stands for every zoo model (``zoo_names``)."""
+    names: list[str] = []
+    for name in cases.split(","):
+        for case in zoo_names() if name == "zoo" else [name]:
+            if case not in names:
+                names.append(case)
+    return names
 
 
 def tune(config: dict[str, Any], output: Path, max_trials: int, timeout: float) -> quantune.Result:
@@ -197,7 +213,7 @@ def markdown(cases: list[dict[str, Any]], args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--cases", default="digits,ppocr_cls")
+    parser.add_argument("--cases", default="digits,ppocr_cls", help="comma-separated; zoo: every zoo model")
     parser.add_argument("--max-trials", type=int, default=12)
     parser.add_argument("--timeout", type=float, default=150.0)
     parser.add_argument("--rounds", type=int, default=30)
@@ -216,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     if args.axis:
         return axis_main(args, python)
-    cases = [run_case(name, args, python, Path("/tmp/quantune-providers")) for name in args.cases.split(",")]
+    cases = [run_case(name, args, python, Path("/tmp/quantune-providers")) for name in case_names(args.cases)]
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     text = markdown(cases, args)
     (args.out / f"providers-{stamp}.md").write_text(text + "\n")
@@ -237,7 +253,7 @@ def axis_main(args: argparse.Namespace, python: Path) -> int:
         + (f" --peer-timeout {args.peer_timeout:g}" if args.peer_timeout else "")
     )
     stamp = dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
-    for name in args.cases.split(","):
+    for name in case_names(args.cases):
         log(f"{name}: CPU-only run, providers: auto run, then the table's models side by side")
         try:
             cases.append(axis_case(name, case_config(name), python, work / name, tune, args))

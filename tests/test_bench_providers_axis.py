@@ -67,3 +67,16 @@ def test_an_original_elsewhere_slower_than_the_original_is_not_the_answer() -> N
     slow["figures"]["best int8 on CPU EP"] = figure(0.9, metric=0.5)  # no int8 model in budget
     slow["figures"]["that int8 on OpenVINO EP"] = figure(0.9, metric=0.5)
     assert not axis.summary(slow)["original_elsewhere_beats_int8"]  # keeping the original is the answer
+
+
+def test_the_table_counts_accuracy_measured_elsewhere_and_covers_the_zoo() -> None:
+    measured = case(["provider"], axis.OPENVINO, 0.5, {})
+    measured["measured_elsewhere"] = {
+        "auto": {"checked": 4, "elsewhere": 0},
+        "cpu_only": {"checked": 3, "elsewhere": 1},
+    }
+    text = axis.axis_markdown([measured], "cmd")
+    assert "auto: 0 of 4, CPU-only: 1 of 3" in text and "**1** of 7" in text
+    providers = pytest.importorskip("providers")
+    names = providers.case_names("digits,zoo")
+    assert names[0] == "digits" and {"nudenet_320n", "doclaynet_yolov8", "ddddocr_det"} <= set(names)
