@@ -322,3 +322,23 @@ def test_deploy_settings_say_where_and_how(tmp_path: Path) -> None:
     assert deploy_sentence(tmp_path / "best") == (
         f"deploy best/model.onnx on {OV} with 2 threads (num_of_threads=2): python best/run.py"
     )
+
+
+def test_the_model_cache_is_deployed_only_on_a_measured_open_time_win(tmp_path: Path) -> None:
+    """As cache_effect reports it (the fastest first open, the slowest cached one): a cache whose
+    cached open was not faster than a first one is not deployed (on onnxruntime-openvino 1.24.1
+    a cached session opened no faster on the zoo models measured)."""
+    from quantune.engine.deploy import write_deploy
+    from quantune.engine.trial import TrialRecord
+
+    chosen = TrialRecord(3, ["provider"], {}, "ok", {}, True, 0.0, 1.0, session_settings={"provider": OV})
+    for cache, deployed in (
+        ({"first_open_s": 0.22, "cached_open_s": 0.35, "cache_bytes": 1}, False),
+        ({"first_open_s": 0.5, "cached_open_s": 0.1, "cache_bytes": 1}, True),
+    ):
+        best = tmp_path / str(deployed)
+        best.mkdir()
+        search = {"trial": 3, "settings": {"provider": OV}, "cache": cache}
+        write_deploy(best, chosen, {"provider": CPU, "threads": 1, "session_search": search})
+        session = json.loads((best / "session.json").read_text())
+        assert ("cache_dir" in session["provider_options"]) is deployed
