@@ -93,6 +93,9 @@ ZOO_CASES = (
     "basic_pitch",
     "layout_cdla",
     "ppocrv6_det",
+    "nudenet_320n",
+    "doclaynet_yolov8",
+    "ddddocr_det",
 )
 
 
