@@ -125,3 +125,30 @@ def test_the_worst_units_fine_tuned_alone_before_any_fallback(tmp_path: Path) ->
         "/classifier/classifier.3/Gemm",
     }
     assert len(notes["units"]) <= 3 and set(tuned["quant.per_channel_nodes"]) == set(tuned["ft.nodes"])
+
+
+def test_no_fix_applies_so_no_sensitivity_is_measured_for_it(tmp_path: Path) -> None:
+    """Per-channel ceilings and no refining flow (the config ``quantune init`` writes): the targeted
+    stage has nothing to try, and must not measure the sensitivity (149 s on PP-OCRv6's detector
+    under load) before the stages that may need none (the screen); the bisection measures it."""
+    import dataclasses
+
+    passes = [{"name": "static_quant", "search": True, "params": {"per_channel": True}}]
+    problem = accuracy_problem(scaled_config(tmp_path, "quantune", max_trials=10, passes=passes))
+    strategy = create_strategy("quantune")
+    measured_after: list[list[str]] = []
+
+    def sensitivity(point: Point, flow: tuple[str, ...]) -> dict[str, float]:
+        measured_after.append(list(strategy.stage_log))
+        assert problem.sensitivity is not None
+        return dict(problem.sensitivity(point, flow))
+
+    strategy.bind(dataclasses.replace(problem, sensitivity=sensitivity))
+
+    def judge(point: Point) -> Outcome:
+        meets = {CONV2, CONV5} <= _excluded(point)
+        return Outcome(1.0, 0.0 if meets else 0.05, meets, {"latency_ms": 1.0})
+
+    drive(strategy, judge)
+    assert not any(s.startswith("recover targeted") for s in strategy.stage_log)
+    assert measured_after and all(any(s.startswith("screen") for s in log) for log in measured_after)
