@@ -76,7 +76,7 @@ def test_a_fallen_unit_goes_back_to_int8_with_per_channel_weights(tmp_path: Path
     drive(strategy, judge)
     notes = strategy.learned()["recovered"]
     assert notes["stage"] == "targeted" and notes["passes"] == ["per-channel weights"]
-    assert notes["units"] == [CONV2] and notes["fallen"] == [CONV5]
+    assert notes["units"] == [CONV2] and notes["fallen"] == [CONV5] and notes["before_fallback"] is False
     best = strategy.best_meeting()
     assert best is not None and _excluded(best.point) & {CONV2, CONV5} == {CONV5}
     assert CONV2 in _pc(best.point)
@@ -152,3 +152,13 @@ def test_no_fix_applies_so_no_sensitivity_is_measured_for_it(tmp_path: Path) -> 
     drive(strategy, judge)
     assert not any(s.startswith("recover targeted") for s in strategy.stage_log)
     assert measured_after and all(any(s.startswith("screen") for s in log) for log in measured_after)
+
+
+def test_the_precision_map_tells_a_fix_before_the_fallback_from_one_after_it() -> None:
+    notes = {"flow": "static_quant", "passes": ["per-channel weights"], "units": [CONV2], "fallen": []}
+    chosen = TrialRecord(number=0, flow=["static_quant"], params={}, status="ok")
+    for before, words in ((True, "before any fallback"), (False, "the fallback had put in fp32")):
+        results = {"strategy": {"recovered": {**notes, "stage": "targeted", "before_fallback": before}}}
+        text, nodes = recovered(_typed(results), chosen)
+        assert words in text and "per-channel weights" in text, text
+        assert nodes[CONV2].startswith("recovered by per-channel weights")

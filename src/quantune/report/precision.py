@@ -275,7 +275,7 @@ def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]
     if units == "all":
         return f"every unit kept in int8: {how} held the budget before any fallback (recover stage)", {}
     groups = _groups(results, chosen)
-    before = notes.get("stage") == "targeted" and not notes.get("fallen")  # fixed before any fallback
+    before = bool(notes.get("before_fallback"))  # the targeted stage's fix of the worst units
     when = "the worst unit(s) by sensitivity" if before else "back to int8 after the fallback"
     by_node: dict[str, str] = {}
     for unit in units or []:

@@ -133,10 +133,12 @@ class TargetedStage:
         return {**base, ctx.key("per_channel_nodes"): fixed}, current
 
     def _note(self, ctx: AccuracyContext, how: list[str], units: list[str], fallen: list[str] | None = None) -> None:
+        """``fallen`` None: fixed before any fallback; else after it (what still is in fp32)."""
         self.recovered = {
             "flow": ctx.flow_name,
             "passes": how,
             "units": units,
             "fallen": fallen or [],
             "stage": "targeted",
+            "before_fallback": fallen is None,
         }
