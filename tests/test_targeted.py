@@ -162,3 +162,25 @@ def test_the_precision_map_tells_a_fix_before_the_fallback_from_one_after_it() -
         text, nodes = recovered(_typed(results), chosen)
         assert words in text and "per-channel weights" in text, text
         assert nodes[CONV2].startswith("recovered by per-channel weights")
+
+
+def test_per_channel_then_a_refined_flow_each_keep_a_fallen_unit_and_say_how(tmp_path: Path) -> None:
+    """Made-up outcomes: CONV2 holds in int8 with per-channel weights; CONV5 only in the fine-tuned
+    flow (all layers fitted). After the fallback put both in fp32, each comes back by its own fix."""
+    from test_recover import _strategy
+
+    def judge(point: Point) -> Outcome:
+        excluded = set(point.get("quant.nodes_to_exclude", []))
+        channel = set(point.get("quant.per_channel_nodes", []))
+        tuned = point.get("flow") == "quant>ft" and not point.get("ft.nodes")
+        meets = (CONV2 in excluded or CONV2 in channel) and (CONV5 in excluded or tuned)
+        return Outcome(1.0 + 0.1 * len(excluded), 0.0 if meets else 0.05, meets, {"latency_ms": 1.0})
+
+    strategy = _strategy(tmp_path)
+    drive(strategy, judge)
+    notes = strategy.learned()["recovered"]
+    assert notes["flow"] == "quant>ft" and notes["fallen"] == []
+    assert set(notes["units"]) == {CONV2, CONV5}
+    assert notes["how"] == {CONV2: "per-channel weights", CONV5: "fast_finetune"}
+    best = strategy.best_meeting()
+    assert best is not None and not {CONV2, CONV5} & set(best.point.get("quant.nodes_to_exclude", []))

@@ -16,7 +16,8 @@ trials left:
    the units to keep in fp32, each of them, the costliest first, goes back to int8 in the
    refined flow; it stays int8 when the refined model still meets the budget.
 
-What was recovered, and how, is kept for the report (``learned()['recovered']``: the flow, its
+Before both, :mod:`.targeted` tries cheaper fixes of just the worst units (per-channel weights, a
+fine-tune of their layers). What was recovered, and how, is kept for the report (``learned()['recovered']``: the flow, its
 refining passes, the units kept in int8 by them), which the precision map shows.
 """
 
@@ -112,8 +113,10 @@ class RecoverStage(TargetedStage):
             return base, dict(fallback)  # at the ceiling side by side already: no unit back in int8 is faster
         groups = variant.ctx.capability.group_by_name
         order = sorted(fallen, key=lambda name: -sum(costs.get(n, 0.0) for n in groups[name].nodes))
+        before = getattr(self, "recovered", None)
         base, fallback = yield from self.stage_targeted_units(variant, base, fallback, order)  # type: ignore[attr-defined]
-        targeted = dict(getattr(self, "recovered", None) or {})
+        after = getattr(self, "recovered", None)
+        targeted = dict(after) if after is not None and after is not before else {}  # units it kept int8
         order = [name for name in order if fallback.get(name) == "fp32"]
         for refined in self.refined_variants(variant):
             ctx, passes = refined.ctx, self._passes(refined)
