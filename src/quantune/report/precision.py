@@ -275,11 +275,17 @@ def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]
     if units == "all":
         return f"every unit kept in int8: {how} held the budget before any fallback (recover stage)", {}
     groups = _groups(results, chosen)
+    before = bool(notes.get("before_fallback"))  # the targeted stage's fix of the worst units
+    when = "the worst unit(s) by sensitivity" if before else "back to int8 after the fallback"
     by_node: dict[str, str] = {}
     for unit in units or []:
+        fix = (notes.get("how") or {}).get(unit, how)
         for node in groups.get(unit, {}).get("nodes", [unit]):
-            by_node[node] = f"recovered: back to int8 after the fallback, {how} held the budget (recover stage)"
-    text = f"{len(units or [])} unit(s) the fallback had put in fp32 kept in int8 by {how} (recover stage)"
+            by_node[node] = f"recovered by {fix}: {when}, held the budget in int8 (recover stage)"
+    if before:
+        text = f"{len(units or [])} unit(s) kept in int8 by {how} on just those layers, before any fallback"
+    else:
+        text = f"{len(units or [])} unit(s) the fallback had put in fp32 kept in int8 by {how} (recover stage)"
     return (text if units else ""), by_node
 
 

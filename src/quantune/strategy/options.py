@@ -64,6 +64,9 @@ class QuantuneOptions(AccuracyOptions):
     op_type_trials: int = Field(default=3, ge=0, description="Op types tried back in int8 after an op-type fallback.")
     bisect_blocks: bool = Field(default=True, description="Bisect over repeated blocks before single groups.")
     prune_trials: int = Field(default=8, ge=0, description="Fallen groups tried back in int8 (or int16).")
+    targeted_units: int = Field(
+        default=3, ge=0, description="The worst units given per-channel weights / a fine-tune before any fallback."
+    )
     latency_trials: int | None = Field(
         default=None,
         ge=0,

@@ -60,6 +60,10 @@ class FastFinetuneConfig(PassConfig):
     iterations: int = Field(default=500, gt=0, le=100_000)
     learning_rate: float = Field(default=0.01, gt=0, le=1.0)
     op_types: list[Literal["Conv", "Gemm", "MatMul"]] = list(LAYER_TYPES)
+    # Only these layers (node names) are fitted, when given: the quantune strategy's targeted
+    # recovery of the units the sensitivity ranks worst (a fit of every layer costs minutes on a
+    # large model; the other layers keep static_quant's rounding).
+    nodes: list[str] | None = None
     calibration_samples: int | None = Field(default=256, gt=0)
     seed: int = 0
 
@@ -133,7 +137,9 @@ def finetune(
     layers = [
         layer
         for layer in quantized_layers(model, tuple(config.op_types))
-        if layer.name in floats and floats[layer.name].input[1] in float_inits
+        if layer.name in floats
+        and floats[layer.name].input[1] in float_inits
+        and (config.nodes is None or layer.name in config.nodes)
     ]
     if not layers:
         return 0

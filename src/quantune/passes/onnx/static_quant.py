@@ -37,6 +37,7 @@ from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.float_source import remember_float_source
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.onnx.tensor_names import inference_error, plain_names, renamed_ranges, restore_names
+from quantune.passes.onnx.unit_overrides import per_channel_overrides
 from quantune.passes.registry import register_pass
 from quantune.prepare.facts import facts_apply, quantized_among
 from quantune.space import Boolean, Categorical, Conditional
@@ -70,6 +71,9 @@ class StaticQuantizationConfig(PassConfig):
     # Per-tensor activation type (tensor name -> type), e.g. int16 for the activations of the
     # few operators 8 bits cannot carry; onnxruntime's ``TensorQuantOverrides`` (QDQ only).
     tensor_overrides: dict[str, QuantTypeName] = {}
+    # Nodes whose weights are quantized per channel although ``per_channel`` is off (QDQ only):
+    # the quantune strategy's targeted recovery of the worst units (unit_overrides.py).
+    per_channel_nodes: list[str] = []
     # onnxruntime's calibration knobs (quantize_static extra_options, see calibration_options.py)
     calib_moving_average: bool = False  # CalibMovingAverage (MinMax)
     calib_moving_average_constant: float = Field(default=0.01, ge=0.0, le=1.0)  # CalibMovingAverageConstant
@@ -90,6 +94,8 @@ class StaticQuantizationConfig(PassConfig):
         wide = self.wide_types()
         if wide and self.quant_format != "QDQ":
             raise ValueError(f"{sorted(wide)} types need quant_format 'QDQ' (QOperator has only 8-bit kernels)")
+        if self.per_channel_nodes and self.quant_format != "QDQ":
+            raise ValueError("per_channel_nodes needs quant_format 'QDQ' (a TensorQuantOverrides axis)")
         check_calibration_options(self)
         return self
 
@@ -127,6 +133,7 @@ class StaticQuantization(Pass):
             "op_types_to_quantize",
             "nodes_to_exclude",
             "tensor_overrides",
+            "per_channel_nodes",
             "keep_removable_activations",
             "add_qdq_pair_to_weight",
             "dedicated_qdq_pair",
@@ -209,6 +216,10 @@ class StaticQuantization(Pass):
             extra["TensorQuantOverrides"] = {
                 name: [{"quant_type": QUANT_TYPES[kind]}] for name, kind in sorted(config.tensor_overrides.items())
             }
+        if config.per_channel_nodes and not config.per_channel:
+            weights = per_channel_overrides(model_in, config.per_channel_nodes)
+            if weights:
+                extra["TensorQuantOverrides"] = {**dict(extra.get("TensorQuantOverrides") or {}), **weights}
         ranges, fresh = self._calibration_cache(config, context)
         with tempfile.TemporaryDirectory(prefix="quantune-ranges-") as tmp:
             source = ranges if ranges is not None and fresh is None else None  # a cache hit

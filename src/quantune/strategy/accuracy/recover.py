@@ -16,7 +16,8 @@ trials left:
    the units to keep in fp32, each of them, the costliest first, goes back to int8 in the
    refined flow; it stays int8 when the refined model still meets the budget.
 
-What was recovered, and how, is kept for the report (``learned()['recovered']``: the flow, its
+Before both, :mod:`.targeted` tries cheaper fixes of just the worst units (per-channel weights, a
+fine-tune of their layers). What was recovered, and how, is kept for the report (``learned()['recovered']``: the flow, its
 refining passes, the units kept in int8 by them), which the precision map shows.
 """
 
@@ -32,6 +33,7 @@ from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import FLOW_KEY
 from quantune.strategy.accuracy.speed import Variant
+from quantune.strategy.accuracy.targeted import TargetedStage
 
 log = logging.getLogger("quantune.strategy")
 
@@ -46,7 +48,7 @@ def _refining(name: object) -> int | None:
 RECOVER = "recover"
 
 
-class RecoverStage:
+class RecoverStage(TargetedStage):
     """Mixin for the quantune strategy: refined flows tried before and after the fallback."""
 
     recovered: dict[str, Any]
@@ -84,8 +86,11 @@ class RecoverStage:
         return [str(self.problem.step_passes.get(step)) for step in extra]
 
     def stage_recover(self, variant: Variant) -> Step:
-        """Stage: the fully quantized variant in each refined flow; its point when one meets, else None
-        (``self.ctx`` is then the refined flow's)."""
+        """Stage: the worst units fixed in int8 (:mod:`.targeted`), then the fully quantized variant in
+        each refined flow; its point when one meets, else None (``self.ctx`` is then the refined flow's)."""
+        targeted = yield from self.stage_targeted(variant)  # type: ignore[attr-defined]
+        if targeted is not None:
+            return targeted
         for refined in self.refined_variants(variant):
             if self.remaining() <= 1:  # leave a trial for the fallback
                 return None
@@ -104,10 +109,15 @@ class RecoverStage:
         first, kept int8 when the refined model meets (the first refining flow that keeps one wins);
         returns (point, fallback), as given when nothing was recovered."""
         fallen = [name for name, precision in fallback.items() if precision == "fp32"]
-        if not fallen:
-            return base, dict(fallback)
+        if not fallen or self.at_ceiling(variant, variant.ctx.with_fallback(base, fallback)):  # type: ignore[attr-defined]
+            return base, dict(fallback)  # at the ceiling side by side already: no unit back in int8 is faster
         groups = variant.ctx.capability.group_by_name
         order = sorted(fallen, key=lambda name: -sum(costs.get(n, 0.0) for n in groups[name].nodes))
+        before = getattr(self, "recovered", None)
+        base, fallback = yield from self.stage_targeted_units(variant, base, fallback, order)  # type: ignore[attr-defined]
+        after = getattr(self, "recovered", None)
+        targeted = dict(after) if after is not None and after is not before else {}  # units it kept int8
+        order = [name for name in order if fallback.get(name) == "fp32"]
         for refined in self.refined_variants(variant):
             ctx, passes = refined.ctx, self._passes(refined)
             start = {**refined.point, **_quant_values(base, variant.ctx.quant_step, ctx.quant_step)}
@@ -129,7 +139,13 @@ class RecoverStage:
             if not kept:  # the same fallback, refined: no faster, try the next refining flow
                 continue
             self.ctx = ctx
+            how = {name: " + ".join(passes) for name in kept}
+            if targeted:  # units kept int8 by per-channel weights first, in the same quant step
+                how = {**{name: " + ".join(targeted["passes"]) for name in targeted["units"]}, **how}
+                kept = [*targeted["units"], *kept]
             self.recovered = {"flow": ctx.flow_name, "passes": passes, "units": kept, "fallen": sorted(current)}
+            if targeted:
+                self.recovered["how"] = how
             return ctx.with_fallback(start, current), current
         return base, dict(fallback)
 

@@ -1,0 +1,144 @@
+"""Targeted recovery: the worst units get a cheap fix in int8 before any of them goes to fp32.
+
+A unit moved to fp32 gives up its int8 speed; most of what breaks a per-tensor int8 model
+sits in a few layers (a conv whose output channels differ in range by orders of magnitude,
+a decode head's box and score channels in one weight). Two fixes keep such a layer int8 and
+the graph as fast as the fully quantized one:
+
+* **per-channel weights on just those layers** (``static_quant.per_channel_nodes``, a
+  ``TensorQuantOverrides`` axis): one scale per output channel instead of one per layer; in the
+  variant's own flow, so it needs no refining flow in the config (the config ``quantune init``
+  writes has none);
+* **fast fine-tuning of just those layers** (``fast_finetune.nodes``, AdaRound/AdaQuant), when a
+  flow refines the quant step with ``fast_finetune``: a fit of the few worst layers, not of all.
+
+Before the fallback (:meth:`TargetedStage.stage_targeted`) the fixes go to the ``targeted_units``
+(3) units the sensitivity ranks worst, all at once: one trial each, a meeting one ends the
+accuracy recovery with every unit int8. After the fallback
+(:meth:`TargetedStage.stage_targeted_units`) each unit it put in fp32, the costliest first, goes
+back to int8 with per-channel weights and stays so when the model still meets. Recorded in
+``learned()['recovered']`` (``stage: targeted``) for the precision map. A 16-bit activation rung
+is not tried here: onnxruntime's CPU provider has no 16-bit Conv/MatMul kernels, so such a unit
+runs DQ -> float op -> Q, slower than leaving it fp32 (``precisions: [int16, fp32]`` still offers
+it to the prune).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from quantune.graph.capability import Group, Precision
+from quantune.passes.registry import find_pass
+from quantune.space import Point
+from quantune.strategy.accuracy.common import Step
+from quantune.strategy.accuracy.context import AccuracyContext, describe
+from quantune.strategy.accuracy.speed import Variant
+
+TARGETED = "recover targeted"
+TARGETED_UNITS = 3  # the worst units fixed at once before the fallback
+WEIGHTED = frozenset({"Conv", "Gemm", "MatMul"})
+
+
+def weighted_nodes(ctx: AccuracyContext, groups: Sequence[Group]) -> list[str]:
+    """The Conv/Gemm/MatMul nodes of ``groups`` (the layers a weight fix can reach)."""
+    by_name = ctx.capability.by_name
+    return [n for g in groups for n in g.nodes if n in by_name and by_name[n].op_type in WEIGHTED]
+
+
+def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
+    """A static QDQ quant step with per-tensor weights whose pass takes ``per_channel_nodes``."""
+    cls = find_pass(ctx.quant_pass)
+    if ctx.dynamic or cls is None or "per_channel_nodes" not in cls.Config.model_fields:
+        return False
+    fields, fixed = cls.Config.model_fields, ctx.problem.step_fixed.get(ctx.quant_step, {})
+    per_channel = point.get(ctx.key("per_channel"), fixed.get("per_channel", fields["per_channel"].default))
+    quant_format = point.get(ctx.key("quant_format"), fixed.get("quant_format", fields["quant_format"].default))
+    return not per_channel and quant_format == "QDQ"
+
+
+class TargetedStage:
+    """Mixin for the quantune strategy: per-channel / fine-tuned worst units before fp32."""
+
+    recovered: dict[str, Any]
+
+    def _layer_refined(self, variant: Variant) -> tuple[Variant, str, str] | None:
+        """A kept refined variant whose only refining step's pass fits named layers (a ``nodes``
+        field: fast_finetune); with that step and its pass's name."""
+        for refined in self.refined_variants(variant):  # type: ignore[attr-defined]
+            ctx = refined.ctx
+            extra = ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]
+            names = [str(self.problem.step_passes.get(step)) for step in extra]  # type: ignore[attr-defined]
+            cls = find_pass(names[0]) if len(names) == 1 else None
+            if cls is not None and "nodes" in cls.Config.model_fields:
+                return refined, extra[0], names[0]
+        return None
+
+    def stage_targeted(self, variant: Variant) -> Step:
+        """Stage: the worst units per channel, then fine-tuned alone (when a flow can); the point
+        when one meets, else None."""
+        ctx, base = variant.ctx, variant.point
+        channel, found = per_channel_fixable(ctx, base), self._layer_refined(variant)
+        if not (channel or found) or self.remaining() <= 1:  # type: ignore[attr-defined]
+            return None  # no fix applies: no sensitivity measured for nothing (149 s on PP-OCRv6 det)
+        ranked = [g for g, score in ctx.ranked(base) if score > 0 and weighted_nodes(ctx, [g])]
+        worst = ranked[: max(0, int(getattr(self.options, "targeted_units", TARGETED_UNITS)))]  # type: ignore[attr-defined]
+        nodes = weighted_nodes(ctx, worst)
+        if not nodes:
+            return None
+        names = [g.name for g in worst]
+        if channel:
+            point = {**base, ctx.key("per_channel_nodes"): sorted(nodes)}
+            outcome = yield from self.try_point(point, f"{TARGETED}: per-channel weights on {describe(names)}")  # type: ignore[attr-defined]
+            if outcome.meets:
+                self._note(ctx, ["per-channel weights"], names)
+                return point
+        if found is None or self.remaining() <= 1:  # type: ignore[attr-defined]
+            return None
+        refined, step, fit = found
+        point = {**refined.point, f"{step}.nodes": sorted(nodes)}
+        how = [fit]
+        if channel and per_channel_fixable(refined.ctx, refined.point):
+            point[refined.ctx.key("per_channel_nodes")] = sorted(nodes)
+            how = ["per-channel weights", fit]
+        outcome = yield from self.try_point(point, f"{TARGETED}: {' + '.join(how)} on {describe(names)}")  # type: ignore[attr-defined]
+        if outcome.meets:
+            self.ctx = refined.ctx
+            self._note(refined.ctx, how, names)
+            return point
+        return None
+
+    def stage_targeted_units(
+        self, variant: Variant, base: Point, fallback: Mapping[str, Precision], order: list[str]
+    ) -> Step:
+        """Stage: each unit of ``order`` (fallen to fp32) back to int8 with per-channel weights, kept
+        so when the model meets; returns (point, fallback), as given when none was kept."""
+        ctx = variant.ctx
+        if not per_channel_fixable(ctx, base):
+            return base, dict(fallback)
+        groups = ctx.capability.group_by_name
+        current, fixed, kept = dict(fallback), list(base.get(ctx.key("per_channel_nodes"), [])), []
+        for name in order:
+            nodes = weighted_nodes(ctx, [groups[name]])
+            if not nodes or self.remaining() <= 1:  # type: ignore[attr-defined]
+                continue
+            trial = {k: v for k, v in current.items() if k != name}
+            point = {**ctx.with_fallback(base, trial), ctx.key("per_channel_nodes"): sorted({*fixed, *nodes})}
+            outcome = yield from self.try_point(point, f"{TARGETED}: {name} -> int8 (per-channel weights)")  # type: ignore[attr-defined]
+            if outcome.meets:
+                current, fixed, kept = trial, sorted({*fixed, *nodes}), [*kept, name]
+        if not kept:
+            return base, dict(fallback)
+        self._note(ctx, ["per-channel weights"], kept, sorted(n for n, p in current.items() if p == "fp32"))
+        return {**base, ctx.key("per_channel_nodes"): fixed}, current
+
+    def _note(self, ctx: AccuracyContext, how: list[str], units: list[str], fallen: list[str] | None = None) -> None:
+        """``fallen`` None: fixed before any fallback; else after it (what still is in fp32)."""
+        self.recovered = {
+            "flow": ctx.flow_name,
+            "passes": how,
+            "units": units,
+            "fallen": fallen or [],
+            "stage": "targeted",
+            "before_fallback": fallen is None,
+        }
