@@ -195,3 +195,11 @@ def test_cle_keeps_the_scaled_cnn_all_int8(tmp_path: Path) -> None:
     result = quantune.tune(scaled_config(tmp_path, "quantune", max_trials=3, passes=passes), output=tmp_path / "run")
     assert result.trials[0].stage.startswith("ceiling: cle>static_quant") and result.trials[0].meets_criterion
     assert "static_quant.nodes_to_exclude" not in result.best.params
+
+
+def test_stage_texts_name_units_by_their_last_two_module_names() -> None:
+    """``/erb_conv1/1/Conv`` once read "1" in a stage's text; the module path's last two names say which."""
+    from quantune.strategy.accuracy.context import describe
+
+    assert describe(["/model.22/dfl/conv/Conv", "/erb_conv1/1/Conv", "Conv.3"]) == "[dfl/conv, erb_conv1/1, Conv.3]"
+    assert describe([f"Conv.{i}" for i in range(6)], limit=2) == "[Conv.0, Conv.1, ...]"

@@ -241,7 +241,13 @@ def _finite(score: float) -> float:
 
 
 def describe(names: Sequence[str], limit: int = 4) -> str:
-    """A short list of group names for stage texts."""
-    short = [name.rsplit("/", 2)[-2] if name.count("/") >= 2 else name for name in names]
+    """A short list of group names for stage texts: an exporter's path name (``/model.22/dfl/conv/Conv``)
+    keeps its last two module names (``dfl/conv``); one alone (``1`` of ``/erb_conv1/1/Conv``) says nothing."""
+    short = [_short(name) for name in names]
     text = ", ".join(short[:limit])
     return f"[{text}{', ...' if len(short) > limit else ''}]"
+
+
+def _short(name: str) -> str:
+    parts = name.strip("/").split("/")
+    return "/".join(parts[-3:-1]) if len(parts) >= 3 else name
