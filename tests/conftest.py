@@ -198,3 +198,14 @@ def accuracy_problem(config: dict[str, Any], options: dict[str, Any] | None = No
 def _no_end_of_run_report(monkeypatch: pytest.MonkeyPatch) -> None:
     """Runs skip report.html (seconds of drawing each); tests of the report set QUANTUNE_REPORT=1."""
     monkeypatch.setenv("QUANTUNE_REPORT", "0")
+
+
+@pytest.fixture(scope="session")
+def ov_python() -> Path:
+    """The OpenVINO target environment's python (``make test`` builds it); absent: the test is skipped, with why."""
+    from target_env import openvino_python
+
+    python, why = openvino_python()
+    if python is None:
+        pytest.skip(why)
+    return python

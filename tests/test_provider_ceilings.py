@@ -11,15 +11,12 @@ import json
 from pathlib import Path
 from typing import Any
 
-import pytest
-
 import quantune
 from quantune.config import load_config
 from quantune.engine.plan import build_plan
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers, original_points
 from quantune.strategy.base import Outcome, SearchProblem
 from quantune.strategy.options import QuantuneOptions
-from target_env import openvino_python
 
 CPU, OV = "CPUExecutionProvider", "OpenVINOExecutionProvider"
 
@@ -95,14 +92,6 @@ def test_an_original_out_of_budget_or_slower_drops_nothing(make_config) -> None:
     rule.observe_opening(OV, Outcome({"top1": 1.0}, meets=True))
     rule.note_originals([1.2])  # in budget, but slower than the original where it runs now
     assert rule.best_original() is None
-
-
-@pytest.fixture(scope="module")
-def ov_python() -> Path:
-    python, why = openvino_python()
-    if python is None:
-        pytest.skip(why)
-    return python
 
 
 def test_the_quantune_strategy_times_ceilings_per_provider(make_config, tmp_path: Path, ov_python: Path) -> None:

@@ -21,7 +21,6 @@ from typing import Any
 import pytest
 
 import quantune
-from target_env import openvino_python
 
 BENCH = Path(__file__).resolve().parents[1] / "bench"
 sys.path.insert(0, str(BENCH))
@@ -54,14 +53,6 @@ import numpy as np
 def on_openvino(outputs, data):
     return float(np.mean(outputs["on_openvino"]))
 """
-
-
-@pytest.fixture(scope="module")
-def ov_python() -> Path:
-    python, why = openvino_python()
-    if python is None:
-        pytest.skip(why)
-    return python
 
 
 def test_every_trials_accuracy_is_measured_on_its_reported_provider(

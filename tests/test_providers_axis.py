@@ -29,18 +29,9 @@ from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_backend import TargetBackend
 from quantune.passes import get_pass
 from quantune.space.providers import refusal
-from target_env import openvino_python
 
 CPU, OV = "CPUExecutionProvider", "OpenVINOExecutionProvider"
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
-
-
-@pytest.fixture(scope="module")
-def ov_python() -> Path:
-    python, why = openvino_python()
-    if python is None:
-        pytest.skip(why)
-    return python
 
 
 def provider_config(make_config, providers: Any = None, **target: Any) -> dict[str, Any]:

@@ -19,19 +19,10 @@ import yaml
 
 import quantune
 from quantune.cli import main
-from target_env import openvino_python
 
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
 # 450 evaluation images: two providers may round a borderline logit differently on a few
 TOP1_TOLERANCE = 3 / 450
-
-
-@pytest.fixture(scope="session")
-def ov_python() -> Path:
-    python, why = openvino_python()
-    if python is None:
-        pytest.skip(why)
-    return python
 
 
 def digits_config(tmp_path: Path, **overrides: Any) -> dict[str, Any]:
