@@ -51,17 +51,7 @@ def paired_latency(
     if cand_sha == ref_sha:
         return same_model()
     spec = context.evaluator.spec.latency
-    key = cache_key(
-        "paired-latency",
-        KEY_VERSION,
-        ref_sha,
-        cand_sha,
-        vars(spec),
-        MIN_GAIN,
-        PAIRED_ROUNDS,
-        context.evaluator.dataset.fingerprint,
-        context.evaluator.backend.fingerprint(),
-    )
+    key = pair_key(context, ref_sha, cand_sha)
     cached = context.cache.get_json("evals", key)
     if cached is not None:
         return dict(cached)
@@ -94,3 +84,57 @@ def paired_latency(
         interval.faster,
     )
     return result
+
+
+def pair_key(context: Any, ref_sha: str, cand_sha: str) -> str:
+    """The cache key of one pair's answer (by the two models' hashes, the timing spec, the data and backend)."""
+    return cache_key(
+        "paired-latency",
+        KEY_VERSION,
+        ref_sha,
+        cand_sha,
+        vars(context.evaluator.spec.latency),
+        MIN_GAIN,
+        PAIRED_ROUNDS,
+        context.evaluator.dataset.fingerprint,
+        context.evaluator.backend.fingerprint(),
+    )
+
+
+def session_pairs(timings: np.ndarray, threshold: float, max_rounds: int) -> dict[tuple[int, int], dict[str, Any]]:
+    """The paired answers a side-by-side session of several models already holds: for each ordered
+    pair ``(candidate row, reference row)`` of candidates below ``threshold`` against row 0 (the
+    fast ones: a lighter model and its fully quantized one), their paired ratio over the rounds
+    both ran -- when it is decided against ``1 - MIN_GAIN`` (either side) or ran as many rounds as
+    a paired timing of its own would (``max_rounds``), the rule :func:`paired_latency` stops by.
+
+    The lighter stage's paired timings of the first guess's lighter models against it were two
+    worker stages after the ceilings (3.8 s on PP-OCRv6's recognizer); in the ceilings' session
+    their rows already ran side by side in the same rounds."""
+    fast = []
+    for row in range(1, timings.shape[0]):
+        valid = ~np.isnan(timings[row])
+        if valid.any() and paired_ratio(timings[row][valid], timings[0][valid]).median < threshold:
+            fast.append(row)
+    out: dict[tuple[int, int], dict[str, Any]] = {}
+    for cand in fast:
+        for ref in fast:
+            valid = ~np.isnan(timings[cand]) & ~np.isnan(timings[ref])
+            if cand == ref or int(valid.sum()) < 5:
+                continue
+            interval = paired_ratio(timings[cand][valid], timings[ref][valid])
+            decided = interval.high < 1.0 - MIN_GAIN or interval.low > 1.0 - MIN_GAIN
+            if decided or interval.rounds >= max_rounds:
+                out[(cand, ref)] = {**interval.to_dict(), "faster": interval.faster, "same_model": False}
+    return out
+
+
+def remember_session_pairs(context: Any, shas: list[str], timings: np.ndarray, threshold: float) -> int:
+    """The decided pairs of one session (:func:`session_pairs`; ``shas``: each row's model) in the
+    cache, where :func:`paired_latency` reads them; how many."""
+    spec = context.evaluator.spec.latency
+    pairs = session_pairs(timings, threshold, max(5, min(spec.repeats, PAIRED_ROUNDS)))
+    for (cand, ref), result in pairs.items():
+        if shas[cand] != shas[ref]:
+            context.cache.put_json("evals", pair_key(context, shas[ref], shas[cand]), {**result, "session": True})
+    return len(pairs)

@@ -54,16 +54,18 @@ def enabled() -> bool:
 Item = tuple[dict[str, Any], tuple[str, ...]]
 
 
-def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None]:
+def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
     """(the points and flows ``strategy`` will time first, its build budget, the first guess it
-    evaluates before them or None); nothing when it does not start with the speed ceilings
-    (a first guess, then the ceilings, is how the quantune strategy starts). ``make`` builds a
-    fresh strategy of the same kind."""
+    evaluates before them or None, the points it names for evaluating ahead too -- its
+    ``evaluate_ahead``: the first guess's compute-only model, which the lighter or the op-type
+    stage evaluates next); nothing when it does not start with the speed ceilings (a first
+    guess, then the ceilings, is how the quantune strategy starts). ``make`` builds a fresh
+    strategy of the same kind."""
     from quantune.strategy.base import Outcome, Proposal
 
     problem = getattr(strategy, "problem", None)
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
-        return [], None, None
+        return [], None, None, []
 
     def capture(items: Any, threshold: float, budget_s: float | None) -> list[float | None]:
         raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
@@ -82,13 +84,24 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
             dry.tell(proposal, Outcome(None))
             dry.ask()
     except _Captured as captured:
-        return captured.items, captured.budget_s, first
+        ahead = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "evaluate_ahead", [])]
+        return captured.items, captured.budget_s, first, ahead if first is not None else []
     except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
         log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)
-    return [], None, None
+    return [], None, None, []
 
 
-def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float) -> bool:
+def evaluate_ahead(spec: Any, items: Items, wait_s: float) -> list[bool]:
+    """In a stage worker started once the first guess is evaluated: each of ``items`` (the
+    strategy's ``evaluate_ahead``) built and measured as the first guess is, beside the ceilings'
+    builds; whether each is in the evaluation cache. PP-OCRv6's recognizer: its compute-only
+    model, the run's final one, was a 2.4 s trial after the ceilings."""
+    return [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in items]
+
+
+def evaluate_first_guess(
+    spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float, label: str = "first guess"
+) -> bool:
     """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
     then compared with the original's outputs once they are in the cache (the baseline's stage,
     beside this one, writes them); the figures land in the evaluation cache, where the trial reads
@@ -108,7 +121,7 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
     ready = time.perf_counter()
     try:
         with _sessions_without_spinning():
-            path, sha = _variant_model(context, context.plan, point, flow, label=" (first guess)")
+            path, sha = _variant_model(context, context.plan, point, flow, label=f" ({label})")
         built = time.perf_counter()
         key = context.eval_key(sha)
         if context.cache.get_json("evals", key) is not None:
@@ -117,7 +130,7 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
         measured = context.evaluator.measure(path)
     except Exception as exc:
         reference.cancel()
-        print(f"first guess {point}: {type(exc).__name__}: {exc}", flush=True)
+        print(f"{label} {point}: {type(exc).__name__}: {exc}", flush=True)
         return False
     done = time.perf_counter()
     if (outputs := reference.result()) is None:
@@ -126,7 +139,7 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
     figures = context.evaluator.figures(measured, outputs)
     context.cache.put_json("evals", key, {"metrics": figures, "ahead": spec.run_id})
     print(
-        f"first guess: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
+        f"{label}: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
         f"{done - built:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "
         f"{time.perf_counter() - waited:.1f} s",
         flush=True,
@@ -240,6 +253,7 @@ def _sessions_without_spinning() -> Iterator[None]:
 
 
 FIRST_GUESS = "first_guess"
+AHEAD = "evaluate_ahead"
 FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's reference outputs
 
 
@@ -249,17 +263,26 @@ class Prebuild:
     With a first guess (the strategy's first trial, before its ceilings) its model is built and
     evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
     on the machine's two cores -- and the ceilings' builds start once it is done, so they do not
-    slow it down.
+    slow it down. The strategy's other points to evaluate ahead (``later``) follow the guess in a
+    stage of their own (``evaluate_ahead``), beside the builds.
     """
 
     def __init__(
-        self, spec: Any, groups: list[Items], budget_s: float | None, isolation: Isolation, first: Item | None = None
+        self,
+        spec: Any,
+        groups: list[Items],
+        budget_s: float | None,
+        isolation: Isolation,
+        first: Item | None = None,
+        later: Items | None = None,
     ) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="quantune-prebuild-"))
         self._isolation = replace(isolation, log_dir=self._tmp, deadline=StageDeadline())
         self.items = [item for group in groups for item in group]
         self.first = first
         self.first_evaluated = False
+        self.later = list(later or []) if first is not None else []
+        self.later_evaluated: Items = []
         self._first_done = threading.Event()
         self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(len(groups))]
         self._built = [0] * len(groups)
@@ -273,7 +296,7 @@ class Prebuild:
             for index, group in enumerate(groups)
         ]
         if first is not None:
-            self._stages.append(FIRST_GUESS)
+            self._stages += [FIRST_GUESS, AHEAD] if self.later else [FIRST_GUESS]
             guess = threading.Thread(target=self._guess, args=(spec, first), name="quantune-first-guess", daemon=True)
             self._threads.append(guess)
             guess.start()
@@ -300,6 +323,12 @@ class Prebuild:
             self.first_evaluated = bool(outcome.value)
         finally:
             self._first_done.set()
+        if self.later and self.first_evaluated:  # the original's reference is cached: no wait
+            outcome = run_stage(AHEAD, evaluate_ahead, spec, self.later, FIRST_GUESS_WAIT_S, isolation=self._isolation)
+            done = outcome.value or []
+            self.later_evaluated = [item for item, ok in zip(self.later, done, strict=False) if ok]
+        elif self.later:  # no reference to compare with: built only, as the ceilings (they are timed with them)
+            run_stage(AHEAD, build_variants, spec, self.later, None, False, isolation=self._isolation)
 
     def _run(self, index: int, spec: Any, items: Items, budget_s: float | None) -> None:
         self._first_done.wait()  # the first guess alone beside the original's evaluation
@@ -312,13 +341,13 @@ class Prebuild:
         """The stage started, or ``None`` (turned off, in-process runs, nothing to build)."""
         if isolation.inline or spec is None or not enabled():
             return None
-        items, budget_s, first = ceiling_items(strategy, make)
+        items, budget_s, first, later = ceiling_items(strategy, make)
         if not items:
             return None
         problem = getattr(strategy, "problem", None)
-        rest = [item for item in items if item != first]
+        rest = [item for item in items if item != first and item not in later]  # those are built where evaluated
         groups = split_by_calibration(rest, getattr(problem, "step_passes", {}))
-        return cls(spec, groups, budget_s, isolation, first)
+        return cls(spec, groups, budget_s, isolation, first, later)
 
     def wait_first_guess(self, timeout_s: float | None = None) -> bool:
         """Waits until the first guess is evaluated (or failed); whether it is in the cache."""
@@ -326,8 +355,9 @@ class Prebuild:
         return self.first_evaluated
 
     def ahead(self) -> list[Item]:
-        """The first guess when it was evaluated ahead (its trial reads the cache), else nothing."""
-        return [self.first] if self.first_evaluated and self.first is not None else []
+        """The first guess when it was evaluated ahead (its trial reads the cache), and the points
+        evaluated after it so far; else nothing."""
+        return ([self.first] if self.first_evaluated and self.first is not None else []) + list(self.later_evaluated)
 
     def join(self, deadline: float | None = None) -> None:
         """Waits for the builds; with ``deadline`` (``time.perf_counter()``, the run's limit) no longer

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune.engine.paired_timing import remember_session_pairs
 from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
@@ -267,6 +268,8 @@ def _ceilings(
         cached = {"ratios": medians, "rounds": int(timings.shape[1])}
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)
+            # the fast models' pairs too (a lighter model against its full one): read by paired timings
+            remember_session_pairs(context, [context.model.sha256, *(sha for _, _, sha in built)], timings, threshold)
     log.info(
         "speed ceilings: %d variants timed side by side in %d rounds (%.1f s)",
         len(built),

@@ -15,7 +15,7 @@ from quantune.evaluate.paired import MIN_GAIN
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
-from quantune.strategy.accuracy.speed import Variant, build_order, speed_variants
+from quantune.strategy.accuracy.speed import Variant, build_order, likeliest, speed_variants
 from quantune.strategy.base import Outcome, Proposal
 
 log = logging.getLogger("quantune.strategy")
@@ -39,6 +39,30 @@ class CeilingStage(ProviderCeilings):
                     self._ceiling_stage[f"{CEILING}: {label}"] = variant
             self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
         return self.variants
+
+    def stage_first_guess(self) -> Step:
+        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
+        returns its variant, or None (option ``first_guess: false``, or no variant).
+
+        A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
+        waits for every variant to be built: MiniLM-L3's first model in budget came 21 s after
+        the start, Neural Compressor's (the same model) at 8 s. When the guess turns out the
+        fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
+        cost one evaluation. The engine builds and evaluates it beside the original's
+        evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
+        there is a first guess only where the engine does that (``first_guess``).
+        """
+        wanted = self.options.first_guess
+        if wanted is None:
+            wanted = self.problem.evaluates_ahead
+        if not wanted or self.problem.objective != "latency":
+            return None
+        guess = likeliest(self.ceiling_variants())
+        if guess is None:
+            return None
+        self.ctx, self._guess = guess.ctx, guess
+        yield from self.try_point(guess.point, f"first guess: {guess.label}")
+        return guess
 
     def stage_ceiling(self) -> Step:
         """Stage: each flow's fully-quantized variants timed against the original (no accuracy
@@ -137,13 +161,16 @@ class CeilingStage(ProviderCeilings):
         originals = self.original_items()  # the originals on the other providers, in the same session:
         items = [*originals, *((v.point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
-            ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
+            # the first guess's lighter models, last: timed in the same session, so that the lighter
+            # stage's paired timings against the full model are read from its rounds (probes.py)
+            self.evaluate_ahead = self.lighter_items(self._guess)[-1:]  # compute only: built and evaluated ahead
+            ratios = self.problem.ceiling_ratios([*items, *self.lighter_items(self._guess)], 1.0 - margin, budget)
         elif self.problem.latency_ratio is not None:
             ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
         else:
             return False
         self.note_originals(ratios[: len(originals)])
-        for variant, ratio in zip(variants, ratios[len(originals) :], strict=True):
+        for variant, ratio in zip(variants, ratios[len(originals) : len(originals) + len(variants)], strict=True):
             variant.side_by_side = ratio
             variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
         return True
