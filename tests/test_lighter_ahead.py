@@ -43,7 +43,9 @@ def test_the_guess_s_lighter_models_are_timed_with_the_ceilings_and_its_pairs_as
         return {"ratio_median": ratio, "ratio_ci_low": ratio - 0.02, "ratio_ci_high": ratio + 0.02, "faster": faster}
 
     config = _layernorm(tmp_path, "latency")  # MatMuls, and the Add/Mul/Div of its LayerNorms
-    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), ceiling_ratios=ratios, paired_latency=paired)
+    problem = dataclasses.replace(
+        accuracy_problem(config, OPTIONS), ceiling_ratios=ratios, paired_latency=paired, evaluates_ahead=True
+    )
     strategy = create_strategy("quantune")
     strategy.bind(problem)
     strategy.observe_baseline({"latency_ms": 1.0})
@@ -52,8 +54,9 @@ def test_the_guess_s_lighter_models_are_timed_with_the_ceilings_and_its_pairs_as
     assert len(timed) == 1
     items = timed[0]
     extra = [(point, flow) for point, flow in items if _lighter(point)]
-    assert extra and items[-len(extra) :] == extra  # (compute and Add/Mul, then) compute only: last
     guess = (dict(seen[0][0]), tuple(items[0][1]))
+    at = items.index(guess) + 1  # (compute and Add/Mul, then) compute only: right after the guess, in its rounds
+    assert extra and items[at : at + len(extra)] == extra
     exclude = "static_quant.nodes_to_exclude"
     assert all({k: v for k, v in point.items() if k != exclude} == guess[0] for point, _ in extra)  # the guess's
     assert [tuple(x) for x in strategy.evaluate_ahead] == [extra[-1]]  # compute only, evaluated ahead
@@ -69,15 +72,60 @@ def test_the_guess_s_lighter_models_are_timed_with_the_ceilings_and_its_pairs_as
 
 def test_the_dry_run_names_the_points_to_evaluate_ahead(tmp_path: Path) -> None:
     config = _layernorm(tmp_path, "latency")
-    problem = dataclasses.replace(accuracy_problem(config, OPTIONS, timed=True))
+    problem = dataclasses.replace(accuracy_problem(config, OPTIONS, timed=True), evaluates_ahead=True)
     strategy = create_strategy("quantune")
     strategy.bind(problem)
     items, _, first, later = ceiling_items(strategy, lambda: create_strategy("quantune"))
-    assert first in items and len(later) == 1 and later[0] == items[-1] and _lighter(later[0][0])
+    assert first in items and len(later) == 1 and later[0] in items and _lighter(later[0][0])
     no_guess = create_strategy("quantune")
-    no_guess.bind(accuracy_problem(config, {**OPTIONS, "first_guess": False}, timed=True))
+    no_guess.bind(
+        dataclasses.replace(
+            accuracy_problem(config, {**OPTIONS, "first_guess": False}, timed=True), evaluates_ahead=True
+        )
+    )
     items, _, first, later = ceiling_items(no_guess, lambda: create_strategy("quantune"))
     assert items and first is None and later == [] and not any(_lighter(p) for p, _ in items)
+
+
+def test_a_guess_out_of_budget_is_followed_by_its_compute_only_model_before_the_ceilings(tmp_path: Path) -> None:
+    """MiniLM-L3: the dynamic guess missed, and its MatMul-only model -- in budget -- came only after
+    the ceilings, in the op-type stage. Evaluated ahead, it is tried right after the guess."""
+    timed: list[int] = []
+
+    def ratios(items: Any, threshold: float, budget_s: Any) -> list[float]:
+        timed.append(len(seen_before))
+        return [0.5] * len(items)
+
+    seen_before: list[str] = []
+
+    def judge(point: Point) -> Any:
+        from quantune.strategy import Outcome
+
+        meets = _lighter(point)  # the fully quantized models miss, the lighter ones meet
+        return Outcome(1.0, 0.0 if meets else 0.5, meets, {"latency_ms": 1.0})
+
+    config = _layernorm(tmp_path, "latency")
+    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), ceiling_ratios=ratios, evaluates_ahead=True)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    for _ in range(40):
+        proposal = strategy.ask()
+        if proposal is None:
+            break
+        seen_before.append(proposal.stage)
+        strategy.tell(proposal, judge(proposal.point))
+        if len(seen_before) == 2:
+            assert proposal.stage.endswith("compute only") and proposal.stage.startswith("first guess")
+            assert (dict(proposal.point), tuple(proposal.flow)) == tuple(strategy.evaluate_ahead[0])
+    assert timed == [2]  # the ceilings were timed after the guess and its compute-only model
+    # without the engine evaluating it ahead, the guess is followed by the ceilings, as before
+    plain = create_strategy("quantune")
+    plain.bind(dataclasses.replace(problem, evaluates_ahead=False))
+    plain.observe_baseline({"latency_ms": 1.0})
+    first = plain.ask()
+    plain.tell(first, judge(first.point))
+    assert plain.evaluate_ahead == [] and not plain.ask().stage.startswith("first guess")
 
 
 def _rows(*ratios: float, rounds: int = 20) -> np.ndarray:
@@ -91,12 +139,12 @@ def _rows(*ratios: float, rounds: int = 20) -> np.ndarray:
 
 def test_a_session_s_fast_pairs_are_decided_from_its_rounds() -> None:
     timings = _rows(0.75, 0.6, 1.5)  # full model, lighter model, a slow variant
-    pairs = session_pairs(timings, threshold=0.97, max_rounds=20)
+    pairs = session_pairs(timings, threshold=0.97)
     assert set(pairs) == {(1, 2), (2, 1)}  # only the fast rows, both ways; never the original
     assert pairs[(2, 1)]["faster"] and not pairs[(1, 2)]["faster"]
     assert pairs[(2, 1)]["ratio_median"] == pytest_approx(0.8)
     timings[2, 10:] = np.nan  # a row that sat out: only the rounds both ran count
-    assert session_pairs(timings, threshold=0.97, max_rounds=20)[(2, 1)]["rounds"] == 10
+    assert session_pairs(timings, threshold=0.97)[(2, 1)]["rounds"] == 10
 
 
 def test_an_undecided_pair_is_left_to_a_paired_timing_of_its_own() -> None:
@@ -105,9 +153,9 @@ def test_an_undecided_pair_is_left_to_a_paired_timing_of_its_own() -> None:
         timings[2] = timings[1] * np.where(np.arange(rounds) % 2 == 0, 0.95, 1.03)
         return timings
 
-    assert session_pairs(straddling(8), threshold=0.97, max_rounds=20) == {}  # fewer rounds than its own would run
-    pairs = session_pairs(straddling(20), threshold=0.97, max_rounds=20)  # as many: its answer, not faster
-    assert set(pairs) == {(1, 2), (2, 1)} and not pairs[(2, 1)]["faster"]
+    assert session_pairs(straddling(8), threshold=0.97) == {}
+    assert session_pairs(straddling(20), threshold=0.97) == {}  # still undecided: timed on its own
+    assert set(session_pairs(_rows(0.75, 0.6), threshold=0.97)) == {(1, 2), (2, 1)}
 
 
 def pytest_approx(value: float) -> Any:

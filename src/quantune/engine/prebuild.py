@@ -33,7 +33,8 @@ from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
 log = logging.getLogger("quantune.prebuild")
 
 STAGE = "ceiling_build"
-Items = list[tuple[dict[str, Any], tuple[str, ...]]]
+Item = tuple[dict[str, Any], tuple[str, ...]]
+Items = list[Item]
 
 
 class _Captured(Exception):
@@ -51,16 +52,11 @@ def enabled() -> bool:
     return os.environ.get("QUANTUNE_PREBUILD", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-Item = tuple[dict[str, Any], tuple[str, ...]]
-
-
 def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
     """(the points and flows ``strategy`` will time first, its build budget, the first guess it
-    evaluates before them or None, the points it names for evaluating ahead too -- its
-    ``evaluate_ahead``: the first guess's compute-only model, which the lighter or the op-type
-    stage evaluates next); nothing when it does not start with the speed ceilings (a first
-    guess, then the ceilings, is how the quantune strategy starts). ``make`` builds a fresh
-    strategy of the same kind."""
+    evaluates before them or None, its ``evaluate_ahead``: the guess's compute-only model, tried
+    next); nothing when it does not start with the speed ceilings (a first guess, then the
+    ceilings, is how the quantune strategy starts). ``make`` builds a fresh strategy of the same kind."""
     from quantune.strategy.base import Outcome, Proposal
 
     problem = getattr(strategy, "problem", None)
@@ -79,10 +75,10 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
         dry.bind(replace(problem, ceiling_ratios=capture, latency_ratio=refuse, sensitivity=refuse, node_costs=refuse))
         dry.observe_baseline({})
         proposal = dry.ask()
-        if isinstance(proposal, Proposal) and proposal.stage.startswith("first guess"):
-            first = (dict(proposal.point), tuple(proposal.flow or ()))
+        while isinstance(proposal, Proposal) and proposal.stage.startswith("first guess"):  # and what follows it
+            first = first or (dict(proposal.point), tuple(proposal.flow or ()))
             dry.tell(proposal, Outcome(None))
-            dry.ask()
+            proposal = dry.ask()
     except _Captured as captured:
         ahead = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "evaluate_ahead", [])]
         return captured.items, captured.budget_s, first, ahead if first is not None else []
@@ -353,6 +349,15 @@ class Prebuild:
         """Waits until the first guess is evaluated (or failed); whether it is in the cache."""
         self._first_done.wait(timeout_s)
         return self.first_evaluated
+
+    def wait_ahead(self, point: dict[str, Any], flow: tuple[str, ...], timeout_s: float | None = None) -> bool:
+        """Whether ``point`` was evaluated ahead, waiting (at most ``timeout_s``) when it is one of ``later``:
+        its trial then reads the cache instead of evaluating it again beside the stage. Else False, at once."""
+        if (dict(point), tuple(flow)) not in self.later:
+            return False
+        for thread in self._threads[len(self._built) :]:  # the first guess's, which evaluates them
+            thread.join(timeout_s)
+        return (dict(point), tuple(flow)) in self.later_evaluated
 
     def ahead(self) -> list[Item]:
         """The first guess when it was evaluated ahead (its trial reads the cache), and the points
