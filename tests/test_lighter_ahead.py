@@ -15,7 +15,7 @@ import numpy as np
 
 import quantune
 from conftest import accuracy_problem
-from quantune.engine.paired_timing import paired_latency, remember_session_pairs, session_pairs
+from quantune.engine.paired_timing import pair_key, remember_session_pairs, session_pair, session_pairs
 from quantune.engine.prebuild import ceiling_items
 from quantune.space import Point
 from quantune.strategy import create_strategy
@@ -47,7 +47,11 @@ def test_the_guess_s_lighter_models_are_timed_with_the_ceilings_and_its_pairs_as
 
     config = _layernorm(tmp_path, "latency")  # MatMuls, and the Add/Mul/Div of its LayerNorms
     problem = dataclasses.replace(
-        accuracy_problem(config, OPTIONS), ceiling_ratios=ratios, paired_latency=paired, evaluates_ahead=True
+        accuracy_problem(config, OPTIONS),
+        ceiling_ratios=ratios,
+        paired_latency=paired,
+        session_pair=None,
+        evaluates_ahead=True,
     )
     strategy = create_strategy("quantune")
     strategy.bind(problem)
@@ -71,6 +75,30 @@ def test_the_guess_s_lighter_models_are_timed_with_the_ceilings_and_its_pairs_as
     assert all(r == guess[0] for _, r in lighter_pairs)
     tried = [point for point, stage in seen if stage.startswith("lighter")]
     assert tried and json.dumps(tried[0], sort_keys=True) in {json.dumps(p, sort_keys=True) for p, _ in extra}
+
+
+def test_the_lighter_stage_reads_the_session_s_answer_before_timing_a_pair(tmp_path: Path) -> None:
+    timed: list[tuple[dict, dict]] = []
+
+    def session(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any] | None:
+        if not (_lighter(candidate) and not _lighter(reference)):
+            return None  # the session decided only the lighter models against the full one
+        return {"ratio_median": 0.8, "ratio_ci_low": 0.78, "ratio_ci_high": 0.82, "faster": True, "session": True}
+
+    def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
+        timed.append((dict(candidate), dict(reference)))
+        return {"ratio_median": 1.0, "ratio_ci_low": 0.99, "ratio_ci_high": 1.01, "faster": False}
+
+    config = _layernorm(tmp_path, "latency")
+    problem = dataclasses.replace(
+        accuracy_problem(config, OPTIONS), latency_ratio=lambda p, f: 0.5, paired_latency=paired, session_pair=session
+    )
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    seen = _drive(strategy, _all_meet)
+    assert any(stage.startswith("lighter") for _, stage in seen)  # evaluated: the session said faster
+    assert not any(_lighter(c) and not _lighter(r) for c, r in timed)  # no paired timing of those pairs
 
 
 def test_the_dry_run_names_the_points_to_evaluate_ahead(tmp_path: Path) -> None:
@@ -141,7 +169,7 @@ def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_
         return {"ratio_median": 0.9 if faster else 1.0, "faster": faster}
 
     config = _layernorm(tmp_path, "latency")
-    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), paired_latency=paired)
+    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), paired_latency=paired, session_pair=None)
     strategy = create_strategy("quantune")
     strategy.bind(problem)
     strategy.observe_baseline({"latency_ms": 1.0})
@@ -191,8 +219,9 @@ def pytest_approx(value: float) -> Any:
     return pytest.approx(value, rel=0.02)
 
 
-def test_a_paired_timing_reads_a_pair_the_session_decided(tmp_path: Path) -> None:
-    """Real models through the pass cache; the pair's answer comes from the session's rounds, not a timing."""
+def test_a_pair_the_session_decided_is_read_back_for_the_lighter_stage_only(tmp_path: Path) -> None:
+    """Real models through the pass cache; the pair's answer comes from the session's rounds, not a
+    timing -- under a key of its own: the decisions that always took a paired timing still do."""
     from quantune.config import load_config
     from quantune.engine.probes import _builder
     from quantune.engine.setup import build_run
@@ -203,11 +232,15 @@ def test_a_paired_timing_reads_a_pair_the_session_decided(tmp_path: Path) -> Non
     build = _builder(context, context.plan)
     full = ({"static_quant.per_channel": False}, ("static_quant",))
     light = ({"static_quant.per_channel": True}, ("static_quant",))  # another model: its hash is what counts
+    assert session_pair(context, light, full, build) is None  # not built yet: nothing is built to answer
     shas = [context.model.sha256, build(*full)[1], build(*light)[1]]
+    assert session_pair(context, light, full, build) is None  # built, never timed in a session
     assert remember_session_pairs(context, shas, _rows(0.75, 0.6), threshold=0.97) == 2
-    answer = paired_latency(context, light, full, build)
+    answer = session_pair(context, light, full, build)
     assert answer is not None and answer["session"] and answer["faster"]
-    assert paired_latency(context, full, light, build)["faster"] is False
+    assert session_pair(context, full, light, build)["faster"] is False
+    assert session_pair(context, full, full, build)["same_model"]
+    assert context.cache.get_json("evals", pair_key(context, shas[1], shas[2])) is None  # paired_latency's own
 
 
 def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_path, monkeypatch) -> None:

@@ -86,10 +86,10 @@ def paired_latency(
     return result
 
 
-def pair_key(context: Any, ref_sha: str, cand_sha: str) -> str:
+def pair_key(context: Any, ref_sha: str, cand_sha: str, kind: str = "paired-latency") -> str:
     """The cache key of one pair's answer (by the two models' hashes, the timing spec, the data and backend)."""
     return cache_key(
-        "paired-latency",
+        kind,
         KEY_VERSION,
         ref_sha,
         cand_sha,
@@ -132,9 +132,32 @@ def session_pairs(timings: np.ndarray, threshold: float) -> dict[tuple[int, int]
 
 def remember_session_pairs(context: Any, shas: list[str], timings: np.ndarray, threshold: float) -> int:
     """The decided pairs of one session (:func:`session_pairs`; ``shas``: each row's model) in the
-    cache, where :func:`paired_latency` reads them; how many."""
+    cache, where :func:`session_pair` reads them (not :func:`paired_latency`: the decisions that
+    always took a paired timing of their own still do); how many."""
     pairs = session_pairs(timings, threshold)
     for (cand, ref), result in pairs.items():
         if shas[cand] != shas[ref]:
-            context.cache.put_json("evals", pair_key(context, shas[ref], shas[cand]), {**result, "session": True})
+            key = pair_key(context, shas[ref], shas[cand], "session-pair")
+            context.cache.put_json("evals", key, {**result, "session": True})
     return len(pairs)
+
+
+def session_pair(
+    context: Any,
+    candidate: tuple[Mapping[str, Any], tuple[str, ...]],
+    reference: tuple[Mapping[str, Any], tuple[str, ...]],
+    build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
+) -> dict[str, Any] | None:
+    """:func:`paired_latency`'s answer for a pair a ceilings' session decided (:func:`remember_session_pairs`),
+    or None: not both models built, or not timed (or not decided) in one session."""
+    from quantune.passes.cached import NotCached, only_cached
+
+    try:
+        with only_cached():
+            (_, cand_sha), (_, ref_sha) = build(*candidate), build(*reference)
+    except NotCached:
+        return None
+    if cand_sha == ref_sha:
+        return same_model()
+    cached = context.cache.get_json("evals", pair_key(context, ref_sha, cand_sha, "session-pair"))
+    return None if cached is None else dict(cached)

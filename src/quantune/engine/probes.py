@@ -118,8 +118,18 @@ def accuracy_fields(
             log.warning("paired timing failed (%s)", exc)
             return None
 
+    def session_pair(
+        candidate: Point, candidate_flow: tuple[str, ...], reference: Point, reference_flow: tuple[str, ...]
+    ) -> Mapping[str, Any] | None:
+        """The pair's answer from the ceilings' session, when it decided it (engine/paired_timing.py); read here."""
+        from quantune.engine.paired_timing import session_pair as decided
+
+        items = ((dict(candidate), tuple(candidate_flow)), (dict(reference), tuple(reference_flow)))
+        return decided(context, *items, _builder(context, plan))
+
     return {
         "paired_latency": paired_latency,
+        "session_pair": session_pair,
         "ceiling_ratios": ceiling_ratios,
         "capability": capability,
         "step_passes": step_passes,

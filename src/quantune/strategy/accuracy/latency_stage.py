@@ -100,6 +100,16 @@ class LatencyStage:
             return None
         return probe(dict(candidate), self.flow_of(candidate), dict(reference), self.flow_of(reference))
 
+    def _paired_lighter(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
+        """:meth:`_paired` for the lighter models, read from the ceilings' session when it decided the pair
+        (it timed the first guess's lighter models right after it): no paired timing of their own."""
+        probe = self.problem.session_pair
+        if probe is not None and self.problem.objective == "latency":
+            answer = probe(dict(candidate), self.flow_of(candidate), dict(reference), self.flow_of(reference))
+            if answer is not None:
+                return answer
+        return self._paired(candidate, reference)
+
     def at_ceiling(self, variant: Variant | None, point: Point) -> bool:
         """Whether ``point`` (evaluated, in budget) is as fast as ``variant``'s ceiling within the noise:
         then the search ends (``finished_reason`` says why). Its own ceiling always is; another
@@ -146,7 +156,7 @@ class LatencyStage:
         compute = sorted({g.op_type for g in self.ctx.candidates if g.op_type in COMPUTE_TYPES})
         faster: list[tuple[float, list, str]] = []
         for fallen, words in sets:
-            result = self._paired(self.complete(dict(self.fallback(base, fallen))), self.complete(dict(base)))
+            result = self._paired_lighter(self.complete(dict(self.fallback(base, fallen))), self.complete(dict(base)))
             if result is not None and result.get("faster"):
                 faster.append((float(result.get("ratio_median", 1.0)), fallen, words))
         for ratio, fallen, words in self._lighter_first(base, faster):
@@ -166,9 +176,11 @@ class LatencyStage:
             return faster
         *others, last = faster
         compute_only = self.complete(dict(self.fallback(base, last[1])))
-        ahead = [
-            item for item in others if self.faster(self.complete(dict(self.fallback(base, item[1]))), compute_only)
-        ]
+        ahead = []
+        for item in others:
+            result = self._paired_lighter(self.complete(dict(self.fallback(base, item[1]))), compute_only)
+            if result is not None and result.get("faster"):
+                ahead.append(item)
         return [*ahead, last, *(item for item in others if item not in ahead)]
 
     def lighter_sets(self) -> list[tuple[list[Group], str]]:
