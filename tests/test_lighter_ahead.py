@@ -249,9 +249,9 @@ def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_p
     config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
     config["search"]["strategy_options"] = dict(OPTIONS)
     quantune.tune(config, output=tmp_path / "run")
-    results = json.loads((tmp_path / "run" / "results.json").read_text())
-    assert "evaluate_ahead" in results["stage_peak_rss_mb"]
-    log = (tmp_path / "run" / "workers" / "evaluate_ahead.log").read_text()
-    assert "ahead: run set up in" in log  # built and evaluated, compared with the original's outputs
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["trials"]
+    log = (tmp_path / "run" / "workers" / "first_guess.log").read_text()
+    assert "first guess: run set up in" in log and "ahead: run set up in" in log  # in the guess's worker, after it
+    assert not (tmp_path / "run" / "workers" / "evaluate_ahead.log").exists()  # no worker of its own
     ahead = [json.loads(p.read_text())["value"] for p in (tmp_path / "c" / "evals").glob("*.json")]
     assert sum(1 for entry in ahead if entry.get("ahead")) == 2  # the first guess and its compute-only model

@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -87,11 +88,16 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
     return [], None, None, []
 
 
-def evaluate_ahead(spec: Any, items: Items, wait_s: float) -> list[bool]:
-    """In a stage worker after the first guess: each of ``items`` (the strategy's ``evaluate_ahead``)
-    built and measured as the guess is, beside the ceilings' builds; whether each is in the cache.
-    PP-OCRv6's recognizer: its compute-only model, the final one, was a 2.4 s trial after the ceilings."""
-    return [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in items]
+def evaluate_ahead(spec: Any, first: Item, later: Items, wait_s: float, marker: str) -> tuple[bool, list[bool]]:
+    """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
+    starts then), then each of ``later`` (``evaluate_ahead``: PP-OCRv6's final model was a 2.4 s trial
+    after the ceilings) the same way, beside the builds; (the guess cached, each of ``later`` cached)."""
+    ok = evaluate_first_guess(spec, first[0], first[1], wait_s)
+    (written := Path(f"{marker}.tmp")).write_text("1" if ok else "0")
+    written.replace(marker)  # whole, or not there
+    if not ok:  # no reference to compare with: built only, as the ceilings (they are timed with them)
+        return ok, [False] * build_variants(spec, later, None, False)
+    return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in later]
 
 
 def evaluate_first_guess(
@@ -248,7 +254,6 @@ def _sessions_without_spinning() -> Iterator[None]:
 
 
 FIRST_GUESS = "first_guess"
-AHEAD = "evaluate_ahead"
 FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's reference outputs
 
 
@@ -257,8 +262,9 @@ class Prebuild:
 
     With a first guess (the strategy's first trial, before its ceilings) its model is built and
     evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
-    on the machine's two cores -- and the ceilings' builds start once either is done. The points
-    to evaluate ahead (``later``) follow the guess in a stage of their own (``evaluate_ahead``).
+    on the machine's two cores -- and the ceilings' builds start once it is done, so they do not
+    slow it down (started once the original was done, they did: 4 processes on 2 cores). The
+    points to evaluate ahead (``later``) follow the guess in its worker, beside the builds.
     """
 
     def __init__(
@@ -278,7 +284,6 @@ class Prebuild:
         self.later = list(later or []) if first is not None else []
         self.later_evaluated: Items = []
         self._first_done = threading.Event()
-        self._go = threading.Event()  # the builds may start: the first guess, or the original's evaluation, is done
         self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(len(groups))]
         self._built = [0] * len(groups)
         self._threads = [
@@ -291,12 +296,12 @@ class Prebuild:
             for index, group in enumerate(groups)
         ]
         if first is not None:
-            self._stages += [FIRST_GUESS, AHEAD] if self.later else [FIRST_GUESS]
+            self._stages.append(FIRST_GUESS)
             guess = threading.Thread(target=self._guess, args=(spec, first), name="quantune-first-guess", daemon=True)
             self._threads.append(guess)
             guess.start()
         else:
-            self._first_done.set(), self._go.set()
+            self._first_done.set()
         for thread in self._threads[: len(groups)]:
             thread.start()
 
@@ -305,29 +310,23 @@ class Prebuild:
         return sum(self._built)
 
     def _guess(self, spec: Any, first: Item) -> None:
-        try:
-            outcome = run_stage(
-                FIRST_GUESS,
-                evaluate_first_guess,
-                spec,
-                first[0],
-                first[1],
-                FIRST_GUESS_WAIT_S,
-                isolation=self._isolation,
-            )
-            self.first_evaluated = bool(outcome.value)
+        marker, outcomes = self._tmp / "first_guess.done", []
+        run = partial(run_stage, FIRST_GUESS, evaluate_ahead, spec, first, self.later, FIRST_GUESS_WAIT_S, str(marker))
+        stage = threading.Thread(target=lambda: outcomes.append(run(isolation=self._isolation)), daemon=True)
+        stage.start()
+        try:  # the guess is done once its marker is written (the worker goes on with ``later``)
+            while stage.is_alive() and not marker.exists():
+                stage.join(0.02)
+            self.first_evaluated = marker.exists() and marker.read_text() == "1"
         finally:
             self._first_done.set()
-            self._go.set()
-        if self.later and self.first_evaluated:  # the original's reference is cached: no wait
-            outcome = run_stage(AHEAD, evaluate_ahead, spec, self.later, FIRST_GUESS_WAIT_S, isolation=self._isolation)
-            done = outcome.value or []
-            self.later_evaluated = [item for item, ok in zip(self.later, done, strict=False) if ok]
-        elif self.later:  # no reference to compare with: built only, as the ceilings (they are timed with them)
-            run_stage(AHEAD, build_variants, spec, self.later, None, False, isolation=self._isolation)
+        stage.join()
+        value = outcomes[0].value if outcomes and outcomes[0].ok else None
+        if value:  # (the guess's answer came with the marker)
+            self.later_evaluated = [item for item, ok in zip(self.later, value[1], strict=False) if ok]
 
     def _run(self, index: int, spec: Any, items: Items, budget_s: float | None) -> None:
-        self._go.wait()  # the first guess alone beside the original's evaluation
+        self._first_done.wait()  # the first guess alone beside the original's evaluation
         stage = self._stages[index]
         outcome = run_stage(stage, build_variants, spec, items, budget_s, index == 0, isolation=self._isolation)
         self._built[index] = outcome.value or 0
@@ -346,9 +345,7 @@ class Prebuild:
         return cls(spec, groups, budget_s, isolation, first, later)
 
     def wait_first_guess(self, timeout_s: float | None = None) -> bool:
-        """Waits until the first guess is evaluated (or failed); whether it is in the cache. The original's
-        evaluation is done: the builds start now, not after the guess (PP-OCRv6: 2.8 s later)."""
-        self._go.set()
+        """Waits until the first guess is evaluated (or failed); whether it is in the cache."""
         self._first_done.wait(timeout_s)
         return self.first_evaluated
 

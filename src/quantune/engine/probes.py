@@ -278,7 +278,7 @@ def _ceilings(
         cached = {"ratios": medians, "rounds": int(timings.shape[1])}
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)
-            # the fast models' pairs too (a lighter model against its full one): read by paired timings
+            # the fast models' decided pairs too (a lighter model against its full one): the lighter stage reads them
             remember_session_pairs(context, [context.model.sha256, *(sha for _, _, sha in built)], timings, threshold)
     log.info(
         "speed ceilings: %d variants timed side by side in %d rounds (%.1f s)",
