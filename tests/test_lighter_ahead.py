@@ -1,8 +1,8 @@
 """The first guess's lighter models go with the speed ceilings (issue 23, "answer as soon as the
-answer is known"): built ahead, timed in the ceilings' side-by-side session, their pairs with the
-full model read from that session's rounds, and the compute-only one evaluated ahead -- so the
-lighter stage costs no worker stage of its own (PP-OCRv6's recognizer: two paired timings of 2 s
-and a 2.4 s trial after the ceilings)."""
+answer is known"): built ahead with them -- so the lighter stage times them in the engine's
+process, not in worker stages -- and the compute-only one evaluated ahead, tried right after a
+guess out of budget (PP-OCRv6's recognizer: two paired timings of 2 s and a 2.4 s trial after the
+ceilings; MiniLM-L3: its first model in budget after the ceilings)."""
 
 from __future__ import annotations
 
@@ -11,11 +11,8 @@ import json
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 import quantune
 from conftest import accuracy_problem
-from quantune.engine.paired_timing import pair_key, remember_session_pairs, session_pair, session_pairs
 from quantune.engine.prebuild import ceiling_items
 from quantune.space import Point
 from quantune.strategy import create_strategy
@@ -31,7 +28,7 @@ def _lighter(point: Point) -> bool:
     return bool(point.get(EXCLUDE))
 
 
-def test_the_guess_s_lighter_models_are_timed_with_the_ceilings_and_its_pairs_asked_of_them(tmp_path: Path) -> None:
+def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_stage_times(tmp_path: Path) -> None:
     timed: list[list[tuple[dict, tuple]]] = []
     asked: list[tuple[dict, dict]] = []
 
@@ -47,73 +44,41 @@ def test_the_guess_s_lighter_models_are_timed_with_the_ceilings_and_its_pairs_as
 
     config = _layernorm(tmp_path, "latency")  # MatMuls, and the Add/Mul/Div of its LayerNorms
     problem = dataclasses.replace(
-        accuracy_problem(config, OPTIONS),
-        ceiling_ratios=ratios,
-        paired_latency=paired,
-        session_pair=None,
-        evaluates_ahead=True,
+        accuracy_problem(config, OPTIONS), ceiling_ratios=ratios, paired_latency=paired, evaluates_ahead=True
     )
     strategy = create_strategy("quantune")
     strategy.bind(problem)
     strategy.observe_baseline({"latency_ms": 1.0})
     seen = _drive(strategy, _all_meet)
     assert seen[0][1].startswith("first guess")
-    assert len(timed) == 1
-    items = timed[0]
-    extra = [(point, flow) for point, flow in items if _lighter(point)]
-    guess = (dict(seen[0][0]), tuple(items[0][1]))
-    at = items.index(guess) + 1  # (compute and Add/Mul, then) compute only: right after the guess, in its rounds
-    assert extra and items[at : at + len(extra)] == extra
-    exclude = "static_quant.nodes_to_exclude"
-    assert all({k: v for k, v in point.items() if k != exclude} == guess[0] for point, _ in extra)  # the guess's
+    assert len(timed) == 1 and not any(_lighter(point) for point, _ in timed[0])  # the ceilings alone are timed
+    guess = dict(seen[0][0])
+    extra = [(dict(point), tuple(flow)) for point, flow in strategy.build_ahead]
+    assert extra and all(_lighter(point) for point, _ in extra)
+    assert all({k: v for k, v in point.items() if k != EXCLUDE} == guess for point, _ in extra)  # the guess's
     assert [tuple(x) for x in strategy.evaluate_ahead] == [extra[-1]]  # compute only, evaluated ahead
-    # the lighter stage asked exactly those pairs: what the ceilings' session timed
+    # the lighter stage timed exactly those models against the guess, and evaluated one of them
     lighter_pairs = [(c, r) for c, r in asked if _lighter(c) and not _lighter(r)]
-    assert lighter_pairs and {json.dumps(c, sort_keys=True) for c, _ in lighter_pairs} == {
-        json.dumps(point, sort_keys=True) for point, _ in extra
+    assert {json.dumps(c, sort_keys=True) for c, _ in lighter_pairs} == {
+        json.dumps(p, sort_keys=True) for p, _ in extra
     }
-    assert all(r == guess[0] for _, r in lighter_pairs)
+    assert all(r == guess for _, r in lighter_pairs)
     tried = [point for point, stage in seen if stage.startswith("lighter")]
-    assert tried and json.dumps(tried[0], sort_keys=True) in {json.dumps(p, sort_keys=True) for p, _ in extra}
+    assert tried and json.dumps(tried[0], sort_keys=True) == json.dumps(extra[-1][0], sort_keys=True)
 
 
-def test_the_lighter_stage_reads_the_session_s_answer_before_timing_a_pair(tmp_path: Path) -> None:
-    timed: list[tuple[dict, dict]] = []
-
-    def session(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any] | None:
-        if not (_lighter(candidate) and not _lighter(reference)):
-            return None  # the session decided only the lighter models against the full one
-        return {"ratio_median": 0.8, "ratio_ci_low": 0.78, "ratio_ci_high": 0.82, "faster": True, "session": True}
-
-    def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
-        timed.append((dict(candidate), dict(reference)))
-        return {"ratio_median": 1.0, "ratio_ci_low": 0.99, "ratio_ci_high": 1.01, "faster": False}
-
-    config = _layernorm(tmp_path, "latency")
-    problem = dataclasses.replace(
-        accuracy_problem(config, OPTIONS), latency_ratio=lambda p, f: 0.5, paired_latency=paired, session_pair=session
-    )
-    strategy = create_strategy("quantune")
-    strategy.bind(problem)
-    strategy.observe_baseline({"latency_ms": 1.0})
-    seen = _drive(strategy, _all_meet)
-    assert any(stage.startswith("lighter") for _, stage in seen)  # evaluated: the session said faster
-    assert not any(_lighter(c) and not _lighter(r) for c, r in timed)  # no paired timing of those pairs
-
-
-def test_the_dry_run_names_the_points_to_evaluate_ahead(tmp_path: Path) -> None:
+def test_the_dry_run_names_the_points_to_build_and_evaluate_ahead(tmp_path: Path) -> None:
     config = _layernorm(tmp_path, "latency")
     problem = dataclasses.replace(accuracy_problem(config, OPTIONS, timed=True), evaluates_ahead=True)
     strategy = create_strategy("quantune")
     strategy.bind(problem)
     items, _, first, later = ceiling_items(strategy, lambda: create_strategy("quantune"))
-    assert first in items and len(later) == 1 and later[0] in items and _lighter(later[0][0])
+    lighter = [item for item in items if _lighter(item[0])]
+    assert first in items and lighter and items[-len(lighter) :] == lighter  # built after the ceilings
+    assert later == lighter[-1:]  # the compute-only one, evaluated too
     no_guess = create_strategy("quantune")
-    no_guess.bind(
-        dataclasses.replace(
-            accuracy_problem(config, {**OPTIONS, "first_guess": False}, timed=True), evaluates_ahead=True
-        )
-    )
+    options = {**OPTIONS, "first_guess": False}
+    no_guess.bind(dataclasses.replace(accuracy_problem(config, options, timed=True), evaluates_ahead=True))
     items, _, first, later = ceiling_items(no_guess, lambda: create_strategy("quantune"))
     assert items and first is None and later == [] and not any(_lighter(p) for p, _ in items)
 
@@ -169,7 +134,7 @@ def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_
         return {"ratio_median": 0.9 if faster else 1.0, "faster": faster}
 
     config = _layernorm(tmp_path, "latency")
-    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), paired_latency=paired, session_pair=None)
+    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), paired_latency=paired)
     strategy = create_strategy("quantune")
     strategy.bind(problem)
     strategy.observe_baseline({"latency_ms": 1.0})
@@ -181,66 +146,6 @@ def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_
         answers.update({True: fewer_is_faster, False: False})
         order = [words for _, _, words in strategy._lighter_first(base, [other, compute_only])]
         assert order == (["fewer in float", "compute only"] if fewer_is_faster else ["compute only", "fewer in float"])
-
-
-def _rows(*ratios: float, rounds: int = 20) -> np.ndarray:
-    """Seconds per round: row 0 the original, each other row ``ratio`` times it, with a fixed wobble."""
-    wobble = 1.0 + 0.01 * np.sin(np.arange(rounds))
-    original = 0.01 * wobble
-    return np.stack(
-        [original, *(original * r * (1.0 + 0.002 * np.cos(np.arange(rounds) * (i + 2))) for i, r in enumerate(ratios))]
-    )
-
-
-def test_a_session_s_fast_pairs_are_decided_from_its_rounds() -> None:
-    timings = _rows(0.75, 0.6, 1.5)  # full model, lighter model, a slow variant
-    pairs = session_pairs(timings, threshold=0.97)
-    assert set(pairs) == {(1, 2), (2, 1)}  # only the fast rows, both ways; never the original
-    assert pairs[(2, 1)]["faster"] and not pairs[(1, 2)]["faster"]
-    assert pairs[(2, 1)]["ratio_median"] == pytest_approx(0.8)
-    timings[2, 10:] = np.nan  # a row that sat out: only the rounds both ran count
-    assert session_pairs(timings, threshold=0.97)[(2, 1)]["rounds"] == 10
-
-
-def test_an_undecided_pair_is_left_to_a_paired_timing_of_its_own() -> None:
-    def straddling(rounds: int) -> np.ndarray:  # the lighter row 0.95x then 1.03x the full one, in turn
-        timings = _rows(0.75, 0.75, rounds=rounds)
-        timings[2] = timings[1] * np.where(np.arange(rounds) % 2 == 0, 0.95, 1.03)
-        return timings
-
-    assert session_pairs(straddling(8), threshold=0.97) == {}
-    assert session_pairs(straddling(20), threshold=0.97) == {}  # still undecided: timed on its own
-    assert set(session_pairs(_rows(0.75, 0.6), threshold=0.97)) == {(1, 2), (2, 1)}
-
-
-def pytest_approx(value: float) -> Any:
-    import pytest
-
-    return pytest.approx(value, rel=0.02)
-
-
-def test_a_pair_the_session_decided_is_read_back_for_the_lighter_stage_only(tmp_path: Path) -> None:
-    """Real models through the pass cache; the pair's answer comes from the session's rounds, not a
-    timing -- under a key of its own: the decisions that always took a paired timing still do."""
-    from quantune.config import load_config
-    from quantune.engine.probes import _builder
-    from quantune.engine.setup import build_run
-
-    config = _layernorm(tmp_path, "latency")
-    config["cache_dir"] = str(tmp_path / "cache")
-    context = build_run(load_config(config)).context
-    build = _builder(context, context.plan)
-    full = ({"static_quant.per_channel": False}, ("static_quant",))
-    light = ({"static_quant.per_channel": True}, ("static_quant",))  # another model: its hash is what counts
-    assert session_pair(context, light, full, build) is None  # not built yet: nothing is built to answer
-    shas = [context.model.sha256, build(*full)[1], build(*light)[1]]
-    assert session_pair(context, light, full, build) is None  # built, never timed in a session
-    assert remember_session_pairs(context, shas, _rows(0.75, 0.6), threshold=0.97) == 2
-    answer = session_pair(context, light, full, build)
-    assert answer is not None and answer["session"] and answer["faster"]
-    assert session_pair(context, full, light, build)["faster"] is False
-    assert session_pair(context, full, full, build)["same_model"]
-    assert context.cache.get_json("evals", pair_key(context, shas[1], shas[2])) is None  # paired_latency's own
 
 
 def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_path, monkeypatch) -> None:

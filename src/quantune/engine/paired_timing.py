@@ -51,7 +51,17 @@ def paired_latency(
     if cand_sha == ref_sha:
         return same_model()
     spec = context.evaluator.spec.latency
-    key = pair_key(context, ref_sha, cand_sha)
+    key = cache_key(
+        "paired-latency",
+        KEY_VERSION,
+        ref_sha,
+        cand_sha,
+        vars(spec),
+        MIN_GAIN,
+        PAIRED_ROUNDS,
+        context.evaluator.dataset.fingerprint,
+        context.evaluator.backend.fingerprint(),
+    )
     cached = context.cache.get_json("evals", key)
     if cached is not None:
         return dict(cached)
@@ -84,80 +94,3 @@ def paired_latency(
         interval.faster,
     )
     return result
-
-
-def pair_key(context: Any, ref_sha: str, cand_sha: str, kind: str = "paired-latency") -> str:
-    """The cache key of one pair's answer (by the two models' hashes, the timing spec, the data and backend)."""
-    return cache_key(
-        kind,
-        KEY_VERSION,
-        ref_sha,
-        cand_sha,
-        vars(context.evaluator.spec.latency),
-        MIN_GAIN,
-        PAIRED_ROUNDS,
-        context.evaluator.dataset.fingerprint,
-        context.evaluator.backend.fingerprint(),
-    )
-
-
-def session_pairs(timings: np.ndarray, threshold: float) -> dict[tuple[int, int], dict[str, Any]]:
-    """The paired answers a side-by-side session of several models already holds: for each ordered
-    pair ``(candidate row, reference row)`` of candidates below ``threshold`` against row 0 (the
-    fast ones: a lighter model and its fully quantized one), their paired ratio over the rounds
-    both ran -- when it is decided against ``1 - MIN_GAIN`` (either side), the rule a paired timing
-    of its own stops by (:func:`paired_latency`). An undecided pair is
-    left out, for a paired timing of its own: in a session of ten models a round is long, and under
-    load a pair 0.82x apart stayed undecided at 20 rounds that two models alone decided.
-
-    The lighter stage's paired timings of the first guess's lighter models against it were two
-    worker stages after the ceilings (3.8 s on PP-OCRv6's recognizer); in the ceilings' session
-    their rows already ran side by side in the same rounds."""
-    fast = []
-    for row in range(1, timings.shape[0]):
-        valid = ~np.isnan(timings[row])
-        if valid.any() and paired_ratio(timings[row][valid], timings[0][valid]).median < threshold:
-            fast.append(row)
-    out: dict[tuple[int, int], dict[str, Any]] = {}
-    for cand in fast:
-        for ref in fast:
-            valid = ~np.isnan(timings[cand]) & ~np.isnan(timings[ref])
-            if cand == ref or int(valid.sum()) < 5:
-                continue
-            interval = paired_ratio(timings[cand][valid], timings[ref][valid])
-            if interval.high < 1.0 - MIN_GAIN or interval.low > 1.0 - MIN_GAIN:  # decided
-                out[(cand, ref)] = {**interval.to_dict(), "faster": interval.faster, "same_model": False}
-    return out
-
-
-def remember_session_pairs(context: Any, shas: list[str], timings: np.ndarray, threshold: float) -> int:
-    """The decided pairs of one session (:func:`session_pairs`; ``shas``: each row's model) in the
-    cache, where :func:`session_pair` reads them (not :func:`paired_latency`: the decisions that
-    always took a paired timing of their own still do); how many."""
-    pairs = session_pairs(timings, threshold)
-    for (cand, ref), result in pairs.items():
-        if shas[cand] != shas[ref]:
-            key = pair_key(context, shas[ref], shas[cand], "session-pair")
-            context.cache.put_json("evals", key, {**result, "session": True})
-    return len(pairs)
-
-
-def session_pair(
-    context: Any,
-    candidate: tuple[Mapping[str, Any], tuple[str, ...]],
-    reference: tuple[Mapping[str, Any], tuple[str, ...]],
-    build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
-) -> dict[str, Any] | None:
-    """:func:`paired_latency`'s answer for a pair a ceilings' session decided (:func:`remember_session_pairs`),
-    or None: not both models built, or not timed (or not decided) in one session."""
-    from quantune.passes.cached import NotCached, only_cached
-
-    try:
-        with only_cached():
-            (_, cand_sha), (_, ref_sha) = build(*candidate), build(*reference)
-    except NotCached:
-        return None
-    if cand_sha == ref_sha:
-        return same_model()
-    cached = context.cache.get_json("evals", pair_key(context, ref_sha, cand_sha, "session-pair"))
-    return None if cached is None else dict(cached)

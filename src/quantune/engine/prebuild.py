@@ -54,10 +54,10 @@ def enabled() -> bool:
 
 
 def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
-    """(the points and flows ``strategy`` will time first, its build budget, the first guess it
-    evaluates before them or None, its ``evaluate_ahead``: the guess's compute-only model, tried
-    next); nothing when it does not start with the speed ceilings (a first guess, then the
-    ceilings, is how the quantune strategy starts). ``make`` builds a fresh strategy of the same kind."""
+    """(the points and flows to build: those ``strategy`` will time first, then its ``build_ahead`` --
+    the guess's lighter models --, its build budget, the first guess it evaluates before them or None,
+    its ``evaluate_ahead``: the guess's compute-only model); nothing when it does not start with the
+    speed ceilings (a first guess, then the ceilings). ``make`` builds a fresh strategy of the same kind."""
     from quantune.strategy.base import Outcome, Proposal
 
     problem = getattr(strategy, "problem", None)
@@ -81,8 +81,11 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
             dry.tell(proposal, Outcome(None))
             proposal = dry.ask()
     except _Captured as captured:
+        if first is None:
+            return captured.items, captured.budget_s, first, []
         ahead = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "evaluate_ahead", [])]
-        return captured.items, captured.budget_s, first, ahead if first is not None else []
+        built = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "build_ahead", [])]
+        return captured.items + [item for item in built if item not in captured.items], captured.budget_s, first, ahead
     except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
         log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)
     return [], None, None, []

@@ -16,7 +16,6 @@ from typing import Any
 
 import numpy as np
 
-from quantune.engine.paired_timing import remember_session_pairs
 from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
@@ -118,18 +117,8 @@ def accuracy_fields(
             log.warning("paired timing failed (%s)", exc)
             return None
 
-    def session_pair(
-        candidate: Point, candidate_flow: tuple[str, ...], reference: Point, reference_flow: tuple[str, ...]
-    ) -> Mapping[str, Any] | None:
-        """The pair's answer from the ceilings' session, when it decided it (engine/paired_timing.py); read here."""
-        from quantune.engine.paired_timing import session_pair as decided
-
-        items = ((dict(candidate), tuple(candidate_flow)), (dict(reference), tuple(reference_flow)))
-        return decided(context, *items, _builder(context, plan))
-
     return {
         "paired_latency": paired_latency,
-        "session_pair": session_pair,
         "ceiling_ratios": ceiling_ratios,
         "capability": capability,
         "step_passes": step_passes,
@@ -278,8 +267,6 @@ def _ceilings(
         cached = {"ratios": medians, "rounds": int(timings.shape[1])}
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)
-            # the fast models' decided pairs too (a lighter model against its full one): the lighter stage reads them
-            remember_session_pairs(context, [context.model.sha256, *(sha for _, _, sha in built)], timings, threshold)
     log.info(
         "speed ceilings: %d variants timed side by side in %d rounds (%.1f s)",
         len(built),

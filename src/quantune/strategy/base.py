@@ -99,9 +99,6 @@ class SearchProblem:
     # timed side by side: "ratio_median", "faster" (beyond the noise), "same_model" (byte-identical:
     # not timed), "rounds"; None when unknown. Trials' models only (their passes ran).
     paired_latency: Callable[[Point, tuple[str, ...], Point, tuple[str, ...]], Mapping[str, Any] | None] | None = None
-    # the same answer when the speed ceilings' session timed both models and decided their pair
-    # (the first guess's lighter models against it); None when it did not (then ``paired_latency``)
-    session_pair: Callable[[Point, tuple[str, ...], Point, tuple[str, ...]], Mapping[str, Any] | None] | None = None
     # this CPU's int8 dot products saturate (x86 without VNNI/AMX): 7-bit weights are safer
     int8_saturates: bool = False
     # the engine builds and evaluates a strategy's first proposal beside the original's evaluation

@@ -52,10 +52,12 @@ class CeilingStage(ProviderCeilings):
         evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
         there is a first guess only where the engine does that (``first_guess``).
 
-        The guess's compute-only model (``evaluate_ahead``) is built and evaluated ahead too, beside
-        the ceilings' builds; when the guess misses the budget, it is tried next, before the
-        ceilings: the op-type stage would try it first in that variant anyway, and MiniLM-L3's first
-        model in budget was that one, 10 s later, after the ceilings.
+        The guess's lighter models (:meth:`lighter_items`) are built ahead with the ceilings
+        (``build_ahead``: the lighter stage then times them against it in this process, not in a
+        worker of their own), and its compute-only one is evaluated ahead too (``evaluate_ahead``):
+        the lighter stage's likeliest answer, and, when the guess misses the budget, tried next,
+        before the ceilings -- the op-type stage would try it first in that variant anyway, and
+        MiniLM-L3's first model in budget was that one, 10 s later, after the ceilings.
         """
         wanted = self.options.first_guess
         if wanted is None:
@@ -66,7 +68,8 @@ class CeilingStage(ProviderCeilings):
         if guess is None:
             return None
         self.ctx, self._guess = guess.ctx, guess
-        self.evaluate_ahead = self.lighter_items(guess)[-1:] if self.problem.evaluates_ahead else []
+        self.build_ahead = self.lighter_items(guess) if self.problem.evaluates_ahead else []
+        self.evaluate_ahead = self.build_ahead[-1:]  # compute only
         outcome = yield from self.try_point(guess.point, f"first guess: {guess.label}")
         if self.evaluate_ahead and not outcome.meets and not outcome.failed:
             yield from self.try_point(self.evaluate_ahead[0][0], f"first guess: {guess.label}, compute only")
@@ -168,24 +171,16 @@ class CeilingStage(ProviderCeilings):
         budget = share * self.problem.timeout_s if self.problem.timeout_s else None
         originals = self.original_items()  # the originals on the other providers, in the same session:
         items = [*originals, *((v.point, v.ctx.flow) for v in variants)]  # first (nothing to build)
-        rows = list(range(len(originals), len(items)))  # each variant's row in the session
         if self.problem.ceiling_ratios is not None:
-            # the first guess's lighter models, right after it: timed in the same rounds, so that the
-            # lighter stage's paired timings against the full model are read from them (probes.py)
-            lighter = self.lighter_items(self._guess)
-            if lighter and self._guess in variants:
-                at = rows[variants.index(self._guess)] + 1
-                items[at:at] = lighter
-                rows = [row + (len(lighter) if row >= at else 0) for row in rows]
             ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
         elif self.problem.latency_ratio is not None:
             ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
         else:
             return False
         self.note_originals(ratios[: len(originals)])
-        for variant, row in zip(variants, rows, strict=True):
-            variant.side_by_side = ratios[row]
-            variant.failed = ratios[row] is None  # its passes failed, or the stage's time share ran out first
+        for variant, ratio in zip(variants, ratios[len(originals) :], strict=True):
+            variant.side_by_side = ratio
+            variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
         return True
 
     def _measure(self, variant: Variant, outcome: Outcome | None) -> None:

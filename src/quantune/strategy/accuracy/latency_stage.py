@@ -100,16 +100,6 @@ class LatencyStage:
             return None
         return probe(dict(candidate), self.flow_of(candidate), dict(reference), self.flow_of(reference))
 
-    def _paired_lighter(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
-        """:meth:`_paired` for the lighter models, read from the ceilings' session when it decided the pair
-        (it timed the first guess's lighter models right after it): no paired timing of their own."""
-        probe = self.problem.session_pair
-        if probe is not None and self.problem.objective == "latency":
-            answer = probe(dict(candidate), self.flow_of(candidate), dict(reference), self.flow_of(reference))
-            if answer is not None:
-                return answer
-        return self._paired(candidate, reference)
-
     def at_ceiling(self, variant: Variant | None, point: Point) -> bool:
         """Whether ``point`` (evaluated, in budget) is as fast as ``variant``'s ceiling within the noise:
         then the search ends (``finished_reason`` says why). Its own ceiling always is; another
@@ -156,7 +146,7 @@ class LatencyStage:
         compute = sorted({g.op_type for g in self.ctx.candidates if g.op_type in COMPUTE_TYPES})
         faster: list[tuple[float, list, str]] = []
         for fallen, words in sets:
-            result = self._paired_lighter(self.complete(dict(self.fallback(base, fallen))), self.complete(dict(base)))
+            result = self._paired(self.complete(dict(self.fallback(base, fallen))), self.complete(dict(base)))
             if result is not None and result.get("faster"):
                 faster.append((float(result.get("ratio_median", 1.0)), fallen, words))
         for ratio, fallen, words in self._lighter_first(base, faster):
@@ -178,7 +168,7 @@ class LatencyStage:
         compute_only = self.complete(dict(self.fallback(base, last[1])))
         ahead = []
         for item in others:
-            result = self._paired_lighter(self.complete(dict(self.fallback(base, item[1]))), compute_only)
+            result = self._paired(self.complete(dict(self.fallback(base, item[1]))), compute_only)
             if result is not None and result.get("faster"):
                 ahead.append(item)
         return [*ahead, last, *(item for item in others if item not in ahead)]
@@ -197,10 +187,10 @@ class LatencyStage:
         ]
 
     def lighter_items(self, variant: Variant | None) -> list[tuple[Point, tuple[str, ...]]]:
-        """``variant``'s lighter models as (point, flow), the compute-only one last: the ceiling stage
-        times them in its session beside the full model (the first guess's, the likeliest variant to
-        be recovered in), and the engine builds and evaluates them ahead; none when there is no
-        lighter stage (``stop_at_ceiling: false``, another objective) or no variant."""
+        """``variant``'s lighter models as (point, flow), the compute-only one last: for the first guess
+        (the likeliest variant to be recovered in), the engine builds them ahead and evaluates the last
+        one; none when there is no lighter stage (``stop_at_ceiling: false``, another objective) or no
+        variant."""
         if variant is None or not self.options.stop_at_ceiling or self.problem.objective != "latency":
             return []
         ctx, self.ctx = self.ctx, variant.ctx
