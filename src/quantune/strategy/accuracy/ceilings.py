@@ -67,7 +67,7 @@ class CeilingStage(ProviderCeilings):
         guess = likeliest(self.ceiling_variants())
         if guess is None:
             return None
-        self.ctx, self._guess = guess.ctx, guess
+        self.ctx = guess.ctx
         self.build_ahead = self.lighter_items(guess) if self.problem.evaluates_ahead else []
         self.evaluate_ahead = self.build_ahead[-1:]  # compute only
         outcome = yield from self.try_point(guess.point, f"first guess: {guess.label}")

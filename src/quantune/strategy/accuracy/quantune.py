@@ -80,7 +80,6 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         self._screened = False  # the accuracy parameters were screened before the fallback
         self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
         self._in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
-        self._guess: Variant | None = None  # the first guess's variant
         self.build_ahead: list[tuple[Point, tuple[str, ...]]] = []  # what the engine may build ahead (prebuild.py)
         self.evaluate_ahead: list[tuple[Point, tuple[str, ...]]] = []  # ... and evaluate ahead
 
