@@ -40,7 +40,7 @@ def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> Non
     problem = dataclasses.replace(accuracy_problem(config, options, timed=True), ceiling_ratios=ratios)
     strategy = create_strategy("quantune")
     strategy.bind(problem)
-    items, _, first = ceiling_items(strategy, lambda: create_strategy("quantune"))
+    items, _, first, _ = ceiling_items(strategy, lambda: create_strategy("quantune"))
     assert items and all(flow == ("static_quant",) for _, flow in items)
     assert len(items) == len({json.dumps(point, sort_keys=True) for point, _ in items})  # distinct variants
     assert first in items  # the first guess is one of the ceilings, evaluated before they are timed
@@ -60,7 +60,7 @@ def test_without_a_first_guess_the_ceilings_come_first(make_config) -> None:
     problem = accuracy_problem(config, {"drop_slow": False, "first_guess": False}, timed=True)
     strategy = create_strategy("quantune")
     strategy.bind(problem)
-    items, _, first = ceiling_items(strategy, lambda: create_strategy("quantune"))
+    items, _, first, _ = ceiling_items(strategy, lambda: create_strategy("quantune"))
     assert items and first is None
 
 
@@ -69,7 +69,7 @@ def test_a_strategy_that_does_not_start_with_ceilings_gets_nothing_built(make_co
     problem = accuracy_problem(config, timed=True)
     strategy = create_strategy("joint")
     strategy.bind(problem)
-    assert ceiling_items(strategy, lambda: create_strategy("joint")) == ([], None, None)
+    assert ceiling_items(strategy, lambda: create_strategy("joint")) == ([], None, None, [])
 
 
 def _run(config: dict, out: Path, monkeypatch: pytest.MonkeyPatch, prebuild: bool) -> dict:

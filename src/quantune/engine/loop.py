@@ -355,7 +355,11 @@ class RunLoop:
         for time (issue 23: a first guess in the cache was refused as "about 29 s" and a 60 s run
         ended with 0 trials at 29 s)."""
         ahead = getattr(self, "evaluated_ahead", [])
-        return any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in ahead)
+        if any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in ahead):
+            return True
+        wait = getattr(self, "wait_ahead", None)  # one still being evaluated ahead: waited for, not run twice
+        left = None if not self.stop.timeout_s else self.started + self.stop.timeout_s - time.perf_counter()
+        return bool(wait is not None and wait(dict(point), tuple(flow), None if left is None else max(0.0, left)))
 
     def _in_stage(self) -> str:
         """`` in the latency stage``: where the search was when the limit came (``""`` before any trial)."""

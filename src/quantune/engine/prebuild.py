@@ -25,6 +25,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -33,7 +34,8 @@ from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
 log = logging.getLogger("quantune.prebuild")
 
 STAGE = "ceiling_build"
-Items = list[tuple[dict[str, Any], tuple[str, ...]]]
+Item = tuple[dict[str, Any], tuple[str, ...]]
+Items = list[Item]
 
 
 class _Captured(Exception):
@@ -51,19 +53,16 @@ def enabled() -> bool:
     return os.environ.get("QUANTUNE_PREBUILD", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
-Item = tuple[dict[str, Any], tuple[str, ...]]
-
-
-def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None]:
-    """(the points and flows ``strategy`` will time first, its build budget, the first guess it
-    evaluates before them or None); nothing when it does not start with the speed ceilings
-    (a first guess, then the ceilings, is how the quantune strategy starts). ``make`` builds a
-    fresh strategy of the same kind."""
+def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
+    """(the points and flows to build: those ``strategy`` will time first, then its ``build_ahead`` --
+    the guess's lighter models --, its build budget, the first guess it evaluates before them or None,
+    its ``evaluate_ahead``: the guess's compute-only model); nothing when it does not start with the
+    speed ceilings (a first guess, then the ceilings). ``make`` builds a fresh strategy of the same kind."""
     from quantune.strategy.base import Outcome, Proposal
 
     problem = getattr(strategy, "problem", None)
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
-        return [], None, None
+        return [], None, None, []
 
     def capture(items: Any, threshold: float, budget_s: float | None) -> list[float | None]:
         raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
@@ -77,18 +76,36 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
         dry.bind(replace(problem, ceiling_ratios=capture, latency_ratio=refuse, sensitivity=refuse, node_costs=refuse))
         dry.observe_baseline({})
         proposal = dry.ask()
-        if isinstance(proposal, Proposal) and proposal.stage.startswith("first guess"):
-            first = (dict(proposal.point), tuple(proposal.flow or ()))
+        while isinstance(proposal, Proposal) and proposal.stage.startswith("first guess"):  # and what follows it
+            first = first or (dict(proposal.point), tuple(proposal.flow or ()))
             dry.tell(proposal, Outcome(None))
-            dry.ask()
+            proposal = dry.ask()
     except _Captured as captured:
-        return captured.items, captured.budget_s, first
+        if first is None:
+            return captured.items, captured.budget_s, first, []
+        ahead = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "evaluate_ahead", [])]
+        built = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "build_ahead", [])]
+        return captured.items + [item for item in built if item not in captured.items], captured.budget_s, first, ahead
     except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
         log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)
-    return [], None, None
+    return [], None, None, []
 
 
-def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float) -> bool:
+def evaluate_ahead(spec: Any, first: Item, later: Items, wait_s: float, marker: str) -> tuple[bool, list[bool]]:
+    """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
+    starts then), then each of ``later`` (``evaluate_ahead``: PP-OCRv6's final model was a 2.4 s trial
+    after the ceilings) the same way, beside the builds; (the guess cached, each of ``later`` cached)."""
+    ok = evaluate_first_guess(spec, first[0], first[1], wait_s)
+    (written := Path(f"{marker}.tmp")).write_text("1" if ok else "0")
+    written.replace(marker)  # whole, or not there
+    if not ok:  # no reference to compare with: built only, as the ceilings (they are timed with them)
+        return ok, [False] * build_variants(spec, later, None, False)
+    return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in later]
+
+
+def evaluate_first_guess(
+    spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float, label: str = "first guess"
+) -> bool:
     """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
     then compared with the original's outputs once they are in the cache (the baseline's stage,
     beside this one, writes them); the figures land in the evaluation cache, where the trial reads
@@ -108,7 +125,7 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
     ready = time.perf_counter()
     try:
         with _sessions_without_spinning():
-            path, sha = _variant_model(context, context.plan, point, flow, label=" (first guess)")
+            path, sha = _variant_model(context, context.plan, point, flow, label=f" ({label})")
         built = time.perf_counter()
         key = context.eval_key(sha)
         if context.cache.get_json("evals", key) is not None:
@@ -117,7 +134,7 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
         measured = context.evaluator.measure(path)
     except Exception as exc:
         reference.cancel()
-        print(f"first guess {point}: {type(exc).__name__}: {exc}", flush=True)
+        print(f"{label} {point}: {type(exc).__name__}: {exc}", flush=True)
         return False
     done = time.perf_counter()
     if (outputs := reference.result()) is None:
@@ -126,7 +143,7 @@ def evaluate_first_guess(spec: Any, point: dict[str, Any], flow: tuple[str, ...]
     figures = context.evaluator.figures(measured, outputs)
     context.cache.put_json("evals", key, {"metrics": figures, "ahead": spec.run_id})
     print(
-        f"first guess: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
+        f"{label}: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
         f"{done - built:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "
         f"{time.perf_counter() - waited:.1f} s",
         flush=True,
@@ -249,17 +266,26 @@ class Prebuild:
     With a first guess (the strategy's first trial, before its ceilings) its model is built and
     evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
     on the machine's two cores -- and the ceilings' builds start once it is done, so they do not
-    slow it down.
+    slow it down (started once the original was done, they did: 4 processes on 2 cores). The
+    points to evaluate ahead (``later``) follow the guess in its worker, beside the builds.
     """
 
     def __init__(
-        self, spec: Any, groups: list[Items], budget_s: float | None, isolation: Isolation, first: Item | None = None
+        self,
+        spec: Any,
+        groups: list[Items],
+        budget_s: float | None,
+        isolation: Isolation,
+        first: Item | None = None,
+        later: Items | None = None,
     ) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="quantune-prebuild-"))
         self._isolation = replace(isolation, log_dir=self._tmp, deadline=StageDeadline())
         self.items = [item for group in groups for item in group]
         self.first = first
         self.first_evaluated = False
+        self.later = list(later or []) if first is not None else []
+        self.later_evaluated: Items = []
         self._first_done = threading.Event()
         self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(len(groups))]
         self._built = [0] * len(groups)
@@ -287,19 +313,20 @@ class Prebuild:
         return sum(self._built)
 
     def _guess(self, spec: Any, first: Item) -> None:
-        try:
-            outcome = run_stage(
-                FIRST_GUESS,
-                evaluate_first_guess,
-                spec,
-                first[0],
-                first[1],
-                FIRST_GUESS_WAIT_S,
-                isolation=self._isolation,
-            )
-            self.first_evaluated = bool(outcome.value)
+        marker, outcomes = self._tmp / "first_guess.done", []
+        run = partial(run_stage, FIRST_GUESS, evaluate_ahead, spec, first, self.later, FIRST_GUESS_WAIT_S, str(marker))
+        stage = threading.Thread(target=lambda: outcomes.append(run(isolation=self._isolation)), daemon=True)
+        stage.start()
+        try:  # the guess is done once its marker is written (the worker goes on with ``later``)
+            while stage.is_alive() and not marker.exists():
+                stage.join(0.02)
+            self.first_evaluated = marker.exists() and marker.read_text() == "1"
         finally:
             self._first_done.set()
+        stage.join()
+        value = outcomes[0].value if outcomes and outcomes[0].ok else None
+        if value:  # (the guess's answer came with the marker)
+            self.later_evaluated = [item for item, ok in zip(self.later, value[1], strict=False) if ok]
 
     def _run(self, index: int, spec: Any, items: Items, budget_s: float | None) -> None:
         self._first_done.wait()  # the first guess alone beside the original's evaluation
@@ -312,22 +339,31 @@ class Prebuild:
         """The stage started, or ``None`` (turned off, in-process runs, nothing to build)."""
         if isolation.inline or spec is None or not enabled():
             return None
-        items, budget_s, first = ceiling_items(strategy, make)
+        items, budget_s, first, later = ceiling_items(strategy, make)
         if not items:
             return None
         problem = getattr(strategy, "problem", None)
-        rest = [item for item in items if item != first]
+        rest = [item for item in items if item != first and item not in later]  # those are built where evaluated
         groups = split_by_calibration(rest, getattr(problem, "step_passes", {}))
-        return cls(spec, groups, budget_s, isolation, first)
+        return cls(spec, groups, budget_s, isolation, first, later)
 
     def wait_first_guess(self, timeout_s: float | None = None) -> bool:
         """Waits until the first guess is evaluated (or failed); whether it is in the cache."""
         self._first_done.wait(timeout_s)
         return self.first_evaluated
 
+    def wait_ahead(self, point: dict[str, Any], flow: tuple[str, ...], timeout_s: float | None = None) -> bool:
+        """Whether ``point`` was evaluated ahead, waiting (at most ``timeout_s``) when it is one of ``later``
+        (its trial then reads the cache: not evaluated twice). Else False, at once."""
+        if (dict(point), tuple(flow)) not in self.later:
+            return False
+        for thread in self._threads[len(self._built) :]:  # the first guess's, which evaluates them
+            thread.join(timeout_s)
+        return (dict(point), tuple(flow)) in self.later_evaluated
+
     def ahead(self) -> list[Item]:
-        """The first guess when it was evaluated ahead (its trial reads the cache), else nothing."""
-        return [self.first] if self.first_evaluated and self.first is not None else []
+        """The first guess when it was evaluated ahead (its trial reads the cache), and ``later`` ones so far."""
+        return ([self.first] if self.first_evaluated and self.first is not None else []) + list(self.later_evaluated)
 
     def join(self, deadline: float | None = None) -> None:
         """Waits for the builds; with ``deadline`` (``time.perf_counter()``, the run's limit) no longer

@@ -68,6 +68,7 @@ def search(
     loop = RunLoop(judge, parts.plan, config.stop, listeners, strategy, executor, store, replay, baseline, started)
     end.arm(loop, baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)  # its reserves and abandon time
     loop.evaluated_ahead = opening.prebuild.ahead() if opening.prebuild is not None else []  # read from the cache
+    loop.wait_ahead = opening.prebuild.wait_ahead if opening.prebuild is not None else None  # type: ignore[attr-defined]
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
     rounds = config.evaluation.latency.warmup + config.evaluation.latency.repeats
     loop.first_trial_s = 2 * evaluation_seconds(parts.context) + rounds * baseline.get("latency_ms", 0.0) / 1000

@@ -15,7 +15,7 @@ from quantune.evaluate.paired import MIN_GAIN
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
-from quantune.strategy.accuracy.speed import Variant, build_order, speed_variants
+from quantune.strategy.accuracy.speed import Variant, build_order, likeliest, speed_variants
 from quantune.strategy.base import Outcome, Proposal
 
 log = logging.getLogger("quantune.strategy")
@@ -39,6 +39,41 @@ class CeilingStage(ProviderCeilings):
                     self._ceiling_stage[f"{CEILING}: {label}"] = variant
             self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
         return self.variants
+
+    def stage_first_guess(self) -> Step:
+        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
+        returns its variant, or None (option ``first_guess: false``, or no variant).
+
+        A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
+        waits for every variant to be built: MiniLM-L3's first model in budget came 21 s after
+        the start, Neural Compressor's (the same model) at 8 s. When the guess turns out the
+        fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
+        cost one evaluation. The engine builds and evaluates it beside the original's
+        evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
+        there is a first guess only where the engine does that (``first_guess``).
+
+        The guess's lighter models (:meth:`lighter_items`) are built ahead with the ceilings
+        (``build_ahead``: the lighter stage then times them against it in this process, not in a
+        worker of their own), and its compute-only one is evaluated ahead too (``evaluate_ahead``):
+        the lighter stage's likeliest answer, and, when the guess misses the budget, tried next,
+        before the ceilings -- the op-type stage would try it first in that variant anyway, and
+        MiniLM-L3's first model in budget was that one, 10 s later, after the ceilings.
+        """
+        wanted = self.options.first_guess
+        if wanted is None:
+            wanted = self.problem.evaluates_ahead
+        if not wanted or self.problem.objective != "latency":
+            return None
+        guess = likeliest(self.ceiling_variants())
+        if guess is None:
+            return None
+        self.ctx = guess.ctx
+        self.build_ahead = self.lighter_items(guess) if self.problem.evaluates_ahead else []
+        self.evaluate_ahead = self.build_ahead[-1:]  # compute only
+        outcome = yield from self.try_point(guess.point, f"first guess: {guess.label}")
+        if self.evaluate_ahead and not outcome.meets and not outcome.failed:
+            yield from self.try_point(self.evaluate_ahead[0][0], f"first guess: {guess.label}, compute only")
+        return guess
 
     def stage_ceiling(self) -> Step:
         """Stage: each flow's fully-quantized variants timed against the original (no accuracy

@@ -28,7 +28,6 @@ from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
     Variant,
-    likeliest,
     priced,
     types_by_cost,
 )
@@ -81,6 +80,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         self._screened = False  # the accuracy parameters were screened before the fallback
         self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
         self._in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
+        self.build_ahead: list[tuple[Point, tuple[str, ...]]] = []  # what the engine may build ahead (prebuild.py)
+        self.evaluate_ahead: list[tuple[Point, tuple[str, ...]]] = []  # ... and evaluate ahead
 
     def stages(self) -> Stages:
         guess = yield from self.stage_first_guess()
@@ -124,30 +125,6 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                         return
             yield from self.latency(base, fallback or {}, variant)
             return
-
-    def stage_first_guess(self) -> Step:
-        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
-        returns its variant, or None (option ``first_guess: false``, or no variant).
-
-        A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
-        waits for every variant to be built: MiniLM-L3's first model in budget came 21 s after
-        the start, Neural Compressor's (the same model) at 8 s. When the guess turns out the
-        fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
-        cost one evaluation. The engine builds and evaluates it beside the original's
-        evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
-        there is a first guess only where the engine does that (``first_guess``).
-        """
-        wanted = self.options.first_guess
-        if wanted is None:
-            wanted = self.problem.evaluates_ahead
-        if not wanted or self.problem.objective != "latency":
-            return None
-        guess = likeliest(self.ceiling_variants())
-        if guess is None:
-            return None
-        self.ctx = guess.ctx
-        yield from self.try_point(guess.point, f"first guess: {guess.label}")
-        return guess
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:

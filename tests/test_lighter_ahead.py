@@ -1,0 +1,162 @@
+"""The first guess's lighter models go with the speed ceilings (issue 23, "answer as soon as the
+answer is known"): built ahead with them -- so the lighter stage times them in the engine's
+process, not in worker stages -- and the compute-only one evaluated ahead, tried right after a
+guess out of budget (PP-OCRv6's recognizer: two paired timings of 2 s and a 2.4 s trial after the
+ceilings; MiniLM-L3: its first model in budget after the ceilings)."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+from typing import Any
+
+import quantune
+from conftest import accuracy_problem
+from quantune.engine.prebuild import ceiling_items
+from quantune.space import Point
+from quantune.strategy import create_strategy
+from test_answer_early import _all_meet, _drive, _layernorm
+
+OPTIONS = {"drop_slow": False, "first_guess": True}
+
+
+EXCLUDE = "static_quant.nodes_to_exclude"
+
+
+def _lighter(point: Point) -> bool:
+    return bool(point.get(EXCLUDE))
+
+
+def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_stage_times(tmp_path: Path) -> None:
+    timed: list[list[tuple[dict, tuple]]] = []
+    asked: list[tuple[dict, dict]] = []
+
+    def ratios(items: Any, threshold: float, budget_s: Any) -> list[float]:
+        timed.append([(dict(point), tuple(flow)) for point, flow in items])
+        return [0.5] * len(items)
+
+    def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
+        asked.append((dict(candidate), dict(reference)))
+        faster = _lighter(candidate) and not _lighter(reference)
+        ratio = 0.8 if faster else 1.0
+        return {"ratio_median": ratio, "ratio_ci_low": ratio - 0.02, "ratio_ci_high": ratio + 0.02, "faster": faster}
+
+    config = _layernorm(tmp_path, "latency")  # MatMuls, and the Add/Mul/Div of its LayerNorms
+    problem = dataclasses.replace(
+        accuracy_problem(config, OPTIONS), ceiling_ratios=ratios, paired_latency=paired, evaluates_ahead=True
+    )
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    seen = _drive(strategy, _all_meet)
+    assert seen[0][1].startswith("first guess")
+    assert len(timed) == 1 and not any(_lighter(point) for point, _ in timed[0])  # the ceilings alone are timed
+    guess = dict(seen[0][0])
+    extra = [(dict(point), tuple(flow)) for point, flow in strategy.build_ahead]
+    assert extra and all(_lighter(point) for point, _ in extra)
+    assert all({k: v for k, v in point.items() if k != EXCLUDE} == guess for point, _ in extra)  # the guess's
+    assert [tuple(x) for x in strategy.evaluate_ahead] == [extra[-1]]  # compute only, evaluated ahead
+    # the lighter stage timed exactly those models against the guess, and evaluated one of them
+    lighter_pairs = [(c, r) for c, r in asked if _lighter(c) and not _lighter(r)]
+    assert {json.dumps(c, sort_keys=True) for c, _ in lighter_pairs} == {
+        json.dumps(p, sort_keys=True) for p, _ in extra
+    }
+    assert all(r == guess for _, r in lighter_pairs)
+    tried = [point for point, stage in seen if stage.startswith("lighter")]
+    assert tried and json.dumps(tried[0], sort_keys=True) == json.dumps(extra[-1][0], sort_keys=True)
+
+
+def test_the_dry_run_names_the_points_to_build_and_evaluate_ahead(tmp_path: Path) -> None:
+    config = _layernorm(tmp_path, "latency")
+    problem = dataclasses.replace(accuracy_problem(config, OPTIONS, timed=True), evaluates_ahead=True)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    items, _, first, later = ceiling_items(strategy, lambda: create_strategy("quantune"))
+    lighter = [item for item in items if _lighter(item[0])]
+    assert first in items and lighter and items[-len(lighter) :] == lighter  # built after the ceilings
+    assert later == lighter[-1:]  # the compute-only one, evaluated too
+    no_guess = create_strategy("quantune")
+    options = {**OPTIONS, "first_guess": False}
+    no_guess.bind(dataclasses.replace(accuracy_problem(config, options, timed=True), evaluates_ahead=True))
+    items, _, first, later = ceiling_items(no_guess, lambda: create_strategy("quantune"))
+    assert items and first is None and later == [] and not any(_lighter(p) for p, _ in items)
+
+
+def test_a_guess_out_of_budget_is_followed_by_its_compute_only_model_before_the_ceilings(tmp_path: Path) -> None:
+    """MiniLM-L3: the dynamic guess missed, and its MatMul-only model -- in budget -- came only after
+    the ceilings, in the op-type stage. Evaluated ahead, it is tried right after the guess."""
+    timed: list[int] = []
+
+    def ratios(items: Any, threshold: float, budget_s: Any) -> list[float]:
+        timed.append(len(seen_before))
+        return [0.5] * len(items)
+
+    seen_before: list[str] = []
+
+    def judge(point: Point) -> Any:
+        from quantune.strategy import Outcome
+
+        meets = _lighter(point)  # the fully quantized models miss, the lighter ones meet
+        return Outcome(1.0, 0.0 if meets else 0.5, meets, {"latency_ms": 1.0})
+
+    config = _layernorm(tmp_path, "latency")
+    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), ceiling_ratios=ratios, evaluates_ahead=True)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    for _ in range(40):
+        proposal = strategy.ask()
+        if proposal is None:
+            break
+        seen_before.append(proposal.stage)
+        strategy.tell(proposal, judge(proposal.point))
+        if len(seen_before) == 2:
+            assert proposal.stage.endswith("compute only") and proposal.stage.startswith("first guess")
+            assert (dict(proposal.point), tuple(proposal.flow)) == tuple(strategy.evaluate_ahead[0])
+    assert timed == [2]  # the ceilings were timed after the guess and its compute-only model
+    # without the engine evaluating it ahead, the guess is followed by the ceilings, as before
+    plain = create_strategy("quantune")
+    plain.bind(dataclasses.replace(problem, evaluates_ahead=False))
+    plain.observe_baseline({"latency_ms": 1.0})
+    first = plain.ask()
+    plain.tell(first, judge(first.point))
+    assert plain.evaluate_ahead == [] and not plain.ask().stage.startswith("first guess")
+
+
+def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_is_faster(tmp_path: Path) -> None:
+    """Their ratios to the full model (0.80x and 0.81x on PP-OCRv6's recognizer) do not order them: the
+    noise did. The compute-only one first, unless the other is faster than it side by side."""
+    answers: dict[bool, bool] = {}
+
+    def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
+        faster = answers[len(candidate.get(EXCLUDE, [])) < len(reference.get(EXCLUDE, []))]
+        return {"ratio_median": 0.9 if faster else 1.0, "faster": faster}
+
+    config = _layernorm(tmp_path, "latency")
+    problem = dataclasses.replace(accuracy_problem(config, OPTIONS), paired_latency=paired)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    strategy.ask()  # sets up its contexts
+    groups = list(strategy.ctx.candidates)
+    base = strategy.ctx.base_point()
+    other, compute_only = (0.80, groups[:1], "fewer in float"), (0.81, groups, "compute only")
+    for fewer_is_faster in (False, True):
+        answers.update({True: fewer_is_faster, False: False})
+        order = [words for _, _, words in strategy._lighter_first(base, [other, compute_only])]
+        assert order == (["fewer in float", "compute only"] if fewer_is_faster else ["compute only", "fewer in float"])
+
+
+def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
+    config = _layernorm(tmp_path, "latency")
+    config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
+    config["search"]["strategy_options"] = dict(OPTIONS)
+    quantune.tune(config, output=tmp_path / "run")
+    assert json.loads((tmp_path / "run" / "results.json").read_text())["trials"]
+    log = (tmp_path / "run" / "workers" / "first_guess.log").read_text()
+    assert "first guess: run set up in" in log and "ahead: run set up in" in log  # in the guess's worker, after it
+    assert not (tmp_path / "run" / "workers" / "evaluate_ahead.log").exists()  # no worker of its own
+    ahead = [json.loads(p.read_text())["value"] for p in (tmp_path / "c" / "evals").glob("*.json")]
+    assert sum(1 for entry in ahead if entry.get("ahead")) == 2  # the first guess and its compute-only model
