@@ -112,9 +112,10 @@ def _config(model: Path, data: dict[str, Path], tmp_path: Path, **search) -> dic
 
 def test_the_lead_in_is_what_precedes_the_first_compute_op(audio_model, tmp_path: Path) -> None:
     model, _ = audio_model
-    assert set(lead_in_nodes(ModelCapability.from_model(model).nodes)) == LEAD_IN
+    capability = ModelCapability.from_model(model)
+    assert set(lead_in_nodes(capability.nodes, capability.float_inputs)) == LEAD_IN
     classifier = ModelCapability.from_model(build_cnn(tmp_path / "cnn.onnx"))
-    assert lead_in_nodes(classifier.nodes) == []  # the input feeds a Conv: no lead-in
+    assert lead_in_nodes(classifier.nodes, classifier.float_inputs) == []  # the input feeds a Conv: no lead-in
 
 
 def test_int8_on_the_lead_in_breaks_the_model_and_the_convs_do_not(audio_model, tmp_path: Path) -> None:
@@ -175,3 +176,34 @@ def test_quantune_keeps_only_the_lead_in_in_float(audio_model, tmp_path: Path) -
     assert best is not None and best.meets_criterion, "no in-budget model"
     kept = set(best.params.get("static_quant.nodes_to_exclude", []))
     assert kept & LEAD_IN and not kept & CONVS, [(t.number, t.stage, t.metrics.get("cosine")) for t in result.trials]
+
+
+def test_token_ids_feed_no_lead_in(tmp_path: Path) -> None:
+    """Integer inputs (token ids: Reshape -> embedding Gather) and a Shape's integers start none."""
+    rng = np.random.default_rng(0)
+    inits = [
+        numpy_helper.from_array(np.array([-1, 4], np.int64), "shape"),
+        numpy_helper.from_array(rng.normal(0, 1, (16, 8)).astype(np.float32), "table"),
+        numpy_helper.from_array(rng.normal(0, 1, (8, 4)).astype(np.float32), "w"),
+    ]
+    nodes = [
+        helper.make_node("Reshape", ["ids", "shape"], ["flat"], name="ids_reshape"),
+        helper.make_node("Gather", ["table", "flat"], ["emb"], name="embedding"),
+        helper.make_node("Shape", ["x"], ["x_shape"], name="x_shape"),
+        helper.make_node("Reshape", ["emb", "x_shape"], ["e"], name="emb_reshape"),
+        helper.make_node("Add", ["e", "x"], ["h"], name="add_x"),
+        helper.make_node("MatMul", ["h", "w"], ["out"], name="fc"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "tokens",
+        [
+            helper.make_tensor_value_info("ids", TensorProto.INT64, ["N", 4]),
+            helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 4, 8]),
+        ],
+        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["N", 4, 4])],
+        inits,
+    )
+    capability = ModelCapability.from_model(save_graph(graph, tmp_path / "tokens.onnx"))
+    assert capability.float_inputs == ("x",)
+    assert lead_in_nodes(capability.nodes, capability.float_inputs) == []  # Shape ends it; Add reads the ids' path

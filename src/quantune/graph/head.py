@@ -22,6 +22,8 @@ from quantune.graph.capability import Group, NodeInfo
 
 # Ops that do the learned compute: the walk from the outputs stops at them.
 COMPUTE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN"})
+# Where the walk from the inputs stops: compute, and ops whose outputs are a shape's integers.
+_ENDS = COMPUTE | {"Shape", "Size"}
 # Ops between a Softmax and a decode conv that only move data.
 _MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split"})
 
@@ -80,8 +82,9 @@ def lead_in_nodes(nodes: Sequence[NodeInfo], inputs: Iterable[str] | None = None
     orders of magnitude (quiet samples ~1e-3, a few loud ones ~1e2) with one uint8 scale, so the
     quiet signal rounds to zero before any conv sees it. Shape-only ops are no fallback unit
     elsewhere (:data:`.capability.SHAPE_TYPES`); the lead-in's are, like the head's, or no
-    fallback could keep the input path float. ``inputs``: the graph's input names (default:
-    tensors no node makes).
+    fallback could keep the input path float. ``inputs``: the graph's float inputs
+    (:attr:`.ModelCapability.float_inputs`; default: tensors no node makes): token ids feed
+    no lead-in, their embedding Gather is a unit of its own.
     """
     if inputs is None:
         made = {t for node in nodes for t in node.outputs}
@@ -89,8 +92,8 @@ def lead_in_nodes(nodes: Sequence[NodeInfo], inputs: Iterable[str] | None = None
     reached = set(inputs)
     found: list[str] = []
     for node in nodes:  # graph order is topological: one pass
-        if node.op_type in COMPUTE or not node.inputs or not set(node.inputs) <= reached:
-            continue  # a compute op ends the walk; a node fed by one is past the lead-in
+        if node.op_type in _ENDS or not node.inputs or not set(node.inputs) <= reached:
+            continue  # a compute op ends the walk (a Shape's ints too); a node fed by one is past the lead-in
         found.append(node.name)
         reached.update(node.outputs)
     return found

@@ -198,13 +198,12 @@ def _head_loss(fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, found: _Structu
     quantized nodes (at most :data:`LEAD_IN_LIMIT`, nearest the inputs: an audio waveform's
     framing, whose one uint8 scale local noise calls harmless) scored by their own
     quantization's effect on the outputs (:mod:`.head`)."""
-    structure = ModelCapability.from_model(fmodel).nodes
-    nodes = head_nodes(structure, [o.name for o in fmodel.graph.output])
+    structure = ModelCapability.from_model(fmodel)
+    nodes = head_nodes(structure.nodes, [o.name for o in fmodel.graph.output])
     by_name = {node.name: node for node in fmodel.graph.node}
-    inputs = [i.name for i in fmodel.graph.input if i.name not in _inits(fmodel)]
     lead_in = [
         name
-        for name in lead_in_nodes(structure, inputs)
+        for name in lead_in_nodes(structure.nodes, structure.float_inputs)
         if name in by_name and name not in set(nodes) and any(t in found.qdq for t in by_name[name].output)
     ][:LEAD_IN_LIMIT]
     amplified = [

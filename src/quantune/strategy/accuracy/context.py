@@ -137,7 +137,7 @@ class AccuracyContext:
             if name in fp32_nodes or capability.by_name[name].op_type in fp32_types
         )
         head = set(head_nodes(capability.nodes))
-        lead_in = set(lead_in_nodes(capability.nodes))
+        lead_in = set(lead_in_nodes(capability.nodes, capability.float_inputs))
         candidates = [
             group
             for group in capability.groups
