@@ -79,9 +79,9 @@ class OracleStrategy(AccuracyStrategy):
             others = [g for u in units if u is not unit for g in u.members]
             alone[unit.name] = yield from self.try_point(self.fallback(base, others), f"oracle: {unit.name} alone int8")
         truth = sorted(units, key=lambda g: self.harm(alone[g.name]), reverse=True)
-        head = set(getattr(self.ctx, "head", ()))
+        head = set(getattr(self.ctx, "head", ())) | set(getattr(self.ctx, "lead_in", ()))
         floats = truth if self.fp32_top is None else truth[: self.fp32_top]
-        floats += [g for g in units if head & set(g.nodes) and g not in floats]
+        floats += [g for g in units if head & set(g.nodes) and g not in floats]  # the head's and lead-in's too
         for unit in floats:
             yield from self.try_point(self.fallback(base, unit.members), f"oracle: {unit.name} alone fp32")
         # the oracle search: the truth's worst 1, 2, 4, ... units in fp32, until one meets the budget
@@ -109,6 +109,7 @@ class OracleStrategy(AccuracyStrategy):
             "orders": getattr(self, "orders", {}),
             "units": getattr(self, "units", []),
             "head": sorted(getattr(self.ctx, "head", ())),  # (main before the head existed: none)
+            "lead_in": sorted(getattr(self.ctx, "lead_in", ())),
         }
 
 
@@ -243,6 +244,7 @@ def retimed(result, config: Path, most: int = 3) -> list[dict[str, Any]]:
 def truth_table(result, max_units: int | None) -> dict[str, Any]:
     notes = result.strategy_notes
     head = set(notes.get("head", []))
+    lead_in = set(notes.get("lead_in", []))
     base_ms = result.baseline.get("latency_ms") or 0.0
     by_stage = {t.stage.split(" (duplicate")[0]: t for t in result.trials}
     rows = []
@@ -255,6 +257,7 @@ def truth_table(result, max_units: int | None) -> dict[str, Any]:
                 "op_type": unit["op_type"],
                 "nodes": len(unit["nodes"]),
                 "head": bool(head & set(unit["nodes"])),
+                "lead_in": bool(lead_in & set(unit["nodes"])),
                 "loss_alone_int8": None if alone_int8 is None else alone_int8.accuracy_loss,
                 "loss_alone_fp32": None if alone_fp32 is None else alone_fp32.accuracy_loss,
                 "meets_alone_fp32": None if alone_fp32 is None else bool(alone_fp32.meets_criterion),

@@ -38,13 +38,13 @@ def markdown(table: dict[str, Any], command: str) -> str:
         f"speed {_ratio(full.get('speed'))} the original's (search-time timings, not re-timed side by side). A single unit in fp32 that meets the budget "
         f"and is faster than the original: {', '.join(table['single_fallback_in_budget_and_faster']) or 'none'}.",
         "",
-        "| unit | op type | nodes | head | loss alone int8 | loss alone fp32 | meets alone fp32 | speed alone fp32 |",
-        "| --- | --- | --- | --- | --- | --- | --- | --- |",
+        "| unit | op type | nodes | head | lead-in | loss alone int8 | loss alone fp32 | meets alone fp32 | speed alone fp32 |",
+        "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
     ]
     for r in sorted(table["units"], key=lambda r: -(r["loss_alone_int8"] or 0.0)):
         speed = _ratio(r["speed_alone_fp32"])
         lines.append(
-            f"| {r['unit']} | {r['op_type']} | {r['nodes']} | {fmt(r['head'])} | {fmt(r['loss_alone_int8'])} | "
+            f"| {r['unit']} | {r['op_type']} | {r['nodes']} | {fmt(r['head'])} | {fmt(r.get('lead_in', False))} | {fmt(r['loss_alone_int8'])} | "
             f"{fmt(r['loss_alone_fp32'])} | {fmt(r['meets_alone_fp32'])} | {speed} |"
         )
     best, accurate = table.get("in_budget_faster"), table.get("most_accurate_faster")

@@ -125,6 +125,7 @@ class ModelCapability:
     quantizable: frozenset[str]  # node names
     groups: list[Group] = field(default_factory=list)
     mode: Mode = "static"
+    float_inputs: tuple[str, ...] = ()  # the graph's float inputs, where a lead-in starts (graph/head.py)
 
     @classmethod
     def from_model(
@@ -165,7 +166,11 @@ class ModelCapability:
         if mode == "dynamic":
             by_name = {n.name: n for n in nodes}
             quantizable = frozenset(name for name in quantizable if _dynamic_quantizes(by_name[name], constants))
-        capability = cls(nodes, quantizable, mode=mode)
+        floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
+        inputs = tuple(
+            i.name for i in graph.input if i.name not in constants and i.type.tensor_type.elem_type in floats
+        )
+        capability = cls(nodes, quantizable, mode=mode, float_inputs=inputs)
         if mode == "dynamic":
             capability.groups = [
                 Group(n.name, n.op_type, (n.name,), n.inputs + n.outputs) for n in nodes if n.name in quantizable

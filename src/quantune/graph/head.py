@@ -22,6 +22,8 @@ from quantune.graph.capability import Group, NodeInfo
 
 # Ops that do the learned compute: the walk from the outputs stops at them.
 COMPUTE = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN"})
+# Where the walk from the inputs stops: compute, and ops whose outputs are a shape's integers.
+_ENDS = COMPUTE | {"Shape", "Size"}
 # Ops between a Softmax and a decode conv that only move data.
 _MOVES = frozenset({"Reshape", "Transpose", "Squeeze", "Unsqueeze", "Flatten", "Slice", "Split"})
 
@@ -65,6 +67,33 @@ def head_nodes(nodes: Sequence[NodeInfo], outputs: Iterable[str] | None = None) 
 
 
 def head_groups(groups: Sequence[Group], head: Iterable[str]) -> list[Group]:
-    """The groups with a node in the head (the units marked ``head`` in rankings and reports)."""
+    """The groups with a node in the head (the units marked ``head`` in rankings and reports;
+    the lead-in's, :func:`lead_in_nodes`, alike)."""
     names = set(head)
     return [group for group in groups if names & set(group.nodes)]
+
+
+def lead_in_nodes(nodes: Sequence[NodeInfo], inputs: Iterable[str] | None = None) -> list[str]:
+    """Names of the lead-in's nodes, in graph order: the ops on the paths from the graph's inputs
+    to the first compute ops, every activation input of which comes from an input or the lead-in.
+
+    An audio model's constant-Q framing (``Pad -> Reshape -> Slice -> Concat`` of the raw
+    waveform) is the mirror of the head: shape-only ops that quantize a tensor whose values span
+    orders of magnitude (quiet samples ~1e-3, a few loud ones ~1e2) with one uint8 scale, so the
+    quiet signal rounds to zero before any conv sees it. Shape-only ops are no fallback unit
+    elsewhere (:data:`.capability.SHAPE_TYPES`); the lead-in's are, like the head's, or no
+    fallback could keep the input path float. ``inputs``: the graph's float inputs
+    (:attr:`.ModelCapability.float_inputs`; default: tensors no node makes): token ids feed
+    no lead-in, their embedding Gather is a unit of its own.
+    """
+    if inputs is None:
+        made = {t for node in nodes for t in node.outputs}
+        inputs = [t for node in nodes for t in node.inputs if t not in made]
+    reached = set(inputs)
+    found: list[str] = []
+    for node in nodes:  # graph order is topological: one pass
+        if node.op_type in _ENDS or not node.inputs or not set(node.inputs) <= reached:
+            continue  # a compute op ends the walk (a Shape's ints too); a node fed by one is past the lead-in
+        found.append(node.name)
+        reached.update(node.outputs)
+    return found

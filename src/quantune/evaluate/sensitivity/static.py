@@ -41,7 +41,7 @@ from quantune.evaluate.sensitivity.capture import Job
 from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, measure_head
 from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, single_node, with_outputs
 from quantune.graph.capability import ModelCapability
-from quantune.graph.head import head_nodes
+from quantune.graph.head import head_nodes, lead_in_nodes
 from quantune.memory import memory_budget_mb
 
 log = logging.getLogger("quantune.sensitivity")
@@ -49,6 +49,7 @@ log = logging.getLogger("quantune.sensitivity")
 _WEIGHTED = {"Conv", "ConvTranspose", "MatMul", "Gemm"}
 HEAD_LIMIT = 32  # head nodes re-run at most (one float run each): a decoder's tail, not a whole model
 AMPLIFIED_LIMIT = 8  # nodes feeding a Log or a division re-run at most (each reruns what follows it)
+LEAD_IN_LIMIT = 8  # lead-in nodes re-run at most, nearest the inputs (each reruns the whole float model)
 
 
 @dataclass
@@ -192,18 +193,26 @@ def measure(
 
 
 def _head_loss(fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, found: _Structure, feeds, rows) -> dict[str, float]:
-    """The head's nodes (at most :data:`HEAD_LIMIT`, nearest the outputs) and the quantized nodes
-    that feed an amplifier (a Log, a division: at most :data:`AMPLIFIED_LIMIT`) scored by their
-    own quantization's effect on the outputs (:mod:`.head`)."""
-    nodes = head_nodes(ModelCapability.from_model(fmodel).nodes, [o.name for o in fmodel.graph.output])
+    """The head's nodes (at most :data:`HEAD_LIMIT`, nearest the outputs), the quantized nodes
+    that feed an amplifier (a Log, a division: at most :data:`AMPLIFIED_LIMIT`) and the lead-in's
+    quantized nodes (at most :data:`LEAD_IN_LIMIT`, nearest the inputs: an audio waveform's
+    framing, whose one uint8 scale local noise calls harmless) scored by their own
+    quantization's effect on the outputs (:mod:`.head`)."""
+    structure = ModelCapability.from_model(fmodel)
+    nodes = head_nodes(structure.nodes, [o.name for o in fmodel.graph.output])
     by_name = {node.name: node for node in fmodel.graph.node}
+    lead_in = [
+        name
+        for name in lead_in_nodes(structure.nodes, structure.float_inputs)
+        if name in by_name and name not in set(nodes) and any(t in found.qdq for t in by_name[name].output)
+    ][:LEAD_IN_LIMIT]
     amplified = [
         name
         for name in amplified_nodes(fmodel)
         if name not in set(nodes) and any(t in found.qdq for t in by_name[name].output)
     ][:AMPLIFIED_LIMIT]
     result: dict[str, float] = {}
-    for measured in (nodes[-HEAD_LIMIT:], amplified):
+    for measured in (nodes[-HEAD_LIMIT:], amplified, [n for n in lead_in if n not in set(amplified)]):
         if not measured:
             continue
         try:

@@ -30,7 +30,7 @@ from typing import Any
 
 from quantune.errors import QuantuneError
 from quantune.graph.capability import Group, ModelCapability, Precision
-from quantune.graph.head import head_nodes
+from quantune.graph.head import head_nodes, lead_in_nodes
 from quantune.passes.base import RECIPE_ROLES
 from quantune.passes.registry import PASSES, find_pass
 from quantune.space import Categorical, Point, SearchSpace
@@ -75,6 +75,7 @@ class AccuracyContext:
     # every group's sensitivity score as ranked (for the report: why a group stayed in fp32)
     scores: dict[str, dict[str, Any]] = field(default_factory=dict)
     head: set[str] = field(default_factory=set)  # node names between the last compute op and the outputs
+    lead_in: set[str] = field(default_factory=set)  # node names between the inputs and the first compute ops
 
     @classmethod
     def from_problem(cls, problem: SearchProblem, strategy: str) -> AccuracyContext:
@@ -136,10 +137,12 @@ class AccuracyContext:
             if name in fp32_nodes or capability.by_name[name].op_type in fp32_types
         )
         head = set(head_nodes(capability.nodes))
+        lead_in = set(lead_in_nodes(capability.nodes, capability.float_inputs))
         candidates = [
             group
             for group in capability.groups
-            if (not group.shape_only or head & set(group.nodes))  # a head's Concat is a unit (passes/onnx/head.py)
+            # a head's Concat, a lead-in's framing of the raw input, is a unit (graph/head.py)
+            if (not group.shape_only or (head | lead_in) & set(group.nodes))
             and not set(group.nodes) <= set(always)
             and not (set(group.nodes) & int8_nodes)
             and group.op_type not in int8_types
@@ -149,6 +152,7 @@ class AccuracyContext:
             precisions = [p for p in precisions if p == "fp32"] or ["fp32"]  # no tensor overrides in dynamic
         context = cls(problem, flow_name, flow, quant_step, capability, always, candidates, precisions, options)
         context.head = head
+        context.lead_in = lead_in
         return context
 
     # -- points -------------------------------------------------------------------------------
@@ -231,6 +235,8 @@ class AccuracyContext:
             self.scores[group.name] = {"score": score, "op_type": group.op_type, "nodes": list(group.nodes)}
             if self.head & set(group.nodes):
                 self.scores[group.name]["head"] = True
+            if self.lead_in & set(group.nodes):
+                self.scores[group.name]["lead_in"] = True
         order = {group.name: index for index, group in enumerate(pool)}
         return sorted(scored, key=lambda gs: (-gs[1], order[gs[0].name]))
 
