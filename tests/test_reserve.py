@@ -242,3 +242,47 @@ def test_confirm_top_0_leaves_a_faster_model_unconfirmed(tmp_path) -> None:
     if result.verdict == "unconfirmed":
         assert "confirm_top is 0" in result.verdict_reason
         assert (tmp_path / "out" / "unconfirmed" / "model.onnx").is_file()
+
+
+def test_a_retiming_cut_short_by_its_own_budget_tries_again_within_the_limit(tmp_path, monkeypatch) -> None:
+    """A target environment that loads sessions slower than estimated left the first re-timing 1 round
+    at 42 s of a 90 s limit, and the run said ``unconfirmed``. With time left in the limit, the end
+    re-times again and confirms. Here the first try gets a deadline already past (one round runs)."""
+    import quantune.engine.ending as ending
+
+    config = _digits_config(tmp_path)
+    config["stop"] = {"max_trials": 2, "timeout_s": 120}
+    real = ending.confirm_latency
+    calls: list[int] = []
+
+    def first_cut_short(*args, **kwargs):
+        if not calls:
+            kwargs["deadline"] = time.perf_counter()  # the slow loads ate the whole budget
+        confirmation = real(*args, **kwargs)
+        calls.append(confirmation.rounds if confirmation is not None else -1)
+        return confirmation
+
+    monkeypatch.setattr(ending, "confirm_latency", first_cut_short)
+    result = quantune.tune(config, output=tmp_path / "out")
+    assert calls[0] < ending.MIN_ROUNDS <= calls[1], calls
+    assert result.latency_confirmation is not None and result.latency_confirmation["rounds"] >= ending.MIN_ROUNDS
+    assert result.verdict in {"improved", "keep_original"}, result.verdict_reason
+
+
+def test_a_retiming_with_enough_rounds_is_not_tried_again(tmp_path, monkeypatch) -> None:
+    """The second try is for a first one cut short only: one with enough rounds is the answer."""
+    import quantune.engine.ending as ending
+
+    config = _digits_config(tmp_path)
+    config["stop"] = {"max_trials": 1, "timeout_s": 120}
+    real = ending.confirm_latency
+    calls: list[int] = []
+
+    def counted(*args, **kwargs):
+        confirmation = real(*args, **kwargs)
+        calls.append(confirmation.rounds if confirmation is not None else -1)
+        return confirmation
+
+    monkeypatch.setattr(ending, "confirm_latency", counted)
+    quantune.tune(config, output=tmp_path / "out")
+    assert len(calls) == 1 and calls[0] >= ending.MIN_ROUNDS, calls
