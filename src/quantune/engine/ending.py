@@ -89,7 +89,21 @@ def confirm_end(
             evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline
         )
         if confirmation is not None and confirmation.rounds < MIN_ROUNDS and end.limited:
-            confirmation = _again(evaluator, original, baseline, records, top, end, confirmation, minimum_s, models)
+            # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
+            # loads estimated from the model's size; a busy target environment took longer, and a
+            # detector ended unconfirmed after 1 round at 42 s of a 90 s limit: once more, with all
+            # the limit leaves (and only within it)
+            again_s, _ = end.retiming_budget(end.left_s(), minimum_s, models)
+            if again_s is not None and again_s >= minimum_s:
+                log.info(
+                    "latency re-timing: %d round(s) in its budget; again with %.1f s", confirmation.rounds, again_s
+                )
+                deadline = time.perf_counter() + again_s + models * end.load_s
+                second = confirm_latency(
+                    evaluator, original, baseline, records, top, budget_s=again_s, deadline=deadline
+                )
+                if second is not None and second.rounds > confirmation.rounds:
+                    confirmation = second
     except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
         return Ending(
             unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}",
@@ -104,29 +118,3 @@ def confirm_end(
             stop_note="; latency re-timing cut short (no time left within stop.timeout_s)",
         )
     return Ending(confirmation=confirmation)
-
-
-def _again(
-    evaluator: Any,
-    original: Any,
-    baseline: dict[str, float],
-    records: list[TrialRecord],
-    top: int,
-    end: EndBudget,
-    first: Confirmation,
-    minimum_s: float,
-    models: int,
-) -> Confirmation:
-    """The re-timing once more, with all the limit leaves it, when its first try had too few rounds.
-
-    The first try's deadline is its budget (a tenth of the run so far) plus the sessions' loads as
-    estimated from the model's size; a busy target environment loads slower than that, and a
-    detector's run ended ``unconfirmed`` after 1 round at 42 s of a 90 s limit. Within the limit,
-    and only then, a second try is cheap beside an answer left unconfirmed."""
-    again_s, _ = end.retiming_budget(end.left_s(), minimum_s, models)
-    if again_s is None or again_s < minimum_s:
-        return first
-    log.info("latency re-timing: %d round(s) within its budget; again with %.1f s of the limit", first.rounds, again_s)
-    deadline = time.perf_counter() + again_s + models * end.load_s
-    second = confirm_latency(evaluator, original, baseline, records, top, budget_s=again_s, deadline=deadline)
-    return second if second is not None and second.rounds > first.rounds else first
