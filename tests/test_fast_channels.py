@@ -67,3 +67,62 @@ def test_a_dynamic_model_is_byte_identical_with_or_without(tmp_path: Path, monke
     assert digests[0] == digests[1]
     scales = [i for i in onnx.load(str(tmp_path / "True.onnx")).graph.initializer if i.name.endswith("_scale")]
     assert {tuple(s.dims) for s in scales if s.name.startswith("w")} == {(33,), (8,)}  # per channel indeed
+
+
+def _conv_and_head(path: Path) -> Path:
+    """A conv, then a wide MatMul (the shape of a CTC head: many output channels, some all-zero)."""
+    rng = np.random.default_rng(6)
+    conv = rng.normal(0, 0.3, (6, 3, 3, 3)).astype(np.float32)
+    head = rng.normal(0, 0.2, (6, 301)).astype(np.float32)
+    head[:, 7] = 0.0
+    head[:, 9] = np.abs(head[:, 9])
+    inits = [numpy_helper.from_array(conv, "wc"), numpy_helper.from_array(head, "wh")]
+    nodes = [
+        helper.make_node("Conv", ["x", "wc"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+        helper.make_node("Relu", ["c"], ["r"], name="relu"),
+        helper.make_node("ReduceMean", ["r"], ["m"], name="pool", axes=[2, 3], keepdims=0),
+        helper.make_node("MatMul", ["m", "wh"], ["y"], name="head"),
+    ]
+    graph = helper.make_graph(
+        nodes,
+        "conv_head",
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["n", 3, 8, 8])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["n", 301])],
+        inits,
+    )
+    return save_graph(graph, path)
+
+
+@pytest.mark.parametrize(
+    ("quant_format", "activation_type", "reduce_range"),
+    [("QDQ", "uint8", False), ("QDQ", "int8", True), ("QOperator", "uint8", True), ("QOperator", "int8", False)],
+)
+def test_a_static_model_is_byte_identical_with_or_without(
+    tmp_path: Path, monkeypatch, quant_format: str, activation_type: str, reduce_range: bool
+) -> None:
+    """The QDQ quantizer's per-channel scales and weights, and the QOperator one's, computed every
+    channel at once: the very model onnxruntime writes channel by channel."""
+    from quantune.data import Dataset
+    from quantune.passes import PassContext
+    from quantune.passes.onnx import static_quant
+
+    model = _conv_and_head(tmp_path / "m.onnx")
+    rows = {"x": np.random.default_rng(7).normal(0, 1, (16, 3, 8, 8)).astype(np.float32)}
+    static = get_pass("static_quant")
+    config = static.Config(
+        per_channel=True, reduce_range=reduce_range, quant_format=quant_format, activation_type=activation_type
+    )
+    calls: list[str] = []
+    real = fast_channels.channel_params
+    monkeypatch.setattr(fast_channels, "channel_params", lambda *a: calls.append("fast") or real(*a))
+    digests = []
+    for fast in (True, False):
+        monkeypatch.setattr(static_quant, "fast_per_channel", fast_channels.fast_per_channel if fast else nullcontext)
+        out = tmp_path / f"{fast}.onnx"
+        static().run(config, model, out, PassContext(Dataset(rows, "calib"), ["x"], 8, tmp_path))
+        digests.append(hashlib.sha256(out.read_bytes()).hexdigest())
+    assert calls, "the vectorized path was never taken"
+    assert fast_channels._VERIFIED and all(fast_channels._VERIFIED.values())  # onnxruntime's arithmetic here
+    assert digests[0] == digests[1]
+    scales = {tuple(i.dims) for i in onnx.load(str(tmp_path / "True.onnx")).graph.initializer if "scale" in i.name}
+    assert (301,) in scales and (6,) in scales  # per channel indeed

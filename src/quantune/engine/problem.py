@@ -49,6 +49,7 @@ def search_problem(
         objectives=objectives,
         timeout_s=config.stop.timeout_s,
         int8_saturates=int8_saturates(),
+        provider=config.target.provider,
         evaluates_ahead=isolation is not None and not isolation.inline and spec is not None and prebuild_enabled(),
         **isolated(
             accuracy_fields(

@@ -39,7 +39,10 @@ file and its registration:
   nodes are quantized, the Q/DQ layout), so they can change speed; None: every parameter may.
   The quantune strategy's latency stage tries only these;
 * ``recover_cost``: for a ``recover`` pass, how costly it is (the recover stage tries the
-  cheapest refining flow first).
+  cheapest refining flow first);
+* ``faster_twin``: for a config whose kernels are known slow on a provider, the parameter values
+  that give the same kind of model on the runtime's fast path (the speed ceilings skip the slow
+  one when its twin is among them: it could only be built and timed to be dropped).
 
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
@@ -112,6 +115,15 @@ class Pass(ABC):
     graph_params: ClassVar[frozenset[str] | None] = None
     recover_cost: ClassVar[int] = 0  # a refining pass's cost rank (1: one pass over the data; 2: a fit per layer)
     auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half", "refine"] | None] = None
+
+    @classmethod
+    def faster_twin(
+        cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
+    ) -> tuple[dict[str, Any], str] | None:
+        """(the parameter values that make ``config``'s model run on ``provider``'s fast kernels, why),
+        or None when nothing is known. ``op_types``: the op types the model would quantize. Known
+        facts of the runtime only -- a speed learned on one model is a measurement, not a trait."""
+        return None
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:

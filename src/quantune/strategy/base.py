@@ -104,6 +104,9 @@ class SearchProblem:
     # the engine builds and evaluates a strategy's first proposal beside the original's evaluation
     # (engine/prebuild.py): a first guess there costs no wall time before the speed ceilings
     evaluates_ahead: bool = False
+    # the execution provider the run's models are for (``target.provider``; the provider axis's points
+    # name their own): which of a pass's kernels are slow there (``Pass.faster_twin``)
+    provider: str = "CPUExecutionProvider"
 
 
 class Strategy(ABC):

@@ -60,6 +60,11 @@ class QuantuneOptions(AccuracyOptions):
         default=0.03, ge=-1, lt=1, description="A variant must beat the original's latency by this share."
     )
     drop_slow: bool = Field(default=True, description="Drop variants whose ceiling is not faster than the original.")
+    skip_slower_twins: bool = Field(
+        default=True,
+        description="Skip a speed ceiling whose quantization runs on kernels the runtime knows slow where "
+        "another variant is the same quantization on fast ones (S8S8 QOperator on x86, int8 ConvInteger).",
+    )
     screen_trials: int = Field(default=2, ge=0, description="One-at-a-time accuracy parameter changes.")
     op_type_trials: int = Field(default=3, ge=0, description="Op types tried back in int8 after an op-type fallback.")
     bisect_blocks: bool = Field(default=True, description="Bisect over repeated blocks before single groups.")

@@ -117,6 +117,18 @@ class DynamicQuantization(Pass):
     min_opset = 11
 
     @classmethod
+    def faster_twin(
+        cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
+    ) -> tuple[dict[str, Any], str] | None:
+        """int8 weights on convolutions: ``ConvInteger`` is fast with uint8 weights only (``UINT8_FAST``),
+        and ``mixed`` gives the convolutions uint8 weights and every other op int8 ones. Measured here
+        on the 7 zoo and peer models with convolutions: int8 1.98-8.97x fp32, mixed 0.48-1.86x."""
+        quantized = set(config.get("op_types_to_quantize") or op_types) & op_types
+        if config.get("weight_type") == "int8" and quantized & set(UINT8_FAST):
+            return {"weight_type": "mixed"}, "onnxruntime's ConvInteger is fast with uint8 weights only"
+        return None
+
+    @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
         """ConvInteger needs the weights of the convolutions it quantizes as initializers."""
         assert isinstance(config, DynamicQuantizationConfig)

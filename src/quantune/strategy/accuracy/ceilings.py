@@ -15,7 +15,7 @@ from quantune.evaluate.paired import MIN_GAIN
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
-from quantune.strategy.accuracy.speed import Variant, build_order, likeliest, speed_variants
+from quantune.strategy.accuracy.speed import Variant, build_order, likeliest, slower_twins, speed_variants
 from quantune.strategy.base import Outcome, Proposal
 
 log = logging.getLogger("quantune.strategy")
@@ -38,6 +38,11 @@ class CeilingStage(ProviderCeilings):
                     self.variants.append(variant)
                     self._ceiling_stage[f"{CEILING}: {label}"] = variant
             self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
+            if self.options.skip_slower_twins:
+                for variant, twin, why in slower_twins(self.variants, self.problem.provider):
+                    self.variants.remove(variant)
+                    self._ceiling_stage.pop(f"{CEILING}: {variant.label}", None)
+                    self.skipped.append(f"{variant.label} skipped: {why}; {twin.label} is the same quantization there")
         return self.variants
 
     def stage_first_guess(self) -> Step:
@@ -84,6 +89,7 @@ class CeilingStage(ProviderCeilings):
         0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
         """
         self.ceiling_variants()
+        self.decisions.extend(self.skipped)
         if self._time_ceilings(self.variants):
             for variant in self.variants:
                 self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")

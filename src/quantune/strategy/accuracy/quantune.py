@@ -77,6 +77,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         self.variants: list[Variant] = []
         self._ceiling_stage: dict[str, Variant] = {}
         self.decisions: list[str] = []  # why variants were kept or dropped, in order
+        self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)
         self._screened = False  # the accuracy parameters were screened before the fallback
         self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
         self._in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage

@@ -190,6 +190,46 @@ def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
     return filled
 
 
+def slower_twins(variants: Sequence[Variant], provider: str) -> list[tuple[Variant, Variant, str]]:
+    """(variant, its faster twin among ``variants``, why) for each variant whose quant pass knows
+    its kernels slow where it runs (``Pass.faster_twin``) and whose twin -- the same quantization
+    on the fast kernels -- is a variant too; the speed ceilings skip the slow one (building and
+    timing it only to drop it cost PP-OCRv6's recognizer three builds and 15x the original's time
+    a round). A variant on the provider axis runs where its point says; the others on ``provider``."""
+    from quantune.passes.registry import get_pass
+
+    out = []
+    for variant in variants:
+        ctx = variant.ctx
+        try:
+            pass_cls = get_pass(ctx.quant_pass)
+        except Exception:  # a plugin pass not registered here: nothing known of it
+            continue
+        config = _step_config(ctx, pass_cls, variant.point)
+        where = next((str(v) for k, v in variant.point.items() if k.endswith(".provider")), provider)
+        found = pass_cls.faster_twin(config, where, frozenset(ctx.capability.op_types()))
+        if found is None:
+            continue
+        overrides, why = found
+        twin_point = {**variant.point, **{ctx.key(name): value for name, value in overrides.items()}}
+        twin = next((v for v in variants if v is not variant and v.ctx is ctx and v.point == twin_point), None)
+        if twin is not None:
+            out.append((variant, twin, why))
+    return out
+
+
+def _step_config(ctx: AccuracyContext, pass_cls: Any, point: Mapping[str, Any]) -> dict[str, Any]:
+    """The quant step's parameter values at ``point``: the pass defaults, the user's fixed ones, the point's."""
+    values: dict[str, Any] = {}
+    for name, field in pass_cls.Config.model_fields.items():
+        if not field.is_required():
+            values[name] = field.get_default(call_default_factory=True)
+    values.update(ctx.problem.step_fixed.get(ctx.quant_step, {}))
+    prefix = f"{ctx.quant_step}."
+    values.update({key[len(prefix) :]: value for key, value in point.items() if key.startswith(prefix)})
+    return values
+
+
 def speed_params(ctx: AccuracyContext, point: Mapping[str, Any]) -> Point:
     """The values of a point that decide its speed class (held fixed while accuracy is recovered)."""
     keys = [ctx.key("quant_format"), ctx.key("activation_type"), ctx.key("activation_symmetric")]
