@@ -149,11 +149,22 @@ def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_
 
 
 def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_path, monkeypatch) -> None:
+    from quantune.engine import original
+
     monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
     config = _layernorm(tmp_path, "latency")
     config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
     config["search"]["strategy_options"] = dict(OPTIONS)
+    alone, in_rounds = [], []
+    retime, store = original.retime_original, original.store_original_latency
+    monkeypatch.setattr(
+        original, "retime_original", lambda ctx, deadline=None: alone.append(1) or retime(ctx, deadline)
+    )
+    monkeypatch.setattr(original, "store_original_latency", lambda ctx, t: in_rounds.append(len(t)) or store(ctx, t))
     quantune.tune(config, output=tmp_path / "run")
+    # the original, timed beside the builds, is timed again once after them: in the ceilings' rounds
+    # (each times it first) when they ran enough of them, else alone
+    assert len(alone) + len(in_rounds) == 1 and all(n >= original.RETIME_ROUNDS for n in in_rounds)
     assert json.loads((tmp_path / "run" / "results.json").read_text())["trials"]
     log = (tmp_path / "run" / "workers" / "first_guess.log").read_text()
     assert "first guess: run set up in" in log and "ahead: run set up in" in log  # in the guess's worker, after it

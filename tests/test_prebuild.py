@@ -154,17 +154,42 @@ def test_only_cached_answers_from_the_cache_or_raises(make_config, tmp_path) -> 
         assert run_pass_cached(cache, dynamic, config, model.path, model.sha256, **common) == (built, sha, True)
 
 
-def test_builds_are_split_so_only_one_worker_calibrates() -> None:
-    from quantune.engine.prebuild import split_by_calibration
+def test_the_builds_queue_is_worked_from_both_ends_and_one_worker_calibrates(tmp_path: Path) -> None:
+    """Two workers on one list: each item built once; the second takes the light items first and a
+    calibrating one only after a calibrating build finished (the ranges are then cached)."""
+    import threading
 
-    items = [
-        ({"s.quant_format": "QDQ"}, ("s",)),
-        ({"d.weight_type": "int8"}, ("d",)),
-        ({"s.quant_format": "QOperator"}, ("s",)),
-        ({"d.weight_type": "mixed"}, ("t", "d")),
-    ]
+    from quantune.engine.ahead import Queue, calibrates
+
     passes = {"s": "static_quant", "d": "dynamic_quant", "t": "transformer_opt"}
-    heavy, light = split_by_calibration(items, passes)
-    assert [flow for _, flow in heavy] == [("s",), ("s",)]
-    assert [flow for _, flow in light] == [("d",), ("t", "d")]
-    assert split_by_calibration(items[1::2], passes) == [items[1::2]]  # one group: one worker
+    flows = [("s",), ("s",), ("s",), ("d",), ("t", "d")]
+    heavy = tuple(calibrates(flow, passes) for flow in flows)
+    assert heavy == (True, True, True, False, False)
+    (tmp_path / "claims").mkdir()
+    queue = Queue(str(tmp_path / "claims"), str(tmp_path / "calibrated"), heavy)
+    log: list[tuple[str, int, bool]] = []
+    calibrating, light_done = threading.Event(), threading.Event()
+
+    def front() -> None:
+        for index in queue.take():
+            log.append(("front", index, Path(queue.calibrated).exists()))
+            if index == 0:  # calibrating while the other worker builds the light items
+                calibrating.set()
+                assert light_done.wait(30)
+
+    def back() -> None:
+        calibrating.wait(30)
+        for index in dataclasses.replace(queue, reverse=True).take():
+            log.append(("back", index, Path(queue.calibrated).exists()))
+            if index == 3:
+                light_done.set()
+
+    threads = [threading.Thread(target=front), threading.Thread(target=back)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(60)
+    assert sorted(index for _, index, _ in log) == list(range(5))  # each once
+    assert log[0] == ("front", 0, False)
+    assert [index for name, index, _ in log if name == "back"][:2] == [4, 3]  # light first, from the end
+    assert all(ready for name, index, ready in log if name == "back" and heavy[index])  # it never calibrates

@@ -134,16 +134,25 @@ def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]
     Returns the new latency figures (none when the original's figures are not cached). ``deadline``
     (``time.perf_counter()``): no round starts past it after the fewest (the run's limit: under load a
     300 ms model's 60 rounds took 18 s of a 60 s run)."""
-    key = ctx.eval_key(ctx.model.sha256)
-    cached = ctx.cache.get_json("evals", key)
-    if cached is None:
+    if ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) is None:
         return {}
     evaluator = ctx.evaluator
     spec = evaluator.spec
     timings = evaluator.backend.timings(
         [ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner, deadline=deadline
     )
-    fresh = latency_figures(timings[0])
+    return store_original_latency(ctx, timings[0])
+
+
+def store_original_latency(ctx: Any, timings_s: Any) -> dict[str, float]:
+    """The original's latency figures from ``timings_s`` (seconds a run, timed here on a quiet core:
+    alone, or in the speed ceilings' rounds) into its cached figures; the figures (none when the
+    original's figures are not cached)."""
+    key = ctx.eval_key(ctx.model.sha256)
+    cached = ctx.cache.get_json("evals", key)
+    if cached is None:
+        return {}
+    fresh = latency_figures(timings_s)
     ctx.cache.put_json("evals", key, {**cached, "metrics": {**cached["metrics"], **fresh}, "quick_timing": False})
     return fresh
 

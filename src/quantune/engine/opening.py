@@ -109,6 +109,8 @@ def claim_output(opening: Opening, output_dir: Path, restart: bool, isolation: I
         def baseline() -> dict[str, float]:
             book.mark(SET_UP)
             figures = original_figures(TrialRunner(parts.context), opening.spec, isolation, beside=beside)[0]
+            if opening.prebuild is not None:
+                opening.prebuild.original_done()  # its core may build now
             book.mark(ORIGINAL)
             return figures
 

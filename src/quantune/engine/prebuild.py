@@ -16,19 +16,19 @@ sooner). A strategy that does not start with ceilings gets nothing built.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import shutil
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import replace
 from functools import partial
 from pathlib import Path
 from typing import Any
 
+from quantune.engine.ahead import Queue, build_variants, calibrates, evaluate_ahead
 from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
 
 log = logging.getLogger("quantune.prebuild")
@@ -91,171 +91,6 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
     return [], None, None, []
 
 
-def evaluate_ahead(spec: Any, first: Item, later: Items, wait_s: float, marker: str) -> tuple[bool, list[bool]]:
-    """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
-    starts then), then each of ``later`` (``evaluate_ahead``: PP-OCRv6's final model was a 2.4 s trial
-    after the ceilings) the same way, beside the builds; (the guess cached, each of ``later`` cached)."""
-    ok = evaluate_first_guess(spec, first[0], first[1], wait_s)
-    (written := Path(f"{marker}.tmp")).write_text("1" if ok else "0")
-    written.replace(marker)  # whole, or not there
-    if not ok:  # no reference to compare with: built only, as the ceilings (they are timed with them)
-        return ok, [False] * build_variants(spec, later, None, False)
-    return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in later]
-
-
-def evaluate_first_guess(
-    spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float, label: str = "first guess"
-) -> bool:
-    """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
-    then compared with the original's outputs once they are in the cache (the baseline's stage,
-    beside this one, writes them); the figures land in the evaluation cache, where the trial reads
-    them. False when the reference did not come within ``wait_s`` or the model failed (its trial
-    then runs as any other, and says why)."""
-    from quantune.engine.baseline import shared_cores
-    from quantune.engine.executors.worker import runner_for
-    from quantune.engine.probes import _variant_model
-
-    started = time.perf_counter()
-    runner = runner_for(spec)
-    context = runner.context
-    shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
-    # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
-    # build and measurement instead of following them (0.6 s for the captcha model's 217 MB)
-    reference = _Reference(runner, wait_s)
-    ready = time.perf_counter()
-    try:
-        with _sessions_without_spinning():
-            path, sha = _variant_model(context, context.plan, point, flow, label=f" ({label})")
-        built = time.perf_counter()
-        key = context.eval_key(sha)
-        if context.cache.get_json("evals", key) is not None:
-            reference.cancel()
-            return True
-        measured = context.evaluator.measure(path)
-    except Exception as exc:
-        reference.cancel()
-        print(f"{label} {point}: {type(exc).__name__}: {exc}", flush=True)
-        return False
-    done = time.perf_counter()
-    if (outputs := reference.result()) is None:
-        return False
-    waited = time.perf_counter()
-    figures = context.evaluator.figures(measured, outputs)
-    context.cache.put_json("evals", key, {"metrics": figures, "ahead": spec.run_id})
-    print(
-        f"{label}: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
-        f"{done - built:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "
-        f"{time.perf_counter() - waited:.1f} s",
-        flush=True,
-    )
-    return True
-
-
-class _Reference(threading.Thread):
-    """The original's packed outputs, read once the baseline's stage has cached them (polled: a
-    file the other worker writes, before it times the original), or ``None`` after ``wait_s``."""
-
-    def __init__(self, runner: Any, wait_s: float) -> None:
-        super().__init__(name="quantune-reference", daemon=True)
-        self._runner = runner
-        self._deadline = time.monotonic() + wait_s
-        self._cancelled = threading.Event()
-        self._value: dict[str, Any] | None = None
-        self.start()
-
-    def run(self) -> None:
-        from quantune.engine.baseline import cached_reference
-
-        while (value := cached_reference(self._runner)) is None:
-            if time.monotonic() >= self._deadline or self._cancelled.wait(0.05):
-                return
-        self._value = value
-
-    def cancel(self) -> None:
-        """Stops the waiting (the guess failed or was already evaluated)."""
-        self._cancelled.set()
-
-    def result(self) -> dict[str, Any] | None:
-        self.join()
-        return self._value
-
-
-def build_variants(spec: Any, items: Items, budget_s: float | None, profile: bool = True) -> int:
-    """In the stage worker: each point's model through the pass cache (as the ceiling stage's
-    ``_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built.
-    ``profile``: then also the original's node profile."""
-    from quantune.engine.executors.worker import runner_for
-    from quantune.engine.probes import _profile, _variant_model
-
-    context = runner_for(spec).context
-    deadline = None if not budget_s else time.perf_counter() + budget_s
-    built = 0
-    with _sessions_without_spinning():
-        for point, flow in items:
-            if deadline is not None and built and time.perf_counter() >= deadline:
-                break
-            try:
-                _variant_model(context, context.plan, point, flow)
-            except Exception as exc:  # the ceiling stage meets the same failure and reports it
-                print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
-                continue
-            built += 1
-        try:  # the original's per-node profile, which the strategy asks for next (cached; a hint only)
-            if profile:
-                _profile(context)
-        except Exception as exc:
-            print(f"node profile: {type(exc).__name__}: {exc}", flush=True)
-    return built
-
-
-def split_by_calibration(items: Items, step_passes: Any) -> list[Items]:
-    """The items whose flow calibrates (static quantization: heavy, memory bounded per process)
-    and the others (dynamic, weight-only: no calibration), each non-empty group once.
-
-    Two workers build them side by side: the second core is free once the original's
-    evaluation ends, and only one of them ever calibrates, so the calibration's memory bound
-    still holds. MiniLM-L3: 6 ceilings built in 13.5 s one after another.
-    """
-    from quantune.passes.registry import get_pass
-
-    def calibrates(flow: tuple[str, ...]) -> bool:
-        for step in flow:
-            try:
-                if get_pass(str(step_passes.get(step, step))).needs_calibration:
-                    return True
-            except Exception:  # an unknown pass: treat it as heavy
-                return True
-        return False
-
-    heavy = [item for item in items if calibrates(item[1])]
-    light = [item for item in items if not calibrates(item[1])]
-    return [group for group in (heavy, light) if group]
-
-
-@contextlib.contextmanager
-def _sessions_without_spinning() -> Iterator[None]:
-    """In the builds' worker: onnxruntime sessions (calibration's) whose idle threads sleep rather
-    than spin, so the builds take no more of the machine than their work while the original is
-    evaluated beside them. Spinning changes no figure, only how threads wait."""
-    import onnxruntime as ort
-
-    original = ort.InferenceSession
-
-    class Quiet(original):  # type: ignore[misc, valid-type]
-        def __init__(self, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:
-            options = sess_options if sess_options is not None else ort.SessionOptions()
-            for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
-                with contextlib.suppress(Exception):
-                    options.add_session_config_entry(key, "0")
-            super().__init__(path_or_bytes, options, *args, **kwargs)
-
-    ort.InferenceSession = Quiet
-    try:
-        yield
-    finally:
-        ort.InferenceSession = original
-
-
 FIRST_GUESS = "first_guess"
 FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's reference outputs
 
@@ -265,38 +100,48 @@ class Prebuild:
 
     With a first guess (the strategy's first trial, before its ceilings) its model is built and
     evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
-    on the machine's two cores -- and the ceilings' builds start once it is done, so they do not
-    slow it down (started once the original was done, they did: 4 processes on 2 cores). The
-    points to evaluate ahead (``later``) follow the guess in its worker, beside the builds.
+    on the machine's two cores. The builds are one list worked from both ends (:class:`Queue`):
+    the second worker starts once the original's evaluation is done (:meth:`original_done`; its
+    core sat idle until the guess was done: 3 s on PP-OCRv6's recognizer), with the light
+    (uncalibrated) items; the first once the guess is done (both at once, they slowed it: 4
+    processes on 2 cores). The points to evaluate ahead (``later``) follow the guess in its
+    worker, beside the builds.
     """
 
     def __init__(
         self,
         spec: Any,
-        groups: list[Items],
+        items: Items,
+        heavy: list[bool],
         budget_s: float | None,
         isolation: Isolation,
         first: Item | None = None,
         later: Items | None = None,
+        first_calibrates: bool = False,
     ) -> None:
         self._tmp = Path(tempfile.mkdtemp(prefix="quantune-prebuild-"))
         self._isolation = replace(isolation, log_dir=self._tmp, deadline=StageDeadline())
-        self.items = [item for group in groups for item in group]
+        self.items = list(items)
         self.first = first
         self.first_evaluated = False
         self.later = list(later or []) if first is not None else []
         self.later_evaluated: Items = []
         self._first_done = threading.Event()
-        self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(len(groups))]
-        self._built = [0] * len(groups)
+        self._original_done = threading.Event()
+        self._first_calibrates = first_calibrates
+        (claims := self._tmp / "claims").mkdir()
+        self._queue = Queue(str(claims), str(self._tmp / "calibrated"), tuple(heavy))
+        workers = 1 if len(items) < 2 else 2
+        self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(workers)]
+        self._built = [0] * workers
         self._threads = [
             threading.Thread(
                 target=self._run,
-                args=(index, spec, group, budget_s),
+                args=(index, spec, budget_s),
                 name=f"quantune-{self._stages[index].replace('_', '-')}",
                 daemon=True,
             )
-            for index, group in enumerate(groups)
+            for index in range(workers)
         ]
         if first is not None:
             self._stages.append(FIRST_GUESS)
@@ -305,12 +150,16 @@ class Prebuild:
             guess.start()
         else:
             self._first_done.set()
-        for thread in self._threads[: len(groups)]:
+        for thread in self._threads[:workers]:
             thread.start()
 
     @property
     def built(self) -> int:
         return sum(self._built)
+
+    def original_done(self) -> None:
+        """The original's evaluation is over: its core may build (the second worker starts)."""
+        self._original_done.set()
 
     def _guess(self, spec: Any, first: Item) -> None:
         marker, outcomes = self._tmp / "first_guess.done", []
@@ -321,6 +170,8 @@ class Prebuild:
             while stage.is_alive() and not marker.exists():
                 stage.join(0.02)
             self.first_evaluated = marker.exists() and marker.read_text() == "1"
+            if self.first_evaluated and self._first_calibrates:
+                self._queue.mark_calibrated()  # its ranges are cached: the ceilings' builds only quantize
         finally:
             self._first_done.set()
         stage.join()
@@ -328,10 +179,17 @@ class Prebuild:
         if value:  # (the guess's answer came with the marker)
             self.later_evaluated = [item for item, ok in zip(self.later, value[1], strict=False) if ok]
 
-    def _run(self, index: int, spec: Any, items: Items, budget_s: float | None) -> None:
-        self._first_done.wait()  # the first guess alone beside the original's evaluation
+    def _run(self, index: int, spec: Any, budget_s: float | None) -> None:
+        if index == 0:
+            self._first_done.wait()  # the first guess alone beside the original's evaluation
+        else:
+            while not (self._original_done.wait(0.05) or self._first_done.is_set()):
+                pass
         stage = self._stages[index]
-        outcome = run_stage(stage, build_variants, spec, items, budget_s, index == 0, isolation=self._isolation)
+        queue = replace(self._queue, reverse=index > 0)
+        outcome = run_stage(
+            stage, build_variants, spec, self.items, budget_s, index == 0, queue, isolation=self._isolation
+        )
         self._built[index] = outcome.value or 0
 
     @classmethod
@@ -344,8 +202,12 @@ class Prebuild:
             return None
         problem = getattr(strategy, "problem", None)
         rest = [item for item in items if item != first and item not in later]  # those are built where evaluated
-        groups = split_by_calibration(rest, getattr(problem, "step_passes", {}))
-        return cls(spec, groups, budget_s, isolation, first, later)
+        passes = getattr(problem, "step_passes", {})
+        heavy = [calibrates(flow, passes) for _, flow in rest]
+        rest = [item for _, item in sorted(zip(heavy, rest, strict=True), key=lambda pair: not pair[0])]  # heavy first
+        heavy.sort(reverse=True)
+        first_calibrates = first is not None and calibrates(first[1], passes)
+        return cls(spec, rest, heavy, budget_s, isolation, first, later, first_calibrates)
 
     def wait_first_guess(self, timeout_s: float | None = None) -> bool:
         """Waits until the first guess is evaluated (or failed); whether it is in the cache."""

@@ -264,6 +264,9 @@ def _ceilings(
             limit=limit,
         )
         medians = ratio_medians(timings)
+        if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here
+            context.original_timed = None
+            timed(timings[0])
         cached = {"ratios": medians, "rounds": int(timings.shape[1])}
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)

@@ -80,18 +80,23 @@ def isolated(
             return [None] * len(plain)
         if left is not None:
             budget_s = left if budget_s is None else min(budget_s, left)
-        if local is not None:
-            from quantune.engine.probes import cached_ceilings
+        try:
+            if local is not None:
+                from quantune.engine.probes import cached_ceilings
 
-            started = time.perf_counter()
-            try:
-                here = cached_ceilings(local[0], local[1], plain, threshold, budget_s, isolation.deadline.at)
-            finally:  # a one-off stage run here: the loop must not count it as every trial's work
-                count_stage_seconds(time.perf_counter() - started)
-            if here is not None:
-                return here
-        outcome = run_stage("speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, isolation=isolation)
-        return outcome.value if outcome.ok else [None] * len(plain)
+                started = time.perf_counter()
+                try:
+                    here = cached_ceilings(local[0], local[1], plain, threshold, budget_s, isolation.deadline.at)
+                finally:  # a one-off stage run here: the loop must not count it as every trial's work
+                    count_stage_seconds(time.perf_counter() - started)
+                if here is not None:
+                    return here
+            outcome = run_stage("speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, isolation=isolation)
+            return outcome.value if outcome.ok else [None] * len(plain)
+        finally:
+            if local is not None and (pending := local[0].original_timed) is not None:
+                local[0].original_timed = None
+                pending(None)  # the ceilings did not time the original here: timed alone
 
     costs: dict[str, float] | None = None
 

@@ -1,0 +1,228 @@
+"""The stage workers' side of the builds ahead (engine/prebuild.py): the first guess evaluated
+beside the original's evaluation, and the speed ceilings' models built from one shared list.
+
+Split from prebuild.py, which runs them from the engine's threads: these functions run in the
+stage workers' processes and share nothing with the engine but files (the pass and evaluation
+caches, the queue's claims, the guess's marker).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+Item = tuple[dict[str, Any], tuple[str, ...]]
+Items = list[Item]
+
+
+def evaluate_ahead(spec: Any, first: Item, later: Items, wait_s: float, marker: str) -> tuple[bool, list[bool]]:
+    """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
+    starts then), then each of ``later`` (``evaluate_ahead``: PP-OCRv6's final model was a 2.4 s trial
+    after the ceilings) the same way, beside the builds; (the guess cached, each of ``later`` cached)."""
+    ok = evaluate_first_guess(spec, first[0], first[1], wait_s)
+    (written := Path(f"{marker}.tmp")).write_text("1" if ok else "0")
+    written.replace(marker)  # whole, or not there
+    if not ok:  # no reference to compare with: built only, as the ceilings (they are timed with them)
+        return ok, [False] * build_variants(spec, later, None, False)
+    return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in later]
+
+
+def evaluate_first_guess(
+    spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float, label: str = "first guess"
+) -> bool:
+    """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
+    then compared with the original's outputs once they are in the cache (the baseline's stage,
+    beside this one, writes them); the figures land in the evaluation cache, where the trial reads
+    them. False when the reference did not come within ``wait_s`` or the model failed (its trial
+    then runs as any other, and says why)."""
+    from quantune.engine.baseline import shared_cores
+    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.probes import _variant_model
+
+    started = time.perf_counter()
+    runner = runner_for(spec)
+    context = runner.context
+    shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
+    # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
+    # build and measurement instead of following them (0.6 s for the captcha model's 217 MB)
+    reference = _Reference(runner, wait_s)
+    ready = time.perf_counter()
+    try:
+        with _sessions_without_spinning():
+            path, sha = _variant_model(context, context.plan, point, flow, label=f" ({label})")
+        built = time.perf_counter()
+        key = context.eval_key(sha)
+        if context.cache.get_json("evals", key) is not None:
+            reference.cancel()
+            return True
+        measured = context.evaluator.measure(path)
+    except Exception as exc:
+        reference.cancel()
+        print(f"{label} {point}: {type(exc).__name__}: {exc}", flush=True)
+        return False
+    done = time.perf_counter()
+    if (outputs := reference.result()) is None:
+        return False
+    waited = time.perf_counter()
+    figures = context.evaluator.figures(measured, outputs)
+    context.cache.put_json("evals", key, {"metrics": figures, "ahead": spec.run_id})
+    print(
+        f"{label}: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
+        f"{done - built:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "
+        f"{time.perf_counter() - waited:.1f} s",
+        flush=True,
+    )
+    return True
+
+
+class _Reference(threading.Thread):
+    """The original's packed outputs, read once the baseline's stage has cached them (polled: a
+    file the other worker writes, before it times the original), or ``None`` after ``wait_s``."""
+
+    def __init__(self, runner: Any, wait_s: float) -> None:
+        super().__init__(name="quantune-reference", daemon=True)
+        self._runner = runner
+        self._deadline = time.monotonic() + wait_s
+        self._cancelled = threading.Event()
+        self._value: dict[str, Any] | None = None
+        self.start()
+
+    def run(self) -> None:
+        from quantune.engine.baseline import cached_reference
+
+        while (value := cached_reference(self._runner)) is None:
+            if time.monotonic() >= self._deadline or self._cancelled.wait(0.05):
+                return
+        self._value = value
+
+    def cancel(self) -> None:
+        """Stops the waiting (the guess failed or was already evaluated)."""
+        self._cancelled.set()
+
+    def result(self) -> dict[str, Any] | None:
+        self.join()
+        return self._value
+
+
+@dataclass(frozen=True)
+class Queue:
+    """The builds' shared list, worked from both ends by two stage workers (processes): each item is
+    claimed by creating a file in ``claims`` (whoever creates it builds it). The second worker
+    (``reverse``) takes the light items first and a calibrating one only once ``calibrated`` exists
+    -- the ranges are then cached and building is quantizing only --, so two processes never
+    calibrate at once (the calibration's memory bound is per process)."""
+
+    claims: str
+    calibrated: str
+    heavy: tuple[bool, ...]
+    reverse: bool = False
+
+    def claim(self, index: int) -> bool:
+        try:
+            os.close(os.open(os.path.join(self.claims, str(index)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
+        except FileExistsError:
+            return False
+        return True
+
+    def order(self) -> list[int]:
+        indices = list(range(len(self.heavy)))
+        return indices[::-1] if self.reverse else indices
+
+    def mark_calibrated(self) -> None:
+        Path(self.calibrated).touch()
+
+    def wait_calibrated(self, deadline: float | None) -> bool:
+        while not os.path.exists(self.calibrated):
+            if deadline is not None and time.perf_counter() >= deadline:
+                return False
+            time.sleep(0.05)
+        return True
+
+    def take(self, deadline: float | None = None) -> Iterator[int]:
+        """The indices this worker builds, in its order, each claimed first (a calibrating one, in the
+        second worker, once ``calibrated`` exists; none after ``deadline`` while waiting for it)."""
+        for index in self.order():
+            if self.reverse and self.heavy[index] and not self.wait_calibrated(deadline):
+                return
+            if not self.claim(index):
+                continue
+            try:
+                yield index
+            finally:  # built (or failed: the other worker then calibrates for its own)
+                if self.heavy[index]:
+                    self.mark_calibrated()
+
+
+def build_variants(
+    spec: Any, items: Items, budget_s: float | None, profile: bool = True, queue: Queue | None = None
+) -> int:
+    """In the stage worker: each point's model through the pass cache (as the ceiling stage's
+    ``_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built.
+    ``queue``: only the items this worker claims, in its order. ``profile``: then also the
+    original's node profile."""
+    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.probes import _profile, _variant_model
+
+    context = runner_for(spec).context
+    deadline = None if not budget_s else time.perf_counter() + budget_s
+    built = 0
+    with _sessions_without_spinning():
+        for index in queue.take(deadline) if queue is not None else range(len(items)):
+            point, flow = items[index]
+            if deadline is not None and built and time.perf_counter() >= deadline:
+                break
+            try:
+                _variant_model(context, context.plan, point, flow)
+            except Exception as exc:  # the ceiling stage meets the same failure and reports it
+                print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
+                continue
+            built += 1
+        try:  # the original's per-node profile, which the strategy asks for next (cached; a hint only)
+            if profile:
+                _profile(context)
+        except Exception as exc:
+            print(f"node profile: {type(exc).__name__}: {exc}", flush=True)
+    return built
+
+
+def calibrates(flow: tuple[str, ...], step_passes: Any) -> bool:
+    """Whether ``flow`` calibrates (static quantization: heavy, memory bounded per process)."""
+    from quantune.passes.registry import get_pass
+
+    for step in flow:
+        try:
+            if get_pass(str(step_passes.get(step, step))).needs_calibration:
+                return True
+        except Exception:  # an unknown pass: treat it as heavy
+            return True
+    return False
+
+
+@contextlib.contextmanager
+def _sessions_without_spinning() -> Iterator[None]:
+    """In the builds' worker: onnxruntime sessions (calibration's) whose idle threads sleep rather
+    than spin, so the builds take no more of the machine than their work while the original is
+    evaluated beside them. Spinning changes no figure, only how threads wait."""
+    import onnxruntime as ort
+
+    original = ort.InferenceSession
+
+    class Quiet(original):  # type: ignore[misc, valid-type]
+        def __init__(self, path_or_bytes: Any, sess_options: Any = None, *args: Any, **kwargs: Any) -> None:
+            options = sess_options if sess_options is not None else ort.SessionOptions()
+            for key in ("session.intra_op.allow_spinning", "session.inter_op.allow_spinning"):
+                with contextlib.suppress(Exception):
+                    options.add_session_config_entry(key, "0")
+            super().__init__(path_or_bytes, options, *args, **kwargs)
+
+    ort.InferenceSession = Quiet
+    try:
+        yield
+    finally:
+        ort.InferenceSession = original
