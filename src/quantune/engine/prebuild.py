@@ -129,6 +129,7 @@ class Prebuild:
         self._first_done = threading.Event()
         self._original_done = threading.Event()
         self._first_calibrates = first_calibrates
+        self._log_dir: Path | None = None  # where the workers' logs go (keep_log)
         (claims := self._tmp / "claims").mkdir()
         self._queue = Queue(str(claims), str(self._tmp / "calibrated"), tuple(heavy))
         workers = 1 if len(items) < 2 else 2
@@ -227,30 +228,35 @@ class Prebuild:
         """The first guess when it was evaluated ahead (its trial reads the cache), and ``later`` ones so far."""
         return ([self.first] if self.first_evaluated and self.first is not None else []) + list(self.later_evaluated)
 
-    def join(self, deadline: float | None = None) -> None:
-        """Waits for the builds; with ``deadline`` (``time.perf_counter()``, the run's limit) no longer
+    def join(self, deadline: float | None = None, builds_only: bool = False) -> None:
+        """Waits for the builds (``builds_only``: not for the first guess's worker, which may still be
+        evaluating ``later``); with ``deadline`` (``time.perf_counter()``, the run's limit) no longer
         than until then: builds still running are stopped (issue 23: one static build of a 225 KB
         model took 36 s on a loaded machine and the speed ceilings waited for it past a 60 s limit)."""
-        for thread in self._threads:
+        threads = self._threads[: len(self._built)] if builds_only else self._threads
+        for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
-        if any(thread.is_alive() for thread in self._threads):
+        if any(thread.is_alive() for thread in threads):
             self._isolation.deadline.reason = "stopped at the run's time limit (stop.timeout_s) before it was built"
             self._isolation.deadline.at = time.perf_counter()
-            for thread in self._threads:
+            for thread in threads:
                 thread.join()
 
     def cancel(self) -> None:
-        """Stops the builds (the run ends before its ceilings) and waits for the workers to go."""
+        """Stops what still runs (the run ended before its ceilings, or before it needed a model
+        evaluated ahead), waits for the workers to go, and keeps the logs where ``keep_log`` said."""
         if any(thread.is_alive() for thread in self._threads):
-            self._isolation.deadline.reason = "cancelled: the run ended before its speed ceilings"
+            self._isolation.deadline.reason = "cancelled: the run ended before it was needed"
             self._isolation.deadline.at = time.perf_counter()
             self.join()
-        self.keep_log(None)
+        self.keep_log(self._log_dir, final=True)
 
-    def keep_log(self, log_dir: Path | None) -> None:
-        """The builds' worker log goes to ``log_dir`` (the run's workers folder; ``None``: dropped)."""
-        if log_dir is not None:
+    def keep_log(self, log_dir: Path | None, final: bool = False) -> None:
+        """The workers' logs go to ``log_dir`` (the run's workers folder; ``None``: dropped), now and,
+        for a worker still running, again at the end (``final``: then the scratch folder goes)."""
+        if log_dir is not None and not final:
             log.info("speed ceilings built ahead: %d of %d variants", self.built, len(self.items))
+            self._log_dir = log_dir
         for stage in self._stages:
             source = self._tmp / f"{stage}.log"
             if log_dir is not None and source.is_file():
@@ -259,4 +265,5 @@ class Prebuild:
                     shutil.copyfile(source, log_dir / source.name)
                 except OSError:
                     pass
-        shutil.rmtree(self._tmp, ignore_errors=True)
+        if final or not any(thread.is_alive() for thread in self._threads):
+            shutil.rmtree(self._tmp, ignore_errors=True)
