@@ -125,6 +125,9 @@ def test_ceiling_timing_ranks_the_candidates_below_the_threshold() -> None:
     assert fastest_known(np.stack([original, fast, far, slow]), 0.97)
     assert not fastest_known(np.stack([original, fast, close, slow]), 0.97)
     assert fastest_known(np.stack([original, fast, slow]), 0.97)  # one below: nothing to rank
+    twin = np.full(rounds, 0.60) + np.linspace(0.002, -0.002, rounds)
+    steady = np.full(rounds, 0.60)
+    assert fastest_known(np.stack([original, steady, twin, slow]), 0.97)  # one speed: more rounds tell nothing
 
 
 def test_failed_symbolic_shape_inference_writes_nothing_into_the_working_directory(

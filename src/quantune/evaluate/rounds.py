@@ -29,7 +29,7 @@ from pathlib import Path
 import numpy as np
 
 from quantune.evaluate.latency import LatencySpec, latency_lane, timed_call, timing_session
-from quantune.evaluate.paired import paired_ratio
+from quantune.evaluate.paired import MIN_GAIN, paired_ratio
 from quantune.evaluate.session import DEFAULT_PROVIDER
 
 log = logging.getLogger("quantune.evaluate")
@@ -51,7 +51,10 @@ def decided(timings: np.ndarray, threshold: float) -> list[bool]:
 
 def fastest_known(timings: np.ndarray, threshold: float) -> bool:
     """Whether, among the candidates surely below ``threshold``, the fastest one's interval lies
-    wholly below every other's (True when fewer than two are below)."""
+    wholly below every other's, or both intervals lie within ``MIN_GAIN`` of each other -- one
+    speed, which more rounds would not split beyond a tie (the strategy's tie rule then decides;
+    two twins at 0.46x kept a detector's ceilings timing to the last round). True when fewer than
+    two are below."""
     intervals = []
     for row in timings[1:]:
         valid = ~np.isnan(row)
@@ -63,7 +66,11 @@ def fastest_known(timings: np.ndarray, threshold: float) -> bool:
     if len(intervals) < 2:
         return True
     intervals.sort(key=lambda i: i.median)
-    return all(intervals[0].high < other.low for other in intervals[1:])
+    first = intervals[0]
+    return all(
+        first.high < other.low or max(first.high, other.high) <= min(first.low, other.low) * (1.0 + MIN_GAIN)
+        for other in intervals[1:]
+    )
 
 
 def ratio_medians(timings: np.ndarray) -> list[float | None]:
