@@ -153,3 +153,16 @@ def test_report_cli_needs_only_results_json(make_config, tmp_path, capsys, monke
     assert printed.endswith("report.html")
     page = (tmp_path / "out" / "report.html").read_text()
     assert "no longer on disk" in page and "class=gone" in page
+
+
+def test_a_run_of_one_finished_trial_writes_no_study_and_says_why(make_config, tmp_path):
+    """With fewer than two finished trials there is nothing to view: Optuna's plots are not imported
+    and no optuna.db is written (1 s of a 3 s run); the page says so."""
+    out = tmp_path / "out"
+    config = make_config(passes=[{"name": "static_quant", "search": True}], stop={"max_trials": 1})
+    result = quantune.tune(config, output=out)
+    assert len([t for t in result.trials if t.status == "ok"]) == 1
+    page = (out / "report.html").read_text()
+    assert not (out / "optuna.db").exists()
+    assert "No Optuna study written (fewer than two finished trials)" in page
+    assert "No parameter view: fewer than two finished trials." in page

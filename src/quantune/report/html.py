@@ -149,6 +149,11 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
     from quantune.report.study import STUDY_FILE, STUDY_NAME, objective_name, run_space, write_study
 
     names = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
+    finished = [t for t in results.trials if t.status == "ok" and t.accuracy_loss is not None]
+    if len(finished) < 2:  # nothing to view; importing Optuna's plots and writing the study took 1 s of a 3 s run
+        why = "fewer than two finished trials"
+        empty = f"<p class=note>No parameter view: {why}.</p>"
+        return dict.fromkeys(names, empty), f"No Optuna study written ({why})."
     try:
         import optuna.visualization  # noqa: F401 (plotly missing fails here, with the note below)
 
