@@ -196,6 +196,9 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     # over many runs; freed tensors go back to the allocator, so the peak is one batch's.
     options.enable_cpu_mem_arena = False
     options.enable_mem_pattern = False
+    # Idle threads sleep: a capture group holds a session per weighted node, and each one's pool
+    # spinning between runs took the cores from the one that runs.
+    options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
