@@ -32,7 +32,7 @@ from quantune.engine.result import Result
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
 from quantune.engine.search_phase import Searched, search
-from quantune.engine.timebook import CONFIRMATION, START_UP, TimeBook
+from quantune.engine.timebook import CONFIRMATION, SESSION_SETTINGS, START_UP, TimeBook
 from quantune.store import RunStore
 from quantune.store.faults import storage_errors
 
@@ -139,7 +139,10 @@ class Engine:
             stop_reason,
             ending,
         )
+        searching = time.perf_counter()
         finish_providers(result, parts, self.config, self.providers_skipped, searched.end)  # target, provider, session
+        if time.perf_counter() - searching >= 0.05:  # the session settings were searched: not "writing"
+            self.book.mark(SESSION_SETTINGS)
         return write(result, self.book, searched.end, self.listeners, started, runner)
 
     def _confirm(self, parts, baseline: dict[str, float], searched: Searched) -> tuple[Ending, str]:
