@@ -139,10 +139,8 @@ class Engine:
             stop_reason,
             ending,
         )
-        searching = time.perf_counter()
-        finish_providers(result, parts, self.config, self.providers_skipped, searched.end)  # target, provider, session
-        if time.perf_counter() - searching >= 0.05:  # the session settings were searched: not "writing"
-            self.book.mark(SESSION_SETTINGS)
+        if finish_providers(result, parts, self.config, self.providers_skipped, searched.end):  # target, provider
+            self.book.mark(SESSION_SETTINGS)  # the winner's session settings were searched: not "writing"
         return write(result, self.book, searched.end, self.listeners, started, runner)
 
     def _confirm(self, parts, baseline: dict[str, float], searched: Searched) -> tuple[Ending, str]:

@@ -127,7 +127,7 @@ class Prebuild:
         self.later = list(later or []) if first is not None else []
         self.later_evaluated: Items = []
         self._first_done = threading.Event()
-        self._original_done = threading.Event()
+        self._core_free = threading.Event()  # the original's evaluation or the guess is done: a core builds
         self._first_calibrates = first_calibrates
         self._log_dir: Path | None = None  # where the workers' logs go (keep_log)
         (claims := self._tmp / "claims").mkdir()
@@ -151,6 +151,7 @@ class Prebuild:
             guess.start()
         else:
             self._first_done.set()
+            self._core_free.set()
         for thread in self._threads[:workers]:
             thread.start()
 
@@ -160,7 +161,7 @@ class Prebuild:
 
     def original_done(self) -> None:
         """The original's evaluation is over: its core may build (the second worker starts)."""
-        self._original_done.set()
+        self._core_free.set()
 
     def _guess(self, spec: Any, first: Item) -> None:
         marker, outcomes = self._tmp / "first_guess.done", []
@@ -175,6 +176,7 @@ class Prebuild:
                 self._queue.mark_calibrated()  # its ranges are cached: the ceilings' builds only quantize
         finally:
             self._first_done.set()
+            self._core_free.set()
         stage.join()
         value = outcomes[0].value if outcomes and outcomes[0].ok else None
         if value:  # (the guess's answer came with the marker)
@@ -184,8 +186,7 @@ class Prebuild:
         if index == 0:
             self._first_done.wait()  # the first guess alone beside the original's evaluation
         else:
-            while not (self._original_done.wait(0.05) or self._first_done.is_set()):
-                pass
+            self._core_free.wait()
         stage = self._stages[index]
         queue = replace(self._queue, reverse=index > 0)
         outcome = run_stage(

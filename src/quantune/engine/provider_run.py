@@ -48,22 +48,23 @@ def described(backend: Backend, config: Any, skipped: Mapping[str, str]) -> dict
     return described
 
 
-def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str, str], end: Any = None) -> None:
+def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str, str], end: Any = None) -> bool:
     """After the verdict: results.json's ``target``; with ``target.providers``, the verdict names
     where the best candidate runs, and the winning model/provider pair's session settings are
     searched (``session_search.py``), kept only if they still meet the criterion -- within what
-    ``stop.timeout_s`` leaves after the results' reserve (``end``, an ``EndBudget``), else skipped with a note."""
+    ``stop.timeout_s`` leaves after the results' reserve (``end``, an ``EndBudget``), else skipped with a note.
+    Whether the session settings were searched (the time book names that time)."""
     evaluator = parts.context.evaluator
     result.target = described(evaluator.backend, config, skipped)
     best = result.best
     if config.target.providers is None or best is None:
-        return
+        return False
     reference = config.target.provider
     where = (best.session_settings or {}).get("provider") or reference
     reason = result.verdict_reason.replace(f"trial {best.number} ", f"trial {best.number} on {where} ", 1)
     result.verdict_reason = reason.replace("than the original", f"than the original on {reference}", 1)
     if not result.improved or not best.model_path or not Path(best.model_path).is_file():
-        return
+        return False
     from quantune.engine.runner import TrialRunner
     from quantune.engine.session_search import OV, cache_effect, evaluate_settings, search_session
 
@@ -75,7 +76,7 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
             note = f"no time left within stop.timeout_s ({end.timeout_s:g} s) after the results' reserve"
             log.info("session settings search skipped: %s", note)
             result.target["session_search"] = {"trial": best.number, "settings": own, "skipped": note}
-            return
+            return False
         deadline = time.perf_counter() + left
     try:
         found = search_session(evaluator, Path(best.model_path), own, where, deadline=deadline)
@@ -96,3 +97,4 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
         except Exception as exc:  # a refinement of what to deploy: without it, no cache is deployed
             log.warning("OpenVINO model cache not measured: %s", " ".join(str(exc).split())[:300])
     result.target["session_search"] = {"trial": best.number, **found}
+    return True
