@@ -16,7 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import accuracy_problem, run_model, save_graph
 from layernorm_model import build_layernorm_mlp, layernorm_inputs
 from quantune import machine
-from quantune.evaluate.rounds import fastest_known
+from quantune.evaluate.rounds import _still_timed, fastest_known, outrun
 from quantune.passes.base import PassContext
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization, DynamicQuantizationConfig
 from quantune.strategy.accuracy.context import AccuracyContext
@@ -119,15 +119,40 @@ def test_ceiling_timing_ranks_the_candidates_below_the_threshold() -> None:
     rounds = 12
     original = np.full(rounds, 1.0)
     fast = np.full(rounds, 0.60) + np.linspace(-0.01, 0.01, rounds)
-    close = np.full(rounds, 0.61) + np.linspace(-0.01, 0.01, rounds)
+    close = np.full(rounds, 0.61) + np.linspace(0.01, -0.01, rounds)  # 1.7% behind, noise against it
     far = np.full(rounds, 0.70) + np.linspace(-0.01, 0.01, rounds)
     slow = np.full(rounds, 1.5)
     assert fastest_known(np.stack([original, fast, far, slow]), 0.97)
     assert not fastest_known(np.stack([original, fast, close, slow]), 0.97)
+    # 4% behind in every round, each round's time drifting alike: ranked on their paired ratio
+    drift = 1.0 + np.linspace(0.0, 0.3, rounds)
+    assert fastest_known(np.stack([drift, 0.47 * drift, 0.49 * drift, slow]), 0.97)
     assert fastest_known(np.stack([original, fast, slow]), 0.97)  # one below: nothing to rank
     twin = np.full(rounds, 0.60) + np.linspace(0.002, -0.002, rounds)
     steady = np.full(rounds, 0.60)
     assert fastest_known(np.stack([original, steady, twin, slow]), 0.97)  # one speed: more rounds tell nothing
+
+
+def test_a_ceiling_surely_behind_the_fastest_is_not_placed_against_the_margin() -> None:
+    """A detector's two dynamic variants sat at 0.94x against a 0.97x margin: placing them took all
+    20 rounds though the static one at 0.46x was surely fastest from the 5th. Surely behind the
+    fastest (beyond 2%), a candidate stops being timed; near the fastest, it is still ranked."""
+    rounds = 8
+    rng = np.random.default_rng(0)
+    original = 1.0 + rng.uniform(0.0, 0.3, rounds)
+    fast = original * (0.46 + rng.uniform(-0.005, 0.005, rounds))
+    behind = original * (0.96 + rng.uniform(-0.03, 0.03, rounds))  # on the margin: undecided
+    timings = np.stack([original, fast, behind])
+    assert outrun(timings, 0.97) == [False, True]
+    active, finished = _still_timed(timings, 0.97, [True, True, True])
+    assert finished and active == [True, False, False]
+    # nothing surely below the margin: nothing outruns anything, the undecided one is timed on
+    alone = np.stack([original, behind])
+    assert outrun(alone, 0.97) == [False]
+    assert _still_timed(alone, 0.97, [True, True]) == ([True, True], False)
+    # a candidate within 2% of the fastest is not behind it: both are still ranked
+    near = original * (0.465 + rng.uniform(-0.005, 0.005, rounds))
+    assert outrun(np.stack([original, fast, near]), 0.97) == [False, False]
 
 
 def test_failed_symbolic_shape_inference_writes_nothing_into_the_working_directory(

@@ -27,6 +27,7 @@ from quantune.memory import peak_tracker
 from quantune.store import cache_key
 
 STAGE = "baseline_evaluation"
+RETIME_ROUNDS = 10  # the fewest ceiling rounds whose timings of the original stand for its latency
 
 
 def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:

@@ -22,6 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from quantune.engine.selection import is_candidate
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
@@ -34,6 +36,9 @@ MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
 # one round disturbed by other work vetoes a real speed-up (all 5 ratios must be below 1); with
 # 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
 VERDICT_ROUNDS = 30
+# ... unless the verdict is settled before (``verdict_settled``: every ratio's 99% interval on one
+# side of the line), asked from the 10th round: a model at 0.45x fp32 needs no 50 rounds to say so.
+SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
 # How far apart two models' search-time latencies (each timed once, beside other work) may be and
 # still be the same speed: which of many near-equal models makes the top ``confirm_top`` follows the
@@ -65,7 +70,9 @@ class Confirmation:
             "rounds": self.rounds,
             "method": (
                 f"median of per-round paired ratios (candidate / original), {CONFIDENCE:.0%} interval from "
-                "order statistics (sign test); faster only when the interval's upper end is below 0.98"
+                "order statistics (sign test); faster only when the interval's upper end is below 0.98; "
+                f"rounds stop once every ratio's {SETTLED_CONFIDENCE:.0%} interval lies on one side of 0.98 "
+                "(and each runner-up's, to the fastest, on one side of 1/0.98)"
             ),
             "ratios": {str(number): ratio.to_dict() for number, ratio in sorted(self.ratios.items())},
             "ties": sorted(self.ties),
@@ -89,6 +96,7 @@ def confirm_latency(
     model, fewer interleaved rounds (at least 5) rather than minutes of timing, and no round
     starts once it is spent (after those 5). ``deadline`` (``time.perf_counter()``) is the run's
     hard end instead: no round starts after it, whatever ran (the caller judges too few rounds).
+    The rounds also stop once more of them would not change the verdict (:func:`verdict_settled`).
     """
     feasible, chosen = _choose(records, top)
     if not chosen:
@@ -107,6 +115,7 @@ def confirm_latency(
             repeats=repeats,
             deadline=deadline,
             min_rounds=fewest,
+            settled=verdict_settled,
         )
     except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
         log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)
@@ -123,6 +132,33 @@ def confirm_latency(
         ratios[record.number] = paired_ratio(rounds, timings[0])
     ties = _ties(confirmed, by_model)
     return Confirmation(confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios, ties=ties)
+
+
+def verdict_settled(timings: np.ndarray) -> bool:
+    """Whether more rounds would not change what the confirmation decides (rows: the original, then
+    the candidates): each candidate surely faster than the original beyond ``MIN_GAIN`` or surely
+    not, and each other candidate surely behind the fastest by more than ``MIN_GAIN`` or surely not
+    (the tie rule, :func:`_ties`). "Surely" at ``SETTLED_CONFIDENCE``, stricter than the verdict's own
+    interval, because the rule is asked again every few rounds: a re-timing that stops here would
+    have reached the same verdict at its full length, except by a chance below ``1 - CONFIDENCE``.
+    A model at 0.45x the original's time settles at the 10th round instead of timing 50."""
+    original = timings[0]
+    threshold = 1.0 - MIN_GAIN
+    for row in timings[1:]:
+        ratio = paired_ratio(row, original, SETTLED_CONFIDENCE)
+        if not (ratio.high < threshold or ratio.low > threshold):
+            return False
+    if len(timings) > 2:
+        medians = [float(np.median(row)) for row in timings[1:]]
+        first = 1 + int(np.argmin(medians))
+        behind = 1.0 / (1.0 - MIN_GAIN)
+        for index in range(1, len(timings)):
+            if index == first:
+                continue
+            ratio = paired_ratio(timings[index], timings[first], SETTLED_CONFIDENCE)
+            if not (ratio.high < behind or ratio.low > behind):
+                return False
+    return True
 
 
 def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:

@@ -12,7 +12,13 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quantune.engine.baseline import original_figures, retime_original, store_original_latency, timed_quickly
+from quantune.engine.baseline import (
+    RETIME_ROUNDS,
+    original_figures,
+    retime_original,
+    store_original_latency,
+    timed_quickly,
+)
 from quantune.engine.executors import Executor
 from quantune.engine.executors.stage import Isolation
 from quantune.engine.loop import RunListener
@@ -24,7 +30,6 @@ from quantune.evaluate.criterion import check_budget
 from quantune.strategy import Strategy
 
 log = logging.getLogger("quantune")
-RETIME_ROUNDS = 10  # the fewest ceiling rounds whose timings of the original stand for its latency
 
 
 def measure_original(

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune.engine.baseline import RETIME_ROUNDS
 from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
@@ -262,19 +263,26 @@ def _ceilings(
             max_rounds=max(1, min(spec.repeats, CEILING_ROUNDS)),
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
             limit=limit,
+            # the original's latency is read from these rounds (engine/original.py): enough of them
+            original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
         )
         medians = ratio_medians(timings)
         if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here
             context.original_timed = None
             timed(timings[0])
-        cached = {"ratios": medians, "rounds": int(timings.shape[1])}
+        cached = {
+            "ratios": medians,
+            "each": [int(n) for n in (~np.isnan(timings[1:])).sum(axis=1)],  # rounds each variant ran
+        }
+        cached["rounds"] = max(cached["each"], default=0)  # (the original may have gone on alone)
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)
     log.info(
-        "speed ceilings: %d variants timed side by side in %d rounds (%.1f s)",
+        "speed ceilings: %d variants timed side by side in %d rounds (%.1f s; rounds per variant: %s)",
         len(built),
         cached["rounds"],
         time.perf_counter() - started,
+        cached.get("each"),
     )
     for (index, _, _), ratio in zip(built, cached["ratios"], strict=True):
         ratios[index] = None if ratio is None else float(ratio)  # None: onnxruntime could not run it

@@ -32,7 +32,7 @@ from quantune.evaluate import rounds
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, shared_client
 from quantune.evaluate.budget import batch_follows_rows, rows_per_run, run_in_pieces
 from quantune.evaluate.feeds import FeedOutputs
-from quantune.evaluate.latency import LatencySpec, time_side_by_side
+from quantune.evaluate.latency import LatencySpec, Settled, time_side_by_side
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_server import chosen_provider, cpu_name
@@ -66,6 +66,7 @@ class Backend(Protocol):
         settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         min_rounds: int = 5,
+        settled: Settled | None = None,
     ) -> np.ndarray: ...
     def time_until_decided(
         self,
@@ -80,6 +81,7 @@ class Backend(Protocol):
         max_rounds: int = 20,
         deadline: float | None = None,
         limit: float | None = None,
+        original_rounds: int = 0,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -196,6 +198,7 @@ class LocalBackend:
         settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         min_rounds: int = 5,
+        settled: Settled | None = None,
     ) -> np.ndarray:
         return time_side_by_side(
             models,
@@ -207,6 +210,7 @@ class LocalBackend:
             settings=settings,
             deadline=deadline,
             min_rounds=min_rounds,
+            settled=settled,
         )
 
     def time_until_decided(
@@ -222,6 +226,7 @@ class LocalBackend:
         max_rounds: int = 20,
         deadline: float | None = None,
         limit: float | None = None,
+        original_rounds: int = 0,
     ) -> np.ndarray:
         """Interleaved rounds that stop once each ratio is decided (:func:`.rounds.time_until_decided`),
         on this backend's provider: the search's paired decisions and the speed ceilings."""
@@ -235,6 +240,7 @@ class LocalBackend:
             max_rounds=max_rounds,
             deadline=deadline,
             limit=limit,
+            original_rounds=original_rounds,
             runner=runner,
             provider=self.provider,
             provider_options=self.provider_options,

@@ -20,7 +20,7 @@ from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate.agreement import agreement_figures
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
-from quantune.evaluate.latency import LatencySpec, latency_figures
+from quantune.evaluate.latency import LatencySpec, Settled, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS, quantization_figures
 from quantune.evaluate.target_client import TargetFault
@@ -135,10 +135,12 @@ class Evaluator:
         repeats: int | None = None,
         deadline: float | None = None,
         min_rounds: int = 5,
+        settled: Settled | None = None,
     ) -> np.ndarray:
         """Seconds per round of ``models`` timed interleaved on the latency batch (one row per
         model, see ``time_side_by_side``); ``warmup`` / ``repeats`` override the config's;
-        after ``deadline`` (``time.perf_counter()``) no new round starts once ``min_rounds`` ran."""
+        after ``deadline`` (``time.perf_counter()``) no new round starts once ``min_rounds`` ran;
+        none either once ``settled`` says the answer is known."""
         spec = self.spec.latency
         spec = replace(
             spec,
@@ -146,7 +148,13 @@ class Evaluator:
             repeats=spec.repeats if repeats is None else repeats,
         )
         return self.backend.timings(
-            models, self._latency_feeds, spec, self.spec.runner, deadline=deadline, min_rounds=min_rounds
+            models,
+            self._latency_feeds,
+            spec,
+            self.spec.runner,
+            deadline=deadline,
+            min_rounds=min_rounds,
+            settled=settled,
         )
 
     def evaluate(

@@ -50,27 +50,57 @@ def decided(timings: np.ndarray, threshold: float) -> list[bool]:
 
 
 def fastest_known(timings: np.ndarray, threshold: float) -> bool:
-    """Whether, among the candidates surely below ``threshold``, the fastest one's interval lies
-    wholly below every other's, or both intervals lie within ``MIN_GAIN`` of each other -- one
-    speed, which more rounds would not split beyond a tie (the strategy's tie rule then decides;
-    two twins at 0.46x kept a detector's ceilings timing to the last round). True when fewer than
-    two are below."""
+    """Whether, among the candidates surely below ``threshold``, the fastest one is surely ahead of
+    every other, or within ``MIN_GAIN`` of it either way -- one speed, which more rounds would not
+    split beyond a tie (the strategy's tie rule then decides; two twins at 0.46x kept a detector's
+    ceilings timing to the last round). Judged on their ratio to each other round by round, as the
+    original's are: the machine's drift cancels there too (two variants 4% apart, each judged against
+    the original alone, took all 20 rounds to rank). True when fewer than two are below."""
+    rows = []
+    for index, row in enumerate(timings[1:], start=1):
+        valid = ~np.isnan(row)
+        if valid.any():
+            interval = paired_ratio(row[valid], timings[0][valid])
+            if interval.high < threshold:
+                rows.append((interval.median, index))
+    if len(rows) < 2:
+        return True
+    first = timings[min(rows)[1]]
+    for _, index in sorted(rows)[1:]:
+        row = timings[index]
+        both = ~np.isnan(row) & ~np.isnan(first)
+        if not both.any():
+            continue
+        behind = paired_ratio(row[both], first[both])  # the other's time over the fastest's
+        if not (behind.low > 1.0 or (behind.high <= 1.0 + MIN_GAIN and behind.low >= 1.0 / (1.0 + MIN_GAIN))):
+            return False
+    return True
+
+
+def outrun(timings: np.ndarray, threshold: float) -> list[bool]:
+    """For each candidate row (1..), whether it is surely slower, beyond ``MIN_GAIN``, than the fastest
+    candidate surely below ``threshold`` (paired round by round with it): then which side of the
+    threshold it lies on changes nothing the strategy does first -- it recovers in the fastest
+    variant, and a variant behind it is judged again by its own trials if ever tried. On a detector
+    whose two dynamic variants sat at 0.94x against a 0.97x margin, the ceilings timed all 20 rounds
+    to place them although the static variant at 0.46x had been surely fastest since the 5th."""
     intervals = []
     for row in timings[1:]:
         valid = ~np.isnan(row)
-        if not valid.any():
+        intervals.append(paired_ratio(row[valid], timings[0][valid]) if valid.any() else None)
+    below = [i for i, interval in enumerate(intervals) if interval is not None and interval.high < threshold]
+    if not below:
+        return [False] * len(intervals)
+    first = min(below, key=lambda i: intervals[i].median)
+    lead = timings[1 + first]
+    out = []
+    for index, row in enumerate(timings[1:]):
+        both = ~np.isnan(row) & ~np.isnan(lead)
+        if index == first or not both.any():
+            out.append(False)
             continue
-        interval = paired_ratio(row[valid], timings[0][valid])
-        if interval.high < threshold:
-            intervals.append(interval)
-    if len(intervals) < 2:
-        return True
-    intervals.sort(key=lambda i: i.median)
-    first = intervals[0]
-    return all(
-        first.high < other.low or max(first.high, other.high) <= min(first.low, other.low) * (1.0 + MIN_GAIN)
-        for other in intervals[1:]
-    )
+        out.append(paired_ratio(row[both], lead[both]).low > 1.0 / (1.0 - MIN_GAIN))
+    return out
 
 
 def ratio_medians(timings: np.ndarray) -> list[float | None]:
@@ -97,6 +127,7 @@ def time_until_decided(
     provider: str = DEFAULT_PROVIDER,
     provider_options: dict | None = None,
     limit: float | None = None,
+    original_rounds: int = 0,
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
@@ -105,7 +136,9 @@ def time_until_decided(
     least ``min_rounds`` rounds always run (a ratio needs some rounds to mean anything), so a
     deadline never leaves a candidate untimed. ``limit`` (the run's ``stop.timeout_s``, less its end)
     comes before that: no round starts past it once one ran (fewer rounds, noisier ratios, rather than
-    a run past its limit: 5 rounds of 9 models took 30 s on a loaded machine).
+    a run past its limit: 5 rounds of 9 models took 30 s on a loaded machine). ``original_rounds``:
+    the original alone goes on in its warm session until it has run that many rounds (its latency
+    figures are read from them; a fresh session and warm-up for it alone took 1.9 s of a detector's run).
     """
     timing_spec = replace(spec, warmup=min(spec.warmup, 2))
 
@@ -159,13 +192,24 @@ def time_until_decided(
             active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable)
             if finished:
                 break
+        while len(columns) < original_rounds and not _past(deadline, limit):
+            column = np.full(len(calls), np.nan)
+            start = time.perf_counter()
+            calls[0]()
+            column[0] = time.perf_counter() - start
+            columns.append(column)
     return np.stack(columns, axis=1)
+
+
+def _past(*ends: float | None) -> bool:
+    return any(end is not None and time.perf_counter() >= end for end in ends)
 
 
 def _still_timed(timings: np.ndarray, threshold: float, usable: Sequence[bool]) -> tuple[list[bool], bool]:
     """Which rows the next rounds time (the original, and candidates not yet decided or still being
     ranked among the fast ones), and whether timing is over."""
-    settled = decided(timings, threshold)
+    behind = outrun(timings, threshold)
+    settled = [flag or late for flag, late in zip(decided(timings, threshold), behind, strict=True)]
     ranked = fastest_known(timings, threshold)
     below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / timings[0]) < threshold) for row in timings[1:]]
     active = [True] + [
@@ -190,6 +234,7 @@ def decide_in_chunks(
     chunk: int = 3,
     deadline: float | None = None,
     limit: float | None = None,
+    original_rounds: int = 0,
 ) -> np.ndarray:
     """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a
     target's server): ``min_rounds`` rounds of every model, then ``chunk`` rounds at a time of the
@@ -218,10 +263,12 @@ def decide_in_chunks(
 
     columns = [batch(list(range(len(models))), max(1, min(min_rounds, max_rounds)))]
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
-        if any(end is not None and time.perf_counter() >= end for end in (deadline, limit)):
+        if _past(deadline, limit):
             break
         active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable)
         if finished:
             break
         columns.append(batch([row for row, on in enumerate(active) if on], min(chunk, max_rounds - done)))
+    if (done := sum(c.shape[1] for c in columns)) < original_rounds and not _past(deadline, limit):
+        columns.append(batch([0], original_rounds - done))  # the original alone, as above
     return np.concatenate(columns, axis=1)

@@ -14,7 +14,7 @@ import numpy as np
 from quantune.errors import ConfigError
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, read_outputs, shared_client
 from quantune.evaluate.feeds import FeedOutputs
-from quantune.evaluate.latency import LatencySpec, latency_lane
+from quantune.evaluate.latency import SETTLE_EVERY, SETTLE_FROM, LatencySpec, Settled, latency_lane
 from quantune.evaluate.rounds import decide_in_chunks
 from quantune.evaluate.session import DEFAULT_PROVIDER
 from quantune.evaluate.session_file import read_session_settings
@@ -165,13 +165,25 @@ class TargetBackend:
         settings: Mapping[str, Any] | None = None,
         deadline: float | None = None,
         min_rounds: int = 5,
+        settled: Settled | None = None,
     ) -> np.ndarray:
         """Interleaved rounds in the target (see ``time_side_by_side``). ``deadline`` is this process's
         ``time.perf_counter()``: the target gets the seconds left to it when the request leaves, on
-        its own clock, and starts no round past them once ``min_rounds`` ran (fewer columns come back)."""
+        its own clock, and starts no round past them once ``min_rounds`` ran (fewer columns come back).
+        With ``settled``, the rounds go in batches (``SETTLE_FROM``, then ``SETTLE_EVERY`` at a time) on
+        sessions opened and warmed once, asking the rule between batches."""
         try:
             sessions = [self._load(model, spec.threads, timing=True, settings=settings) for model in models]
-            return self._time(sessions, feed, spec, deadline, min_rounds)
+            if settled is None or spec.repeats <= SETTLE_FROM:
+                return self._time(sessions, feed, spec, deadline, min_rounds)
+            batch = replace(spec, repeats=SETTLE_FROM)
+            done = self._time(sessions, feed, batch, deadline, min(min_rounds, SETTLE_FROM))
+            while done.shape[1] < spec.repeats and done.shape[1] >= SETTLE_FROM and not settled(done):
+                if deadline is not None and time.perf_counter() >= deadline and done.shape[1] >= min_rounds:
+                    break
+                more = replace(spec, warmup=0, repeats=min(SETTLE_EVERY, spec.repeats - done.shape[1]))
+                done = np.concatenate([done, self._time(sessions, feed, more, None, 1)], axis=1)
+            return done
         finally:
             self._free()
 
@@ -212,6 +224,7 @@ class TargetBackend:
         max_rounds: int = 20,
         deadline: float | None = None,
         limit: float | None = None,
+        original_rounds: int = 0,
     ) -> np.ndarray:
         """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`); the
         run's ``limit`` travels with each batch, as with :meth:`timings`. Each model's session is
@@ -237,6 +250,7 @@ class TargetBackend:
                 max_rounds=max_rounds,
                 deadline=deadline,
                 limit=limit,
+                original_rounds=original_rounds,
             )
         finally:
             self._free()
