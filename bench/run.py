@@ -31,6 +31,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 BENCH = Path(__file__).resolve().parent
@@ -154,6 +155,20 @@ def measure(case: Case, model: Path, spec: dict, runtime: dict | None = None) ->
     job = {"models": {"model": [str(model), runtime]}, "accuracy": ["model"]}
     job.update(warmup=max(5, case.latency_repeats // 5), repeats=case.latency_repeats, interleaved=False)
     return measure_job(spec, job)["model"]
+
+
+def prune_runs(runs: Path, keep: int, log: Callable[[str], None]) -> None:
+    """Removes all but the ``keep`` newest run work folders under ``runs`` (the shared ``timing``
+    folder stays): each run keeps every tool's models and caches, and 30 GB of them once filled
+    this machine's disk until an install in CI failed. The reports in bench/results stay."""
+    if not runs.is_dir():
+        return
+    folders = sorted(
+        (p for p in runs.iterdir() if p.is_dir() and p.name != "timing"), key=lambda p: p.stat().st_mtime, reverse=True
+    )
+    for old in folders[max(0, keep) :]:
+        shutil.rmtree(old, ignore_errors=True)
+        log(f"removed an earlier run's work folder {old} (--keep-runs {keep})")
 
 
 def run_tool(tool: str, case_file: Path, out: Path, limit_s: float) -> dict:
@@ -308,6 +323,12 @@ def main() -> None:
         "--margin", type=float, default=0.1, help="share of --timeout below it that each tool's own limit is set"
     )
     parser.add_argument("--prefix", default="", help="the report's file name prefix, e.g. peers-")
+    parser.add_argument(
+        "--keep-runs",
+        type=int,
+        default=5,
+        help="work folders of earlier bench runs kept (newest first; each holds every tool's models, GBs)",
+    )
     parser.add_argument("--note", help="a line under the report's title (e.g. what the run was for)")
     parser.add_argument("--add-to", type=Path, help="run --tools on an earlier report's cases, re-time, rewrite it")
     parser.add_argument("--out", type=Path, default=BENCH / "results")
@@ -342,6 +363,7 @@ def main() -> None:
         return
     stamp = args.prefix + dt.datetime.now(dt.timezone.utc).strftime("%Y-%m-%d-%H%M")
     run_dir = CACHE / "runs" / stamp
+    prune_runs(CACHE / "runs", args.keep_runs, log)
     report = {
         "date": stamp,
         "machine": {"cpus": os.cpu_count(), "python": sys.version.split()[0], "load": os.getloadavg()[0]},

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import re
 from pathlib import Path
 from typing import Any
 
@@ -171,3 +172,58 @@ def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_p
     assert not (tmp_path / "run" / "workers" / "evaluate_ahead.log").exists()  # no worker of its own
     ahead = [json.loads(p.read_text())["value"] for p in (tmp_path / "c" / "evals").glob("*.json")]
     assert sum(1 for entry in ahead if entry.get("ahead")) == 2  # the first guess and its compute-only model
+
+
+def test_a_guess_in_budget_builds_the_ceilings_before_its_compute_only_model(
+    make_config, tmp_path, monkeypatch
+) -> None:
+    """In budget, the guess's compute-only model is wanted only if the lighter stage finds it faster,
+    after the ceilings: the guess's worker builds first, in the first builder's place (no third
+    process on two cores: a detector's ceilings waited 3 s after its first model in budget), then
+    evaluates it. The ceilings wait for those builds; every ceiling is built once."""
+    monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
+    config = _layernorm(tmp_path, "latency")
+    config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
+    config["criterion"] = {"type": "relative", "tolerable_loss": 0.5}  # the guess is in budget
+    config["passes"] = [{"name": "static_quant", "search": True}]  # several variants: ceilings to build
+    config["search"]["strategy_options"] = dict(OPTIONS)
+    quantune.tune(config, output=tmp_path / "run")
+    workers = tmp_path / "run" / "workers"
+    guess_log = (workers / "first_guess.log").read_text()
+    assert "ahead: run set up in" in guess_log  # the compute-only model, evaluated after the builds
+    assert not (workers / "ceiling_build.log").exists()  # the guess's worker built in its place
+    log = (tmp_path / "run" / "quantune.log").read_text()
+    built = re.search(r"speed ceilings built ahead: (\d+) of (\d+) variants", log)
+    assert built is not None and built.group(1) == built.group(2) != "0"
+    results = json.loads((tmp_path / "run" / "results.json").read_text())
+    assert results["trials"][0]["meets_criterion"] and results["trials"][0]["stage"].startswith("first guess")
+
+
+def test_the_guess_s_worker_judges_its_guess_against_the_original(tmp_path: Path) -> None:
+    """``in_budget``: the criterion on the cached figures of the guess and of the original; not yet
+    known (the original's figures not cached) is not in budget (the worker then keeps its order)."""
+    from quantune.config.loader import load_config
+    from quantune.engine.ahead import in_budget
+    from quantune.engine.executors.worker import WorkerSpec, runner_for
+
+    config = _layernorm(tmp_path, "latency")
+    config["cache_dir"] = str(tmp_path / "c")
+    spec = WorkerSpec(load_config(config), key="judge")
+    runner = runner_for(spec)
+    item = ({"flow": "static_quant"}, ("static_quant",))
+    assert not in_budget(spec, item)  # nothing cached yet
+    runner.baseline()
+    context = runner.context
+    from quantune.engine.probes import _variant_model
+
+    path, sha = _variant_model(context, context.plan, item[0], item[1])
+    metrics, _ = context.evaluator.evaluate(path, runner.reference())
+    original = context.cache.get_json("evals", context.eval_key(context.model.sha256))["metrics"][
+        context.evaluator.spec.metric
+    ]
+    for loss in (0.0, 1.0):  # the guess's metric as the original's, then as far off as it gets
+        value = original * (1.0 - loss) if runner.criterion.higher_is_better else original * (1.0 + loss)
+        context.cache.put_json(
+            "evals", context.eval_key(sha), {"metrics": {**metrics, context.evaluator.spec.metric: value}}
+        )
+        assert in_budget(spec, item) == (loss == 0.0)

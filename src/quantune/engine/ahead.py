@@ -21,16 +21,64 @@ Item = tuple[dict[str, Any], tuple[str, ...]]
 Items = list[Item]
 
 
-def evaluate_ahead(spec: Any, first: Item, later: Items, wait_s: float, marker: str) -> tuple[bool, list[bool]]:
+GUESS_BUILDS = "2"  # the marker's word when the guess is in budget and its worker builds before ``later``
+
+
+def evaluate_ahead(
+    spec: Any,
+    first: Item,
+    later: Items,
+    wait_s: float,
+    marker: str,
+    builds: tuple[Items, float | None, Queue] | None = None,
+) -> tuple[bool, list[bool]]:
     """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
     starts then), then each of ``later`` (``evaluate_ahead``: PP-OCRv6's final model was a 2.4 s trial
-    after the ceilings) the same way, beside the builds; (the guess cached, each of ``later`` cached)."""
+    after the ceilings) the same way, beside the builds; (the guess cached, each of ``later`` cached).
+
+    ``builds`` (the ceilings' items, their budget, the queue): when the guess is in budget, ``later``
+    is wanted only if the lighter stage finds it faster, after the ceilings -- so this worker first
+    builds ``later``'s models and takes the first builder's place on the queue (the marker says
+    ``GUESS_BUILDS``; ``{marker}.built`` once its builds are done), then evaluates ``later``. Evaluating
+    it at once made three processes on two cores, and a detector's ceilings waited 3 s after its first
+    model in budget. A guess that misses the budget goes on to ``later`` first: the likeliest next
+    model in budget (MiniLM-L3's first one)."""
     ok = evaluate_first_guess(spec, first[0], first[1], wait_s)
-    (written := Path(f"{marker}.tmp")).write_text("1" if ok else "0")
+    builder = ok and builds is not None and in_budget(spec, first)
+    (written := Path(f"{marker}.tmp")).write_text(GUESS_BUILDS if builder else "1" if ok else "0")
     written.replace(marker)  # whole, or not there
     if not ok:  # no reference to compare with: built only, as the ceilings (they are timed with them)
         return ok, [False] * build_variants(spec, later, None, False)
+    if builder and builds is not None:
+        items, budget_s, queue = builds
+        build_variants(spec, later, None, False)  # the lighter stage times them with the guess
+        count = build_variants(spec, items, budget_s, True, queue)
+        (done := Path(f"{marker}.built.tmp")).write_text(str(count))
+        done.replace(f"{marker}.built")
     return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in later]
+
+
+def in_budget(spec: Any, item: Item) -> bool:
+    """Whether ``item``'s model, evaluated ahead, meets the run's criterion against the original's
+    figures (both in the evaluation cache); False when either is not there yet."""
+    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.probes import _variant_model
+
+    runner = runner_for(spec)
+    context = runner.context
+    original = context.cache.get_json("evals", context.eval_key(context.model.sha256))
+    if runner.criterion is None or original is None:
+        return False
+    try:
+        _, sha = _variant_model(context, context.plan, item[0], item[1])  # cached: read, not built
+    except Exception:
+        return False
+    figures = context.cache.get_json("evals", context.eval_key(sha))
+    metric = context.evaluator.spec.metric
+    try:
+        return bool(runner.criterion.check(original["metrics"][metric], figures["metrics"][metric]).meets)
+    except (KeyError, TypeError, ValueError):
+        return False
 
 
 def evaluate_first_guess(

@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.ahead import Queue, build_variants, calibrates, evaluate_ahead
+from quantune.engine.ahead import GUESS_BUILDS, Queue, build_variants, calibrates, evaluate_ahead
 from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
 
 log = logging.getLogger("quantune.prebuild")
@@ -127,6 +127,8 @@ class Prebuild:
         self.later = list(later or []) if first is not None else []
         self.later_evaluated: Items = []
         self._first_done = threading.Event()
+        self._guess_builds = False  # the guess is in budget: its worker takes the first builder's place
+        self._guess_built = threading.Event()  # ... and has built its share
         self._core_free = threading.Event()  # the original's evaluation or the guess is done: a core builds
         self._first_calibrates = first_calibrates
         self._log_dir: Path | None = None  # where the workers' logs go (keep_log)
@@ -135,6 +137,7 @@ class Prebuild:
         workers = 1 if len(items) < 2 else 2
         self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(workers)]
         self._built = [0] * workers
+        self._budget_s = budget_s
         self._threads = [
             threading.Thread(
                 target=self._run,
@@ -165,18 +168,31 @@ class Prebuild:
 
     def _guess(self, spec: Any, first: Item) -> None:
         marker, outcomes = self._tmp / "first_guess.done", []
-        run = partial(run_stage, FIRST_GUESS, evaluate_ahead, spec, first, self.later, FIRST_GUESS_WAIT_S, str(marker))
+        builds = (self.items, self._budget_s, self._queue) if self.later and self.items else None
+        run = partial(
+            run_stage, FIRST_GUESS, evaluate_ahead, spec, first, self.later, FIRST_GUESS_WAIT_S, str(marker), builds
+        )
         stage = threading.Thread(target=lambda: outcomes.append(run(isolation=self._isolation)), daemon=True)
         stage.start()
+        built = Path(f"{marker}.built")
         try:  # the guess is done once its marker is written (the worker goes on with ``later``)
             while stage.is_alive() and not marker.exists():
                 stage.join(0.02)
-            self.first_evaluated = marker.exists() and marker.read_text() == "1"
+            word = marker.read_text() if marker.exists() else "0"
+            self.first_evaluated = word in ("1", GUESS_BUILDS)
+            self._guess_builds = word == GUESS_BUILDS
             if self.first_evaluated and self._first_calibrates:
                 self._queue.mark_calibrated()  # its ranges are cached: the ceilings' builds only quantize
         finally:
             self._first_done.set()
             self._core_free.set()
+        try:  # in budget: its share of the builds, then ``later``
+            while self._guess_builds and stage.is_alive() and not built.exists():
+                stage.join(0.02)
+            if self._guess_builds and built.exists():
+                self._built[0] = int(built.read_text() or 0)
+        finally:
+            self._guess_built.set()
         stage.join()
         value = outcomes[0].value if outcomes and outcomes[0].ok else None
         if value:  # (the guess's answer came with the marker)
@@ -185,6 +201,8 @@ class Prebuild:
     def _run(self, index: int, spec: Any, budget_s: float | None) -> None:
         if index == 0:
             self._first_done.wait()  # the first guess alone beside the original's evaluation
+            if self._guess_builds:  # its worker builds in this one's place (ahead.evaluate_ahead)
+                return
         else:
             self._core_free.wait()
         stage = self._stages[index]
@@ -237,6 +255,10 @@ class Prebuild:
         threads = self._threads[: len(self._built)] if builds_only else self._threads
         for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+        if builds_only and self._first_done.is_set() and self._guess_builds:  # the guess's worker builds too
+            self._guess_built.wait(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+            if not self._guess_built.is_set():
+                threads = self._threads  # past the limit: stopped below with the builders
         if any(thread.is_alive() for thread in threads):
             self._isolation.deadline.reason = "stopped at the run's time limit (stop.timeout_s) before it was built"
             self._isolation.deadline.at = time.perf_counter()

@@ -85,6 +85,7 @@ class TrialRunner:
         self.context = context
         self._reference: dict[str, Any] | None = None
         self.run_id = ""  # the engine run this runner works for (WorkerSpec.run_id)
+        self.criterion: Any = None  # the run's Criterion, where a worker needs to judge (WorkerSpec)
 
     def baseline(self, *, quick_timing: bool = False) -> tuple[dict[str, float], str]:
         """The original model's figures (cached), and whether they came from the cache.

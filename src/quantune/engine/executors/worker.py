@@ -37,6 +37,7 @@ def runner_for(spec: WorkerSpec) -> TrialRunner:
             check_unchanged(spec.sources, parts.context.sources)
         runner = TrialRunner(parts.context)  # its first evaluation reads the baseline the engine cached
         runner.run_id = spec.run_id
+        runner.criterion = parts.criterion  # (the first guess's worker judges its guess: engine/ahead.py)
         _RUNNERS[spec.key] = runner
     return runner
 
