@@ -62,6 +62,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "quantune.userlocal",
             "quantune.userfault",
             "quantune._lazy",
+            "quantune.forkserver",
         ),
     ),
 )

@@ -59,7 +59,7 @@ def test_a_script_read_from_stdin_gets_one_clear_error(tmp_path: Path, make_conf
 def test_a_fork_server_that_cannot_start_leaves_spawned_workers(monkeypatch: pytest.MonkeyPatch) -> None:
     from multiprocessing import forkserver
 
-    from quantune.engine.executors import contexts
+    from quantune import forkserver as contexts
 
     def refuse() -> None:
         raise OSError("no Unix sockets here")

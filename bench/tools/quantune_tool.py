@@ -80,8 +80,7 @@ class FirstFeasible:
 def main() -> None:
     case = load_case(sys.argv[1])
     out = Path(sys.argv[2]).resolve()
-    import quantune
-    import quantune.engine.engine  # the peers import their libraries before the clock too
+    import quantune  # as a user would: tune() starts the workers' fork server before it imports the engine
 
     config = absolute_config(Path(case["quantune_config"]), case, out / "cache")
     # the engine's stop.timeout_s counts from its own start; the bench's limit from the process

@@ -34,8 +34,9 @@ def _cmd_run(args: argparse.Namespace) -> int:
     if (args.executor or loaded.config.executor.kind) == "process":
         # the workers' fork server starts now, importing onnxruntime and the quantizers on the
         # other core while this process imports the engine (0.35 s): the original's evaluation,
-        # in a worker, then starts 0.3-0.4 s sooner on a small model (issue 23, bench/startup.py)
-        from quantune.engine.executors.contexts import warm_up
+        # in a worker, then starts 0.3-0.4 s sooner on a small model (issue 23, bench/startup.py);
+        # from quantune.forkserver, which imports nothing heavy (quantune.engine's package does)
+        from quantune.forkserver import warm_up
 
         warm_up()
     from quantune.api import tune

@@ -16,30 +16,19 @@ Where there is no fork server (not POSIX), or ``QUANTUNE_FORKSERVER=0``, workers
 
 from __future__ import annotations
 
-import multiprocessing as mp
 import os
-from multiprocessing.context import BaseContext
 
-# Imported once in the fork server (what a worker needs first: see _preload.py).
-PRELOAD = ["quantune.engine.executors._preload"]
+from quantune.forkserver import PRELOAD, uses_fork_server, warm_up, worker_context
 
-
-_UNAVAILABLE: list[str] = []  # why the fork server could not start in this process, if it could not
-
-
-def uses_fork_server() -> bool:
-    if _UNAVAILABLE or "forkserver" not in mp.get_all_start_methods():
-        return False
-    return os.environ.get("QUANTUNE_FORKSERVER", "1").strip().lower() not in ("0", "false", "no", "off")
-
-
-def worker_context() -> BaseContext:
-    """The context workers start from: the fork server (preloaded), else spawn."""
-    if uses_fork_server():
-        context = mp.get_context("forkserver")
-        context.set_forkserver_preload(PRELOAD)
-        return context
-    return mp.get_context("spawn")
+__all__ = [
+    "PRELOAD",
+    "adopt_environment",
+    "check_main_importable",
+    "child_environment",
+    "uses_fork_server",
+    "warm_up",
+    "worker_context",
+]
 
 
 def check_main_importable() -> None:
@@ -58,20 +47,6 @@ def check_main_importable() -> None:
             "file (a script read from standard input): save it to a .py file and run that, or set "
             "executor.kind: inline"
         )
-
-
-def warm_up() -> None:
-    """Starts the fork server now (it imports in its own process, beside the run's set-up); a
-    no-op when it runs already or workers are spawned."""
-    if not uses_fork_server():
-        return
-    worker_context()
-    from multiprocessing import forkserver
-
-    try:
-        forkserver.ensure_running()
-    except Exception as exc:  # e.g. no Unix sockets here: spawned workers, as before the fork server
-        _UNAVAILABLE.append(f"{type(exc).__name__}: {exc}")
 
 
 def child_environment() -> dict[str, str]:

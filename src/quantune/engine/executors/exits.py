@@ -7,12 +7,13 @@ workers (stage.py).
 
 from __future__ import annotations
 
-import multiprocessing as mp
-import os
 import signal
 import sys
 
 from quantune.errors import QuantuneError
+from quantune.forkserver import EXIT_UNGUARDED_MAIN, refuse_in_starting_worker
+
+__all__ = ["ExecutorClosed", "WorkerStartError", "exit_cause", "refuse_in_starting_worker", "unguarded_advice"]
 
 _SIGNALS = {
     signal.SIGSEGV: "segmentation fault (SIGSEGV)",
@@ -26,8 +27,8 @@ _TAIL_LINES = 20
 _STARTUP_TIMEOUT_S = 600
 _START_ATTEMPTS = 3
 # a worker found the user's script calling quantune.tune() at its top level (a code no script
-# would use: a metric's os._exit(3) was once taken for it)
-_EXIT_UNGUARDED_MAIN = 89
+# would use: a metric's os._exit(3) was once taken for it): forkserver.EXIT_UNGUARDED_MAIN
+_EXIT_UNGUARDED_MAIN = EXIT_UNGUARDED_MAIN
 
 
 def exit_cause(code: int | None) -> str:
@@ -69,17 +70,3 @@ class WorkerStartError(QuantuneError):
         if exit_code == _EXIT_UNGUARDED_MAIN:
             message = f"executor: {unguarded_advice()}"
         super().__init__(message)
-
-
-def refuse_in_starting_worker() -> None:
-    """Stops a worker that, while importing the user's script, reached ``quantune.tune()``.
-
-    Spawned workers import the main module first (so passes defined in a script exist in
-    them too); a script that calls ``tune()`` unguarded would start a second run inside the
-    worker and hang both. The worker exits with a code its parent turns into advice.
-    """
-    if getattr(mp.current_process(), "_inheriting", False):
-        # at once, with the code: a worker forked by the fork server turns a SystemExit raised
-        # while it prepares into exit code 1 (multiprocessing's forkserver), losing the advice
-        sys.stderr.flush()
-        os._exit(_EXIT_UNGUARDED_MAIN)

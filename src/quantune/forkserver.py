@@ -1,0 +1,66 @@
+"""The workers' fork server, started before anything heavy is imported (engine/executors/contexts.py).
+
+A fork server imports onnxruntime, the quantizers and quantune's engine once, in its own
+process, and forks every worker from it (contexts.py says why). It can only start importing
+once it is started: from ``quantune.engine`` (whose package imports the engine itself, 0.2-0.4 s)
+it started that much later than it could, on the critical path of a small model's first
+answer. This module imports nothing of quantune, so ``quantune run`` and ``quantune.tune``
+start it as soon as they know the run uses worker processes.
+"""
+
+from __future__ import annotations
+
+import multiprocessing as mp
+import os
+import sys
+from multiprocessing.context import BaseContext
+
+# Imported once in the fork server (what a worker needs first: see _preload.py).
+PRELOAD = ["quantune.engine.executors._preload"]
+
+
+EXIT_UNGUARDED_MAIN = 89  # a worker's exit code: the user's script reached tune() while the worker imported it
+_UNAVAILABLE: list[str] = []  # why the fork server could not start in this process, if it could not
+
+
+def uses_fork_server() -> bool:
+    if _UNAVAILABLE or "forkserver" not in mp.get_all_start_methods():
+        return False
+    return os.environ.get("QUANTUNE_FORKSERVER", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def worker_context() -> BaseContext:
+    """The context workers start from: the fork server (preloaded), else spawn."""
+    if uses_fork_server():
+        context = mp.get_context("forkserver")
+        context.set_forkserver_preload(PRELOAD)
+        return context
+    return mp.get_context("spawn")
+
+
+def warm_up() -> None:
+    """Starts the fork server now (it imports in its own process, beside the run's set-up); a
+    no-op when it runs already or workers are spawned."""
+    if not uses_fork_server():
+        return
+    worker_context()
+    from multiprocessing import forkserver
+
+    try:
+        forkserver.ensure_running()
+    except Exception as exc:  # e.g. no Unix sockets here: spawned workers, as before the fork server
+        _UNAVAILABLE.append(f"{type(exc).__name__}: {exc}")
+
+
+def refuse_in_starting_worker() -> None:
+    """Stops a worker that, while importing the user's script, reached ``quantune.tune()``.
+
+    Spawned workers import the main module first (so passes defined in a script exist in
+    them too); a script that calls ``tune()`` unguarded would start a second run inside the
+    worker and hang both. The worker exits with a code its parent turns into advice.
+    """
+    if getattr(mp.current_process(), "_inheriting", False):
+        # at once, with the code: a worker forked by the fork server turns a SystemExit raised
+        # while it prepares into exit code 1 (multiprocessing's forkserver), losing the advice
+        sys.stderr.flush()
+        os._exit(EXIT_UNGUARDED_MAIN)
