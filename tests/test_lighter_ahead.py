@@ -200,8 +200,8 @@ def test_a_guess_in_budget_builds_the_ceilings_before_its_compute_only_model(
 
 
 def test_the_guess_s_worker_judges_its_guess_against_the_original(tmp_path: Path) -> None:
-    """``in_budget``: the criterion on the cached figures of the guess and of the original; not yet
-    known (the original's figures not cached) is not in budget (the worker then keeps its order)."""
+    """``in_budget``: the criterion on the cached figures of the guess and the original's metric (cached
+    with its outputs, before it is timed); not known is not in budget (the worker then keeps its order)."""
     from quantune.config.loader import load_config
     from quantune.engine.ahead import in_budget
     from quantune.engine.executors.worker import WorkerSpec, runner_for
@@ -211,7 +211,7 @@ def test_the_guess_s_worker_judges_its_guess_against_the_original(tmp_path: Path
     spec = WorkerSpec(load_config(config), key="judge")
     runner = runner_for(spec)
     item = ({"flow": "static_quant"}, ("static_quant",))
-    assert not in_budget(spec, item)  # nothing cached yet
+    assert not in_budget(spec, item, wait_s=0.0)  # nothing cached yet
     runner.baseline()
     context = runner.context
     from quantune.engine.probes import _variant_model
@@ -227,3 +227,10 @@ def test_the_guess_s_worker_judges_its_guess_against_the_original(tmp_path: Path
             "evals", context.eval_key(sha), {"metrics": {**metrics, context.evaluator.spec.metric: value}}
         )
         assert in_budget(spec, item) == (loss == 0.0)
+    # the original still being timed: its figures are not cached yet, its metric is (with its outputs)
+    (context.cache.root / "evals" / f"{context.eval_key(context.model.sha256)}.json").unlink()
+    assert in_budget(spec, item, wait_s=0.0) is False  # (the guess above is far off the budget)
+    context.cache.put_json(
+        "evals", context.eval_key(sha), {"metrics": {**metrics, context.evaluator.spec.metric: original}}
+    )
+    assert in_budget(spec, item, wait_s=0.0)

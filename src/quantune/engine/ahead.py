@@ -58,25 +58,43 @@ def evaluate_ahead(
     return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in later]
 
 
-def in_budget(spec: Any, item: Item) -> bool:
+ORIGINAL_WAIT_S = 5.0  # the most the guess's worker waits for the original's figures (agreement metrics)
+
+
+def in_budget(spec: Any, item: Item, wait_s: float = ORIGINAL_WAIT_S) -> bool:
     """Whether ``item``'s model, evaluated ahead, meets the run's criterion against the original's
-    figures (both in the evaluation cache); False when either is not there yet."""
+    metric: cached with the original's outputs for a label or user metric (the original may still be
+    timed), else with its figures, waited for up to ``wait_s`` (its timing and memory probe are all
+    that is left once its outputs are in). False when either is not there."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.probes import _variant_model
+    from quantune.store import cache_key
 
     runner = runner_for(spec)
     context = runner.context
-    original = context.cache.get_json("evals", context.eval_key(context.model.sha256))
-    if runner.criterion is None or original is None:
+    if runner.criterion is None:
         return False
     try:
         _, sha = _variant_model(context, context.plan, item[0], item[1])  # cached: read, not built
     except Exception:
         return False
-    figures = context.cache.get_json("evals", context.eval_key(sha))
     metric = context.evaluator.spec.metric
+    key = context.eval_key(context.model.sha256)
+    deadline = time.perf_counter() + wait_s
+    while True:
+        for record in (
+            context.cache.get_json("evals", key),
+            context.cache.get_json("evals", cache_key("reference-metric", key)),
+        ):
+            original = (record or {}).get("metrics", {}).get(metric)
+            if original is not None:
+                break
+        if original is not None or time.perf_counter() >= deadline:
+            break
+        time.sleep(0.05)
+    figures = context.cache.get_json("evals", context.eval_key(sha))
     try:
-        return bool(runner.criterion.check(original["metrics"][metric], figures["metrics"][metric]).meets)
+        return original is not None and bool(runner.criterion.check(original, figures["metrics"][metric]).meets)
     except (KeyError, TypeError, ValueError):
         return False
 

@@ -107,8 +107,11 @@ class TrialRunner:
             started = time.perf_counter()
             evaluated: list[float] = []
 
-            def keep(packed: dict[str, Any]) -> None:
+            def keep(packed: dict[str, Any], metric: dict[str, float]) -> None:
                 evaluated.append(time.perf_counter() - started)  # outputs and metric, before timing and memory
+                # its metric first, then its outputs (their file is what a guess beside it waits for):
+                # the guess's worker judges the guess with it (engine/ahead.py in_budget)
+                ctx.cache.put_json("evals", cache_key("reference-metric", key), {"metrics": metric})
                 ctx.cache.put_arrays(reference_key, packed)
 
             ctx.evaluator.quick_timing = quick_timing

@@ -161,14 +161,14 @@ class Evaluator:
         self,
         model: Path,
         reference: dict[str, np.ndarray] | None,
-        on_outputs: Callable[[dict[str, np.ndarray]], None] | None = None,
+        on_outputs: Callable[[dict[str, np.ndarray], dict[str, float]], None] | None = None,
     ) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
 
         ``reference`` is the original model's packed outputs; ``None`` means ``model`` is the original.
-        ``on_outputs`` gets the packed outputs as soon as they and the metric are in, before the
-        timing (the original's reference is cached then, so a candidate evaluated beside it can
-        compare while the original is still timed).
+        ``on_outputs`` gets the packed outputs and the label or user metric (empty for an agreement
+        metric) as soon as they are in, before the timing (the original's reference is cached then,
+        so a candidate evaluated beside it can compare, and be judged, while the original is still timed).
         A target that died, hung or erred fails the evaluation like any other ``TrialError``.
         """
         try:
@@ -177,7 +177,9 @@ class Evaluator:
         except TargetFault as exc:
             raise TrialError(str(exc)) from None
 
-    def measure(self, model: Path, on_outputs: Callable[[dict[str, np.ndarray]], None] | None = None) -> Measured:
+    def measure(
+        self, model: Path, on_outputs: Callable[[dict[str, np.ndarray], dict[str, float]], None] | None = None
+    ) -> Measured:
         """Every figure of ``model`` that needs no reference: its outputs, the criterion metric,
         latency, memory, size. The agreement figures follow with :meth:`figures` -- a model can be
         measured while the original's reference is still being computed (engine/prebuild.py).
@@ -198,7 +200,7 @@ class Evaluator:
         elif self.spec.user_metric is not None:
             metric[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
         if on_outputs is not None:
-            on_outputs(pack(outputs))
+            on_outputs(pack(outputs), dict(metric))
         rest: dict[str, float] = {}
         latency = self.spec.latency
         if self.quick_timing:
