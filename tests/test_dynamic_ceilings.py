@@ -144,6 +144,7 @@ def test_a_ceiling_surely_behind_the_fastest_is_not_placed_against_the_margin() 
     behind = original * (0.96 + rng.uniform(-0.03, 0.03, rounds))  # on the margin: undecided
     timings = np.stack([original, fast, behind])
     assert outrun(timings, 0.97) == [False, True]
+    assert outrun(np.stack([original, behind, fast]), 0.97) == [True, False]  # wherever the fastest row is
     active, finished = _still_timed(timings, 0.97, [True, True, True])
     assert finished and active == [True, False, False]
     # nothing surely below the margin: nothing outruns anything, the undecided one is timed on

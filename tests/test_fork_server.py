@@ -1,4 +1,4 @@
-"""Workers forked from a fork server with the heavy imports done (engine/executors/contexts.py):
+"""Workers forked from a fork server with the heavy imports done (quantune/forkserver.py):
 they start as a spawned worker would -- the parent's environment as it is when they start, the
 same advice for a script that calls tune() unguarded (test_engine_scale.py) -- only sooner."""
 
@@ -11,8 +11,8 @@ from pathlib import Path
 
 import pytest
 
-from quantune.engine.executors.contexts import uses_fork_server, warm_up, worker_context
 from quantune.engine.executors.stage import Isolation, run_stage
+from quantune.forkserver import uses_fork_server, warm_up, worker_context
 
 
 def _environment_and_modules(name: str) -> tuple[str | None, bool, int]:

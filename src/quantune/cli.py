@@ -33,9 +33,10 @@ def _cmd_run(args: argparse.Namespace) -> int:
     loaded = _load(args)
     if (args.executor or loaded.config.executor.kind) == "process":
         # the workers' fork server starts now, importing onnxruntime and the quantizers on the
-        # other core while this process imports the engine (0.35 s): the original's evaluation,
-        # in a worker, then starts 0.3-0.4 s sooner on a small model (issue 23, bench/startup.py);
-        # from quantune.forkserver, which imports nothing heavy (quantune.engine's package does)
+        # other core while this process imports the engine (below, before tune() is called: the
+        # console and interrupt modules import it, 0.35 s): the original's evaluation, in a
+        # worker, then starts 0.3-0.4 s sooner on a small model (issue 23, bench/startup.py);
+        # tune() starts it too, for API users (a no-op here then)
         from quantune.forkserver import warm_up
 
         warm_up()
@@ -103,8 +104,8 @@ def _cmd_space(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
-    from quantune.engine.executors.process import refuse_in_starting_worker
     from quantune.engine.setup import build_run, preflight
+    from quantune.forkserver import refuse_in_starting_worker
     from quantune.report.check_summary import check_lines
 
     refuse_in_starting_worker()

@@ -1,11 +1,22 @@
-"""The workers' fork server, started before anything heavy is imported (engine/executors/contexts.py).
+"""The fork server every worker of a run is forked from, with the heavy imports done.
 
-A fork server imports onnxruntime, the quantizers and quantune's engine once, in its own
-process, and forks every worker from it (contexts.py says why). It can only start importing
-once it is started: from ``quantune.engine`` (whose package imports the engine itself, 0.2-0.4 s)
-it started that much later than it could, on the critical path of a small model's first
-answer. This module imports nothing of quantune, so ``quantune run`` and ``quantune.tune``
-start it as soon as they know the run uses worker processes.
+A spawned worker starts a fresh interpreter and imports onnxruntime, onnx, numpy, the
+quantizers and quantune before its first line of work: half a second to a second each on this
+machine, for every stage worker and trial worker of a run (the original's evaluation, the first
+guess, the ceiling builds, the sensitivity, the trial workers), and the symbolic shape inference
+that the extended pre-optimization needs imports sympy, another half second. A fork server
+imports them once, in its own process, while the engine sets the run up on the other core;
+each worker is then forked from it with those modules loaded. It forks from a process that
+holds no run state (no sessions, no threads of the engine), so a worker starts as clean as a
+spawned one: the same preparation (``sys.path``, working folder, main module) and, passed by
+its parent, the parent's environment as it is when the worker starts.
+
+Where there is no fork server (not POSIX), or ``QUANTUNE_FORKSERVER=0``, workers are spawned.
+
+It is started as soon as a run is known to use worker processes (``quantune run``, ``quantune.tune``,
+the engine's set-up), which is why this module imports nothing of quantune: started from inside
+``quantune.engine`` (whose package imports the engine itself, 0.2-0.4 s) it began importing that
+much later, on the critical path of a small model's first answer.
 """
 
 from __future__ import annotations

@@ -43,8 +43,9 @@ def evaluate_ahead(
     it at once made three processes on two cores, and a detector's ceilings waited 3 s after its first
     model in budget. A guess that misses the budget goes on to ``later`` first: the likeliest next
     model in budget (MiniLM-L3's first one)."""
-    ok = evaluate_first_guess(spec, first[0], first[1], wait_s)
-    builder = ok and builds is not None and in_budget(spec, first)
+    figures = evaluate_first_guess(spec, first[0], first[1], wait_s)
+    ok = figures is not None
+    builder = ok and builds is not None and in_budget(spec, figures)
     (written := Path(f"{marker}.tmp")).write_text(GUESS_BUILDS if builder else "1" if ok else "0")
     written.replace(marker)  # whole, or not there
     if not ok:  # no reference to compare with: built only, as the ceilings (they are timed with them)
@@ -55,58 +56,52 @@ def evaluate_ahead(
         count = build_variants(spec, items, budget_s, True, queue)
         (done := Path(f"{marker}.built.tmp")).write_text(str(count))
         done.replace(f"{marker}.built")
-    return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") for point, flow in later]
+    return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") is not None for point, flow in later]
 
 
 ORIGINAL_WAIT_S = 5.0  # the most the guess's worker waits for the original's figures (agreement metrics)
 
 
-def in_budget(spec: Any, item: Item, wait_s: float = ORIGINAL_WAIT_S) -> bool:
-    """Whether ``item``'s model, evaluated ahead, meets the run's criterion against the original's
-    metric: cached with the original's outputs for a label or user metric (the original may still be
-    timed), else with its figures, waited for up to ``wait_s`` (its timing and memory probe are all
-    that is left once its outputs are in). False when either is not there."""
+def in_budget(spec: Any, figures: dict[str, float] | None, wait_s: float = ORIGINAL_WAIT_S) -> bool:
+    """Whether a model with ``figures`` (evaluated ahead) meets the run's criterion against the
+    original's metric; False when there are none, or the original's metric is not known within
+    ``wait_s`` (:func:`original_metric`)."""
     from quantune.engine.executors.worker import runner_for
-    from quantune.engine.probes import _variant_model
-    from quantune.store import cache_key
 
     runner = runner_for(spec)
-    context = runner.context
-    if runner.criterion is None:
+    metric = runner.context.evaluator.spec.metric
+    if runner.criterion is None or figures is None or metric not in figures:
         return False
-    try:
-        _, sha = _variant_model(context, context.plan, item[0], item[1])  # cached: read, not built
-    except Exception:
-        return False
-    metric = context.evaluator.spec.metric
+    original = original_metric(runner.context, metric, wait_s)
+    return original is not None and bool(runner.criterion.check(original, figures[metric]).meets)
+
+
+def original_metric(context: Any, metric: str, wait_s: float) -> float | None:
+    """The original's ``metric``: cached with its outputs for a label or user metric (the original
+    may still be timed then), else with its figures, polled for up to ``wait_s`` (written by another
+    process; its timing and memory probe are all that is left once its outputs are in)."""
+    from quantune.store import cache_key
+
     key = context.eval_key(context.model.sha256)
     deadline = time.perf_counter() + wait_s
     while True:
-        for record in (
-            context.cache.get_json("evals", key),
-            context.cache.get_json("evals", cache_key("reference-metric", key)),
-        ):
-            original = (record or {}).get("metrics", {}).get(metric)
-            if original is not None:
-                break
-        if original is not None or time.perf_counter() >= deadline:
-            break
+        for record_key in (key, cache_key("reference-metric", key)):
+            value = ((context.cache.get_json("evals", record_key) or {}).get("metrics") or {}).get(metric)
+            if value is not None:
+                return float(value)
+        if time.perf_counter() >= deadline:
+            return None
         time.sleep(0.05)
-    figures = context.cache.get_json("evals", context.eval_key(sha))
-    try:
-        return original is not None and bool(runner.criterion.check(original, figures["metrics"][metric]).meets)
-    except (KeyError, TypeError, ValueError):
-        return False
 
 
 def evaluate_first_guess(
     spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float, label: str = "first guess"
-) -> bool:
+) -> dict[str, float] | None:
     """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
     then compared with the original's outputs once they are in the cache (the baseline's stage,
     beside this one, writes them); the figures land in the evaluation cache, where the trial reads
-    them. False when the reference did not come within ``wait_s`` or the model failed (its trial
-    then runs as any other, and says why)."""
+    them, and are returned. None when the reference did not come within ``wait_s`` or the model
+    failed (its trial then runs as any other, and says why)."""
     from quantune.engine.baseline import shared_cores
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.probes import _variant_model
@@ -124,17 +119,17 @@ def evaluate_first_guess(
             path, sha = _variant_model(context, context.plan, point, flow, label=f" ({label})")
         built = time.perf_counter()
         key = context.eval_key(sha)
-        if context.cache.get_json("evals", key) is not None:
+        if (cached := context.cache.get_json("evals", key)) is not None:
             reference.cancel()
-            return True
+            return dict(cached["metrics"])
         measured = context.evaluator.measure(path)
     except Exception as exc:
         reference.cancel()
         print(f"{label} {point}: {type(exc).__name__}: {exc}", flush=True)
-        return False
+        return None
     done = time.perf_counter()
     if (outputs := reference.result()) is None:
-        return False
+        return None
     waited = time.perf_counter()
     figures = context.evaluator.figures(measured, outputs)
     context.cache.put_json("evals", key, {"metrics": figures, "ahead": spec.run_id})
@@ -144,7 +139,7 @@ def evaluate_first_guess(
         f"{time.perf_counter() - waited:.1f} s",
         flush=True,
     )
-    return True
+    return figures
 
 
 class _Reference(threading.Thread):

@@ -29,6 +29,7 @@ from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
 from quantune.evaluate.latency import latency_figures
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN
+from quantune.evaluate.rounds import decided
 
 log = logging.getLogger("quantune.confirm")
 MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
@@ -142,23 +143,13 @@ def verdict_settled(timings: np.ndarray) -> bool:
     interval, because the rule is asked again every few rounds: a re-timing that stops here would
     have reached the same verdict at its full length, except by a chance below ``1 - CONFIDENCE``.
     A model at 0.45x the original's time settles at the 10th round instead of timing 50."""
-    original = timings[0]
-    threshold = 1.0 - MIN_GAIN
-    for row in timings[1:]:
-        ratio = paired_ratio(row, original, SETTLED_CONFIDENCE)
-        if not (ratio.high < threshold or ratio.low > threshold):
-            return False
-    if len(timings) > 2:
-        medians = [float(np.median(row)) for row in timings[1:]]
-        first = 1 + int(np.argmin(medians))
-        behind = 1.0 / (1.0 - MIN_GAIN)
-        for index in range(1, len(timings)):
-            if index == first:
-                continue
-            ratio = paired_ratio(timings[index], timings[first], SETTLED_CONFIDENCE)
-            if not (ratio.high < behind or ratio.low > behind):
-                return False
-    return True
+    if not all(decided(timings, 1.0 - MIN_GAIN, confidence=SETTLED_CONFIDENCE)):
+        return False
+    if len(timings) < 3:
+        return True
+    fastest = 1 + int(np.argmin([np.median(row) for row in timings[1:]]))
+    candidates = np.delete(timings, 0, axis=0)  # the fastest compared with the others, round by round
+    return all(decided(candidates, 1.0 / (1.0 - MIN_GAIN), reference=fastest - 1, confidence=SETTLED_CONFIDENCE))
 
 
 def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:

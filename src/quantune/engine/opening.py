@@ -20,7 +20,7 @@ from quantune.config import Config, LoadedConfig
 from quantune.engine.baseline import cached_figures, original_figures
 from quantune.engine.early import EarlyWorkers
 from quantune.engine.executors import WorkerSpec
-from quantune.engine.executors.contexts import check_main_importable, warm_up
+from quantune.engine.executors.contexts import check_main_importable
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.executors.stage import Isolation
 from quantune.engine.identity import fingerprints
@@ -32,6 +32,7 @@ from quantune.engine.runner import TrialRunner
 from quantune.engine.setup import RunParts, build_run, for_workers, preflight
 from quantune.engine.timebook import ORIGINAL, SET_UP, TimeBook
 from quantune.errors import ConfigError
+from quantune.forkserver import warm_up
 from quantune.space import SearchSpace
 from quantune.space.report import EXACT_LIMIT
 from quantune.store import RunStore, cache_key
@@ -75,7 +76,7 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
     """The run's parts, identity and strategy; the ceilings' builds and the early workers started."""
     config = loaded.config
     workers = config.executor.workers
-    if not isolation.inline:  # the workers' fork server imports beside the set-up (contexts.py)
+    if not isolation.inline:  # the workers' fork server imports beside the set-up (quantune/forkserver.py)
         check_main_importable()
         warm_up()
     parts = build_run(loaded, eval_threads=eval_threads_for(workers))

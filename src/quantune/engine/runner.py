@@ -19,7 +19,7 @@ from quantune.data import Dataset
 from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
-from quantune.evaluate import Evaluator
+from quantune.evaluate import Criterion, Evaluator
 from quantune.evaluate.session_file import read_session_settings
 from quantune.memory import peak_tracker, take_stage_peaks
 from quantune.model import ModelHandle
@@ -85,7 +85,7 @@ class TrialRunner:
         self.context = context
         self._reference: dict[str, Any] | None = None
         self.run_id = ""  # the engine run this runner works for (WorkerSpec.run_id)
-        self.criterion: Any = None  # the run's Criterion, where a worker needs to judge (WorkerSpec)
+        self.criterion: Criterion | None = None  # the run's, where a worker judges (engine/ahead.py)
 
     def baseline(self, *, quick_timing: bool = False) -> tuple[dict[str, float], str]:
         """The original model's figures (cached), and whether they came from the cache.

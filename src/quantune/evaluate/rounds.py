@@ -29,24 +29,36 @@ from pathlib import Path
 import numpy as np
 
 from quantune.evaluate.latency import LatencySpec, latency_lane, timed_call, timing_session
-from quantune.evaluate.paired import MIN_GAIN, paired_ratio
+from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN, RatioInterval, paired_ratio
 from quantune.evaluate.session import DEFAULT_PROVIDER
 
 log = logging.getLogger("quantune.evaluate")
 
 
-def decided(timings: np.ndarray, threshold: float) -> list[bool]:
-    """For each candidate row (1..), whether its ratio to row 0 is surely below or above ``threshold``
-    (rounds a candidate sat out are NaN and left out of its ratio)."""
-    out = []
-    for row in timings[1:]:
-        valid = ~np.isnan(row)
-        if not valid.any():  # a candidate onnxruntime could not run: nothing to decide
-            out.append(True)
+def _intervals(timings: np.ndarray, reference: int = 0, confidence: float = CONFIDENCE) -> list[RatioInterval | None]:
+    """Each candidate row's (every row but ``reference``) paired ratio to row ``reference`` over the
+    rounds both ran (a row that sat out a round is NaN there); None for a row that never ran."""
+    base = timings[reference]
+    out: list[RatioInterval | None] = []
+    for index, row in enumerate(timings):
+        if index == reference:
             continue
-        interval = paired_ratio(row[valid], timings[0][valid])
-        out.append(interval.high < threshold or interval.low > threshold)
+        both = ~np.isnan(row) & ~np.isnan(base)
+        out.append(paired_ratio(row[both], base[both], confidence) if both.any() else None)
     return out
+
+
+def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidence: float = CONFIDENCE) -> list[bool]:
+    """For each candidate row (every row but ``reference``, 0: the original), whether its ratio to
+    the reference row is surely below or above ``threshold`` at ``confidence`` (a candidate that never
+    ran, one onnxruntime could not run, has nothing to decide: True)."""
+    return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
+
+
+def _fastest_below(intervals: list[RatioInterval | None], threshold: float) -> int | None:
+    """The row (1..) of the candidate with the lowest median ratio among those surely below ``threshold``."""
+    below = [(i.median, row) for row, i in enumerate(intervals, start=1) if i is not None and i.high < threshold]
+    return min(below)[1] if below else None
 
 
 def fastest_known(timings: np.ndarray, threshold: float) -> bool:
@@ -56,25 +68,15 @@ def fastest_known(timings: np.ndarray, threshold: float) -> bool:
     ceilings timing to the last round). Judged on their ratio to each other round by round, as the
     original's are: the machine's drift cancels there too (two variants 4% apart, each judged against
     the original alone, took all 20 rounds to rank). True when fewer than two are below."""
-    rows = []
-    for index, row in enumerate(timings[1:], start=1):
-        valid = ~np.isnan(row)
-        if valid.any():
-            interval = paired_ratio(row[valid], timings[0][valid])
-            if interval.high < threshold:
-                rows.append((interval.median, index))
-    if len(rows) < 2:
+    intervals = _intervals(timings)
+    first = _fastest_below(intervals, threshold)
+    if first is None:
         return True
-    first = timings[min(rows)[1]]
-    for _, index in sorted(rows)[1:]:
-        row = timings[index]
-        both = ~np.isnan(row) & ~np.isnan(first)
-        if not both.any():
-            continue
-        behind = paired_ratio(row[both], first[both])  # the other's time over the fastest's
-        if not (behind.low > 1.0 or (behind.high <= 1.0 + MIN_GAIN and behind.low >= 1.0 / (1.0 + MIN_GAIN))):
-            return False
-    return True
+    others = [row for row, i in enumerate(intervals, start=1) if i is not None and i.high < threshold and row != first]
+    behind = _intervals(timings[[first, *others]])  # each other's time over the fastest's
+    return all(
+        i is None or i.low > 1.0 or (i.high <= 1.0 + MIN_GAIN and i.low >= 1.0 / (1.0 + MIN_GAIN)) for i in behind
+    )
 
 
 def outrun(timings: np.ndarray, threshold: float) -> list[bool]:
@@ -84,23 +86,12 @@ def outrun(timings: np.ndarray, threshold: float) -> list[bool]:
     variant, and a variant behind it is judged again by its own trials if ever tried. On a detector
     whose two dynamic variants sat at 0.94x against a 0.97x margin, the ceilings timed all 20 rounds
     to place them although the static variant at 0.46x had been surely fastest since the 5th."""
-    intervals = []
-    for row in timings[1:]:
-        valid = ~np.isnan(row)
-        intervals.append(paired_ratio(row[valid], timings[0][valid]) if valid.any() else None)
-    below = [i for i, interval in enumerate(intervals) if interval is not None and interval.high < threshold]
-    if not below:
-        return [False] * len(intervals)
-    first = min(below, key=lambda i: intervals[i].median)
-    lead = timings[1 + first]
-    out = []
-    for index, row in enumerate(timings[1:]):
-        both = ~np.isnan(row) & ~np.isnan(lead)
-        if index == first or not both.any():
-            out.append(False)
-            continue
-        out.append(paired_ratio(row[both], lead[both]).low > 1.0 / (1.0 - MIN_GAIN))
-    return out
+    first = _fastest_below(_intervals(timings), threshold)
+    if first is None:
+        return [False] * (len(timings) - 1)
+    to_first = _intervals(timings, reference=first)  # every row but ``first``, in order
+    to_first.insert(first, None)  # the fastest is not behind itself: positions are rows again
+    return [i is not None and i.low > 1.0 / (1.0 - MIN_GAIN) for i in to_first[1:]]
 
 
 def ratio_medians(timings: np.ndarray) -> list[float | None]:

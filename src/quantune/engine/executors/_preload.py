@@ -1,4 +1,4 @@
-"""What the fork server imports once, before it forks any worker (``contexts.PRELOAD``).
+"""What the fork server imports once, before it forks any worker (``quantune.forkserver.PRELOAD``).
 
 Everything a worker needs before its first line of work: numpy, onnx, onnxruntime and its
 quantizers, quantune's engine, and onnxruntime's symbolic shape inference (with sympy) --

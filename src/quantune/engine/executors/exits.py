@@ -26,16 +26,13 @@ _SIGNALS = {
 _TAIL_LINES = 20
 _STARTUP_TIMEOUT_S = 600
 _START_ATTEMPTS = 3
-# a worker found the user's script calling quantune.tune() at its top level (a code no script
-# would use: a metric's os._exit(3) was once taken for it): forkserver.EXIT_UNGUARDED_MAIN
-_EXIT_UNGUARDED_MAIN = EXIT_UNGUARDED_MAIN
 
 
 def exit_cause(code: int | None) -> str:
     """A dead worker's exit status in words: the signal that killed it, or its exit code."""
     if code is not None and code < 0:
         return _SIGNALS.get(-code, f"killed by signal {-code}")
-    if code == _EXIT_UNGUARDED_MAIN:
+    if code == EXIT_UNGUARDED_MAIN:
         return unguarded_advice()
     return (
         f"worker exited with code {code}: code it ran ended the process (a metric, loader or runner script "
@@ -67,6 +64,6 @@ class WorkerStartError(QuantuneError):
         message = f"executor: worker process {index} died while starting ({cause})"
         if log_tail:
             message += f"; its log ends with: {log_tail.splitlines()[-1]}"
-        if exit_code == _EXIT_UNGUARDED_MAIN:
+        if exit_code == EXIT_UNGUARDED_MAIN:
             message = f"executor: {unguarded_advice()}"
         super().__init__(message)

@@ -22,29 +22,14 @@ from concurrent.futures import Future
 from pathlib import Path
 
 from quantune.engine.executors.base import Executor, failed_record
-from quantune.engine.executors.exits import (  # re-exported: the CLI, the API and stage workers use them
-    _EXIT_UNGUARDED_MAIN,
-    ExecutorClosed,
-    WorkerStartError,
-    exit_cause,
-    refuse_in_starting_worker,
-    unguarded_advice,
-)
+from quantune.engine.executors.exits import ExecutorClosed, WorkerStartError
 from quantune.engine.executors.lifeline import storage_fault
 from quantune.engine.executors.limits import TrialLimit
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.executors.worker_process import _Worker
 from quantune.engine.trial import Trial, TrialRecord
 
-__all__ = [
-    "_EXIT_UNGUARDED_MAIN",
-    "ExecutorClosed",
-    "ProcessExecutor",
-    "WorkerStartError",
-    "exit_cause",
-    "refuse_in_starting_worker",
-    "unguarded_advice",
-]
+__all__ = ["ExecutorClosed", "ProcessExecutor", "WorkerStartError"]
 
 
 class ProcessExecutor(Executor):

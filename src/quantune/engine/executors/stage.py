@@ -23,9 +23,10 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.executors.contexts import child_environment, worker_context
+from quantune.engine.executors.contexts import child_environment
 from quantune.engine.executors.crashsite import crash_site, log_since
-from quantune.engine.executors.exits import _EXIT_UNGUARDED_MAIN, WorkerStartError, exit_cause
+from quantune.engine.executors.exits import WorkerStartError, exit_cause
+from quantune.forkserver import EXIT_UNGUARDED_MAIN, worker_context
 from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
 
 log = logging.getLogger("quantune.stage")
@@ -176,7 +177,7 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                     return StageOutcome(value, error, peak, tail, peaks)
             if ready:  # the process ended without an answer
                 process.join(timeout=5)
-                if process.exitcode == _EXIT_UNGUARDED_MAIN:  # the user's script calls tune() unguarded
+                if process.exitcode == EXIT_UNGUARDED_MAIN:  # the user's script calls tune() unguarded
                     return StageOutcome(error=str(WorkerStartError(0, process.exitcode, "")))
                 text = log_since(log_path, offset)  # read once: the crash site and the tail
                 site = crash_site(text)  # the user's file and line, when it was theirs

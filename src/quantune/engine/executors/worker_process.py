@@ -16,7 +16,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 
 from quantune.engine.executors.base import failed_record
-from quantune.engine.executors.contexts import child_environment, worker_context
+from quantune.engine.executors.contexts import child_environment
 from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.exits import (
     _START_ATTEMPTS,
@@ -28,6 +28,7 @@ from quantune.engine.executors.exits import (
 )
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trial import Trial, TrialRecord
+from quantune.forkserver import worker_context
 
 
 def _worker_main(
