@@ -50,6 +50,7 @@ def search_problem(
         timeout_s=config.stop.timeout_s,
         int8_saturates=int8_saturates(),
         provider=config.target.provider,
+        tolerable_loss=parts.criterion.tolerable_loss,
         evaluates_ahead=isolation is not None and not isolation.inline and spec is not None and prebuild_enabled(),
         **isolated(
             accuracy_fields(

@@ -203,10 +203,16 @@ def _metric_comment(metric: str, source: DataSource) -> str:
 
 
 def _pass_lines(info: ModelInfo) -> list[str]:
-    """Both quantizers, in the order that suits the op mix (flows are tried in this order)."""
+    """Both quantizers, in the order that suits the op mix (flows are tried in this order), and a
+    fine-tune after static int8: on a close miss the quantune strategy's recover stage fits the worst
+    layers alone before it moves any op to fp32 (and each of the costliest ops it moved, after);
+    where int8 holds it is never built (a refined flow takes its unrefined twin's speed). Bias
+    correction is left out: it runs the whole model twice per layer (100 s on an 85-conv detector)."""
     static = _c("  - {name: static_quant, search: true}", "int8 with calibration: the usual win on conv nets")
     dynamic = _c("  - {name: dynamic_quant, search: true}", "int8 weights, activations on the fly: MatMul/LSTM")
+    refine = _c("  - {name: fast_finetune}", "AdaRound of the worst layers, tried on a close miss")
+    refined = "[static_quant, fast_finetune]"
     kinds = info.kinds
     if "recurrent" in kinds or ("MatMul-heavy" in kinds and "conv-heavy" not in kinds):
-        return [dynamic, static, "flows: [[dynamic_quant], [static_quant]]"]
-    return [static, dynamic, "flows: [[static_quant], [dynamic_quant]]"]
+        return [dynamic, static, refine, f"flows: [[dynamic_quant], [static_quant], {refined}]"]
+    return [static, dynamic, refine, f"flows: [[static_quant], [dynamic_quant], {refined}]"]

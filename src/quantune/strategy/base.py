@@ -107,6 +107,9 @@ class SearchProblem:
     # the execution provider the run's models are for (``target.provider``; the provider axis's points
     # name their own): which of a pass's kernels are slow there (``Pass.faster_twin``)
     provider: str = "CPUExecutionProvider"
+    # the criterion's tolerable loss, in the units of an outcome's ``violation`` (None: not known):
+    # how far a miss is, in budgets (the recover stage tries refining passes on close misses only)
+    tolerable_loss: float | None = None
 
 
 class Strategy(ABC):

@@ -72,6 +72,13 @@ class QuantuneOptions(AccuracyOptions):
     targeted_units: int = Field(
         default=3, ge=0, description="The worst units given per-channel weights / a fine-tune before any fallback."
     )
+    recover_within: float | None = Field(
+        default=4.0,
+        ge=0,
+        description="Refining passes (bias correction, fast fine-tune; the flows that add them) are tried "
+        "only on a variant whose loss is over the budget by at most this many budgets (None: always): "
+        "they mend rounding, not a model int8 broke (F1 0 on a detector's decode head).",
+    )
     latency_trials: int | None = Field(
         default=None,
         ge=0,

@@ -10,8 +10,10 @@ ratio is decided; a strategy without that probe falls back to the variants' own 
 from __future__ import annotations
 
 import logging
+from collections.abc import Mapping
 
 from quantune.evaluate.paired import MIN_GAIN
+from quantune.passes.registry import find_pass
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
@@ -31,10 +33,15 @@ class CeilingStage(ProviderCeilings):
         """Every flow's fully-quantized variants, in build order (what is built first is surely timed)."""
         if not self.variants:
             contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
+            flows = {ctx.flow for ctx in contexts}
             for ctx in contexts:
+                twin_flow = unrefined_flow(self.problem.step_passes, ctx.flow, ctx.quant_step)
                 for point, label in on_providers(self.problem, speed_variants(ctx)):  # each provider's
                     point = self.complete(point, ctx)
                     variant = Variant(ctx, point, label)
+                    if twin_flow is not None and twin_flow in flows:  # its twin's speed (twin_speeds)
+                        self.refined.append(variant)
+                        continue
                     self.variants.append(variant)
                     self._ceiling_stage[f"{CEILING}: {label}"] = variant
             self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
@@ -98,6 +105,7 @@ class CeilingStage(ProviderCeilings):
             for variant, outcome in zip(self.variants, outcomes, strict=True):
                 self._measure(variant, outcome)
                 self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
+        self.twin_speeds()
         kept = [v for v in self.variants if self._keeps(v)]
         order = {id(v): i for i, v in enumerate(self.variants)}
         baseline = self.baseline.get("latency_ms")
@@ -167,6 +175,28 @@ class CeilingStage(ProviderCeilings):
             rival.label,
         )
         return [rival, *(v for v in kept if v is not rival)]
+
+    def twin_speeds(self) -> None:
+        """Each refined variant (a flow that adds bias correction or a fine-tune after its quant step)
+        takes the speed of its unrefined twin, the same quantization in the flow without those steps:
+        they change weights and biases, never the graph, so building and timing it as a ceiling of its
+        own only costs time (15.8 s instead of 0.5 s on the digits CNN with both refining flows
+        listed, for the same ratio). The recover stage builds one when it tries it."""
+        for variant in self.refined:
+            twin_flow = unrefined_flow(self.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
+            suffix = variant.label.split(": ", 1)[-1]
+            twin = next(
+                (v for v in self.variants if v.ctx.flow == twin_flow and v.label.split(": ", 1)[-1] == suffix), None
+            )
+            if twin is None:  # its twin was never a ceiling (a slower twin skipped): nothing to recover in
+                variant.failed = True
+                self.decisions.append(f"{variant.label} dropped: no unrefined twin was timed")
+                continue
+            variant.side_by_side, variant.latency_ms, variant.failed = twin.side_by_side, twin.latency_ms, twin.failed
+            self.decisions.append(
+                f"{variant.label} {self._verdict(variant)[1]} (the speed of {twin.label}: its refining steps "
+                "keep the graph; built only when the recover stage tries it)"
+            )
 
     def _time_ceilings(self, variants: list[Variant]) -> bool:
         """Each variant's side-by-side ratio, from one session for all (or one timing per variant);
@@ -246,6 +276,14 @@ def _ties_to_the_earlier(
         out.append(pick)
         rest = [v for v in rest if v is not pick]
     return out
+
+
+def unrefined_flow(step_passes: Mapping[str, str], flow: tuple[str, ...], quant_step: str) -> tuple[str, ...] | None:
+    """``flow`` without the refining steps after its quant step (passes of role ``recover``: bias
+    correction, fast fine-tune), or None when it has none."""
+    after = flow[flow.index(quant_step) + 1 :]
+    refining = {step for step in after if (cls := find_pass(str(step_passes.get(step)))) and cls.role == "recover"}
+    return tuple(step for step in flow if step not in refining) if refining else None
 
 
 def _or_inf(value: float | None) -> float:

@@ -169,7 +169,8 @@ class AccuracyStrategy(StagedStrategy):
     def learned(self) -> dict[str, Any]:
         """Each tuned flow's sensitivity scores per group (the report shows why a group stayed in
         high precision) and the strategy's decisions on flows, in order."""
-        contexts = [self.ctx, *(v.ctx for v in getattr(self, "variants", []))]
+        variants = [*getattr(self, "variants", []), *getattr(self, "refined", [])]
+        contexts = [self.ctx, *(v.ctx for v in variants)]
         sensitivity: dict[str, dict[str, Any]] = {}
         for ctx in contexts:
             if ctx.scores:

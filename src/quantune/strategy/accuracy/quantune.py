@@ -75,6 +75,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         super().setup()
         self.ranking: list[Group] = []
         self.variants: list[Variant] = []
+        self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (targeted.py)
+        # the refined flows' variants: their unrefined twin's speed, never built as ceilings
+        self.refined: list[Variant] = []
         self._ceiling_stage: dict[str, Variant] = {}
         self.decisions: list[str] = []  # why variants were kept or dropped, in order
         self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)

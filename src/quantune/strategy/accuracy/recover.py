@@ -33,7 +33,7 @@ from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import FLOW_KEY
 from quantune.strategy.accuracy.speed import Variant
-from quantune.strategy.accuracy.targeted import TargetedStage
+from quantune.strategy.accuracy.targeted import TargetedStage, weighted_nodes
 
 log = logging.getLogger("quantune.strategy")
 
@@ -65,7 +65,7 @@ class RecoverStage(TargetedStage):
         keeps = getattr(self, "_keeps", lambda v: not v.failed)
         baseline = (getattr(self, "baseline", None) or {}).get("latency_ms")
         found = []
-        for other in getattr(self, "variants", []):
+        for other in [*getattr(self, "variants", []), *getattr(self, "refined", [])]:
             flow = other.ctx.flow
             extra = flow[len(steps) :]
             if other is variant or flow[: len(steps)] != steps or not extra or not keeps(other):
@@ -80,6 +80,18 @@ class RecoverStage(TargetedStage):
             found.append((key, other))
         return [other for _, other in sorted(found, key=lambda item: item[0])]
 
+    def recoverable(self, variant: Variant) -> bool:
+        """Whether ``variant``'s miss is close enough for the refining passes: its loss over the budget
+        by at most ``recover_within`` budgets (4). They mend rounding (the scaled CNN's per-tensor
+        weights, 3.7 budgets over, fine-tuned into the budget); a model int8 broke (a detector's
+        decode head at F1 0: 100 budgets over) costs a refined build and an evaluation per try for
+        nothing, time the fallback needs."""
+        within = getattr(self.options, "recover_within", None)  # type: ignore[attr-defined]
+        tolerable = self.problem.tolerable_loss  # type: ignore[attr-defined]
+        if within is None or tolerable is None or tolerable <= 0:
+            return True
+        return variant.violation <= within * tolerable
+
     def _passes(self, variant: Variant) -> list[str]:
         ctx = variant.ctx
         extra = ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]
@@ -91,9 +103,15 @@ class RecoverStage(TargetedStage):
         targeted = yield from self.stage_targeted(variant)  # type: ignore[attr-defined]
         if targeted is not None:
             return targeted
+        if not self.recoverable(variant):
+            self._not_recoverable(variant)
+            return None
         for refined in self.refined_variants(variant):
             if self.remaining() <= 1:  # leave a trial for the fallback
                 return None
+            if variant.label in self.fitted and self.layer_fit(refined) is not None:  # type: ignore[attr-defined]
+                continue  # its worst layers were fitted alone and missed: a fit of every layer costs
+                # minutes on a large model and did no better on the two zoo models tried (recover-2026-11-27.md)
             passes = self._passes(refined)
             outcome = yield from self.try_point(refined.point, f"{RECOVER}: {refined.label} (+{', '.join(passes)})")
             if outcome.meets:
@@ -118,24 +136,30 @@ class RecoverStage(TargetedStage):
         after = getattr(self, "recovered", None)
         targeted = dict(after) if after is not None and after is not before else {}  # units it kept int8
         order = [name for name in order if fallback.get(name) == "fp32"]
-        for refined in self.refined_variants(variant):
+        for refined in self.refined_variants(variant) if self.recoverable(variant) else []:
             ctx, passes = refined.ctx, self._passes(refined)
             start = {**refined.point, **_quant_values(base, variant.ctx.quant_step, ctx.quant_step)}
             current = dict(fallback)
-            point = ctx.with_fallback(start, current)
-            outcome = yield from self.try_point(point, f"{RECOVER}: {refined.label} with the fallback")
-            if not outcome.meets:
-                continue
+            fit = self.layer_fit(refined)  # type: ignore[attr-defined]
+            if fit is None:  # a whole-model refinement must hold the budget with the fallback first
+                point = ctx.with_fallback(start, current)
+                outcome = yield from self.try_point(point, f"{RECOVER}: {refined.label} with the fallback")
+                if not outcome.meets:
+                    continue
             kept: list[str] = []
-            for name in order:
+            units = int(getattr(self.options, "targeted_units", 3))  # type: ignore[attr-defined]
+            for name in order[:units] if fit is not None else order:  # a fit per try: the costliest few
                 if self.remaining() <= 1:
                     break
                 trial = {k: v for k, v in current.items() if k != name}
-                outcome = yield from self.try_point(
-                    ctx.with_fallback(start, trial), f"{RECOVER}: {name} -> int8 (+{', '.join(passes)})"
-                )
+                point = ctx.with_fallback(start, trial)
+                if fit is not None:  # fine-tune only the layers back in int8 (seconds, not a fit of every layer)
+                    point[f"{fit[0]}.nodes"] = sorted(weighted_nodes(ctx, [groups[n] for n in [*kept, name]]))
+                outcome = yield from self.try_point(point, f"{RECOVER}: {name} -> int8 (+{', '.join(passes)})")
                 if outcome.meets:
                     current, kept = trial, [*kept, name]
+                    if fit is not None:
+                        start = {**start, f"{fit[0]}.nodes": point[f"{fit[0]}.nodes"]}
             if not kept:  # the same fallback, refined: no faster, try the next refining flow
                 continue
             self.ctx = ctx
@@ -148,6 +172,20 @@ class RecoverStage(TargetedStage):
                 self.recovered["how"] = how
             return ctx.with_fallback(start, current), current
         return base, dict(fallback)
+
+    def _not_recoverable(self, variant: Variant) -> None:
+        refined = self.refined_variants(variant)
+        if refined:  # asked once per variant (stage_recover)
+            tolerable = self.problem.tolerable_loss  # type: ignore[attr-defined]
+            over = variant.violation / tolerable if tolerable else float("inf")
+            log.info(
+                "quantune strategy: %s misses by %.1f budgets (recover_within: %s): its refined flows (%s) "
+                "are not tried, a fallback is",
+                variant.label,
+                over,
+                getattr(self.options, "recover_within", None),  # type: ignore[attr-defined]
+                ", ".join(r.ctx.flow_name for r in refined),
+            )
 
     def learned(self) -> dict[str, Any]:
         notes = super().learned()  # type: ignore[misc]

@@ -61,24 +61,31 @@ class TargetedStage:
     """Mixin for the quantune strategy: per-channel / fine-tuned worst units before fp32."""
 
     recovered: dict[str, Any]
+    fitted: set[str]  # the variants whose worst layers were fine-tuned alone
+
+    def layer_fit(self, refined: Variant) -> tuple[str, str] | None:
+        """(step, pass name) when ``refined``'s only refining step's pass fits named layers (a
+        ``nodes`` field: fast_finetune), else None."""
+        ctx = refined.ctx
+        extra = ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]
+        names = [str(self.problem.step_passes.get(step)) for step in extra]  # type: ignore[attr-defined]
+        cls = find_pass(names[0]) if len(names) == 1 else None
+        return (extra[0], names[0]) if cls is not None and "nodes" in cls.Config.model_fields else None
 
     def _layer_refined(self, variant: Variant) -> tuple[Variant, str, str] | None:
-        """A kept refined variant whose only refining step's pass fits named layers (a ``nodes``
-        field: fast_finetune); with that step and its pass's name."""
+        """A kept refined variant whose only refining step's pass fits named layers; with that step
+        and its pass's name."""
         for refined in self.refined_variants(variant):  # type: ignore[attr-defined]
-            ctx = refined.ctx
-            extra = ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]
-            names = [str(self.problem.step_passes.get(step)) for step in extra]  # type: ignore[attr-defined]
-            cls = find_pass(names[0]) if len(names) == 1 else None
-            if cls is not None and "nodes" in cls.Config.model_fields:
-                return refined, extra[0], names[0]
+            if (fit := self.layer_fit(refined)) is not None:
+                return refined, *fit
         return None
 
     def stage_targeted(self, variant: Variant) -> Step:
         """Stage: the worst units per channel, then fine-tuned alone (when a flow can); the point
         when one meets, else None."""
         ctx, base = variant.ctx, variant.point
-        channel, found = per_channel_fixable(ctx, base), self._layer_refined(variant)
+        channel = per_channel_fixable(ctx, base)
+        found = self._layer_refined(variant) if self.recoverable(variant) else None  # type: ignore[attr-defined]
         if not (channel or found) or self.remaining() <= 1:  # type: ignore[attr-defined]
             return None  # no fix applies: no sensitivity measured for nothing (149 s on PP-OCRv6 det)
         ranked = [g for g, score in ctx.ranked(base) if score > 0 and weighted_nodes(ctx, [g])]
@@ -96,6 +103,7 @@ class TargetedStage:
         if found is None or self.remaining() <= 1:  # type: ignore[attr-defined]
             return None
         refined, step, fit = found
+        self.fitted.add(variant.label)  # the recover stage then fits no whole model of it (recover.py)
         point = {**refined.point, f"{step}.nodes": sorted(nodes)}
         how = [fit]
         if channel and per_channel_fixable(refined.ctx, refined.point):
