@@ -134,7 +134,7 @@ def test_report_html_without_its_slow_views_past_the_limit(make_config, tmp_path
     assert (tmp_path / "out" / "results.json").is_file()
     page = (tmp_path / "out" / "report.html").read_text()
     assert "parameter views were left out to end within stop.timeout_s" in page
-    assert not (tmp_path / "out" / "optuna.db").exists()
+    assert not (tmp_path / "out" / "optuna.journal").exists()
     assert "without its parameter views" in caplog.text and "quantune report" in caplog.text
 
 

@@ -13,7 +13,7 @@ import pytest
 import quantune
 from quantune.cli import main
 from quantune.report.html import render_html
-from quantune.report.study import STUDY_NAME, storage_url
+from quantune.report.study import STUDY_FILE, STUDY_NAME, journal_storage, load_run_study
 
 PLOTS = ("plot-trade-off", "plot-progress", "plot-pareto")
 
@@ -54,7 +54,7 @@ def test_optuna_load_study_opens_the_run_with_its_trials(make_config, tmp_path):
         stop={"max_trials": 5},
     )
     result = quantune.tune(config, output=out)
-    study = optuna.load_study(study_name=STUDY_NAME, storage=storage_url(out / "optuna.db"))
+    study = load_run_study(out)
     assert [t.user_attrs["quantune_trial"] for t in study.trials] == [t.number for t in result.trials]
     for frozen, record in zip(study.trials, result.trials, strict=True):
         if record.status == "ok":
@@ -76,7 +76,7 @@ def test_optuna_dashboard_serves_the_run(make_config, tmp_path):
     dashboard = pytest.importorskip("optuna_dashboard", reason="optuna-dashboard is not installed (optional)")
     out = tmp_path / "out"
     result = quantune.tune(make_config(), output=out)
-    app = dashboard.wsgi(storage_url(out / "optuna.db"))
+    app = dashboard.wsgi(journal_storage(out / STUDY_FILE))
 
     def get(path: str, query: str = "") -> dict:
         answer: dict[str, str] = {}
@@ -157,12 +157,12 @@ def test_report_cli_needs_only_results_json(make_config, tmp_path, capsys, monke
 
 def test_a_run_of_one_finished_trial_writes_no_study_and_says_why(make_config, tmp_path):
     """With fewer than two finished trials there is nothing to view: Optuna's plots are not imported
-    and no optuna.db is written (1 s of a 3 s run); the page says so."""
+    and no optuna.journal is written; the page says so."""
     out = tmp_path / "out"
     config = make_config(passes=[{"name": "static_quant", "search": True}], stop={"max_trials": 1})
     result = quantune.tune(config, output=out)
     assert len([t for t in result.trials if t.status == "ok"]) == 1
     page = (out / "report.html").read_text()
-    assert not (out / "optuna.db").exists()
+    assert not (out / STUDY_FILE).exists()
     assert "No Optuna study written (fewer than two finished trials)" in page
     assert "No parameter view: fewer than two finished trials." in page

@@ -221,7 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_set(run)
     run.set_defaults(func=_cmd_run)
 
-    report = sub.add_parser("report", help="write report.html (interactive, offline) and optuna.db for a run folder")
+    report = sub.add_parser(
+        "report", help="write report.html (interactive, offline) and optuna.journal for a run folder"
+    )
     report.add_argument("run_dir", help="a run's --output folder (it holds results.json)")
     report.add_argument("--output", help="where to write the page (default: RUN_DIR/report.html)")
     report.set_defaults(func=_cmd_report)

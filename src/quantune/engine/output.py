@@ -34,7 +34,8 @@ _OURS = {
     "workers",
     "report.html",
     LOCK_NAME,
-    "optuna.db",
+    "optuna.journal",
+    "optuna.db",  # an earlier version's study file
 }
 _STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
 _HARMLESS = {LOCK_NAME, "workers", "quantune.log"}  # left by a run stopped before its store existed

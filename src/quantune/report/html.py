@@ -3,7 +3,7 @@
 Built from the run folder's ``results.json`` (and, when they are still there, the chosen
 model and ``config.json``), so it works for any finished or interrupted run. plotly.js is
 inlined once (no CDN: the page works without a network); the parameter views come from
-``optuna.visualization`` on the run written as an Optuna study (``optuna.db`` beside it,
+``optuna.visualization`` on the run written as an Optuna study (``optuna.journal`` beside it,
 which ``optuna-dashboard`` also opens). Sections: the verdict and why; every trial (failed
 ones marked with their failure class, the original, the budget, the best or the closest
 miss); the Pareto front of accuracy loss, latency and size; the best so far; parameter
@@ -33,9 +33,9 @@ _TEMPLATE = Path(__file__).with_name("template.html")
 
 
 def write_report(run_dir: str | Path, output: str | Path | None = None, *, parameter_views: bool = True) -> Path:
-    """Writes ``report.html`` (and ``optuna.db``) for the run in ``run_dir`` (the page to
+    """Writes ``report.html`` (and ``optuna.journal``) for the run in ``run_dir`` (the page to
     ``output`` when given) and returns the page's path. ``parameter_views=False`` leaves out the
-    Optuna views and optuna.db: they are most of the drawing's seconds (Optuna's importance and
+    Optuna views and optuna.journal: they are most of the drawing's seconds (Optuna's importance and
     plotting imports), which a run under a short ``stop.timeout_s`` does not have."""
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
@@ -144,7 +144,7 @@ def _reason(exc: BaseException) -> str:
 
 def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
     """Importance, parallel-coordinate and slice plots from ``optuna.visualization``, for the
-    objective and for the accuracy loss, drawn on the run's study (written to optuna.db)."""
+    objective and for the accuracy loss, drawn on the run's study (written to optuna.journal)."""
     from quantune.report.plots import loss_scale
     from quantune.report.study import STUDY_FILE, STUDY_NAME, objective_name, run_space, write_study
 
@@ -184,7 +184,7 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
         f"{len(complete)} finished and {len(study.trials) - len(complete)} failed trials as an Optuna study; the views "
         f"show the {len(params)} parameter(s) that varied among the {among} finished trials that share the chosen "
         f"trial's parameters "
-        f"('{STUDY_NAME}' in {where}; open it with optuna-dashboard sqlite:///{where}). "
+        f"('{STUDY_NAME}' in {where}; open it with optuna-dashboard {where}). "
         "Importance needs at least two finished trials whose searched parameters differ; a conditional parameter "
         "is named by its parents' values, as the Optuna samplers name it."
     )
