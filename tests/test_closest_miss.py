@@ -82,3 +82,17 @@ def test_a_run_without_candidate_reports_the_front(make_config, tmp_path: Path) 
     assert f"closest miss: trial {result.closest_miss.number}" in text
     assert "budget " in text and " away" in text
     assert "relax criterion.tolerable_loss to" in text
+
+
+def test_equally_accurate_misses_within_the_noise_go_to_the_earlier_trial() -> None:
+    """Two models of the same loss whose search-time latencies (one timing each) are within the
+    noise: the closest miss is the earlier trial, not the one a timing favoured (a detector's
+    closest miss changed between trial 1 and trial 4 from run to run)."""
+    for later_ms in (7.6, 8.0, 8.4):  # a hair faster, the same, a hair slower
+        records = [record(1, 0.0165, 8.0), record(4, 0.0165, later_ms), record(6, 0.05, 5.0)]
+        front = miss_front(records, ORIGINAL_MS)
+        assert [r.number for r in front] == [1, 6]
+        assert closest_miss(records, ["latency"], ORIGINAL_MS).number == 1
+    # beyond the noise, the faster of the two is the front's point
+    records = [record(1, 0.0165, 8.0), record(4, 0.0165, 6.0)]
+    assert [r.number for r in miss_front(records, ORIGINAL_MS)] == [4]

@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from quantune.engine.selection import is_candidate
+from quantune.engine.selection import SEARCH_NOISE, is_candidate
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
 from quantune.evaluate.latency import latency_figures
@@ -41,12 +41,12 @@ VERDICT_ROUNDS = 30
 # side of the line), asked from the 10th round: a model at 0.45x fp32 needs no 50 rounds to say so.
 SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
-# How far apart two models' search-time latencies (each timed once, beside other work) may be and
-# still be the same speed: which of many near-equal models makes the top ``confirm_top`` follows the
-# noise (digits: 40 in-budget models within 0.509-0.516 ms), so the earliest trial within this band of
-# the fastest takes the second of the ``confirm_top`` places (default 2), and the tie rule (verdict.py) gives it the win when the re-timing
-# cannot tell it from the fastest -- the same run twice then picks the same model.
-SEARCH_NOISE = 0.10
+# SEARCH_NOISE (selection.py): which of many near-equal models makes the top ``confirm_top`` follows
+# the noise (digits: 40 in-budget models within 0.509-0.516 ms), so a stable contender takes the second
+# of the ``confirm_top`` places (default 2) -- the model the strategy settled on by paired timing
+# (``Strategy.answer``), else the earliest trial within this band of the fastest -- and the tie rule
+# (verdict.py) gives it the win when the re-timing cannot tell it from the fastest: the same run
+# twice then picks the same model.
 
 
 @dataclass
@@ -60,6 +60,8 @@ class Confirmation:
     # trial numbers whose model the fastest re-timed one does not beat beyond the noise, side by side
     # (the fastest's own included): the verdict breaks that tie by a fixed rule, not by the noise
     ties: list[int] = field(default_factory=list)
+    # the strategy's own answer (``Strategy.answer``) when it was re-timed: it takes a tie (verdict.py)
+    preferred: int | None = None
 
     def ratio_of(self, record: TrialRecord) -> RatioInterval | None:
         return self.ratios.get(record.number)
@@ -77,6 +79,7 @@ class Confirmation:
             ),
             "ratios": {str(number): ratio.to_dict() for number, ratio in sorted(self.ratios.items())},
             "ties": sorted(self.ties),
+            "preferred": self.preferred,
         }
 
 
@@ -88,6 +91,7 @@ def confirm_latency(
     top: int,
     budget_s: float | None = None,
     deadline: float | None = None,
+    prefer: int | None = None,
 ) -> Confirmation | None:
     """Re-times the ``top`` fastest distinct candidates (meeting the criterion, quantizing
     something) with the original, updating their figures and the baseline's in place, and
@@ -98,8 +102,10 @@ def confirm_latency(
     starts once it is spent (after those 5). ``deadline`` (``time.perf_counter()``) is the run's
     hard end instead: no round starts after it, whatever ran (the caller judges too few rounds).
     The rounds also stop once more of them would not change the verdict (:func:`verdict_settled`).
+    ``prefer``: the trial the strategy settled on (:meth:`Strategy.answer`), re-timed as the stable
+    contender and given the tie.
     """
-    feasible, chosen = _choose(records, top)
+    feasible, chosen, stable = _choose(records, top, prefer)
     if not chosen:
         return None
     round_s = _round_s(baseline, feasible, chosen)
@@ -132,7 +138,10 @@ def confirm_latency(
         record.objective = record.metrics["latency_ms"]
         ratios[record.number] = paired_ratio(rounds, timings[0])
     ties = _ties(confirmed, by_model)
-    return Confirmation(confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios, ties=ties)
+    preferred = stable if prefer is not None and stable is not None else None
+    return Confirmation(
+        confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios, ties=ties, preferred=preferred
+    )
 
 
 def verdict_settled(timings: np.ndarray) -> bool:
@@ -169,14 +178,20 @@ def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
     return tied
 
 
-def _choose(records: list[TrialRecord], top: int) -> tuple[list[TrialRecord], list[str]]:
-    """The candidates that can be re-timed, fastest first, and the ``top`` distinct models to re-time.
+def _choose(
+    records: list[TrialRecord], top: int, prefer: int | None = None
+) -> tuple[list[TrialRecord], list[str], int | None]:
+    """The candidates that can be re-timed, fastest first, the ``top`` distinct models to re-time,
+    and the stable contender's trial number (None when there is none).
 
     Trials that run the same executed graph (:func:`speed_class`: only calibration settings differ)
     are one contender: its search-time figure is the median of theirs (one timing each, beside other
     work, is noise), and its model the most accurate of them, then the earliest. The contenders go
-    fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
-    second place (the tie rule's stable contender, verdict.py)."""
+    fastest first, except that a stable contender takes the second place (the tie rule's, verdict.py):
+    the contender of trial ``prefer`` (the model the strategy settled on by paired timing, its
+    ``answer``) when it can be re-timed, else the earliest one within ``SEARCH_NOISE`` of the fastest.
+    On the NudeNet detector five in-budget models were within 6% of each other; which two of them
+    were re-timed followed the search-time noise, and the same run five times ended at three models."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
@@ -198,15 +213,21 @@ def _choose(records: list[TrialRecord], top: int) -> tuple[list[TrialRecord], li
         key=lambda contender: (contender[0], contender[1].number),  # equal medians: the earlier trial
     )
     order = [record for _, record in contenders]
+    stable: TrialRecord | None = None
     if len(contenders) > 1 and top > 1:
-        band = contenders[0][0] * (1.0 + SEARCH_NOISE)
-        earliest = min((r for ms, r in contenders if ms <= band), key=lambda r: r.number)
-        order = [order[0], earliest, *order[1:]]
+        preferred = next((r for r in feasible if r.number == prefer), None) if prefer is not None else None
+        if preferred is not None:
+            key = speed_class(preferred)
+            stable = next(r for _, r in contenders if speed_class(r) == key)
+        else:
+            band = contenders[0][0] * (1.0 + SEARCH_NOISE)
+            stable = min((r for ms, r in contenders if ms <= band), key=lambda r: r.number)
+        order = [order[0], stable, *order[1:]]
     chosen: list[str] = []
     for record in order:
         if str(record.model_path) not in chosen and len(chosen) < top:
             chosen.append(str(record.model_path))
-    return feasible, chosen
+    return feasible, chosen, None if stable is None else stable.number
 
 
 def speed_class(record: TrialRecord) -> tuple[Any, ...]:
@@ -238,7 +259,7 @@ def retiming_plan(
 ) -> tuple[int, float]:
     """(models the re-timing would load, the original included, 0 when there is no candidate;
     seconds its fewest rounds take by the search-time figures)."""
-    feasible, chosen = _choose(records, top)
+    feasible, chosen, _ = _choose(records, top)
     if not chosen:
         return 0, 0.0
     warmup, _ = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, 1.0, 0.0)

@@ -64,9 +64,11 @@ def confirm_end(
     top: int,
     end: EndBudget,
     stop_reason: str,
+    prefer: int | None = None,
 ) -> Ending:
     """Re-times the ``top`` best candidates with the original within what is left of the limit
-    (at most a tenth of the run so far, at least 3 s: a few interleaved rounds suffice)."""
+    (at most a tenth of the run so far, at least 3 s: a few interleaved rounds suffice); ``prefer``:
+    the strategy's own answer (:meth:`~quantune.strategy.Strategy.answer`), the stable contender."""
     if stop_reason.startswith("interrupted"):
         return Ending(unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}")
     try:
@@ -86,7 +88,7 @@ def confirm_end(
         # search-time figures planned: under load they underestimate the rounds several times
         deadline = time.perf_counter() + budget_s + models * end.load_s if end.limited else None
         confirmation = confirm_latency(
-            evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline
+            evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline, prefer=prefer
         )
         if confirmation is not None and confirmation.rounds < MIN_ROUNDS and end.limited:
             # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
@@ -100,7 +102,7 @@ def confirm_end(
                 )
                 deadline = time.perf_counter() + again_s + models * end.load_s
                 second = confirm_latency(
-                    evaluator, original, baseline, records, top, budget_s=again_s, deadline=deadline
+                    evaluator, original, baseline, records, top, budget_s=again_s, deadline=deadline, prefer=prefer
                 )
                 if second is not None and second.rounds > confirmation.rounds:
                     confirmation = second

@@ -156,6 +156,7 @@ class Engine:
                 searched.top,
                 searched.end,
                 stop_reason,
+                prefer=searched.loop.strategy.answer(),
             )
             stop_reason += ending.stop_note
             self.book.mark(CONFIRMATION)

@@ -96,7 +96,7 @@ def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str])
     faster = [r for r in confirmation.records if (ratio := confirmation.ratio_of(r)) is not None and ratio.faster]
     best = select_best(faster or confirmation.records, objectives)
     assert best is not None
-    best = _tie_rule(best, faster or confirmation.records, confirmation.ties)
+    best = _tie_rule(best, faster or confirmation.records, confirmation.ties, confirmation.preferred)
     ratio = confirmation.ratio_of(best)
     assert ratio is not None
     interval = (
@@ -116,14 +116,18 @@ def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str])
     )
 
 
-def _tie_rule(best: TrialRecord, pool: Sequence[TrialRecord], ties: Sequence[int]) -> TrialRecord:
-    """Among the models tied with the fastest side by side (``Confirmation.ties``), the earliest
-    trial: the re-timing's stable contender (engine/confirm.py), so the same run twice picks the
-    same model where the fastest median -- or a byte fewer -- would follow the noise."""
+def _tie_rule(
+    best: TrialRecord, pool: Sequence[TrialRecord], ties: Sequence[int], preferred: int | None = None
+) -> TrialRecord:
+    """Among the models tied with the fastest side by side (``Confirmation.ties``), the strategy's own
+    answer when it is one of them (``preferred``), else the earliest trial: the re-timing's stable
+    contender (engine/confirm.py), so the same run twice picks the same model where the fastest
+    median -- or a byte fewer -- would follow the noise."""
     tied = [r for r in pool if r.number in ties]
     if best.number not in ties or len(tied) < 2:
         return best
-    return min(tied, key=lambda r: r.number)
+    chosen = next((r for r in tied if r.number == preferred), None)
+    return chosen if chosen is not None else min(tied, key=lambda r: r.number)
 
 
 # Peak memory measured twice in fresh processes differs by up to a few percent: a smaller figure

@@ -149,3 +149,11 @@ class Strategy(ABC):
         """What the strategy learned that a report can show (e.g. each fallback group's
         sensitivity score); written to results.json as ``strategy``. Empty by default."""
         return {}
+
+    def answer(self) -> int | None:
+        """The trial number of the model the strategy itself settled on by paired timing (the
+        quantune strategy's model at the speed ceiling, or its latency stage's incumbent), or None
+        (the default: the confirmation then picks by its own rule). The confirmation re-times it
+        beside the fastest by search-time figures and gives it a tie (engine/confirm.py): which of
+        several near-equal models wins must not follow the search-time noise."""
+        return None

@@ -101,6 +101,9 @@ class WithOpenings(Strategy):
         so the inner strategy's "keep the original" does not stand on its own)."""
         return any(score.get("meets") for score in self.scores.values())
 
+    def answer(self) -> int | None:
+        return None if self._won() else self.inner.answer()
+
     def learned(self) -> dict[str, Any]:
         learned = dict(self.inner.learned())
         if self.scores:

@@ -83,6 +83,8 @@ def within_noise(result: Mapping[str, Any]) -> bool:
 class LatencyStage:
     """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stop and the latency stage."""
 
+    settled: Point | None  # the model the search ended on (QuantuneStrategy.answer)
+
     def faster(self, candidate: Point, reference: Point) -> bool:
         """Whether ``candidate``'s model is faster than ``reference``'s beyond the noise: their paired
         ratio when the run times models side by side, else their trials' figures by ``LEAST_GAIN``."""
@@ -127,6 +129,7 @@ class LatencyStage:
                 "within the noise)"
             )
         speed = "" if ratio is None else f", {ratio:.2f}x fp32 latency"
+        self.settled = point  # the search's answer (answer()): the confirmation's stable contender
         stage, trial = self._trial_of(point)
         self.finished_reason = (
             f"the {stage} stage: {trial} is in budget at the speed ceiling of the "

@@ -75,6 +75,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         super().setup()
         self.ranking: list[Group] = []
         self.variants: list[Variant] = []
+        self.settled: Point | None = None  # the model it settled on by paired timing (answer)
         self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (targeted.py)
         # the refined flows' variants: their unrefined twin's speed, never built as ceilings
         self.refined: list[Variant] = []
@@ -127,8 +128,16 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                     base, fallback = full, {}
                     if self.at_ceiling(variant, base):
                         return
-            yield from self.latency(base, fallback or {}, variant)
+            final = yield from self.latency(base, fallback or {}, variant)
+            if final is not None and self.settled is None:
+                self.settled = self.complete(dict(final))
             return
+
+    def answer(self) -> int | None:
+        """The trial of the model the search ended on, in budget: at the speed ceiling (paired timing
+        against it), or the latency stage's incumbent (each change kept only when faster side by side)."""
+        outcome = self.known(self.settled) if self.settled is not None else None
+        return None if outcome is None or not outcome.meets or outcome.failed else outcome.number
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
