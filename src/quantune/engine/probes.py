@@ -321,7 +321,7 @@ def _profile_key(context: Any) -> tuple[dict[str, Any] | None, str]:
     if not feeds:
         return None, ""
     shapes = sorted((name, list(np.shape(value))) for name, value in feeds.items())
-    return feeds, cache_key("node-profile", context.start.sha256, shapes, context.evaluator.spec.latency.threads)
+    return feeds, cache_key("node-profile", 2, context.start.sha256, shapes, context.evaluator.spec.latency.threads)
 
 
 def cached_profile(context: Any) -> dict[str, float] | None:

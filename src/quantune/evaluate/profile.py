@@ -6,6 +6,14 @@ most of the model. The profiler (``SessionOptions.enable_profiling``) reports ea
 time; the graph is run without optimizations so every time is attributed to a node of the
 model as the user wrote it (fusions would rename them). Figures are shares of the total, so
 the machine's noise cancels out of the ordering that uses them.
+
+Within one kind of node (an op type; dense and depthwise convolutions apart), the kind's measured
+time is spread over its nodes by their work -- multiply-accumulates for Conv, Gemm and MatMul, the
+elements read and written for any other op -- from the shapes the profiler reports, not by each
+node's own timing: two convs of near-equal cost swapped places from one profile to the next, and
+the orders built on them (the prune's "costliest first", op types added back) with them, so the
+same run twice tried different trials and ended at different models (the NudeNet detector). A
+kind's total is a sum over many nodes and runs, steady; the split inside it is exact.
 """
 
 from __future__ import annotations
@@ -40,11 +48,60 @@ def node_time_shares(
                 session.run(None, dict(feeds))
         events = json.loads(Path(session.end_profiling()).read_text())
     totals: dict[str, float] = {}  # the warm-up run is counted too: shares, not absolute times
+    work: dict[str, tuple[str, float]] = {}  # node -> (its kind, its work)
     for event in events:
         name = str(event.get("name", ""))
         if event.get("cat") != "Node" or not name.endswith("_kernel_time"):
             continue
         node = name[: -len("_kernel_time")]
         totals[node] = totals.get(node, 0.0) + float(event.get("dur", 0.0))
+        work.setdefault(node, node_work(event.get("args") or {}))
+    return spread_by_work(totals, work)
+
+
+def spread_by_work(totals: Mapping[str, float], work: Mapping[str, tuple[str, float]]) -> dict[str, float]:
+    """Each node's share of the summed time: its kind's measured share split by work (a kind with a
+    node of unknown work keeps its nodes' own timings)."""
     total = sum(totals.values())
-    return {node: value / total for node, value in totals.items()} if total > 0 else {}
+    if total <= 0:
+        return {}
+    kinds: dict[str, list[str]] = {}
+    for node in totals:
+        kinds.setdefault(work.get(node, ("?", 0.0))[0], []).append(node)
+    shares: dict[str, float] = {}
+    for nodes in kinds.values():
+        time = sum(totals[n] for n in nodes)
+        amounts = [work.get(n, ("?", 0.0))[1] for n in nodes]
+        for node, amount in zip(nodes, amounts, strict=True):
+            exact = all(a > 0 for a in amounts)
+            shares[node] = (time * amount / sum(amounts) if exact else totals[node]) / total
+    return shares
+
+
+def node_work(args: Mapping[str, object]) -> tuple[str, float]:
+    """(kind, work) of one profiled node from its shapes: multiply-accumulates for Conv (dense and
+    depthwise kinds apart: their time per MAC differs several-fold), Gemm and MatMul; elements read
+    and written for anything else; (op, 0) when the shapes are missing."""
+    op = str(args.get("op_name", "?"))
+    inputs = [_dims(entry) for entry in args.get("input_type_shape") or []]  # type: ignore[union-attr]
+    outputs = [_dims(entry) for entry in args.get("output_type_shape") or []]  # type: ignore[union-attr]
+    out = sum(_count(dims) for dims in outputs)
+    if op == "Conv" and len(inputs) >= 2 and len(inputs[1]) >= 3:
+        kind = "Conv (depthwise)" if inputs[1][1] == 1 and len(inputs[0]) > 1 and inputs[0][1] > 1 else "Conv"
+        return kind, float(out * _count(inputs[1][1:]))
+    if op in ("MatMul", "Gemm") and inputs and inputs[0]:
+        return op, float(out * inputs[0][-1])
+    return op, float(out + sum(_count(dims) for dims in inputs))
+
+
+def _dims(entry: object) -> list[int]:
+    """The dimensions of one ``{dtype: [dims]}`` shape entry of the profiler."""
+    if isinstance(entry, Mapping):
+        for dims in entry.values():
+            if isinstance(dims, list) and all(isinstance(d, int) and d >= 0 for d in dims):
+                return list(dims)
+    return []
+
+
+def _count(dims: list[int]) -> int:
+    return int(np.prod(dims)) if dims else 0
