@@ -12,7 +12,8 @@ process's wall time from start to exit and its ratio to T (held when <= 1.05), t
 verdict, whether an ``improved`` answer was confirmed side by side, whether report.html was
 written, the stop reason and the console's ``time:`` line. ``--repeat N`` runs each (case, T)
 N times, each cold, and counts in how many the verdict and final model (the chosen trial's
-flow and params, the answer model's sha256) are those of the first run.
+flow and params, the answer model's sha256) are those of the first run, and how many runs the
+most common outcome has (a first run that hit the limit early is one odd run, not four).
 
 The table goes to stdout and ``bench/results/limits-<date>.md`` with the command and the
 machine's load average at the start and end (other work on the machine slows the runs).
@@ -213,8 +214,8 @@ def markdown(rows: list[dict[str, Any]], repeat: int) -> str:
     if repeat > 1:
         lines += [
             "",
-            "| case | T (s) | runs | same verdict and final model as run 1 | verdicts | chosen trials |",
-            "|---|---|---|---|---|---|",
+            "| case | T (s) | runs | same verdict and final model as run 1 | most runs alike (verdict and final model) | verdicts | chosen trials |",
+            "|---|---|---|---|---|---|---|",
         ]
         groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
         for row in rows:
@@ -222,9 +223,13 @@ def markdown(rows: list[dict[str, Any]], repeat: int) -> str:
         for (case, limit), group in groups.items():
             first = group[0].get("final")
             same = sum(1 for row in group if first is not None and row.get("final") == first)
+            finals = [json.dumps(row.get("final"), sort_keys=True, default=str) for row in group]
+            alike = max((finals.count(final) for final in finals if final != "null"), default=0)
             verdicts = ", ".join(str(row.get("verdict")) for row in group)
             chosen = ", ".join(str(row.get("chosen")) for row in group)
-            lines.append(f"| {case} | {limit:g} | {len(group)} | {same} of {len(group)} | {verdicts} | {chosen} |")
+            lines.append(
+                f"| {case} | {limit:g} | {len(group)} | {same} of {len(group)} | {alike} of {len(group)} | {verdicts} | {chosen} |"
+            )
     return "\n".join(lines) + "\n"
 
 

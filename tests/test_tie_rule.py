@@ -137,7 +137,9 @@ def test_the_strategys_answer_is_the_stable_contender_and_takes_the_tie(tmp_path
         _record(18, 1.04, 100.0, paths[3]),  # the strategy's answer (at the speed ceiling)
     ]
     _, chosen, stable = _choose(records, 2, prefer=18)
-    assert chosen == [paths[1], paths[3]] and stable == 18
+    assert chosen == [paths[1], paths[0], paths[3]] and stable == 18  # one more place for the answer
+    _, chosen, stable = _choose(records, 2, prefer=12)  # the answer is the earliest as fast already
+    assert chosen == [paths[1], paths[0]] and stable == 12
     _, chosen, stable = _choose(records, 2)  # no answer: the earliest within the noise, as before
     assert chosen == [paths[1], paths[0]] and stable == 12
     _, chosen, stable = _choose(records, 2, prefer=99)  # an answer that cannot be re-timed: as before

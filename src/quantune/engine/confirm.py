@@ -187,11 +187,12 @@ def _choose(
     Trials that run the same executed graph (:func:`speed_class`: only calibration settings differ)
     are one contender: its search-time figure is the median of theirs (one timing each, beside other
     work, is noise), and its model the most accurate of them, then the earliest. The contenders go
-    fastest first, except that a stable contender takes the second place (the tie rule's, verdict.py):
-    the contender of trial ``prefer`` (the model the strategy settled on by paired timing, its
-    ``answer``) when it can be re-timed, else the earliest one within ``SEARCH_NOISE`` of the fastest.
-    On the NudeNet detector five in-budget models were within 6% of each other; which two of them
-    were re-timed followed the search-time noise, and the same run five times ended at three models."""
+    fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
+    second place, and the contender of trial ``prefer`` (the model the strategy settled on by paired
+    timing, its ``answer``) is re-timed too, in one more place when it is not among them: the tie
+    rule's stable contenders (verdict.py). On the NudeNet detector five in-budget models were within
+    6% of each other; which two of them were re-timed followed the search-time noise, and the same
+    run five times ended at three models."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
@@ -214,18 +215,21 @@ def _choose(
     )
     order = [record for _, record in contenders]
     stable: TrialRecord | None = None
+    places = top
     if len(contenders) > 1 and top > 1:
+        band = contenders[0][0] * (1.0 + SEARCH_NOISE)
+        stable = min((r for ms, r in contenders if ms <= band), key=lambda r: r.number)
+        order = [order[0], stable, *order[1:]]
         preferred = next((r for r in feasible if r.number == prefer), None) if prefer is not None else None
-        if preferred is not None:
+        if preferred is not None:  # the strategy's answer: re-timed too, one more place when it needs one
             key = speed_class(preferred)
             stable = next(r for _, r in contenders if speed_class(r) == key)
-        else:
-            band = contenders[0][0] * (1.0 + SEARCH_NOISE)
-            stable = min((r for ms, r in contenders if ms <= band), key=lambda r: r.number)
-        order = [order[0], stable, *order[1:]]
+            if stable not in order[:top]:
+                order.insert(top, stable)
+                places = top + 1
     chosen: list[str] = []
     for record in order:
-        if str(record.model_path) not in chosen and len(chosen) < top:
+        if str(record.model_path) not in chosen and len(chosen) < places:
             chosen.append(str(record.model_path))
     return feasible, chosen, None if stable is None else stable.number
 
@@ -255,11 +259,11 @@ def _round_s(baseline: dict[str, float], feasible: list[TrialRecord], chosen: li
 
 
 def retiming_plan(
-    evaluator: Evaluator, baseline: dict[str, float], records: list[TrialRecord], top: int
+    evaluator: Evaluator, baseline: dict[str, float], records: list[TrialRecord], top: int, prefer: int | None = None
 ) -> tuple[int, float]:
     """(models the re-timing would load, the original included, 0 when there is no candidate;
     seconds its fewest rounds take by the search-time figures)."""
-    feasible, chosen, _ = _choose(records, top)
+    feasible, chosen, _ = _choose(records, top, prefer)
     if not chosen:
         return 0, 0.0
     warmup, _ = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, 1.0, 0.0)

@@ -72,7 +72,7 @@ def confirm_end(
     if stop_reason.startswith("interrupted"):
         return Ending(unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}")
     try:
-        models, minimum_s = retiming_plan(evaluator, baseline, records, top)
+        models, minimum_s = retiming_plan(evaluator, baseline, records, top, prefer)
         if not models:  # no candidate to confirm (or their models are gone from a cleared cache)
             return Ending(unconfirmed=f"its model could not be re-timed side by side (not in the cache); {RERUN}")
         wanted_s = max(3.0, 0.1 * (time.perf_counter() - end.started))
