@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from quantune.engine.selection import SEARCH_NOISE, is_candidate
+from quantune.engine.selection import earliest_as_fast, is_candidate
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
 from quantune.evaluate.latency import latency_figures
@@ -41,7 +41,7 @@ VERDICT_ROUNDS = 30
 # side of the line), asked from the 10th round: a model at 0.45x fp32 needs no 50 rounds to say so.
 SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
-# SEARCH_NOISE (selection.py): which of many near-equal models makes the top ``confirm_top`` follows
+# selection.SEARCH_NOISE: which of many near-equal models makes the top ``confirm_top`` follows
 # the noise (digits: 40 in-budget models within 0.509-0.516 ms), so a stable contender takes the second
 # of the ``confirm_top`` places (default 2) -- the model the strategy settled on by paired timing
 # (``Strategy.answer``), else the earliest trial within this band of the fastest -- and the tie rule
@@ -217,8 +217,7 @@ def _choose(
     stable: TrialRecord | None = None
     places = top
     if len(contenders) > 1 and top > 1:
-        band = contenders[0][0] * (1.0 + SEARCH_NOISE)
-        stable = min((r for ms, r in contenders if ms <= band), key=lambda r: r.number)
+        stable = earliest_as_fast(contenders)
         order = [order[0], stable, *order[1:]]
         preferred = next((r for r in feasible if r.number == prefer), None) if prefer is not None else None
         if preferred is not None:  # the strategy's answer: re-timed too, one more place when it needs one

@@ -24,6 +24,13 @@ OBJECTIVE_METRICS = {"latency": "latency_ms", "size": "size_bytes", "memory": "p
 SEARCH_NOISE = 0.10
 
 
+def earliest_as_fast(timed: Iterable[tuple[float, TrialRecord]]) -> TrialRecord:
+    """Of (search-time ms, trial) pairs, the earliest trial within ``SEARCH_NOISE`` of the fastest."""
+    timed = list(timed)
+    band = min(ms for ms, _ in timed) * (1.0 + SEARCH_NOISE)
+    return min((record for ms, record in timed if ms <= band), key=lambda r: r.number)
+
+
 def objective_value(record: TrialRecord, objective: str) -> float:
     if objective == "accuracy":
         return record.accuracy_loss if record.accuracy_loss is not None else float("inf")
@@ -127,19 +134,14 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
     for _, same in itertools.groupby(
         sorted(faster, key=lambda r: (r.accuracy_loss, r.number)), lambda r: r.accuracy_loss
     ):
-        members = list(same)
-        fastest = min(r.metrics["latency_ms"] for r in members)
+        timed = [(r.metrics["latency_ms"], r) for r in same]
+        fastest = min(ms for ms, _ in timed)
         if fastest >= fastest_so_far:
             continue  # more loss than every point before it, so it must be faster to count
         fastest_so_far = fastest
         # equally accurate models within the search-time noise of each other: the earliest trial, not
         # the one a single timing favoured (a detector's closest miss changed from run to run)
-        front.append(
-            min(
-                (r for r in members if r.metrics["latency_ms"] <= fastest * (1.0 + SEARCH_NOISE)),
-                key=lambda r: r.number,
-            )
-        )
+        front.append(earliest_as_fast(timed))
     return front
 
 

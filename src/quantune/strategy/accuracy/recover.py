@@ -92,11 +92,6 @@ class RecoverStage(TargetedStage):
             return True
         return variant.violation <= within * tolerable
 
-    def _passes(self, variant: Variant) -> list[str]:
-        ctx = variant.ctx
-        extra = ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]
-        return [str(self.problem.step_passes.get(step)) for step in extra]
-
     def stage_recover(self, variant: Variant) -> Step:
         """Stage: the worst units fixed in int8 (:mod:`.targeted`), then the fully quantized variant in
         each refined flow; its point when one meets, else None (``self.ctx`` is then the refined flow's)."""
@@ -112,7 +107,7 @@ class RecoverStage(TargetedStage):
             if variant.label in self.fitted and self.layer_fit(refined) is not None:  # type: ignore[attr-defined]
                 continue  # its worst layers were fitted alone and missed: a fit of every layer costs
                 # minutes on a large model and did no better on the two zoo models tried (recover-2026-11-27.md)
-            passes = self._passes(refined)
+            passes = self.refining_passes(refined)
             outcome = yield from self.try_point(refined.point, f"{RECOVER}: {refined.label} (+{', '.join(passes)})")
             if outcome.meets:
                 self.ctx = refined.ctx
@@ -137,7 +132,7 @@ class RecoverStage(TargetedStage):
         targeted = dict(after) if after is not None and after is not before else {}  # units it kept int8
         order = [name for name in order if fallback.get(name) == "fp32"]
         for refined in self.refined_variants(variant) if self.recoverable(variant) else []:
-            ctx, passes = refined.ctx, self._passes(refined)
+            ctx, passes = refined.ctx, self.refining_passes(refined)
             start = {**refined.point, **_quant_values(base, variant.ctx.quant_step, ctx.quant_step)}
             current = dict(fallback)
             fit = self.layer_fit(refined)  # type: ignore[attr-defined]

@@ -63,14 +63,22 @@ class TargetedStage:
     recovered: dict[str, Any]
     fitted: set[str]  # the variants whose worst layers were fine-tuned alone
 
+    def refining_passes(self, variant: Variant) -> list[str]:
+        """The pass names of ``variant``'s steps after its quant step (its refining steps)."""
+        ctx = variant.ctx
+        return [str(self.problem.step_passes.get(step)) for step in ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]]  # type: ignore[attr-defined]
+
     def layer_fit(self, refined: Variant) -> tuple[str, str] | None:
         """(step, pass name) when ``refined``'s only refining step's pass fits named layers (a
         ``nodes`` field: fast_finetune), else None."""
-        ctx = refined.ctx
-        extra = ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]
-        names = [str(self.problem.step_passes.get(step)) for step in extra]  # type: ignore[attr-defined]
+        names = self.refining_passes(refined)
         cls = find_pass(names[0]) if len(names) == 1 else None
-        return (extra[0], names[0]) if cls is not None and "nodes" in cls.Config.model_fields else None
+        ctx = refined.ctx
+        return (
+            (ctx.flow[ctx.flow.index(ctx.quant_step) + 1], names[0])
+            if cls is not None and "nodes" in cls.Config.model_fields
+            else None
+        )
 
     def _layer_refined(self, variant: Variant) -> tuple[Variant, str, str] | None:
         """A kept refined variant whose only refining step's pass fits named layers; with that step
