@@ -96,3 +96,15 @@ def test_equally_accurate_misses_within_the_noise_go_to_the_earlier_trial() -> N
     # beyond the noise, the faster of the two is the front's point
     records = [record(1, 0.0165, 8.0), record(4, 0.0165, 6.0)]
     assert [r.number for r in miss_front(records, ORIGINAL_MS)] == [4]
+
+
+def test_a_miss_at_the_originals_speed_within_the_noise_is_not_on_the_front() -> None:
+    """A model timed 3% faster than the original at search time (one timing) may be as slow: it is no
+    point of the front, so which of two near-equal misses is the closest does not follow that timing
+    (an encoder's closest miss went to trial 0 or 1 by whether trial 1 timed 1.03x faster or slower)."""
+    for trial1_ms in (9.7, 10.3):  # a hair faster than the original, a hair slower
+        records = [record(0, 0.0727, 9.8), record(1, 0.0725, trial1_ms)]
+        assert miss_front(records, ORIGINAL_MS) == []
+        assert closest_miss(records, ["latency"], ORIGINAL_MS).number == 1  # the most accurate
+    records = [record(0, 0.0727, 8.0), record(1, 0.0725, 9.7)]  # beyond the noise: a choice
+    assert [r.number for r in miss_front(records, ORIGINAL_MS)] == [0]

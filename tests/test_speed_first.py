@@ -213,3 +213,47 @@ def test_the_fastest_ceiling_displaces_the_preferred_only_by_a_clear_gain(
     strategy._paired = lambda point, reference: {"ratio_median": ratio, "faster": faster, "rounds": 5}
     kept = strategy._settle_first([a, b], 1.0, {id(a): (1, 1), id(b): (1, 0)})
     assert kept[0].label == first
+
+
+def test_a_ceiling_the_rounds_left_at_the_margin_is_a_tie_with_it(make_config) -> None:
+    """A ceiling whose rounds fell on both sides of the margin, median a hair below it, is dropped
+    (timed again it lands on either side); decided ceilings, and an undecided one far below the
+    margin, are judged by their medians as before."""
+    from quantune.evaluate.rounds import UnsureRatio
+
+    ratios = {
+        ("QDQ", "uint8"): UnsureRatio(0.955),  # undecided, just below 0.97: a tie with the margin
+        ("QOperator", "uint8"): 0.955,  # the same median, decided below: kept
+        ("QDQ", "int8"): UnsureRatio(0.80),  # undecided, yet far below: kept
+    }
+
+    def ratio(point: Point, flow: tuple[str, ...]) -> float:
+        if flow == ("dynamic_quant",):
+            return 1.4
+        return ratios.get((point["static_quant.quant_format"], point["static_quant.activation_type"]), 3.0)
+
+    problem = dataclasses.replace(accuracy_problem(_two_flows(make_config)), latency_ratio=ratio)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    _drive(strategy, lambda point: Outcome(1.0, 0.1, False, {"latency_ms": 1.0}), limit=3)
+    lines = {line.split(" kept")[0].split(" dropped")[0]: line for line in strategy.decisions}
+    assert (
+        "dropped: 0.95x" in lines["static_quant: QDQ/uint8"] and "not surely below" in lines["static_quant: QDQ/uint8"]
+    )
+    assert "kept: 0.95x" in lines["static_quant: QOperator/uint8"]
+    assert "kept: 0.80x" in lines["static_quant: QDQ/int8"]
+
+
+def test_ceiling_medians_mark_what_the_rounds_left_undecided() -> None:
+    """Rounds on both sides of the threshold give an :class:`UnsureRatio`; rounds all on one side a float."""
+    import numpy as np
+
+    from quantune.evaluate.rounds import UnsureRatio, ceiling_medians
+
+    original = np.ones(8)
+    below = np.full(8, 0.5)
+    straddling = np.array([0.94, 1.0, 0.95, 0.99, 0.96, 0.98, 0.955, 0.985])
+    medians = ceiling_medians(np.vstack([original, below, straddling]), 0.97)
+    assert not isinstance(medians[0], UnsureRatio) and medians[0] == pytest.approx(0.5)
+    assert isinstance(medians[1], UnsureRatio) and medians[1] == pytest.approx(0.97)

@@ -20,7 +20,7 @@ from quantune.engine.baseline import RETIME_ROUNDS
 from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
-from quantune.evaluate.rounds import ratio_medians
+from quantune.evaluate.rounds import UnsureRatio, ceiling_medians
 from quantune.graph.capability import ModelCapability
 from quantune.passes.cached import run_flow_cached
 from quantune.passes.timing import timing_for
@@ -242,6 +242,7 @@ def _ceilings(
     backend = context.evaluator.backend  # the target's provider and build, as every other timing
     key = cache_key(
         "ceilings",
+        2,  # with the "unsure" marks
         context.model.sha256,
         [sha for _, _, sha in built],
         vars(spec),
@@ -266,12 +267,13 @@ def _ceilings(
             # the original's latency is read from these rounds (engine/original.py): enough of them
             original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
         )
-        medians = ratio_medians(timings)
+        medians = ceiling_medians(timings, threshold)
         if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here
             context.original_timed = None
             timed(timings[0])
         cached = {
-            "ratios": medians,
+            "ratios": [None if m is None else float(m) for m in medians],
+            "unsure": [isinstance(m, UnsureRatio) for m in medians],  # undecided at the threshold
             "each": [int(n) for n in (~np.isnan(timings[1:])).sum(axis=1)],  # rounds each variant ran
         }
         cached["rounds"] = max(cached["each"], default=0)  # (the original may have gone on alone)
@@ -284,8 +286,10 @@ def _ceilings(
         time.perf_counter() - started,
         cached.get("each"),
     )
-    for (index, _, _), ratio in zip(built, cached["ratios"], strict=True):
-        ratios[index] = None if ratio is None else float(ratio)  # None: onnxruntime could not run it
+    unsure = cached.get("unsure") or [False] * len(built)
+    for (index, _, _), ratio, tied in zip(built, cached["ratios"], unsure, strict=True):
+        if ratio is not None:  # None: onnxruntime could not run it
+            ratios[index] = UnsureRatio(ratio) if tied else float(ratio)
     for index, first in twins.items():
         ratios[index] = ratios[first]
     return ratios

@@ -66,5 +66,5 @@ def miss_lines(result: Result, label: str) -> list[str]:
                 f"(loss {loss}), {_speed(result, record)}"
             )
     elif not result.miss_front:
-        lines.append("  no tried model was faster than the original")
+        lines.append("  no tried model was faster than the original beyond the search-time noise")
     return lines

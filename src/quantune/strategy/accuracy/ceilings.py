@@ -13,6 +13,7 @@ import logging
 from collections.abc import Mapping
 
 from quantune.evaluate.paired import MIN_GAIN
+from quantune.evaluate.rounds import UnsureRatio
 from quantune.passes.registry import find_pass
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
@@ -247,6 +248,11 @@ class CeilingStage(ProviderCeilings):
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
+        if isinstance(ratio, UnsureRatio) and ratio >= 1.0 - margin - UNSURE:
+            return False, (
+                f"dropped: {ratio:.2f}x fp32 latency, not surely below {1.0 - margin:.2f}x (the rounds left it "
+                "on both sides: the original's speed within the noise)"
+            )
         if (beaten := self.beaten_by_original(ratio, margin)) is not None:
             return False, beaten
         return True, f"kept: {ratio:.2f}x fp32 latency"
@@ -263,6 +269,10 @@ class CeilingStage(ProviderCeilings):
 TIE = MIN_GAIN  # ratios this close (relative) are one speed: the confirmation's rule
 NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
 SETTLE_GAIN = 0.05  # ... and goes first only when faster than the preferred by this much, side by side
+# A ceiling the rounds left undecided at the margin, its median less than this below it, is a tie with
+# the margin: dropped, as the same variant timed again lands on either side (a ceiling far below the
+# margin that a few slow rounds left undecided is kept)
+UNSURE = 0.03
 
 
 def _ties_to_the_earlier(
