@@ -106,16 +106,15 @@ def test_a_fallback_at_the_ceiling_side_by_side_ends_the_search(make_config) -> 
     assert "nothing faster is possible" in strategy.finished_reason
 
 
-@pytest.mark.parametrize(("gain", "ends"), [(0.03, True), (0.08, False)])
+@pytest.mark.parametrize(("gain", "ends"), [(0.03, True), (0.10, False)])
 def test_a_fallback_a_hair_slower_than_its_ceiling_is_at_it(make_config, gain: float, ends: bool) -> None:
-    """The ceiling times faster than the first fallback in budget beyond the paired test's 2%: by a
-    median 3% the fallback is still at the ceiling (a gain under 5% bought no more search: MiniLM-L3's
-    compute-only model, 0.97-0.99x in 20 rounds, was "slower" after 5 rounds in one run of five); by 8%
-    it is not, though the interval of 5 rounds reaches above 0.95 (a detector's fallback at 0.92x)."""
+    """The ceiling times faster than the first fallback in budget beyond the paired test's 2%: by 3% the
+    fallback is still at the ceiling (a gain under 5% bought no more search: MiniLM-L3's compute-only
+    model, 0.97-0.99x in 20 rounds, was "slower" after 5 rounds in one run of five); by 10% it is not."""
 
     def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
         ratio = 1.0 - gain
-        return {"ratio_median": ratio, "ratio_ci_low": ratio - 0.02, "ratio_ci_high": 0.975, "faster": True}
+        return {"ratio_median": ratio, "ratio_ci_low": ratio - 0.01, "ratio_ci_high": ratio + 0.005, "faster": True}
 
     problem = dataclasses.replace(
         accuracy_problem(_static_config(make_config)), latency_ratio=_fast, paired_latency=paired
