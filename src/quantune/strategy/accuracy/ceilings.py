@@ -17,7 +17,6 @@ from quantune.evaluate.rounds import UnsureRatio
 from quantune.passes.registry import find_pass
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
-from quantune.strategy.accuracy.latency_stage import CEILING_GAIN
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
 from quantune.strategy.accuracy.speed import Variant, build_order, likeliest, slower_twins, speed_variants
 from quantune.strategy.base import Outcome, Proposal
@@ -269,7 +268,7 @@ class CeilingStage(ProviderCeilings):
 
 TIE = MIN_GAIN  # ratios this close (relative) are one speed: the confirmation's rule
 NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
-SETTLE_GAIN = CEILING_GAIN  # ... and goes first only when faster than the preferred by this much, side by side
+SETTLE_GAIN = 0.05  # ... and goes first only when faster than the preferred by this much, side by side
 # A ceiling the rounds left undecided at the margin, its median less than this below it, is a tie with
 # the margin: dropped, as the same variant timed again lands on either side (a ceiling far below the
 # margin that a few slow rounds left undecided is kept)

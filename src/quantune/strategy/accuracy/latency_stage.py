@@ -71,22 +71,13 @@ def graph_params(ctx: AccuracyContext) -> list[str]:
     return names
 
 
-def within_noise(result: Mapping[str, Any], gain: float = LEAST_GAIN) -> bool:
-    """Whether a paired timing says neither model is faster beyond the noise by ``gain``: the ratio's
-    interval neither wholly below ``1 - gain`` (the candidate faster; ``faster`` says so for the
-    paired test's own least gain) nor wholly above ``1 / (1 - LEAST_GAIN)`` (the reference faster)."""
+def within_noise(result: Mapping[str, Any]) -> bool:
+    """Whether a paired timing says neither model is faster beyond the noise: not ``faster``, and
+    the ratio's interval not wholly above ``1 / (1 - LEAST_GAIN)`` (the reference not faster either)."""
     if result.get("same_model"):
         return True
-    low, high = result.get("ratio_ci_low"), result.get("ratio_ci_high")
-    faster = bool(result.get("faster")) and (high is None or float(high) < 1.0 - gain)
-    return not faster and not (low is not None and float(low) > 1.0 / (1.0 - LEAST_GAIN))
-
-
-# A model in budget is at the speed ceiling unless the ceiling is faster than it by this much, beyond
-# the noise; also the gain a ceiling needs to displace the preferred one (ceilings.SETTLE_GAIN). By the
-# paired test's own 2%, MiniLM-L3's compute-only model (0.97-0.99x its ceiling in 20 rounds) was
-# "slower" after 5 rounds in one run of five, and that run searched two more trials for 2%.
-CEILING_GAIN = 0.05
+    low = result.get("ratio_ci_low")
+    return not result.get("faster") and not (low is not None and float(low) > 1.0 / (1.0 - LEAST_GAIN))
 
 
 class LatencyStage:
@@ -129,7 +120,7 @@ class LatencyStage:
         how = ""
         if point_key(point) != point_key(ceiling):
             result = self._paired(ceiling, point)  # the ceiling over this model, side by side
-            if result is None or not within_noise(result, CEILING_GAIN):
+            if result is None or not within_noise(result):
                 return False
             how = (
                 " (the same model)"
