@@ -9,6 +9,7 @@ import numpy as np
 import onnx
 from onnx import TensorProto, helper, numpy_helper
 
+from conftest import save_graph
 from quantune.evaluate.profile import node_time_shares, node_work, spread_by_work
 
 
@@ -39,9 +40,7 @@ def _model(path: Path) -> Path:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 16, 16, 16])],
         inits,
     )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, path)
-    return path
+    return save_graph(graph, path)
 
 
 def test_a_kinds_time_is_split_by_work_and_shares_sum_to_one(tmp_path: Path) -> None:

@@ -70,11 +70,12 @@ def spread_by_work(totals: Mapping[str, float], work: Mapping[str, tuple[str, fl
         kinds.setdefault(work.get(node, ("?", 0.0))[0], []).append(node)
     shares: dict[str, float] = {}
     for nodes in kinds.values():
-        time = sum(totals[n] for n in nodes)
         amounts = [work.get(n, ("?", 0.0))[1] for n in nodes]
-        for node, amount in zip(nodes, amounts, strict=True):
-            exact = all(a > 0 for a in amounts)
-            shares[node] = (time * amount / sum(amounts) if exact else totals[node]) / total
+        if not all(a > 0 for a in amounts):  # a node of unknown work: the kind keeps its own timings
+            shares.update((node, totals[node] / total) for node in nodes)
+            continue
+        per_work = sum(totals[n] for n in nodes) / sum(amounts) / total
+        shares.update((node, amount * per_work) for node, amount in zip(nodes, amounts, strict=True))
     return shares
 
 

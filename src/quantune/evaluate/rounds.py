@@ -114,8 +114,8 @@ def ratio_medians(timings: np.ndarray) -> list[float | None]:
 def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]:
     """:func:`ratio_medians`, each a :class:`UnsureRatio` where the rounds left it undecided at ``threshold``."""
     return [
-        None if median is None else (float(median) if sure else UnsureRatio(median))
-        for median, sure in zip(ratio_medians(timings), decided(timings, threshold), strict=True)
+        None if i is None else (i.median if i.high < threshold or i.low > threshold else UnsureRatio(i.median))
+        for i in _intervals(timings)
     ]
 
 
