@@ -244,6 +244,15 @@ def test_a_ceiling_the_rounds_left_at_the_margin_is_a_tie_with_it(make_config) -
     assert "kept: 0.95x" in lines["static_quant: QOperator/uint8"]
     assert "kept: 0.80x" in lines["static_quant: QDQ/int8"]
 
+    # drop_slow: false keeps every ceiling, an undecided one at the margin too
+    problem = dataclasses.replace(accuracy_problem(_two_flows(make_config), {"drop_slow": False}), latency_ratio=ratio)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    _drive(strategy, lambda point: Outcome(1.0, 0.1, False, {"latency_ms": 1.0}), limit=3)
+    unsure = next(line for line in strategy.decisions if line.startswith("static_quant: QDQ/uint8"))
+    assert "kept: 0.95x fp32 latency (drop_slow: false)" in unsure
+
 
 def test_ceiling_medians_mark_what_the_rounds_left_undecided() -> None:
     """Rounds on both sides of the threshold give an :class:`UnsureRatio`; rounds all on one side a float."""

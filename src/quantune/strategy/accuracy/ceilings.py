@@ -244,11 +244,12 @@ class CeilingStage(ProviderCeilings):
         if ratio is None:
             return True, "kept (no baseline latency to compare)"
         margin = self.options.speed_margin
-        if ratio >= 1.0 - margin and not self.options.drop_slow:
+        unsure = isinstance(ratio, UnsureRatio) and ratio >= 1.0 - margin - UNSURE
+        if (ratio >= 1.0 - margin or unsure) and not self.options.drop_slow:
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
-        if isinstance(ratio, UnsureRatio) and ratio >= 1.0 - margin - UNSURE:
+        if unsure:
             return False, (
                 f"dropped: {ratio:.2f}x fp32 latency, not surely below {1.0 - margin:.2f}x (the rounds left it "
                 "on both sides: the original's speed within the noise)"
