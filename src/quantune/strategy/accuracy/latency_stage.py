@@ -96,6 +96,24 @@ class LatencyStage:
             return False
         return mine.objective < theirs.objective * (1.0 - LEAST_GAIN)
 
+    def slower(self, candidate: Point, reference: Point, step: str) -> bool:
+        """Whether ``candidate`` -- ``reference`` with one more group back in int8, in budget -- is slower
+        than ``reference`` beyond the noise, side by side (False without paired timing, or for another
+        objective): a latency run then keeps ``reference``. Putting a group back in int8 is meant to give
+        speed back, yet Q/DQ pairs around a small op can cost more than the op: on the NudeNet detector
+        the op-type stage's "+ Softmax to int8" made its answer 5% slower than a model it had passed, and
+        the same run twice ended at one or the other by which models the confirmation re-timed."""
+        if self.problem.objective != "latency":
+            return False
+        result = self._paired(self.complete(dict(candidate)), self.complete(dict(reference)))
+        low = None if result is None else result.get("ratio_ci_low")
+        if low is None or float(low) <= 1.0 / (1.0 - LEAST_GAIN):
+            return False
+        ratio = float(result.get("ratio_median", 1.0)) if result is not None else 1.0
+        self.decisions.append(f"{step}: in budget, but {ratio:.2f}x the model before side by side: not kept")
+        log.info("quantune strategy: %s", self.decisions[-1])
+        return True
+
     def _paired(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
         probe = self.problem.paired_latency
         if probe is None or self.problem.objective != "latency":

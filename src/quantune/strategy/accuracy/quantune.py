@@ -233,8 +233,12 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         for op_type in types_by_cost(fallen, self._costs())[:limit]:
             trial = [g for g in fallen if g.op_type != op_type]
             point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
-            outcome = yield from self.try_point(point, f"op types: + {op_type} to int8")
-            if outcome.meets:
+            stage, before = (
+                f"op types: + {op_type} to int8",
+                self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)}),
+            )
+            outcome = yield from self.try_point(point, stage)
+            if outcome.meets and not self.slower(point, before, stage):
                 fallen = trial
                 self.note_meeting(len(trial) + sum(1 for p in fixed.values() if p == "fp32"))
         return fallen
@@ -355,8 +359,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 if not self.ctx.valid(point):
                     continue
                 limit -= 1
-                outcome = yield from self.try_point(point, f"prune: {group.name} -> {precision}")
-                if outcome.meets:
+                stage = f"prune: {group.name} -> {precision}"
+                outcome = yield from self.try_point(point, stage)
+                if outcome.meets and not self.slower(point, self.ctx.with_fallback(base, assignment), stage):
                     assignment = trial
                     self.note_meeting(sum(1 for p in assignment.values() if p == "fp32"))
                     break
