@@ -316,8 +316,10 @@ def _trials(result: Any) -> list[tuple[str, dict[str, Any]]]:
 
 @pytest.mark.parametrize("objective", ["size", "latency"])
 def test_the_same_run_twice_tries_the_same_trials(tmp_path: Path, objective: str) -> None:
-    """Cold cache, same seed: the recovery stages (no timing in their decisions) try the same points in
-    the same order; with ``objective: size`` nothing rests on timing, so the final model is the same too."""
+    """Cold cache, same seed: the recovery stages try the same points in the same order; with
+    ``objective: size`` nothing rests on timing, so the final model is the same too. In a latency run
+    a group put back in int8 stays there only when the model is not slower side by side (a timing):
+    the trials are the same up to the first such step, which the second run tries too."""
     runs = []
     for index in range(2):
         config = _layernorm(tmp_path / f"data{index}", objective)
@@ -325,7 +327,11 @@ def test_the_same_run_twice_tries_the_same_trials(tmp_path: Path, objective: str
         runs.append(quantune.tune(config, output=tmp_path / f"run{index}"))
     first, second = (_trials(run) for run in runs)
     recovery = ("ceiling", "op types", "bisect", "prune", "screen")
-    assert [t for t in first if t[0].startswith(recovery)] == [t for t in second if t[0].startswith(recovery)]
+    one, two = ([t for t in trials if t[0].startswith(recovery)] for trials in (first, second))
+    if objective == "latency":
+        timed = next((i for i, t in enumerate(one) if t[0].startswith(("op types: +", "prune"))), len(one))
+        one, two = one[: timed + 1], two[: timed + 1]
+    assert one == two
     assert any(stage.startswith("op types") for stage, _ in first)
     if objective == "size":
         assert first == second
