@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
+from typing import Any
 
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.evaluate.rounds import UnsureRatio
@@ -170,7 +171,7 @@ class CeilingStage(ProviderCeilings):
             return kept
         rival = min(rivals, key=lambda v: preference[id(v)])
         result = paired(kept[0].point, rival.point)  # the fastest over the preferred, side by side
-        if result is None or (result.get("faster") and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN):
+        if result is None or clearly_faster(result):
             return kept
         log.info(
             "quantune strategy: %s is not faster than %s beyond the noise: %s first",
@@ -274,6 +275,13 @@ SETTLE_GAIN = 0.05  # ... and goes first only when faster than the preferred by 
 # the margin: dropped, as the same variant timed again lands on either side (a ceiling far below the
 # margin that a few slow rounds left undecided is kept)
 UNSURE = 0.03
+
+
+def clearly_faster(result: Mapping[str, Any]) -> bool:
+    """Whether a paired timing's candidate is faster beyond the noise and, by its median, by
+    ``SETTLE_GAIN``: what one of two candidates both worth trying needs to go before the preferred one
+    (a decision at the paired test's own 2% line flips for a pair 1-2% apart)."""
+    return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
 
 
 def _ties_to_the_earlier(

@@ -37,7 +37,7 @@ from typing import Any
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.graph.capability import Group, Precision
 from quantune.space import Point, point_key
-from quantune.strategy.accuracy.ceilings import SETTLE_GAIN
+from quantune.strategy.accuracy.ceilings import clearly_faster
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.speed import (
@@ -48,6 +48,7 @@ from quantune.strategy.accuracy.speed import (
     fill_conditionals,
     speed_params,
 )
+from quantune.strategy.base import Outcome
 
 log = logging.getLogger("quantune.strategy")
 # The least gain that counts as faster when no paired timing decides (another objective than
@@ -72,13 +73,16 @@ def graph_params(ctx: AccuracyContext) -> list[str]:
     return names
 
 
-def within_noise(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing says neither model is faster beyond the noise: not ``faster``, and
-    the ratio's interval not wholly above ``1 / (1 - LEAST_GAIN)`` (the reference not faster either)."""
-    if result.get("same_model"):
-        return True
+def surely_slower(result: Mapping[str, Any]) -> bool:
+    """Whether a paired timing says the candidate is slower than the reference beyond the noise: the
+    ratio's interval wholly above ``1 / (1 - LEAST_GAIN)``."""
     low = result.get("ratio_ci_low")
-    return not result.get("faster") and not (low is not None and float(low) > 1.0 / (1.0 - LEAST_GAIN))
+    return low is not None and float(low) > 1.0 / (1.0 - LEAST_GAIN)
+
+
+def within_noise(result: Mapping[str, Any]) -> bool:
+    """Whether a paired timing says neither model is faster beyond the noise."""
+    return bool(result.get("same_model")) or not (result.get("faster") or surely_slower(result))
 
 
 class LatencyStage:
@@ -97,23 +101,24 @@ class LatencyStage:
             return False
         return mine.objective < theirs.objective * (1.0 - LEAST_GAIN)
 
-    def slower(self, candidate: Point, reference: Point, step: str) -> bool:
-        """Whether ``candidate`` -- ``reference`` with one more group back in int8, in budget -- is slower
-        than ``reference`` beyond the noise, side by side (False without paired timing, or for another
-        objective): a latency run then keeps ``reference``. Putting a group back in int8 is meant to give
-        speed back, yet Q/DQ pairs around a small op can cost more than the op: on the NudeNet detector
-        the op-type stage's "+ Softmax to int8" made its answer 5% slower than a model it had passed, and
-        the same run twice ended at one or the other by which models the confirmation re-timed."""
-        if self.problem.objective != "latency":
+    def keeps_requantized(self, outcome: Outcome, candidate: Point, reference: Point, step: str) -> bool:
+        """Whether a recovery step that put a group back in int8 (``candidate``: ``reference`` with one
+        group fewer in fp32; the prune, the op types added back, a unit back with per-channel weights) is
+        kept: ``outcome`` meets the criterion and, in a latency run, ``candidate`` is not slower than
+        ``reference`` beyond the noise, side by side (a tie keeps it). Putting a group back in int8 is meant to give
+        speed back, yet it does not always: on the NudeNet detector the prune put the first conv (on the
+        raw image) back in int8, in budget and 1.05-1.07x slower in every run; the answer sat ~5% behind a
+        model it had passed, and the same run twice ended at one or the other by which models the
+        confirmation re-timed."""
+        if not outcome.meets:
             return False
         result = self._paired(self.complete(dict(candidate)), self.complete(dict(reference)))
-        low = None if result is None else result.get("ratio_ci_low")
-        if low is None or float(low) <= 1.0 / (1.0 - LEAST_GAIN):
-            return False
-        ratio = float(result.get("ratio_median", 1.0)) if result is not None else 1.0
+        if result is None or not surely_slower(result):
+            return True
+        ratio = float(result.get("ratio_median", 1.0))
         self.decisions.append(f"{step}: in budget, but {ratio:.2f}x the model before side by side: not kept")
         log.info("quantune strategy: %s", self.decisions[-1])
-        return True
+        return False
 
     def _paired(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
         probe = self.problem.paired_latency
@@ -185,7 +190,7 @@ class LatencyStage:
         other is faster than it beyond the noise, side by side. Sorting by their ratios to the full model
         followed the noise: PP-OCRv6's two lighter models, 0.80x and 0.81x, swapped from run to run; and
         "faster beyond the noise" at the 2% line did too (all 5 rounds below 0.98 for a pair 1-2% apart
-        happens now and then): the other goes first only when its median is ``SETTLE_GAIN`` (the ceilings' rule) faster too."""
+        happens now and then): the other goes first only when :func:`clearly_faster` (the ceilings' rule)."""
         if len(faster) < 2:
             return faster
         *others, last = faster
@@ -193,11 +198,7 @@ class LatencyStage:
         ahead = []
         for item in others:  # ahead only by a clear gain: the compute-only one is evaluated ahead already
             result = self._paired(self.complete(dict(self.fallback(base, item[1]))), compute_only)
-            if (
-                result is not None
-                and result.get("faster")
-                and float(result.get("ratio_median", 1.0)) <= 1 - SETTLE_GAIN
-            ):
+            if result is not None and clearly_faster(result):
                 ahead.append(item)
         return [*ahead, last, *(item for item in others if item not in ahead)]
 

@@ -233,12 +233,10 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         for op_type in types_by_cost(fallen, self._costs())[:limit]:
             trial = [g for g in fallen if g.op_type != op_type]
             point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
-            stage, before = (
-                f"op types: + {op_type} to int8",
-                self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)}),
-            )
+            stage = f"op types: + {op_type} to int8"
             outcome = yield from self.try_point(point, stage)
-            if outcome.meets and not self.slower(point, before, stage):
+            before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
+            if self.keeps_requantized(outcome, point, before, stage):
                 fallen = trial
                 self.note_meeting(len(trial) + sum(1 for p in fixed.values() if p == "fp32"))
         return fallen
@@ -361,7 +359,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 limit -= 1
                 stage = f"prune: {group.name} -> {precision}"
                 outcome = yield from self.try_point(point, stage)
-                if outcome.meets and not self.slower(point, self.ctx.with_fallback(base, assignment), stage):
+                if self.keeps_requantized(outcome, point, self.ctx.with_fallback(base, assignment), stage):
                     assignment = trial
                     self.note_meeting(sum(1 for p in assignment.values() if p == "fp32"))
                     break

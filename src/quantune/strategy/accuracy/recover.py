@@ -136,8 +136,9 @@ class RecoverStage(TargetedStage):
             start = {**refined.point, **_quant_values(base, variant.ctx.quant_step, ctx.quant_step)}
             current = dict(fallback)
             fit = self.layer_fit(refined)  # type: ignore[attr-defined]
+            last = variant.ctx.with_fallback(base, current)  # the model before a step (refining keeps the graph)
             if fit is None:  # a whole-model refinement must hold the budget with the fallback first
-                point = ctx.with_fallback(start, current)
+                point = last = ctx.with_fallback(start, current)
                 outcome = yield from self.try_point(point, f"{RECOVER}: {refined.label} with the fallback")
                 if not outcome.meets:
                     continue
@@ -150,9 +151,10 @@ class RecoverStage(TargetedStage):
                 point = ctx.with_fallback(start, trial)
                 if fit is not None:  # fine-tune only the layers back in int8 (seconds, not a fit of every layer)
                     point[f"{fit[0]}.nodes"] = sorted(weighted_nodes(ctx, [groups[n] for n in [*kept, name]]))
-                outcome = yield from self.try_point(point, f"{RECOVER}: {name} -> int8 (+{', '.join(passes)})")
-                if outcome.meets:
-                    current, kept = trial, [*kept, name]
+                stage = f"{RECOVER}: {name} -> int8 (+{', '.join(passes)})"
+                outcome = yield from self.try_point(point, stage)
+                if self.keeps_requantized(outcome, point, last, stage):  # type: ignore[attr-defined]
+                    current, kept, last = trial, [*kept, name], point
                     if fit is not None:
                         start = {**start, f"{fit[0]}.nodes": point[f"{fit[0]}.nodes"]}
             if not kept:  # the same fallback, refined: no faster, try the next refining flow

@@ -16,7 +16,8 @@ Before the fallback (:meth:`TargetedStage.stage_targeted`) the fixes go to the `
 (3) units the sensitivity ranks worst, all at once: one trial each, a meeting one ends the
 accuracy recovery with every unit int8. After the fallback
 (:meth:`TargetedStage.stage_targeted_units`) each unit it put in fp32, the costliest first, goes
-back to int8 with per-channel weights and stays so when the model still meets. Recorded in
+back to int8 with per-channel weights and stays so when the model still meets (and, in a latency
+run, is not slower side by side). Recorded in
 ``learned()['recovered']`` (``stage: targeted``) for the precision map. A 16-bit activation rung
 is not tried here: onnxruntime's CPU provider has no 16-bit Conv/MatMul kernels, so such a unit
 runs DQ -> float op -> Q, slower than leaving it fp32 (``precisions: [int16, fp32]`` still offers
@@ -140,8 +141,10 @@ class TargetedStage:
                 continue
             trial = {k: v for k, v in current.items() if k != name}
             point = {**ctx.with_fallback(base, trial), ctx.key("per_channel_nodes"): sorted({*fixed, *nodes})}
-            outcome = yield from self.try_point(point, f"{TARGETED}: {name} -> int8 (per-channel weights)")  # type: ignore[attr-defined]
-            if outcome.meets:
+            before = {**ctx.with_fallback(base, current), ctx.key("per_channel_nodes"): fixed}
+            stage = f"{TARGETED}: {name} -> int8 (per-channel weights)"
+            outcome = yield from self.try_point(point, stage)  # type: ignore[attr-defined]
+            if self.keeps_requantized(outcome, point, before, stage):  # type: ignore[attr-defined]
                 current, fixed, kept = trial, sorted({*fixed, *nodes}), [*kept, name]
         if not kept:
             return base, dict(fallback)
