@@ -106,7 +106,11 @@ def test_a_run_builds_its_ceilings_beside_the_original_and_decides_the_same(make
     built = [line for line in log.splitlines() if "speed ceilings built ahead" in line]
     assert built and " 0 of " not in built[0]
     assert _labels(with_prebuild) == _labels(without) and _labels(with_prebuild)
-    assert [t["flow"] for t in with_prebuild["trials"]] == [t["flow"] for t in without["trials"]]
+    # the same trials, as far as both went: whether a tiny model's first guess already ends the search
+    # (at its ceiling, or every ceiling slower than fp32) rests on its timings, which differ run to run
+    flows = [[t["flow"] for t in run["trials"]] for run in (with_prebuild, without)]
+    common = min(len(f) for f in flows)
+    assert common >= 1 and flows[0][:common] == flows[1][:common]
     # the original's latency was timed again once the builds were done (the same figures' names):
     # the quick timing beside them is no longer what the cache holds
     assert with_prebuild["baseline"].keys() == without["baseline"].keys()
