@@ -12,7 +12,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -252,15 +252,21 @@ def build_variants(
     return built
 
 
-def calibrates(flow: tuple[str, ...], step_passes: Any) -> bool:
-    """Whether ``flow`` calibrates (static quantization: heavy, memory bounded per process)."""
+LIGHT_ROWS = 8  # a calibration on at most this many rows is light (a ceiling's stand-in, speed.stand_in)
+
+
+def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any] | None = None) -> bool:
+    """Whether ``flow`` (at ``point``) calibrates on more than ``LIGHT_ROWS`` rows (static
+    quantization: heavy, memory bounded per process)."""
     from quantune.passes.registry import get_pass
 
     for step in flow:
         try:
-            if get_pass(str(step_passes.get(step, step))).needs_calibration:
-                return True
+            heavy = get_pass(str(step_passes.get(step, step))).needs_calibration
         except Exception:  # an unknown pass: treat it as heavy
+            return True
+        rows = (point or {}).get(f"{step}.calibration_samples")
+        if heavy and not (isinstance(rows, int) and rows <= LIGHT_ROWS):
             return True
     return False
 

@@ -223,10 +223,10 @@ class Prebuild:
         problem = getattr(strategy, "problem", None)
         rest = [item for item in items if item != first and item not in later]  # those are built where evaluated
         passes = getattr(problem, "step_passes", {})
-        heavy = [calibrates(flow, passes) for _, flow in rest]
+        heavy = [calibrates(flow, passes, point) for point, flow in rest]
         rest = [item for _, item in sorted(zip(heavy, rest, strict=True), key=lambda pair: not pair[0])]  # heavy first
         heavy.sort(reverse=True)
-        first_calibrates = first is not None and calibrates(first[1], passes)
+        first_calibrates = first is not None and calibrates(first[1], passes, first[0])
         return cls(spec, rest, heavy, budget_s, isolation, first, later, first_calibrates)
 
     def wait_first_guess(self, timeout_s: float | None = None) -> bool:

@@ -98,6 +98,12 @@ class QuantuneOptions(AccuracyOptions):
     ceiling_share: float = Field(
         default=0.25, gt=0, le=1, description="The most of stop.timeout_s the speed ceilings may take."
     )
+    stand_ins: bool = Field(
+        default=True,
+        description="When the first guess needs no calibration, time each static ceiling on a model "
+        "calibrated on two rows (the same graph: calibration moves scales only); the full calibration "
+        "is done when a static variant is tried.",
+    )
     first_guess: bool | None = Field(
         default=None,
         description="Evaluate the likeliest ceiling (Neural Compressor's defaults in the flow it would pick) "

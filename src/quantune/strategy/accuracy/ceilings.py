@@ -16,10 +16,18 @@ from typing import Any
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.evaluate.rounds import UnsureRatio
 from quantune.passes.registry import find_pass
+from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
-from quantune.strategy.accuracy.speed import Variant, build_order, likeliest, slower_twins, speed_variants
+from quantune.strategy.accuracy.speed import (
+    Variant,
+    build_order,
+    likeliest,
+    slower_twins,
+    speed_variants,
+    stand_in,
+)
 from quantune.strategy.base import Outcome, Proposal
 
 log = logging.getLogger("quantune.strategy")
@@ -82,12 +90,31 @@ class CeilingStage(ProviderCeilings):
         if guess is None:
             return None
         self.ctx = guess.ctx
+        self._stand_ins(guess)
         self.build_ahead = self.lighter_items(guess) if self.problem.evaluates_ahead else []
         self.evaluate_ahead = self.build_ahead[-1:]  # compute only
         outcome = yield from self.try_point(guess.point, f"first guess: {guess.label}")
         if self.evaluate_ahead and not outcome.meets and not outcome.failed:
             yield from self.try_point(self.evaluate_ahead[0][0], f"first guess: {guess.label}, compute only")
         return guess
+
+    def _stand_ins(self, guess: Variant) -> None:
+        """When the first guess does not calibrate (a dynamic variant), each static ceiling is timed on
+        a stand-in (:func:`.speed.stand_in`: the same graph, calibrated on two rows): if the guess is
+        in budget at the fastest ceiling the run ends without a full calibration, and a static variant
+        the search goes on in is calibrated when it is tried. A static guess calibrates beside the
+        original's evaluation anyway, and the other static ceilings reuse its ranges: nothing to save.
+        Option ``stand_ins: false``: every ceiling is its own model."""
+        if not self.options.stand_ins or stand_in(guess.ctx, guess.point) is not None:
+            return
+        for variant in self.ceiling_variants():
+            if variant is not guess:
+                variant.timed = stand_in(variant.ctx, variant.point)
+        if any(variant.timed is not None for variant in self.variants):
+            log.info(
+                "quantune strategy: the static ceilings are timed on models calibrated on two rows (the same "
+                "graphs: scales only differ); a static variant is calibrated in full when it is tried"
+            )
 
     def stage_ceiling(self) -> Step:
         """Stage: each flow's fully-quantized variants timed against the original (no accuracy
@@ -170,7 +197,7 @@ class CeilingStage(ProviderCeilings):
         if not rivals:
             return kept
         rival = min(rivals, key=lambda v: preference[id(v)])
-        result = paired(kept[0].point, rival.point)  # the fastest over the preferred, side by side
+        result = paired(timed(kept[0]), timed(rival))  # the fastest over the preferred, side by side
         if result is None or clearly_faster(result):
             return kept
         log.info(
@@ -211,7 +238,7 @@ class CeilingStage(ProviderCeilings):
         margin, share = self.options.speed_margin, self.options.ceiling_share
         budget = share * self.problem.timeout_s if self.problem.timeout_s else None
         originals = self.original_items()  # the originals on the other providers, in the same session:
-        items = [*originals, *((v.point, v.ctx.flow) for v in variants)]  # first (nothing to build)
+        items = [*originals, *((timed(v), v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
             ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
         elif self.problem.latency_ratio is not None:
@@ -282,6 +309,11 @@ def clearly_faster(result: Mapping[str, Any]) -> bool:
     ``SETTLE_GAIN``: what one of two candidates both worth trying needs to go before the preferred one
     (a decision at the paired test's own 2% line flips for a pair 1-2% apart)."""
     return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
+
+
+def timed(variant: Variant) -> Point:
+    """The point whose model times ``variant``'s ceiling: its stand-in when it has one, else its own."""
+    return variant.timed if variant.timed is not None else variant.point
 
 
 def _ties_to_the_earlier(

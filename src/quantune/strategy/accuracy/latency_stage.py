@@ -143,7 +143,8 @@ class LatencyStage:
             return False
         how = ""
         if point_key(point) != point_key(ceiling):
-            result = self._paired(ceiling, point)  # the ceiling over this model, side by side
+            timed = self.complete(dict(variant.timed)) if variant.timed is not None else ceiling  # its stand-in
+            result = self._paired(timed, point)  # the ceiling over this model, side by side
             if result is None or not within_noise(result):
                 return False
             how = (

@@ -1,0 +1,154 @@
+"""A static ceiling timed on a stand-in calibrated on two rows when the first guess is dynamic
+(issue 23: the whole run, once the first guess is the answer, should not wait for a calibration
+only the speed ceilings wanted): the stand-in's graph is the original's, the guess never gets one,
+a static first guess means none, and a static variant the search goes on in is tried with its own
+full calibration."""
+
+from __future__ import annotations
+
+import dataclasses
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import onnx
+import pytest
+
+from conftest import INLINE_EXECUTOR, accuracy_problem
+from quantune.data.dataset import load_dataset
+from quantune.engine.ahead import calibrates
+from quantune.passes import get_pass
+from quantune.passes.base import PassContext
+from quantune.strategy import Outcome, create_strategy
+from quantune.strategy.accuracy.speed import STAND_IN_ROWS
+from test_ceilings_fast import build_chain
+
+ROWS = "static_quant.calibration_samples"
+
+
+def _both_flows(tmp_path: Path, **options: Any) -> dict[str, Any]:
+    """An MLP (MatMul-heavy: the first guess is the dynamic flow) with a static and a dynamic flow."""
+    model = build_chain(tmp_path / "chain.onnx", 3, 64)
+    rng = np.random.default_rng(1)
+    np.savez(tmp_path / "calib.npz", x=rng.normal(0, 1, (32, 64)).astype(np.float32))
+    np.savez(tmp_path / "eval.npz", x=rng.normal(0, 1, (32, 64)).astype(np.float32))
+    return {
+        "model": str(model),
+        "prepare": "off",
+        "data": {"calibration": str(tmp_path / "calib.npz"), "evaluation": str(tmp_path / "eval.npz"), "batch_size": 8},
+        "evaluation": {"metric": "cosine", "latency": {"warmup": 1, "repeats": 3, "threads": 1}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.2},
+        "passes": [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}],
+        "flows": [["static_quant"], ["dynamic_quant"]],
+        "search": {"strategy": "quantune", "strategy_options": {"first_guess": True, **options}},
+        "stop": {"max_trials": 10},
+        "cache_dir": str(tmp_path / "cache"),
+        **INLINE_EXECUTOR,
+    }
+
+
+def _first_ceilings(config: dict[str, Any], ratio_of, guess_meets: bool) -> tuple[Any, list, list]:
+    """Drives the strategy through its first guess and its ceiling stage; (strategy, the points the
+    ceilings timed with their flows, the proposals that followed)."""
+    timed: list = []
+
+    def ratios(items, threshold, budget_s):
+        timed.extend((dict(point), tuple(flow)) for point, flow in items)
+        return [ratio_of(dict(point), tuple(flow)) for point, flow in items]
+
+    options = config["search"]["strategy_options"]
+    problem = dataclasses.replace(accuracy_problem(config, options, timed=True), ceiling_ratios=ratios)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"cosine": 1.0, "latency_ms": 1.0})
+    guess = strategy.ask()
+    assert guess.stage.startswith("first guess") and tuple(guess.flow) == ("dynamic_quant",)
+    strategy.tell(guess, Outcome(0.99, 0.0 if guess_meets else 0.1, guess_meets, {"latency_ms": 0.5}))
+    after = []
+    proposal = strategy.ask()
+    while proposal is not None and len(after) < 3:
+        after.append(proposal)
+        strategy.tell(proposal, Outcome(0.5, 0.5, False, {"latency_ms": 0.5}))
+        proposal = strategy.ask()
+    return strategy, timed, [guess, *after]
+
+
+def test_a_dynamic_guess_times_the_static_ceilings_on_stand_ins(tmp_path: Path) -> None:
+    config = _both_flows(tmp_path)
+    strategy, timed, proposals = _first_ceilings(config, lambda point, flow: 0.5, guess_meets=True)
+    static = [point for point, flow in timed if flow == ("static_quant",)]
+    dynamic = [point for point, flow in timed if flow == ("dynamic_quant",)]
+    assert static and dynamic
+    assert all(point[ROWS] == STAND_IN_ROWS for point in static)
+    assert all(ROWS not in point for point in dynamic)
+    guess = proposals[0]
+    assert dict(guess.point) in dynamic  # the guess itself is timed as it was evaluated
+    # every ceiling at the same speed: the guess, in budget, is at the ceiling and the search ends
+    assert len(proposals) == 1 and "nothing faster is possible" in strategy.finished_reason
+
+
+def test_a_static_variant_the_search_goes_on_in_is_tried_fully_calibrated(tmp_path: Path) -> None:
+    config = _both_flows(tmp_path)
+
+    def static_fastest(point, flow):
+        return 0.4 if flow == ("static_quant",) else 0.6
+
+    _, timed, proposals = _first_ceilings(config, static_fastest, guess_meets=False)
+    assert any(point.get(ROWS) == STAND_IN_ROWS for point, _ in timed)
+    ceiling = next(p for p in proposals[1:] if p.stage.startswith("ceiling"))
+    assert tuple(ceiling.flow) == ("static_quant",)
+    assert ROWS not in ceiling.point  # its own calibration, the user's rows, not the stand-in's
+
+
+@pytest.mark.parametrize("options", [{"stand_ins": False}, {}])
+def test_no_stand_ins_when_turned_off_or_the_guess_calibrates(tmp_path: Path, options: dict[str, Any]) -> None:
+    config = _both_flows(tmp_path, **options)
+    if not options:  # only the static flow: the guess calibrates, and the ceilings reuse its ranges
+        config["passes"], config["flows"] = [{"name": "static_quant", "search": True}], [["static_quant"]]
+        timed: list = []
+
+        def ratios(items, threshold, budget_s):
+            timed.extend(dict(point) for point, _ in items)
+            return [0.5] * len(items)
+
+        problem = dataclasses.replace(
+            accuracy_problem(config, config["search"]["strategy_options"], timed=True), ceiling_ratios=ratios
+        )
+        strategy = create_strategy("quantune")
+        strategy.bind(problem)
+        strategy.observe_baseline({"cosine": 1.0, "latency_ms": 1.0})
+        guess = strategy.ask()
+        strategy.tell(guess, Outcome(0.5, 0.5, False, {"latency_ms": 0.5}))
+        strategy.ask()
+        assert timed and all(ROWS not in point for point in timed)
+        return
+    _, timed, _ = _first_ceilings(config, lambda point, flow: 0.5, guess_meets=True)
+    assert timed and all(ROWS not in point for point, _ in timed)
+
+
+def test_a_stand_in_runs_the_same_graph_and_is_light_to_build(tmp_path: Path) -> None:
+    """The premise: calibration rows move scales and zero points only. The same static point built
+    on two rows and on all 32 gives the same nodes, inputs and outputs (only initializer values
+    differ); and the builds ahead count the stand-in light (built by either worker, any time)."""
+    config = _both_flows(tmp_path)
+    problem = accuracy_problem(config, {}, timed=True)
+    source = Path(config["model"])
+    static = get_pass("static_quant")
+    calibration = load_dataset(config["data"]["calibration"], field_name="data.calibration", base_dir=tmp_path)
+    graphs = []
+    for rows in (None, STAND_IN_ROWS):
+        out = tmp_path / f"q{rows}.onnx"
+        context = PassContext(calibration, ["x"], 8, tmp_path, cache_dir=tmp_path / "c", model_sha256="chain")
+        static().run(static.Config(calibration_samples=rows), source, out, context)
+        model = onnx.load(str(out))
+        graphs.append(([(n.op_type, list(n.input), list(n.output)) for n in model.graph.node], model))
+    assert graphs[0][0] == graphs[1][0]
+    scales = [
+        {i.name: onnx.numpy_helper.to_array(i).tobytes() for i in model.graph.initializer if "scale" in i.name}
+        for _, model in graphs
+    ]
+    assert scales[0] != scales[1]  # two rows do give other ranges: the builds differ in values only
+    passes = problem.step_passes
+    assert calibrates(("static_quant",), passes, {})
+    assert not calibrates(("static_quant",), passes, {ROWS: STAND_IN_ROWS})
+    assert not calibrates(("dynamic_quant",), passes, {})
