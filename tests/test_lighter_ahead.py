@@ -9,6 +9,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -184,9 +185,10 @@ def test_a_guess_in_budget_builds_the_ceilings_before_its_compute_only_model(
     make_config, tmp_path, monkeypatch
 ) -> None:
     """In budget, the guess's compute-only model is wanted only if the lighter stage finds it faster,
-    after the ceilings: the guess's worker builds first, in the first builder's place (no third
-    process on two cores: a detector's ceilings waited 3 s after its first model in budget), then
-    evaluates it. The ceilings wait for those builds; every ceiling is built once."""
+    after the ceilings: the guess's worker builds, in the first builder's place (no third process on
+    two cores: a detector's ceilings waited 3 s after its first model in budget), and evaluates it
+    only once the ceilings are timed (beside their timing it took a detector's rounds from 5 to
+    11-17). The ceilings wait for those builds; every ceiling is built once."""
     monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
     config = _layernorm(tmp_path, "latency")
     config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
@@ -196,9 +198,14 @@ def test_a_guess_in_budget_builds_the_ceilings_before_its_compute_only_model(
     quantune.tune(config, output=tmp_path / "run")
     workers = tmp_path / "run" / "workers"
     guess_log = (workers / "first_guess.log").read_text()
-    assert "ahead: run set up in" in guess_log  # the compute-only model, evaluated after the builds
-    assert not (workers / "ceiling_build.log").exists()  # the guess's worker built in its place
+    assert "ahead: run set up in" in guess_log  # the compute-only model, evaluated after the builds ...
+    went_on = re.search(r"ceilings timed at ([0-9.]+)", guess_log)
     log = (tmp_path / "run" / "quantune.log").read_text()
+    timed = re.search(r"^(\S+ \S+) INFO quantune.strategy: speed ceilings: \d+ variants timed", log, re.M)
+    assert went_on is not None and timed is not None
+    ended = datetime.strptime(timed.group(1), "%Y-%m-%d %H:%M:%S,%f").timestamp()
+    assert float(went_on.group(1)) >= ended - 0.01  # ... once the ceilings were timed, not beside their timing
+    assert not (workers / "ceiling_build.log").exists()  # the guess's worker built in its place
     built = re.search(r"speed ceilings built ahead: (\d+) of (\d+) variants", log)
     assert built is not None and built.group(1) == built.group(2) != "0"
     results = json.loads((tmp_path / "run" / "results.json").read_text())

@@ -39,10 +39,11 @@ def evaluate_ahead(
     ``builds`` (the ceilings' items, their budget, the queue): when the guess is in budget, ``later``
     is wanted only if the lighter stage finds it faster, after the ceilings -- so this worker first
     builds ``later``'s models and takes the first builder's place on the queue (the marker says
-    ``GUESS_BUILDS``; ``{marker}.built`` once its builds are done), then evaluates ``later``. Evaluating
-    it at once made three processes on two cores, and a detector's ceilings waited 3 s after its first
-    model in budget. A guess that misses the budget goes on to ``later`` first: the likeliest next
-    model in budget (MiniLM-L3's first one)."""
+    ``GUESS_BUILDS``; ``{marker}.built`` once its builds are done), then waits until the ceilings are
+    timed (``{marker}.go``, written by the engine) and evaluates ``later``. Evaluating it at once made
+    three processes on two cores, and a detector's ceilings waited 3 s after its first model in budget;
+    evaluating it beside the ceilings' timing took their rounds from 5 to 11-17. A guess that misses
+    the budget goes on to ``later`` first: the likeliest next model in budget (MiniLM-L3's first one)."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)
@@ -53,9 +54,18 @@ def evaluate_ahead(
     if builder and builds is not None:
         items, budget_s, queue = builds
         build_variants(spec, later, None, False)  # the lighter stage times them with the guess
-        count = build_variants(spec, items, budget_s, True, queue)
+        # no node profile: a guess in budget ends most runs at the ceilings, and a run that goes on to
+        # recover asks for it then (cached); the ceilings waited 0.6 s for it on the ddddocr detector
+        count = build_variants(spec, items, budget_s, False, queue)
         (done := Path(f"{marker}.built.tmp")).write_text(str(count))
         done.replace(f"{marker}.built")
+        # evaluated once the ceilings are timed (``{marker}.go``): beside their timing, on the other
+        # core, the evaluation took a detector's rounds from 5 to 11-17
+        go = Path(f"{marker}.go")
+        waited = time.perf_counter()
+        while not go.exists() and time.perf_counter() - waited < wait_s:
+            time.sleep(0.02)
+        print(f"ceilings timed at {time.time():.3f}: evaluating {len(later)} ahead", flush=True)
     return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") is not None for point, flow in later]
 
 

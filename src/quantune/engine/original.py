@@ -104,6 +104,7 @@ def ceilings_ready(
         # for that one if it needs it): PP-OCRv6's recognizer's ceilings waited 1.7 s for it
         prebuild.join(isolation.deadline.at, builds_only=True)  # the builds stop at the run's limit
         prebuild.keep_log(isolation.log_dir)
+        parts.context.after_ceilings = prebuild.ceilings_timed
         if parts.context.baseline_status == "miss" or timed_quickly(parts.context):
             parts.context.original_timed = timed
 

@@ -105,7 +105,7 @@ class Prebuild:
     core sat idle until the guess was done: 3 s on PP-OCRv6's recognizer), with the light
     (uncalibrated) items; the first once the guess is done (both at once, they slowed it: 4
     processes on 2 cores). The points to evaluate ahead (``later``) follow the guess in its
-    worker, beside the builds.
+    worker, beside the builds; after a guess in budget, once the ceilings are timed (:meth:`ceilings_timed`).
     """
 
     def __init__(
@@ -234,11 +234,19 @@ class Prebuild:
         self._first_done.wait(timeout_s)
         return self.first_evaluated
 
+    def ceilings_timed(self) -> None:
+        """The speed ceilings are timed: the guess's worker, waiting after a guess in budget, may
+        evaluate ``later`` now (an evaluation beside the timing made it noisy)."""
+        go = self._tmp / f"{FIRST_GUESS}.done.go"
+        if self._tmp.is_dir() and not go.exists():
+            go.write_text("1")
+
     def wait_ahead(self, point: dict[str, Any], flow: tuple[str, ...], timeout_s: float | None = None) -> bool:
         """Whether ``point`` was evaluated ahead, waiting (at most ``timeout_s``) when it is one of ``later``
         (its trial then reads the cache: not evaluated twice). Else False, at once."""
         if (dict(point), tuple(flow)) not in self.later:
             return False
+        self.ceilings_timed()  # wanted now, whatever the ceilings did
         for thread in self._threads[len(self._built) :]:  # the first guess's, which evaluates them
             thread.join(timeout_s)
         return (dict(point), tuple(flow)) in self.later_evaluated

@@ -54,6 +54,8 @@ class RunContext:
     preparation: Preparation | None = None
     # called once before the speed ceilings are timed (the engine's: wait for the models built ahead)
     before_ceilings: Callable[[], None] | None = None
+    # called once after the speed ceilings are timed (the engine's: the guess's worker may evaluate on)
+    after_ceilings: Callable[[], None] | None = None
     # set until the speed ceilings have timed the original (each round times it first): takes those
     # runs' seconds as its fresh latency figures, or None when they did not time it here
     original_timed: Callable[[Any], None] | None = None

@@ -97,6 +97,9 @@ def isolated(
             if local is not None and (pending := local[0].original_timed) is not None:
                 local[0].original_timed = None
                 pending(None)  # the ceilings did not time the original here: timed alone
+            if local is not None and (after := local[0].after_ceilings) is not None:
+                local[0].after_ceilings = None
+                after()
 
     costs: dict[str, float] | None = None
 
