@@ -237,3 +237,34 @@ def test_the_guess_s_worker_judges_its_guess_against_the_original(tmp_path: Path
     (context.cache.root / "evals" / f"{context.eval_key(context.model.sha256)}.json").unlink()
     assert in_budget(spec, {metric: original}, wait_s=0.0)
     assert not in_budget(spec, {metric: original * (1.0 + sign)}, wait_s=0.0)
+
+
+def test_the_work_ahead_stops_before_the_confirmation_times(make_config, tmp_path, monkeypatch) -> None:
+    """What the guess's worker still does when the search is over (evaluating its compute-only model
+    ahead) is stopped before the confirmation times the answer side by side: beside that timing it
+    is noise on the other core, and at the end of the run its stage took up to 0.5 s to notice."""
+    from quantune.engine.engine import Engine
+    from quantune.engine.prebuild import Prebuild
+
+    monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
+    config = _layernorm(tmp_path, "latency")
+    config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
+    config["criterion"] = {"type": "relative", "tolerable_loss": 0.5}  # the guess is in budget
+    config["passes"] = [{"name": "static_quant", "search": True}]
+    config["search"]["strategy_options"] = dict(OPTIONS)
+    order: list[tuple[str, bool]] = []
+    cancel, confirm = Prebuild.cancel, Engine._confirm
+
+    def cancelled(self: Prebuild) -> None:
+        cancel(self)
+        order.append(("cancel", any(thread.is_alive() for thread in self._threads)))
+
+    def confirmed(self: Engine, *args: Any, **kwargs: Any) -> Any:
+        order.append(("confirm", False))
+        return confirm(self, *args, **kwargs)
+
+    monkeypatch.setattr(Prebuild, "cancel", cancelled)
+    monkeypatch.setattr(Engine, "_confirm", confirmed)
+    quantune.tune(config, output=tmp_path / "run")
+    assert [step for step, _ in order][:2] == ["cancel", "confirm"], order
+    assert order[0] == ("cancel", False)  # its workers are gone before the confirmation starts

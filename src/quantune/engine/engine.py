@@ -125,6 +125,8 @@ class Engine:
             self.isolation,
             self.book,
         )
+        if opening.prebuild is not None:  # what the guess's worker still evaluates ahead is not wanted now,
+            opening.prebuild.cancel()  # and beside the confirmation's timing it is noise
         ending, stop_reason = self._confirm(parts, baseline, searched)
         log.info("search and re-timing done: %.1f s", time.perf_counter() - started)
         result = gather(

@@ -142,7 +142,9 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
     return outcome
 
 
-_POLL_S = 0.5  # how often a waiting stage looks at the run's deadline (which may move)
+# how often a waiting stage looks at the run's deadline (which may move, or be now: a run that is
+# over cancels its builds ahead; at 0.5 s a detector's run waited up to that long for its exit)
+_POLL_S = 0.05
 
 
 def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome:
