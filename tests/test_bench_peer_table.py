@@ -52,6 +52,16 @@ def test_nc_row_is_the_fastest_basic_model_in_budget() -> None:
     assert peer_table.nc_row(rows)["tool"] == "inc-basic-static"  # the dynamic one is faster but over budget
 
 
+def test_nc_rows_one_speed_apart_give_the_quicker_run() -> None:
+    """Two NC models within the tie of each other are one answer: the run that found it sooner is NC's
+    whole run (MiniLM: static and dynamic both 0.83x, in 56 s and 11.6 s); a clearly faster one wins."""
+    rows = report()["cases"][0]["rows"]
+    rows[3] = row("inc-basic-dynamic", 4.05, 9.0)  # 1.2% slower, quicker: one speed
+    assert peer_table.nc_row(rows)["tool"] == "inc-basic-dynamic"
+    rows[3] = row("inc-basic-dynamic", 4.5, 9.0)  # 12% slower: the faster model is NC's answer
+    assert peer_table.nc_row(rows)["tool"] == "inc-basic-static"
+
+
 def test_case_summary_states_each_goal_against_nc() -> None:
     line = peer_table.case_summary(report()["cases"][0]["rows"])
     assert "inc-basic-static" in line
