@@ -10,44 +10,33 @@ import dataclasses
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import onnx
-import pytest
 
-from conftest import INLINE_EXECUTOR, accuracy_problem
+from conftest import accuracy_problem
 from quantune.data.dataset import load_dataset
 from quantune.engine.ahead import calibrates
 from quantune.passes import get_pass
 from quantune.passes.base import PassContext
 from quantune.strategy import Outcome, create_strategy
 from quantune.strategy.accuracy.speed import STAND_IN_ROWS
-from test_ceilings_fast import build_chain
+from test_answer_early import _matmul_config
 
 ROWS = "static_quant.calibration_samples"
 
 
 def _both_flows(tmp_path: Path, **options: Any) -> dict[str, Any]:
-    """An MLP (MatMul-heavy: the first guess is the dynamic flow) with a static and a dynamic flow."""
-    model = build_chain(tmp_path / "chain.onnx", 3, 64)
-    rng = np.random.default_rng(1)
-    np.savez(tmp_path / "calib.npz", x=rng.normal(0, 1, (32, 64)).astype(np.float32))
-    np.savez(tmp_path / "eval.npz", x=rng.normal(0, 1, (32, 64)).astype(np.float32))
-    return {
-        "model": str(model),
-        "prepare": "off",
-        "data": {"calibration": str(tmp_path / "calib.npz"), "evaluation": str(tmp_path / "eval.npz"), "batch_size": 8},
-        "evaluation": {"metric": "cosine", "latency": {"warmup": 1, "repeats": 3, "threads": 1}},
-        "criterion": {"type": "relative", "tolerable_loss": 0.2},
-        "passes": [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}],
-        "flows": [["static_quant"], ["dynamic_quant"]],
-        "search": {"strategy": "quantune", "strategy_options": {"first_guess": True, **options}},
-        "stop": {"max_trials": 10},
-        "cache_dir": str(tmp_path / "cache"),
-        **INLINE_EXECUTOR,
-    }
+    """The MLP of test_answer_early (MatMul-heavy: the first guess is the dynamic flow), with a static
+    and a dynamic flow."""
+    config = _matmul_config(tmp_path)
+    config["passes"] = [{"name": "static_quant", "search": True}, {"name": "dynamic_quant", "search": True}]
+    config["flows"] = [["static_quant"], ["dynamic_quant"]]
+    config["search"] = {"strategy": "quantune", "strategy_options": {"first_guess": True, **options}}
+    return config
 
 
-def _first_ceilings(config: dict[str, Any], ratio_of, guess_meets: bool) -> tuple[Any, list, list]:
+def _first_ceilings(
+    config: dict[str, Any], ratio_of, guess_meets: bool, guess_flow: str = "dynamic_quant"
+) -> tuple[Any, list, list]:
     """Drives the strategy through its first guess and its ceiling stage; (strategy, the points the
     ceilings timed with their flows, the proposals that followed)."""
     timed: list = []
@@ -62,7 +51,7 @@ def _first_ceilings(config: dict[str, Any], ratio_of, guess_meets: bool) -> tupl
     strategy.bind(problem)
     strategy.observe_baseline({"cosine": 1.0, "latency_ms": 1.0})
     guess = strategy.ask()
-    assert guess.stage.startswith("first guess") and tuple(guess.flow) == ("dynamic_quant",)
+    assert guess.stage.startswith("first guess") and tuple(guess.flow) == (guess_flow,)
     strategy.tell(guess, Outcome(0.99, 0.0 if guess_meets else 0.1, guess_meets, {"latency_ms": 0.5}))
     after = []
     proposal = strategy.ask()
@@ -100,30 +89,18 @@ def test_a_static_variant_the_search_goes_on_in_is_tried_fully_calibrated(tmp_pa
     assert ROWS not in ceiling.point  # its own calibration, the user's rows, not the stand-in's
 
 
-@pytest.mark.parametrize("options", [{"stand_ins": False}, {}])
-def test_no_stand_ins_when_turned_off_or_the_guess_calibrates(tmp_path: Path, options: dict[str, Any]) -> None:
-    config = _both_flows(tmp_path, **options)
-    if not options:  # only the static flow: the guess calibrates, and the ceilings reuse its ranges
-        config["passes"], config["flows"] = [{"name": "static_quant", "search": True}], [["static_quant"]]
-        timed: list = []
-
-        def ratios(items, threshold, budget_s):
-            timed.extend(dict(point) for point, _ in items)
-            return [0.5] * len(items)
-
-        problem = dataclasses.replace(
-            accuracy_problem(config, config["search"]["strategy_options"], timed=True), ceiling_ratios=ratios
-        )
-        strategy = create_strategy("quantune")
-        strategy.bind(problem)
-        strategy.observe_baseline({"cosine": 1.0, "latency_ms": 1.0})
-        guess = strategy.ask()
-        strategy.tell(guess, Outcome(0.5, 0.5, False, {"latency_ms": 0.5}))
-        strategy.ask()
-        assert timed and all(ROWS not in point for point in timed)
-        return
-    _, timed, _ = _first_ceilings(config, lambda point, flow: 0.5, guess_meets=True)
+def test_no_stand_ins_when_turned_off(tmp_path: Path) -> None:
+    _, timed, _ = _first_ceilings(_both_flows(tmp_path, stand_ins=False), lambda point, flow: 0.5, guess_meets=True)
     assert timed and all(ROWS not in point for point, _ in timed)
+
+
+def test_no_stand_ins_when_the_guess_calibrates(tmp_path: Path) -> None:
+    """Only the static flow: the guess calibrates beside the original, and the ceilings reuse its ranges."""
+    config = _both_flows(tmp_path)
+    config["passes"], config["flows"] = [{"name": "static_quant", "search": True}], [["static_quant"]]
+    _, timed, proposals = _first_ceilings(config, lambda point, flow: 0.5, guess_meets=False, guess_flow="static_quant")
+    assert timed and all(ROWS not in point for point, _ in timed)
+    assert ROWS not in proposals[0].point
 
 
 def test_a_stand_in_runs_the_same_graph_and_is_light_to_build(tmp_path: Path) -> None:

@@ -132,6 +132,7 @@ class Prebuild:
         self._core_free = threading.Event()  # the original's evaluation or the guess is done: a core builds
         self._first_calibrates = first_calibrates
         self._log_dir: Path | None = None  # where the workers' logs go (keep_log)
+        self._marker = self._tmp / f"{FIRST_GUESS}.done"  # the guess's worker's files: .built, .go
         (claims := self._tmp / "claims").mkdir()
         self._queue = Queue(str(claims), str(self._tmp / "calibrated"), tuple(heavy))
         workers = 1 if len(items) < 2 else 2
@@ -167,7 +168,7 @@ class Prebuild:
         self._core_free.set()
 
     def _guess(self, spec: Any, first: Item) -> None:
-        marker, outcomes = self._tmp / "first_guess.done", []
+        marker, outcomes = self._marker, []
         builds = (self.items, self._budget_s, self._queue) if self.later and self.items else None
         run = partial(
             run_stage, FIRST_GUESS, evaluate_ahead, spec, first, self.later, FIRST_GUESS_WAIT_S, str(marker), builds
@@ -237,7 +238,7 @@ class Prebuild:
     def ceilings_timed(self) -> None:
         """The speed ceilings are timed: the guess's worker, waiting after a guess in budget, may
         evaluate ``later`` now (an evaluation beside the timing made it noisy)."""
-        go = self._tmp / f"{FIRST_GUESS}.done.go"
+        go = Path(f"{self._marker}.go")
         if self._tmp.is_dir() and not go.exists():
             go.write_text("1")
 

@@ -16,7 +16,6 @@ from typing import Any
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.evaluate.rounds import UnsureRatio
 from quantune.passes.registry import find_pass
-from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
@@ -197,7 +196,7 @@ class CeilingStage(ProviderCeilings):
         if not rivals:
             return kept
         rival = min(rivals, key=lambda v: preference[id(v)])
-        result = paired(timed(kept[0]), timed(rival))  # the fastest over the preferred, side by side
+        result = paired(kept[0].timing_point, rival.timing_point)  # the fastest over the preferred, side by side
         if result is None or clearly_faster(result):
             return kept
         log.info(
@@ -238,7 +237,7 @@ class CeilingStage(ProviderCeilings):
         margin, share = self.options.speed_margin, self.options.ceiling_share
         budget = share * self.problem.timeout_s if self.problem.timeout_s else None
         originals = self.original_items()  # the originals on the other providers, in the same session:
-        items = [*originals, *((timed(v), v.ctx.flow) for v in variants)]  # first (nothing to build)
+        items = [*originals, *((v.timing_point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
             ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
         elif self.problem.latency_ratio is not None:
@@ -309,11 +308,6 @@ def clearly_faster(result: Mapping[str, Any]) -> bool:
     ``SETTLE_GAIN``: what one of two candidates both worth trying needs to go before the preferred one
     (a decision at the paired test's own 2% line flips for a pair 1-2% apart)."""
     return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
-
-
-def timed(variant: Variant) -> Point:
-    """The point whose model times ``variant``'s ceiling: its stand-in when it has one, else its own."""
-    return variant.timed if variant.timed is not None else variant.point
 
 
 def _ties_to_the_earlier(

@@ -143,8 +143,8 @@ class LatencyStage:
             return False
         how = ""
         if point_key(point) != point_key(ceiling):
-            timed = self.complete(dict(variant.timed)) if variant.timed is not None else ceiling  # its stand-in
-            result = self._paired(timed, point)  # the ceiling over this model, side by side
+            # the ceiling over this model, side by side (on its stand-in when it was timed on one)
+            result = self._paired(self.complete(dict(variant.timing_point)), point)
             if result is None or not within_noise(result):
                 return False
             how = (

@@ -47,6 +47,11 @@ class Variant:
     failed: bool = False
     timed: Point | None = None  # the point whose model times the ceiling, when not ``point`` (stand_in)
 
+    @property
+    def timing_point(self) -> Point:
+        """The point whose model times this ceiling: its stand-in (:func:`stand_in`) when it has one."""
+        return self.timed if self.timed is not None else self.point
+
     def ratio(self, baseline_ms: float | None) -> float | None:
         """Latency over the original's: side by side when timed so, else against the baseline figure."""
         if self.side_by_side is not None:
