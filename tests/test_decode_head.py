@@ -114,7 +114,9 @@ def test_quantune_keeps_only_the_head_concat_in_float(detector, tmp_path: Path) 
         "evaluation": {"metric": f"{EXAMPLE / 'metric.py'}:score", "latency": {"warmup": 1, "repeats": 3}},
         "criterion": {"type": "relative", "tolerable_loss": 0.02},
         "passes": [{"name": "static_quant", "params": {"quant_format": "QDQ", "per_channel": False}}],
-        "search": {"strategy": "quantune", "seed": 0},
+        # what falls back is the question, not whether int8 is faster here (0.96x on an AVX2 EPYC,
+        # at the 0.97x margin: dropped in one run of a few): the ceiling is kept either way
+        "search": {"strategy": "quantune", "seed": 0, "strategy_options": {"drop_slow": False}},
         "stop": {"max_trials": 6},
         "cache_dir": str(tmp_path / "cache"),
         **INLINE_EXECUTOR,
