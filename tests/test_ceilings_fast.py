@@ -241,3 +241,22 @@ def test_no_first_guess_where_the_engine_would_evaluate_it_in_turn(chain_config:
     ahead.bind(dataclasses.replace(accuracy_problem(chain_config, timed=True), evaluates_ahead=True))
     ahead.observe_baseline({"latency_ms": 1.0})
     assert ahead.ask().stage.startswith("first guess")
+
+
+def test_a_companion_keeps_its_reference_timed_until_their_pair_is_decided(tmp_path: Path) -> None:
+    """A companion (``pairs``: a guess's lighter model) is decided against its reference row by the
+    paired rule, not against the original: the reference -- decided slower than the original after
+    five rounds -- goes on in every round the companion runs, and the rounds end only once the pair
+    is decided (or at the most rounds)."""
+    from quantune.evaluate.paired import MIN_GAIN
+    from quantune.evaluate.rounds import decided
+
+    light = build_chain(tmp_path / "light.onnx", 1, 256)
+    heavy = build_chain(tmp_path / "heavy.onnx", 24, 256)
+    twin = build_chain(tmp_path / "twin.onnx", 24, 256, seed=1)  # heavy's speed: a pair near 1.0
+    feeds = {"x": np.ones((8, 256), np.float32)}
+    spec = LatencySpec(warmup=1, repeats=20, threads=1)
+    timings = time_until_decided(light, [heavy, twin], feeds, spec, threshold=0.97, max_rounds=14, pairs=[(2, 1)])
+    ran = ~np.isnan(timings)
+    assert ran[0].all() and (ran[1] | ~ran[2]).all()  # wherever the companion ran, its reference did
+    assert decided(timings[[1, 2]], 1.0 - MIN_GAIN)[0] or timings.shape[1] == 14

@@ -32,10 +32,12 @@ def _lighter(point: Point) -> bool:
 
 def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_stage_times(tmp_path: Path) -> None:
     timed: list[list[tuple[dict, tuple]]] = []
+    companions: list[list[tuple[int, int]]] = []
     asked: list[tuple[dict, dict]] = []
 
-    def ratios(items: Any, threshold: float, budget_s: Any) -> list[float]:
+    def ratios(items: Any, threshold: float, budget_s: Any, pairs: Any = ()) -> list[float]:
         timed.append([(dict(point), tuple(flow)) for point, flow in items])
+        companions.append(list(pairs))
         return [0.5] * len(items)
 
     def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
@@ -53,9 +55,14 @@ def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_sta
     strategy.observe_baseline({"latency_ms": 1.0})
     seen = _drive(strategy, _all_meet)
     assert seen[0][1].startswith("first guess")
-    assert len(timed) == 1 and not any(_lighter(point) for point, _ in timed[0])  # the ceilings alone are timed
+    assert len(timed) == 1
     guess = dict(seen[0][0])
     extra = [(dict(point), tuple(flow)) for point, flow in strategy.build_ahead]
+    # the guess is in budget: its lighter models are timed with the ceilings, each paired with it
+    ceilings = [item for item in timed[0] if not _lighter(item[0])]
+    assert timed[0] == ceilings + extra
+    at = next(i for i, (point, _) in enumerate(ceilings) if point == guess)
+    assert companions[0] == [(len(ceilings) + i, at) for i in range(len(extra))]
     assert extra and all(_lighter(point) for point, _ in extra)
     assert all({k: v for k, v in point.items() if k != EXCLUDE} == guess for point, _ in extra)  # the guess's
     assert [tuple(x) for x in strategy.evaluate_ahead] == [extra[-1]]  # compute only, evaluated ahead
@@ -181,6 +188,18 @@ def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_p
     assert sum(1 for entry in ahead if entry.get("ahead")) == 2  # the first guess and its compute-only model
 
 
+def _guess_in_budget(tmp_path: Path, monkeypatch: Any) -> dict[str, Any]:
+    """A run with the engine's work ahead whose first guess is in budget: static_quant alone (several
+    variants: ceilings to build), a loose criterion."""
+    monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
+    config = _layernorm(tmp_path, "latency")
+    config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
+    config["criterion"] = {"type": "relative", "tolerable_loss": 0.5}
+    config["passes"] = [{"name": "static_quant", "search": True}]
+    config["search"]["strategy_options"] = dict(OPTIONS)
+    return config
+
+
 def test_a_guess_in_budget_builds_the_ceilings_before_its_compute_only_model(
     make_config, tmp_path, monkeypatch
 ) -> None:
@@ -189,12 +208,7 @@ def test_a_guess_in_budget_builds_the_ceilings_before_its_compute_only_model(
     two cores: a detector's ceilings waited 3 s after its first model in budget), and evaluates it
     only once the ceilings are timed (beside their timing it took a detector's rounds from 5 to
     11-17). The ceilings wait for those builds; every ceiling is built once."""
-    monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
-    config = _layernorm(tmp_path, "latency")
-    config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
-    config["criterion"] = {"type": "relative", "tolerable_loss": 0.5}  # the guess is in budget
-    config["passes"] = [{"name": "static_quant", "search": True}]  # several variants: ceilings to build
-    config["search"]["strategy_options"] = dict(OPTIONS)
+    config = _guess_in_budget(tmp_path, monkeypatch)
     quantune.tune(config, output=tmp_path / "run")
     workers = tmp_path / "run" / "workers"
     guess_log = (workers / "first_guess.log").read_text()
@@ -246,12 +260,7 @@ def test_the_work_ahead_stops_before_the_confirmation_times(make_config, tmp_pat
     from quantune.engine.engine import Engine
     from quantune.engine.prebuild import Prebuild
 
-    monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
-    config = _layernorm(tmp_path, "latency")
-    config.update(executor={"kind": "process", "workers": 1}, stop={"max_trials": 3}, cache_dir=str(tmp_path / "c"))
-    config["criterion"] = {"type": "relative", "tolerable_loss": 0.5}  # the guess is in budget
-    config["passes"] = [{"name": "static_quant", "search": True}]
-    config["search"]["strategy_options"] = dict(OPTIONS)
+    config = _guess_in_budget(tmp_path, monkeypatch)
     order: list[tuple[str, bool]] = []
     cancel, confirm = Prebuild.cancel, Engine._confirm
 
@@ -268,3 +277,33 @@ def test_the_work_ahead_stops_before_the_confirmation_times(make_config, tmp_pat
     quantune.tune(config, output=tmp_path / "run")
     assert [step for step, _ in order][:2] == ["cancel", "confirm"], order
     assert order[0] == ("cancel", False)  # its workers are gone before the confirmation starts
+
+
+def test_a_guess_in_budget_has_its_lighter_models_timed_in_the_ceilings_rounds(
+    make_config, tmp_path, monkeypatch
+) -> None:
+    """The lighter stage times each lighter model against the guess right after the ceilings: two
+    sessions of their own, each warming and timing the guess again (2.9 s of a detector's 12.8 s after
+    its first model in budget). They go in the ceilings' rounds instead, each decided against the guess
+    by the paired rule, and the lighter stage reads those answers: no session times such a pair again."""
+    from quantune.evaluate.backend import LocalBackend
+
+    config = _guess_in_budget(tmp_path, monkeypatch)
+    sessions: list[tuple[str, list[str], list[tuple[int, int]]]] = []
+    timed = LocalBackend.time_until_decided
+
+    def recorded(self: Any, original: Any, candidates: Any, *args: Any, **kwargs: Any) -> Any:
+        sessions.append((str(original), [str(c) for c in candidates], list(kwargs.get("pairs", ()))))
+        return timed(self, original, candidates, *args, **kwargs)
+
+    monkeypatch.setattr(LocalBackend, "time_until_decided", recorded)
+    quantune.tune(config, output=tmp_path / "run")
+    with_pairs = [entry for entry in sessions if entry[2]]
+    assert len(with_pairs) == 1  # the ceilings' session, with the guess's two lighter models paired with it
+    _, models, pairs = with_pairs[0]
+    assert pairs and len({ref for _, ref in pairs}) == 1
+    paired = {(models[ref - 1], models[row - 1]) for row, ref in pairs}  # rows count from 1 (0: the original)
+    again = [(original, tuple(c)) for original, c, _ in sessions if len(c) == 1 and (original, c[0]) in paired]
+    assert again == []  # the lighter stage read its answers: no pair timed a second time
+    log = (tmp_path / "run" / "quantune.log").read_text()
+    assert log.count("paired timing (in the speed ceilings' rounds)") == len(pairs)

@@ -48,6 +48,10 @@ def test_when_every_ceiling_is_slower_the_strategy_stops_and_says_why(make_confi
     assert timed and all("dropped: 1.30x" in line for line in timed)
     assert "no quantized variant was faster" in strategy.finished_reason
     assert "slower than the original side by side" in strategy.original_wins  # measured, so: keep it
+    # the reasons give each timed ceiling's ratio once, not every decision with its why
+    for reason in (strategy.finished_reason, strategy.original_wins):
+        assert reason.count("1.30x") == len(timed)
+        assert "the same quantization there" not in reason and "not below" not in reason
 
 
 def test_when_no_ceiling_could_be_timed_the_strategy_does_not_call_them_slower(make_config) -> None:

@@ -51,17 +51,7 @@ def paired_latency(
     if cand_sha == ref_sha:
         return same_model()
     spec = context.evaluator.spec.latency
-    key = cache_key(
-        "paired-latency",
-        KEY_VERSION,
-        ref_sha,
-        cand_sha,
-        vars(spec),
-        MIN_GAIN,
-        PAIRED_ROUNDS,
-        context.evaluator.dataset.fingerprint,
-        context.evaluator.backend.fingerprint(),
-    )
+    key = pair_key(context, ref_sha, cand_sha)
     cached = context.cache.get_json("evals", key)
     if cached is not None:
         return dict(cached)
@@ -80,17 +70,40 @@ def paired_latency(
     except Exception as exc:  # the backend cannot run one of them: unknown, as below
         log.warning("paired timing: the backend cannot run the pair (%s)", str(exc).splitlines()[0][:200])
         return None
-    row = timings[1]
-    valid = ~np.isnan(row)
-    if not valid.any():
+    result = pair_result(timings[1], timings[0])
+    if result is None:
         return None
-    interval = paired_ratio(row[valid], timings[0][valid])
-    result = {**interval.to_dict(), "faster": interval.faster, "same_model": False}
     context.cache.put_json("evals", key, result)
     log.info(
         "paired timing: %.3fx the reference over %d rounds (faster: %s)",
-        interval.median,
-        interval.rounds,
-        interval.faster,
+        result["ratio_median"],
+        result["rounds"],
+        result["faster"],
     )
     return result
+
+
+def pair_key(context: Any, reference_sha: str, candidate_sha: str) -> str:
+    """The cache key of one pair's answer: the speed ceilings' session stores its companions' answers
+    under it (probes._ceilings), where :func:`paired_latency` reads them."""
+    return cache_key(
+        "paired-latency",
+        KEY_VERSION,
+        reference_sha,
+        candidate_sha,
+        vars(context.evaluator.spec.latency),
+        MIN_GAIN,
+        PAIRED_ROUNDS,
+        context.evaluator.dataset.fingerprint,
+        context.evaluator.backend.fingerprint(),
+    )
+
+
+def pair_result(candidate_s: np.ndarray, reference_s: np.ndarray) -> dict[str, Any] | None:
+    """A paired timing's answer from two rows of rounds (seconds; NaN where a row sat out): the ratio's
+    median and interval over the rounds both ran, ``faster``; None when they never ran together."""
+    both = ~np.isnan(candidate_s) & ~np.isnan(reference_s)
+    if not both.any():
+        return None
+    interval = paired_ratio(candidate_s[both], reference_s[both])
+    return {**interval.to_dict(), "faster": interval.faster, "same_model": False}

@@ -64,7 +64,7 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
         return [], None, None, []
 
-    def capture(items: Any, threshold: float, budget_s: float | None) -> list[float | None]:
+    def capture(items: Any, threshold: float, budget_s: float | None, pairs: Any = ()) -> list[float | None]:
         raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
 
     def refuse(*args: Any, **kwargs: Any) -> Any:

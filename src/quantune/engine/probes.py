@@ -101,10 +101,13 @@ def accuracy_fields(
             return None
 
     def ceiling_ratios(
-        items: Sequence[tuple[Point, tuple[str, ...]]], threshold: float, budget_s: float | None
+        items: Sequence[tuple[Point, tuple[str, ...]]],
+        threshold: float,
+        budget_s: float | None,
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> list[float | None]:
         """Every point's model timed against the original in one session (see :func:`_ceilings`)."""
-        return _ceilings(context, plan, items, threshold, budget_s)
+        return _ceilings(context, plan, items, threshold, budget_s, pairs=pairs)
 
     def paired_latency(
         candidate: Point, candidate_flow: tuple[str, ...], reference: Point, reference_flow: tuple[str, ...]
@@ -209,11 +212,14 @@ def _ceilings(
     threshold: float,
     budget_s: float | None,
     limit: float | None = None,
+    pairs: Sequence[tuple[int, int]] = (),
 ) -> list[float | None]:
     """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
     the original in one interleaved session that stops once each ratio is surely on one side of
     ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time_until_decided`);
-    the median paired ratios.
+    the median paired ratios. ``pairs`` (item, reference item): companions timed in the same rounds
+    until their ratio to the reference is decided; each answer goes where a paired timing of the two
+    models reads it (:func:`~quantune.engine.paired_timing.pair_key`).
 
     No accuracy evaluation: a ceiling's speed decides whether it is worth one, and only the
     fastest kept variant gets it first.
@@ -238,6 +244,13 @@ def _ceilings(
     # pre-optimization that fuses nothing) are timed once and share the ratio.
     twins = {index: next(i for i, _, s in built if s == sha) for index, _, sha in built}
     built = [entry for entry in built if twins[entry[0]] == entry[0]]
+    rows = {index: row for row, (index, _, _) in enumerate(built, start=1)}
+    shas = {index: sha for index, _, sha in built}
+    paired = [  # (row, reference row) of the companions both built, not one model
+        (rows[twins[item]], rows[twins[ref]])
+        for item, ref in pairs
+        if item in twins and ref in twins and shas[twins[item]] != shas[twins[ref]]
+    ]
     spec = context.evaluator.spec.latency
     backend = context.evaluator.backend  # the target's provider and build, as every other timing
     key = cache_key(
@@ -249,6 +262,7 @@ def _ceilings(
         threshold,
         context.evaluator.dataset.fingerprint,
         backend.fingerprint(),  # ceilings are per provider: timed on the target
+        paired,
     )
     cached = context.cache.get_json("evals", key)
     if cached is None:
@@ -260,12 +274,14 @@ def _ceilings(
             spec,
             context.evaluator.spec.runner,
             threshold=threshold,
-            min_rounds=min(5, spec.repeats),
-            max_rounds=max(1, min(spec.repeats, CEILING_ROUNDS)),
+            # a companion's rounds are a paired timing's (engine/paired_timing.py): at least 5
+            min_rounds=5 if paired else min(5, spec.repeats),
+            max_rounds=max(5 if paired else 1, min(spec.repeats, CEILING_ROUNDS)),
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
             limit=limit,
             # the original's latency is read from these rounds (engine/original.py): enough of them
             original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
+            pairs=paired,
         )
         medians = ceiling_medians(timings, threshold)
         if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here
@@ -279,6 +295,8 @@ def _ceilings(
         cached["rounds"] = max(cached["each"], default=0)  # (the original may have gone on alone)
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)
+            most = max(5, min(spec.repeats, CEILING_ROUNDS))
+            _store_pairs(context, timings, paired, {row: shas[index] for index, row in rows.items()}, most)
     log.info(
         "speed ceilings: %d variants timed side by side in %d rounds (%.1f s; rounds per variant: %s)",
         len(built),
@@ -295,6 +313,32 @@ def _ceilings(
     return ratios
 
 
+def _store_pairs(
+    context: Any, timings: Any, pairs: Sequence[tuple[int, int]], sha_of: Mapping[int, str], most: int
+) -> None:
+    """Each companion's answer against its reference, from the ceilings' rounds, where a paired timing
+    of the two models reads it (engine/paired_timing.py: the same rule, the same key). A pair the
+    rounds left undecided before ``most`` rounds (the stage's time share ran out) is not stored: a
+    paired timing of its own then decides it, as before."""
+    from quantune.engine.paired_timing import pair_key, pair_result
+    from quantune.evaluate.paired import MIN_GAIN
+    from quantune.evaluate.rounds import decided
+
+    for row, reference in pairs:
+        result = pair_result(timings[row], timings[reference])
+        if result is None:
+            continue
+        if result["rounds"] < most and not decided(timings[[reference, row]], 1.0 - MIN_GAIN)[0]:
+            continue
+        context.cache.put_json("evals", pair_key(context, sha_of[reference], sha_of[row]), result)
+        log.info(
+            "paired timing (in the speed ceilings' rounds): %.3fx the reference over %d rounds (faster: %s)",
+            result["ratio_median"],
+            result["rounds"],
+            result["faster"],
+        )
+
+
 def cached_ceilings(
     context: Any,
     plan: Any,
@@ -302,6 +346,7 @@ def cached_ceilings(
     threshold: float,
     budget_s: float | None,
     limit: float | None = None,
+    pairs: Sequence[tuple[int, int]] = (),
 ) -> list[float | None] | None:
     """:func:`_ceilings` here when every point's model is already in the cache (built beside the
     original's evaluation, engine/prebuild.py): timing alone needs no worker of its own, whose
@@ -317,7 +362,7 @@ def cached_ceilings(
     except Exception:  # a variant that failed: the stage says so as it always did
         return None
     with only_cached():
-        return _ceilings(context, plan, items, threshold, budget_s, limit)
+        return _ceilings(context, plan, items, threshold, budget_s, limit, pairs)
 
 
 def _profile_key(context: Any) -> tuple[dict[str, Any] | None, str]:

@@ -35,13 +35,17 @@ def ceiling_ratio(spec: Any, point: dict[str, Any], flow: tuple[str, ...]) -> fl
 
 
 def ceiling_ratios(
-    spec: Any, items: list[tuple[dict[str, Any], tuple[str, ...]]], threshold: float, budget_s: float | None
+    spec: Any,
+    items: list[tuple[dict[str, Any], tuple[str, ...]]],
+    threshold: float,
+    budget_s: float | None,
+    pairs: list[tuple[int, int]] | None = None,
 ) -> list[float | None]:
     """In the stage worker: every point's model timed against the original in one session."""
     from quantune.engine.probes import _ceilings
 
     context = _context(spec)
-    return _ceilings(context, context.plan, items, threshold, budget_s)
+    return _ceilings(context, context.plan, items, threshold, budget_s, pairs=pairs or ())
 
 
 def node_profile(spec: Any) -> dict[str, float]:
@@ -66,9 +70,13 @@ def isolated(
         return outcome.value if outcome.ok else None
 
     def many_ratios(
-        items: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]], threshold: float, budget_s: float | None
+        items: Sequence[tuple[Mapping[str, Any], tuple[str, ...]]],
+        threshold: float,
+        budget_s: float | None,
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> list[float | None]:
         plain = [(dict(point), tuple(flow)) for point, flow in items]
+        pairs = [(int(item), int(ref)) for item, ref in pairs]
         if local is not None and local[0].before_ceilings is not None:
             waited = time.perf_counter()
             try:
@@ -86,12 +94,14 @@ def isolated(
 
                 started = time.perf_counter()
                 try:
-                    here = cached_ceilings(local[0], local[1], plain, threshold, budget_s, isolation.deadline.at)
+                    here = cached_ceilings(local[0], local[1], plain, threshold, budget_s, isolation.deadline.at, pairs)
                 finally:  # a one-off stage run here: the loop must not count it as every trial's work
                     count_stage_seconds(time.perf_counter() - started)
                 if here is not None:
                     return here
-            outcome = run_stage("speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, isolation=isolation)
+            outcome = run_stage(
+                "speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, pairs, isolation=isolation
+            )
             return outcome.value if outcome.ok else [None] * len(plain)
         finally:
             if local is not None and (pending := local[0].original_timed) is not None:

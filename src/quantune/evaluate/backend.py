@@ -82,6 +82,7 @@ class Backend(Protocol):
         deadline: float | None = None,
         limit: float | None = None,
         original_rounds: int = 0,
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -227,6 +228,7 @@ class LocalBackend:
         deadline: float | None = None,
         limit: float | None = None,
         original_rounds: int = 0,
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> np.ndarray:
         """Interleaved rounds that stop once each ratio is decided (:func:`.rounds.time_until_decided`),
         on this backend's provider: the search's paired decisions and the speed ceilings."""
@@ -241,6 +243,7 @@ class LocalBackend:
             deadline=deadline,
             limit=limit,
             original_rounds=original_rounds,
+            pairs=pairs,
             runner=runner,
             provider=self.provider,
             provider_options=self.provider_options,

@@ -135,6 +135,7 @@ def time_until_decided(
     provider_options: dict | None = None,
     limit: float | None = None,
     original_rounds: int = 0,
+    pairs: Sequence[tuple[int, int]] = (),
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
@@ -146,6 +147,8 @@ def time_until_decided(
     a run past its limit: 5 rounds of 9 models took 30 s on a loaded machine). ``original_rounds``:
     the original alone goes on in its warm session until it has run that many rounds (its latency
     figures are read from them; a fresh session and warm-up for it alone took 1.9 s of a detector's run).
+    ``pairs``: (row, reference row) of companions, rows timed for a paired decision against another
+    row rather than against the original (:func:`_still_timed`).
     """
     timing_spec = replace(spec, warmup=min(spec.warmup, 2))
 
@@ -196,7 +199,7 @@ def time_until_decided(
                 continue
             if deadline is not None and time.perf_counter() >= deadline:
                 break
-            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable)
+            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs)
             if finished:
                 break
         while len(columns) < original_rounds and not _past(deadline, limit):
@@ -212,18 +215,36 @@ def _past(*ends: float | None) -> bool:
     return any(end is not None and time.perf_counter() >= end for end in ends)
 
 
-def _still_timed(timings: np.ndarray, threshold: float, usable: Sequence[bool]) -> tuple[list[bool], bool]:
+def _still_timed(
+    timings: np.ndarray, threshold: float, usable: Sequence[bool], pairs: Sequence[tuple[int, int]] = ()
+) -> tuple[list[bool], bool]:
     """Which rows the next rounds time (the original, and candidates not yet decided or still being
-    ranked among the fast ones), and whether timing is over."""
-    behind = outrun(timings, threshold)
-    settled = [flag or late for flag, late in zip(decided(timings, threshold), behind, strict=True)]
-    ranked = fastest_known(timings, threshold)
-    below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / timings[0]) < threshold) for row in timings[1:]]
-    active = [True] + [
-        usable[row] and (not flag or (fast and not ranked))
-        for row, (flag, fast) in enumerate(zip(settled, below, strict=True), start=1)
-    ]
-    return active, all(settled) and ranked
+    ranked among the fast ones), and whether timing is over.
+
+    A companion row of ``pairs`` (row, reference row) is no ceiling: it is timed until its paired ratio
+    to its reference is surely on one side of ``1 - MIN_GAIN`` (the paired timings' rule,
+    engine/paired_timing.py), and its reference goes on as long as it does; the ceilings' rules see
+    only the other rows. A search that times a model's lighter versions against it right after the
+    ceilings gets those answers from the ceilings' rounds, not from sessions of their own."""
+    companions = {row for row, _ in pairs}
+    rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first
+    own = timings[rows]
+    behind = outrun(own, threshold)
+    settled = [flag or late for flag, late in zip(decided(own, threshold), behind, strict=True)]
+    ranked = fastest_known(own, threshold)
+    below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / own[0]) < threshold) for row in own[1:]]
+    active = [False] * len(timings)
+    active[0] = True
+    for row, flag, fast in zip(rows[1:], settled, below, strict=True):
+        active[row] = usable[row] and (not flag or (fast and not ranked))
+    open_pairs = False
+    for row, reference in pairs:
+        pair = timings[[reference, row]]
+        pending = usable[row] and usable[reference] and not decided(pair, 1.0 - MIN_GAIN)[0]
+        active[row] = pending
+        active[reference] = active[reference] or pending
+        open_pairs = open_pairs or pending
+    return active, all(settled) and ranked and not open_pairs
 
 
 Timings = Callable[[list[Path], LatencySpec], np.ndarray]  # a backend's side-by-side rounds, seconds
@@ -242,6 +263,7 @@ def decide_in_chunks(
     deadline: float | None = None,
     limit: float | None = None,
     original_rounds: int = 0,
+    pairs: Sequence[tuple[int, int]] = (),
 ) -> np.ndarray:
     """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a
     target's server): ``min_rounds`` rounds of every model, then ``chunk`` rounds at a time of the
@@ -272,7 +294,7 @@ def decide_in_chunks(
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
         if _past(deadline, limit):
             break
-        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable)
+        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs)
         if finished:
             break
         columns.append(batch([row for row, on in enumerate(active) if on], min(chunk, max_rounds - done)))

@@ -225,6 +225,7 @@ class TargetBackend:
         deadline: float | None = None,
         limit: float | None = None,
         original_rounds: int = 0,
+        pairs: Sequence[tuple[int, int]] = (),
     ) -> np.ndarray:
         """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`); the
         run's ``limit`` travels with each batch, as with :meth:`timings`. Each model's session is
@@ -251,6 +252,7 @@ class TargetBackend:
                 deadline=deadline,
                 limit=limit,
                 original_rounds=original_rounds,
+                pairs=pairs,
             )
         finally:
             self._free()

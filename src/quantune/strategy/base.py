@@ -91,9 +91,9 @@ class SearchProblem:
     # (points with their flows, threshold, time budget s) -> each point's latency over the original's,
     # all timed in one side-by-side session that stops once every ratio is surely above or below
     # the threshold; None where the point's model failed or the budget ran out before it was built.
-    ceiling_ratios: (
-        Callable[[Sequence[tuple[Point, tuple[str, ...]]], float, float | None], list[float | None]] | None
-    ) = None
+    # Keyword ``pairs``: (item, reference item) indices of companions timed in the same rounds for a
+    # paired decision against the reference (as ``paired_latency`` answers it, which then reads it back).
+    ceiling_ratios: Callable[..., list[float | None]] | None = None
     timeout_s: float | None = None  # stop.timeout_s: the run's time limit (None: none)
     # (candidate, its flow, reference, its flow) -> the candidate's model latency over the reference's,
     # timed side by side: "ratio_median", "faster" (beyond the noise), "same_model" (byte-identical:

@@ -16,6 +16,7 @@ from typing import Any
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.evaluate.rounds import UnsureRatio
 from quantune.passes.registry import find_pass
+from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
@@ -35,8 +36,10 @@ CEILING = "ceiling"
 
 class CeilingStage(ProviderCeilings):
     """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stage
-    and the verdict on each variant (its ``variants``, ``decisions`` and ``_ceiling_stage`` are
-    set up by the strategy's ``setup``)."""
+    and the verdict on each variant (its ``variants``, ``decisions``, ``_guess`` and ``_ceiling_stage``
+    are set up by the strategy's ``setup``)."""
+
+    _guess: Variant | None
 
     def ceiling_variants(self) -> list[Variant]:
         """Every flow's fully-quantized variants, in build order (what is built first is surely timed)."""
@@ -88,6 +91,7 @@ class CeilingStage(ProviderCeilings):
         guess = likeliest(self.ceiling_variants())
         if guess is None:
             return None
+        self._guess = guess
         self.ctx = guess.ctx
         self._stand_ins(guess)
         self.build_ahead = self.lighter_items(guess) if self.problem.evaluates_ahead else []
@@ -151,7 +155,7 @@ class CeilingStage(ProviderCeilings):
             if measured and (best := self.best_original()) is not None:  # the original there is the answer
                 self.finished_reason = (
                     f"the original on {best[0]} is in budget at {best[1]:.2f}x fp32 latency, faster than every "
-                    "quantized variant's speed ceiling (" + "; ".join(self.decisions) + "), so no fallback could win"
+                    f"quantized variant's speed ceiling ({self.ceilings_in_brief()}), so no fallback could win"
                 )
                 log.info("quantune strategy: %s", self.finished_reason)
                 return kept
@@ -159,7 +163,7 @@ class CeilingStage(ProviderCeilings):
                 log.info("quantune strategy: no variant is faster than the original: keep the original")
                 self.finished_reason = (
                     "no quantized variant was faster than the original (each fully quantized flow's speed "
-                    "ceiling was slower or failed: " + "; ".join(self.decisions) + "), so no fallback could win"
+                    f"ceiling was slower or failed: {self.ceilings_in_brief()}), so no fallback could win"
                 )
             else:  # nothing was timed: that says nothing about speed (a short time limit on a loaded machine)
                 self.finished_reason = (
@@ -169,10 +173,27 @@ class CeilingStage(ProviderCeilings):
                 )
                 log.info("quantune strategy: %s", self.finished_reason)
             if measured:  # measured slower, not only failed
-                self.original_wins = "every quantized variant was slower than the original side by side (" + (
-                    "; ".join(self.decisions) + ")"
+                self.original_wins = (
+                    f"every quantized variant was slower than the original side by side ({self.ceilings_in_brief()})"
                 )
         return kept
+
+    def ceilings_in_brief(self) -> str:
+        """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to
+        fp32, fastest first, and how many were never built. The reasons once listed every decision (a
+        variant's refined twin and each slower twin skipped, each with its why): 1,700 characters for
+        a "keep the original" on a text classifier, the ratios lost among them. Every decision is in
+        quantune.log and the report (``decisions``)."""
+        baseline = self.baseline.get("latency_ms")
+        order = sorted(self.variants, key=lambda v: _or_inf(None if v.failed else v.ratio(baseline)))
+        parts = []
+        for variant in order:
+            ratio = None if variant.failed else variant.ratio(baseline)
+            parts.append(f"{variant.label} {'failed' if ratio is None else f'{ratio:.2f}x'}")
+        brief = "to fp32 latency: " + ", ".join(parts) + f"; the margin {1.0 - self.options.speed_margin:.2f}x"
+        if self.skipped:
+            brief += f"; {len(self.skipped)} more not built, slower twins of these where the model runs"
+        return brief
 
     def _settle_first(
         self, kept: list[Variant], baseline: float | None, preference: dict[int, tuple[int, int]]
@@ -239,7 +260,9 @@ class CeilingStage(ProviderCeilings):
         originals = self.original_items()  # the originals on the other providers, in the same session:
         items = [*originals, *((v.timing_point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
-            ratios = self.problem.ceiling_ratios(items, 1.0 - margin, budget)
+            companions, pairs = self._companions(variants, len(originals))
+            more = {"pairs": pairs} if pairs else {}
+            ratios = self.problem.ceiling_ratios([*items, *companions], 1.0 - margin, budget, **more)[: len(items)]
         elif self.problem.latency_ratio is not None:
             ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
         else:
@@ -249,6 +272,23 @@ class CeilingStage(ProviderCeilings):
             variant.side_by_side = ratio
             variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
         return True
+
+    def _companions(
+        self, variants: list[Variant], offset: int
+    ) -> tuple[list[tuple[Point, tuple[str, ...]]], list[tuple[int, int]]]:
+        """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings'
+        session when the guess is in budget: the lighter stage times each against it next
+        (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
+        than opening a session, warming and timing the guess again for each (two sessions, 2.9 s of a
+        detector's 12.8 s after its first model in budget). Nothing when the guess missed or is not timed."""
+        guess = self._guess
+        outcome = None if guess is None else self.known(guess.point)
+        if guess not in variants or outcome is None or not outcome.meets or outcome.failed:
+            return [], []
+        lighter = self.lighter_items(guess)
+        reference = offset + variants.index(guess)
+        first = offset + len(variants)
+        return lighter, [(first + index, reference) for index in range(len(lighter))]
 
     def _measure(self, variant: Variant, outcome: Outcome | None) -> None:
         if outcome is None or outcome.failed:
