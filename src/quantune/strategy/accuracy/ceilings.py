@@ -36,10 +36,11 @@ CEILING = "ceiling"
 
 class CeilingStage(ProviderCeilings):
     """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stage
-    and the verdict on each variant (its ``variants``, ``decisions``, ``_guess`` and ``_ceiling_stage``
-    are set up by the strategy's ``setup``)."""
+    and the verdict on each variant (its ``variants``, ``decisions``, ``_guess``, ``_tied`` and
+    ``_ceiling_stage`` are set up by the strategy's ``setup``)."""
 
     _guess: Variant | None
+    _tied: set[int]  # ids of variants kept by a tie at the margin (_ties_at_the_margin)
 
     def ceiling_variants(self) -> list[Variant]:
         """Every flow's fully-quantized variants, in build order (what is built first is surely timed)."""
@@ -138,6 +139,7 @@ class CeilingStage(ProviderCeilings):
                 self._measure(variant, outcome)
                 self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
         self.twin_speeds()
+        self._ties_at_the_margin()
         kept = [v for v in self.variants if self._keeps(v)]
         order = {id(v): i for i, v in enumerate(self.variants)}
         baseline = self.baseline.get("latency_ms")
@@ -177,6 +179,25 @@ class CeilingStage(ProviderCeilings):
                     f"every quantized variant was slower than the original side by side ({self.ceilings_in_brief()})"
                 )
         return kept
+
+    def _ties_at_the_margin(self) -> None:
+        """A ceiling the rounds left unsure at the margin (a :class:`UnsureRatio`), one speed -- within
+        ``TIE`` -- with a ceiling kept surely below it, is kept too: one speed, one verdict. The
+        ddddocr detector's QDQ and QOperator uint8 ceilings, both 0.96-0.97x against a 0.97x margin on
+        an AVX2 EPYC: in one run of four the rounds left QDQ unsure, it was dropped although its
+        model was in budget already (the first guess), and the run recovered in QOperator, evaluated
+        it and ended at another model 16 s later."""
+        baseline = self.baseline.get("latency_ms")
+        every = [*self.variants, *self.refined]
+        sure = [(v, r) for v in every if self._keeps(v) and (r := v.ratio(baseline)) is not None]
+        for variant in every:
+            ratio = variant.ratio(baseline)
+            if variant.failed is not False or not isinstance(ratio, UnsureRatio) or self._keeps(variant):
+                continue
+            twin = next((v for v, r in sure if abs(ratio - r) <= TIE * max(ratio, r)), None)
+            if twin is not None:
+                self._tied.add(id(variant))
+                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
 
     def ceilings_in_brief(self) -> str:
         """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to
@@ -311,6 +332,11 @@ class CeilingStage(ProviderCeilings):
         if ratio is None:
             return True, "kept (no baseline latency to compare)"
         margin = self.options.speed_margin
+        if id(variant) in self._tied:
+            return True, (
+                f"kept after all: {ratio:.2f}x fp32 latency, unsure at the margin yet one speed with a variant "
+                "kept below it"
+            )
         unsure = isinstance(ratio, UnsureRatio) and ratio >= 1.0 - margin - UNSURE
         if (ratio >= 1.0 - margin or unsure) and not self.options.drop_slow:
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"

@@ -84,6 +84,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)
         self._screened = False  # the accuracy parameters were screened before the fallback
         self._guess: Variant | None = None  # the first guess's variant (stage_first_guess)
+        self._tied: set[int] = set()  # variants kept by a tie at the margin (ceilings._ties_at_the_margin)
         self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
         self._in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
         self.build_ahead: list[tuple[Point, tuple[str, ...]]] = []  # what the engine may build ahead (prebuild.py)
