@@ -11,12 +11,18 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping
-from typing import Any
 
-from quantune.evaluate.paired import MIN_GAIN
 from quantune.evaluate.rounds import UnsureRatio
 from quantune.passes.registry import find_pass
 from quantune.space import Point
+from quantune.strategy.accuracy.ceiling_rules import (
+    NEAR,
+    TIE,
+    UNSURE,
+    clearly_faster,
+    or_inf,
+    ties_to_the_earlier,
+)
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
@@ -143,12 +149,12 @@ class CeilingStage(ProviderCeilings):
         kept = [v for v in self.variants if self._keeps(v)]
         order = {id(v): i for i, v in enumerate(self.variants)}
         baseline = self.baseline.get("latency_ms")
-        kept.sort(key=lambda v: (_or_inf(v.ratio(baseline)), _or_inf(v.latency_ms), order[id(v)]))
+        kept.sort(key=lambda v: (or_inf(v.ratio(baseline)), or_inf(v.latency_ms), order[id(v)]))
         # within a tie, a variant already in budget (the first guess) costs no evaluation: it goes first
         preference = {
             id(v): (int(not ((o := self.known(v.point)) is not None and o.meets)), order[id(v)]) for v in kept
         }
-        kept = _ties_to_the_earlier(kept, baseline, preference)
+        kept = ties_to_the_earlier(kept, baseline, preference)
         kept = self._settle_first(kept, baseline, preference)
         for line in self.decisions:
             log.info("quantune strategy: %s", line)
@@ -206,7 +212,7 @@ class CeilingStage(ProviderCeilings):
         a "keep the original" on a text classifier, the ratios lost among them. Every decision is in
         quantune.log and the report (``decisions``)."""
         baseline = self.baseline.get("latency_ms")
-        order = sorted(self.variants, key=lambda v: _or_inf(None if v.failed else v.ratio(baseline)))
+        order = sorted(self.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
         parts = []
         for variant in order:
             ratio = None if variant.failed else variant.ratio(baseline)
@@ -232,8 +238,8 @@ class CeilingStage(ProviderCeilings):
         paired = getattr(self, "_paired", None)
         if len(kept) < 2 or paired is None:
             return kept
-        fastest = _or_inf(kept[0].ratio(baseline))
-        near = [v for v in kept[1:] if _or_inf(v.ratio(baseline)) <= fastest * (1.0 + NEAR)]
+        fastest = or_inf(kept[0].ratio(baseline))
+        near = [v for v in kept[1:] if or_inf(v.ratio(baseline)) <= fastest * (1.0 + NEAR)]
         rivals = [v for v in near if preference[id(v)] < preference[id(kept[0])]]
         if not rivals:
             return kept
@@ -360,46 +366,9 @@ class CeilingStage(ProviderCeilings):
         return self._verdict(variant)[1]
 
 
-TIE = MIN_GAIN  # ratios this close (relative) are one speed: the confirmation's rule
-NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
-SETTLE_GAIN = 0.05  # ... and goes first only when faster than the preferred by this much, side by side
-# A ceiling the rounds left undecided at the margin, its median less than this below it, is a tie with
-# the margin: dropped, as the same variant timed again lands on either side (a ceiling far below the
-# margin that a few slow rounds left undecided is kept)
-UNSURE = 0.03
-
-
-def clearly_faster(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing's candidate is faster beyond the noise and, by its median, by
-    ``SETTLE_GAIN``: what one of two candidates both worth trying needs to go before the preferred one
-    (a decision at the paired test's own 2% line flips for a pair 1-2% apart)."""
-    return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
-
-
-def _ties_to_the_earlier(
-    kept: list[Variant], baseline: float | None, order: dict[int, tuple[int, int]]
-) -> list[Variant]:
-    """``kept`` (fastest first) with variants whose ratios are within ``TIE`` of the fastest left taken
-    in a fixed ``order`` (one evaluated in budget already, then build order): which of two variants
-    one speed apart comes first must not follow the timing noise, or the same run twice recovers
-    in different variants and ends at different models."""
-    rest, out = list(kept), []
-    while rest:
-        best = _or_inf(rest[0].ratio(baseline))
-        tied = [v for v in rest if _or_inf(v.ratio(baseline)) <= best / (1.0 - TIE)] if best != float("inf") else rest
-        pick = min(tied, key=lambda v: order[id(v)])
-        out.append(pick)
-        rest = [v for v in rest if v is not pick]
-    return out
-
-
 def unrefined_flow(step_passes: Mapping[str, str], flow: tuple[str, ...], quant_step: str) -> tuple[str, ...] | None:
     """``flow`` without the refining steps after its quant step (passes of role ``recover``: bias
     correction, fast fine-tune), or None when it has none."""
     after = flow[flow.index(quant_step) + 1 :]
     refining = {step for step in after if (cls := find_pass(str(step_passes.get(step)))) and cls.role == "recover"}
     return tuple(step for step in flow if step not in refining) if refining else None
-
-
-def _or_inf(value: float | None) -> float:
-    return float("inf") if value is None else value

@@ -37,7 +37,7 @@ from typing import Any
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.graph.capability import Group, Precision
 from quantune.space import Point, point_key
-from quantune.strategy.accuracy.ceilings import clearly_faster
+from quantune.strategy.accuracy.ceiling_rules import clearly_faster
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.speed import (

@@ -1,0 +1,47 @@
+"""The fixed rules the speed ceilings are judged and ordered by: which ratios are one speed, which
+ceiling goes first, when a paired timing's gain is clear. Decisions on timings follow these rules
+and not the noise, so that the same run twice recovers in the same variant (issue 23)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from quantune.evaluate.paired import MIN_GAIN
+from quantune.strategy.accuracy.speed import Variant
+
+TIE = MIN_GAIN  # ratios this close (relative) are one speed: the confirmation's rule
+NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
+SETTLE_GAIN = 0.05  # ... and goes first only when faster than the preferred by this much, side by side
+# A ceiling the rounds left undecided at the margin, its median less than this below it, is a tie with
+# the margin: dropped, as the same variant timed again lands on either side (a ceiling far below the
+# margin that a few slow rounds left undecided is kept)
+UNSURE = 0.03
+
+
+def clearly_faster(result: Mapping[str, Any]) -> bool:
+    """Whether a paired timing's candidate is faster beyond the noise and, by its median, by
+    ``SETTLE_GAIN``: what one of two candidates both worth trying needs to go before the preferred one
+    (a decision at the paired test's own 2% line flips for a pair 1-2% apart)."""
+    return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
+
+
+def ties_to_the_earlier(
+    kept: list[Variant], baseline: float | None, order: dict[int, tuple[int, int]]
+) -> list[Variant]:
+    """``kept`` (fastest first) with variants whose ratios are within ``TIE`` of the fastest left taken
+    in a fixed ``order`` (one evaluated in budget already, then build order): which of two variants
+    one speed apart comes first must not follow the timing noise, or the same run twice recovers
+    in different variants and ends at different models."""
+    rest, out = list(kept), []
+    while rest:
+        best = or_inf(rest[0].ratio(baseline))
+        tied = [v for v in rest if or_inf(v.ratio(baseline)) <= best / (1.0 - TIE)] if best != float("inf") else rest
+        pick = min(tied, key=lambda v: order[id(v)])
+        out.append(pick)
+        rest = [v for v in rest if v is not pick]
+    return out
+
+
+def or_inf(value: float | None) -> float:
+    return float("inf") if value is None else value
