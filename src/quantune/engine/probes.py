@@ -244,14 +244,15 @@ def _ceilings(
     # pre-optimization that fuses nothing) are timed once and share the ratio.
     twins = {index: next(i for i, _, s in built if s == sha) for index, _, sha in built}
     built = [entry for entry in built if twins[entry[0]] == entry[0]]
-    rows = {index: row for row, (index, _, _) in enumerate(built, start=1)}
-    shas = {index: sha for index, _, sha in built}
-    paired = [  # (row, reference row) of the companions both built, not one model
-        (rows[twins[item]], rows[twins[ref]])
-        for item, ref in pairs
-        if item in twins and ref in twins and shas[twins[item]] != shas[twins[ref]]
+    rows = {index: row for row, (index, _, _) in enumerate(built, start=1)}  # item -> its row in the rounds
+    sha_of = {row: sha for row, (_, _, sha) in enumerate(built, start=1)}
+    paired = [  # (row, reference row) of the companions both built; twins share a row: one model
+        (rows[twins[item]], rows[twins[ref]]) for item, ref in pairs if item in twins and ref in twins
     ]
+    paired = [(row, ref) for row, ref in paired if row != ref]
     spec = context.evaluator.spec.latency
+    # a companion's rounds are a paired timing's (engine/paired_timing.py): at least 5
+    most = max(5 if paired else 1, min(spec.repeats, CEILING_ROUNDS))
     backend = context.evaluator.backend  # the target's provider and build, as every other timing
     key = cache_key(
         "ceilings",
@@ -274,9 +275,8 @@ def _ceilings(
             spec,
             context.evaluator.spec.runner,
             threshold=threshold,
-            # a companion's rounds are a paired timing's (engine/paired_timing.py): at least 5
             min_rounds=5 if paired else min(5, spec.repeats),
-            max_rounds=max(5 if paired else 1, min(spec.repeats, CEILING_ROUNDS)),
+            max_rounds=most,
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
             limit=limit,
             # the original's latency is read from these rounds (engine/original.py): enough of them
@@ -295,8 +295,7 @@ def _ceilings(
         cached["rounds"] = max(cached["each"], default=0)  # (the original may have gone on alone)
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)
-            most = max(5, min(spec.repeats, CEILING_ROUNDS))
-            _store_pairs(context, timings, paired, {row: shas[index] for index, row in rows.items()}, most)
+            _store_pairs(context, timings, paired, sha_of, most)
     log.info(
         "speed ceilings: %d variants timed side by side in %d rounds (%.1f s; rounds per variant: %s)",
         len(built),
@@ -321,14 +320,11 @@ def _store_pairs(
     rounds left undecided before ``most`` rounds (the stage's time share ran out) is not stored: a
     paired timing of its own then decides it, as before."""
     from quantune.engine.paired_timing import pair_key, pair_result
-    from quantune.evaluate.paired import MIN_GAIN
-    from quantune.evaluate.rounds import decided
+    from quantune.evaluate.rounds import pair_decided
 
     for row, reference in pairs:
         result = pair_result(timings[row], timings[reference])
-        if result is None:
-            continue
-        if result["rounds"] < most and not decided(timings[[reference, row]], 1.0 - MIN_GAIN)[0]:
+        if result is None or (result["rounds"] < most and not pair_decided(timings, row, reference)):
             continue
         context.cache.put_json("evals", pair_key(context, sha_of[reference], sha_of[row]), result)
         log.info(

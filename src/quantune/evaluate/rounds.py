@@ -55,6 +55,12 @@ def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidenc
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 
+def pair_decided(timings: np.ndarray, row: int, reference: int) -> bool:
+    """Whether ``row``'s paired ratio to row ``reference`` is surely on one side of ``1 - MIN_GAIN``:
+    a paired timing's own rule (engine/paired_timing.py), for a companion timed among the ceilings."""
+    return decided(timings[[reference, row]], 1.0 - MIN_GAIN)[0]
+
+
 def _fastest_below(intervals: list[RatioInterval | None], threshold: float) -> int | None:
     """The row (1..) of the candidate with the lowest median ratio among those surely below ``threshold``."""
     below = [(i.median, row) for row, i in enumerate(intervals, start=1) if i is not None and i.high < threshold]
@@ -239,8 +245,7 @@ def _still_timed(
         active[row] = usable[row] and (not flag or (fast and not ranked))
     open_pairs = False
     for row, reference in pairs:
-        pair = timings[[reference, row]]
-        pending = usable[row] and usable[reference] and not decided(pair, 1.0 - MIN_GAIN)[0]
+        pending = usable[row] and usable[reference] and not pair_decided(timings, row, reference)
         active[row] = pending
         active[reference] = active[reference] or pending
         open_pairs = open_pairs or pending
