@@ -25,7 +25,13 @@ STRATEGIES = ["basic", "conservative", "auto", "mse", "mse_v2", "two_stage", "qu
 
 
 def scaled_config(tmp_path: Path, strategy: str, *, max_trials: int = 12, passes: list | None = None) -> dict:
-    """The scaled CNN with per-channel weights off, so only fallback (or CLE) recovers accuracy."""
+    """The scaled CNN with per-channel weights off, so only fallback (or CLE) recovers accuracy. The
+    ``quantune`` strategy keeps every ceiling whatever its speed (``drop_slow: false``): what these
+    tests ask is how accuracy is recovered, and on an AVX2-only EPYC this CNN's int8 runs 0.97x fp32,
+    at the speed margin, so a run under load dropped every ceiling and recovered nothing."""
+    search: dict[str, Any] = {"sampler": "random", "seed": 0, "strategy": strategy}
+    if strategy == "quantune":
+        search["strategy_options"] = {"drop_slow": False}
     return {
         "model": str(SCALED / "model.onnx"),
         "data": {
@@ -36,7 +42,7 @@ def scaled_config(tmp_path: Path, strategy: str, *, max_trials: int = 12, passes
         "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 3, "threads": 1}},
         "criterion": {"type": "relative", "tolerable_loss": 0.01},
         "passes": passes or [{"name": "static_quant", "search": True, "params": {"per_channel": False}}],
-        "search": {"sampler": "random", "seed": 0, "strategy": strategy},
+        "search": search,
         "stop": {"max_trials": max_trials},
         "cache_dir": str(tmp_path / "cache"),
         "executor": {"kind": "inline"},
@@ -168,6 +174,8 @@ def test_every_strategy_completes_on_digits(tmp_path: Path, name: str) -> None:
     )
     config["evaluation"]["latency"].update(warmup=1, repeats=3)
     config["search"]["strategy"] = name
+    if name == "quantune":  # trials whatever int8's speed here (0.97-0.98x fp32 on an AVX2-only EPYC)
+        config["search"]["strategy_options"] = {"drop_slow": False}
     config["stop"]["max_trials"] = 4
     config["executor"] = {"kind": "inline"}
     result = quantune.tune(config, output=tmp_path / "run")

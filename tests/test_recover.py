@@ -117,7 +117,7 @@ def test_a_real_run_keeps_the_scaled_cnn_in_int8(tmp_path: Path) -> None:
     passes = [PASSES[0], {"id": "ft", "name": "fast_finetune", "params": {"iterations": 100}}]
     config = {**scaled_config(tmp_path, "quantune", max_trials=4, passes=passes), "flows": [["quant"], ["quant", "ft"]]}
     # no per-channel fix of the worst units first (test_targeted.py): that alone holds the budget here
-    config["search"]["strategy_options"] = {"latency_trials": 0, "targeted_units": 0}
+    config["search"]["strategy_options"].update(latency_trials=0, targeted_units=0)
     result = quantune.tune(config, output=tmp_path / "out")
     candidates = [t for t in result.trials if t.meets_criterion and t.metrics.get("quantized_ops", 0) > 0]
     assert any(t.params.get("flow") == "quant>ft" and not t.params.get("quant.nodes_to_exclude") for t in candidates), [

@@ -87,7 +87,7 @@ def test_a_real_run_keeps_every_unit_int8_with_per_channel_worst_units(tmp_path:
     writes): plain int8 misses the 1% budget; per-channel weights on the three worst units hold it
     with nothing in fp32, and the precision map says so."""
     config = scaled_config(tmp_path, "quantune", max_trials=3)
-    config["search"]["strategy_options"] = {"latency_trials": 0}
+    config["search"]["strategy_options"]["latency_trials"] = 0
     result = quantune.tune(config, output=tmp_path / "out")
     stages = [(t.stage, t.accuracy_loss, t.meets_criterion) for t in result.trials]
     meeting = [t for t in result.trials if t.meets_criterion and t.metrics.get("quantized_ops", 0) > 0]
