@@ -124,6 +124,23 @@ def test_a_stage_stops_at_the_runs_time_limit(tmp_path) -> None:
     assert not outcome.ok and "longer than 1 s" in outcome.error
 
 
+def test_a_stage_the_run_no_longer_needs_is_stopped_without_a_failure(tmp_path, caplog) -> None:
+    """Work started ahead and cancelled at the run's end (the first guess's worker still evaluating
+    a model ahead) is not a failed stage: a clean run printed 'stage first_guess failed: cancelled'."""
+    from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
+
+    caplog.set_level("INFO", logger="quantune")
+    deadline = StageDeadline(time.perf_counter() + 2.0, reason="cancelled: the run ended before it was needed")
+    deadline.unneeded = True
+    isolation = Isolation(log_dir=tmp_path, timeout_s=600, deadline=deadline)
+    outcome = run_stage("first_guess", _hang, isolation=isolation)
+    assert not outcome.ok and outcome.unneeded and "cancelled" in outcome.error
+    assert isolation.stages.errors == []  # nothing for results.json, the console or the report to call failed
+    assert not [r for r in caplog.records if r.levelname == "WARNING" and "first_guess" in r.getMessage()]
+    outcome = run_stage("first_guess", _hang, isolation=isolation)  # asked for after the cancel: not started
+    assert outcome.error.startswith("not started") and outcome.unneeded and isolation.stages.errors == []
+
+
 def test_report_html_without_its_slow_views_past_the_limit(make_config, tmp_path, monkeypatch, caplog) -> None:
     """1 s of the limit left: report.html is still written (issue 23: a 6 s limit ended without one),
     without the Optuna views that take seconds, and says how to draw them."""

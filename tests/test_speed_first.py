@@ -54,6 +54,20 @@ def test_when_every_ceiling_is_slower_the_strategy_stops_and_says_why(make_confi
         assert "the same quantization there" not in reason and "not below" not in reason
 
 
+def test_a_ceiling_faster_than_fp32_but_within_the_margin_is_not_called_slower(make_config) -> None:
+    """Every ceiling 0.98x fp32 (faster, but not by the 0.97x margin): the run keeps searching
+    nothing, and its reasons say "not faster by the margin" -- not "slower", which was not measured
+    (the MiniLM encoder's 0.96x ceiling was called slower, then confirmed 1.03x faster)."""
+    problem = dataclasses.replace(accuracy_problem(_two_flows(make_config)), latency_ratio=lambda point, flow: 0.98)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    strategy.observe_baseline({"latency_ms": 1.0})
+    assert _drive(strategy, lambda point: Outcome(0.98, 0.1, False, {"latency_ms": 0.98})) == []
+    assert "no quantized variant was faster than the original by the margin" in strategy.finished_reason
+    assert "within the margin" in strategy.finished_reason
+    assert "by the margin side by side" in strategy.original_wins and "was slower" not in strategy.original_wins
+
+
 def test_when_no_ceiling_could_be_timed_the_strategy_does_not_call_them_slower(make_config) -> None:
     """Every ceiling failed or was not built in its time share: nothing was measured slower, so
     the reason says so (and the original is not declared the winner on speed)."""

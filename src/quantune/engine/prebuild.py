@@ -279,6 +279,7 @@ class Prebuild:
         evaluated ahead), waits for the workers to go, and keeps the logs where ``keep_log`` said."""
         if any(thread.is_alive() for thread in self._threads):
             self._isolation.deadline.reason = "cancelled: the run ended before it was needed"
+            self._isolation.deadline.unneeded = True
             self._isolation.deadline.at = time.perf_counter()
             self.join()
         self.keep_log(self._log_dir, final=True)

@@ -57,6 +57,9 @@ class StageDeadline:
 
     at: float | None = None
     reason: str = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"
+    # the run stopped the stage because it no longer needs it (work started ahead, then not
+    # wanted): not a failure, so not warned about nor listed among the run's failed stages
+    unneeded: bool = False
 
     def left_s(self) -> float | None:
         return None if self.at is None else max(0.0, self.at - time.perf_counter())
@@ -81,6 +84,7 @@ class StageOutcome:
     peak_rss_mb: float | None = None
     log_tail: str = ""
     stage_peaks: dict[str, float] = field(default_factory=dict)  # of stages inside it (calibration)
+    unneeded: bool = False  # stopped because the run no longer needed it (``StageDeadline.unneeded``)
 
     @property
     def ok(self) -> bool:
@@ -149,7 +153,7 @@ _POLL_S = 0.05
 
 def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome:
     if isolation.deadline.left_s() == 0.0:
-        return StageOutcome(error=f"not started: {isolation.deadline.reason}")
+        return StageOutcome(error=f"not started: {isolation.deadline.reason}", unneeded=isolation.deadline.unneeded)
     log_dir = isolation.log_dir or Path.cwd()
     log_dir.mkdir(parents=True, exist_ok=True)
     log_path = log_dir / f"{stage}.log"
@@ -188,7 +192,11 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
                     log_tail=_tail(log_path, offset, text),
                 )
             if isolation.deadline.left_s() == 0.0:  # the run's limit (or the run's end) comes first
-                return StageOutcome(error=isolation.deadline.reason, log_tail=_tail(log_path, offset))
+                return StageOutcome(
+                    error=isolation.deadline.reason,
+                    log_tail=_tail(log_path, offset),
+                    unneeded=isolation.deadline.unneeded,
+                )
             if deadline is not None and time.monotonic() >= deadline:
                 return StageOutcome(
                     error=f"timeout: the stage ran longer than {isolation.timeout_s:g} s and was killed",
@@ -250,7 +258,9 @@ def run_stage(
     isolation.stages.note_peak(stage, outcome.peak_rss_mb)
     for name, mb in outcome.stage_peaks.items():  # e.g. the calibration the stage ran
         isolation.stages.note_peak(name, mb)
-    if outcome.error is not None:
+    if outcome.error is not None and outcome.unneeded:
+        log.info("%s stage stopped: %s", stage, outcome.error)
+    elif outcome.error is not None:
         level = logging.INFO if reported else logging.WARNING
         tail = f"\n{outcome.log_tail}" if outcome.log_tail else ""
         log.log(level, "%s stage failed: %s%s", stage, outcome.error, tail)
