@@ -9,6 +9,7 @@ child logs every record of the ``quantune`` loggers with its time since the proc
     PYTHONPATH=src python bench/startup.py                          # minilm_l3 and captcha_ddddocr
     PYTHONPATH=src python bench/startup.py --models minilm_l3 --timeout 60 --repeat 2
     PYTHONPATH=src python bench/startup.py --models digits --timeout 10 --repeat 3   # a < 2 MB model
+    PYTHONPATH=src python bench/startup.py --models digits-zk --repeat 5   # as the peer bench runs it
     python bench/startup.py --src /work/main/src --src src          # two checkouts, run alternately
 
 With several ``--src``, each model runs once per checkout, alternating, so a before/after
@@ -33,7 +34,17 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 ZOO = ROOT / "bench" / "zoo"
 # models under 2 MB from examples/ (no zoo build needed): issue 23's start-up goal is on these
-EXAMPLES = {"digits": ROOT / "examples" / "digits" / "config.yaml"}
+EXAMPLES = {
+    "digits": ROOT / "examples" / "digits" / "config.yaml",
+    "digits-zk": ROOT / "examples" / "digits" / "config.yaml",
+}
+# digits-zk: the digits example as the peer bench runs it (bench/tools/quantune_tool.py, a zero-knowledge
+# case): both quantization flows searched, strategy quantune -- the first guess, then the speed ceilings
+ZERO_KNOWLEDGE = [
+    "passes=[{name: static_quant, search: true}, {name: dynamic_quant, search: true}]",
+    "flows=[[static_quant], [dynamic_quant]]",
+    "search={strategy: quantune}",
+]
 
 
 def _child(argv: list[str]) -> int:
@@ -124,6 +135,8 @@ def run_one(model: str, timeout: float, python: str, src: Path = ROOT / "src") -
         output = Path(tmp) / "out"
         argv = ["run", str(config), "--output", str(output), "--quiet"]
         argv += ["--set", f"stop.timeout_s={timeout:g}", "--set", f"cache_dir={Path(tmp) / 'cache'}"]
+        for setting in ZERO_KNOWLEDGE if model.endswith("-zk") else []:
+            argv += ["--set", setting]
         env = dict(os.environ, QUANTUNE_BENCH_TIMELINE=str(timeline))
         env["PYTHONPATH"] = os.pathsep.join([str(src), env.get("PYTHONPATH", "")]).rstrip(os.pathsep)
         t0 = time.time()

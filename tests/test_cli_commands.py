@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 
 import pytest
 import yaml
@@ -85,3 +86,26 @@ def test_run_table_fits_80_columns_with_a_user_metric(tmp_path, make_config, cap
     assert all(row.split("│")[5].strip().endswith("*") for row in rows[:3]), "re-timed figures are marked"
     assert "timed again at the end" in out
     assert all(len(line) <= 80 for line in out.splitlines())
+
+
+def test_run_starts_the_fork_server_before_validating_a_config_that_forks_workers(tmp_path: Path) -> None:
+    """``quantune run`` reads ``executor.kind`` before the config is validated (0.2 s), so the fork
+    server imports beside the validation -- and is not started for a run without worker processes."""
+    import argparse
+
+    from quantune.cli import _forks_workers
+
+    def args(text: str | None, executor: str | None = None, sets: list[str] | None = None) -> argparse.Namespace:
+        path = tmp_path / "quantune.yaml"
+        if text is None:
+            path.unlink(missing_ok=True)
+        else:
+            path.write_text(text)
+        return argparse.Namespace(config=str(path), executor=executor, set=sets)
+
+    assert _forks_workers(args("model: m.onnx\n"))  # the default kind: process
+    assert not _forks_workers(args("model: m.onnx\nexecutor: {kind: inline}\n"))
+    assert _forks_workers(args("model: m.onnx\nexecutor: {kind: inline}\n", executor="process"))
+    assert not _forks_workers(args("model: m.onnx\n", sets=["executor.kind=ray"]))
+    assert _forks_workers(args(None))  # unreadable: validation says what is wrong, after the hint
+    assert _forks_workers(args("- a list, not a mapping\n"))

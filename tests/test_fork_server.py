@@ -15,8 +15,26 @@ from quantune.engine.executors.stage import Isolation, run_stage
 from quantune.forkserver import uses_fork_server, warm_up, worker_context
 
 
-def _environment_and_modules(name: str) -> tuple[str | None, bool, int]:
-    return os.environ.get(name), "_quantune_symbolic_shape_infer" in sys.modules, os.getpid()
+def _environment_and_modules(name: str) -> tuple[str | None, bool, bool, int]:
+    return (
+        os.environ.get(name),
+        "onnxruntime.quantization" in sys.modules,
+        "_quantune_symbolic_shape_infer" in sys.modules,
+        os.getpid(),
+    )
+
+
+def _loaded_for(points: list[dict]) -> bool:
+    """In a worker: whether the symbolic shape inference is loaded once ``load_in_background`` is done."""
+    import threading
+
+    from quantune.prepare.shapes import load_in_background
+
+    load_in_background(points)
+    for thread in threading.enumerate():
+        if thread.name == "quantune-load-shapes":
+            thread.join()
+    return "_quantune_symbolic_shape_infer" in sys.modules
 
 
 @pytest.mark.skipif("forkserver" not in mp.get_all_start_methods(), reason="no fork server on this platform")
@@ -28,10 +46,26 @@ def test_a_forked_worker_sees_the_environment_of_its_start_and_the_preloaded_mod
     monkeypatch.setenv("QUANTUNE_TEST_SEEN", "after the server started")
     outcome = run_stage("probe", _environment_and_modules, "QUANTUNE_TEST_SEEN", isolation=Isolation(log_dir=tmp_path))
     assert outcome.ok, outcome.error
-    seen, preloaded, pid = outcome.value
+    seen, preloaded, symbolic, pid = outcome.value
     assert seen == "after the server started"
     assert preloaded  # imported once by the server, not by the worker
+    # not sympy (0.3-0.4 s): the server forks no worker before its preload is done (issue 23)
+    assert not symbolic
     assert pid != os.getpid()
+
+
+@pytest.mark.skipif("forkserver" not in mp.get_all_start_methods(), reason="no fork server on this platform")
+def test_a_worker_loads_the_symbolic_shape_inference_only_for_an_extended_pre_optimization(tmp_path: Path) -> None:
+    warm_up()
+    isolation = Isolation(log_dir=tmp_path)
+    plain = run_stage(
+        "probe", _loaded_for, [{"flow": "static_quant", "static_quant.per_channel": True}], isolation=isolation
+    )
+    extended = run_stage(
+        "probe", _loaded_for, [{"flow": "dynamic_quant", "dynamic_quant.pre_optimize": "extended"}], isolation=isolation
+    )
+    assert plain.ok and extended.ok, (plain.error, extended.error)
+    assert plain.value is False and extended.value is True
 
 
 def test_workers_are_spawned_when_the_fork_server_is_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -30,16 +30,16 @@ EXIT_ENVIRONMENT = 1
 
 
 def _cmd_run(args: argparse.Namespace) -> int:
-    loaded = _load(args)
-    if (args.executor or loaded.config.executor.kind) == "process":
+    if _forks_workers(args):
         # the workers' fork server starts now, importing onnxruntime and the quantizers on the
-        # other core while this process imports the engine (below, before tune() is called: the
-        # console and interrupt modules import it, 0.35 s): the original's evaluation, in a
-        # worker, then starts 0.3-0.4 s sooner on a small model (issue 23, bench/startup.py);
-        # tune() starts it too, for API users (a no-op here then)
+        # other core while this process validates the config and imports the engine (below,
+        # before tune() is called: the console and interrupt modules import it, 0.35 s): the
+        # original's evaluation, in a worker, then starts 0.3-0.4 s sooner on a small model
+        # (issue 23, bench/startup.py); tune() starts it too, for API users (a no-op here then)
         from quantune.forkserver import warm_up
 
         warm_up()
+    loaded = _load(args)
     from quantune.api import tune
     from quantune.engine.deadline import process_started
     from quantune.engine.interrupts import EXIT_CODES, install_stop_signals
@@ -169,6 +169,27 @@ class _VersionAction(argparse.Action):
     def __call__(self, parser: argparse.ArgumentParser, *args: object, **kwargs: object) -> None:
         print(_version_text())
         parser.exit()
+
+
+def _forks_workers(args: argparse.Namespace) -> bool:
+    """Whether the run will fork its workers (``executor.kind: process``, the default), read before
+    the config is validated: validating it (pydantic, the schema) took 0.2 s, and the fork server
+    started after it was that much later ready to fork the original's evaluation on a model under
+    2 MB. A hint only: an unreadable config says yes, and ``_load`` then says what is wrong."""
+    if args.executor:
+        return bool(args.executor == "process")
+    for item in args.set or []:
+        key, _, value = item.partition("=")
+        if key.strip() == "executor.kind":
+            return value.strip() in ("process", "'process'", '"process"')
+    try:
+        import yaml
+
+        with open(args.config, encoding="utf-8") as handle:
+            kind = (yaml.safe_load(handle).get("executor") or {}).get("kind", "process")
+    except Exception:
+        return True
+    return kind == "process"
 
 
 def _load(args: argparse.Namespace) -> LoadedConfig:

@@ -113,11 +113,14 @@ def evaluate_first_guess(
     them, and are returned. None when the reference did not come within ``wait_s`` or the model
     failed (its trial then runs as any other, and says why)."""
     from quantune.engine.baseline import shared_cores
-    from quantune.engine.executors.worker import runner_for
+    from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.probes import _variant_model
+    from quantune.prepare.shapes import load_in_background
 
     started = time.perf_counter()
+    load_in_background([point])  # beside the run's set-up in this worker, when the guess needs it
     runner = runner_for(spec)
+    launch_memory_probe(runner)  # its server's imports beside the build: the guess's figures end with memory
     context = runner.context
     shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
     # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
@@ -239,7 +242,9 @@ def build_variants(
     original's node profile."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.probes import _profile, _variant_model
+    from quantune.prepare.shapes import load_in_background
 
+    load_in_background(point for point, _ in items)
     context = runner_for(spec).context
     deadline = None if not budget_s else time.perf_counter() + budget_s
     built = 0

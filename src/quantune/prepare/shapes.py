@@ -10,12 +10,16 @@ inference, which the quantizers apply themselves, so the model is kept as it is.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import logging
 import os
 import sys
 import tempfile
+import threading
+from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 import onnx
 
@@ -74,18 +78,47 @@ def symbolic_shape_inference() -> type:
     numpy, onnx, sympy and packaging, so it is loaded from its file.
     """
     name = "onnxruntime.tools.symbolic_shape_infer"
-    module = sys.modules.get(name) or sys.modules.get("_quantune_symbolic_shape_infer")
-    if module is None:
-        import onnxruntime
+    with _LOADING:  # one load, whole, though a thread loads it ahead (``load_in_background``)
+        module = sys.modules.get(name) or sys.modules.get("_quantune_symbolic_shape_infer")
+        if module is None:
+            import onnxruntime
 
-        path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
-        spec = importlib.util.spec_from_file_location("_quantune_symbolic_shape_infer", path)
-        if spec is None or spec.loader is None:
-            raise ImportError(f"no {path}")
-        module = importlib.util.module_from_spec(spec)
-        sys.modules[spec.name] = module
-        spec.loader.exec_module(module)
+            path = Path(onnxruntime.__file__).parent / "tools" / "symbolic_shape_infer.py"
+            spec = importlib.util.spec_from_file_location("_quantune_symbolic_shape_infer", path)
+            if spec is None or spec.loader is None:
+                raise ImportError(f"no {path}")
+            module = importlib.util.module_from_spec(spec)
+            sys.modules[spec.name] = module
+            try:
+                spec.loader.exec_module(module)
+            except BaseException:
+                del sys.modules[spec.name]  # not left half loaded: the next use tries again, and says why
+                raise
     return module.SymbolicShapeInference
+
+
+_LOADING = threading.Lock()
+
+
+def load_in_background(points: Iterable[Mapping[str, Any]]) -> None:
+    """Starts loading the symbolic shape inference (and sympy, 0.3-0.4 s) in a thread of this
+    worker when one of ``points`` will need it (an ``extended`` pre-optimization), so the load
+    overlaps the worker's set-up and its model's first steps instead of preceding its first use.
+
+    The workers' fork server no longer loads it for every worker: it held back the first worker
+    of every run (the original's evaluation) by that much, and on a model under 2 MB the first
+    in-budget answer with it (issue 23: at most 1.5 s from process start).
+    """
+    if not any(key.endswith(".pre_optimize") and value == "extended" for p in points for key, value in p.items()):
+        return
+    if "_quantune_symbolic_shape_infer" in sys.modules or "onnxruntime.tools.symbolic_shape_infer" in sys.modules:
+        return
+
+    def load() -> None:
+        with contextlib.suppress(Exception):  # without sympy: its first use says why, as before
+            symbolic_shape_inference()
+
+    threading.Thread(target=load, name="quantune-load-shapes", daemon=True).start()
 
 
 def _onnx(model: onnx.ModelProto) -> onnx.ModelProto | None:
