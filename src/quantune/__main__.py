@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import sys
+from quantune.cli import entry
 
-from quantune.cli import main
-
-sys.exit(main())
+entry()

@@ -296,6 +296,30 @@ class _OneLineWarnings(logging.Handler):
         self.lines.clear()
 
 
+def entry() -> None:
+    """The ``quantune`` command (and ``python -m quantune``): :func:`main`, then the process ends
+    without the interpreter's teardown once everything it owes is written.
+
+    Tearing down a run's objects (sessions, arrays, thousands of modules) took 0.2-0.4 s after the
+    verdict was printed and every file written -- time a user waits for (issue 23: whole runs of
+    2.8 s on a small model). The exit handlers still run (log files flushed and closed, worker
+    processes and scratch folders cleaned up), and the streams are flushed; only when no other
+    thread is left, else the usual exit, which waits for them.
+    """
+    import atexit
+    import threading
+
+    code = main()
+    if threading.active_count() > 1:
+        sys.exit(code)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    atexit._run_exitfuncs()  # what sys.exit would run: logging.shutdown, multiprocessing's clean-up, finalizers
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.raiseExceptions = False  # a log line that cannot be written (disk full) is no traceback
