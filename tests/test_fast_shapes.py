@@ -146,3 +146,51 @@ def test_a_weight_inside_a_subgraph_is_hidden_as_onnxruntime_hides_it(tmp_path: 
     theirs.ClearField("metadata_props")
     ours = infer_like_file(model)
     assert ours is not None and ours.SerializeToString() == theirs.SerializeToString()
+
+
+STATIC_CONFIGS: list[dict[str, Any]] = [
+    {"quant_format": "QDQ", "activation_type": "uint8", "per_channel": True, "reduce_range": True},
+    {"quant_format": "QOperator", "activation_type": "uint8", "per_channel": False},
+    {"quant_format": "QDQ", "activation_type": "int8", "per_channel": True, "calibrate_method": "Percentile"},
+]
+
+
+@pytest.mark.parametrize("name", ["cnn", "gemm", "layernorm"])
+@pytest.mark.parametrize("params", STATIC_CONFIGS, ids=lambda p: "-".join(str(v) for v in p.values()))
+def test_the_static_build_with_in_memory_shapes_writes_the_bytes_of_the_file_build(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, params: dict[str, Any]
+) -> None:
+    """Calibration and quantize_static infer shapes on the model's skeleton, never through files,
+    and write the very model the file-based inference gives."""
+    from quantune.data.dataset import Dataset
+    from quantune.passes.onnx import static_quant
+    from quantune.passes.onnx.static_quant import StaticQuantization, StaticQuantizationConfig
+
+    model = MODELS[name](tmp_path / f"{name}.onnx")
+    inputs = [
+        (i.name, [d.dim_value for d in i.type.tensor_type.shape.dim], i.type.tensor_type.elem_type)
+        for i in onnx.load(str(model)).graph.input
+    ]
+    rng = np.random.default_rng(0)
+    arrays = {
+        n: (
+            rng.normal(size=[8, *shape[1:]]).astype(np.float32)
+            if t == TensorProto.FLOAT
+            else np.zeros([8, *shape[1:]], np.int64)
+        )
+        for n, shape, t in inputs
+    }
+    calibration = Dataset(arrays, "calib")
+    config = StaticQuantizationConfig(**params)
+    digests = {}
+    for in_memory in (False, True):
+        with monkeypatch.context() as patch:
+            if in_memory:
+                patch.setattr(onnx.shape_inference, "infer_shapes_path", _no_files)
+            else:
+                patch.setattr(static_quant, "fits_in_memory", lambda path: False)
+            out = tmp_path / f"out-{in_memory}.onnx"
+            context = PassContext(calibration, [n for n, _, _ in inputs], 1, tmp_path)
+            StaticQuantization().run(config, model, out, context)
+        digests[in_memory] = hashlib.sha256(out.read_bytes()).hexdigest()
+    assert digests[True] == digests[False]

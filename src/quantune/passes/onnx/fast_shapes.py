@@ -1,5 +1,8 @@
 """onnxruntime's quantizer's shape inference, in memory, and the models between its calls kept in memory.
 
+The static build (calibration, then ``quantize_static``) loads its input the same way, twice:
+on MiniLM-L3 (69 MB) that file-based inference was 0.24 s of a 1.4 s speed-ceiling build.
+
 ``quantize_dynamic`` runs onnx's shape inference twice per call through temporary files:
 ``load_model_with_shape_infer`` (``infer_shapes_path`` on the input file, then ``onnx.load``) and,
 after it rewrites Gemms, ``save_and_reload_model_with_shape_infer`` (the model saved with its
@@ -223,12 +226,13 @@ def _has_external(model: onnx.ModelProto) -> bool:
 def in_memory_shapes(store: ModelStore | None = None) -> Iterator[None]:
     """onnxruntime's quantizer infers shapes in memory (and uses ``store``) meanwhile."""
     # by module path: the package's attribute ``quantize`` is the function, not the module
-    quant_utils, quantize, onnx_quantizer, base_quantizer, onnx_model = (
+    quant_utils, quantize, onnx_quantizer, base_quantizer, calibrate, onnx_model = (
         importlib.import_module(f"onnxruntime.quantization.{name}")
-        for name in ("quant_utils", "quantize", "onnx_quantizer", "base_quantizer", "onnx_model")
+        for name in ("quant_utils", "quantize", "onnx_quantizer", "base_quantizer", "calibrate", "onnx_model")
     )
     store = store or ModelStore()
-    modules = (quant_utils, quantize, onnx_quantizer, base_quantizer)
+    # calibrate: its calibrator loads the model it augments the same way (the static build)
+    modules = (quant_utils, quantize, onnx_quantizer, base_quantizer, calibrate)
     names = ("load_model_with_shape_infer", "save_and_reload_model_with_shape_infer")
     with _LOCK:
         originals = {

@@ -9,6 +9,7 @@ are never run.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -35,6 +36,7 @@ from quantune.passes.onnx.calibration_options import (
 )
 from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.fast_channels import fast_per_channel
+from quantune.passes.onnx.fast_shapes import fits_in_memory, in_memory_shapes
 from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.float_source import remember_float_source
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
@@ -238,7 +240,9 @@ class StaticQuantization(Pass):
             if weights:
                 extra["TensorQuantOverrides"] = {**dict(extra.get("TensorQuantOverrides") or {}), **weights}
         ranges, fresh = self._calibration_cache(config, context)
-        with tempfile.TemporaryDirectory(prefix="quantune-ranges-") as tmp:
+        # the quantizer's shape inference on the model's skeleton, not through its file (fast_shapes.py)
+        shapes = in_memory_shapes() if fits_in_memory(model_in) else contextlib.nullcontext()
+        with shapes, tempfile.TemporaryDirectory(prefix="quantune-ranges-") as tmp:
             source = ranges if ranges is not None and fresh is None else None  # a cache hit
             if source is None:  # calibrate here, in chunks of bounded memory (calibration.py)
                 source = fresh or Path(tmp) / "ranges.json"
