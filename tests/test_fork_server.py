@@ -104,3 +104,20 @@ def test_a_fork_server_that_cannot_start_leaves_spawned_workers(monkeypatch: pyt
     warm_up()
     assert contexts._UNAVAILABLE == ["OSError: no Unix sockets here"]
     assert worker_context().get_start_method() == "spawn"
+
+
+def test_whether_a_run_forks_its_workers_is_read_before_its_config_is_validated(tmp_path: Path, make_config) -> None:
+    """``tune()`` starts the fork server before validating the config (0.2 s) when the run will fork
+    workers -- read from a path, a dict, a validated config, the overrides or the executor argument."""
+    from quantune.config import load_config
+    from quantune.forkserver import will_fork
+
+    config = {key: value for key, value in make_config().items() if key != "executor"}  # the default: process
+    assert will_fork(config) and will_fork(load_config(config)) and will_fork(load_config(config).config)
+    inline = {**config, "executor": {"kind": "inline"}}
+    assert not will_fork(inline) and not will_fork(load_config(inline))
+    assert will_fork(inline, executor="process") and not will_fork(config, overrides={"executor.kind": "ray"})
+    path = tmp_path / "quantune.yaml"
+    path.write_text("model: m.onnx\nexecutor: {kind: inline}\n")
+    assert not will_fork(path) and not will_fork(str(path))
+    assert will_fork(tmp_path / "missing.yaml")  # unreadable: the validation says what is wrong

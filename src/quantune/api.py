@@ -6,14 +6,11 @@ from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from pydantic import ValidationError
-
-from quantune.config import Config, LoadedConfig, load_config
-from quantune.config.loader import format_validation_error
 from quantune.errors import QuantuneError
-from quantune.forkserver import refuse_in_starting_worker
+from quantune.forkserver import refuse_in_starting_worker, warm_up, will_fork
 
-if TYPE_CHECKING:  # the engine is imported once the fork server is started (tune)
+if TYPE_CHECKING:  # the config and the engine are imported once the fork server is started (tune)
+    from quantune.config import Config, LoadedConfig
     from quantune.engine import RunListener
     from quantune.report import Result
 
@@ -43,6 +40,16 @@ def tune(
     >>> result.best.metrics["latency_ms"], result.best_model_path  # doctest: +SKIP
     """
     refuse_in_starting_worker()
+    if will_fork(config, executor, overrides):
+        # the workers' fork server imports onnxruntime and the engine in its own process while this
+        # one validates the config and imports the engine (0.6 s): the original's evaluation, in a
+        # worker, starts sooner
+        warm_up()
+    from pydantic import ValidationError
+
+    from quantune.config import load_config
+    from quantune.config.loader import format_validation_error
+
     loaded: LoadedConfig = load_config(config, overrides)
     executor_overrides: dict[str, Any] = {}
     if workers is not None:
@@ -60,11 +67,7 @@ def tune(
         name = Path(loaded.source).stem if loaded.source != "config" else "quantune"
         output = Path("runs") / name
     if loaded.config.executor.kind == "process":
-        # the workers' fork server imports onnxruntime and the engine in its own process while this
-        # one imports the engine (0.4 s): the original's evaluation, in a worker, starts sooner
-        from quantune.forkserver import warm_up
-
-        warm_up()
+        warm_up()  # a no-op when the hint above started it
     from quantune.engine import Engine
     from quantune.report.result import PageWriter
 
@@ -84,6 +87,8 @@ def check(
     from quantune.engine.setup import build_run, preflight
 
     refuse_in_starting_worker()
+    from quantune.config import load_config
+
     loaded = load_config(config, overrides)
     with check_watchdog(loaded.config):  # the loader and the metric run here: never for ever
         return preflight(build_run(loaded))

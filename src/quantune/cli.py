@@ -172,24 +172,14 @@ class _VersionAction(argparse.Action):
 
 
 def _forks_workers(args: argparse.Namespace) -> bool:
-    """Whether the run will fork its workers (``executor.kind: process``, the default), read before
-    the config is validated: validating it (pydantic, the schema) took 0.2 s, and the fork server
-    started after it was that much later ready to fork the original's evaluation on a model under
-    2 MB. A hint only: an unreadable config says yes, and ``_load`` then says what is wrong."""
-    if args.executor:
-        return bool(args.executor == "process")
+    """Whether the run will fork its workers, read before the config is validated (``will_fork``)."""
+    from quantune.forkserver import will_fork
+
     for item in args.set or []:
         key, _, value = item.partition("=")
         if key.strip() == "executor.kind":
-            return value.strip() in ("process", "'process'", '"process"')
-    try:
-        import yaml
-
-        with open(args.config, encoding="utf-8") as handle:
-            kind = (yaml.safe_load(handle).get("executor") or {}).get("kind", "process")
-    except Exception:
-        return True
-    return kind == "process"
+            return value.strip().strip("'\"") == "process"
+    return will_fork(args.config, args.executor)
 
 
 def _load(args: argparse.Namespace) -> LoadedConfig:
