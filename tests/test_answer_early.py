@@ -288,6 +288,27 @@ def test_the_paired_timing_of_one_pair_of_models_runs_once(make_config, monkeypa
     assert again == first and len(calls) == 1
 
 
+def test_a_paired_timing_stops_at_the_runs_limit_without_an_answer(make_config) -> None:
+    """Past the run's limit (less its end) no round starts after the first: too few rounds give no
+    answer, and none is cached -- the pair is timed in full when asked with time left. A detector's
+    paired timing of its two fastest ceilings ran 11 rounds, 4.7 s, past a 60 s limit."""
+    import time
+
+    from quantune.config import load_config
+    from quantune.engine import paired_timing
+    from quantune.engine.probes import _builder
+    from quantune.engine.setup import build_run
+
+    parts = build_run(load_config(_static_config(make_config)))
+    build = _builder(parts.context, parts.plan)
+    flow = ("static_quant",)
+    a, b = {"static_quant.per_channel": True}, {"static_quant.per_channel": False}
+    past = time.perf_counter() - 1.0
+    assert paired_timing.paired_latency(parts.context, (a, flow), (b, flow), build, limit=past) is None
+    timed = paired_timing.paired_latency(parts.context, (a, flow), (b, flow), build)
+    assert timed is not None and timed["rounds"] >= paired_timing.MIN_ROUNDS
+
+
 # -- 3. reproducible ---------------------------------------------------------------------------------
 
 

@@ -29,6 +29,7 @@ log = logging.getLogger("quantune.strategy")
 KEY_VERSION = 2
 
 PAIRED_ROUNDS = 20  # the most interleaved rounds one decision takes (a ceiling's too)
+MIN_ROUNDS = 5  # the fewest rounds a paired answer rests on
 
 
 def same_model(rounds: int = 0) -> dict[str, Any]:
@@ -41,11 +42,15 @@ def paired_latency(
     candidate: tuple[Mapping[str, Any], tuple[str, ...]],
     reference: tuple[Mapping[str, Any], tuple[str, ...]],
     build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
+    limit: float | None = None,
 ) -> dict[str, Any] | None:
     """``candidate``'s model latency over ``reference``'s, timed side by side: the paired ratio's
     median and interval (``RatioInterval.to_dict``), ``faster`` (beyond the noise) and
     ``same_model``; None when either model cannot be run. ``build``: a point's model path and hash
-    (its passes through the cache: probes._variant_model)."""
+    (its passes through the cache: probes._variant_model). ``limit`` (``time.perf_counter()``: the
+    run's ``stop.timeout_s`` less its end): no round starts past it; cut before ``MIN_ROUNDS``
+    rounds, there is no answer (None, not cached). A detector's paired timing of its two fastest
+    ceilings ran 11 rounds, 4.7 s, past a 60 s limit (the run ended at 62.8 s)."""
     cand_path, cand_sha = build(dict(candidate[0]), tuple(candidate[1]))
     ref_path, ref_sha = build(dict(reference[0]), tuple(reference[1]))
     if cand_sha == ref_sha:
@@ -64,14 +69,18 @@ def paired_latency(
             spec,
             context.evaluator.spec.runner,
             threshold=1.0 - MIN_GAIN,
-            min_rounds=5,
-            max_rounds=max(5, min(spec.repeats, PAIRED_ROUNDS)),
+            min_rounds=MIN_ROUNDS,
+            max_rounds=max(MIN_ROUNDS, min(spec.repeats, PAIRED_ROUNDS)),
+            limit=limit,
         )
     except Exception as exc:  # the backend cannot run one of them: unknown, as below
         log.warning("paired timing: the backend cannot run the pair (%s)", str(exc).splitlines()[0][:200])
         return None
     result = pair_result(timings[1], timings[0])
     if result is None:
+        return None
+    if result["rounds"] < MIN_ROUNDS:  # cut at the run's limit: too few rounds to mean anything
+        log.info("paired timing: stopped at the run's time limit after %d rounds: no answer", result["rounds"])
         return None
     context.cache.put_json("evals", key, result)
     log.info(

@@ -110,13 +110,19 @@ def accuracy_fields(
         return _ceilings(context, plan, items, threshold, budget_s, pairs=pairs)
 
     def paired_latency(
-        candidate: Point, candidate_flow: tuple[str, ...], reference: Point, reference_flow: tuple[str, ...]
+        candidate: Point,
+        candidate_flow: tuple[str, ...],
+        reference: Point,
+        reference_flow: tuple[str, ...],
+        limit: float | None = None,
     ) -> Mapping[str, Any] | None:
-        """One model timed against another side by side (engine/paired_timing.py); None when it fails."""
+        """One model timed against another side by side (engine/paired_timing.py); None when it fails.
+        ``limit``: the run's hard end (``time.perf_counter()``), no round past it."""
         from quantune.engine.paired_timing import paired_latency as timed
 
         try:
-            return timed(context, (candidate, candidate_flow), (reference, reference_flow), _builder(context, plan))
+            pair = (candidate, candidate_flow), (reference, reference_flow)
+            return timed(context, *pair, _builder(context, plan), limit=limit)
         except Exception as exc:  # no paired answer: the strategy keeps what it has
             log.warning("paired timing failed (%s)", exc)
             return None

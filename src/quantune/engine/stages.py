@@ -157,7 +157,8 @@ def _paired(here: Any, spec: Any, isolation: Isolation, local: tuple[Any, Any] |
                 with only_cached():
                     for point, flow in items:
                         _variant_model(local[0], local[1], point, flow)
-                    return here(*items[0], *items[1])
+                    # in this process, so the stages' deadline does not stop it: the timing keeps it
+                    return here(*items[0], *items[1], limit=isolation.deadline.at)
             except NotCached:
                 pass
             finally:
