@@ -3,9 +3,9 @@
 A spawned worker starts a fresh interpreter and imports onnxruntime, onnx, numpy, the
 quantizers and quantune before its first line of work: half a second to a second each on this
 machine, for every stage worker and trial worker of a run (the original's evaluation, the first
-guess, the ceiling builds, the sensitivity, the trial workers). A fork server imports them once, in its own process, while the engine sets the run up on the other core;
-each worker is then forked from it with those modules loaded. It forks from a process that
-holds no run state (no sessions, no threads of the engine), so a worker starts as clean as a
+guess, the ceiling builds, the sensitivity, the trial workers). A fork server imports them
+once, in its own process, while the engine sets the run up on the other core; each worker is
+then forked from it with those modules loaded. It forks from a process that holds no run state (no sessions, no threads of the engine), so a worker starts as clean as a
 spawned one: the same preparation (``sys.path``, working folder, main module) and, passed by
 its parent, the parent's environment as it is when the worker starts.
 

@@ -17,6 +17,7 @@ from typing import Any
 import numpy as np
 
 from quantune.engine.baseline import RETIME_ROUNDS
+from quantune.engine.paired_timing import MIN_ROUNDS as PAIRED_MIN_ROUNDS
 from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
@@ -257,8 +258,9 @@ def _ceilings(
     ]
     paired = [(row, ref) for row, ref in paired if row != ref]
     spec = context.evaluator.spec.latency
-    # a companion's rounds are a paired timing's (engine/paired_timing.py): at least 5
-    most = max(5 if paired else 1, min(spec.repeats, CEILING_ROUNDS))
+    # a companion's rounds are a paired timing's (engine/paired_timing.py): at least its fewest
+    fewest = PAIRED_MIN_ROUNDS if paired else min(5, spec.repeats)
+    most = max(PAIRED_MIN_ROUNDS if paired else 1, min(spec.repeats, CEILING_ROUNDS))
     backend = context.evaluator.backend  # the target's provider and build, as every other timing
     key = cache_key(
         "ceilings",
@@ -281,7 +283,7 @@ def _ceilings(
             spec,
             context.evaluator.spec.runner,
             threshold=threshold,
-            min_rounds=5 if paired else min(5, spec.repeats),
+            min_rounds=fewest,
             max_rounds=most,
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
             limit=limit,
