@@ -259,7 +259,6 @@ def _ceilings(
     paired = [(row, ref) for row, ref in paired if row != ref]
     spec = context.evaluator.spec.latency
     # a companion's rounds are a paired timing's (engine/paired_timing.py): at least its fewest
-    fewest = PAIRED_MIN_ROUNDS if paired else min(5, spec.repeats)
     most = max(PAIRED_MIN_ROUNDS if paired else 1, min(spec.repeats, CEILING_ROUNDS))
     backend = context.evaluator.backend  # the target's provider and build, as every other timing
     key = cache_key(
@@ -283,7 +282,7 @@ def _ceilings(
             spec,
             context.evaluator.spec.runner,
             threshold=threshold,
-            min_rounds=fewest,
+            min_rounds=PAIRED_MIN_ROUNDS if paired else min(5, spec.repeats),
             max_rounds=most,
             deadline=None if deadline is None else max(deadline, time.perf_counter()),
             limit=limit,
