@@ -167,6 +167,51 @@ def test_a_decided_candidate_sits_out_later_rounds(tmp_path: Path) -> None:
         assert np.isnan(timings[1, first_gap:]).all()  # once out, out for good
 
 
+def test_a_candidate_far_slower_sits_out_after_two_rounds_only_for_the_ceilings(tmp_path: Path) -> None:
+    """A variant four times slower than an original of over 10 ms a call is no speed ceiling after
+    two rounds: with ``early`` (the ceilings) it sits out from the third, and the rounds end there
+    when it is the only candidate; its ratio is a decided one (no "unsure" mark). Without ``early``
+    (paired timings, which need their five rounds) it runs the five; so does every candidate of an
+    original of microseconds."""
+    from quantune.evaluate.latency import time_side_by_side
+    from quantune.evaluate.rounds import EARLY_ROUNDS, UnsureRatio, ceiling_medians, decide_in_chunks, far_above
+
+    light = build_chain(tmp_path / "light.onnx", 16, 512)  # about 30 ms a call on one AVX2 core
+    twin = build_chain(tmp_path / "twin.onnx", 16, 512)
+    heavy = build_chain(tmp_path / "heavy.onnx", 64, 512)
+    feeds = {"x": np.ones((256, 512), np.float32)}
+    spec = LatencySpec(warmup=1, repeats=20, threads=1)
+    alone = time_until_decided(light, [heavy], feeds, spec, threshold=0.97, max_rounds=14, early=True)
+    assert alone.shape == (2, EARLY_ROUNDS)
+    medians = ceiling_medians(alone, 0.97)
+    assert medians[0] is not None and medians[0] > 0.97 * 1.15 and not isinstance(medians[0], UnsureRatio)
+    mixed = time_until_decided(light, [heavy, twin], feeds, spec, threshold=0.97, max_rounds=8, early=True)
+    assert not np.isnan(mixed[:, :EARLY_ROUNDS]).any()
+    assert np.isnan(mixed[1, EARLY_ROUNDS:]).all() and not np.isnan(mixed[2, :5]).any()  # the twin goes on
+    assert mixed.shape[1] >= 5
+    chunks = decide_in_chunks(  # a target's rounds, batch by batch: the same rule
+        lambda models, s: time_side_by_side(models, feeds, s),
+        light,
+        [heavy, twin],
+        spec,
+        threshold=0.97,
+        max_rounds=8,
+        early=True,
+    )
+    assert np.isnan(chunks[1, EARLY_ROUNDS:]).all() and not np.isnan(chunks[2, :5]).any()
+    plain = time_until_decided(light, [heavy], feeds, spec, threshold=0.97, max_rounds=14)
+    assert plain.shape == (2, 5) and not np.isnan(plain).any()
+    tiny, tiny_heavy = build_chain(tmp_path / "tiny.onnx", 1, 64), build_chain(tmp_path / "tiny4.onnx", 24, 64)
+    small = {"x": np.ones((8, 64), np.float32)}
+    quick = time_until_decided(tiny, [tiny_heavy], small, spec, threshold=0.97, max_rounds=14, early=True)
+    assert quick.shape[1] >= 5  # microseconds a call: no early rule
+    # the rule itself: two rounds, each at least 15% above the threshold; one round is not enough
+    seconds = np.array([[0.02, 0.02, 0.02], [0.024, 0.026, 0.018]])
+    assert far_above(seconds[:, :2], 0.97) == [True] and far_above(seconds[:, :1], 0.97) == [False]
+    assert far_above(seconds, 0.97) == [False]  # a round at 0.9x: not far above
+    assert far_above(seconds / 100, 0.97) == [False]  # the same ratios at 0.2 ms a call
+
+
 def test_a_candidate_onnxruntime_cannot_load_sits_out_and_the_others_are_timed(tmp_path: Path) -> None:
     """Basic Pitch: one QDQ variant onnxruntime refuses ("Transpose invalid perm") made the whole
     ceiling stage fail, and every variant was dropped as failed."""

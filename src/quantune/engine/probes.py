@@ -168,8 +168,7 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
     path, sha = _variant_model(context, plan, point, flow)
     spec = context.evaluator.spec.latency
-    # A ceiling only sorts variants (kept or dropped at a 3% margin): 20 paired rounds tell that,
-    # and a large model timed 50+10 rounds twice per variant would eat the run's time limit.
+    # a ceiling only sorts variants (3% margin): 20 paired rounds tell it; 50+10 ate a large model's limit
     warmup, repeats = min(spec.warmup, 2), min(spec.repeats, CEILING_ROUNDS)
     key = cache_key(
         "side-by-side",
@@ -289,6 +288,7 @@ def _ceilings(
             # the original's latency is read from these rounds (engine/original.py): enough of them
             original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
             pairs=paired,
+            early=True,  # a variant far slower than the margin sits out after two rounds
         )
         medians = ceiling_medians(timings, threshold)
         if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here

@@ -83,6 +83,7 @@ class Backend(Protocol):
         limit: float | None = None,
         original_rounds: int = 0,
         pairs: Sequence[tuple[int, int]] = (),
+        early: bool = False,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -229,6 +230,7 @@ class LocalBackend:
         limit: float | None = None,
         original_rounds: int = 0,
         pairs: Sequence[tuple[int, int]] = (),
+        early: bool = False,
     ) -> np.ndarray:
         """Interleaved rounds that stop once each ratio is decided (:func:`.rounds.time_until_decided`),
         on this backend's provider: the search's paired decisions and the speed ceilings."""
@@ -244,6 +246,7 @@ class LocalBackend:
             limit=limit,
             original_rounds=original_rounds,
             pairs=pairs,
+            early=early,
             runner=runner,
             provider=self.provider,
             provider_options=self.provider_options,

@@ -55,6 +55,36 @@ def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidenc
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 
+EARLY_ROUNDS = 2  # after this many rounds, a candidate far slower than the threshold sits out
+FAR = 1.15  # far: every one of its ratios at least this factor above the threshold
+EARLY_FLOOR_S = 0.010  # ... of an original that takes at least this long a call
+
+
+def far_above(timings: np.ndarray, threshold: float, reference: int = 0) -> list[bool]:
+    """For each candidate row, whether it ran ``EARLY_ROUNDS`` rounds or more and every one of its
+    paired ratios was at least ``FAR`` times ``threshold``. Five rounds are the fewest whose interval
+    can decide (:func:`decided`), yet a QDQ variant at 1.5x fp32 on the ddddocr detector, or at 2.0x
+    on MiniLM-L3, was plainly no speed ceiling after two: timing it three more rounds decided nothing
+    and cost a second of a run whose answer was already known. Round by round against the same
+    reference, a slow moment of the machine lands on both; a variant really below the threshold
+    would have to run 15% slower than itself in every round to look this far above it.
+
+    Only for a reference of ``EARLY_FLOOR_S`` a call or more: a model of microseconds is timed at
+    the mercy of what ran before it in the round (a twin of the original timed 1.27x and 1.57x in its
+    first two rounds, after a model 48 times its size had evicted its weights), and its rounds cost
+    nothing to finish."""
+    base = timings[reference]
+    if not np.any(~np.isnan(base)) or np.nanmedian(base) < EARLY_FLOOR_S:
+        return [False] * (len(timings) - 1)
+    out = []
+    for index, row in enumerate(timings):
+        if index == reference:
+            continue
+        both = ~np.isnan(row) & ~np.isnan(base)
+        out.append(int(both.sum()) >= EARLY_ROUNDS and bool(np.all(row[both] / base[both] >= threshold * FAR)))
+    return out
+
+
 def pair_decided(timings: np.ndarray, row: int, reference: int) -> bool:
     """Whether ``row``'s paired ratio to row ``reference`` is surely on one side of ``1 - MIN_GAIN``:
     a paired timing's own rule (engine/paired_timing.py), for a companion timed among the ceilings."""
@@ -120,8 +150,8 @@ def ratio_medians(timings: np.ndarray) -> list[float | None]:
 def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]:
     """:func:`ratio_medians`, each a :class:`UnsureRatio` where the rounds left it undecided at ``threshold``."""
     return [
-        None if i is None else (i.median if i.high < threshold or i.low > threshold else UnsureRatio(i.median))
-        for i in _intervals(timings)
+        None if i is None else (i.median if i.high < threshold or i.low > threshold or far else UnsureRatio(i.median))
+        for i, far in zip(_intervals(timings), far_above(timings, threshold), strict=True)
     ]
 
 
@@ -142,13 +172,16 @@ def time_until_decided(
     limit: float | None = None,
     original_rounds: int = 0,
     pairs: Sequence[tuple[int, int]] = (),
+    early: bool = False,
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
     A candidate whose ratio is decided sits out the later rounds (NaN there): a slow dynamic
     variant is timed five times, not twenty. ``deadline`` is a ``time.perf_counter()`` value; at
     least ``min_rounds`` rounds always run (a ratio needs some rounds to mean anything), so a
-    deadline never leaves a candidate untimed. ``limit`` (the run's ``stop.timeout_s``, less its end)
+    deadline never leaves a candidate untimed. ``early`` (the speed ceilings): a candidate far above
+    the threshold (:func:`far_above`) sits out after ``EARLY_ROUNDS``, and the rounds end there when
+    every candidate does. ``limit`` (the run's ``stop.timeout_s``, less its end)
     comes before that: no round starts past it once one ran (fewer rounds, noisier ratios, rather than
     a run past its limit: 5 rounds of 9 models took 30 s on a loaded machine). ``original_rounds``:
     the original alone goes on in its warm session until it has run that many rounds (its latency
@@ -201,11 +234,11 @@ def time_until_decided(
             done = len(columns)
             if limit is not None and time.perf_counter() >= limit:
                 break
-            if done < min_rounds or (done - min_rounds) % chunk:
+            if not (early and done == EARLY_ROUNDS) and (done < min_rounds or (done - min_rounds) % chunk):
                 continue
-            if deadline is not None and time.perf_counter() >= deadline:
+            if done >= min_rounds and deadline is not None and time.perf_counter() >= deadline:
                 break
-            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs)
+            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs, early)
             if finished:
                 break
         while len(columns) < original_rounds and not _past(deadline, limit):
@@ -222,7 +255,11 @@ def _past(*ends: float | None) -> bool:
 
 
 def _still_timed(
-    timings: np.ndarray, threshold: float, usable: Sequence[bool], pairs: Sequence[tuple[int, int]] = ()
+    timings: np.ndarray,
+    threshold: float,
+    usable: Sequence[bool],
+    pairs: Sequence[tuple[int, int]] = (),
+    early: bool = False,
 ) -> tuple[list[bool], bool]:
     """Which rows the next rounds time (the original, and candidates not yet decided or still being
     ranked among the fast ones), and whether timing is over.
@@ -236,7 +273,8 @@ def _still_timed(
     rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first
     own = timings[rows]
     behind = outrun(own, threshold)
-    settled = [flag or late for flag, late in zip(decided(own, threshold), behind, strict=True)]
+    far = far_above(own, threshold) if early else [False] * (len(own) - 1)
+    settled = [flag or late or slow for flag, late, slow in zip(decided(own, threshold), behind, far, strict=True)]
     ranked = fastest_known(own, threshold)
     below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / own[0]) < threshold) for row in own[1:]]
     active = [False] * len(timings)
@@ -269,10 +307,12 @@ def decide_in_chunks(
     limit: float | None = None,
     original_rounds: int = 0,
     pairs: Sequence[tuple[int, int]] = (),
+    early: bool = False,
 ) -> np.ndarray:
     """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a
-    target's server): ``min_rounds`` rounds of every model, then ``chunk`` rounds at a time of the
-    models still undecided, by the same rule. A candidate the backend cannot run sits out (a NaN row)."""
+    target's server): ``min_rounds`` rounds of every model (``early``: ``EARLY_ROUNDS`` first, then the
+    rest for those not far above), then ``chunk`` rounds at a time of the models still undecided, by
+    the same rule. A candidate the backend cannot run sits out (a NaN row)."""
     models = [original, *candidates]
     usable = [True] * len(models)
     spec = replace(spec, warmup=min(spec.warmup, 2))
@@ -295,14 +335,16 @@ def decide_in_chunks(
             raise RuntimeError(f"the backend could not time {len(rows)} models side by side, yet each alone")
         return batch([row for row in rows if usable[row]], rounds)
 
-    columns = [batch(list(range(len(models))), max(1, min(min_rounds, max_rounds)))]
+    first = min(EARLY_ROUNDS, min_rounds) if early else min_rounds
+    columns = [batch(list(range(len(models))), max(1, min(first, max_rounds)))]
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
-        if _past(deadline, limit):
+        if _past(limit) or (done >= min_rounds and _past(deadline)):
             break
-        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs)
+        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs, early)
         if finished:
             break
-        columns.append(batch([row for row, on in enumerate(active) if on], min(chunk, max_rounds - done)))
+        size = min_rounds - done if done < min_rounds else chunk  # to ``min_rounds`` after the early ones
+        columns.append(batch([row for row, on in enumerate(active) if on], min(size, max_rounds - done)))
     if (done := sum(c.shape[1] for c in columns)) < original_rounds and not _past(deadline, limit):
         columns.append(batch([0], original_rounds - done))  # the original alone, as above
     return np.concatenate(columns, axis=1)

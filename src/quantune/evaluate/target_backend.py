@@ -226,6 +226,7 @@ class TargetBackend:
         limit: float | None = None,
         original_rounds: int = 0,
         pairs: Sequence[tuple[int, int]] = (),
+        early: bool = False,
     ) -> np.ndarray:
         """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`); the
         run's ``limit`` travels with each batch, as with :meth:`timings`. Each model's session is
@@ -253,6 +254,7 @@ class TargetBackend:
                 limit=limit,
                 original_rounds=original_rounds,
                 pairs=pairs,
+                early=early,
             )
         finally:
             self._free()
