@@ -37,6 +37,11 @@ def test_every_run_ends_with_a_self_contained_report_and_an_optuna_study(make_co
         assert f'id="{div}"' in page
     assert not re.search(r"<script[^>]*\bsrc=", page)  # nothing loaded from elsewhere: plotly.js is inlined
     assert "Plotly.newPlot" in page and len(page) > 1_000_000
+    # each figure carries plotly's plotly_white theme, added as JSON as the page is written
+    import plotly.io as pio
+
+    white = json.dumps(pio.templates["plotly_white"].to_plotly_json()["layout"]["plot_bgcolor"])
+    assert page.count('"template":{') >= len(PLOTS) and f'"plot_bgcolor":{white}' in page
     assert _rows(page) == [t.number for t in result.trials]
     assert f'<tr class="best" data-state="meets"><td data-v="{float(result.best.number)!r}">' in page
     results = json.loads((out / "results.json").read_text())

@@ -14,6 +14,8 @@ machine and library versions.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import html
 import json
 import logging
@@ -129,12 +131,33 @@ def _figure(name: str, build: Callable[[], Any]) -> str:
     except Exception as exc:  # one view that cannot be drawn leaves the rest of the page
         log.debug("report: %s not drawn", name, exc_info=True)
         return f"<p class=note>The {html.escape(name)} view could not be drawn: {html.escape(_reason(exc))}</p>"
-    return figure.to_html(
+    import plotly.io as pio
+
+    spec = figure.to_dict()  # validated as it was built; its theme added as plain JSON (plots._styled)
+    spec["layout"]["template"] = white_template()
+    return pio.to_html(
+        spec,
+        validate=False,
         full_html=False,
         include_plotlyjs=False,
         div_id=f"plot-{name}",
         config={"displaylogo": False, "responsive": True},
     )
+
+
+@functools.cache
+def white_template() -> dict[str, Any]:
+    """plotly's ``plotly_white`` theme as its JSON (the file plotly ships it in; through plotly's
+    template registry if that file ever moves): the same dict, without plotly's validation."""
+    import pkgutil
+
+    with contextlib.suppress(OSError, ValueError, TypeError):
+        raw = pkgutil.get_data("plotly", "package_data/templates/plotly_white.json")
+        if raw:
+            return json.loads(raw)
+    import plotly.io as pio
+
+    return pio.templates["plotly_white"].to_plotly_json()
 
 
 def _reason(exc: BaseException) -> str:

@@ -376,8 +376,11 @@ def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool
 
 
 def _styled(figure: Any, height: int = 420) -> Any:
+    """The page's figure layout; the theme (plotly_white) is set as the page writes the figure
+    (report/html.py: ``_figure``), not here: assigned to each figure, plotly validated and deep-copied
+    that template every time, 0.26 s of a 0.6 s report, at the end of every run."""
     figure.update_layout(
-        template="plotly_white",
+        template={},
         height=height,
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         legend={"font": {"size": 11}},
