@@ -52,6 +52,7 @@ from quantune.model import external_data_files, graphs
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.fast_channels import fast_per_channel
+from quantune.passes.onnx.fast_lookups import fast_lookups
 from quantune.passes.onnx.fast_shapes import ModelStore, fits_in_memory, in_memory_shapes
 from quantune.passes.onnx.gather_int8 import quantize_gathers
 from quantune.passes.onnx.pre_optimize import drop_types, drop_value_infos, optimize_extended, optimize_extended_model
@@ -210,7 +211,7 @@ class DynamicQuantization(Pass):
         store: ModelStore | None = None,
     ) -> None:
         in_memory = in_memory_shapes(store) if store is not None else contextlib.nullcontext()
-        with fast_per_channel(), in_memory:  # the same weights, all channels at once (fast_channels.py)
+        with fast_per_channel(), fast_lookups(), in_memory:  # all channels at once (fast_channels.py), no full scans
             quantize_dynamic(
                 str(model_in),
                 str(model_out),

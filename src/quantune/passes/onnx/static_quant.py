@@ -36,6 +36,7 @@ from quantune.passes.onnx.calibration_options import (
 )
 from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.fast_channels import fast_per_channel
+from quantune.passes.onnx.fast_lookups import fast_lookups
 from quantune.passes.onnx.fast_shapes import fits_in_memory, in_memory_shapes
 from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.float_source import remember_float_source
@@ -267,7 +268,7 @@ class StaticQuantization(Pass):
     def _quantize(config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path) -> None:
         """onnxruntime's quantize_static from ranges already computed (never its own calibration), its
         per-channel weights quantized every channel at once (byte-identical: fast_channels.py)."""
-        with fast_per_channel():
+        with fast_per_channel(), fast_lookups():  # and its graph edits without full scans (fast_lookups.py)
             _quantize_static(config, model_in, model_out, extra, ranges)
         if config.nodes_to_exclude:
             _keep_fallback_float(model_out, list(config.nodes_to_exclude))
