@@ -28,9 +28,11 @@ def _loaded_for(points: list[dict]) -> bool:
     """In a worker: whether the symbolic shape inference is loaded once ``load_in_background`` is done."""
     import threading
 
+    from quantune.engine.ahead import needs_symbolic_shapes
     from quantune.prepare.shapes import load_in_background
 
-    load_in_background(points)
+    if needs_symbolic_shapes(points, {}):
+        load_in_background()
     for thread in threading.enumerate():
         if thread.name == "quantune-load-shapes":
             thread.join()
@@ -66,6 +68,19 @@ def test_a_worker_loads_the_symbolic_shape_inference_only_for_an_extended_pre_op
     )
     assert plain.ok and extended.ok, (plain.error, extended.error)
     assert plain.value is False and extended.value is True
+
+
+def test_which_points_need_the_symbolic_shape_inference_is_their_passes_trait() -> None:
+    """Asked of the step's pass (``Pass.needs_symbolic_shapes``), not of a parameter's name: a step of
+    another name runs dynamic quantization too, and another pass's ``pre_optimize`` needs nothing."""
+    from quantune.engine.ahead import needs_symbolic_shapes
+    from quantune.passes.onnx.dynamic_quant import DynamicQuantization
+
+    assert DynamicQuantization.needs_symbolic_shapes({"pre_optimize": "extended"})
+    assert not DynamicQuantization.needs_symbolic_shapes({"pre_optimize": "none"})
+    assert needs_symbolic_shapes([{"flow": "dq", "dq.pre_optimize": "extended"}], {"dq": "dynamic_quant"})
+    assert not needs_symbolic_shapes([{"flow": "dq", "dq.pre_optimize": "extended"}], {})  # no pass named dq
+    assert not needs_symbolic_shapes([{"static_quant.pre_optimize": "extended", "static_quant.per_channel": True}], {})
 
 
 def test_workers_are_spawned_when_the_fork_server_is_turned_off(monkeypatch: pytest.MonkeyPatch) -> None:

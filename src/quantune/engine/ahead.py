@@ -12,7 +12,7 @@ import contextlib
 import os
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -118,7 +118,8 @@ def evaluate_first_guess(
     from quantune.prepare.shapes import load_in_background
 
     started = time.perf_counter()
-    load_in_background([point])  # beside the run's set-up in this worker, when the guess needs it
+    if needs_symbolic_shapes([point], step_passes(spec)):  # loaded beside the run's set-up in this worker
+        load_in_background()
     runner = runner_for(spec)
     launch_memory_probe(runner)  # its server's imports beside the build: the guess's figures end with memory
     context = runner.context
@@ -244,7 +245,8 @@ def build_variants(
     from quantune.engine.probes import _profile, _variant_model
     from quantune.prepare.shapes import load_in_background
 
-    load_in_background(point for point, _ in items)
+    if needs_symbolic_shapes((point for point, _ in items), step_passes(spec)):
+        load_in_background()
     context = runner_for(spec).context
     deadline = None if not budget_s else time.perf_counter() + budget_s
     built = 0
@@ -265,6 +267,33 @@ def build_variants(
         except Exception as exc:
             print(f"node profile: {type(exc).__name__}: {exc}", flush=True)
     return built
+
+
+def needs_symbolic_shapes(points: Iterable[Mapping[str, Any]], step_passes: Mapping[str, str]) -> bool:
+    """Whether a step of one of ``points`` runs a pass that says its values need onnxruntime's
+    symbolic shape inference (``Pass.needs_symbolic_shapes``); ``step_passes``: each step's pass
+    name where it is not the step's own name."""
+    from quantune.passes.registry import find_pass
+
+    for point in points:
+        steps: dict[str, dict[str, Any]] = {}
+        for key, value in point.items():
+            step, dot, name = key.partition(".")
+            if dot:
+                steps.setdefault(step, {})[name] = value
+        for step, values in steps.items():
+            cls = find_pass(str(step_passes.get(step, step)))
+            if cls is not None and cls.needs_symbolic_shapes(values):
+                return True
+    return False
+
+
+def step_passes(spec: Any) -> dict[str, str]:
+    """Each configured step's pass name (from the worker's config: no set-up needed to read it)."""
+    try:
+        return {entry.step_id: entry.name for entry in spec.loaded.config.passes}
+    except (AttributeError, TypeError):  # no such config (a test's spec): step names are pass names
+        return {}
 
 
 LIGHT_ROWS = 8  # a calibration on at most this many rows is light (a ceiling's stand-in, speed.stand_in)

@@ -117,6 +117,13 @@ class Pass(ABC):
     auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half", "refine"] | None] = None
 
     @classmethod
+    def needs_symbolic_shapes(cls, values: Mapping[str, Any]) -> bool:
+        """Whether a run with these parameter ``values`` (by name, the pass's own) uses onnxruntime's
+        symbolic shape inference, whose sympy takes 0.3-0.4 s to load: a stage worker then loads it
+        in a thread as it starts (prepare.shapes.load_in_background), beside its set-up."""
+        return False
+
+    @classmethod
     def faster_twin(
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:

@@ -17,9 +17,7 @@ import os
 import sys
 import tempfile
 import threading
-from collections.abc import Iterable, Mapping
 from pathlib import Path
-from typing import Any
 
 import onnx
 
@@ -100,17 +98,16 @@ def symbolic_shape_inference() -> type:
 _LOADING = threading.Lock()
 
 
-def load_in_background(points: Iterable[Mapping[str, Any]]) -> None:
+def load_in_background() -> None:
     """Starts loading the symbolic shape inference (and sympy, 0.3-0.4 s) in a thread of this
-    worker when one of ``points`` will need it (an ``extended`` pre-optimization), so the load
-    overlaps the worker's set-up and its model's first steps instead of preceding its first use.
+    worker, which will need it (engine/ahead.py asks the passes: ``Pass.needs_symbolic_shapes``,
+    e.g. dynamic quantization's ``extended`` pre-optimization), so the load overlaps the worker's
+    set-up and its model's first steps instead of preceding its first use.
 
     The workers' fork server no longer loads it for every worker: it held back the first worker
     of every run (the original's evaluation) by that much, and on a model under 2 MB the first
     in-budget answer with it (issue 23: at most 1.5 s from process start).
     """
-    if not any(key.endswith(".pre_optimize") and value == "extended" for p in points for key, value in p.items()):
-        return
     if "_quantune_symbolic_shape_infer" in sys.modules or "onnxruntime.tools.symbolic_shape_infer" in sys.modules:
         return
 

@@ -118,6 +118,11 @@ class DynamicQuantization(Pass):
     min_opset = 11
 
     @classmethod
+    def needs_symbolic_shapes(cls, values: Mapping[str, Any]) -> bool:
+        """The extended pre-optimization types the fused graph by symbolic inference (pre_optimize.py)."""
+        return values.get("pre_optimize") == "extended"
+
+    @classmethod
     def faster_twin(
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:
