@@ -9,6 +9,7 @@ from pathlib import Path
 import pytest
 
 import quantune
+from quantune.report.html import VIEW_TRIALS
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "bench"))
 from report_shot import find_chromium, shoot
@@ -38,13 +39,18 @@ def test_report_renders_in_chromium_without_console_errors(make_config, tmp_path
     assert png.read_bytes().startswith(b"\x89PNG") and png.stat().st_size > 50_000
 
 
+SPACE = {"weight_type": ["int8", "uint8"], "per_channel": [True, False], "reduce_range": [True, False]}
+
+
 def test_the_trial_table_sorts_and_filters_and_the_target_toggle_redraws(make_config, tmp_path, monkeypatch):
     pytest.importorskip("playwright", reason="the test extra's playwright is not installed")
     from playwright.sync_api import sync_playwright
 
     monkeypatch.setenv("QUANTUNE_REPORT", "1")
-    result = quantune.tune(make_config(), output=tmp_path / "out")
+    searched = {name: {"search": values} for name, values in SPACE.items()}
+    result = quantune.tune(make_config([{"name": "dynamic_quant", "params": searched}]), output=tmp_path / "out")
     numbers = sorted(t.number for t in result.trials)
+    assert len(numbers) >= VIEW_TRIALS  # the parameter views are drawn
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=find_chromium(), headless=True, args=["--no-sandbox"])
         try:
