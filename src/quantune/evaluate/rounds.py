@@ -24,11 +24,12 @@ import logging
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 
-from quantune.evaluate.latency import LatencySpec, latency_lane, timed_call, timing_session
+from quantune.evaluate.latency import LatencySpec, latency_lane, open_all, timed_call, timing_session
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN, RatioInterval, paired_ratio
 from quantune.evaluate.session import DEFAULT_PROVIDER
 
@@ -191,16 +192,19 @@ def time_until_decided(
     """
     timing_spec = replace(spec, warmup=min(spec.warmup, 2))
 
-    def opened(model: Path) -> Callable[[], object]:
-        return timed_call(timing_session(model, timing_spec, provider, provider_options), feeds, runner)
-
-    calls = [opened(original)]
-    for model in candidates:  # a candidate onnxruntime cannot load or run sits out (a NaN row)
-        try:
-            calls.append(opened(model))
-        except Exception as exc:
-            log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", model, str(exc).splitlines()[0][:200])
+    sessions = open_all(
+        [partial(timing_session, m, timing_spec, provider, provider_options) for m in [original, *candidates]]
+    )
+    if isinstance(sessions[0], BaseException):
+        raise sessions[0]
+    calls: list[Callable[[], object] | None] = []
+    for row, session in enumerate(sessions):  # a candidate onnxruntime cannot load or run sits out (a NaN row)
+        if isinstance(session, BaseException):
+            reason = str(session).splitlines()[0][:200] if str(session) else type(session).__name__
+            log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], reason)
             calls.append(None)
+        else:
+            calls.append(timed_call(session, feeds, runner))
     usable = [call is not None for call in calls]
     active = list(usable)
     columns: list[np.ndarray] = []
