@@ -8,33 +8,15 @@ import hashlib
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-import onnx
 import pytest
 from onnx import TensorProto, helper
 from onnxruntime.quantization import onnx_model, qdq_quantizer, quant_utils
 
-from quantune.data.dataset import Dataset
 from quantune.passes.base import PassContext
 from quantune.passes.onnx import dynamic_quant, fast_lookups, static_quant
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization, DynamicQuantizationConfig
 from quantune.passes.onnx.static_quant import StaticQuantization, StaticQuantizationConfig
-from test_fast_shapes import CONFIGS, MODELS, STATIC_CONFIGS
-
-
-def _calibration(model: Path) -> tuple[Dataset, list[str]]:
-    inputs = [
-        (i.name, [d.dim_value for d in i.type.tensor_type.shape.dim], i.type.tensor_type.elem_type)
-        for i in onnx.load(str(model)).graph.input
-    ]
-    rng = np.random.default_rng(0)
-    arrays = {
-        n: rng.normal(size=[8, *s[1:]]).astype(np.float32)
-        if t == TensorProto.FLOAT
-        else np.zeros([8, *s[1:]], np.int64)
-        for n, s, t in inputs
-    }
-    return Dataset(arrays, "calib"), [n for n, _, _ in inputs]
+from test_fast_shapes import CONFIGS, MODELS, STATIC_CONFIGS, calibration_for
 
 
 def _digests(build: Any, module: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict[bool, str]:
@@ -67,7 +49,7 @@ def test_the_static_build_writes_onnxruntimes_bytes(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch, name: str, params: dict[str, Any]
 ) -> None:
     model = MODELS[name](tmp_path / f"{name}.onnx")
-    calibration, names = _calibration(model)
+    calibration, names = calibration_for(model)
     config = StaticQuantizationConfig(**params)
 
     def build(out: Path) -> Path:

@@ -148,6 +148,24 @@ def test_a_weight_inside_a_subgraph_is_hidden_as_onnxruntime_hides_it(tmp_path: 
     assert ours is not None and ours.SerializeToString() == theirs.SerializeToString()
 
 
+def calibration_for(model: Path) -> tuple[Any, list[str]]:
+    """Eight random rows for each of ``model``'s inputs (floats, or zeros for integer inputs), and their names."""
+    from quantune.data.dataset import Dataset
+
+    inputs = [
+        (i.name, [d.dim_value for d in i.type.tensor_type.shape.dim], i.type.tensor_type.elem_type)
+        for i in onnx.load(str(model)).graph.input
+    ]
+    rng = np.random.default_rng(0)
+    arrays = {
+        n: rng.normal(size=[8, *s[1:]]).astype(np.float32)
+        if t == TensorProto.FLOAT
+        else np.zeros([8, *s[1:]], np.int64)
+        for n, s, t in inputs
+    }
+    return Dataset(arrays, "calib"), [n for n, _, _ in inputs]
+
+
 STATIC_CONFIGS: list[dict[str, Any]] = [
     {"quant_format": "QDQ", "activation_type": "uint8", "per_channel": True, "reduce_range": True},
     {"quant_format": "QOperator", "activation_type": "uint8", "per_channel": False},
@@ -162,25 +180,11 @@ def test_the_static_build_with_in_memory_shapes_writes_the_bytes_of_the_file_bui
 ) -> None:
     """Calibration and quantize_static infer shapes on the model's skeleton, never through files,
     and write the very model the file-based inference gives."""
-    from quantune.data.dataset import Dataset
     from quantune.passes.onnx import static_quant
     from quantune.passes.onnx.static_quant import StaticQuantization, StaticQuantizationConfig
 
     model = MODELS[name](tmp_path / f"{name}.onnx")
-    inputs = [
-        (i.name, [d.dim_value for d in i.type.tensor_type.shape.dim], i.type.tensor_type.elem_type)
-        for i in onnx.load(str(model)).graph.input
-    ]
-    rng = np.random.default_rng(0)
-    arrays = {
-        n: (
-            rng.normal(size=[8, *shape[1:]]).astype(np.float32)
-            if t == TensorProto.FLOAT
-            else np.zeros([8, *shape[1:]], np.int64)
-        )
-        for n, shape, t in inputs
-    }
-    calibration = Dataset(arrays, "calib")
+    calibration, names = calibration_for(model)
     config = StaticQuantizationConfig(**params)
     digests = {}
     for in_memory in (False, True):
@@ -190,7 +194,7 @@ def test_the_static_build_with_in_memory_shapes_writes_the_bytes_of_the_file_bui
             else:
                 patch.setattr(static_quant, "fits_in_memory", lambda path: False)
             out = tmp_path / f"out-{in_memory}.onnx"
-            context = PassContext(calibration, [n for n, _, _ in inputs], 1, tmp_path)
+            context = PassContext(calibration, names, 1, tmp_path)
             StaticQuantization().run(config, model, out, context)
         digests[in_memory] = hashlib.sha256(out.read_bytes()).hexdigest()
     assert digests[True] == digests[False]

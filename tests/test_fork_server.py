@@ -28,11 +28,9 @@ def _loaded_for(points: list[dict]) -> bool:
     """In a worker: whether the symbolic shape inference is loaded once ``load_in_background`` is done."""
     import threading
 
-    from quantune.engine.ahead import needs_symbolic_shapes
-    from quantune.prepare.shapes import load_in_background
+    from quantune.engine.ahead import load_shapes_ahead
 
-    if needs_symbolic_shapes(points, {}):
-        load_in_background()
+    load_shapes_ahead(None, points)
     for thread in threading.enumerate():
         if thread.name == "quantune-load-shapes":
             thread.join()

@@ -130,7 +130,7 @@ def test_a_target_opens_each_model_once_for_all_its_chunks_of_rounds(tmp_path: P
     assert all(kw["sessions"] == timed[0]["sessions"] for kw in timed)
 
 
-def test_sessions_open_on_the_cores_at_once_in_order_with_failures_in_place(tmp_path: Path) -> None:
+def test_sessions_open_on_the_cores_at_once_in_order_with_failures_in_place() -> None:
     """``open_all``: every model's session opened before any timing, on the machine's cores at once
     (a ceiling session's six MiniLM sessions took 0.35 s one after the other, 0.20 s two at a time);
     results keep the models' order, and a failure comes back in its place, not raised."""

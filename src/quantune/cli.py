@@ -175,11 +175,12 @@ def _forks_workers(args: argparse.Namespace) -> bool:
     """Whether the run will fork its workers, read before the config is validated (``will_fork``)."""
     from quantune.forkserver import will_fork
 
+    hint = {}  # ``--set executor.kind=...`` without the config package (parse_set imports pydantic)
     for item in args.set or []:
         key, _, value = item.partition("=")
         if key.strip() == "executor.kind":
-            return value.strip().strip("'\"") == "process"
-    return will_fork(args.config, args.executor)
+            hint["executor.kind"] = value.strip().strip("'\"")
+    return will_fork(args.config, args.executor, hint)
 
 
 def _load(args: argparse.Namespace) -> LoadedConfig:

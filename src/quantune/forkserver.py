@@ -5,8 +5,8 @@ quantizers and quantune before its first line of work: half a second to a second
 machine, for every stage worker and trial worker of a run (the original's evaluation, the first
 guess, the ceiling builds, the sensitivity, the trial workers). A fork server imports them
 once, in its own process, while the engine sets the run up on the other core; each worker is
-then forked from it with those modules loaded. It forks from a process that holds no run state (no sessions, no threads of the engine), so a worker starts as clean as a
-spawned one: the same preparation (``sys.path``, working folder, main module) and, passed by
+then forked from it with those modules loaded. It forks from a process that holds no run state
+(no sessions, no threads of the engine), so a worker starts as clean as a spawned one: the same preparation (``sys.path``, working folder, main module) and, passed by
 its parent, the parent's environment as it is when the worker starts.
 
 Where there is no fork server (not POSIX), or ``QUANTUNE_FORKSERVER=0``, workers are spawned.

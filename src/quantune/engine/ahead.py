@@ -115,11 +115,9 @@ def evaluate_first_guess(
     from quantune.engine.baseline import shared_cores
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.probes import _variant_model
-    from quantune.prepare.shapes import load_in_background
 
     started = time.perf_counter()
-    if needs_symbolic_shapes([point], step_passes(spec)):  # loaded beside the run's set-up in this worker
-        load_in_background()
+    load_shapes_ahead(spec, [point])  # beside the run's set-up in this worker, when the guess needs it
     runner = runner_for(spec)
     launch_memory_probe(runner)  # its server's imports beside the build: the guess's figures end with memory
     context = runner.context
@@ -243,10 +241,8 @@ def build_variants(
     original's node profile."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.probes import _profile, _variant_model
-    from quantune.prepare.shapes import load_in_background
 
-    if needs_symbolic_shapes((point for point, _ in items), step_passes(spec)):
-        load_in_background()
+    load_shapes_ahead(spec, [point for point, _ in items])
     context = runner_for(spec).context
     deadline = None if not budget_s else time.perf_counter() + budget_s
     built = 0
@@ -269,10 +265,21 @@ def build_variants(
     return built
 
 
+def load_shapes_ahead(spec: Any, points: list[Mapping[str, Any]]) -> None:
+    """Starts loading onnxruntime's symbolic shape inference in a thread of this worker when a step
+    of ``points`` needs it (:func:`needs_symbolic_shapes`; prepare.shapes.load_in_background)."""
+    from quantune.prepare.shapes import load_in_background
+
+    if needs_symbolic_shapes(points, step_passes(spec)):
+        load_in_background()
+
+
 def needs_symbolic_shapes(points: Iterable[Mapping[str, Any]], step_passes: Mapping[str, str]) -> bool:
     """Whether a step of one of ``points`` runs a pass that says its values need onnxruntime's
     symbolic shape inference (``Pass.needs_symbolic_shapes``); ``step_passes``: each step's pass
-    name where it is not the step's own name."""
+    name where it is not the step's own name. Read from the points' own values before the run is
+    set up (a value the config fixes is not in them: that worker loads it at its first use).
+    """
     from quantune.passes.registry import find_pass
 
     for point in points:

@@ -154,8 +154,8 @@ def closest_miss(
 ) -> TrialRecord | None:
     """The most accurate point of :func:`miss_front` (with ``original_latency_ms``); when no
     tried model is faster than the original, the evaluated trial with the smallest accuracy
-    loss (then the best objective; a measured one, within ``SEARCH_NOISE``, the earlier trial). A model that quantizes nothing yet meets the criterion is
-    the original in disguise, not a miss."""
+    loss (then the best objective; a measured one, within ``SEARCH_NOISE``, the earlier trial).
+    A model that quantizes nothing yet meets the criterion is the original in disguise, not a miss."""
     records = list(records)
     front = miss_front(records, original_latency_ms)
     if front:

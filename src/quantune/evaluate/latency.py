@@ -167,16 +167,15 @@ def time_side_by_side(
     ``SETTLE_EVERY`` after (the rounds so far): once it says the answer is known, no more rounds.
     """
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
-    calls = open_all(
+    sessions = open_all(
         [
             partial(timing_session, model, spec, provider, provider_options, setting)
             for model, setting in zip(models, chosen, strict=True)
         ]
     )
-    for call in calls:
-        if isinstance(call, BaseException):
-            raise call
-    calls = [timed_call(session, feeds, runner) for session in calls]
+    if (failed := next((s for s in sessions if isinstance(s, BaseException)), None)) is not None:
+        raise failed  # every model must run here (the first that cannot, as before)
+    calls = [timed_call(session, feeds, runner) for session in sessions]
     timings = np.empty((len(calls), spec.repeats))
     with latency_lane():
         for call in calls:

@@ -36,17 +36,21 @@ from quantune.evaluate.session import DEFAULT_PROVIDER
 log = logging.getLogger("quantune.evaluate")
 
 
-def _intervals(timings: np.ndarray, reference: int = 0, confidence: float = CONFIDENCE) -> list[RatioInterval | None]:
-    """Each candidate row's (every row but ``reference``) paired ratio to row ``reference`` over the
-    rounds both ran (a row that sat out a round is NaN there); None for a row that never ran."""
+def _paired(timings: np.ndarray, reference: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
+    """Each candidate row's (every row but ``reference``) seconds and the reference's, over the
+    rounds both ran (a row that sat out a round is NaN there; empty for a row that never ran)."""
     base = timings[reference]
-    out: list[RatioInterval | None] = []
+    pairs = []
     for index, row in enumerate(timings):
-        if index == reference:
-            continue
-        both = ~np.isnan(row) & ~np.isnan(base)
-        out.append(paired_ratio(row[both], base[both], confidence) if both.any() else None)
-    return out
+        if index != reference:
+            both = ~np.isnan(row) & ~np.isnan(base)
+            pairs.append((row[both], base[both]))
+    return pairs
+
+
+def _intervals(timings: np.ndarray, reference: int = 0, confidence: float = CONFIDENCE) -> list[RatioInterval | None]:
+    """Each candidate row's paired ratio to row ``reference`` (:func:`_paired`); None for a row that never ran."""
+    return [paired_ratio(row, base, confidence) if len(row) else None for row, base in _paired(timings, reference)]
 
 
 def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidence: float = CONFIDENCE) -> list[bool]:
@@ -77,13 +81,10 @@ def far_above(timings: np.ndarray, threshold: float, reference: int = 0) -> list
     base = timings[reference]
     if not np.any(~np.isnan(base)) or np.nanmedian(base) < EARLY_FLOOR_S:
         return [False] * (len(timings) - 1)
-    out = []
-    for index, row in enumerate(timings):
-        if index == reference:
-            continue
-        both = ~np.isnan(row) & ~np.isnan(base)
-        out.append(int(both.sum()) >= EARLY_ROUNDS and bool(np.all(row[both] / base[both] >= threshold * FAR)))
-    return out
+    return [
+        len(row) >= EARLY_ROUNDS and bool(np.all(row / ref >= threshold * FAR))
+        for row, ref in _paired(timings, reference)
+    ]
 
 
 def pair_decided(timings: np.ndarray, row: int, reference: int) -> bool:
@@ -200,7 +201,7 @@ def time_until_decided(
     calls: list[Callable[[], object] | None] = []
     for row, session in enumerate(sessions):  # a candidate onnxruntime cannot load or run sits out (a NaN row)
         if isinstance(session, BaseException):
-            reason = str(session).splitlines()[0][:200] if str(session) else type(session).__name__
+            reason = (str(session).splitlines() or [type(session).__name__])[0][:200]
             log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], reason)
             calls.append(None)
         else:

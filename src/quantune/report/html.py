@@ -169,35 +169,39 @@ def _reason(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text[0] if text else ''}"
 
 
+VIEW_NAMES = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
+
+
+def _no_views(text: str) -> dict[str, str]:
+    """Every parameter view's place holding the note ``text`` instead."""
+    return dict.fromkeys(VIEW_NAMES, f"<p class=note>{html.escape(text)}</p>")
+
+
 def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
     """Importance, parallel-coordinate and slice plots from ``optuna.visualization``, for the
     objective and for the accuracy loss, drawn on the run's study (written to optuna.journal)."""
     from quantune.report.plots import loss_scale
     from quantune.report.study import STUDY_FILE, STUDY_NAME, objective_name, run_space, write_study
 
-    names = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
     finished = [t for t in results.trials if t.status == "ok" and t.accuracy_loss is not None]
     if len(finished) < 2:  # nothing to view; importing Optuna's plots and writing the study took 1 s of a 3 s run
         why = "fewer than two finished trials"
-        empty = f"<p class=note>No parameter view: {why}.</p>"
-        return dict.fromkeys(names, empty), f"No Optuna study written ({why})."
+        return _no_views(f"No parameter view: {why}."), f"No Optuna study written ({why})."
     try:
         study = write_study(results, run_dir, run_space(run_dir))
     except Exception as exc:
         note = f"The run could not be written as an Optuna study ({_reason(exc)})."
-        return {name: f"<p class=note>{html.escape(note)}</p>" for name in names}, note
+        return _no_views(note), note
     where = (run_dir / STUDY_FILE).resolve()
     if len(finished) < VIEW_TRIALS:
         why = f"fewer than {VIEW_TRIALS} finished trials"
-        empty = f"<p class=note>No parameter view: {html.escape(why)}.</p>"
-        return dict.fromkeys(names, empty), (
-            f"{len(study.trials)} trials as an Optuna study ('{STUDY_NAME}' in {where}; no parameter views: {why})."
-        )
+        note = f"{len(study.trials)} trials as an Optuna study ('{STUDY_NAME}' in {where}; no parameter views: {why})."
+        return _no_views(f"No parameter view: {why}."), note
     try:
         import optuna.visualization  # noqa: F401 (plotly missing fails here, with the note below)
     except Exception as exc:
         note = f"Optuna's views cannot be drawn here ({_reason(exc)})."
-        return {name: f"<p class=note>{html.escape(note)}</p>" for name in names}, note
+        return _no_views(note), note
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     scale, loss_label = loss_scale(results)
     targets = {
@@ -208,8 +212,8 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
     params, among = view_params(study, chosen.number if chosen is not None else None)
     if len(complete) < 2 or not params:
         why = "fewer than two finished trials" if len(complete) < 2 else "no searched parameter took two values"
-        empty = f"<p class=note>No parameter view: {why} in the chosen trial's flow.</p>"
-        return dict.fromkeys(names, empty), f"{len(study.trials)} trials as an Optuna study ({why})."
+        note = f"{len(study.trials)} trials as an Optuna study ({why})."
+        return _no_views(f"No parameter view: {why} in the chosen trial's flow."), note
     with warnings.catch_warnings():
         # Optuna's notes to its own users (PED-ANOVA, the evaluator without scikit-learn, says it
         # ranks for low targets -- ours are latency and loss, both minimised -- and that its quantiles
@@ -221,8 +225,8 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
         f"show the {len(params)} parameter(s) that varied among the {among} finished trials that share the chosen "
         f"trial's parameters "
         f"('{STUDY_NAME}' in {where}; open it with optuna-dashboard {where}). "
-        "Importance needs at least two finished trials whose searched parameters differ; a conditional parameter "
-        "is named by its parents' values, as the Optuna samplers name it."
+        f"The views are drawn from {VIEW_TRIALS} finished trials, importance over those whose searched parameters "
+        "differ; a conditional parameter is named by its parents' values, as the Optuna samplers name it."
     )
     return views, note
 
@@ -233,8 +237,7 @@ def _views_left_out(run_dir: Path) -> tuple[dict[str, str], str]:
         "The parameter views were left out to end within stop.timeout_s (drawing them takes seconds); "
         f"quantune report {run_dir} draws the page with them."
     )
-    names = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice") for target in ("objective", "loss")]
-    return dict.fromkeys(names, f"<p class=note>{html.escape(note)}</p>"), note
+    return _no_views(note), note
 
 
 def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
