@@ -137,7 +137,7 @@ def _figure(name: str, build: Callable[[], Any]) -> str:
         return f"<p class=note>The {html.escape(name)} view could not be drawn: {html.escape(_reason(exc))}</p>"
     import plotly.io as pio
 
-    spec = figure.to_dict()  # validated as it was built; its theme added as plain JSON (plots._styled)
+    spec = figure.to_dict()  # plain JSON (report/spec.py), its theme added here as JSON too
     spec["layout"]["template"] = white_template()
     return pio.to_html(
         spec,

@@ -16,6 +16,7 @@ from typing import Any
 
 from quantune.engine.result import Result
 from quantune.engine.trial import TrialRecord
+from quantune.report.spec import Spec, scatter, titled
 from quantune.report.study import objective_name, objective_value
 
 GREEN, GRAY, RED, BLUE, GOLD, ORANGE = "#2ca02c", "#9a9a9a", "#d62728", "#1f77b4", "#f5c518", "#ff7f0e"
@@ -84,19 +85,17 @@ def _short(value: Any) -> str:
     return str(value)
 
 
-def trade_off(results: Result) -> Any:
+def trade_off(results: Result) -> Spec:
     """Every trial: objective against accuracy loss, with the original, the budget, the best or
     the closest miss, and the failed trials (no figures) in a strip above the plot."""
-    import plotly.graph_objects as go
-
     scale, loss_label = loss_scale(results)
     trials = ok_trials(results)
     x_of = lambda t: objective_value(results, t.metrics)  # noqa: E731
-    figure = go.Figure()
+    figure = Spec()
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
         group = [t for t in trials if bool(t.meets_criterion) is meets]
         figure.add_trace(
-            go.Scatter(
+            scatter(
                 x=[x_of(t) for t in group],
                 y=[scale * t.accuracy_loss for t in group],
                 mode="markers",
@@ -111,7 +110,7 @@ def trade_off(results: Result) -> Any:
     if base is not None:
         xs.append(base)
         figure.add_trace(
-            go.Scatter(
+            scatter(
                 x=[base],
                 y=[0.0],
                 mode="markers",
@@ -126,9 +125,7 @@ def trade_off(results: Result) -> Any:
     if tolerable is not None:
         budget = scale * tolerable
         losses.append(budget)
-        figure.add_hline(
-            y=budget, line={"color": RED, "dash": "dash"}, annotation_text="budget", annotation_position="top right"
-        )
+        figure.add_hline(budget, {"color": RED, "dash": "dash"}, "budget")
     if base is not None:  # a line trace, not a shape: shapes on a log axis take log10 coordinates
         figure.add_trace(_line([base, base], [min(losses), max(losses)], BLUE, "original"))
     _mark_chosen(figure, results, lambda t: (x_of(t), scale * t.accuracy_loss))
@@ -136,7 +133,7 @@ def trade_off(results: Result) -> Any:
     if failed:
         top = max(losses) + 0.08 * (max(losses) - min(losses) or 1.0)
         figure.add_trace(
-            go.Scatter(
+            scatter(
                 x=[base if base is not None else (min(xs) if xs else 0.0)] * len(failed),
                 y=[top] * len(failed),
                 mode="markers",
@@ -146,22 +143,20 @@ def trade_off(results: Result) -> Any:
                 hoverinfo="text",
             )
         )
-    figure.update_layout(title="every trial", xaxis_title=objective_name(results), yaxis_title=loss_label)
+    figure.update_layout(title={"text": "every trial"}, xaxis=titled(objective_name(results)), yaxis=titled(loss_label))
     if log_axis(xs):
         figure.update_xaxes(**log_ticks(xs))
     return _styled(figure)
 
 
-def _mark_chosen(figure: Any, results: Result, at: Callable[[TrialRecord], tuple[float, float]]) -> None:
-    import plotly.graph_objects as go
-
+def _mark_chosen(figure: Spec, results: Result, at: Callable[[TrialRecord], tuple[float, float]]) -> None:
     chosen, kind = chosen_trial(results)
     if chosen is None or chosen.status != "ok" or objective_value(results, chosen.metrics) is None:
         return
     x, y = at(chosen)
     star = kind != "closest miss"
     figure.add_trace(
-        go.Scatter(
+        scatter(
             x=[x],
             y=[y],
             mode="markers",
@@ -196,18 +191,14 @@ def pareto_numbers(results: Result) -> list[int]:
     return sorted(front)
 
 
-def pareto(results: Result) -> Any:
+def pareto(results: Result) -> Spec:
     """The Pareto front of accuracy loss, latency and size: loss against latency (the front as a
     line) and size against latency (colour: loss), front members outlined in both."""
-    import plotly.graph_objects as go
-    from plotly.subplots import make_subplots
 
     scale, loss_label = loss_scale(results)
     trials = ok_trials(results)
     front = set(pareto_numbers(results))
-    figure = make_subplots(
-        rows=1, cols=2, subplot_titles=("accuracy loss vs latency", "size vs latency (colour: accuracy loss)")
-    )
+    figure = Spec(columns=2, titles=("accuracy loss vs latency", "size vs latency (colour: accuracy loss)"))
     on = [t for t in trials if t.number in front]
     line = sorted(on, key=lambda t: t.metrics.get("latency_ms", 0.0))
     best_loss, stair = float("inf"), []
@@ -220,7 +211,7 @@ def pareto(results: Result) -> Any:
     lat = [t.metrics.get("latency_ms") for t in trials]
     loss = [scale * t.accuracy_loss for t in trials]
     figure.add_trace(
-        go.Scatter(
+        scatter(
             x=lat,
             y=loss,
             mode="markers",
@@ -229,22 +220,20 @@ def pareto(results: Result) -> Any:
             text=hover,
             hoverinfo="text",
         ),
-        row=1,
         col=1,
     )
     figure.add_trace(
-        go.Scatter(
+        scatter(
             x=[t.metrics.get("latency_ms") for t in stair],
             y=[scale * t.accuracy_loss for t in stair],
             mode="lines",
             line={"shape": "hv", "color": "#000", "width": 1},
             name="front (loss vs latency)",
         ),
-        row=1,
         col=1,
     )
     figure.add_trace(
-        go.Scatter(
+        scatter(
             x=lat,
             y=[t.metrics.get("size_bytes", 0.0) / 1024 for t in trials],
             mode="markers",
@@ -261,14 +250,13 @@ def pareto(results: Result) -> Any:
             hoverinfo="text",
             showlegend=False,
         ),
-        row=1,
         col=2,
     )
     base = results.baseline
     if base.get("latency_ms") is not None:
         for col, y in ((1, 0.0), (2, base.get("size_bytes", 0.0) / 1024)):
             figure.add_trace(
-                go.Scatter(
+                scatter(
                     x=[base["latency_ms"]],
                     y=[y],
                     mode="markers",
@@ -276,28 +264,25 @@ def pareto(results: Result) -> Any:
                     name="original",
                     showlegend=col == 1,
                 ),
-                row=1,
                 col=col,
             )
-    figure.update_xaxes(title_text="latency (ms)", **(log_ticks(lat) if log_axis(lat) else {}))
-    figure.update_yaxes(title_text=loss_label, row=1, col=1)
-    figure.update_yaxes(title_text="size (KB)", row=1, col=2)
+    figure.update_xaxes(**titled("latency (ms)"), **(log_ticks(lat) if log_axis(lat) else {}))
+    figure.update_yaxes(col=1, **titled(loss_label))
+    figure.update_yaxes(col=2, **titled("size (KB)"))
     figure.update_layout(
-        title=f"Pareto front: {len(front)} of {len(trials)} finished trials",
+        title={"text": f"Pareto front: {len(front)} of {len(trials)} finished trials"},
         legend={"orientation": "h", "y": -0.2, "x": 0},
     )
     return _styled(figure, height=470)
 
 
-def progress(results: Result) -> Any:
+def progress(results: Result) -> Spec:
     """The best objective within the budget after each trial; when nothing met the budget, the
     smallest accuracy loss so far against the budget instead, with the closest miss marked."""
-    import plotly.graph_objects as go
-
     scale, loss_label = loss_scale(results)
     trials = sorted(results.trials, key=lambda t: t.number)
     met = any(t.status == "ok" and t.meets_criterion for t in trials)
-    figure = go.Figure()
+    figure = Spec()
     value = (
         (lambda t: objective_value(results, t.metrics))
         if met
@@ -313,7 +298,7 @@ def progress(results: Result) -> Any:
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
         group = [t for t in trials if t.status == "ok" and bool(t.meets_criterion) is meets]
         figure.add_trace(
-            go.Scatter(
+            scatter(
                 x=[t.number for t in group],
                 y=[value(t) for t in group],
                 mode="markers",
@@ -324,7 +309,7 @@ def progress(results: Result) -> Any:
             )
         )
     figure.add_trace(
-        go.Scatter(
+        scatter(
             x=numbers,
             y=steps,
             mode="lines",
@@ -336,7 +321,7 @@ def progress(results: Result) -> Any:
     finite = [v for v in steps if v is not None] + [v for t in trials if (v := value(t)) is not None]
     if failed and finite:
         figure.add_trace(
-            go.Scatter(
+            scatter(
                 x=[t.number for t in failed],
                 y=[min(finite)] * len(failed),
                 mode="markers",
@@ -356,31 +341,28 @@ def progress(results: Result) -> Any:
     else:
         tolerable = results.criterion.tolerable_loss
         if tolerable is not None:
-            figure.add_hline(y=scale * tolerable, line={"color": RED, "dash": "dash"}, annotation_text="budget")
+            figure.add_hline(scale * tolerable, {"color": RED, "dash": "dash"}, "budget")
         _mark_chosen(figure, results, lambda t: (t.number, scale * t.accuracy_loss))
         miss = results.closest_miss
         title = "no trial met the accuracy budget: the smallest loss so far" + (
             f" (closest miss: trial {miss.number})" if miss else ""
         )
         y_title = loss_label
-    figure.update_layout(title=title, xaxis_title="trial", yaxis_title=y_title)
+    figure.update_layout(title={"text": title}, xaxis=titled("trial"), yaxis=titled(y_title))
     return _styled(figure)
 
 
-def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool = False) -> Any:
-    import plotly.graph_objects as go
-
-    return go.Scatter(
+def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool = False) -> dict[str, Any]:
+    return scatter(
         x=x, y=y, mode="lines", line={"color": color, "dash": "dot"}, name=name, showlegend=legend, hoverinfo="skip"
     )
 
 
-def _styled(figure: Any, height: int = 420) -> Any:
-    """The page's figure layout; the theme (plotly_white) is set as the page writes the figure
-    (report/html.py: ``_figure``), not here: assigned to each figure, plotly validated and deep-copied
-    that template every time, 0.26 s of a 0.6 s report, at the end of every run."""
+def _styled(figure: Spec, height: int = 420) -> Spec:
+    """The page's figure layout; the theme (plotly_white) is added as the page writes the figure
+    (report/html.py: ``_figure``): assigned to each figure through plotly, it was validated and
+    deep-copied every time, 0.26 s of a 0.6 s report, at the end of every run."""
     figure.update_layout(
-        template={},
         height=height,
         margin={"l": 60, "r": 20, "t": 60, "b": 50},
         legend={"font": {"size": 11}},

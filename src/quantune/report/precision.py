@@ -308,17 +308,17 @@ def _score(entry: Mapping[str, Any]) -> float:
 
 def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Any:
     """Compute ops per op type, stacked by precision (``counts``: op type -> precision -> n)."""
-    import plotly.graph_objects as go
+    from quantune.report.spec import Spec, bar, titled
 
     order = ["int4", "int8", "uint8", "int16", "uint16", "fp16", "bf16", "fp32", "other"]
     colors = {"int4": "#084081", "int8": "#0868ac", "uint8": "#2b8cbe", "int16": "#7bccc4", "uint16": "#a8ddb5"}
     colors.update({"fp16": "#fdae6b", "bf16": "#fd8d3c", "fp32": "#e6550d", "other": "#9a9a9a"})
     types = list(counts)
     seen = {p for c in counts.values() for p in c}
-    figure = go.Figure()
+    figure = Spec()
     for precision in [p for p in order if p in seen] + sorted(seen - set(order)):
         figure.add_trace(
-            go.Bar(
+            bar(
                 y=types,
                 x=[counts[t].get(precision, 0) for t in types],
                 name=precision,
@@ -326,7 +326,7 @@ def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Any:
                 marker={"color": colors.get(precision, "#9a9a9a")},
             )
         )
-    figure.update_layout(barmode="stack", title="compute ops by precision", xaxis_title="ops")
+    figure.update_layout(barmode="stack", title={"text": "compute ops by precision"}, xaxis=titled("ops"))
     from quantune.report.plots import _styled
 
     return _styled(figure, height=max(260, 60 + 28 * len(types)))
