@@ -251,12 +251,16 @@ def build_variants(
             point, flow = items[index]
             if deadline is not None and built and time.perf_counter() >= deadline:
                 break
+            started = time.perf_counter()
             try:
                 _variant_model(context, context.plan, point, flow)
             except Exception as exc:  # the ceiling stage meets the same failure and reports it
                 print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
                 continue
             built += 1
+            values = ", ".join(f"{key.partition('.')[2]}={value}" for key, value in point.items() if "." in key)
+            took = time.perf_counter() - started
+            print(f"built {' > '.join(flow)} ({values}) in {took:.2f} s, at {time.time():.3f}", flush=True)
         try:  # the original's per-node profile, which the strategy asks for next (cached; a hint only)
             if profile:
                 _profile(context)

@@ -257,12 +257,13 @@ class StaticQuantization(Pass):
                     stride=config.calib_strided_minmax,
                 )
                 save_tensors_data(computed, source)
+                if fresh is not None and ranges is not None:  # published whole (os.replace) before quantizing:
+                    os.replace(fresh, ranges)  # a build in the other worker with the same ranges reads them now
+                    source = ranges
             self._quantize(config, model_in, model_out, extra, source)
             if inference_error(model_out) is not None:  # the quantizer tripped on the model's names
                 self._quantize_plain(config, model_in, model_out, extra, source, Path(tmp))
         remember_float_source(model_out, model_in, context.model_sha256, context.cache_dir)
-        if fresh is not None and fresh.is_file():
-            os.replace(fresh, ranges)  # published whole, so a concurrent reader never sees half a file
 
     @staticmethod
     def _quantize(config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path) -> None:
