@@ -228,3 +228,27 @@ def test_mixed_weights_are_uint8_for_convolutions_and_int8_for_the_rest(tmp_path
     assert np.abs(got - ref).max() < 0.1 * np.abs(ref).max()
     only_convs = _quantize(model, tmp_path / "convs.onnx", weight_type="mixed", op_types_to_quantize=["Conv"])
     assert only_convs["ConvInteger"] == 1 and only_convs["MatMulInteger"] == 0
+
+
+def test_a_guess_in_budget_needs_no_place_at_the_margin_nor_do_ceilings_not_faster_than_it() -> None:
+    """The ddddocr detector's guess (in budget; its lighter models paired with it) and its QOperator
+    twin, both at 0.97x against a 0.97x margin, were timed 20 rounds to place them at the margin;
+    the run ended at the guess, confirmed side by side, either way. A reference row of ``pairs`` (the
+    guess) is settled, and a ceiling surely not faster than it beyond 2% too; one that may be faster
+    than it is still timed, with the guess beside it."""
+    rounds = 8
+    rng = np.random.default_rng(3)
+    original = 1.0 + rng.uniform(0.0, 0.3, rounds)
+    guess = original * (0.97 + rng.uniform(-0.03, 0.03, rounds))  # on the margin: undecided
+    twin = guess * (1.0 + rng.uniform(-0.003, 0.003, rounds))  # one speed with it
+    lighter = guess * 1.05  # the companion: surely not faster than the guess
+    timings = np.stack([original, guess, twin, lighter])
+    usable = [True] * 4
+    assert _still_timed(timings[:3], 0.97, usable[:3])[1] is False  # no anchor: both placed at the margin
+    active, finished = _still_timed(timings, 0.97, usable, pairs=[(3, 1)])
+    assert finished and active == [True, False, False, False]
+    steady = np.ones(rounds)
+    at = steady * 0.985  # the guess
+    maybe = np.where(np.arange(rounds) % 2, 0.93, 1.0)  # undecided at the margin, perhaps faster than the guess
+    active, finished = _still_timed(np.stack([steady, at, maybe, at * 1.05]), 0.97, usable, pairs=[(3, 1)])
+    assert not finished and active == [True, True, True, False]

@@ -155,3 +155,16 @@ def test_the_ranges_are_published_before_the_model_is_quantized(tmp_path: Path, 
         static().run(settings, source, tmp_path / "q.onnx", context)
     assert seen == [True] and ranges.is_file()
     assert not list((tmp_path / "c").glob(".*.json"))  # no half-written file left beside it
+
+
+def test_every_ceiling_within_the_margin_and_the_guess_in_budget_stands_it_for_the_confirmation(
+    tmp_path: Path,
+) -> None:
+    """No ceiling surely below the margin: no fallback could win. With the guess in budget, that is
+    not "keep the original" -- the guess is the answer, and the closing re-timing judges it."""
+    config = _both_flows(tmp_path)
+    strategy, _, proposals = _first_ceilings(config, lambda point, flow: 0.99, guess_meets=True)
+    assert len(proposals) == 1 and "no fallback could win" in strategy.finished_reason
+    assert "trial" in strategy.finished_reason and "in budget already" in strategy.finished_reason
+    strategy, _, _ = _first_ceilings(config, lambda point, flow: 0.99, guess_meets=False)
+    assert "no fallback could win" in strategy.finished_reason and "in budget already" not in strategy.finished_reason

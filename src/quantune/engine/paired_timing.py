@@ -15,7 +15,7 @@ faster than itself), and a pair once timed is read from the cache after.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -116,3 +116,42 @@ def pair_result(candidate_s: np.ndarray, reference_s: np.ndarray) -> dict[str, A
         return None
     interval = paired_ratio(candidate_s[both], reference_s[both])
     return {**interval.to_dict(), "faster": interval.faster, "same_model": False}
+
+
+def store_pairs(
+    context: Any,
+    timings: np.ndarray,
+    pairs: Sequence[tuple[int, int]],
+    sha_of: Mapping[int, str],
+    most: int,
+    quiet: bool = False,
+) -> int:
+    """Each (row, reference row) pair's answer from rounds timed for another purpose (the speed
+    ceilings' session), where :func:`paired_latency` of the two models reads it: the same rule,
+    the same key. A pair that ran fewer than ``MIN_ROUNDS`` rounds together, or that the rounds left
+    undecided before ``most`` rounds (the session's end), is not stored: a paired timing of its
+    own then decides it. How many were stored; ``quiet``: not logged one by one.
+
+    The ceilings' companions (the first guess's lighter models, timed against it) are stored so; so
+    is every ceiling against every other: a detector's QDQ and QOperator uint8 ceilings, timed side
+    by side for 8 rounds, were timed again in a paired session of their own (3.3 s) to ask which
+    goes first."""
+    from quantune.evaluate.rounds import pair_decided
+
+    stored = 0
+    for row, reference in pairs:
+        result = pair_result(timings[row], timings[reference])
+        if result is None or result["rounds"] < MIN_ROUNDS:
+            continue
+        if result["rounds"] < most and not pair_decided(timings, row, reference):
+            continue
+        context.cache.put_json("evals", pair_key(context, sha_of[reference], sha_of[row]), result)
+        stored += 1
+        if not quiet:
+            log.info(
+                "paired timing (in the speed ceilings' rounds): %.3fx the reference over %d rounds (faster: %s)",
+                result["ratio_median"],
+                result["rounds"],
+                result["faster"],
+            )
+    return stored

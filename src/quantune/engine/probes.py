@@ -18,6 +18,7 @@ import numpy as np
 
 from quantune.engine.baseline import RETIME_ROUNDS
 from quantune.engine.paired_timing import MIN_ROUNDS as PAIRED_MIN_ROUNDS
+from quantune.engine.paired_timing import store_pairs
 from quantune.engine.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
@@ -302,7 +303,11 @@ def _ceilings(
         cached["rounds"] = max(cached["each"], default=0)  # (the original may have gone on alone)
         if limit is None or time.perf_counter() < limit:  # rounds cut by the run's limit are not for later runs
             context.cache.put_json("evals", key, cached)
-            _store_pairs(context, timings, paired, sha_of, most)
+            companions = {row for row, _ in paired}
+            ceilings = [row for row in sha_of if row not in companions]  # each against each: _settle_first's
+            ranked = [(row, other) for row in ceilings for other in ceilings if row != other]  # question
+            store_pairs(context, timings, paired, sha_of, most)
+            store_pairs(context, timings, ranked, sha_of, most, quiet=True)
     log.info(
         "speed ceilings: %d variants timed side by side in %d rounds (%.1f s; rounds per variant: %s)",
         len(built),
@@ -317,29 +322,6 @@ def _ceilings(
     for index, first in twins.items():
         ratios[index] = ratios[first]
     return ratios
-
-
-def _store_pairs(
-    context: Any, timings: Any, pairs: Sequence[tuple[int, int]], sha_of: Mapping[int, str], most: int
-) -> None:
-    """Each companion's answer against its reference, from the ceilings' rounds, where a paired timing
-    of the two models reads it (engine/paired_timing.py: the same rule, the same key). A pair the
-    rounds left undecided before ``most`` rounds (the stage's time share ran out) is not stored: a
-    paired timing of its own then decides it, as before."""
-    from quantune.engine.paired_timing import pair_key, pair_result
-    from quantune.evaluate.rounds import pair_decided
-
-    for row, reference in pairs:
-        result = pair_result(timings[row], timings[reference])
-        if result is None or (result["rounds"] < most and not pair_decided(timings, row, reference)):
-            continue
-        context.cache.put_json("evals", pair_key(context, sha_of[reference], sha_of[row]), result)
-        log.info(
-            "paired timing (in the speed ceilings' rounds): %.3fx the reference over %d rounds (faster: %s)",
-            result["ratio_median"],
-            result["rounds"],
-            result["faster"],
-        )
 
 
 def cached_ceilings(

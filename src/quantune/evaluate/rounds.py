@@ -60,6 +60,7 @@ def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidenc
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 
+MIN_ROUNDS_TO_DECIDE = 5  # the fewest rounds a paired decision rests on (engine/paired_timing.py: MIN_ROUNDS)
 EARLY_ROUNDS = 2  # after this many rounds, a candidate far slower than the threshold sits out
 FAR = 1.15  # far: every one of its ratios at least this factor above the threshold
 EARLY_FLOOR_S = 0.010  # ... of an original that takes at least this long a call
@@ -85,6 +86,13 @@ def far_above(timings: np.ndarray, threshold: float, reference: int = 0) -> list
         len(row) >= EARLY_ROUNDS and bool(np.all(row / ref >= threshold * FAR))
         for row, ref in _paired(timings, reference)
     ]
+
+
+def not_faster(timings: np.ndarray, row: int, reference: int) -> bool:
+    """Whether ``row`` is surely not faster than row ``reference`` beyond ``MIN_GAIN``: its paired
+    ratio's interval to it lies above ``1 - MIN_GAIN`` (over at least ``MIN_ROUNDS_TO_DECIDE`` rounds)."""
+    interval = _intervals(timings[[reference, row]])[0]
+    return interval is not None and interval.rounds >= MIN_ROUNDS_TO_DECIDE and interval.low > 1.0 - MIN_GAIN
 
 
 def pair_decided(timings: np.ndarray, row: int, reference: int) -> bool:
@@ -269,23 +277,39 @@ def _still_timed(
     """Which rows the next rounds time (the original, and candidates not yet decided or still being
     ranked among the fast ones), and whether timing is over.
 
+    A reference row of ``pairs`` (an anchor) is a model in budget already: the strategy times lighter
+    models against its first guess only once the guess met the budget. Which side of the threshold
+    the anchor lies on is the closing confirmation's question, not the ceilings': nothing the
+    strategy does next turns on it, so the anchor needs no rounds for it; and another ceiling
+    surely not faster than the anchor beyond ``MIN_GAIN`` (:func:`not_faster`) can give nothing the
+    anchor does not, so it needs none either. The ddddocr detector's guess and its QOperator twin,
+    both at 0.97x against a 0.97x margin, were timed to the 20th round to place them at the margin
+    (3 s of a 22 s run) -- the run then ended at the guess, confirmed side by side, either way.
+
     A companion row of ``pairs`` (row, reference row) is no ceiling: it is timed until its paired ratio
     to its reference is surely on one side of ``1 - MIN_GAIN`` (the paired timings' rule,
     engine/paired_timing.py), and its reference goes on as long as it does; the ceilings' rules see
     only the other rows. A search that times a model's lighter versions against it right after the
     ceilings gets those answers from the ceilings' rounds, not from sessions of their own."""
     companions = {row for row, _ in pairs}
+    anchors = {reference for _, reference in pairs} - companions
     rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first
     own = timings[rows]
     behind = outrun(own, threshold)
     far = far_above(own, threshold) if early else [False] * (len(own) - 1)
     settled = [flag or late or slow for flag, late, slow in zip(decided(own, threshold), behind, far, strict=True)]
+    for index, row in enumerate(rows[1:]):
+        if not settled[index] and anchors:
+            settled[index] = row in anchors or any(not_faster(timings, row, anchor) for anchor in anchors)
     ranked = fastest_known(own, threshold)
     below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / own[0]) < threshold) for row in own[1:]]
     active = [False] * len(timings)
     active[0] = True
     for row, flag, fast in zip(rows[1:], settled, below, strict=True):
         active[row] = usable[row] and (not flag or (fast and not ranked))
+    if any(active[row] for row in rows[1:] if row not in anchors):  # judged against the anchors too
+        for anchor in anchors:
+            active[anchor] = usable[anchor]
     open_pairs = False
     for row, reference in pairs:
         pending = usable[row] and usable[reference] and not pair_decided(timings, row, reference)

@@ -169,12 +169,16 @@ class CeilingStage(ProviderCeilings):
                 return kept
             within = self._within_the_margin(baseline)
             if measured:
-                log.info("quantune strategy: no variant is faster than the original: keep the original")
+                guess = self._guess_in_budget()
+                log.info(
+                    "quantune strategy: no variant is faster than the original by the margin: %s",
+                    "the first guess stands" if guess else "keep the original",
+                )
                 self.finished_reason = (
                     f"no quantized variant was faster than the original{' by the margin' if within else ''} "
                     f"(each fully quantized flow's speed ceiling was slower{', within the margin' if within else ''} "
                     f"or failed: {self.ceilings_in_brief()}), so no fallback could win"
-                )
+                ) + (f"; {guess}, in budget already, is timed against the original at the end" if guess else "")
             else:  # nothing was timed: that says nothing about speed (a short time limit on a loaded machine)
                 self.finished_reason = (
                     f"no speed ceiling was timed: each of the {len(self.variants)} fully quantized variants "
@@ -189,6 +193,16 @@ class CeilingStage(ProviderCeilings):
                     else f"every quantized variant was slower than the original side by side ({self.ceilings_in_brief()})"
                 )
         return kept
+
+    def _guess_in_budget(self) -> str:
+        """ "trial N (what it tried)" when the first guess met the budget (the stop reason names it:
+        whether it is faster than the original is the closing re-timing's to say), else ""."""
+        return self._trial_of(self._guess.point)[1] if self._guess_met() else ""
+
+    def _guess_met(self) -> bool:
+        """Whether the first guess was evaluated and met the budget."""
+        outcome = None if self._guess is None else self.known(self._guess.point)
+        return outcome is not None and bool(outcome.meets) and not outcome.failed
 
     def _within_the_margin(self, baseline: float | None) -> bool:
         """Whether a ceiling timed faster than the original, though not surely below the margin: then
@@ -319,8 +333,7 @@ class CeilingStage(ProviderCeilings):
         than opening a session, warming and timing the guess again for each (two sessions, 2.9 s of a
         detector's 12.8 s after its first model in budget). Nothing when the guess missed or is not timed."""
         guess = self._guess
-        outcome = None if guess is None else self.known(guess.point)
-        if guess not in variants or outcome is None or not outcome.meets or outcome.failed:
+        if guess is None or guess not in variants or not self._guess_met():
             return [], []
         lighter = self.lighter_items(guess)
         reference = offset + variants.index(guess)
