@@ -35,7 +35,7 @@ def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_sta
     companions: list[list[tuple[int, int]]] = []
     asked: list[tuple[dict, dict]] = []
 
-    def ratios(items: Any, threshold: float, budget_s: Any, pairs: Any = ()) -> list[float]:
+    def ratios(items: Any, threshold: float, budget_s: Any, pairs: Any = (), anchor: Any = None) -> list[float]:
         timed.append([(dict(point), tuple(flow)) for point, flow in items])
         companions.append(list(pairs))
         return [0.5] * len(items)
@@ -97,7 +97,7 @@ def test_a_guess_out_of_budget_is_followed_by_its_compute_only_model_before_the_
     the ceilings, in the op-type stage. Evaluated ahead, it is tried right after the guess."""
     timed: list[int] = []
 
-    def ratios(items: Any, threshold: float, budget_s: Any) -> list[float]:
+    def ratios(items: Any, threshold: float, budget_s: Any, **keywords: Any) -> list[float]:
         timed.append(len(seen_before))
         return [0.5] * len(items)
 

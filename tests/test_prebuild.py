@@ -32,7 +32,7 @@ def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> Non
     config = _speed_first(make_config, STATIC)
     timed: list = []
 
-    def ratios(items, threshold, budget_s):  # the real ceiling stage's probe, answering "not faster"
+    def ratios(items, threshold, budget_s, **keywords):  # the real ceiling stage's probe, answering "not faster"
         timed.append([(dict(point), tuple(flow)) for point, flow in items])
         return [1.5] * len(items)
 

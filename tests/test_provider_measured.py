@@ -118,7 +118,7 @@ def _drive(make_config, original_ratio: float) -> tuple[Any, list[Any], list[Any
     config["search"] = {"strategy": "quantune"}
     problem = dataclasses.replace(
         accuracy_problem(config),
-        ceiling_ratios=lambda items, threshold, budget: [ratio(p, f) for p, f in items],
+        ceiling_ratios=lambda items, threshold, budget, **keywords: [ratio(p, f) for p, f in items],
         latency_ratio=ratio,  # the opening's paired ratio
     )
     assert problem.objective == "latency"

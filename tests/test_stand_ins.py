@@ -42,7 +42,7 @@ def _first_ceilings(
     ceilings timed with their flows, the proposals that followed)."""
     timed: list = []
 
-    def ratios(items, threshold, budget_s):
+    def ratios(items, threshold, budget_s, **keywords):
         timed.extend((dict(point), tuple(flow)) for point, flow in items)
         return [ratio_of(dict(point), tuple(flow)) for point, flow in items]
 

@@ -117,7 +117,9 @@ def test_a_target_opens_each_model_once_for_all_its_chunks_of_rounds(tmp_path: P
 
         # never decided: every chunk up to max_rounds runs
         monkeypatch.setattr(
-            rounds, "_still_timed", lambda timings, threshold, usable, pairs=(), early=False: ([True, True], False)
+            rounds,
+            "_still_timed",
+            lambda timings, threshold, usable, pairs=(), early=False, anchor=None: ([True, True], False),
         )
         timings = backend.time_until_decided(light, [twin], feed, spec, None, threshold=0.97, max_rounds=14)
     finally:

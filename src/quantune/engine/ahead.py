@@ -31,6 +31,7 @@ def evaluate_ahead(
     wait_s: float,
     marker: str,
     builds: tuple[Items, float | None, Queue] | None = None,
+    calibrated: str | None = None,
 ) -> tuple[bool, list[bool]]:
     """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
     starts then), then each of ``later`` (``evaluate_ahead``: PP-OCRv6's final model was a 2.4 s trial
@@ -43,8 +44,11 @@ def evaluate_ahead(
     timed (``{marker}.go``, written by the engine) and evaluates ``later``. Evaluating it at once made
     three processes on two cores, and a detector's ceilings waited 3 s after its first model in budget;
     evaluating it beside the ceilings' timing took their rounds from 5 to 11-17. A guess that misses
-    the budget goes on to ``later`` first: the likeliest next model in budget (MiniLM-L3's first one)."""
-    figures = evaluate_first_guess(spec, first[0], first[1], wait_s)
+    the budget goes on to ``later`` first: the likeliest next model in budget (MiniLM-L3's first one).
+    ``calibrated``: the queue's file saying the ranges are cached, created once a calibrating guess is
+    built -- the other builder quantizes the static ceilings while the guess is measured (it waited
+    for the guess's evaluation, 1.2 s idle on the ddddocr detector)."""
+    figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built_marker=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)
     (written := Path(f"{marker}.tmp")).write_text(GUESS_BUILDS if builder else "1" if ok else "0")
@@ -105,13 +109,19 @@ def original_metric(context: Any, metric: str, wait_s: float) -> float | None:
 
 
 def evaluate_first_guess(
-    spec: Any, point: dict[str, Any], flow: tuple[str, ...], wait_s: float, label: str = "first guess"
+    spec: Any,
+    point: dict[str, Any],
+    flow: tuple[str, ...],
+    wait_s: float,
+    label: str = "first guess",
+    built_marker: str | None = None,
 ) -> dict[str, float] | None:
     """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
     then compared with the original's outputs once they are in the cache (the baseline's stage,
     beside this one, writes them); the figures land in the evaluation cache, where the trial reads
     them, and are returned. None when the reference did not come within ``wait_s`` or the model
-    failed (its trial then runs as any other, and says why)."""
+    failed (its trial then runs as any other, and says why). ``built_marker``: a file created once
+    the model is built (a calibrating guess's ranges are cached then: the queue's ``calibrated``)."""
     from quantune.engine.baseline import shared_cores
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.probes import _variant_model
@@ -130,6 +140,8 @@ def evaluate_first_guess(
         with _sessions_without_spinning():
             path, sha = _variant_model(context, context.plan, point, flow, label=f" ({label})")
         built = time.perf_counter()
+        if built_marker is not None:  # the other builder quantizes with these ranges beside the measuring
+            Path(built_marker).touch()
         key = context.eval_key(sha)
         if (cached := context.cache.get_json("evals", key)) is not None:
             reference.cancel()

@@ -64,7 +64,9 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
         return [], None, None, []
 
-    def capture(items: Any, threshold: float, budget_s: float | None, pairs: Any = ()) -> list[float | None]:
+    def capture(
+        items: Any, threshold: float, budget_s: float | None, pairs: Any = (), anchor: Any = None
+    ) -> list[float | None]:
         raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
 
     def refuse(*args: Any, **kwargs: Any) -> Any:
@@ -103,7 +105,8 @@ class Prebuild:
     on the machine's two cores. The builds are one list worked from both ends (:class:`Queue`):
     the second worker starts once the original's evaluation is done (:meth:`original_done`; its
     core sat idle until the guess was done: 3 s on PP-OCRv6's recognizer), with the light
-    (uncalibrated) items; the first once the guess is done (both at once, they slowed it: 4
+    (uncalibrated) items, then the calibrating ones once a calibrating guess is built (its ranges
+    cached: building is quantizing only); the first once the guess is done (both at once, they slowed it: 4
     processes on 2 cores). The points to evaluate ahead (``later``) follow the guess in its
     worker, beside the builds; after a guess in budget, once the ceilings are timed (:meth:`ceilings_timed`).
     """
@@ -170,8 +173,18 @@ class Prebuild:
     def _guess(self, spec: Any, first: Item) -> None:
         marker, outcomes = self._marker, []
         builds = (self.items, self._budget_s, self._queue) if self.later and self.items else None
+        calibrated = self._queue.calibrated if self._first_calibrates else None  # once the guess is built
         run = partial(
-            run_stage, FIRST_GUESS, evaluate_ahead, spec, first, self.later, FIRST_GUESS_WAIT_S, str(marker), builds
+            run_stage,
+            FIRST_GUESS,
+            evaluate_ahead,
+            spec,
+            first,
+            self.later,
+            FIRST_GUESS_WAIT_S,
+            str(marker),
+            builds,
+            calibrated,
         )
         stage = threading.Thread(target=lambda: outcomes.append(run(isolation=self._isolation)), daemon=True)
         stage.start()

@@ -107,9 +107,10 @@ def accuracy_fields(
         threshold: float,
         budget_s: float | None,
         pairs: Sequence[tuple[int, int]] = (),
+        anchor: int | None = None,
     ) -> list[float | None]:
         """Every point's model timed against the original in one session (see :func:`_ceilings`)."""
-        return _ceilings(context, plan, items, threshold, budget_s, pairs=pairs)
+        return _ceilings(context, plan, items, threshold, budget_s, pairs=pairs, anchor=anchor)
 
     def paired_latency(
         candidate: Point,
@@ -220,6 +221,7 @@ def _ceilings(
     budget_s: float | None,
     limit: float | None = None,
     pairs: Sequence[tuple[int, int]] = (),
+    anchor: int | None = None,
 ) -> list[float | None]:
     """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
     the original in one interleaved session that stops once each ratio is surely on one side of
@@ -257,6 +259,7 @@ def _ceilings(
         (rows[twins[item]], rows[twins[ref]]) for item, ref in pairs if item in twins and ref in twins
     ]
     paired = [(row, ref) for row, ref in paired if row != ref]
+    anchored = rows[twins[anchor]] if anchor is not None and anchor in twins else None
     spec = context.evaluator.spec.latency
     # a companion's rounds are a paired timing's (engine/paired_timing.py): at least its fewest
     most = max(PAIRED_MIN_ROUNDS if paired else 1, min(spec.repeats, CEILING_ROUNDS))
@@ -271,6 +274,7 @@ def _ceilings(
         context.evaluator.dataset.fingerprint,
         backend.fingerprint(),  # ceilings are per provider: timed on the target
         paired,
+        anchored,
     )
     cached = context.cache.get_json("evals", key)
     if cached is None:
@@ -290,6 +294,7 @@ def _ceilings(
             original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
             pairs=paired,
             early=True,  # a variant far slower than the margin sits out after two rounds
+            anchor=anchored,
         )
         medians = ceiling_medians(timings, threshold)
         if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here
@@ -332,6 +337,7 @@ def cached_ceilings(
     budget_s: float | None,
     limit: float | None = None,
     pairs: Sequence[tuple[int, int]] = (),
+    anchor: int | None = None,
 ) -> list[float | None] | None:
     """:func:`_ceilings` here when every point's model is already in the cache (built beside the
     original's evaluation, engine/prebuild.py): timing alone needs no worker of its own, whose
@@ -347,7 +353,7 @@ def cached_ceilings(
     except Exception:  # a variant that failed: the stage says so as it always did
         return None
     with only_cached():
-        return _ceilings(context, plan, items, threshold, budget_s, limit, pairs)
+        return _ceilings(context, plan, items, threshold, budget_s, limit, pairs, anchor)
 
 
 def _profile_key(context: Any) -> tuple[dict[str, Any] | None, str]:

@@ -40,12 +40,13 @@ def ceiling_ratios(
     threshold: float,
     budget_s: float | None,
     pairs: list[tuple[int, int]] | None = None,
+    anchor: int | None = None,
 ) -> list[float | None]:
     """In the stage worker: every point's model timed against the original in one session."""
     from quantune.engine.probes import _ceilings
 
     context = _context(spec)
-    return _ceilings(context, context.plan, items, threshold, budget_s, pairs=pairs or ())
+    return _ceilings(context, context.plan, items, threshold, budget_s, pairs=pairs or (), anchor=anchor)
 
 
 def node_profile(spec: Any) -> dict[str, float]:
@@ -74,6 +75,7 @@ def isolated(
         threshold: float,
         budget_s: float | None,
         pairs: Sequence[tuple[int, int]] = (),
+        anchor: int | None = None,
     ) -> list[float | None]:
         plain = [(dict(point), tuple(flow)) for point, flow in items]
         pairs = [(int(item), int(ref)) for item, ref in pairs]
@@ -94,13 +96,15 @@ def isolated(
 
                 started = time.perf_counter()
                 try:
-                    here = cached_ceilings(local[0], local[1], plain, threshold, budget_s, isolation.deadline.at, pairs)
+                    here = cached_ceilings(
+                        local[0], local[1], plain, threshold, budget_s, isolation.deadline.at, pairs, anchor
+                    )
                 finally:  # a one-off stage run here: the loop must not count it as every trial's work
                     count_stage_seconds(time.perf_counter() - started)
                 if here is not None:
                     return here
             outcome = run_stage(
-                "speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, pairs, isolation=isolation
+                "speed_ceiling", ceiling_ratios, spec, plain, threshold, budget_s, pairs, anchor, isolation=isolation
             )
             return outcome.value if outcome.ok else [None] * len(plain)
         finally:

@@ -84,6 +84,7 @@ class Backend(Protocol):
         original_rounds: int = 0,
         pairs: Sequence[tuple[int, int]] = (),
         early: bool = False,
+        anchor: int | None = None,
     ) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
@@ -231,6 +232,7 @@ class LocalBackend:
         original_rounds: int = 0,
         pairs: Sequence[tuple[int, int]] = (),
         early: bool = False,
+        anchor: int | None = None,
     ) -> np.ndarray:
         """Interleaved rounds that stop once each ratio is decided (:func:`.rounds.time_until_decided`),
         on this backend's provider: the search's paired decisions and the speed ceilings."""
@@ -247,6 +249,7 @@ class LocalBackend:
             original_rounds=original_rounds,
             pairs=pairs,
             early=early,
+            anchor=anchor,
             runner=runner,
             provider=self.provider,
             provider_options=self.provider_options,

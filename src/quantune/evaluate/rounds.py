@@ -183,6 +183,7 @@ def time_until_decided(
     original_rounds: int = 0,
     pairs: Sequence[tuple[int, int]] = (),
     early: bool = False,
+    anchor: int | None = None,
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
@@ -251,7 +252,7 @@ def time_until_decided(
                 continue
             if done >= min_rounds and deadline is not None and time.perf_counter() >= deadline:
                 break
-            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs, early)
+            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs, early, anchor)
             if finished:
                 break
         while len(columns) < original_rounds and not _past(deadline, limit):
@@ -273,12 +274,12 @@ def _still_timed(
     usable: Sequence[bool],
     pairs: Sequence[tuple[int, int]] = (),
     early: bool = False,
+    anchor: int | None = None,
 ) -> tuple[list[bool], bool]:
     """Which rows the next rounds time (the original, and candidates not yet decided or still being
     ranked among the fast ones), and whether timing is over.
 
-    A reference row of ``pairs`` (an anchor) is a model in budget already: the strategy times lighter
-    models against its first guess only once the guess met the budget. Which side of the threshold
+    ``anchor``: the row of a model in budget already (the strategy's first guess). Which side of the threshold
     the anchor lies on is the closing confirmation's question, not the ceilings': nothing the
     strategy does next turns on it, so the anchor needs no rounds for it; and another ceiling
     surely not faster than the anchor beyond ``MIN_GAIN`` (:func:`not_faster`) can give nothing the
@@ -292,24 +293,23 @@ def _still_timed(
     only the other rows. A search that times a model's lighter versions against it right after the
     ceilings gets those answers from the ceilings' rounds, not from sessions of their own."""
     companions = {row for row, _ in pairs}
-    anchors = {reference for _, reference in pairs} - companions
+    anchor = None if anchor in companions else anchor
     rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first
     own = timings[rows]
     behind = outrun(own, threshold)
     far = far_above(own, threshold) if early else [False] * (len(own) - 1)
     settled = [flag or late or slow for flag, late, slow in zip(decided(own, threshold), behind, far, strict=True)]
     for index, row in enumerate(rows[1:]):
-        if not settled[index] and anchors:
-            settled[index] = row in anchors or any(not_faster(timings, row, anchor) for anchor in anchors)
+        if not settled[index] and anchor is not None:
+            settled[index] = row == anchor or not_faster(timings, row, anchor)
     ranked = fastest_known(own, threshold)
     below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / own[0]) < threshold) for row in own[1:]]
     active = [False] * len(timings)
     active[0] = True
     for row, flag, fast in zip(rows[1:], settled, below, strict=True):
         active[row] = usable[row] and (not flag or (fast and not ranked))
-    if any(active[row] for row in rows[1:] if row not in anchors):  # judged against the anchors too
-        for anchor in anchors:
-            active[anchor] = usable[anchor]
+    if anchor is not None and any(active[row] for row in rows[1:] if row != anchor):
+        active[anchor] = usable[anchor]  # the others are judged against it too
     open_pairs = False
     for row, reference in pairs:
         pending = usable[row] and usable[reference] and not pair_decided(timings, row, reference)
@@ -337,6 +337,7 @@ def decide_in_chunks(
     original_rounds: int = 0,
     pairs: Sequence[tuple[int, int]] = (),
     early: bool = False,
+    anchor: int | None = None,
 ) -> np.ndarray:
     """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a
     target's server): ``min_rounds`` rounds of every model (``early``: ``EARLY_ROUNDS`` first, then the
@@ -369,7 +370,7 @@ def decide_in_chunks(
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
         if _past(limit) or (done >= min_rounds and _past(deadline)):
             break
-        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs, early)
+        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs, early, anchor)
         if finished:
             break
         size = min_rounds - done if done < min_rounds else chunk  # to ``min_rounds`` after the early ones

@@ -227,6 +227,7 @@ class TargetBackend:
         original_rounds: int = 0,
         pairs: Sequence[tuple[int, int]] = (),
         early: bool = False,
+        anchor: int | None = None,
     ) -> np.ndarray:
         """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`); the
         run's ``limit`` travels with each batch, as with :meth:`timings`. Each model's session is
@@ -255,6 +256,7 @@ class TargetBackend:
                 original_rounds=original_rounds,
                 pairs=pairs,
                 early=early,
+                anchor=anchor,
             )
         finally:
             self._free()

@@ -93,6 +93,7 @@ class SearchProblem:
     # the threshold; None where the point's model failed or the budget ran out before it was built.
     # Keyword ``pairs``: (item, reference item) indices of companions timed in the same rounds for a
     # paired decision against the reference (as ``paired_latency`` answers it, which then reads it back).
+    # Keyword ``anchor``: the item of a model in budget already; the rounds need not place it at the margin.
     ceiling_ratios: Callable[..., list[float | None]] | None = None
     timeout_s: float | None = None  # stop.timeout_s: the run's time limit (None: none)
     # (candidate, its flow, reference, its flow) -> the candidate's model latency over the reference's,

@@ -169,7 +169,8 @@ class CeilingStage(ProviderCeilings):
                 return kept
             within = self._within_the_margin(baseline)
             if measured:
-                guess = self._guess_in_budget()
+                # a guess in budget stands: whether it beats the original is the closing re-timing's to say
+                guess = self._trial_of(self._guess.point)[1] if self._guess is not None and self._guess_met() else ""
                 log.info(
                     "quantune strategy: no variant is faster than the original by the margin: %s",
                     "the first guess stands" if guess else "keep the original",
@@ -194,10 +195,11 @@ class CeilingStage(ProviderCeilings):
                 )
         return kept
 
-    def _guess_in_budget(self) -> str:
-        """ "trial N (what it tried)" when the first guess met the budget (the stop reason names it:
-        whether it is faster than the original is the closing re-timing's to say), else ""."""
-        return self._trial_of(self._guess.point)[1] if self._guess_met() else ""
+    def _anchor(self, variants: list[Variant], offset: int) -> int | None:
+        """The first guess's item among the ceilings' (after ``offset`` others) when it met the budget."""
+        if self._guess is None or self._guess not in variants or not self._guess_met():
+            return None
+        return offset + variants.index(self._guess)
 
     def _guess_met(self) -> bool:
         """Whether the first guess was evaluated and met the budget."""
@@ -312,7 +314,9 @@ class CeilingStage(ProviderCeilings):
         items = [*originals, *((v.timing_point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
             companions, pairs = self._companions(variants, len(originals))
-            more = {"pairs": pairs} if pairs else {}
+            more: dict[str, object] = {"pairs": pairs} if pairs else {}
+            if (anchor := self._anchor(variants, len(originals))) is not None:
+                more["anchor"] = anchor  # in budget: its side of the margin is the confirmation's to say
             ratios = self.problem.ceiling_ratios([*items, *companions], 1.0 - margin, budget, **more)[: len(items)]
         elif self.problem.latency_ratio is not None:
             ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
@@ -332,11 +336,10 @@ class CeilingStage(ProviderCeilings):
         (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
         than opening a session, warming and timing the guess again for each (two sessions, 2.9 s of a
         detector's 12.8 s after its first model in budget). Nothing when the guess missed or is not timed."""
-        guess = self._guess
-        if guess is None or guess not in variants or not self._guess_met():
+        reference = self._anchor(variants, offset)
+        if reference is None or self._guess is None:
             return [], []
-        lighter = self.lighter_items(guess)
-        reference = offset + variants.index(guess)
+        lighter = self.lighter_items(self._guess)
         first = offset + len(variants)
         return lighter, [(first + index, reference) for index in range(len(lighter))]
 
