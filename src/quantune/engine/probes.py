@@ -228,7 +228,8 @@ def _ceilings(
     ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time_until_decided`);
     the median paired ratios. ``pairs`` (item, reference item): companions timed in the same rounds
     until their ratio to the reference is decided; each answer goes where a paired timing of the two
-    models reads it (:func:`~quantune.engine.paired_timing.pair_key`).
+    models reads it (:func:`~quantune.engine.paired_timing.pair_key`), as does every two ceilings'.
+    ``anchor`` (an item): a model in budget already, which the rounds need not place at the margin.
 
     No accuracy evaluation: a ceiling's speed decides whether it is worth one, and only the
     fastest kept variant gets it first.
