@@ -168,3 +168,5 @@ def test_every_ceiling_within_the_margin_and_the_guess_in_budget_stands_it_for_t
     assert "trial" in strategy.finished_reason and "in budget already" in strategy.finished_reason
     strategy, _, _ = _first_ceilings(config, lambda point, flow: 0.99, guess_meets=False)
     assert "no fallback could win" in strategy.finished_reason and "in budget already" not in strategy.finished_reason
+    strategy, _, _ = _first_ceilings(config, lambda point, flow: 1.2, guess_meets=True)  # every one surely slower
+    assert "no fallback could win" in strategy.finished_reason and "in budget already" not in strategy.finished_reason

@@ -169,8 +169,8 @@ class CeilingStage(ProviderCeilings):
                 return kept
             within = self._within_the_margin(baseline)
             if measured:
-                # a guess in budget stands: whether it beats the original is the closing re-timing's to say
-                guess = self._trial_of(self._guess.point)[1] if self._guess is not None and self._guess_met() else ""
+                # a guess in budget within the margin stands: whether it beats the original is the re-timing's
+                guess = self._trial_of(self._guess.point)[1] if within and self._guess and self._guess_met() else ""
                 log.info(
                     "quantune strategy: no variant is faster than the original by the margin: %s",
                     "the first guess stands" if guess else "keep the original",
