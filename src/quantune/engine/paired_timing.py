@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 
 from quantune.evaluate.paired import MIN_GAIN, paired_ratio
+from quantune.evaluate.rounds import MIN_ROUNDS_TO_DECIDE, pair_decided
 from quantune.store import cache_key
 
 log = logging.getLogger("quantune.strategy")
@@ -29,7 +30,7 @@ log = logging.getLogger("quantune.strategy")
 KEY_VERSION = 2
 
 PAIRED_ROUNDS = 20  # the most interleaved rounds one decision takes (a ceiling's too)
-MIN_ROUNDS = 5  # the fewest rounds a paired answer rests on
+MIN_ROUNDS = MIN_ROUNDS_TO_DECIDE  # the fewest rounds a paired answer rests on (the rounds' own rule)
 
 
 def same_model(rounds: int = 0) -> dict[str, Any]:
@@ -136,8 +137,6 @@ def store_pairs(
     is every ceiling against every other: a detector's QDQ and QOperator uint8 ceilings, timed side
     by side for 8 rounds, were timed again in a paired session of their own (3.3 s) to ask which
     goes first."""
-    from quantune.evaluate.rounds import pair_decided
-
     stored = 0
     for row, reference in pairs:
         result = pair_result(timings[row], timings[reference])

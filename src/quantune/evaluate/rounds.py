@@ -60,7 +60,7 @@ def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidenc
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 
-MIN_ROUNDS_TO_DECIDE = 5  # the fewest rounds a paired decision rests on (engine/paired_timing.py: MIN_ROUNDS)
+MIN_ROUNDS_TO_DECIDE = 5  # the fewest rounds a paired decision rests on (here and in engine/paired_timing.py)
 EARLY_ROUNDS = 2  # after this many rounds, a candidate far slower than the threshold sits out
 FAR = 1.15  # far: every one of its ratios at least this factor above the threshold
 EARLY_FLOOR_S = 0.010  # ... of an original that takes at least this long a call
@@ -293,7 +293,6 @@ def _still_timed(
     only the other rows. A search that times a model's lighter versions against it right after the
     ceilings gets those answers from the ceilings' rounds, not from sessions of their own."""
     companions = {row for row, _ in pairs}
-    anchor = None if anchor in companions else anchor
     rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first
     own = timings[rows]
     behind = outrun(own, threshold)

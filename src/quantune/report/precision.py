@@ -23,6 +23,7 @@ from typing import Any
 from quantune.engine.result import Result
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate.quantized import FLOAT_COMPUTE_OPS, QUANTIZED_COMPUTE_OPS
+from quantune.report.spec import Spec, bar, titled
 
 _NAMES = {
     1: "fp32",
@@ -306,9 +307,8 @@ def _score(entry: Mapping[str, Any]) -> float:
     return float("inf") if score is None else float(score)
 
 
-def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Any:
+def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Spec:
     """Compute ops per op type, stacked by precision (``counts``: op type -> precision -> n)."""
-    from quantune.report.spec import Spec, bar, titled
 
     order = ["int4", "int8", "uint8", "int16", "uint16", "fp16", "bf16", "fp32", "other"]
     colors = {"int4": "#084081", "int8": "#0868ac", "uint8": "#2b8cbe", "int16": "#7bccc4", "uint16": "#a8ddb5"}

@@ -313,10 +313,11 @@ class CeilingStage(ProviderCeilings):
         originals = self.original_items()  # the originals on the other providers, in the same session:
         items = [*originals, *((v.timing_point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.problem.ceiling_ratios is not None:
-            companions, pairs = self._companions(variants, len(originals))
+            anchor = self._anchor(variants, len(originals))  # in budget: its margin is the confirmation's
+            companions, pairs = self._companions(variants, anchor, len(originals))
             more: dict[str, object] = {"pairs": pairs} if pairs else {}
-            if (anchor := self._anchor(variants, len(originals))) is not None:
-                more["anchor"] = anchor  # in budget: its side of the margin is the confirmation's to say
+            if anchor is not None:
+                more["anchor"] = anchor
             ratios = self.problem.ceiling_ratios([*items, *companions], 1.0 - margin, budget, **more)[: len(items)]
         elif self.problem.latency_ratio is not None:
             ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
@@ -329,14 +330,13 @@ class CeilingStage(ProviderCeilings):
         return True
 
     def _companions(
-        self, variants: list[Variant], offset: int
+        self, variants: list[Variant], reference: int | None, offset: int
     ) -> tuple[list[tuple[Point, tuple[str, ...]]], list[tuple[int, int]]]:
         """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings'
         session when the guess is in budget: the lighter stage times each against it next
         (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
         than opening a session, warming and timing the guess again for each (two sessions, 2.9 s of a
-        detector's 12.8 s after its first model in budget). Nothing when the guess missed or is not timed."""
-        reference = self._anchor(variants, offset)
+        detector's 12.8 s after its first model in budget). None for the guess's item: it missed or is not timed."""
         if reference is None or self._guess is None:
             return [], []
         lighter = self.lighter_items(self._guess)
