@@ -1,7 +1,7 @@
 """Does ``stop.timeout_s: T`` mean what it says? Each case run cold at each T, wall time against T.
 
     python bench/limits.py [--models digits,ppocr_cls,...] [--timeouts 60,120,240] [--repeat N]
-                           [--max-trials 200] [--out bench/results]
+                           [--max-trials 200] [--out bench/results] [--render limits-<date>.json]
 
 A case is a zoo model (``bench/zoo/run.py --list``) or ``digits`` (examples/digits/config.yaml).
 Each (case, T) runs ``quantune run`` in its own process on a copy of the case's config with
@@ -13,7 +13,10 @@ verdict, whether an ``improved`` answer was confirmed side by side, whether repo
 written, the stop reason and the console's ``time:`` line. ``--repeat N`` runs each (case, T)
 N times, each cold, and counts in how many the verdict and final model (the chosen trial's
 flow and params, the answer model's sha256) are those of the first run, and how many runs the
-most common outcome has (a first run that hit the limit early is one odd run, not four).
+most common outcome has (a first run that hit the limit early is one odd run, not four), and how
+many runs hand the user the same model (the original when it is kept, whichever losing candidate a
+run tried; else the answer model by its sha256). ``--render limits-<date>.json`` rewrites that
+run's tables in this version's columns without running anything.
 
 The table goes to stdout and ``bench/results/limits-<date>.md`` with the command and the
 machine's load average at the start and end (other work on the machine slows the runs).
@@ -214,8 +217,9 @@ def markdown(rows: list[dict[str, Any]], repeat: int) -> str:
     if repeat > 1:
         lines += [
             "",
-            "| case | T (s) | runs | same verdict and final model as run 1 | most runs alike (verdict and final model) | verdicts | chosen trials |",
-            "|---|---|---|---|---|---|---|",
+            "| case | T (s) | runs | same verdict and final model as run 1 | most runs alike (verdict and final model) "
+            "| most runs alike (model handed back) | verdicts | chosen trials |",
+            "|---|---|---|---|---|---|---|---|",
         ]
         groups: dict[tuple[str, float], list[dict[str, Any]]] = {}
         for row in rows:
@@ -225,10 +229,19 @@ def markdown(rows: list[dict[str, Any]], repeat: int) -> str:
             same = sum(1 for row in group if first is not None and row.get("final") == first)
             finals = [json.dumps(row.get("final"), sort_keys=True, default=str) for row in group]
             alike = max((finals.count(final) for final in finals if final != "null"), default=0)
+            # what the user is handed: the original when it is kept (whichever losing candidate a run
+            # tried last: "final" above names it), else the answer folder's model (best/, unconfirmed/,
+            # closest_miss/) by its sha256
+            handed = [
+                "original" if row.get("verdict") == "keep_original" else (row.get("final") or {}).get("model")
+                for row in group
+            ]
+            handed_alike = max((handed.count(model) for model in handed if model is not None), default=0)
             verdicts = ", ".join(str(row.get("verdict")) for row in group)
             chosen = ", ".join(str(row.get("chosen")) for row in group)
             lines.append(
-                f"| {case} | {limit:g} | {len(group)} | {same} of {len(group)} | {alike} of {len(group)} | {verdicts} | {chosen} |"
+                f"| {case} | {limit:g} | {len(group)} | {same} of {len(group)} | {alike} of {len(group)} "
+                f"| {handed_alike} of {len(group)} | {verdicts} | {chosen} |"
             )
     return "\n".join(lines) + "\n"
 
@@ -245,11 +258,28 @@ def parse() -> argparse.Namespace:
     parser.add_argument("--max-trials", type=int, default=200, help="stop.max_trials (large: the limit must stop it)")
     parser.add_argument("--out", type=Path, default=BENCH / "results", help="where the table goes")
     parser.add_argument("--logs", type=Path, help="keep each run's console output and quantune.log in this folder")
+    parser.add_argument("--render", type=Path, help="rewrite the tables of an earlier limits-*.json's .md (no runs)")
     return parser.parse_args()
+
+
+def render(path: Path) -> int:
+    """Rewrites the tables of an earlier run's markdown from its json, keeping its heading (command,
+    load): a table of this version's columns without running the cases again."""
+    rows = json.loads(path.read_text())
+    runs: dict[tuple[str, float], int] = {}
+    for row in rows:
+        runs[(row["case"], row["T"])] = runs.get((row["case"], row["T"]), 0) + 1
+    markdown_path = path.with_suffix(".md")
+    heading = markdown_path.read_text().split("\n| case |", 1)[0] if markdown_path.is_file() else ""
+    markdown_path.write_text(heading + "\n" + markdown(rows, max(runs.values(), default=1)))
+    print(f"rewrote {markdown_path}")
+    return 0
 
 
 def main() -> int:
     args = parse()
+    if args.render is not None:
+        return render(args.render)
     known = ["digits", *zoo_models()]
     cases = [m.strip() for m in (args.models or ",".join(known)).split(",") if m.strip()]
     unknown = [c for c in cases if c not in known]
