@@ -251,9 +251,9 @@ def test_a_guess_in_budget_needs_no_place_at_the_margin_nor_do_ceilings_not_fast
     at = steady * 0.985  # the guess
     maybe = np.where(np.arange(rounds) % 2, 0.93, 1.0)  # undecided at the margin, perhaps faster than the guess
     active, finished = _still_timed(np.stack([steady, at, maybe, at * 1.05]), 0.97, usable, pairs=[(3, 1)], anchor=1)
+    assert not finished and active == [True, True, True, False]
     # no lighter models paired with the guess: it is the anchor all the same
     unsure = at * np.where(np.arange(rounds) % 2, 0.96, 1.04)  # the guess, undecided at the margin
     alone = np.stack([steady, unsure, steady * 0.986])  # and a ceiling surely above it
     assert _still_timed(alone, 0.97, usable[:3])[1] is False
     assert _still_timed(alone, 0.97, usable[:3], anchor=1)[1] is True
-    assert not finished and active == [True, True, True, False]

@@ -298,9 +298,9 @@ def _still_timed(
     behind = outrun(own, threshold)
     far = far_above(own, threshold) if early else [False] * (len(own) - 1)
     settled = [flag or late or slow for flag, late, slow in zip(decided(own, threshold), behind, far, strict=True)]
-    for index, row in enumerate(rows[1:]):
-        if not settled[index] and anchor is not None:
-            settled[index] = row == anchor or not_faster(timings, row, anchor)
+    if anchor is not None:  # the model in budget already, and each ceiling surely not faster than it
+        each = zip(settled, rows[1:], strict=True)
+        settled = [flag or row == anchor or not_faster(timings, row, anchor) for flag, row in each]
     ranked = fastest_known(own, threshold)
     below = [bool(np.any(~np.isnan(row)) and np.nanmedian(row / own[0]) < threshold) for row in own[1:]]
     active = [False] * len(timings)

@@ -194,7 +194,6 @@ def pareto_numbers(results: Result) -> list[int]:
 def pareto(results: Result) -> Spec:
     """The Pareto front of accuracy loss, latency and size: loss against latency (the front as a
     line) and size against latency (colour: loss), front members outlined in both."""
-
     scale, loss_label = loss_scale(results)
     trials = ok_trials(results)
     front = set(pareto_numbers(results))

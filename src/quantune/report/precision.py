@@ -309,7 +309,6 @@ def _score(entry: Mapping[str, Any]) -> float:
 
 def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Spec:
     """Compute ops per op type, stacked by precision (``counts``: op type -> precision -> n)."""
-
     order = ["int4", "int8", "uint8", "int16", "uint16", "fp16", "bf16", "fp32", "other"]
     colors = {"int4": "#084081", "int8": "#0868ac", "uint8": "#2b8cbe", "int16": "#7bccc4", "uint16": "#a8ddb5"}
     colors.update({"fp16": "#fdae6b", "bf16": "#fd8d3c", "fp32": "#e6550d", "other": "#9a9a9a"})

@@ -106,6 +106,7 @@ class Spec:
         return self
 
     def update_yaxes(self, col: int | None = None, **axis: Any) -> Spec:
+        """``axis`` merged into every y axis (``col``: only that plot's)."""
         for name in self._axes("y", col):
             merged(self.layout.setdefault(name, {}), axis)
         return self
