@@ -22,6 +22,7 @@ from quantune.engine.early import EarlyWorkers
 from quantune.engine.ending import Ending, confirm_end
 from quantune.engine.executors import create_executor
 from quantune.engine.executors.stage import Isolation
+from quantune.engine.identity import check_model_unchanged
 from quantune.engine.loop import RunListener
 from quantune.engine.opening import Opening, claim_output, set_up
 from quantune.engine.original import measure_original, tell_baseline
@@ -150,6 +151,7 @@ class Engine:
         stop_reason = searched.stop_reason
         ending = Ending(unconfirmed=searched.not_retimed)
         if searched.top > 0:
+            check_model_unchanged(parts.context)  # the original is timed from its file again
             ending = confirm_end(
                 parts.context.evaluator,
                 parts.context.model.path,
