@@ -276,6 +276,22 @@ def check_runner_outputs(produced: object, count: int, name: str) -> FeedOutputs
 def _call_user_metric(spec: EvaluationSpec, outputs: FeedOutputs, dataset: Dataset) -> float:
     try:
         value = spec.user_metric(stacked_outputs(outputs), dataset.view())  # type: ignore[misc]
-        return float(value)
     except Exception as exc:
         raise TrialError(f"metric function '{spec.metric}' raised {type(exc).__name__}: {exc}") from exc
+    # A score is a real number: float() would take "0.98" or True as one, and a tuple's TypeError
+    # would read as the metric's own failure.
+    if (
+        hasattr(value, "__float__")
+        and not isinstance(value, bool | np.bool_)
+        and tuple(getattr(value, "shape", ())) == ()
+    ):
+        try:  # a Python or NumPy number, a 0-d array or tensor
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise TrialError(
+        f"metric function '{spec.metric}' returned {type(value).__name__} {shown}; it must return one "
+        "real number (a float or int, e.g. 0.98), not a string, bool, sequence, dict or None"
+    )
