@@ -122,6 +122,18 @@ def test_a_model_hash_is_taken_again_only_when_its_file_changed(cnn_model, tmp_p
     assert handle.current_sha256() is None
 
 
+def test_a_model_whose_external_data_changed_is_another_model(cnn_model, tmp_path):
+    folder = tmp_path / "external"
+    folder.mkdir()
+    onnx.save(onnx.load(str(cnn_model)), str(folder / "m.onnx"), save_as_external_data=True, size_threshold=0)
+    handle = ModelHandle.from_path(folder / "m.onnx")
+    (data,) = handle.external_data
+    first = handle.sha256
+    assert handle.current_sha256() == first
+    data.write_bytes(bytes(reversed(data.read_bytes())))  # the model file itself is untouched
+    assert handle.current_sha256() not in (None, first)
+
+
 # -- a metric that returns no number -----------------------------------------------------------------
 
 
