@@ -179,3 +179,21 @@ def test_the_extending_examples_run_as_a_plugin(make_config, tmp_path):
     assert ok and all(t.flow == ["magnitude_prune", "dynamic_quant"] for t in ok)
     assert {t.params["magnitude_prune.sparsity"] for t in ok} <= {0.0, 0.25, 0.5}
     assert "met: stopping" in ok[-1].stage and len(result.trials) == 1
+
+
+def test_every_yaml_block_of_the_docs_is_a_valid_config():
+    """Each ```yaml block, merged into a minimal config, passes the schema: no page names a field
+    the config does not have (a renamed or removed field fails here, not in a user's run)."""
+    import yaml
+
+    base = {"model": "model.onnx", "data": {"evaluation": "eval.npz"}, "passes": [{"name": "dynamic_quant"}]}
+    checked = 0
+    for page in sorted(DOCS.rglob("*.md")):
+        for block in re.findall(r"```yaml\n(.*?)```", page.read_text(), flags=re.S):
+            config = {**base, **yaml.safe_load(block)}
+            try:
+                quantune.Config.model_validate(config)
+            except Exception as error:  # the page and the block, not only pydantic's message
+                raise AssertionError(f"{page.relative_to(ROOT)}: a yaml block is no valid config:\n{block}") from error
+            checked += 1
+    assert checked >= 10
