@@ -218,21 +218,44 @@ def cli_reference() -> str:
 # --- the Python API ---------------------------------------------------------------------------
 
 
+# The API page's sections, by the subpackage that defines a name; a new subpackage gets a section of its own.
+API_SECTIONS = {
+    "api": "Running",
+    "config": "Configs",
+    "starter": "Starter configs",
+    "engine": "Results and trials",
+    "report": "Results and trials",
+    "passes": "Passes",
+    "search": "Samplers",
+    "strategy": "Strategies",
+    "space": "Search spaces",
+    "evaluate": "Metrics and criteria",
+    "registry": "Registries",
+    "errors": "Errors",
+}
+
+
 def api_reference() -> str:
     import quantune
 
-    parts = [
-        GENERATED_NOTE,
-        "# Python API\n\n",
-        "Every public name of the `quantune` package (`quantune.__all__`), with its docstring. Import them "
-        "from `quantune` itself (`quantune.tune`, `quantune.Pass`); the heading shows the module that "
-        "defines each.\n\n",
-    ]
+    sections: dict[str, list[str]] = {title: [] for title in API_SECTIONS.values()}
     for name in quantune.__all__:
         if name.startswith("_"):
             continue
         obj = getattr(quantune, name)
-        parts.append(f"::: {obj.__module__}.{obj.__qualname__}\n    options:\n      heading_level: 2\n\n")
+        package = obj.__module__.split(".")[1]
+        sections.setdefault(API_SECTIONS.get(package, package), []).append(f"{obj.__module__}.{obj.__qualname__}")
+    parts = [
+        GENERATED_NOTE,
+        "# Python API\n\n",
+        "Every public name of the `quantune` package (`quantune.__all__`), with its docstring. Import them "
+        "from `quantune` itself (`quantune.tune`, `quantune.Pass`). A run's config fields are on the "
+        "[config reference](config.md).\n\n",
+    ]
+    for title, paths in sections.items():
+        if paths:
+            parts.append(f"## {title}\n\n")
+            parts.extend(f"::: {path}\n    options:\n      heading_level: 3\n\n" for path in paths)
     return "".join(parts)
 
 
