@@ -93,6 +93,12 @@ def constraints(field: FieldInfo) -> str:
     return ", ".join(marks)
 
 
+def typed(field: FieldInfo) -> str:
+    """The field's type with its bounds, e.g. ``int | null (> 0)``."""
+    limits = constraints(field)
+    return f"{type_name(field.annotation)} ({limits})" if limits else type_name(field.annotation)
+
+
 def models_in(annotation: Any) -> Iterator[tuple[type[BaseModel], bool]]:
     """The pydantic models an annotation holds, each with whether it is a list's item."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
@@ -121,11 +127,9 @@ def _cell(text: str) -> str:
 def fields_table(model: type[BaseModel], prefix: str = "") -> str:
     rows = ["| field | type | default | description |", "| --- | --- | --- | --- |"]
     for path, field in config_fields(model, prefix):
-        kind = type_name(field.annotation)
-        limits = constraints(field)
-        if limits:
-            kind += f" ({limits})"
-        rows.append(f"| `{path}` | {_cell(kind)} | {_cell(default_text(field))} | {_cell(description(field))} |")
+        rows.append(
+            f"| `{path}` | {_cell(typed(field))} | {_cell(default_text(field))} | {_cell(description(field))} |"
+        )
     return "\n".join(rows)
 
 
@@ -308,10 +312,11 @@ def passes_reference() -> str:
         traits = [f"{t}: `{getattr(cls, t)!r}`" for t in TRAITS if getattr(cls, t, None) not in (None, False, 0, "")]
         parts.append(f"Traits: {', '.join(traits) or 'none'}. Defined in `{cls.__module__}`.\n\n")
         parts.append("| parameter | type | default | default search | description |\n| --- | --- | --- | --- | --- |\n")
+        notes = _field_comments(cls.Config)
         for param, field in cls.Config.model_fields.items():
             parts.append(
-                f"| `{param}` | {_cell(type_name(field.annotation))} | {_cell(default_text(field))} | "
-                f"{_cell(searched.get((name, param), ''))} | {_cell(field.description or '')} |\n"
+                f"| `{param}` | {_cell(typed(field))} | {_cell(default_text(field))} | "
+                f"{_cell(searched.get((name, param), ''))} | {_cell(field.description or notes.get(param, ''))} |\n"
             )
         parts.append("\n")
     return "".join(parts)
@@ -435,7 +440,8 @@ def _to_dict_keys(cls: type) -> dict[str, str]:
 
 
 def _field_comments(cls: type) -> dict[str, str]:
-    """Each dataclass field's comment: on its own line, or the lines just above it."""
+    """Each field's comment in the class's source (a dataclass's, a pydantic model's): the one on
+    its own line, else the comment lines just above it."""
     lines = inspect.getsource(cls).splitlines()
     comments: dict[str, str] = {}
     above: list[str] = []
@@ -447,7 +453,7 @@ def _field_comments(cls: type) -> dict[str, str]:
         name = stripped.split(":", 1)[0]
         if ":" in stripped and name.isidentifier() and line.startswith("    ") and not line.startswith("     "):
             inline = stripped.split("#", 1)[1].strip() if "#" in stripped else ""
-            comments[name] = " ".join([*above, inline]).strip()
+            comments[name] = inline or " ".join(above)
         above = []
     return comments
 
