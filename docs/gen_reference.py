@@ -79,7 +79,7 @@ def description(field: FieldInfo) -> str:
     """The field's description, else (for a nested model) its class's docstring."""
     if field.description:
         return field.description
-    nested = [model for model, _listed in models_in(field.annotation)]
+    nested = [model for model, _step in models_in(field.annotation)]
     return _first_paragraph(own_doc(nested[0])) if nested else ""
 
 
@@ -99,25 +99,29 @@ def typed(field: FieldInfo) -> str:
     return f"{type_name(field.annotation)} ({limits})" if limits else type_name(field.annotation)
 
 
-def models_in(annotation: Any) -> Iterator[tuple[type[BaseModel], bool]]:
-    """The pydantic models an annotation holds, each with whether it is a list's item."""
+def models_in(annotation: Any, step: str = ".") -> Iterator[tuple[type[BaseModel], str]]:
+    """The pydantic models an annotation holds, each with the step from the field's path to the
+    model's fields: ``.`` (the field is the model), ``[].`` (a list's items), ``.<key>.`` (a dict's values)."""
     if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        yield annotation, False
+        yield annotation, step
         return
     origin = typing.get_origin(annotation)
-    for arg in typing.get_args(annotation):
-        for model, listed in models_in(arg):
-            yield model, listed or origin is list
+    args = typing.get_args(annotation)
+    if origin is dict and len(args) == 2:
+        yield from models_in(args[1], ".<key>.")
+        return
+    for arg in args:
+        yield from models_in(arg, "[]." if origin in (list, tuple, set, frozenset) else step)
 
 
 def config_fields(model: type[BaseModel], prefix: str = "") -> Iterator[tuple[str, FieldInfo]]:
     """Every field of a model and of the models it nests, as (dotted path, field); a list's items
-    are ``path[].field``."""
+    are ``path[].field``, a dict's values ``path.<key>.field``."""
     for name, field in model.model_fields.items():
         path = f"{prefix}{name}"
         yield path, field
-        for nested, listed in models_in(field.annotation):
-            yield from config_fields(nested, f"{path}[]." if listed else f"{path}.")
+        for nested, step in models_in(field.annotation):
+            yield from config_fields(nested, f"{path}{step}")
 
 
 def _cell(text: str) -> str:

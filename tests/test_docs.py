@@ -34,27 +34,30 @@ def gen() -> ModuleType:
 
 
 def schema_paths(schema: dict[str, Any]) -> set[str]:
-    """Every field's dotted path in a JSON Schema (``[]`` for a list's items), resolving $refs."""
+    """Every field's dotted path in a JSON Schema, resolving $refs: ``[]`` for a list's items,
+    ``<key>`` for a mapping's values."""
     defs = schema.get("$defs", {})
     paths: set[str] = set()
 
-    def objects(node: dict[str, Any]) -> list[tuple[dict[str, Any], bool]]:
+    def objects(node: dict[str, Any], step: str = ".") -> list[tuple[dict[str, Any], str]]:
         if "$ref" in node:
-            return [(defs[node["$ref"].rsplit("/", 1)[1]], False)]
+            return [(defs[node["$ref"].rsplit("/", 1)[1]], step)]
         if node.get("type") == "array" and isinstance(node.get("items"), dict):
-            return [(item, True) for item, _ in objects(node["items"])]
+            return objects(node["items"], "[].")
+        if node.get("type") == "object" and isinstance(node.get("additionalProperties"), dict):
+            return objects(node["additionalProperties"], ".<key>.")
         found = []
         for key in ("anyOf", "oneOf", "allOf"):
             for option in node.get(key, []):
-                found.extend(objects(option))
-        return found if found else ([(node, False)] if "properties" in node else [])
+                found.extend(objects(option, step))
+        return found if found else ([(node, step)] if "properties" in node else [])
 
     def walk(node: dict[str, Any], prefix: str) -> None:
         for name, prop in node.get("properties", {}).items():
             path = prefix + name
             paths.add(path)
-            for nested, listed in objects(prop):
-                walk(nested, f"{path}[]." if listed else f"{path}.")
+            for nested, step in objects(prop):
+                walk(nested, path + step)
 
     walk(schema, "")
     return paths
@@ -197,3 +200,12 @@ def test_every_yaml_block_of_the_docs_is_a_valid_config():
                 raise AssertionError(f"{page.relative_to(ROOT)}: a yaml block is no valid config:\n{block}") from error
             checked += 1
     assert checked >= 10
+
+
+def test_the_pages_hold_no_dates_or_commit_hashes():
+    """Figures in the docs are the current ones, with the command that reproduces them; the
+    history of how they changed lives in git and bench/history/."""
+    for page in [*sorted(DOCS.rglob("*.md")), ROOT / "CONTRIBUTING.md"]:
+        text = page.read_text()
+        assert not re.findall(r"\b\d{4}-\d{2}-\d{2}\b", text), page
+        assert not re.findall(r"\b[0-9a-f]{7,40}\b", text), page
