@@ -25,7 +25,7 @@ CONVS = ("conv1", "conv2", "conv3", "conv4")
 BROKEN = "conv2"
 
 
-def _model(path: Path) -> Path:
+def _model(path: Path, batch: int | str = "N") -> Path:
     rng = np.random.default_rng(0)
     weights = {name: rng.normal(0, 0.3, (8, 8 if name != "conv1" else 3, 3, 3)).astype(np.float32) for name in CONVS}
     weights["conv1"][0] = 0.0
@@ -46,8 +46,8 @@ def _model(path: Path) -> Path:
     graph = helper.make_graph(
         nodes,
         "g",
-        [helper.make_tensor_value_info("x", TensorProto.FLOAT, ["N", 3, 16, 16])],
-        [helper.make_tensor_value_info("y", TensorProto.FLOAT, ["N", 10])],
+        [helper.make_tensor_value_info("x", TensorProto.FLOAT, [batch, 3, 16, 16])],
+        [helper.make_tensor_value_info("y", TensorProto.FLOAT, [batch, 10])],
         inits,
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
@@ -139,6 +139,16 @@ def test_a_bound_below_one_row_measures_one_row(tmp_path: Path, counted) -> None
     quant = _quantize(model, tmp_path / "q.onnx", calibration, [])
     report = static.measure(model, quant, [{"x": calibration}], row_runs=0.5)
     assert report.rows == 1
+    assert max(report.scores, key=report.scores.get) == BROKEN
+
+
+def test_a_fixed_batch_is_measured_whole(tmp_path: Path) -> None:
+    """A model whose batch dimension is fixed takes no fewer rows: the bound keeps whole batches."""
+    model = _model(tmp_path / "m.onnx", batch=8)
+    calibration = np.random.default_rng(1).normal(0, 1, (32, 3, 16, 16)).astype(np.float32)
+    quant = _quantize(model, tmp_path / "q.onnx", calibration, [])
+    report = static.measure(model, quant, [{"x": calibration[i : i + 8]} for i in range(0, 32, 8)], row_runs=20)
+    assert report.rows == 8
     assert max(report.scores, key=report.scores.get) == BROKEN
 
 

@@ -17,8 +17,7 @@ from collections.abc import Iterable, Iterator
 
 import onnx
 
-from quantune.data.dataset import feed_rows
-from quantune.evaluate.sensitivity.capture import Feed, Feeds
+from quantune.evaluate.sensitivity.capture import Feed, Feeds, feed_rows
 
 # A run of the QDQ model, counted in runs of the float model: its Q/DQ pairs run unfused, so the
 # comparison sees every tensor as the graph defines it, and each of its tensors is compared twice.
@@ -68,9 +67,10 @@ def affordable_rows(per_row: float, budget: float | None, available: int) -> int
     return max(1, min(available, math.floor(budget / per_row)))
 
 
-def first_rows(feeds: Feeds, rows: int) -> Feeds:
-    """The first ``rows`` rows of the data (the last batch cut along its first axis): a
-    deterministic sample, so the same data gives the same scores."""
+def first_rows(feeds: Feeds, rows: int, cut: bool = True) -> Feeds:
+    """The first ``rows`` rows of the data: a deterministic sample, so the same data gives the
+    same scores. The last batch is cut along its first axis when ``cut`` (a model whose batch
+    dimension is free), else kept whole (a fixed batch takes no fewer rows)."""
 
     def limited() -> Iterator[Feed]:
         left = rows
@@ -78,7 +78,7 @@ def first_rows(feeds: Feeds, rows: int) -> Feeds:
             if left <= 0:
                 return
             n = feed_rows(feed)
-            yield feed if n <= left else {k: v[:left] for k, v in feed.items()}
+            yield feed if n <= left or not cut else {k: v[:left] for k, v in feed.items()}
             left -= n
 
     return limited

@@ -93,7 +93,8 @@ def measure_dynamic(
         per_row += share(cost.ancestors(model.graph, names)) if names else 0.0
     rows = cost.affordable_rows(per_row, row_runs, plan.total_rows)
     if rows < plan.total_rows:
-        feeds, plan.total_rows = cost.first_rows(feeds, rows), rows
+        feeds = cost.first_rows(feeds, rows, cut=plan.rows is not None)
+        plan.total_rows = sum(capture.feed_rows(feed) for feed in feeds())
     stats = {name: _Stats() for name in plans}
     for group in plan.groups:
         names = list(dict.fromkeys(n for job in group for n in job.float))

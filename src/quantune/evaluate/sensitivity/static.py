@@ -166,7 +166,8 @@ def measure(
         per_row = _per_row(found, fmodel, qmodel, plan, probes)
     rows = cost.affordable_rows(per_row, row_runs, plan.total_rows)
     if rows < plan.total_rows:
-        feeds, plan.total_rows = cost.first_rows(feeds, rows), rows
+        feeds = cost.first_rows(feeds, rows, cut=plan.rows is not None)
+        plan.total_rows = sum(capture.feed_rows(feed) for feed in feeds())
     log.info(
         "sensitivity: %d rows, %.1f whole-model runs of a row each (%.0f in all; bound %s)",
         rows,
