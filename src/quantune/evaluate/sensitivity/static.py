@@ -170,9 +170,9 @@ def measure(
         plan.total_rows = sum(capture.feed_rows(feed) for feed in feeds())
     log.info(
         "sensitivity: %d rows, %.1f whole-model runs of a row each (%.0f in all; bound %s)",
-        rows,
+        plan.total_rows,
         per_row,
-        per_row * rows,
+        per_row * plan.total_rows,
         "none" if row_runs is None else f"{row_runs:.0f}",
     )
     input_names = {i.name for i in fmodel.graph.input} - _inits(fmodel)
