@@ -36,7 +36,12 @@ class AccuracyOptions(StrategyOptions):
         default_factory=lambda: ["fp32"], description="Fallback precisions, preferred first (int16: QDQ only)."
     )
     flow: str | None = Field(default=None, description="Tune only this flow (default: every flow that quantizes).")
-    sensitivity_rows: int = Field(default=128, gt=0, description="Calibration rows of the sensitivity run.")
+    sensitivity_rows: int = Field(
+        default=128,
+        gt=0,
+        description="Calibration rows of the sensitivity run at most; fewer where the run would take longer than "
+        "about two evaluations of the original.",
+    )
 
 
 class FallbackOptions(AccuracyOptions):
