@@ -242,7 +242,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         point, outcome = before, None
         while (k := search.next_k()) is not None and trials > 0:
             trial = self.ctx.with_fallback(base, {**fixed, **self._assign(ranked[:k])})
-            trials -= self.known(trial) is None  # the fully quantized model (k = 0) is often known
+            if self.known(trial) is None:  # the fully quantized model (k = 0) is often known: free
+                trials -= 1
             tried = yield from self.try_point(
                 trial,
                 f"op types: + {len(ranked) - k}/{len(ranked)} to int8, fp32 {describe([g.name for g in ranked[:k]])}",
