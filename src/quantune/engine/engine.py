@@ -160,7 +160,7 @@ class Engine:
                 stop_reason,
                 prefer=searched.loop.strategy.answer(),
             )
-            stop_reason += ending.stop_note
+            stop_reason = ending.stop_reason(stop_reason)
             self.book.mark(CONFIRMATION)
         return ending, stop_reason
 

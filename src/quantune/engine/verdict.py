@@ -8,7 +8,9 @@ The original model is always a candidate. The verdict is one of
   accuracy, a smaller loss than the original's (below 0);
 * ``unconfirmed``: for latency, a candidate was faster during the search, but the run could
   not time it side by side with the original (stopped first, ``confirm_top: 0``, Ray): search-time
-  figures drift by more than the gains they would crown, so this is no ``improved``;
+  figures drift by more than the gains they would crown, so this is no ``improved``; or the
+  side-by-side timing measured it faster but its interval was too wide to decide (see
+  ``RatioInterval.undecided``): that is no evidence of "no faster candidate" either;
 * ``keep_original``: candidates met the criterion but none beats the original;
 * ``no_candidate_in_budget``: no trial met the criterion with a model that quantizes something.
 
@@ -25,6 +27,7 @@ from dataclasses import dataclass
 from quantune.engine.confirm import Confirmation
 from quantune.engine.selection import is_candidate, quantizes_nothing, select_best
 from quantune.engine.trial import TrialRecord
+from quantune.evaluate.paired import MIN_GAIN
 from quantune.wording import format_loss, format_ratio
 
 IMPROVED = "improved"
@@ -32,6 +35,10 @@ UNCONFIRMED = "unconfirmed"
 KEEP_ORIGINAL = "keep_original"
 NO_CANDIDATE = "no_candidate_in_budget"
 VERDICTS = (IMPROVED, UNCONFIRMED, KEEP_ORIGINAL, NO_CANDIDATE)
+RETIME = (
+    "time it again on a quieter machine or with a longer stop.timeout_s: `quantune run` with the same config "
+    "on the same output re-times it"
+)
 
 
 @dataclass(frozen=True)
@@ -68,6 +75,7 @@ def decide(
     if objective == "latency":
         ratio = format_ratio(best.metrics["latency_ms"], baseline["latency_ms"])
         note = "timed during the search only, not side by side with the original, so not checked against the noise"
+        note += f": {unconfirmed}" if unconfirmed else ""
         if best.metrics["latency_ms"] < baseline["latency_ms"]:
             why = unconfirmed or "it was not re-timed side by side with the original"
             return Verdict(
@@ -92,11 +100,16 @@ def decide(
 
 
 def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str]) -> Verdict:
+    """``improved`` for a candidate surely faster; ``unconfirmed`` when none is but one measured faster
+    and its interval could not decide (an undecided timing is no evidence that nothing is faster);
+    else ``keep_original``."""
     rounds = confirmation.rounds
     faster = [r for r in confirmation.records if (ratio := confirmation.ratio_of(r)) is not None and ratio.faster]
-    best = select_best(faster or confirmation.records, objectives)
+    undecided = [r for r in confirmation.records if (ratio := confirmation.ratio_of(r)) is not None and ratio.undecided]
+    pool = faster or undecided or confirmation.records
+    best = select_best(pool, objectives)
     assert best is not None
-    best = _tie_rule(best, faster or confirmation.records, confirmation.ties, confirmation.preferred)
+    best = _tie_rule(best, pool, confirmation.ties, confirmation.preferred)
     ratio = confirmation.ratio_of(best)
     assert ratio is not None
     interval = (
@@ -108,6 +121,14 @@ def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str])
     detail = f"{interval}, {rounds} interleaved rounds"
     if faster:
         return Verdict(IMPROVED, f"trial {best.number} is {words} than the original side by side ({detail})", best)
+    if undecided:
+        return Verdict(
+            UNCONFIRMED,
+            f"trial {best.number} measured {words} than the original side by side, but the timing did not decide it "
+            f"({detail}: the interval reaches above {1.0 - MIN_GAIN:.2f}, too wide to tell the gain from the noise); "
+            f"{RETIME}",
+            best,
+        )
     return Verdict(
         KEEP_ORIGINAL,
         f"no candidate was faster than the original beyond the timing noise (best candidate trial {best.number}: "
