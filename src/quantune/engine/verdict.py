@@ -5,7 +5,8 @@ The original model is always a candidate. The verdict is one of
 * ``improved``: a candidate beats the original on the first objective — for latency, side by
   side beyond the timing noise (its paired-ratio interval from the end-of-run re-timing lies
   below 0.98, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
-  accuracy, a smaller loss than the original's (below 0);
+  accuracy, a smaller loss than the original's (below 0), beyond the evaluation's sampling noise
+  where the metric scores rows right or wrong (``evaluate/rows.py``);
 * ``unconfirmed``: for latency, a candidate was faster during the search, but the run could
   not time it side by side with the original (stopped first, ``confirm_top: 0``, Ray): search-time
   figures drift by more than the gains they would crown, so this is no ``improved``; or the
@@ -28,6 +29,7 @@ from quantune.engine.confirm import Confirmation
 from quantune.engine.selection import is_candidate, quantizes_nothing, select_best
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate.paired import MIN_GAIN
+from quantune.evaluate.rows import noise_note
 from quantune.wording import format_loss, format_ratio
 
 IMPROVED = "improved"
@@ -62,7 +64,23 @@ def decide(
     ``original_wins``: the strategy's reason, when it measured side by side that nothing it could
     propose beats the original (then no trial may have run, and the original is the answer).
     ``unconfirmed``: why a latency run has no side-by-side re-timing (the run's words: "the run was
-    stopped ..."); a candidate faster by the search's figures is then ``unconfirmed``, never ``improved``."""
+    stopped ..."); a candidate faster by the search's figures is then ``unconfirmed``, never ``improved``.
+    A chosen candidate whose accuracy loss is within the evaluation's sampling noise is said to be
+    (evaluate/rows.py): the evaluation cannot tell it from the original."""
+    verdict = _decide(records, objectives, baseline, confirmation, loss_kind, original_wins, unconfirmed)
+    note = noise_note(verdict.best.metrics) if verdict.best is not None else ""
+    return Verdict(verdict.kind, f"{verdict.reason}; its accuracy: {note}", verdict.best) if note else verdict
+
+
+def _decide(
+    records: Sequence[TrialRecord],
+    objectives: Sequence[str],
+    baseline: dict[str, float],
+    confirmation: Confirmation | None,
+    loss_kind: str | None,
+    original_wins: str,
+    unconfirmed: str,
+) -> Verdict:
     if not any(is_candidate(r) for r in records):
         if original_wins:
             return Verdict(KEEP_ORIGINAL, f"keep the original: {original_wins}", None)
@@ -93,7 +111,14 @@ def decide(
         return _memory_verdict(best, baseline)
     loss = format_loss(best.accuracy_loss, loss_kind)
     if best.accuracy_loss is not None and best.accuracy_loss < 0:
-        return Verdict(IMPROVED, f"trial {best.number} is more accurate than the original (loss {loss})", best)
+        if not noise_note(best.metrics):  # more accurate beyond the evaluation's sampling noise, where it is known
+            return Verdict(IMPROVED, f"trial {best.number} is more accurate than the original (loss {loss})", best)
+        return Verdict(
+            KEEP_ORIGINAL,
+            f"no candidate was more accurate beyond the evaluation's sampling noise (best candidate trial "
+            f"{best.number}: loss {loss})",
+            best,
+        )
     return Verdict(
         KEEP_ORIGINAL, f"no candidate was more accurate (best candidate trial {best.number}: loss {loss})", best
     )
