@@ -107,7 +107,8 @@ def test_a_run_stopped_at_its_first_candidate_never_contradicts_itself(make_conf
 # event (a file), then runs the real function again and again -- the re-timing's real rounds, the
 # page's real drawing -- so the signal the test sends on seeing the mark lands inside that stage.
 HELD = """
-import os, pathlib, sys
+import faulthandler, os, pathlib, signal, sys
+faulthandler.register(signal.SIGUSR1, all_threads=True)  # where it stands, should it not stop
 import {module} as where
 real = where.{name}
 def held(*args, **kwargs):
@@ -121,7 +122,9 @@ entry()
 
 
 def _held_run(tmp_path: Path, module: str, name: str, signum: int, **env: str) -> tuple[int, str, Path]:
+    import contextlib
     import os
+    import signal
     import subprocess
     import sys
 
@@ -146,7 +149,15 @@ def _held_run(tmp_path: Path, module: str, name: str, signum: int, **env: str) -
     try:
         wait_for(mark.exists, process=proc, what=f"{name} to be entered")
         os.kill(proc.pid, signum)
-        _, err = proc.communicate(timeout=120)
+        try:
+            _, err = proc.communicate(timeout=120)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGUSR1)  # its threads' stacks, for the failure's message
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                proc.communicate(timeout=5)
+            kill_session(proc.pid)
+            _, err = proc.communicate()
+            raise AssertionError(f"the run did not stop on the signal: {err[-8000:]}") from None
     finally:
         if proc.poll() is None:
             kill_session(proc.pid)
