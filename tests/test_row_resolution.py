@@ -49,6 +49,14 @@ def test_a_candidate_is_paired_with_the_original_row_by_row(tmp_path: Path) -> N
     assert figures["loss_p_value"] == sign_test_p(int(figures["rows_worse"]), int(figures["rows_better"]))
     assert figures["top1"] == pytest.approx(base["top1"] + (figures["rows_better"] - figures["rows_worse"]) / 40)
 
+    # against the original's own arg-max every changed row is a worse one
+    agreement = Evaluator(
+        EvaluationSpec(metric="top1_agreement", batch_size=16), Dataset({"input": inputs}, "t"), ["input"]
+    )
+    reference = agreement.measure(original)
+    agreed = agreement.figures(agreement.measure(other), pack(reference.outputs))
+    assert agreed["rows_worse"] == np.sum(mine != theirs) > 0 and agreed["rows_better"] == 0
+
 
 def test_a_budget_finer_than_one_row_is_said_at_check(make_config, tmp_path: Path, capsys) -> None:
     """One evaluation row: a 1% budget is a hundredth of a row, so the data cannot resolve it."""
@@ -95,7 +103,9 @@ def test_the_verdict_says_when_the_loss_is_within_the_sampling_noise() -> None:
     baseline = {"top1": 0.9, "latency_ms": 1.0, "size_bytes": 100.0}
     within = decide([_record(0, 0.05, worse=1, better=0)], ["size"], baseline)
     assert within.kind == "improved"
-    assert "1 of 20 rows worse and 0 better" in within.reason and "sampling noise" in within.reason
+    assert "within the evaluation's sampling noise (1 of 20 rows worse, 0 better; exact sign test p = 1.00)" in (
+        within.reason
+    )
     beyond = decide([_record(0, 0.3, worse=6, better=0)], ["size"], baseline)
     assert "sampling noise" not in beyond.reason  # a real loss, within the budget: nothing to add
     unchanged = decide([_record(0, 0.0, worse=0, better=0)], ["size"], baseline)

@@ -69,7 +69,7 @@ def decide(
     (evaluate/rows.py): the evaluation cannot tell it from the original."""
     verdict = _decide(records, objectives, baseline, confirmation, loss_kind, original_wins, unconfirmed)
     note = noise_note(verdict.best.metrics) if verdict.best is not None else ""
-    return Verdict(verdict.kind, f"{verdict.reason}; its accuracy: {note}", verdict.best) if note else verdict
+    return Verdict(verdict.kind, f"{verdict.reason}; {note}", verdict.best) if note else verdict
 
 
 def _decide(

@@ -122,13 +122,14 @@ def resolution_warning(kind: str, tolerable_loss: float, metric: str, baseline: 
 
 
 def noise_note(metrics: dict[str, float]) -> str:
-    """The words for a candidate whose loss is within the evaluation's sampling noise (``""`` when
-    it changed no row, when the loss is beyond the noise, or without row figures)."""
+    """The words for a candidate whose accuracy differs from the original's within the evaluation's
+    sampling noise (``""`` when it changed no row, when the difference is beyond the noise, or
+    without row figures)."""
     worse, better, p = metrics.get("rows_worse"), metrics.get("rows_better"), metrics.get("loss_p_value")
     if worse is None or better is None or p is None or worse + better == 0 or p < NOISE_P:
         return ""
     rows = int(metrics.get("rows_scored", 0))
     return (
-        f"{int(worse)} of {rows} rows worse and {int(better)} better than the original: within the "
-        f"evaluation's sampling noise (exact sign test p = {p:.2f})"
+        f"its accuracy differs from the original's within the evaluation's sampling noise ({int(worse)} of "
+        f"{rows} rows worse, {int(better)} better; exact sign test p = {p:.2f})"
     )
