@@ -17,7 +17,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quantune.engine.confirm import MIN_ROUNDS, Confirmation, confirm_latency, retiming_plan
+from quantune.engine.confirm import MIN_ROUNDS, VERDICT_ROUNDS, Confirmation, confirm_latency, retiming_plan
 from quantune.engine.deadline import EndBudget
 from quantune.engine.interrupts import stop_cause
 from quantune.engine.trial import TrialRecord
@@ -107,13 +107,15 @@ def confirm_end(
             evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline, prefer=prefer
         )
         if confirmation is not None and (
-            (confirmation.rounds < MIN_ROUNDS and end.limited) or _undecided(confirmation)
+            (confirmation.rounds < MIN_ROUNDS and end.limited)
+            or (_undecided(confirmation) and confirmation.rounds < max(evaluator.spec.latency.repeats, VERDICT_ROUNDS))
         ):
             # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
             # loads estimated from the model's size; a busy target environment took longer, and a
             # detector ended unconfirmed after 1 round at 42 s of a 90 s limit: once more, with all
-            # the limit leaves (and only within it). Likewise when its rounds measured a candidate
-            # faster but were too scattered to decide it (without a limit: as long as the run so far)
+            # the limit leaves (and only within it). Likewise when its rounds, cut short of those
+            # planned, measured a candidate faster but were too scattered to decide it (without a
+            # limit: as long as the run so far)
             wider_s = end.left_s() if end.limited else max(wanted_s, time.perf_counter() - end.started)
             again_s, _ = end.retiming_budget(wider_s, minimum_s, models)
             if again_s is not None and again_s >= minimum_s:
@@ -124,7 +126,9 @@ def confirm_end(
                 second = confirm_latency(
                     evaluator, original, baseline, records, top, budget_s=again_s, deadline=deadline, prefer=prefer
                 )
-                if second is not None and second.rounds > confirmation.rounds:
+                if second is not None and (
+                    second.rounds > confirmation.rounds or (_undecided(confirmation) and not _undecided(second))
+                ):
                     confirmation = second
     except KeyboardInterrupt as exc:  # the search is done and kept; the re-timing is cut, and the run
         cause = stop_cause(exc)  # stops as a signal during the search stops it (exit 130 or 143)
