@@ -28,6 +28,7 @@ from quantune.evaluate import (
     LatencySpec,
     metric_direction,
 )
+from quantune.evaluate.criterion import check_budget
 from quantune.evaluate.metric_registry import find_metric, metric_names
 from quantune.evaluate.metric_registry import metric_source as metric_source_of
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS
@@ -212,7 +213,8 @@ def check_run_data(
 
 def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
     """The original model evaluated before the output folder is claimed: the data runs through it
-    (a runner too) and the criterion's metric is a finite number. The figures are cached, so the
+    (a runner too), the criterion's metric is a finite number and the budget makes sense against it
+    (``check_budget``, for ``check`` and ``run`` alike). The figures are cached, so the
     run's baseline reuses them. Returns the original's figures. ``baseline`` computes them
     (the engine's runs it in a stage worker); by default, here."""
     metrics = baseline() if baseline is not None else TrialRunner(parts.context).baseline()[0]
@@ -222,6 +224,7 @@ def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None =
         raise ConfigError(
             f"evaluation.metric: '{metric}' gave {value} on the original model; it must return a finite number"
         )
+    check_budget(parts.criterion, metric, metrics)  # a budget no candidate can meet, or one the data cannot resolve
     return metrics
 
 
