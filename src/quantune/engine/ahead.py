@@ -329,10 +329,11 @@ def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any]
 
     for step in flow:
         try:
-            heavy = get_pass(str(step_passes.get(step, step))).needs_calibration
+            pass_cls = get_pass(str(step_passes.get(step, step)))
         except Exception:  # an unknown pass: treat it as heavy
             return True
-        rows = (point or {}).get(f"{step}.calibration_samples")
+        heavy, samples = pass_cls.needs_calibration, pass_cls.knobs.samples
+        rows = (point or {}).get(f"{step}.{samples}") if samples else None
         if heavy and not (isinstance(rows, int) and rows <= LIGHT_ROWS):
             return True
     return False

@@ -146,7 +146,7 @@ def check_runnable(space: SearchSpace) -> None:
         raise ConfigError(
             "passes: every point of the search space is pruned, so nothing can run: check the fixed "
             "parameters against the pass validators, target.provider, which passes may follow which "
-            "(e.g. static_quant never follows graph_opt at level 'extended' or 'all'), what the model allows "
-            "(per-channel QDQ needs opset 13, dynamic_quant needs Conv weights as initializers: prepare: auto "
+            "(a quantizer never follows a graph optimization that writes layout-specific fused ops), what the "
+            "model allows (per-channel QDQ needs opset 13, integer convolutions need their weights as initializers: prepare: auto "
             "fixes both where it can), and your rules (`quantune space CONFIG` shows the size per flow)"
         )

@@ -74,18 +74,25 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
     def batches():
         return job.calibration.batches(job.input_names, job.batch_size, job.rows)
 
+    knobs, dumped = pass_cls.knobs, config.model_dump()
     if job.dynamic:
-        dumped = config.model_dump()
-        options = {k: dumped[k] for k in ("weight_type", "per_channel", "reduce_range") if k in dumped}
+        # the weights as the pass quantizes them (its knobs; the cache key holds its own names)
+        options = {name: dumped[name] for name in (knobs.weights, knobs.per_channel, knobs.narrow) if name in dumped}
         key = cache_key("sensitivity-dynamic", VERSION, float_sha, options, job.calibration.fingerprint, job.rows)
         cached = cache.get_json("sensitivity", key)
         if cached is not None:
             return cached
         with peak_tracker() as peak:
-            report = measure_dynamic(float_path, batches, **options)
+            report = measure_dynamic(
+                float_path,
+                batches,
+                weight_type=str(options.get(knobs.weights, "int8")),
+                per_channel=bool(options.get(knobs.per_channel, False)),
+                reduce_range=bool(options.get(knobs.narrow, False)),
+            )
     else:
         # QDQ: the same numbers as QOperator, but every tensor stays visible
-        qdq = type(config).model_validate({**config.model_dump(), "quant_format": "QDQ"})
+        qdq = type(config).model_validate({**dumped, **({knobs.layout: knobs.qdq} if knobs.layout else {})})
         quant_path, quant_sha = run([(step_id, pass_cls, qdq)], float_path, float_sha)
         key = cache_key("sensitivity", VERSION, float_sha, quant_sha, job.calibration.fingerprint, job.rows)
         cached = cache.get_json("sensitivity", key)

@@ -42,6 +42,7 @@ class ExecutionProvider(Pass):
     """Runs its input model on another execution provider (the model itself is unchanged)."""
 
     name = "execution_provider"
+    role = "provider"
     Config = ExecutionProviderConfig
     search_space = {}
     last_in_flow = True

@@ -63,7 +63,7 @@ def graph_params(ctx: AccuracyContext) -> list[str]:
     from quantune.passes import get_pass
 
     declared = get_pass(ctx.quant_pass).graph_params
-    held = {ctx.key("nodes_to_exclude"), ctx.key("tensor_overrides")}
+    held = set(ctx.fallback_keys)
     names = []
     for name in ctx.quant_params():
         short = name.split(".", 1)[1]

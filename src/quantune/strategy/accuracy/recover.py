@@ -31,7 +31,7 @@ from quantune.graph.capability import Precision
 from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
-from quantune.strategy.accuracy.context import FLOW_KEY
+from quantune.strategy.accuracy.context import FLOW_KEY, AccuracyContext
 from quantune.strategy.accuracy.speed import Variant
 from quantune.strategy.accuracy.targeted import TargetedStage, weighted_nodes
 
@@ -133,7 +133,7 @@ class RecoverStage(TargetedStage):
         order = [name for name in order if fallback.get(name) == "fp32"]
         for refined in self.refined_variants(variant) if self.recoverable(variant) else []:
             ctx, passes = refined.ctx, self.refining_passes(refined)
-            start = {**refined.point, **_quant_values(base, variant.ctx.quant_step, ctx.quant_step)}
+            start = {**refined.point, **_quant_values(base, variant.ctx, ctx.quant_step)}
             current = dict(fallback)
             fit = self.layer_fit(refined)  # type: ignore[attr-defined]
             last = variant.ctx.with_fallback(base, current)  # the model before a step (refining keeps the graph)
@@ -191,16 +191,13 @@ class RecoverStage(TargetedStage):
         return notes
 
 
-def _quant_values(point: Mapping[str, Any], step: str, into: str) -> Point:
-    """The quant step's values of ``point`` renamed for the step ``into`` (fallback excluded)."""
-    skip = {"nodes_to_exclude", "tensor_overrides"}
+def _quant_values(point: Mapping[str, Any], ctx: AccuracyContext, into: str) -> Point:
+    """``ctx``'s quant step's values of ``point`` renamed for the step ``into`` (fallback excluded)."""
     out: Point = {}
     for key, value in point.items():
-        if key == FLOW_KEY or not key.startswith(f"{step}."):
+        if key == FLOW_KEY or not key.startswith(f"{ctx.quant_step}.") or key in ctx.fallback_keys:
             continue
-        short = key.split(".", 1)[1]
-        if short not in skip:
-            out[f"{into}.{short}"] = value
+        out[f"{into}.{key.split('.', 1)[1]}"] = value
     return out
 
 
