@@ -159,3 +159,16 @@ def test_no_pass_or_quantizer_parameter_named_outside_the_passes():
                 if found:
                     offenders.append(f"{where}:{node.lineno}: {sorted(found)}")
     assert not offenders, "read the passes' traits (Pass.role, Pass.knobs, ...) instead:\n" + "\n".join(offenders)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A ``_name`` is its module's own: another module that needs it gets a public name."""
+    offenders = [
+        f"{path.relative_to(SRC)}:{node.lineno}: {alias.name}"
+        for path in _modules(SRC)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("quantune")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+    assert not offenders

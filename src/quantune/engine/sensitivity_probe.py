@@ -30,7 +30,7 @@ from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.sensitivity")
 
-VERSION = 9  # 9: float32 elementwise, float64 sums (_Stats.add); 4: per-sample error counts too (_Stats.nmse); 5: the head measured at the outputs; 6: amplified nodes too; 7: measured in batches of up to MEASURE_BATCH rows; 8: the lead-in measured at the outputs
+VERSION = 9  # 9: float32 elementwise, float64 sums (NodeStats.add); 4: per-sample error counts too (NodeStats.nmse); 5: the head measured at the outputs; 6: amplified nodes too; 7: measured in batches of up to MEASURE_BATCH rows; 8: the lead-in measured at the outputs
 
 StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
 

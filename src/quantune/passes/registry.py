@@ -64,5 +64,17 @@ def knob_names(pick: Callable[[Knobs], str | None]) -> frozenset[str]:
     return frozenset(name for cls in PASSES.registered().values() if (name := pick(cls.knobs)) is not None)
 
 
+def qdq_quantized(upstream: Sequence[tuple[str, object]]) -> bool:
+    """Whether the last static quantizer of ``upstream`` (name, config pairs) wrote the Q/DQ layout
+    (its ``knobs.layout`` at ``knobs.qdq``, or it has no other): its weights are integer
+    initializers behind ``DequantizeLinear``, which the refining passes rewrite."""
+    found = [(cls, config) for name, config in upstream if (cls := find_pass(name)) and cls.quantizes == "static"]
+    if not found:
+        return False
+    cls, config = found[-1]
+    layout = cls.knobs.layout
+    return layout is None or getattr(config, layout, cls.knobs.qdq) == cls.knobs.qdq
+
+
 def get_pass(name: str, *, field_name: str = "passes") -> type[Pass]:
     return PASSES.get(name, field_name=field_name)

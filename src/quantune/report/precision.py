@@ -340,6 +340,6 @@ def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Spec:
             )
         )
     figure.update_layout(barmode="stack", title={"text": "compute ops by precision"}, xaxis=titled("ops"))
-    from quantune.report.plots import _styled
+    from quantune.report.plots import styled
 
-    return _styled(figure, height=max(260, 60 + 28 * len(types)))
+    return styled(figure, height=max(260, 60 + 28 * len(types)))

@@ -7,7 +7,8 @@ model type (the patterns for attention blocks). Nodes kept in float go in its ig
 
 The rest of the house knows this pass only by its traits: it quantizes statically, so the
 accuracy strategies build its speed ceilings over ``preset`` and fall back through
-``ignored_nodes`` (its ``knobs``). Needs the ``nncf`` extra (``pip install 'quantune[nncf]'``).
+``ignored_nodes`` (its ``knobs``), and the refining passes (bias correction, fast fine-tuning)
+follow it as they follow any static quantizer that writes QDQ. Needs the ``nncf`` extra (``pip install 'quantune[nncf]'``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from pydantic import Field
 from quantune.errors import TrialError
 from quantune.passes.base import Knobs, Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
+from quantune.passes.onnx.float_source import remember_float_source
 from quantune.passes.registry import register_pass
 from quantune.space import Boolean, Categorical
 
@@ -80,3 +82,4 @@ class NNCFQuantization(Pass):
             ignored_scope=nncf.IgnoredScope(names=list(config.ignored_nodes)) if config.ignored_nodes else None,
         )
         onnx.save(quantized, str(model_out))
+        remember_float_source(model_out, model_in, context.model_sha256, context.cache_dir)  # for the refining passes

@@ -44,8 +44,8 @@ from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
     Variant,
-    _values,
     fill_conditionals,
+    preferred_values,
     speed_params,
 )
 from quantune.strategy.base import Outcome
@@ -305,7 +305,7 @@ class LatencyStage:
         only valid points not yet evaluated."""
         out = []
         for name in names:
-            for value in _values(params[name], incumbent):
+            for value in preferred_values(params[name], incumbent):
                 if value is None or incumbent.get(name) == value:
                     continue
                 point = self.complete(fill_conditionals(self.ctx, {**incumbent, name: value}))

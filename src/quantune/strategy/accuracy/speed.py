@@ -105,7 +105,7 @@ def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
     start = nc_defaults(ctx, base)
     op_types = frozenset(ctx.capability.op_types())
     axes = [
-        (name, ctx.pass_cls.ceiling_values(name, _values(params.get(ctx.key(name)), start), op_types))
+        (name, ctx.pass_cls.ceiling_values(name, preferred_values(params.get(ctx.key(name)), start), op_types))
         for name in ctx.knobs.ceilings
     ]
     out: list[tuple[Point, str]] = []
@@ -276,7 +276,7 @@ def types_by_cost(groups: Sequence[Group], costs: Mapping[str, float]) -> list[s
     return sorted(order, key=lambda t: (-totals[t], order.index(t)))
 
 
-def _values(param: Any, point: Mapping[str, Any]) -> list[Any]:
+def preferred_values(param: Any, point: Mapping[str, Any]) -> list[Any]:
     """A searched parameter's values in the order the space prefers (heaviest weight first)."""
     if param is None:
         return [None]

@@ -13,7 +13,7 @@ the graph as fast as the fully quantized one:
   flow refines the quant step with ``fast_finetune``: a fit of the few worst layers, not of all.
 
 Before the fallback (:meth:`TargetedStage.stage_targeted`) the fixes go to the ``targeted_units``
-(3) units the sensitivity ranks worst, all at once: one trial each, a meeting one ends the
+units the sensitivity ranks worst (an option), all at once: one trial each, a meeting one ends the
 accuracy recovery with every unit int8. After the fallback
 (:meth:`TargetedStage.stage_targeted_units`) each unit it put in fp32, the costliest first, goes
 back to int8 with per-channel weights and stays so when the model still meets (and, in a latency
@@ -35,9 +35,9 @@ from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext, describe
 from quantune.strategy.accuracy.speed import Variant
+from quantune.strategy.options import QuantuneOptions
 
 TARGETED = "recover targeted"
-TARGETED_UNITS = 3  # the worst units fixed at once before the fallback
 WEIGHTED = frozenset({"Conv", "Gemm", "MatMul"})
 
 
@@ -60,6 +60,7 @@ def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
 class TargetedStage:
     """Mixin for the quantune strategy: per-channel / fine-tuned worst units before fp32."""
 
+    options: QuantuneOptions
     recovered: dict[str, Any]
     fitted: set[str]  # the variants whose worst layers were fine-tuned alone
 
@@ -97,7 +98,7 @@ class TargetedStage:
         if not (channel or found) or self.remaining() <= 1:  # type: ignore[attr-defined]
             return None  # no fix applies: no sensitivity measured for nothing (149 s on PP-OCRv6 det)
         ranked = [g for g, score in ctx.ranked(base) if score > 0 and weighted_nodes(ctx, [g])]
-        worst = ranked[: max(0, int(getattr(self.options, "targeted_units", TARGETED_UNITS)))]  # type: ignore[attr-defined]
+        worst = ranked[: self.options.targeted_units]
         nodes = weighted_nodes(ctx, worst)
         if not nodes:
             return None
