@@ -183,19 +183,11 @@ def plays(key: str, *roles: Callable[[Knobs], str | None]) -> bool:
     return any(key.split(".", 1)[-1] in knob_names(role) for role in roles)
 
 
-def _exclude(knobs: Knobs) -> str | None:
-    return knobs.exclude
-
-
-def _overrides(knobs: Knobs) -> str | None:
-    return knobs.overrides
-
-
 def excluded(params: Mapping[str, Any]) -> list[str]:
     """The node names a trial's params keep in fp32 (every step's nodes to exclude)."""
     names: list[str] = []
     for key, value in params.items():
-        if plays(key, _exclude) and isinstance(value, list | tuple):
+        if plays(key, lambda knobs: knobs.exclude) and isinstance(value, list | tuple):
             names.extend(str(v) for v in value)
     return names
 
@@ -204,7 +196,7 @@ def overridden(params: Mapping[str, Any]) -> list[str]:
     """Tensors a trial's params give another precision (tensor overrides: int16 fallbacks)."""
     names: list[str] = []
     for key, value in params.items():
-        if plays(key, _overrides) and isinstance(value, dict):
+        if plays(key, lambda knobs: knobs.overrides) and isinstance(value, dict):
             names.extend(str(k) for k in value)
     return names
 
@@ -306,7 +298,7 @@ def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]
 
 def _variant(params: Mapping[str, Any]) -> str:
     """A trial's settings other than its fallback, as one comparable key."""
-    rest = {k: v for k, v in params.items() if not plays(k, _exclude, _overrides)}
+    rest = {k: v for k, v in params.items() if not plays(k, lambda knobs: knobs.exclude, lambda knobs: knobs.overrides)}
     return repr(sorted(rest.items(), key=lambda kv: kv[0]))
 
 
