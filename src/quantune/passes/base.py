@@ -132,6 +132,8 @@ class Pass(ABC):
     min_opset: ClassVar[int] = 0
     # Whether the pass times models (``PassContext.timing``); the timed feed and latency settings then enter its cache key.
     needs_timing: ClassVar[bool] = False
+    # What it cannot follow or run on, in words: the message when every point of a space is pruned.
+    limits: ClassVar[str] = ""
     # Whether the pass must end its flows (its output is partly beside the model, which later passes do not read).
     last_in_flow: ClassVar[bool] = False
 

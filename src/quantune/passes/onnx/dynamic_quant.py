@@ -99,6 +99,7 @@ class DynamicQuantization(Pass):
     rewrites_weights = True
     auto_place = "quantize"
     Config = DynamicQuantizationConfig
+    limits = "needs the weights of the convolutions it quantizes as initializers"
     # Parameters that change the executed graph (see StaticQuantization.graph_params); reduce_range
     # only moves the weights' values.
     graph_params = frozenset({"weight_type", "per_channel", "op_types_to_quantize", "nodes_to_exclude", "pre_optimize"})

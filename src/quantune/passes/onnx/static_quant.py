@@ -126,6 +126,7 @@ class StaticQuantization(Pass):
     version = 4  # 4: a model onnx refuses is made again with plain tensor names (tensor_names.py)
     Config = StaticQuantizationConfig
     needs_calibration = True
+    limits = "never follows graph_opt at level 'extended' or 'all', and per-channel QDQ needs opset 13"
     # Parameters that change the executed graph (op and tensor types, which nodes are quantized,
     # how Q/DQ pairs are laid out), so they can change speed; the rest (calibrate_method,
     # percentile, reduce_range, weight_symmetric, ...) only move scales and zero points. The
