@@ -23,7 +23,7 @@ file and its registration:
   search before any fallback;
 * ``quantizes``: ``"static"`` (calibrated activation ranges: the accuracy strategies fall back
   ops, int16 too) or ``"dynamic"`` (weights only: each weight it touches is a group), or None;
-  a quantizing pass takes ``nodes_to_exclude`` (how fallback is written);
+  a quantizing pass names the parameter that excludes nodes in ``knobs`` (how fallback is written);
 * ``leaves_quantized``: the op types its output computes quantized, so a model it wrote is not
   taken for "quantizes nothing": a kernel op (``MatMulNBits``), or a float compute op whose
   weight comes from a ``DequantizeLinear`` (``MatMul``: weight-only QDQ that onnxruntime fuses);
@@ -41,8 +41,8 @@ file and its registration:
 * ``recover_cost``: for a ``recover`` pass, how costly it is (the recover stage tries the
   cheapest refining flow first);
 * ``knobs``: its parameters by what they do (:class:`Knobs`: which excludes nodes, which restricts
-  op types, which picks the format and the activation and weight types, which axes its speed
-  ceilings span), so the strategies and probes move any quantizer without knowing its names;
+  op types, which picks the format and the weight type, which axes its speed ceilings span --
+  activation type and format, say), so the strategies and probes move any quantizer unnamed;
   ``fastest`` / ``ceiling_values``: which of those values run fastest, and which give the same
   model on a given graph;
 * ``faster_twin``: for a config whose kernels are known slow on a provider, the parameter values
@@ -81,7 +81,6 @@ class Knobs:
     op_types: str | None = None  # restricts the op types quantized
     layout: str | None = None  # the quant format; ``qdq``: its value that keeps every tensor visible
     qdq: object = None
-    activations: str | None = None  # the activation type
     weights: str | None = None  # the weight type
     per_channel: str | None = None  # per-channel weight scales (the accuracy defaults turn them on)
     narrow: str | None = None  # 7-bit weights, where the CPU's int8 dot products saturate

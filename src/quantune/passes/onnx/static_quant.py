@@ -156,7 +156,6 @@ class StaticQuantization(Pass):
         op_types="op_types_to_quantize",
         layout="quant_format",
         qdq="QDQ",
-        activations="activation_type",
         weights="weight_type",
         per_channel="per_channel",
         narrow="reduce_range",
