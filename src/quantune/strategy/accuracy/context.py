@@ -121,7 +121,11 @@ class AccuracyContext:
         quant_step = next(step for step in flow if quantizes(problem.step_passes.get(step)))
         fixed = problem.step_fixed.get(quant_step, {})
         mode = "dynamic" if quantizes(problem.step_passes.get(quant_step)) == "dynamic" else "static"
-        knobs = PASSES.get(str(problem.step_passes[quant_step])).knobs
+        knobs = PASSES.get(quant_pass := str(problem.step_passes[quant_step])).knobs
+        if knobs.exclude is None:  # a plugin quantizer that does not say how a node stays float
+            raise QuantuneError(
+                f"passes: '{quant_pass}' names no parameter that keeps nodes in float (Pass.knobs.exclude)"
+            )
         op_types = fixed.get(knobs.op_types) if knobs.op_types else None
         capability = problem.capability(op_types, mode, flow[: flow.index(quant_step)])
         fp32_types = set(options.fp32_op_types)
