@@ -33,7 +33,7 @@ from quantune.evaluate.metric_registry import find_metric, metric_names
 from quantune.evaluate.metric_registry import metric_source as metric_source_of
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS
 from quantune.model import ModelHandle, file_sha256
-from quantune.passes import get_pass
+from quantune.passes import get_pass, pass_names
 from quantune.prepare import Preparation, PrepareOptions, prepare_model, unprepared
 from quantune.store import ArtifactCache, default_cache_dir
 from quantune.userimport import load_function, load_plugins
@@ -143,10 +143,11 @@ def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
         return
     form = "QDQ" if {"QuantizeLinear", "DequantizeLinear"} & found.keys() else "QOperator"
     ops = ", ".join(f"{count} {op}" for op, count in found.most_common(3))
+    others = [name for name in pass_names() if get_pass(name).role in ("optimize", "tune")]
     raise ConfigError(
         f"model: '{label}' is quantized already ({form} form: {ops}); passes {quantizers} cannot quantize "
         "it again. Give the float32 model it was quantized from, or keep only passes that do not quantize "
-        "(e.g. graph_opt, session_tuning) to tune the quantized model as it is"
+        f"(e.g. {', '.join(others)}) to tune the quantized model as it is"
     )
 
 

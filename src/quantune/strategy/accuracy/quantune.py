@@ -24,12 +24,7 @@ from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import describe
 from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.recover import RecoverStage
-from quantune.strategy.accuracy.speed import (
-    COMPUTE_TYPES,
-    SAFE_TYPES,
-    Variant,
-    priced,
-)
+from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, Variant, priced
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.base import Outcome
 from quantune.strategy.options import QuantuneOptions
@@ -197,9 +192,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         return max(0, min(limit, bound - 1 - guess - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
-        """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``,
-        default 2) when they were not screened before the fallback; the point when one meets the
-        criterion with nothing in fp32, else None."""
+        """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``)
+        unless screened before the fallback; the point that meets the criterion with nothing in fp32, or None."""
         limit = self.options.screen_trials
         if limit <= 0 or self._screened:
             return None
@@ -385,22 +379,17 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     def _lower_precisions(self) -> list[Precision]:
         """Cheaper precisions to try for a fallen group, cheapest first."""
-        lower: list[Precision] = ["int8"]
-        if "int16" in self.ctx.precisions:
-            lower.append("int16")
-        return lower
+        return ["int8", "int16"] if "int16" in self.ctx.precisions else ["int8"]
 
     def _assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
         return {g.name: "fp32" for g in groups}
 
     def _costs(self) -> dict[str, float]:
-        """Each node's share of the original's time, in steps of 25% of itself: a profile's shares move
-        by a few % from run to run, and orders taken from them (bisection ranks, op types added back,
-        the prune's order) should not, so that the same run twice tries the same trials. Only a
-        latency run prices groups by time: for size or accuracy a timing has no say in the orders."""
-        if self.problem.node_costs is None or self.problem.objective != "latency":
-            return {}
-        return {node: _coarse(share) for node, share in self.problem.node_costs().items()}
+        """Each node's share of the original's time, in steps of 25%: shares move a few % from run to run,
+        and the orders taken from them (bisection ranks, groups added back, the prune) must not, so the
+        same run twice tries the same trials. Only a latency run prices groups by time."""
+        costs = self.problem.node_costs if self.problem.objective == "latency" else None
+        return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
 
 
 def _coarse(share: float) -> float:
