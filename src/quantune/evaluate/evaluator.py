@@ -20,7 +20,7 @@ from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate.agreement import agreement_figures
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
-from quantune.evaluate.latency import LatencySpec, Settled, latency_figures
+from quantune.evaluate.latency import FEWEST_ROUNDS, LatencySpec, Settled, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS, quantization_figures
 from quantune.evaluate.target_client import TargetFault
@@ -207,7 +207,9 @@ class Evaluator:
             latency = replace(
                 latency, warmup=min(latency.warmup, QUICK_WARMUP), repeats=min(latency.repeats, QUICK_REPEATS)
             )
-        timings = self.backend.timings([model], self._latency_feeds, latency, self.spec.runner)
+        timings = self.backend.timings(
+            [model], self._latency_feeds, latency, self.spec.runner, min_rounds=FEWEST_ROUNDS
+        )  # its own figures, cut by the time share after the fewest rounds: the decisions re-time side by side
         rest.update(latency_figures(timings[0]))
         # the memory a fresh session takes to load the model and run the latency feed, in its own process
         rest["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
