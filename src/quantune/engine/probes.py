@@ -281,7 +281,7 @@ def _ceilings(
     cached = context.cache.get_json("evals", key)
     if cached is None:
         feeds = getattr(context.evaluator, "_latency_feeds", None)
-        with progress.stage("speed ceilings"):
+        with progress.stage("speed_ceiling"):
             timings = backend.time_until_decided(
                 context.model.path,
                 [path for _, path, _ in built],
