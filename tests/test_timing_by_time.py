@@ -5,6 +5,7 @@ cut by its share reports itself undecided. The counts asserted are the calls the
 
 from __future__ import annotations
 
+import subprocess
 import time
 from pathlib import Path
 
@@ -13,6 +14,7 @@ import numpy as np
 from conftest import build_mlp, mlp_inputs
 from quantune.evaluate import LatencySpec, time_side_by_side
 from quantune.evaluate.rounds import UnsureRatio, ceiling_medians, time_until_decided
+from robust_helpers import PYTHON, cli_env, make_project
 
 SLEEP_S = 0.2
 
@@ -65,3 +67,43 @@ def test_a_paired_timing_cut_by_its_share_is_reported_undecided(tmp_path: Path):
     (median,) = ceiling_medians(timings, 1.0)
     assert isinstance(median, UnsureRatio)  # not decided: said so, not a side
     assert np.all(~np.isnan(timings))
+
+
+SLOW_RUNNER = """
+import os, time
+
+def run(session, feeds):
+    with open(os.path.join(os.path.dirname(__file__), "calls.txt"), "a") as log:
+        log.write(f"{os.getpid()} {len(feeds)}\\n")
+    time.sleep(0.2 * len(feeds))
+    names = [o.name for o in session.get_outputs()]
+    return [dict(zip(names, session.run(None, feed))) for feed in feeds]
+"""
+
+
+def test_check_on_a_slow_model_times_to_its_share_shows_progress_and_estimates_the_run(tmp_path: Path):
+    evaluation = {
+        "metric": "top1",
+        "runner": "slow.py:run",
+        "latency": {"warmup": 10, "repeats": 50, "threads": 1, "seconds": 0.5},
+    }
+    config = make_project(tmp_path / "project", max_trials=8, evaluation=evaluation)
+    (config.parent / "slow.py").write_text(SLOW_RUNNER)
+    check = subprocess.Popen(
+        [PYTHON, "-m", "quantune.cli", "check", str(config)],
+        cwd=config.parent,
+        env=cli_env(),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    stdout, stderr = check.communicate(timeout=600)
+    assert check.returncode == 0, stderr
+    calls = [line.split() for line in (config.parent / "calls.txt").read_text().splitlines()]
+    timed = [pid for pid, feeds in calls if pid == str(check.pid) if feeds == "1"]  # not the memory probe's
+    assert len(timed) == 1 + 3  # one warm-up call, the fewest rounds: not 10 + 50
+    original = [line for line in stderr.splitlines() if line.startswith("original: ")]
+    assert original[0] == "original: started" and original[-1].startswith("original: done")
+    assert any("3/50 rounds" in line for line in original)
+    assert "cost: one evaluation of the original takes" in stdout
+    assert "a run of 8 trials (stop.max_trials) is estimated at ~" in stdout and "of model work" in stdout

@@ -130,11 +130,10 @@ def evaluation_seconds(ctx: Any) -> float:
 
 
 def original_costs(ctx: Any) -> tuple[float, float]:
-    """(seconds one evaluation of the original took, seconds its timing and memory probe took
-    after it), 0 where unknown: the costs ``quantune check`` estimates a run from."""
+    """(seconds one evaluation of the original took, seconds its timing took), 0 where unknown:
+    the costs ``quantune check`` estimates a run from."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
-    evaluation = float(cached.get("evaluation_s") or 0.0)
-    return evaluation, max(0.0, float(cached.get("measured_s") or 0.0) - evaluation)
+    return float(cached.get("evaluation_s") or 0.0), float(cached.get("timing_s") or 0.0)
 
 
 def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]:

@@ -40,6 +40,7 @@ class PlainProgress:
         self.heartbeat_s = heartbeat_s
         self._running: dict[str, tuple[float, Step]] = {}  # stage -> (its start, monotonic; its last event)
         self._printed: dict[str, float] = {}  # stage -> when its last line was printed
+        self._seen: dict[str, float] = {}  # stage -> when its last event came
         self._last_line = time.monotonic()
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -48,12 +49,16 @@ class PlainProgress:
     def __call__(self, step: Step) -> None:
         now = time.monotonic()
         with self._lock:
-            began = self._running.get(step.stage, (now - step.elapsed_s, step))[0]
-            if step.done == -1:
+            began, latest = self._running.get(step.stage, (now - step.elapsed_s, step))
+            if step.done == -1:  # how far it got (unless that was printed), then its end
+                if latest.done > 0 and self._printed.get(step.stage, -1.0) < self._seen.get(step.stage, 0.0):
+                    self._line(describe(latest, now - began), step.stage, now)
                 self._running.pop(step.stage, None)
                 self._printed.pop(step.stage, None)
+                self._seen.pop(step.stage, None)
             else:
                 self._running[step.stage] = (began, step)
+                self._seen[step.stage] = now
             first = step.stage not in self._printed
             last = step.done == -1 or (step.total is not None and step.done >= step.total)
             if first or last or now - self._printed[step.stage] >= EVENT_GAP_S:
