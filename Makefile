@@ -1,12 +1,14 @@
 # Two commands do all the set-up on a fresh machine:
 #   make demo   creates .venv, installs quantune, tunes the bundled digits example
 #   make test   creates .venv, installs quantune with its test extras, runs the tests
+# and one builds the documentation:
+#   make docs   the site (mkdocs.yml, docs/) into site/, strict: a broken link or a missing page fails
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 export ORT_DISABLE_TELEMETRY := 1
 
-.PHONY: demo test fuzz fuzz-config fault-kinds lint install install-test clean
+.PHONY: demo test docs fuzz fuzz-config fault-kinds lint install install-test clean
 
 $(BIN)/python:
 	$(PYTHON) -m venv $(VENV)
@@ -26,6 +28,11 @@ demo: install
 test: install-test target-venvs
 	$(BIN)/python -m pytest -q
 
+# the reference pages are generated from the code during the build (docs/gen_reference.py, a MkDocs hook)
+docs: install
+	$(BIN)/python -m pip install --quiet -e ".[docs]"
+	NO_MKDOCS_2_WARNING=1 $(BIN)/python -m mkdocs build --strict
+
 # the property-based fuzz tests of the suite (tests/test_*fuzz*.py) with many more examples, random each time
 FUZZ_EXAMPLES ?= 2000
 fuzz: install-test
@@ -41,11 +48,11 @@ fuzz-config: install-test
 	QUANTUNE_FUZZ_EXAMPLES=$(FUZZ_EXAMPLES) QUANTUNE_FUZZ_RANDOM=1 $(BIN)/python -m pytest -q tests/test_config_fuzz.py
 
 lint: install-test
-	$(BIN)/ruff check src tests examples bench
-	$(BIN)/ruff format --check src tests examples bench
+	$(BIN)/ruff check src tests examples bench docs/gen_reference.py docs/examples
+	$(BIN)/ruff format --check src tests examples bench docs/gen_reference.py docs/examples
 
 clean:
-	rm -rf runs .quantune-cache
+	rm -rf runs .quantune-cache site
 
 # --- bench (bench/README.md): real models, quantune and its peers, one measurement method ---
 # make bench         quantune on every case (bench/run.py builds the MiniLM case when missing); prints and writes bench/results/
@@ -81,7 +88,7 @@ zoo: install
 	$(BIN)/python -m pip install --quiet -e ".[zoo]"
 	$(BIN)/python bench/zoo/run.py $(ZOO_ARGS)
 
-# --- target environments (README "Target environments"): a second venv with onnxruntime-openvino ---
+# --- target environments (docs/how-to/providers.md): a second venv with onnxruntime-openvino ---
 # in $QUANTUNE_TARGET_VENVS (default ~/.cache/quantune-venvs), used by tests/test_target.py and
 # bench/providers.py; without network the target tests skip, saying why
 .PHONY: target-venvs providers

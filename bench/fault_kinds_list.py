@@ -28,6 +28,7 @@ class Kind:
     names: tuple[str, ...] = ()  # the error line (or, for exit 0, the output) names one of these
     after: Callable[[Any, Any], str | None] | None = None  # a further check of the outcome
     own_out: bool = False  # the folder 'out' is a run's own (a resume): its files may change
+    changing: tuple[str, ...] = ()  # user files the fault itself changes during the run
 
 
 def cfg(*changes: tuple[str, Any], args: list[str] | None = None) -> Callable[[Any], list[str]]:
@@ -90,6 +91,67 @@ def _no_input_model(path: Any) -> None:
         [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 10])],
     )
     onnx.save(helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)]), path)
+
+
+def _quantized(form: str) -> Callable[[Any], None]:
+    """The digits model quantized by onnxruntime (QDQ: static; QOperator: dynamic), saved at ``path``."""
+
+    def make(path: Any) -> None:
+        from onnxruntime.quantization import QuantFormat, quantize_dynamic, quantize_static
+
+        source = str(path.parent / "model.onnx")
+        if form == "QOperator":
+            quantize_dynamic(source, str(path))
+            return
+        with np.load(path.parent / "calib.npz") as calib:
+            rows = iter([{"input": calib["input"][i : i + 1]} for i in range(8)])
+        reader = type("Rows", (), {"get_next": lambda self: next(rows, None)})()
+        quantize_static(source, str(path), reader, quant_format=QuantFormat.QDQ)
+
+    return make
+
+
+def _external_data_gone(path: Any) -> None:
+    onnx.save(
+        onnx.load(str(path.parent / "model.onnx")),
+        str(path),
+        save_as_external_data=True,
+        location="bad.onnx.data",
+        size_threshold=0,
+    )
+    (path.parent / "bad.onnx.data").unlink()
+
+
+def _replaced_during_the_run(p: Any) -> list[str]:
+    """A metric that copies other weights over model.onnx on its second call (the first trial's
+    evaluation; the first scores the original), as a user copying a model in while trials run."""
+    proto = onnx.load(str(p.folder / "model.onnx"))
+    for init in proto.graph.initializer:
+        if init.data_type == TensorProto.FLOAT:
+            init.CopyFrom(numpy_helper.from_array(numpy_helper.to_array(init) * -3.0, init.name))
+    onnx.save(proto, str(p.folder / "other.onnx"))
+    swap = (
+        "    calls = os.path.join(os.path.dirname(__file__), 'calls.txt')\n"
+        "    count = len(open(calls).read()) + 1 if os.path.exists(calls) else 1\n"
+        "    open(calls, 'w').write('x' * count)\n"
+        "    if count == 2:\n"
+        "        import shutil\n"
+        "        shutil.copyfile(os.path.join(os.path.dirname(__file__), 'other.onnx'), "
+        "os.path.join(os.path.dirname(__file__), 'model.onnx'))\n"
+        "    return good\n"
+    )
+    return script("evaluation.metric", "m.py", METRIC + swap, "score")(p)
+
+
+def _cache_inside_output(restart: bool) -> Callable[[Any], list[str]]:
+    """``cache_dir: out/cache`` with ``-o out``: a run, or a run and then the same with --restart."""
+
+    def setup(p: Any) -> list[str]:
+        p.set("cache_dir", "out/cache")
+        p.save_config()
+        return twice(lambda p: None, [*RUN, "--restart"])(p) if restart else RUN
+
+    return setup
 
 
 def _truncated(path: Any) -> None:
@@ -290,6 +352,21 @@ KINDS: list[Kind] = [
     Kind("model", "model truncated", model(_truncated), names=("bad.onnx",)),
     Kind("model", "model with no inputs", model(_no_input_model), names=("bad.onnx",)),
     Kind("model", "model is a folder", model(lambda path: path.mkdir()), names=("bad.onnx",)),
+    Kind("model", "model quantized already (QDQ)", model(_quantized("QDQ")), names=("quantized already",)),
+    Kind("model", "model quantized already (QOperator)", model(_quantized("QOperator")), names=("quantized already",)),
+    Kind(
+        "model",
+        "model's external data file missing",
+        model(_external_data_gone),
+        names=("external data file(s) bad.onnx.data",),
+    ),
+    Kind(
+        "model",
+        "model replaced during the run",
+        _replaced_during_the_run,
+        names=("model.onnx",),
+        changing=("model.onnx", "calls.txt"),
+    ),
     # -- the data -------------------------------------------------------------------------------
     Kind("data", "data file missing", cfg(("data.evaluation", "nope.npz")), names=("nope.npz",)),
     Kind(
@@ -500,6 +577,30 @@ KINDS: list[Kind] = [
     ),
     Kind(
         "metric",
+        "metric returns a number as a string ('0.98')",
+        script("evaluation.metric", "m.py", METRIC + "    return '0.98'\n", "score"),
+        names=("returned str '0.98'",),
+    ),
+    Kind(
+        "metric",
+        "metric returns a bool",
+        script("evaluation.metric", "m.py", METRIC + "    return good > 0.5\n", "score"),
+        names=("returned bool",),
+    ),
+    Kind(
+        "metric",
+        "metric returns a tuple",
+        script("evaluation.metric", "m.py", METRIC + "    return good, 1\n", "score"),
+        names=("returned tuple",),
+    ),
+    Kind(
+        "metric",
+        "metric returns a dict",
+        script("evaluation.metric", "m.py", METRIC + "    return {'top1': good}\n", "score"),
+        names=("returned dict",),
+    ),
+    Kind(
+        "metric",
         "metric returns NaN",
         script("evaluation.metric", "m.py", METRIC + "    return float('nan')\n", "score"),
         names=("m.py", "evaluation.metric"),
@@ -676,6 +777,15 @@ KINDS: list[Kind] = [
     ),
     Kind("environment", "cache deleted, resumed", twice(_rm("cache")), (0,), after=_same_best, own_out=True),
     Kind("environment", "another config on the same --output", twice(_other_seed), names=("--restart",), own_out=True),
+    Kind("environment", "cache inside --output", _cache_inside_output(False), (0,), after=_same_best, own_out=True),
+    Kind(
+        "environment",
+        "cache inside --output, again with --restart",
+        _cache_inside_output(True),
+        (0,),
+        after=_same_best,
+        own_out=True,
+    ),
     Kind("environment", "schema into a closed pipe", lambda p: ["|head", "schema"], (0,)),
     Kind("environment", "report on a folder with no run", lambda p: ["report", "."], names=("results.json", ".")),
     Kind(

@@ -124,6 +124,13 @@ class ModelHandle:
             # An empty file parses as an empty ModelProto: say so here, not in a failed evaluation later.
             raise QuantuneError(f"{field_name}: '{path}' is not an ONNX model (it has no graph nodes or outputs)")
         graph = _graph_of(model, resolved)
+        missing = [str(data.relative_to(resolved.parent)) for data in graph.external_data if not data.is_file()]
+        if missing:  # else the hash would fail on them with the bare OS message
+            raise QuantuneError(
+                f"{field_name}: '{path}' keeps its weights in external data file(s) {', '.join(missing)} that "
+                f"are not in '{resolved.parent}'; copy them beside the model as they were saved with it, or "
+                "give a model saved as one file (onnx.save(model, path, save_as_external_data=False))"
+            )
         if not graph.input_names:  # its outputs are constants: nothing to feed, calibrate or measure
             raise QuantuneError(
                 f"{field_name}: '{path}' has no inputs (every graph input is a weight or there are none); "
@@ -144,7 +151,34 @@ class ModelHandle:
     @cached_property
     def sha256(self) -> str:
         """Content hash of the model file and its external-data files."""
+        self.__dict__["_hashed_stamp"] = self._file_stamp()  # before the bytes are read: a change meanwhile shows later
         return files_sha256(self.path, self.external_data)
+
+    def _file_stamp(self) -> tuple[tuple[int, int, int], ...] | None:
+        """Size, modification time and inode of each file (``None`` when one is gone)."""
+        try:
+            stats = [file.stat() for file in (self.path, *self.external_data)]
+        except OSError:
+            return None
+        return tuple((stat.st_size, stat.st_mtime_ns, stat.st_ino) for stat in stats)
+
+    def current_sha256(self) -> str | None:
+        """The content hash of the files as they are now (``None`` when one is gone or unreadable):
+        hashed again only when a file's size, modification time or inode differ from when it was
+        last hashed, so asking before every use costs a few ``stat`` calls."""
+        expected = self.sha256
+        stamp = self._file_stamp()
+        if stamp is None:
+            return None
+        if stamp == self.__dict__.get("_hashed_stamp"):
+            return expected
+        try:
+            now = files_sha256(self.path, self.external_data)
+        except OSError:
+            return None
+        if now == expected:
+            self.__dict__["_hashed_stamp"] = stamp
+        return now
 
     @property
     def size_bytes(self) -> int:

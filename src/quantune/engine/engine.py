@@ -22,6 +22,7 @@ from quantune.engine.early import EarlyWorkers
 from quantune.engine.ending import Ending, confirm_end
 from quantune.engine.executors import create_executor
 from quantune.engine.executors.stage import Isolation
+from quantune.engine.identity import check_model_unchanged
 from quantune.engine.loop import RunListener
 from quantune.engine.opening import Opening, claim_output, set_up
 from quantune.engine.original import measure_original, tell_baseline
@@ -104,9 +105,8 @@ class Engine:
         executor = self.early.take(self.output_dir)
         if executor is None:  # (they start while the original is measured)
             executor = create_executor(self.config.executor, opening.spec, runner, self.output_dir)
-        metric = self.config.evaluation.metric
         baseline, baseline_cache = measure_original(
-            runner, opening, executor, self.isolation, metric, self.book, self.listeners
+            runner, opening, executor, self.isolation, self.book, self.listeners
         )
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
@@ -150,6 +150,7 @@ class Engine:
         stop_reason = searched.stop_reason
         ending = Ending(unconfirmed=searched.not_retimed)
         if searched.top > 0:
+            check_model_unchanged(parts.context)  # the original is timed from its file again
             ending = confirm_end(
                 parts.context.evaluator,
                 parts.context.model.path,
@@ -160,7 +161,7 @@ class Engine:
                 stop_reason,
                 prefer=searched.loop.strategy.answer(),
             )
-            stop_reason += ending.stop_note
+            stop_reason = ending.stop_reason(stop_reason)
             self.book.mark(CONFIRMATION)
         return ending, stop_reason
 

@@ -5,7 +5,9 @@ loader script changed, a plugin's pass rewritten. Each such *source* gets a fing
 content (a data set by what it holds, whatever file or loader produced it; a script by its
 file's bytes and those of the modules it imports from its folder, userlocal.py). Resuming
 compares them with those the run store kept, so a changed source is named and refused instead of scoring new trials against old ones; worker processes compare
-them again after loading, so a file edited while the run goes on is never mixed into it; and
+them again after loading, so a file edited while the run goes on is never mixed into it (the
+model, which trials and timings read all through the run: again at each trial and before the
+end's timing, a ``stat`` each); and
 the evaluation cache key holds the sources that change an evaluation.
 """
 
@@ -98,6 +100,16 @@ def changed_sources(stored: Mapping[str, Mapping[str, str]], current: Mapping[st
             label = (now or before or {}).get("label", "")
             changed.append(f"{name} ({label})" if label else name)
     return changed
+
+
+def check_model_unchanged(context: Any) -> None:
+    """Refuses to go on once the user's model file (or its external data) no longer holds what the
+    run hashed at its start (``context``: the run's ``RunContext``): trials and timings read that
+    file all through the run, so a file replaced meanwhile would be mixed into it."""
+    expected = context.sources.get("model")
+    if expected is not None:
+        now = context.model.current_sha256() or "missing"
+        check_unchanged({"model": expected}, {"model": {**expected, "fingerprint": now}})
 
 
 def check_unchanged(expected: Mapping[str, Mapping[str, str]], current: Mapping[str, Mapping[str, str]]) -> None:

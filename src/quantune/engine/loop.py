@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
 from dataclasses import dataclass, replace
 from typing import Any, Protocol
@@ -100,6 +100,8 @@ class RunLoop:
     # are abandoned (not recorded: run again to resume them), see _wait
     abandon_at: float | None = None
     abandoned: int = 0
+    # raises when an input changed under the run (identity.py): a trial's record is then not kept
+    check_inputs: Callable[[], None] | None = None
 
     def __init__(
         self,
@@ -199,6 +201,8 @@ class RunLoop:
                     f"; {self.abandoned} trial(s) still running at the limit were abandoned (run again to resume them)"
                 )
             for future in sorted(done, key=lambda f: self.pending[f][0].number):
+                if self.check_inputs is not None:
+                    self.check_inputs()
                 _, proposal = self.pending.pop(future)
                 self._finish(future.result(), proposal, replayed=False)
 

@@ -122,6 +122,7 @@ def claim_output(opening: Opening, output_dir: Path, restart: bool, isolation: I
             restart=restart,
             protected=[parts.context.model.path],
             sources=parts.context.sources,
+            cache=parts.context.cache.root,
         )
         book.mark(SET_UP)
     except BaseException:

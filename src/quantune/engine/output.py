@@ -59,6 +59,7 @@ def open_output(
     restart: bool,
     protected: list[Path],
     sources: Mapping[str, Mapping[str, str]] | None = None,
+    cache: Path | None = None,
 ) -> RunStore:
     """Opens (or creates) the run store in ``folder``.
 
@@ -66,8 +67,19 @@ def open_output(
     holding files quantune did not write is refused always; ``protected`` files (the input
     model, the data) may never lie inside the parts quantune rewrites. ``sources`` (see
     identity.py) are kept in the store, so a refusal names the data or script that changed.
+    ``cache``: the run's cache folder, quantune's own wherever the config puts it (inside
+    ``folder`` too: it was made before the folder is claimed, and no run takes it back).
     """
     folder = folder.resolve()
+    ours = set(_OURS)
+    if cache is not None and folder in cache.resolve().parents:
+        top = cache.resolve().relative_to(folder).parts[0]
+        if top in _OURS:  # a run rewrites or takes back these: the cache would go with them
+            raise QuantuneError(
+                f"cache_dir: '{cache}' lies in '{folder / top}', which quantune rewrites; "
+                f"choose another cache_dir (e.g. '{folder / 'cache'}')"
+            )
+        ours.add(top)
     rewritten = [
         folder / name for name in ("best", "closest_miss", "unconfirmed", "results.json", "config.json", RUN_DB)
     ]
@@ -78,7 +90,7 @@ def open_output(
     if folder.exists() and not folder.is_dir():
         raise QuantuneError(f"--output: '{folder}' is a file, not a folder")
     if folder.is_dir():
-        foreign = sorted(p.name for p in folder.iterdir() if p.name not in _OURS)
+        foreign = sorted(p.name for p in folder.iterdir() if p.name not in ours)
         if foreign and not (folder / RUN_DB).exists():
             raise QuantuneError(
                 f"--output: '{folder}' already holds files quantune did not write ({', '.join(foreign[:3])}...); "

@@ -83,6 +83,7 @@ def accuracy_fields(
                 rows=options_as(options, AccuracyOptions).sensitivity_rows,
                 dynamic=_trait(step_classes, quant, "quantizes") == "dynamic",  # weight_only: by its int8 proxy
                 isolation=isolation,
+                eval_rows=len(context.evaluator.dataset),
             )
         return probe(point)
 

@@ -12,10 +12,12 @@ import time
 import traceback
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 from quantune.data import Dataset
+from quantune.engine.identity import check_model_unchanged
 from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
@@ -150,6 +152,7 @@ class TrialRunner:
         take_stage_peaks()  # only this trial's stages
         with peak_tracker() as peak:
             try:
+                check_model_unchanged(self.context)  # a model file replaced meanwhile is never built from
                 for attempt in (1, 2):
                     model_path, model_sha = self._run_passes(trial, record)
                     record.model_path = str(model_path)
@@ -207,6 +210,7 @@ class TrialRunner:
             input_names=ctx.evaluator.input_names,
             batch_size=ctx.batch_size,
             external_data=start.external_data,
+            check_input=partial(check_model_unchanged, ctx) if start.path == ctx.model.path else None,
             on_step=note,
             timing=timing_for(ctx.evaluator),
         )

@@ -13,6 +13,7 @@ import logging
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 from quantune.config import Config
@@ -22,6 +23,7 @@ from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, least_end_c
 from quantune.engine.ending import retimes
 from quantune.engine.executors import Executor
 from quantune.engine.executors.stage import Isolation
+from quantune.engine.identity import check_model_unchanged
 from quantune.engine.interrupts import stop_cause
 from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.resume import Replay
@@ -66,6 +68,7 @@ def search(
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
     warmup, _ = timing_rounds(config.evaluation.latency.warmup, 1, 1.0, 0.0)
     loop = RunLoop(judge, parts.plan, config.stop, listeners, strategy, executor, store, replay, baseline, started)
+    loop.check_inputs = partial(check_model_unchanged, parts.context)  # a model file replaced meanwhile stops it
     end.arm(loop, baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)  # its reserves and abandon time
     loop.evaluated_ahead = opening.prebuild.ahead() if opening.prebuild is not None else []  # read from the cache
     loop.wait_ahead = opening.prebuild.wait_ahead if opening.prebuild is not None else None  # type: ignore[attr-defined]

@@ -30,7 +30,7 @@ from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.sensitivity")
 
-VERSION = 9  # 9: float32 elementwise, float64 sums (_Stats.add); 4: per-sample error counts too (_Stats.nmse); 5: the head measured at the outputs; 6: amplified nodes too; 7: measured in batches of up to MEASURE_BATCH rows; 8: the lead-in measured at the outputs
+VERSION = 10  # 10: rows bounded by row_runs; 9: float32 elementwise, float64 sums (_Stats.add); 4: per-sample error counts too (_Stats.nmse); 5: the head measured at the outputs; 6: amplified nodes too; 7: measured in batches of up to MEASURE_BATCH rows; 8: the lead-in measured at the outputs
 
 StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
 
@@ -49,6 +49,9 @@ class ProbeJob:
     cache_root: Path
     rows: int
     dynamic: bool
+    row_runs: float | None = (
+        None  # the measurement's bound in whole-model runs of one row (evaluate/sensitivity/cost.py)
+    )
 
 
 def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, Any]:
@@ -77,17 +80,21 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
     if job.dynamic:
         dumped = config.model_dump()
         options = {k: dumped[k] for k in ("weight_type", "per_channel", "reduce_range") if k in dumped}
-        key = cache_key("sensitivity-dynamic", VERSION, float_sha, options, job.calibration.fingerprint, job.rows)
+        key = cache_key(
+            "sensitivity-dynamic", VERSION, float_sha, options, job.calibration.fingerprint, job.rows, job.row_runs
+        )
         cached = cache.get_json("sensitivity", key)
         if cached is not None:
             return cached
         with peak_tracker() as peak:
-            report = measure_dynamic(float_path, batches, **options)
+            report = measure_dynamic(float_path, batches, row_runs=job.row_runs, **options)
     else:
         # QDQ: the same numbers as QOperator, but every tensor stays visible
         qdq = type(config).model_validate({**config.model_dump(), "quant_format": "QDQ"})
         quant_path, quant_sha = run([(step_id, pass_cls, qdq)], float_path, float_sha)
-        key = cache_key("sensitivity", VERSION, float_sha, quant_sha, job.calibration.fingerprint, job.rows)
+        key = cache_key(
+            "sensitivity", VERSION, float_sha, quant_sha, job.calibration.fingerprint, job.rows, job.row_runs
+        )
         cached = cache.get_json("sensitivity", key)
         if cached is not None:
             return cached
@@ -95,7 +102,10 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
         with peak_tracker() as peak:
             try:
                 report = measure(
-                    float_path, quant_path, lambda: job.calibration.batches(job.input_names, wide, job.rows)
+                    float_path,
+                    quant_path,
+                    lambda: job.calibration.batches(job.input_names, wide, job.rows),
+                    row_runs=job.row_runs,
                 )
             except Exception as exc:  # a "dynamic" batch axis the graph does not honour (a fixed Reshape)
                 if wide == job.batch_size:
@@ -103,13 +113,18 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
                 log.info(
                     "sensitivity in batches of %d failed (%s); measuring in batches of %d", wide, exc, job.batch_size
                 )
-                report = measure(float_path, quant_path, batches)
+                report = measure(float_path, quant_path, batches, row_runs=job.row_runs)
     note_stage_peak("sensitivity_measure", peak.mb)
     data = report.to_json()
     cache.put_json("sensitivity", key, data)
     return data
 
 
+# The measurement's budget, in evaluations of the original: the rows it measures are what this
+# many runs of the evaluation data through the whole model pay for (evaluate/sensitivity/cost.py).
+# Its sessions run without fusions and its statistics are computed beside them, so a counted run
+# takes about twice an optimized one: this count is about two evaluations' time.
+EVALUATIONS = 1.0
 MEASURE_BATCH = 8  # rows per run of the measurement, where the model's batch axis is free
 
 
@@ -162,6 +177,7 @@ class SensitivityProbe:
     dynamic: bool = False  # the quant step is dynamic_quant: scored by :func:`measure_dynamic`
     isolation: Any = None  # quantune.engine.executors.stage.Isolation, or None: in this process
     failed: str | None = None  # why an isolated measurement failed; no scores after that
+    eval_rows: int | None = None  # rows of the evaluation data: the measurement's time is set by them
 
     def __call__(self, point: Mapping[str, Any]) -> dict[str, float]:
         return dict(self.report(point).scores)
@@ -182,6 +198,7 @@ class SensitivityProbe:
             cache_root=self.cache.root,
             rows=self.rows,
             dynamic=self.dynamic,
+            row_runs=None if not self.eval_rows else EVALUATIONS * self.eval_rows,
         )
         if self.isolation is None:
             data = run_probe(job, self.cache)

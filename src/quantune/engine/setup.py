@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -27,8 +28,10 @@ from quantune.evaluate import (
     LatencySpec,
     metric_direction,
 )
+from quantune.evaluate.criterion import check_budget
 from quantune.evaluate.metric_registry import find_metric, metric_names
 from quantune.evaluate.metric_registry import metric_source as metric_source_of
+from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS
 from quantune.model import ModelHandle, file_sha256
 from quantune.passes import get_pass
 from quantune.prepare import Preparation, PrepareOptions, prepare_model, unprepared
@@ -51,7 +54,8 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     load_plugins(config.plugins, loaded.base_dir)
     if isinstance(config.model, str):
         model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
-        build_plan(config, nodes=model.nodes)  # a config mistake is reported before preparation's work
+        # a config mistake is reported before preparation's work, and so is a model quantized already
+        check_not_quantized(config.model, model, build_plan(config, nodes=model.nodes))
         cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
         calibration, evaluation = _load_data(loaded)
     else:  # a PyTorch model: its export reads the data's shapes (dynamic axes), so the data comes first
@@ -130,6 +134,27 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     return RunParts(context, criterion, plan)
 
 
+# Ops only a quantized model holds: the QDQ form's (de)quantizers, the QOperator and integer kernels.
+QUANTIZED_INPUT_OPS = QUANTIZED_COMPUTE_OPS | {"QuantizeLinear", "DequantizeLinear", "DynamicQuantizeLinear"}
+
+
+def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
+    """A quantized model given as the input is refused when a pass would quantize it again:
+    onnxruntime's quantizers do not take their own output (every trial would fail on the nodes
+    they already added), so the user is told what the model is and what to give instead."""
+    found = Counter(op for _, op in model.nodes() if op in QUANTIZED_INPUT_OPS)
+    quantizers = sorted({step.pass_cls.name for step in plan.steps.values() if step.pass_cls.quantizes})
+    if not found or not quantizers:
+        return
+    form = "QDQ" if {"QuantizeLinear", "DequantizeLinear"} & found.keys() else "QOperator"
+    ops = ", ".join(f"{count} {op}" for op, count in found.most_common(3))
+    raise ConfigError(
+        f"model: '{label}' is quantized already ({form} form: {ops}); passes {quantizers} cannot quantize "
+        "it again. Give the float32 model it was quantized from, or keep only passes that do not quantize "
+        "(e.g. graph_opt, session_tuning) to tune the quantized model as it is"
+    )
+
+
 def _load_data(loaded: LoadedConfig) -> tuple[Dataset | None, Dataset]:
     """The calibration data (``None`` when not given) and the evaluation data."""
     data = loaded.config.data
@@ -193,7 +218,8 @@ def check_run_data(
 
 def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
     """The original model evaluated before the output folder is claimed: the data runs through it
-    (a runner too) and the criterion's metric is a finite number. The figures are cached, so the
+    (a runner too), the criterion's metric is a finite number and the budget makes sense against it
+    (``check_budget``, for ``check`` and ``run`` alike). The figures are cached, so the
     run's baseline reuses them. Returns the original's figures. ``baseline`` computes them
     (the engine's runs it in a stage worker); by default, here."""
     metrics = baseline() if baseline is not None else TrialRunner(parts.context).baseline()[0]
@@ -203,6 +229,7 @@ def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None =
         raise ConfigError(
             f"evaluation.metric: '{metric}' gave {value} on the original model; it must return a finite number"
         )
+    check_budget(parts.criterion, metric, metrics)  # a budget no candidate can meet, or one the data cannot resolve
     return metrics
 
 

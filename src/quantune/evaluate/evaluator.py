@@ -24,6 +24,7 @@ from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outpu
 from quantune.evaluate.latency import FEWEST_ROUNDS, LatencySpec, Settled, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS, quantization_figures
+from quantune.evaluate.rows import row_figures
 from quantune.evaluate.target_client import TargetFault
 from quantune.model import model_size_bytes
 
@@ -63,7 +64,8 @@ class EvaluationSpec:
             "runner": self.runner_name,
             "runner_source": self.runner_source_sha256,
             "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
-            "figures": 4,  # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb; 4: float16_ops
+            # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb; 4: float16_ops; 5: rows_*
+            "figures": 5,
         } | ({"quantized_ops": sorted(extra)} if (extra := self.quantized_ops - QUANTIZED_COMPUTE_OPS) else {})
 
 
@@ -228,13 +230,17 @@ class Evaluator:
         original's packed outputs; ``None`` means the model is the original)."""
         first = measured.first
         figures = dict(measured.metric)
-        if reference is None and all(np.isfinite(output).all() for output in first):
+        ref_first = None if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
+        if ref_first is None and all(np.isfinite(output).all() for output in first):
             # the original against itself: the figures of identical, finite outputs, not computed
             # (on the captcha model's 300 wide CTC outputs that took 1.6 s of its evaluation)
             figures.update(IDENTICAL)
         else:
-            ref_first = first if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
-            figures.update(agreement_figures(first, ref_first))
+            figures.update(agreement_figures(first, first if ref_first is None else ref_first))
+        labeled = self.spec.metric == "top1" and ref_first is not None
+        labels = self.dataset.parts(self.spec.label_key, self.spec.batch_size) if labeled else None
+        # the rows the metric scores, and the candidate's changed rows against the original's (rows.py)
+        figures.update(row_figures(self.spec.metric, figures, first, ref_first, labels))
         figures.update(measured.rest)
         return figures
 
@@ -282,6 +288,22 @@ def check_runner_outputs(produced: object, count: int, name: str) -> FeedOutputs
 def _call_user_metric(spec: EvaluationSpec, outputs: FeedOutputs, dataset: Dataset) -> float:
     try:
         value = spec.user_metric(stacked_outputs(outputs), dataset.view())  # type: ignore[misc]
-        return float(value)
     except Exception as exc:
         raise TrialError(f"metric function '{spec.metric}' raised {type(exc).__name__}: {exc}") from exc
+    # A score is a real number: float() would take "0.98" or True as one, and a tuple's TypeError
+    # would read as the metric's own failure.
+    if (
+        hasattr(value, "__float__")
+        and not isinstance(value, bool | np.bool_)
+        and tuple(getattr(value, "shape", ())) == ()
+    ):
+        try:  # a Python or NumPy number, a 0-d array or tensor
+            return float(value)
+        except (TypeError, ValueError):
+            pass
+    shown = repr(value)
+    shown = shown if len(shown) <= 40 else shown[:37] + "..."
+    raise TrialError(
+        f"metric function '{spec.metric}' returned {type(value).__name__} {shown}; it must return one "
+        "real number (a float or int, e.g. 0.98), not a string, bool, sequence, dict or None"
+    )

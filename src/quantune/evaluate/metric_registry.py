@@ -2,7 +2,7 @@
 
 Built-in metrics compare outputs with labels (``top1``) or with the original model's outputs
 (``cosine``, ...). A metric a user adds has the custom-metric signature
-``score(outputs, data) -> float`` (see the README's "Custom metric") and is named in
+``score(outputs, data) -> float`` (docs/how-to/custom-metric.md) and is named in
 ``evaluation.metric`` like a built-in. It comes from code (``@register_metric("name")``, in a
 module listed under ``plugins:`` so trial workers see it too) or from an installed package's
 ``quantune.metrics`` entry point. Higher is better unless the function has

@@ -61,9 +61,12 @@ def run_pass_cached(
     label: str,
     external_data: list[Path] | None = None,
     timing: PassTiming | None = None,
+    check_input: Callable[[], None] | None = None,
 ) -> tuple[Path, str, bool]:
     """(output model, its sha256, whether it came from the cache). Failures raise ``TrialError``
-    naming ``label`` (the step id); a failed pass leaves nothing behind."""
+    naming ``label`` (the step id); a failed pass leaves nothing behind. ``check_input`` raises
+    when ``model`` no longer holds ``model_sha`` (a file the user may replace): asked once the
+    pass ran, so an output built from other content is never cached under this key."""
     parts: list[Any] = ["pass", pass_cls.name, pass_cls.version, model_sha, config.model_dump(mode="json")]
     parts += user_code(pass_cls)
     if pass_cls.needs_calibration:
@@ -106,6 +109,12 @@ def run_pass_cached(
         shutil.rmtree(view_dir, ignore_errors=True)
         if printed.getvalue():
             log.info("pass %s printed:\n%s", label, printed.getvalue().rstrip())
+    if check_input is not None:
+        try:
+            check_input()
+        except BaseException:
+            shutil.rmtree(work_dir, ignore_errors=True)
+            raise
     path, sha = cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
     return path, sha, False
 
@@ -174,14 +183,15 @@ def run_flow_cached(
     label_suffix: str = "",
     on_step: Callable[[str, bool, float], None] | None = None,
     timing: PassTiming | None = None,
+    check_input: Callable[[], None] | None = None,
 ) -> tuple[Path, str]:
     """A flow (or its prefix) run step by step through the cache: the last output and its sha256.
 
     ``steps`` are (step id, pass class, config). The one way a trial and the sensitivity
     probe run passes, so each finds the other's outputs under the same keys.
     ``on_step(step id, cache hit, seconds)`` is told about each step. ``external_data`` are
-    the data files of ``model`` (the flow's first input only); ``timing`` is
-    given to passes that time models (``needs_timing``).
+    the data files of ``model`` (the flow's first input only), and ``check_input`` its check
+    (see :func:`run_pass_cached`); ``timing`` is given to passes that time models (``needs_timing``).
     """
     current, current_sha = model, model_sha
     for step_id, pass_cls, config in steps:
@@ -197,6 +207,7 @@ def run_flow_cached(
             batch_size=batch_size,
             label=f"{step_id}{label_suffix}",
             external_data=external_data if current == model else None,
+            check_input=check_input if current == model else None,
             timing=timing if pass_cls.needs_timing else None,
         )
         if on_step is not None:

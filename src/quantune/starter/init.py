@@ -150,7 +150,7 @@ def render_config(info: ModelInfo, source: DataSource, metric: str, folder: Path
         *_pass_lines(info),
         "search:",
         _c("  strategy: quantune", "speed first, then op-type and per-op fallback to fp32 until"),
-        _c("  seed: 0", "the budget holds (see the README: Accuracy-driven tuning)"),
+        _c("  seed: 0", "the budget holds (docs: concepts/strategies.md)"),
         "stop:",
         "  max_trials: 20",
         _c("  timeout_s: 900", "seconds for the whole run"),

@@ -22,6 +22,7 @@ import numpy as np
 import onnx
 from onnx import helper, shape_inference
 
+from quantune.data.dataset import feed_rows
 from quantune.model import without_weights
 
 log = logging.getLogger("quantune.sensitivity")
@@ -74,10 +75,6 @@ def batch_dim_free(model: onnx.ModelProto) -> bool:
         if not dims or dims[0].HasField("dim_value"):
             return False
     return bool(inputs)
-
-
-def _rows(feed: Feed) -> int:
-    return len(next(iter(feed.values())))
 
 
 def input_shapes(feeds: Feeds, names: set[str], per_row: bool) -> list[dict[str, tuple[int, ...]]]:
@@ -191,7 +188,7 @@ def plan(
     names = {i.name for i in fmodel.graph.input if i.name not in inits}
     splittable = batch_dim_free(fmodel)
     shapes = input_shapes(feeds, names, per_row=splittable)
-    counts = [_rows(feed) for feed in feeds()]
+    counts = [feed_rows(feed) for feed in feeds()]
     max_rows = max(counts, default=1) if splittable else 1
     light = without_weights(fmodel)  # one copy for every shape, not the whole model per shape
     float_sizes = _largest([tensor_bytes(light, s) for s in shapes])
@@ -216,7 +213,7 @@ def plan(
 def pieces(feeds: Feeds, rows: int | None) -> Iterator[Feed]:
     """The data, each batch cut along its first axis into pieces of at most ``rows``."""
     for feed in feeds():
-        n = _rows(feed)
+        n = feed_rows(feed)
         if rows is None or n <= rows:
             yield feed
             continue

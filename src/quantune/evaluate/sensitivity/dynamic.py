@@ -20,7 +20,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from quantune.evaluate.sensitivity import capture
+from quantune.evaluate.sensitivity import capture, cost
 from quantune.evaluate.sensitivity.capture import Job
 from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, with_outputs
 from quantune.memory import memory_budget_mb
@@ -53,10 +53,12 @@ def measure_dynamic(
     per_channel: bool = False,
     reduce_range: bool = False,
     budget_mb: float | None = None,
+    row_runs: float | None = None,
 ) -> SensitivityReport:
     """Scores the nodes ``quantize_dynamic`` would touch, without building the quantized model.
 
-    A node's score is the relative per-channel error of its output.
+    A node's score is the relative per-channel error of its output. ``row_runs``: the bound in
+    whole-model runs of one row, as for the static measurement (:mod:`.cost`).
     """
     from quantune.graph.capability import ModelCapability
 
@@ -84,6 +86,15 @@ def measure_dynamic(
     feeds = capture.replayable(batches)
     budget = memory_budget_mb() if budget_mb is None else budget_mb
     plan = capture.plan(jobs, model, None, feeds, budget)
+    share = cost.Share(model)
+    per_row = 2 * share(node for node, _, _, _ in plans.values())  # each node recomputed twice
+    for group in plan.groups:
+        names = {n for job in group for n in job.float}
+        per_row += share(cost.ancestors(model.graph, names)) if names else 0.0
+    rows = cost.affordable_rows(per_row, row_runs, plan.total_rows)
+    if rows < plan.total_rows:
+        feeds = cost.first_rows(feeds, rows, cut=plan.rows is not None)
+        plan.total_rows = sum(capture.feed_rows(feed) for feed in feeds())
     stats = {name: _Stats() for name in plans}
     for group in plan.groups:
         names = list(dict.fromkeys(n for job in group for n in job.float))

@@ -150,15 +150,22 @@ def _sort(graph: onnx.GraphProto) -> None:
     graph.node.extend(ordered)
 
 
-def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeProto], list[str], list[str]]:
-    """The nodes ``names`` and every node downstream of them (in graph order), the tensors they
-    read from outside (the boundary) and the graph outputs they make."""
+def cut_nodes(fmodel: onnx.ModelProto, names: Sequence[str]) -> list[onnx.NodeProto]:
+    """The nodes ``names`` and every node downstream of them, in graph order: what a probe of
+    them reruns once per node it scores."""
     wanted, reached = set(names), set()
     nodes = []
     for node in fmodel.graph.node:  # graph order is topological: one pass finds the closure
         if node.name in wanted or reached & set(node.input):
             nodes.append(node)
             reached.update(node.output)
+    return nodes
+
+
+def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeProto], list[str], list[str]]:
+    """The nodes ``names`` and every node downstream of them (in graph order), the tensors they
+    read from outside (the boundary) and the graph outputs they make."""
+    nodes = cut_nodes(fmodel, names)
     made = {out for node in nodes for out in node.output}
     inits = {init.name for init in fmodel.graph.initializer}
     boundary = list(dict.fromkeys(t for node in nodes for t in node.input if t and t not in made and t not in inits))

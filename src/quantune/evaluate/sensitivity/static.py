@@ -37,9 +37,9 @@ import onnxruntime as ort
 from onnx import numpy_helper
 
 from quantune import progress
-from quantune.evaluate.sensitivity import capture
+from quantune.evaluate.sensitivity import capture, cost
 from quantune.evaluate.sensitivity.capture import Job
-from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, measure_head
+from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, cut_nodes, measure_head
 from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, single_node, with_outputs
 from quantune.graph.capability import ModelCapability
 from quantune.graph.head import head_nodes, lead_in_nodes
@@ -142,13 +142,17 @@ def measure(
     batches: Iterable[dict[str, np.ndarray]] | Callable[[], Iterable[dict[str, np.ndarray]]],
     *,
     budget_mb: float | None = None,
+    row_runs: float | None = None,
 ) -> SensitivityReport:
     """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``.
 
     ``batches``: the data, or a function that returns it afresh (read once per capture
     group; a one-shot iterator is kept in a list). Peak memory is bounded by ``budget_mb``
     (default: :func:`memory_budget_mb`) and the models' own working memory, not by the data
-    or the number of tensors.
+    or the number of tensors. Time is bounded by ``row_runs`` (whole-model runs of one row;
+    None: every row given is measured): the first rows of the data that it pays for are
+    measured (:mod:`.cost`), and the output-level probes that reach far upstream are left out
+    where even one row would cost more.
     """
     fmodel = onnx.load(str(float_model))
     qmodel = onnx.load(str(quant_model))
@@ -156,6 +160,22 @@ def measure(
     feeds = capture.replayable(batches)
     budget = memory_budget_mb() if budget_mb is None else budget_mb
     plan = capture.plan(found.jobs, fmodel, qmodel, feeds, budget)
+    probes = _probes(fmodel, found)
+    per_row = _per_row(found, fmodel, qmodel, plan, probes)
+    while row_runs is not None and per_row > row_runs and len(probes) > 1:
+        probes = probes[:-1]  # the lead-in's, then the amplifiers' (each reruns much of the model)
+        per_row = _per_row(found, fmodel, qmodel, plan, probes)
+    rows = cost.affordable_rows(per_row, row_runs, plan.total_rows)
+    if rows < plan.total_rows:
+        feeds = cost.first_rows(feeds, rows, cut=plan.rows is not None)
+        plan.total_rows = sum(capture.feed_rows(feed) for feed in feeds())
+    log.info(
+        "sensitivity: %d rows, %.1f whole-model runs of a row each (%.0f in all; bound %s)",
+        plan.total_rows,
+        per_row,
+        per_row * plan.total_rows,
+        "none" if row_runs is None else f"{row_runs:.0f}",
+    )
     input_names = {i.name for i in fmodel.graph.input} - _inits(fmodel)
 
     stats = {job.key: _Stats() for job in found.jobs}
@@ -176,7 +196,7 @@ def measure(
             + product_noise.get(node.name, 0.0)
             + sum(activation_noise[t] for t in adjacent)
         )
-    head = _head_loss(fmodel, qmodel, found, feeds, plan.rows)
+    head = _head_loss(fmodel, qmodel, found, feeds, plan.rows, probes)
     # A head culprit (alone, most of the output loss: head.culprits) outranks every other unit,
     # whatever local noise says: its score is above the sum of all the others.
     above = sum(scores.values())
@@ -194,12 +214,12 @@ def measure(
     )
 
 
-def _head_loss(fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, found: _Structure, feeds, rows) -> dict[str, float]:
-    """The head's nodes (at most :data:`HEAD_LIMIT`, nearest the outputs), the quantized nodes
-    that feed an amplifier (a Log, a division: at most :data:`AMPLIFIED_LIMIT`) and the lead-in's
-    quantized nodes (at most :data:`LEAD_IN_LIMIT`, nearest the inputs: an audio waveform's
-    framing, whose one uint8 scale local noise calls harmless) scored by their own
-    quantization's effect on the outputs (:mod:`.head`)."""
+def _probes(fmodel: onnx.ModelProto, found: _Structure) -> list[list[str]]:
+    """The nodes scored at the outputs (:mod:`.head`), in three probes: the head's (at most
+    :data:`HEAD_LIMIT`, nearest the outputs), the quantized nodes that feed an amplifier (a Log,
+    a division: at most :data:`AMPLIFIED_LIMIT`) and the lead-in's quantized nodes (at most
+    :data:`LEAD_IN_LIMIT`, nearest the inputs: an audio waveform's framing, whose one uint8
+    scale local noise calls harmless); empty ones left out."""
     structure = ModelCapability.from_model(fmodel)
     nodes = head_nodes(structure.nodes, [o.name for o in fmodel.graph.output])
     by_name = {node.name: node for node in fmodel.graph.node}
@@ -213,10 +233,38 @@ def _head_loss(fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, found: _Structu
         for name in amplified_nodes(fmodel)
         if name not in set(nodes) and any(t in found.qdq for t in by_name[name].output)
     ][:AMPLIFIED_LIMIT]
+    probes = [nodes[-HEAD_LIMIT:], amplified, [n for n in lead_in if n not in set(amplified)]]
+    return [probe for probe in probes if probe]
+
+
+def _per_row(
+    found: _Structure, fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, plan: capture.Plan, probes: list[list[str]]
+) -> float:
+    """Whole-model runs of one row the measurement makes per row of data: each capture group's
+    pruned float and quantized models, each weighted node and product twice alone, and each
+    output-level probe's two whole runs plus one run of its cut per node it scores. A run of
+    the quantized model counts :data:`cost.QUANTIZED` times (its Q/DQ pairs run unfused, and
+    every one of its tensors is compared twice)."""
+    f_share, q_share = cost.Share(fmodel), cost.Share(qmodel)
+    per_row = 0.0
+    for group in plan.groups:
+        q_names = {n for job in group for n in job.quant}
+        f_names = {n for job in group for n in job.float}
+        per_row += cost.QUANTIZED * q_share(cost.ancestors(qmodel.graph, q_names)) if q_names else 0.0
+        per_row += f_share(cost.ancestors(fmodel.graph, f_names)) if f_names else 0.0
+    alone = [node for node, _, _ in found.weighted.values()] + [node for node, _ in found.products.values()]
+    per_row += 2 * f_share(alone)
+    for probe in probes:
+        per_row += 1 + cost.QUANTIZED + len(probe) * f_share(cut_nodes(fmodel, probe))
+    return per_row
+
+
+def _head_loss(
+    fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, found: _Structure, feeds, rows, probes: list[list[str]]
+) -> dict[str, float]:
+    """The probes' nodes (:func:`_probes`) scored by their own quantization's effect on the outputs."""
     result: dict[str, float] = {}
-    for measured in (nodes[-HEAD_LIMIT:], amplified, [n for n in lead_in if n not in set(amplified)]):
-        if not measured:
-            continue
+    for measured in probes:
         try:
             part = measure_head(fmodel, qmodel, found.qdq, measured, capture.pieces(feeds, rows))
         except Exception as exc:  # what cannot be re-run alone keeps its local scores

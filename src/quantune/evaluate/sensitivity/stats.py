@@ -22,6 +22,8 @@ import onnx
 import onnxruntime as ort
 from onnx import helper
 
+from quantune.evaluate.sensitivity.cost import ancestors, has_subgraphs
+
 _CAP = 1.0
 _CHUNK = 1 << 22  # elements per float64 temporary (32 MB)
 
@@ -219,21 +221,12 @@ def with_outputs(model: onnx.ModelProto, names: Sequence[str], *, only: bool = F
 
 
 def _keep_ancestors(graph: onnx.GraphProto, wanted: set[str]) -> None:
-    """Drops the nodes ``wanted`` does not depend on (and the initializers only they read).
-
-    Nodes with subgraphs (If, Loop, Scan) may read outer tensors their inputs do not name: a
-    graph that holds one is left whole."""
-    if any(
-        attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for attr in n.attribute
-    ):
+    """Drops the nodes ``wanted`` does not depend on (and the initializers only they read); a
+    graph with subgraphs is left whole (:func:`.cost.ancestors`)."""
+    if has_subgraphs(graph):
         return
-    needed = set(wanted)
-    keep = []
-    for node in reversed(graph.node):
-        if any(out in needed for out in node.output):
-            keep.append(node)
-            needed.update(name for name in node.input if name)
-    kept = list(reversed(keep))
+    kept = ancestors(graph, wanted)
+    needed = set(wanted) | {name for node in kept for name in node.input if name}
     inits = [init for init in graph.initializer if init.name in needed]
     del graph.node[:]
     graph.node.extend(kept)

@@ -81,8 +81,14 @@ def surely_slower(result: Mapping[str, Any]) -> bool:
 
 
 def within_noise(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing says neither model is faster beyond the noise."""
-    return bool(result.get("same_model")) or not (result.get("faster") or surely_slower(result))
+    """Whether a paired timing says neither model is faster beyond the noise, nor the first by its
+    median by ``LEAST_GAIN``: an interval too wide to settle on a busy machine is no tie when the
+    median says the first model is clearly faster (ending there left a model that much slower)."""
+    if result.get("same_model"):
+        return True
+    if result.get("faster") or surely_slower(result):
+        return False
+    return float(result.get("ratio_median", 1.0)) >= 1.0 - LEAST_GAIN
 
 
 class LatencyStage:

@@ -29,7 +29,6 @@ from quantune.strategy.accuracy.speed import (
     SAFE_TYPES,
     Variant,
     priced,
-    types_by_cost,
 )
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.base import Outcome
@@ -51,9 +50,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     them, ordered by speed; the ``flow`` option restricts the flows) -> in the fastest kept variant that misses: ``recipes`` (cle / smooth_quant
     values, when in the flow) -> ``screen`` (per_channel, calibrate_method, ... one at a
     time; ``screen_trials``, default 2) -> ``op types`` (quantize only Conv/MatMul/Gemm and
-    Add/Mul, then only the compute types; when one holds, the op types left in float are
-    added back, the costliest first, each kept if the criterion holds; ``op_type_trials``,
-    default 3) -> ``bisect`` (groups ranked by sensitivity over their share of the original's
+    Add/Mul, then only the compute types; when one holds, the groups left in float go back to
+    int8 but the fewest most sensitive ones, found by bisection; ``op_type_trials``,
+    default 6) -> ``bisect`` (groups ranked by sensitivity over their share of the original's
     time; the smallest k such that the k first in fp32 meet the criterion, never all the
     compute in fp32; ``bisect blocks`` first when the model has repeated blocks, option
     ``bisect_blocks``) -> ``prune`` (each fallen group, costliest first, back to int8 -- or
@@ -229,19 +228,36 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         return (yield from self.add_back(base, fallen, {}))
 
     def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
-        """Op types of ``fallen`` back to int8, the costliest first, each kept if the criterion holds
-        (``fixed``: other groups' precisions, held); returns the groups still in fp32."""
-        limit = self.options.op_type_trials
-        for op_type in types_by_cost(fallen, self._costs())[:limit]:
-            trial = [g for g in fallen if g.op_type != op_type]
-            point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
-            stage = f"op types: + {op_type} to int8"
-            outcome = yield from self.try_point(point, stage)
-            before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
-            if self.keeps_requantized(outcome, point, before, stage):
-                fallen = trial
-                self.note_meeting(len(trial) + sum(1 for p in fixed.values() if p == "fp32"))
-        return fallen
+        """Groups of ``fallen`` (op types put in fp32 wholesale) back to int8 but the fewest that must stay
+        in fp32 (``fixed``: other groups' precisions, held); returns the groups still in fp32.
+
+        Per group, not per op type: a type back in int8 as a whole misses when one of its groups is
+        fragile (an Add of an attention mask, whose range swamps the scores), and would keep every
+        residual Add in fp32 with it. So ``fallen`` is ranked by harm per time and bisected like the
+        compute groups: the smallest k such that its k first in fp32 meet (all of them is known to),
+        at most ``op_type_trials`` evaluations; kept when, in a latency run, not slower side by side."""
+        ranked = [g for g, _ in priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), self._costs())]
+        before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
+        search, trials = Bisection(len(ranked), lo=-1, hi=len(ranked)), self.options.op_type_trials
+        point, outcome = before, None
+        while (k := search.next_k()) is not None and trials > 0:
+            trial = self.ctx.with_fallback(base, {**fixed, **self._assign(ranked[:k])})
+            if self.known(trial) is None:  # the fully quantized model (k = 0) is often known: free
+                trials -= 1
+            tried = yield from self.try_point(
+                trial,
+                f"op types: + {len(ranked) - k}/{len(ranked)} to int8, fp32 {describe([g.name for g in ranked[:k]])}",
+            )
+            search.record(k, bool(tried.meets))
+            if tried.meets and search.hi == k:
+                point, outcome = trial, tried
+        if outcome is None or search.hi is None:
+            return fallen
+        kept = ranked[: search.hi]
+        if not self.keeps_requantized(outcome, point, before, f"op types: {len(fallen) - len(kept)} groups to int8"):
+            return fallen
+        self.note_meeting(len(kept) + sum(1 for p in fixed.values() if p == "fp32"))
+        return kept
 
     def bisect(self, base: Point, pool: Sequence[Group], fallen: Sequence[Group]) -> Step:
         """The fewest of ``pool`` (by harm per time) in fp32, with ``fallen`` too, that meet; None if none."""

@@ -295,15 +295,6 @@ def priced(scored: Sequence[tuple[Group, float]], costs: Mapping[str, float]) ->
     return sorted(value, key=lambda gs: (-gs[1], order[gs[0].name]))
 
 
-def types_by_cost(groups: Sequence[Group], costs: Mapping[str, float]) -> list[str]:
-    """Op types of ``groups``, the most time in the original first (first-seen order breaks ties)."""
-    totals: dict[str, float] = {}
-    for group in groups:
-        totals[group.op_type] = totals.get(group.op_type, 0.0) + group_cost(group, costs)
-    order = list(totals)
-    return sorted(order, key=lambda t: (-totals[t], order.index(t)))
-
-
 def _values(param: Any, point: Mapping[str, Any]) -> list[Any]:
     """A searched parameter's values in the order the space prefers (heaviest weight first)."""
     if param is None:

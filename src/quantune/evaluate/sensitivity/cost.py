@@ -1,0 +1,84 @@
+"""What a sensitivity measurement costs in whole-model runs of one row, and the rows it can afford.
+
+A run's cost is set by the model, not by how many units it has: the caller gives the
+measurement a budget in whole-model runs of one row (a couple of evaluations of the original's
+worth), the measurement counts what its plan runs per row of data -- each capture group's two
+pruned models, each weighted node re-run alone, each output-level probe -- and measures on as
+many rows of the data as that budget pays for (at least one; local statistics over every
+element of a row rank units well from a few rows). Compute is counted by the nodes that carry
+it (convolutions, matrix products, recurrences), so a pruned prefix, a node alone and a head cut
+each cost their share of a whole run.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Iterator
+
+import onnx
+
+from quantune.evaluate.sensitivity.capture import Feed, Feeds, feed_rows
+
+# A run of the QDQ model, counted in runs of the float model: its Q/DQ pairs run unfused, so the
+# comparison sees every tensor as the graph defines it, and each of its tensors is compared twice.
+QUANTIZED = 2.0
+HEAVY = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN", "Einsum"})
+
+
+def has_subgraphs(graph: onnx.GraphProto) -> bool:
+    """Whether a node holds a subgraph (If, Loop, Scan), which may read outer tensors its inputs do not name."""
+    return any(
+        attr.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in graph.node for attr in n.attribute
+    )
+
+
+def ancestors(graph: onnx.GraphProto, wanted: Iterable[str]) -> list[onnx.NodeProto]:
+    """The nodes ``wanted`` tensors depend on, in graph order (every node where a subgraph may hide a read)."""
+    if has_subgraphs(graph):
+        return list(graph.node)
+    needed = set(wanted)
+    keep = []
+    for node in reversed(graph.node):
+        if any(out in needed for out in node.output):
+            keep.append(node)
+            needed.update(name for name in node.input if name)
+    return list(reversed(keep))
+
+
+class Share:
+    """A set of a model's nodes as a share of one whole run of it, counted by its heavy nodes
+    (by all its nodes when it has none)."""
+
+    def __init__(self, model: onnx.ModelProto) -> None:
+        heavy = sum(node.op_type in HEAVY for node in model.graph.node)
+        self.by_heavy = heavy > 0
+        self.total = max(1, heavy if self.by_heavy else len(model.graph.node))
+
+    def __call__(self, nodes: Iterable[onnx.NodeProto]) -> float:
+        count = sum(1 for node in nodes if not self.by_heavy or node.op_type in HEAVY)
+        return count / self.total
+
+
+def affordable_rows(per_row: float, budget: float | None, available: int) -> int:
+    """Rows of data the ``budget`` (whole-model runs of one row; None: no bound) pays for at
+    ``per_row``: at most ``available``, at least one."""
+    if budget is None or per_row <= 0:
+        return available
+    return max(1, min(available, math.floor(budget / per_row)))
+
+
+def first_rows(feeds: Feeds, rows: int, cut: bool = True) -> Feeds:
+    """The first ``rows`` rows of the data: a deterministic sample, so the same data gives the
+    same scores. The last batch is cut along its first axis when ``cut`` (a model whose batch
+    dimension is free), else kept whole (a fixed batch takes no fewer rows)."""
+
+    def limited() -> Iterator[Feed]:
+        left = rows
+        for feed in feeds():
+            if left <= 0:
+                return
+            n = feed_rows(feed)
+            yield feed if n <= left or not cut else {k: v[:left] for k, v in feed.items()}
+            left -= n
+
+    return limited
