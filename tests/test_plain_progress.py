@@ -32,7 +32,7 @@ def _lines(text: str, stage: str) -> list[str]:
 def test_a_run_without_a_terminal_prints_each_stage_in_plain_lines(tmp_path: Path):
     evaluation = {"metric": "top1", "latency": {"warmup": 1, "repeats": 5, "threads": 1, "confirm_top": 2}}
     config = make_project(tmp_path / "project", max_trials=3, evaluation=evaluation)
-    run = subprocess.run(  # stderr, where the console writes, is a pipe here: no terminal
+    run = subprocess.run(  # stderr, where the console writes, is a pipe here: no terminal; lines on stdout
         [PYTHON, "-m", "quantune.cli", "run", str(config), "--output", str(tmp_path / "out")],
         cwd=config.parent,
         env=cli_env(),
@@ -41,7 +41,8 @@ def test_a_run_without_a_terminal_prints_each_stage_in_plain_lines(tmp_path: Pat
         timeout=600,
     )
     assert run.returncode == 0, run.stderr
-    err = run.stderr
+    err = run.stdout
+    assert not [line for line in run.stderr.splitlines() if line.startswith("tuning: ")]  # stderr: errors only
     original = _lines(err, "baseline evaluation")
     assert original[0] == "baseline evaluation: started" and original[-1].startswith("baseline evaluation: done")
     assert any("2/2 evaluation batches" in line for line in original)  # the worker's events, forwarded
@@ -76,7 +77,7 @@ def test_a_stage_worker_reports_how_far_it_is_to_the_console(tmp_path: Path):
     groups = len(capture.plan(jobs, onnx.load(str(model)), onnx.load(str(quant)), lambda: iter(feeds), tiny).groups)
     assert groups > 2
     out = io.StringIO()
-    listener = ConsoleListener(Console(file=out, force_terminal=False, width=200))
+    listener = ConsoleListener(Console(file=io.StringIO(), force_terminal=False), Console(file=out, width=200))
     with listener.showing_stages():
         outcome = run_stage(
             "sensitivity", partial(measure, budget_mb=tiny), model, quant, feeds, isolation=Isolation(tmp_path)

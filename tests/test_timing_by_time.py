@@ -102,8 +102,8 @@ def test_check_on_a_slow_model_times_to_its_share_shows_progress_and_estimates_t
     calls = [line.split() for line in (config.parent / "calls.txt").read_text().splitlines()]
     timed = [pid for pid, feeds in calls if pid == str(check.pid) if feeds == "1"]  # not the memory probe's
     assert len(timed) == 1 + 3  # one warm-up call, the fewest rounds: not 10 + 50
-    original = [line for line in stderr.splitlines() if line.startswith("original: ")]
-    assert original[0] == "original: started" and original[-1].startswith("original: done")
+    original = [line for line in stdout.splitlines() if line.startswith("measuring the original: ")]
+    assert original[0] == "measuring the original: started" and original[-1].startswith("measuring the original: done")
     assert any("3/50 rounds" in line for line in original)
     assert "cost: one evaluation of the original takes" in stdout
     assert "a run of 8 trials (stop.max_trials) is estimated at ~" in stdout and "of model work" in stdout

@@ -120,9 +120,9 @@ def _cmd_check(args: argparse.Namespace) -> int:
 
     # the loader and the metric run here: never for ever; each step says how far it is
     with check_watchdog(loaded.config), ConsoleListener().showing_stages():
-        with progress.stage("preparing"):
+        with progress.stage("preparing the model"):
             parts = build_run(loaded)
-        with progress.stage("original"):  # its evaluation batches, then its timing's rounds
+        with progress.stage("measuring the original"):  # its evaluation batches, then its timing's rounds
             metrics = preflight(parts)  # what quantune.check(config) does
     for line in check_lines(parts, metrics) + cost_lines(loaded.config, *original_costs(parts.context)):
         print(line)

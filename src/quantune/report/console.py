@@ -60,10 +60,14 @@ def metric_label(metric: str) -> str:
 
 class ConsoleListener:
     """Progress: trials done / running / failed, best so far, elapsed and time left, and the long
-    stages' progress events (:meth:`showing_stages`) -- bars on a terminal, plain lines otherwise."""
+    stages' progress events (:meth:`showing_stages`) -- bars on a terminal, plain lines otherwise.
 
-    def __init__(self, console: Console | None = None) -> None:
+    The bars go to ``console`` (stderr); the plain lines to ``lines`` (stdout), where a CI log or
+    ``| tee`` reads them and which an error's one line on stderr does not share."""
+
+    def __init__(self, console: Console | None = None, lines: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
+        self.lines = lines or Console()
         self._progress: Progress | None = None
         self._task: Any = None
         self._stages: dict[str, Any] = {}  # stage -> its bar
@@ -89,7 +93,7 @@ class ConsoleListener:
             return
         if not self.console.is_terminal:  # a CI log, a pipe: plain lines, a heartbeat while a stage runs
             self._plain = PlainProgress(
-                lambda line: self.console.print(line, markup=False, highlight=False, soft_wrap=True)
+                lambda line: self.lines.print(line, markup=False, highlight=False, soft_wrap=True)
             )
             if heartbeat:
                 self._plain.start()
