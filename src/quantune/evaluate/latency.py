@@ -106,6 +106,7 @@ class LatencyLane:
         self.say = say or _to_stderr
         self._fd: int | None = None
         self._since = 0.0
+        self._said = False
 
     def __enter__(self) -> LatencyLane:
         self.acquire()
@@ -124,8 +125,10 @@ class LatencyLane:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:
-            holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
-            self.say(f"waiting for the latency lane: another timing on this machine holds it (pid {holder})")
+            if not self._said:  # once a timing: two that take turns would say it every slice
+                self._said = True
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                self.say(f"waiting for the latency lane: another timing on this machine holds it (pid {holder})")
             marker = self._marker()
             marker.touch()
             try:
@@ -170,7 +173,7 @@ class LatencyLane:
             self._since = time.perf_counter()
             return
         self.release()
-        while any(marker.exists() for marker in waiting):
+        while set(waiting) & set(self.waiters()):  # a waiter that died meanwhile is dropped there
             time.sleep(LANE_POLL_S)
         self.acquire()
 
