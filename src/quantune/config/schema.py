@@ -59,6 +59,13 @@ class LatencyConfig(_Strict):
         default=None, gt=0, description="Rows in the timed batch of a table (default: the evaluation batch size)."
     )
     feed: int = Field(default=0, ge=0, description="Which evaluation feed (or batch) is timed (default: the first).")
+    seconds: float = Field(
+        default=10.0,  # evaluate.latency.TIME_SHARE_S
+        gt=0,
+        le=86_400,
+        description="A timing's time share per model timed: after its fewest rounds no round starts past it, "
+        "and warm-up takes at most a quarter of it (timing is sized by time: repeats is the most, not the count).",
+    )
     confirm_top: int = Field(
         default=2,
         ge=0,

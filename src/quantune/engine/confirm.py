@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune import progress
 from quantune.engine.selection import earliest_as_fast, is_candidate
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
@@ -116,14 +117,15 @@ def confirm_latency(
     if deadline is None and budget_s is not None:
         deadline = time.perf_counter() + budget_s
     try:
-        timings = evaluator.timings_side_by_side(
-            [original, *(Path(path) for path in chosen)],
-            warmup=warmup,
-            repeats=repeats,
-            deadline=deadline,
-            min_rounds=fewest,
-            settled=verdict_settled,
-        )
+        with progress.stage("confirmation"):
+            timings = evaluator.timings_side_by_side(
+                [original, *(Path(path) for path in chosen)],
+                warmup=warmup,
+                repeats=repeats,
+                deadline=deadline,
+                min_rounds=fewest,
+                settled=verdict_settled,
+            )
     except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
         log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)
         return None

@@ -127,7 +127,11 @@ class TrialRunner:
         # how long running the data through the model takes (not the timing, nor the memory probe's
         # one-off start): the run's first trial is expected from it (engine.py, loop.py), and the
         # trials' default time limit derives from it (executors/limits.py)
-        seconds = {"evaluation_s": evaluated[0] if evaluated else time.perf_counter() - started}
+        # and its timing's (``quantune check`` estimates a run from both)
+        seconds = {
+            "evaluation_s": evaluated[0] if evaluated else time.perf_counter() - started,
+            "timing_s": ctx.evaluator.last_timing_s,
+        }
         ctx.cache.put_json(
             "evals", key, {"metrics": metrics, **seconds, **({"quick_timing": True} if quick_timing else {})}
         )

@@ -105,7 +105,12 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         batch_size=config.data.evaluation_batch_size or config.data.batch_size,
         label_key=config.data.label_key,
         latency=LatencySpec(
-            latency.warmup, latency.repeats, config.target.threads or latency.threads, latency.batch_size, latency.feed
+            latency.warmup,
+            latency.repeats,
+            config.target.threads or latency.threads,
+            latency.batch_size,
+            latency.feed,
+            latency.seconds,
         ),
         user_metric=user_metric,
         metric_source_sha256=metric_source,

@@ -29,7 +29,16 @@ from pathlib import Path
 
 import numpy as np
 
-from quantune.evaluate.latency import LatencySpec, latency_lane, open_all, timed_call, timing_session
+from quantune import progress
+from quantune.evaluate.latency import (
+    LatencySpec,
+    latency_lane,
+    open_all,
+    timed_call,
+    timing_end,
+    timing_session,
+    warm_up,
+)
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN, RatioInterval, paired_ratio
 from quantune.evaluate.session import DEFAULT_PROVIDER
 
@@ -218,9 +227,12 @@ def time_until_decided(
     usable = [call is not None for call in calls]
     active = list(usable)
     columns: list[np.ndarray] = []
-    with latency_lane():
-        for row, call in enumerate(calls):
-            for _ in range(timing_spec.warmup if call is not None else 0):
+    with latency_lane() as lane:
+
+        def guarded(row: int, call: Callable[[], object]) -> Callable[[], object]:
+            def run() -> None:
+                if not usable[row]:
+                    return
                 try:
                     call()
                 except Exception as exc:
@@ -228,8 +240,14 @@ def time_until_decided(
                         raise
                     log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], exc)
                     usable[row] = active[row] = False
-                    break
+
+            return run
+
+        warm_up([None if call is None else guarded(row, call) for row, call in enumerate(calls)], timing_spec, lane)
+        share_end = timing_end(timing_spec, len(calls))
         while len(columns) < max_rounds:
+            if lane is not None:
+                lane.between_rounds()
             column = np.full(len(calls), np.nan)
             for row, call in enumerate(calls):
                 if not active[row] or call is None:
@@ -246,8 +264,9 @@ def time_until_decided(
                 column[row] = time.perf_counter() - start
             columns.append(column)
             done = len(columns)
-            if limit is not None and time.perf_counter() >= limit:
-                break
+            progress.tick(done, max_rounds, "rounds")
+            if _past(limit) or (done >= min_rounds and _past(share_end)):
+                break  # the run's limit, or this timing's time share: what is undecided stays so
             if not (early and done == EARLY_ROUNDS) and (done < min_rounds or (done - min_rounds) % chunk):
                 continue
             if done >= min_rounds and deadline is not None and time.perf_counter() >= deadline:
@@ -255,7 +274,7 @@ def time_until_decided(
             active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs, early, anchor)
             if finished:
                 break
-        while len(columns) < original_rounds and not _past(deadline, limit):
+        while len(columns) < original_rounds and not _past(deadline, limit, share_end):
             column = np.full(len(calls), np.nan)
             start = time.perf_counter()
             calls[0]()
@@ -365,15 +384,17 @@ def decide_in_chunks(
         return batch([row for row in rows if usable[row]], rounds)
 
     first = min(EARLY_ROUNDS, min_rounds) if early else min_rounds
+    share_end = timing_end(spec, len(models))
     columns = [batch(list(range(len(models))), max(1, min(first, max_rounds)))]
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
-        if _past(limit) or (done >= min_rounds and _past(deadline)):
+        progress.tick(done, max_rounds, "rounds")
+        if _past(limit) or (done >= min_rounds and _past(deadline, share_end)):
             break
         active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs, early, anchor)
         if finished:
             break
         size = min_rounds - done if done < min_rounds else chunk  # to ``min_rounds`` after the early ones
         columns.append(batch([row for row, on in enumerate(active) if on], min(size, max_rounds - done)))
-    if (done := sum(c.shape[1] for c in columns)) < original_rounds and not _past(deadline, limit):
+    if (done := sum(c.shape[1] for c in columns)) < original_rounds and not _past(deadline, limit, share_end):
         columns.append(batch([0], original_rounds - done))  # the original alone, as above
     return np.concatenate(columns, axis=1)

@@ -14,7 +14,15 @@ import numpy as np
 from quantune.errors import ConfigError
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, read_outputs, shared_client
 from quantune.evaluate.feeds import FeedOutputs
-from quantune.evaluate.latency import SETTLE_EVERY, SETTLE_FROM, LatencySpec, Settled, latency_lane
+from quantune.evaluate.latency import (
+    SETTLE_EVERY,
+    SETTLE_FROM,
+    WARMUP_SHARE,
+    LatencySpec,
+    Settled,
+    latency_lane,
+    timing_end,
+)
 from quantune.evaluate.rounds import decide_in_chunks
 from quantune.evaluate.session import DEFAULT_PROVIDER
 from quantune.evaluate.session_file import read_session_settings
@@ -174,12 +182,13 @@ class TargetBackend:
         sessions opened and warmed once, asking the rule between batches."""
         try:
             sessions = [self._load(model, spec.threads, timing=True, settings=settings) for model in models]
+            end = timing_end(spec, len(models), deadline)  # the time share, or the caller's deadline
             if settled is None or spec.repeats <= SETTLE_FROM:
-                return self._time(sessions, feed, spec, deadline, min_rounds)
+                return self._time(sessions, feed, spec, end, min_rounds)
             batch = replace(spec, repeats=SETTLE_FROM)
-            done = self._time(sessions, feed, batch, deadline, min(min_rounds, SETTLE_FROM))
+            done = self._time(sessions, feed, batch, end, min(min_rounds, SETTLE_FROM))
             while done.shape[1] < spec.repeats and done.shape[1] >= SETTLE_FROM and not settled(done):
-                if deadline is not None and time.perf_counter() >= deadline and done.shape[1] >= min_rounds:
+                if time.perf_counter() >= end and done.shape[1] >= min_rounds:
                     break
                 more = replace(spec, warmup=0, repeats=min(SETTLE_EVERY, spec.repeats - done.shape[1]))
                 done = np.concatenate([done, self._time(sessions, feed, more, None, 1)], axis=1)
@@ -202,6 +211,7 @@ class TargetBackend:
                 repeats=spec.repeats,
                 runner=self.runner,
                 seconds=None if deadline is None else deadline - time.perf_counter(),
+                warmup_seconds=WARMUP_SHARE * spec.seconds * len(sessions),
                 min_rounds=fewest,
             )
         return np.asarray(answer["timings"], dtype=np.float64)
