@@ -41,14 +41,25 @@ log = logging.getLogger("quantune.setup")
 
 
 @dataclass(frozen=True)
+class Given:
+    """Parts a worker receives instead of computing them again: the data the engine loaded and
+    checked, and the preparation it did (its model beside the worker's copy of the original)."""
+
+    calibration: Dataset | None
+    evaluation: Dataset
+    preparation: Preparation
+
+
+@dataclass(frozen=True)
 class RunParts:
     context: RunContext
     criterion: Criterion
     plan: Plan
 
 
-def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
-    """``eval_threads``: onnxruntime threads for accuracy evaluation (0: all cores)."""
+def build_run(loaded: LoadedConfig, *, eval_threads: int = 0, given: Given | None = None) -> RunParts:
+    """``eval_threads``: onnxruntime threads for accuracy evaluation (0: all cores); ``given``: the
+    data and preparation a worker received (a cluster node without the engine's files)."""
     config = loaded.config
     load_plugins(config.plugins, loaded.base_dir)
     if isinstance(config.model, str):
@@ -56,7 +67,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         # a config mistake is reported before preparation's work, and so is a model quantized already
         check_not_quantized(config.model, model, build_plan(config, nodes=model.nodes))
         cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
-        calibration, evaluation = _load_data(loaded)
+        calibration, evaluation = (given.calibration, given.evaluation) if given else _load_data(loaded)
     else:  # a PyTorch model: its export reads the data's shapes (dynamic axes), so the data comes first
         cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
         calibration, evaluation = _load_data(loaded)
@@ -66,7 +77,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     input_names = model.input_names()
     # checked (and converted) before preparation runs the evaluation data through the model
     calibration, evaluation = check_run_data(config, model, calibration, evaluation)
-    preparation = prepare_for_run(config, model, evaluation, cache)
+    preparation = given.preparation if given else prepare_for_run(config, model, evaluation, cache)
     if not isinstance(config.model, str):  # the export is the first change made to what the user gave
         preparation.steps.insert(0, describe_export(model.path))
     start = model if preparation.model == model.path else prepared_handle(preparation)

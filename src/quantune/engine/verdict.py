@@ -7,7 +7,7 @@ The original model is always a candidate. The verdict is one of
   below 0.98, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
   accuracy, a smaller loss than the original's (below 0);
 * ``unconfirmed``: for latency, a candidate was faster during the search, but the run could
-  not time it side by side with the original (stopped first, ``confirm_top: 0``, Ray): search-time
+  not time it side by side with the original (stopped first, ``confirm_top: 0``): search-time
   figures drift by more than the gains they would crown, so this is no ``improved``;
 * ``keep_original``: candidates met the criterion but none beats the original;
 * ``no_candidate_in_budget``: no trial met the criterion with a model that quantizes something.

@@ -1,32 +1,36 @@
 """Trials as Ray tasks, on a cluster (``address``) or on a local Ray started for you.
 
-Each task declares its resources (CPUs, GPUs, custom resources); workers rebuild the run's
-shared parts once per Ray worker process and keep them. Artifacts go to the cache folder,
-which every node must be able to read and write (a shared file system path). Latency is
-still measured in one exclusive lane per machine (a lock file on each node), so trials that
-share a node never time each other.
+Each task declares its resources (CPUs, GPUs, custom resources). No node needs the engine's
+disk: the model, the data and the original's figures travel through Ray's object store, a
+worker works in a scratch folder of its node, and each trial's model comes back into the
+engine's cache (ray_cargo.py). The engine times every model itself, one at a time, so the
+search compares timings of one machine -- the one running the engine, which the model is
+tuned for -- whatever nodes built them. A task whose node is lost is run again on another
+(Ray's retry; the engine sees one record).
 """
 
 from __future__ import annotations
 
 import threading
-from concurrent.futures import Future
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
-from quantune.engine.executors.worker import WorkerSpec, run_trial
+from quantune.engine.executors.ray_cargo import Cargo, for_nodes, pack, receive, run_shipped
+from quantune.engine.executors.worker import WorkerSpec
+from quantune.engine.runner import TrialRunner
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError
 
-
-def _task(spec: WorkerSpec, trial: Trial) -> dict:
-    return run_trial(spec, trial)
+# a task is run again when its node or worker process dies under it (not when the trial raises)
+NODE_RETRIES = 1
 
 
 class RayExecutor(Executor):
     def __init__(
         self,
         spec: WorkerSpec,
+        runner: TrialRunner,
         *,
         workers: int = 2,
         address: str | None = None,
@@ -53,14 +57,30 @@ class RayExecutor(Executor):
             self._started_here = True
         self.capacity = workers
         self.trial_timeout_s = trial_timeout_s
-        self._remote = ray.remote(_task).options(
-            num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, resources=resources or {}, max_retries=0
+        self._remote = ray.remote(run_shipped).options(
+            num_cpus=cpus_per_trial,
+            num_gpus=gpus_per_trial,
+            resources=resources or {},
+            max_retries=NODE_RETRIES,
         )
-        self._spec = ray.put(spec)
+        self._runner = runner
+        self._spec = ray.put(for_nodes(spec))
+        self._cargo: Any = (
+            None  # its object reference, put by the first trial (the original's figures are cached by then)
+        )
+        self._packed: Cargo | None = None
+        # the engine's timing lane: one model timed at a time, never beside another timing
+        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantune-ray-timing")
+
+    def _cargo_ref(self) -> Any:
+        if self._packed is None or not self._packed.whole:
+            self._packed = pack(self._runner)
+            self._cargo = self._ray.put(self._packed)
+        return self._cargo
 
     def submit(self, trial: Trial) -> Future[TrialRecord]:
         ray = self._ray
-        ref = self._remote.remote(self._spec, trial)
+        ref = self._remote.remote(self._spec, [self._cargo_ref()], trial)
         result: Future[TrialRecord] = Future()
         timer = None
         if self.trial_timeout_s is not None:
@@ -68,11 +88,17 @@ class RayExecutor(Executor):
             timer.daemon = True
             timer.start()
 
+        def settle(returned: dict[str, Any]) -> None:
+            try:
+                result.set_result(receive(self._runner, returned))
+            except Exception as exc:
+                result.set_result(failed_record(trial, f"its model could not be taken from the Ray worker: {exc}"))
+
         def finish(done: Future) -> None:
             if timer is not None:
                 timer.cancel()
             try:
-                result.set_result(TrialRecord.from_dict(done.result()))
+                returned = done.result()
             except ray.exceptions.TaskCancelledError:
                 result.set_result(
                     failed_record(trial, f"timeout: the trial ran longer than {self.trial_timeout_s:g} s")
@@ -81,10 +107,13 @@ class RayExecutor(Executor):
                 result.set_result(failed_record(trial, f"worker crashed: {exc}"))
             except Exception as exc:
                 result.set_result(failed_record(trial, f"ray task failed: {type(exc).__name__}: {exc}"))
+            else:
+                self._lane.submit(settle, returned)
 
         ref.future().add_done_callback(finish)
         return result
 
     def shutdown(self, *, kill: bool = False) -> None:
+        self._lane.shutdown(wait=not kill, cancel_futures=kill)
         if self._started_here:
             self._ray.shutdown()
