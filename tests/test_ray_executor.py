@@ -55,3 +55,20 @@ def test_ray_trial_timeout_cancels_a_hanging_trial(tmp_path: Path, make_config, 
     # the "ok" trial copies the model: it meets the criterion but is no candidate
     assert by_mode["ok"].meets_criterion
     assert result.best is None and f"trial(s) {by_mode['ok'].number} met it" in result.verdict_reason
+
+
+def test_rays_own_warnings_go_to_the_run_log_not_the_console(tmp_path: Path, make_config) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    config = tmp_path / "config.json"
+    config.write_text(json.dumps(make_config(executor={"kind": "ray", "workers": 1})))
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    command = [sys.executable, "-m", "quantune", "run", str(config), "--output", str(tmp_path / "out"), "--quiet"]
+    done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)  # (a local Ray of its own)
+    assert done.returncode == 0, done.stderr
+    log = (tmp_path / "out" / "quantune.log").read_text()
+    assert "ray" in log and "Started a local Ray instance" in log  # Ray's own lines, in the run's log
+    assert "Started a local Ray instance" not in done.stderr and "Token authentication" not in done.stderr

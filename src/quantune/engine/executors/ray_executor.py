@@ -11,7 +11,9 @@ tuned for -- whatever nodes built them. A task whose node is lost is run again o
 
 from __future__ import annotations
 
+import logging
 import threading
+import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -22,8 +24,20 @@ from quantune.engine.runner import TrialRunner
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError
 
+log = logging.getLogger("quantune.ray")
+
 # a task is run again when its node or worker process dies under it (not when the trial raises)
 NODE_RETRIES = 1
+
+
+def ray_logs_to_run_log() -> None:
+    """Ray's loggers stop at the ``ray`` logger, which has no handler unless Ray configures
+    logging itself: Python's last resort would print their warnings on the console as if they
+    were quantune's. They go where the run's log goes (the root logger's handlers) instead."""
+    ray_log = logging.getLogger("ray")
+    ray_log.propagate = True
+    if not any(isinstance(handler, logging.NullHandler) for handler in ray_log.handlers):
+        ray_log.addHandler(logging.NullHandler())  # no log attached: nowhere, not the console
 
 
 class RayExecutor(Executor):
@@ -47,13 +61,19 @@ class RayExecutor(Executor):
             ) from None
         self._ray = ray
         self._started_here = False
+        ray_logs_to_run_log()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             if address:
                 kwargs["address"] = address
             else:
                 kwargs["num_cpus"] = max(1, int(workers * cpus_per_trial))
-            ray.init(**kwargs)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                ray.init(**kwargs)
+            for warning in caught:
+                log.info("ray: %s", warning.message)
+            ray_logs_to_run_log()  # (ray.init replaces the ray logger's handlers)
             self._started_here = True
         self.capacity = workers
         self.trial_timeout_s = trial_timeout_s
