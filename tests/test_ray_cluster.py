@@ -21,7 +21,7 @@ from quantune.engine.executors import ray_executor
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
-# A pass that copies its model and notes where it ran and which paths it was given; with a gate
+# A pass that copies its model and notes where it ran, which paths it was given and where its file is; with a gate
 # folder, it first says it started and waits until the test creates the folder's "go" file.
 SPY_PLUGIN = """
 import json, os, shutil, time
@@ -39,7 +39,8 @@ class Spy(Pass):
     Config = SpyConfig
     def run(self, config, model_in, model_out, context):
         node = ray.get_runtime_context().get_node_id()
-        seen = {"node": node, "paths": [str(model_in), str(model_out), str(context.work_dir), str(context.cache_dir)]}
+        paths = [str(model_in), str(model_out), str(context.work_dir), str(context.cache_dir)]
+        seen = {"node": node, "paths": paths, "plugin": __file__}
         with open(config.notes, "a") as notes:
             notes.write(json.dumps(seen) + "\\n")
         if config.gate:
@@ -69,6 +70,11 @@ def _config(tmp_path: Path, kind: str, **spy: str) -> dict[str, Any]:
     np.savez(tmp_path / "eval.npz", x=mlp_inputs(32, seed=2))
     plugin = tmp_path / "spy.py"
     plugin.write_text(SPY_PLUGIN)
+    # a metric split in two files: the nodes get both
+    (tmp_path / "metric.py").write_text(
+        "from helper import spread\n\ndef score(outputs, data):\n    return spread(outputs['y'])\n"
+    )
+    (tmp_path / "helper.py").write_text("import numpy as np\n\ndef spread(y):\n    return float(np.std(y))\n")
     return {
         "model": str(model),
         "data": {
@@ -76,7 +82,10 @@ def _config(tmp_path: Path, kind: str, **spy: str) -> dict[str, Any]:
             "evaluation": str(tmp_path / "eval.npz"),
             "batch_size": 16,
         },
-        "evaluation": {"metric": "cosine", "latency": {"warmup": 1, "repeats": 3, "threads": 1}},
+        "evaluation": {
+            "metric": f"{tmp_path / 'metric.py'}:score",
+            "latency": {"warmup": 1, "repeats": 3, "threads": 1},
+        },
         "criterion": {"type": "absolute", "tolerable_loss": 0.5},
         "objective": "size",  # exact: the same answer wherever the trials ran
         "passes": [
@@ -109,7 +118,11 @@ def test_a_cluster_run_never_gives_workers_the_engines_cache_and_matches_a_local
     assert shipped and all(driver_cache.encode() not in pickle.dumps(part) for part in shipped)
     notes = _notes(tmp_path / "ray-notes.jsonl")
     assert notes and all(not path.startswith(driver_cache) for note in notes for path in note["paths"])
+    assert all(not note["plugin"].startswith(str(tmp_path)) for note in notes)  # the node's copy of the plugin
     assert {note["node"] for note in notes} <= {node.node_id for node in cluster[1]}  # worker nodes only
+    # the nodes compare with the original's outputs they were sent: none evaluated the original again
+    scratch = [Path(tempfile.gettempdir(), f"quantune-ray-{note['node'][:12]}") for note in notes]
+    assert [len(list(folder.rglob("outputs/*.npz"))) for folder in scratch] == [1] * len(scratch)
     # the records name the engine's copy of each model, and the engine timed each one
     ok = [t for t in on_ray.trials if t.status == "ok"]
     assert ok and all(t.model_path.startswith(driver_cache) and Path(t.model_path).is_file() for t in ok)

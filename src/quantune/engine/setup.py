@@ -43,11 +43,15 @@ log = logging.getLogger("quantune.setup")
 @dataclass(frozen=True)
 class Given:
     """Parts a worker receives instead of computing them again: the data the engine loaded and
-    checked, and the preparation it did (its model beside the worker's copy of the original)."""
+    checked, the preparation it did (its model beside the worker's copy of the original), and
+    the names the engine's run gives its metric and runner (the config's text there: a worker
+    loads its own copies of their scripts, named otherwise, and must report the same figures)."""
 
     calibration: Dataset | None
     evaluation: Dataset
     preparation: Preparation
+    metric: str
+    runner: str | None = None
 
 
 @dataclass(frozen=True)
@@ -111,7 +115,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0, given: Given | Non
         runner = load_function(runner_spec, "evaluation.runner", loaded.base_dir)
         runner_source = file_sha256(loaded.resolve(runner_spec.rpartition(":")[0]))
     spec = EvaluationSpec(
-        metric=metric,
+        metric=given.metric if given else metric,
         batch_size=config.data.evaluation_batch_size or config.data.batch_size,
         label_key=config.data.label_key,
         latency=LatencySpec(
@@ -120,7 +124,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0, given: Given | Non
         user_metric=user_metric,
         metric_source_sha256=metric_source,
         runner=runner,
-        runner_name=config.evaluation.runner,
+        runner_name=given.runner if given else config.evaluation.runner,
         runner_source_sha256=runner_source,
         quantized_ops=frozenset().union(*(step.pass_cls.leaves_quantized for step in plan.steps.values())),
     )

@@ -3,9 +3,10 @@ it sends back.
 
 A cluster node (a cloud autoscaler's machine, a Kubernetes pod) sees none of the engine's
 files. The engine sends, once, through Ray's object store: the user's model, the model trials
-start from, the data it loaded and checked, and the original's cached figures and outputs. A
-worker writes them into a scratch folder of its own node (its cache there is scratch) and
-rebuilds the run from them. A finished trial sends its model's files back; the engine puts
+start from, the data it loaded and checked, the scripts the config names (plugins, metric,
+runner, loaders, with the modules they import from their folders) and the original's cached
+figures and outputs. A worker writes them into a scratch folder of its own node (its cache
+there is scratch) and rebuilds the run from them. A finished trial sends its model's files back; the engine puts
 them into its own cache -- the run's one source of truth, which the record then names, so
 results, resume and the final model read only that -- and times the model itself, on the
 machine the model is tuned for, so the search never compares timings taken on unlike nodes.
@@ -33,6 +34,7 @@ from quantune.evaluate.latency import latency_figures
 from quantune.model import ModelHandle
 from quantune.prepare import Preparation
 from quantune.store import ArtifactCache
+from quantune.userlocal import local_imports
 
 Files = dict[str, bytes]  # a path relative to the model's folder -> its content
 
@@ -42,10 +44,13 @@ class Cargo:
     """The engine's files a worker needs, as data (put into Ray's object store once)."""
 
     model: str  # the original's file, a name in ``files["original"]``
-    files: dict[str, Files]  # "original": the user's model; "start": the prepared one (or nothing)
+    # "original": the user's model; "start": the prepared one (or nothing); "scripts": see _moved
+    files: dict[str, Files]
     calibration: Dataset | None
     evaluation: Dataset
     preparation: Preparation  # its ``model``: a path relative to the worker's scratch folder
+    metric: str  # the config's evaluation.metric and evaluation.runner, as the engine names them
+    runner: str | None
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # the original's cached figures
     arrays: dict[str, dict[str, Any]] = field(default_factory=dict)  # and outputs, by cache key
 
@@ -60,8 +65,41 @@ def _model_files(model: ModelHandle) -> Files:
     return {path.relative_to(folder).as_posix(): path.read_bytes() for path in (model.path, *model.external_data)}
 
 
-def pack(runner: TrialRunner) -> Cargo:
-    """The cargo of ``runner``'s run (the engine's side)."""
+def _script_specs(config: Any) -> list[str]:
+    """The config's specs that name a script (``path.py`` or ``path.py:function``)."""
+    named = [config.evaluation.metric, getattr(config.evaluation, "runner", None)]
+    named += [config.data.calibration, config.data.evaluation, *config.plugins]
+    return [spec for spec in named if isinstance(spec, str) and (spec.endswith(".py") or ".py:" in spec)]
+
+
+def _script_path(spec: str) -> tuple[str, str]:
+    """``path.py:function`` as its path and ``:function`` (``path.py``: no function)."""
+    if ".py:" not in spec:
+        return spec, ""
+    path, _, function = spec.rpartition(":")
+    return path, f":{function}"
+
+
+def _moved(loaded: LoadedConfig, spec: str) -> str:
+    """Where a worker finds its copy of a script, relative to its scratch folder: ``scripts/``
+    and the script's path here, so the modules of its folder sit beside it there too."""
+    if spec not in _script_specs(loaded.config):
+        return spec
+    path, function = _script_path(spec)
+    return f"scripts/{loaded.resolve(path).as_posix().lstrip('/')}{function}"
+
+
+def _scripts(loaded: LoadedConfig) -> Files:
+    files: Files = {}
+    for spec in _script_specs(loaded.config):
+        script = loaded.resolve(_script_path(spec)[0])
+        for path in (script, *local_imports(script).values()):
+            files[path.as_posix().lstrip("/")] = path.read_bytes()
+    return files
+
+
+def pack(runner: TrialRunner, loaded: LoadedConfig) -> Cargo:
+    """The cargo of ``runner``'s run of ``loaded`` (the engine's side)."""
     ctx = runner.context
     start = ctx.start
     prepared = start.path != ctx.model.path
@@ -72,22 +110,39 @@ def pack(runner: TrialRunner) -> Cargo:
     reference = ctx.cache.get_arrays(reference_key)
     return Cargo(
         model=ctx.model.path.name,
-        files={"original": _model_files(ctx.model), "start": _model_files(start) if prepared else {}},
+        files={
+            "original": _model_files(ctx.model),
+            "start": _model_files(start) if prepared else {},
+            "scripts": _scripts(loaded),
+        },
         calibration=ctx.calibration,
         evaluation=ctx.evaluator.dataset,
         preparation=dataclasses.replace(ctx.preparation, model=where),
+        metric=loaded.config.evaluation.metric,
+        runner=loaded.config.evaluation.runner,
         evals=evals,
         arrays={} if reference is None else {reference_key: reference},
     )
 
 
 def for_nodes(spec: WorkerSpec) -> WorkerSpec:
-    """``spec`` without the engine's paths: no cache folder (a worker's is scratch) and only the
-    model's file name (its content comes with the cargo)."""
-    config = spec.loaded.config
-    model = Path(str(config.model)).name
-    shipped = config.model_copy(update={"cache_dir": None, "model": model})
-    return dataclasses.replace(spec, loaded=LoadedConfig(shipped, spec.loaded.base_dir, spec.loaded.source))
+    """``spec`` without the engine's paths: no cache folder (a worker's is scratch), only the
+    model's file name, scripts where the worker writes their copies (all come with the cargo)."""
+    loaded = spec.loaded
+    config = loaded.config
+    moved = lambda name: name if name is None else _moved(loaded, name)  # noqa: E731
+    update = {
+        "cache_dir": None,
+        "model": Path(str(config.model)).name,
+        "plugins": [moved(plugin) for plugin in config.plugins],
+        "evaluation": config.evaluation.model_copy(
+            update={"metric": moved(config.evaluation.metric), "runner": moved(config.evaluation.runner)}
+        ),
+        "data": config.data.model_copy(
+            update={"calibration": moved(config.data.calibration), "evaluation": moved(config.data.evaluation)}
+        ),
+    }
+    return dataclasses.replace(spec, loaded=LoadedConfig(config.model_copy(update=update), Path("."), loaded.source))
 
 
 def node_name() -> str:
@@ -128,8 +183,8 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
         update={"model": str(root / "original" / cargo.model), "cache_dir": str(cache.root)}
     )
     preparation = dataclasses.replace(cargo.preparation, model=root / cargo.preparation.model)
-    given = Given(cargo.calibration, cargo.evaluation, preparation)
-    return LoadedConfig(config, spec.loaded.base_dir, spec.loaded.source), given
+    given = Given(cargo.calibration, cargo.evaluation, preparation, cargo.metric, cargo.runner)
+    return LoadedConfig(config, root, spec.loaded.source), given  # the scripts' copies are under root
 
 
 def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> dict[str, Any]:

@@ -84,6 +84,7 @@ class RayExecutor(Executor):
             max_retries=NODE_RETRIES,
         )
         self._runner = runner
+        self._loaded = spec.loaded
         self._spec = ray.put(for_nodes(spec))
         self._cargo: Any = (
             None  # its object reference, put by the first trial (the original's figures are cached by then)
@@ -94,7 +95,7 @@ class RayExecutor(Executor):
 
     def _cargo_ref(self) -> Any:
         if self._packed is None or not self._packed.whole:
-            self._packed = pack(self._runner)
+            self._packed = pack(self._runner, self._loaded)
             self._cargo = self._ray.put(self._packed)
         return self._cargo
 
