@@ -111,7 +111,10 @@ def test_a_cluster_run_never_gives_workers_the_engines_cache_and_matches_a_local
     for name in ("for_nodes", "pack"):
         real = getattr(ray_executor, name)
         monkeypatch.setattr(ray_executor, name, lambda *a, real=real: shipped.append(real(*a)) or shipped[-1])
+    # stopped after one trial, then resumed from the engine's run store: the first is replayed, not run again
+    first = quantune.tune({**_config(tmp_path, "ray"), "stop": {"max_trials": 1}}, output=tmp_path / "out-ray")
     on_ray = quantune.tune(_config(tmp_path, "ray"), output=tmp_path / "out-ray")
+    assert len(first.trials) == 1 and on_ray.replayed == 1 and len(on_ray.trials) == 2
     local = quantune.tune(_config(tmp_path, "process"), output=tmp_path / "out-local")
 
     driver_cache = str(tmp_path / "cache-ray")

@@ -67,7 +67,7 @@ def _model_files(model: ModelHandle) -> Files:
 
 def _script_specs(config: Any) -> list[str]:
     """The config's specs that name a script (``path.py`` or ``path.py:function``)."""
-    named = [config.evaluation.metric, getattr(config.evaluation, "runner", None)]
+    named = [config.evaluation.metric, config.evaluation.runner]
     named += [config.data.calibration, config.data.evaluation, *config.plugins]
     return [spec for spec in named if isinstance(spec, str) and (spec.endswith(".py") or ".py:" in spec)]
 

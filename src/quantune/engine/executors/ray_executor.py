@@ -18,7 +18,7 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
-from quantune.engine.executors.ray_cargo import Cargo, for_nodes, pack, receive, run_shipped
+from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.runner import TrialRunner
 from quantune.engine.trial import Trial, TrialRecord
@@ -86,17 +86,17 @@ class RayExecutor(Executor):
         self._runner = runner
         self._loaded = spec.loaded
         self._spec = ray.put(for_nodes(spec))
-        self._cargo: Any = (
-            None  # its object reference, put by the first trial (the original's figures are cached by then)
-        )
-        self._packed: Cargo | None = None
+        # the cargo's object reference, put by the first trial (the original's outputs are cached by
+        # then; if not yet, put again until they are)
+        self._cargo: Any = None
+        self._cargo_whole = False
         # the engine's timing lane: one model timed at a time, never beside another timing
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantune-ray-timing")
 
     def _cargo_ref(self) -> Any:
-        if self._packed is None or not self._packed.whole:
-            self._packed = pack(self._runner, self._loaded)
-            self._cargo = self._ray.put(self._packed)
+        if not self._cargo_whole:
+            cargo = pack(self._runner, self._loaded)
+            self._cargo, self._cargo_whole = self._ray.put(cargo), cargo.whole
         return self._cargo
 
     def submit(self, trial: Trial) -> Future[TrialRecord]:
@@ -113,7 +113,10 @@ class RayExecutor(Executor):
             try:
                 result.set_result(receive(self._runner, returned))
             except Exception as exc:
-                result.set_result(failed_record(trial, f"its model could not be taken from the Ray worker: {exc}"))
+                error = (
+                    f"the engine could not take its model from the Ray worker, or time it: {type(exc).__name__}: {exc}"
+                )
+                result.set_result(failed_record(trial, error))
 
         def finish(done: Future) -> None:
             if timer is not None:
