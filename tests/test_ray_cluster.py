@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import pickle
 import shutil
-import tempfile
 import threading
 from pathlib import Path
 from typing import Any
@@ -17,6 +16,7 @@ import pytest
 import quantune
 from conftest import build_mlp, mlp_inputs
 from quantune.engine.executors import ray_executor
+from quantune.engine.executors.ray_cargo import scratch_folder
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -58,10 +58,11 @@ def cluster() -> Any:
     workers = [made.add_node(num_cpus=1) for _ in range(2)]
     ray.init(address=made.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield made, workers
+    nodes = [node["NodeID"] for node in ray.nodes()]
     ray.shutdown()
     made.shutdown()
-    for folder in Path(tempfile.gettempdir()).glob("quantune-ray-*"):  # the nodes' scratch folders
-        shutil.rmtree(folder, ignore_errors=True)
+    for node in nodes:  # the scratch folders the nodes leave (a real node's go with it)
+        shutil.rmtree(scratch_folder(node), ignore_errors=True)
 
 
 def _config(tmp_path: Path, kind: str, **spy: str) -> dict[str, Any]:
@@ -124,7 +125,7 @@ def test_a_cluster_run_never_gives_workers_the_engines_cache_and_matches_a_local
     assert all(not note["plugin"].startswith(str(tmp_path)) for note in notes)  # the node's copy of the plugin
     assert {note["node"] for note in notes} <= {node.node_id for node in cluster[1]}  # worker nodes only
     # the nodes compare with the original's outputs they were sent: none evaluated the original again
-    scratch = [Path(tempfile.gettempdir(), f"quantune-ray-{note['node'][:12]}") for note in notes]
+    scratch = [scratch_folder(note["node"]) for note in notes]
     assert [len(list(folder.rglob("outputs/*.npz"))) for folder in scratch] == [1] * len(scratch)
     # the records name the engine's copy of each model, and the engine timed each one
     ok = [t for t in on_ray.trials if t.status == "ok"]

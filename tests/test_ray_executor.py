@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -9,6 +10,7 @@ import pytest
 
 import quantune
 from faulty_plugin import write_plugin as _plugin
+from quantune.engine.executors.ray_cargo import scratch_folder
 
 ray = pytest.importorskip("ray")
 
@@ -17,7 +19,9 @@ ray = pytest.importorskip("ray")
 def local_ray():
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
+    node = ray.get_runtime_context().get_node_id()
     ray.shutdown()
+    shutil.rmtree(scratch_folder(node), ignore_errors=True)  # its scratch
 
 
 def test_ray_executor_runs_trials_on_a_local_ray(tmp_path: Path, make_config, local_ray: Any) -> None:

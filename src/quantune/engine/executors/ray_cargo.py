@@ -152,6 +152,11 @@ def node_name() -> str:
     return f"{socket.gethostname()} ({ray.get_runtime_context().get_node_id()[:12]})"
 
 
+def scratch_folder(node_id: str) -> Path:
+    """Where the node ``node_id`` keeps what it was sent and what its trials built (its temp folder)."""
+    return (Path(tempfile.gettempdir()) / f"quantune-ray-{node_id[:12]}").resolve()
+
+
 def _write(folder: Path, files: Files) -> None:
     """``files`` under ``folder``, each whole (another worker of the node may write the same ones)."""
     for name, data in files.items():
@@ -170,8 +175,8 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
     import ray
 
     cargo: Cargo = ray.get(box[0])
-    node = ray.get_runtime_context().get_node_id()[:12]
-    root = (Path(tempfile.gettempdir()) / f"quantune-ray-{node}" / spec.key[:16]).resolve()
+    # per run identity: a later run of the same config on a long-lived node finds its models there
+    root = scratch_folder(ray.get_runtime_context().get_node_id()) / spec.key[:16]
     for part, files in cargo.files.items():
         _write(root / part, files)
     cache = ArtifactCache(root / "cache")

@@ -12,17 +12,18 @@ tuned for -- whatever nodes built them. A task whose node is lost is run again o
 from __future__ import annotations
 
 import logging
+import shutil
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
-from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped
+from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.runner import TrialRunner
 from quantune.engine.trial import Trial, TrialRecord
-from quantune.errors import QuantuneError
+from quantune.errors import DiskFull, QuantuneError
 
 log = logging.getLogger("quantune.ray")
 
@@ -61,6 +62,7 @@ class RayExecutor(Executor):
             ) from None
         self._ray = ray
         self._started_here = False
+        self._local = not address
         ray_logs_to_run_log()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
@@ -112,6 +114,8 @@ class RayExecutor(Executor):
         def settle(returned: dict[str, Any]) -> None:
             try:
                 result.set_result(receive(self._runner, returned))
+            except DiskFull as exc:  # the engine's cache is full: the run stops, as with the other executors
+                result.set_exception(exc)
             except Exception as exc:
                 error = (
                     f"the engine could not take its model from the Ray worker, or time it: {type(exc).__name__}: {exc}"
@@ -140,4 +144,7 @@ class RayExecutor(Executor):
     def shutdown(self, *, kill: bool = False) -> None:
         self._lane.shutdown(wait=not kill, cancel_futures=kill)
         if self._started_here:
+            node = self._ray.get_runtime_context().get_node_id()
             self._ray.shutdown()
+            if self._local:  # the one node was this machine, and its workers are gone: so goes its scratch
+                shutil.rmtree(scratch_folder(node), ignore_errors=True)
