@@ -3,10 +3,12 @@ a head that runs no trial and two worker nodes, which are never given the engine
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import pickle
 import shutil
 import threading
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -15,8 +17,13 @@ import pytest
 
 import quantune
 from conftest import build_mlp, mlp_inputs
+from quantune.config import load_config
 from quantune.engine.executors import ray_executor
-from quantune.engine.executors.ray_cargo import scratch_folder
+from quantune.engine.executors.ray_cargo import for_nodes, pack, run_shipped, scratch_folder
+from quantune.engine.executors.worker import WorkerSpec
+from quantune.engine.runner import TrialRunner
+from quantune.engine.setup import build_run
+from quantune.engine.trial import Trial
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -171,3 +178,15 @@ def test_a_trial_on_a_removed_node_runs_again_elsewhere_and_counts_once(tmp_path
     lost = removed[0][:12]
     assert all(lost not in t.nodes["built"] for t in result.trials)  # the lost node's trial ran again elsewhere
     assert any(note["node"].startswith(lost) for note in _notes(tmp_path / "ray-notes.jsonl"))
+
+
+def test_a_node_with_another_quantune_builds_nothing_and_says_what_to_install(tmp_path: Path, cluster: Any) -> None:
+    loaded = load_config(_config(tmp_path, "ray"))
+    runner = TrialRunner(build_run(loaded).context)
+    spec = WorkerSpec(loaded, uuid.uuid4().hex)  # (a key no worker has built a run for)
+    cargo = dataclasses.replace(pack(runner, loaded), quantune="0.0.0")
+    task = ray.remote(run_shipped).options(num_cpus=1, max_retries=0)
+    trial = Trial(0, ("spy", "dynamic_quant"), {"dynamic_quant.weight_type": "int8"})
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"has quantune \S+, the engine 0\.0\.0: install"):
+        ray.get(task.remote(for_nodes(spec), [ray.put(cargo)], trial))
+    assert not (tmp_path / "ray-notes.jsonl").exists()  # nothing ran

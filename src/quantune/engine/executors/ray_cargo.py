@@ -24,12 +24,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from quantune._version import __version__
 from quantune.config import LoadedConfig
 from quantune.data import Dataset
 from quantune.engine.executors.worker import WorkerSpec, runner_for
 from quantune.engine.runner import TrialRunner
 from quantune.engine.setup import Given
 from quantune.engine.trial import Trial, TrialRecord
+from quantune.errors import QuantuneError
 from quantune.evaluate.latency import latency_figures
 from quantune.model import ModelHandle
 from quantune.prepare import Preparation
@@ -51,6 +53,7 @@ class Cargo:
     preparation: Preparation  # its ``model``: a path relative to the worker's scratch folder
     metric: str  # the config's evaluation.metric and evaluation.runner, as the engine names them
     runner: str | None
+    quantune: str = __version__  # the engine's: a node with another builds other models under the same keys
     evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # the original's cached figures
     arrays: dict[str, dict[str, Any]] = field(default_factory=dict)  # and outputs, by cache key
 
@@ -175,6 +178,11 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
     import ray
 
     cargo: Cargo = ray.get(box[0])
+    if cargo.quantune != __version__:
+        raise QuantuneError(
+            f"Ray node {node_name()} has quantune {__version__}, the engine {cargo.quantune}: install the "
+            "engine's version on every node (the same package, e.g. in the cluster's image)"
+        )
     # per run identity: a later run of the same config on a long-lived node finds its models there
     root = scratch_folder(ray.get_runtime_context().get_node_id()) / spec.key[:16]
     for part, files in cargo.files.items():

@@ -134,7 +134,8 @@ class RayExecutor(Executor):
             except ray.exceptions.WorkerCrashedError as exc:
                 result.set_result(failed_record(trial, f"worker crashed: {exc}"))
             except Exception as exc:
-                result.set_result(failed_record(trial, f"ray task failed: {type(exc).__name__}: {exc}"))
+                cause = getattr(exc, "cause", None) or exc  # what the task raised, without Ray's wrapping
+                result.set_result(failed_record(trial, f"ray task failed: {type(cause).__name__}: {cause}"))
             else:
                 self._lane.submit(settle, returned)
 
