@@ -76,3 +76,13 @@ def test_rays_own_warnings_go_to_the_run_log_not_the_console(tmp_path: Path, mak
     log = (tmp_path / "out" / "quantune.log").read_text()
     assert "ray" in log and "Started a local Ray instance" in log  # Ray's own lines, in the run's log
     assert "Started a local Ray instance" not in done.stderr and "Token authentication" not in done.stderr
+
+
+def test_ray_trials_are_timed_through_the_target_environment(tmp_path: Path, make_config, local_ray: Any) -> None:
+    import sys
+
+    config = make_config(executor={"kind": "ray", "workers": 2}, target={"python": sys.executable})
+    result = quantune.tune(config, output=tmp_path / "out")
+    assert [t.status for t in result.trials] == ["ok", "ok"]
+    assert result.target is not None and result.target["isolated"]  # the engine's timings went through its server
+    assert result.latency_confirmation is not None
