@@ -6,10 +6,11 @@ files. The engine sends, once, through Ray's object store: the user's model, the
 start from, the data it loaded and checked, the scripts the config names (plugins, metric,
 runner, loaders, with the modules they import from their folders) and the original's cached
 figures and outputs. A worker writes them into a scratch folder of its own node (its cache
-there is scratch) and rebuilds the run from them. A finished trial sends its model's files back; the engine puts
-them into its own cache -- the run's one source of truth, which the record then names, so
-results, resume and the final model read only that -- and times the model itself, on the
-machine the model is tuned for, so the search never compares timings taken on unlike nodes.
+there is scratch) and rebuilds the run from them. A finished trial sends its model's files
+back; the engine puts them into its own cache -- the run's one source of truth, which the
+record then names, so results, resume and the final model read only that -- and times the
+model itself, on the machine the model is tuned for, so the search never compares timings
+taken on unlike nodes.
 """
 
 from __future__ import annotations
