@@ -83,6 +83,12 @@ class RunContext:
             self.evaluator.backend.fingerprint(),  # provider, its options, onnxruntime build (target)
         )
 
+    def baseline_keys(self) -> tuple[str, str, str]:
+        """The original's cache keys: its figures (``evals``), its outputs (arrays) and its metric
+        (``evals``), which every candidate's evaluation compares with."""
+        key = self.eval_key(self.model.sha256)
+        return key, cache_key("reference", key), cache_key("reference-metric", key)
+
 
 class TrialRunner:
     def __init__(self, context: RunContext) -> None:
@@ -98,8 +104,7 @@ class TrialRunner:
         figures say so, and the engine times the original again before it uses its latency
         (``baseline.timed_quickly``)."""
         ctx = self.context
-        key = ctx.eval_key(ctx.model.sha256)
-        reference_key = cache_key("reference", key)
+        key, reference_key, metric_key = ctx.baseline_keys()
         cached = ctx.cache.get_json("evals", key)
         reference = ctx.cache.get_arrays(reference_key)
         if cached is not None and reference is not None:
@@ -115,7 +120,7 @@ class TrialRunner:
                 evaluated.append(time.perf_counter() - started)  # outputs and metric, before timing and memory
                 # its metric first, then its outputs (their file is what a guess beside it waits for):
                 # the guess's worker judges the guess with it (engine/ahead.py in_budget)
-                ctx.cache.put_json("evals", cache_key("reference-metric", key), {"metrics": metric})
+                ctx.cache.put_json("evals", metric_key, {"metrics": metric})
                 ctx.cache.put_arrays(reference_key, packed)
 
             ctx.evaluator.quick_timing = quick_timing

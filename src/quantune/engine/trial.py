@@ -43,6 +43,9 @@ class TrialRecord:
     session_settings: dict[str, Any] | None = (
         None  # onnxruntime session settings the candidate runs with (session_tuning)
     )
+    # where a trial ran on a cluster: {"built": the node that built and evaluated it, "timed": the
+    # node whose timing the search decides on}, each "hostname (Ray node id)"; None on one machine
+    nodes: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A shallow dict of the record (its values are plain JSON data already)."""

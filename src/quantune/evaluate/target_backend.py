@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -28,6 +29,17 @@ from quantune.evaluate.session import DEFAULT_PROVIDER
 from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_client import TargetFault, TargetUnavailable
 from quantune.evaluate.target_server import chosen_provider
+
+
+def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` holding its server for its whole sequence of requests (see ``TargetClient.lock``)."""
+
+    @functools.wraps(method)
+    def guarded(self: TargetBackend, *args: Any, **kwargs: Any) -> Any:
+        with self.client.lock:
+            return method(self, *args, **kwargs)
+
+    return guarded
 
 
 class TargetBackend:
@@ -108,6 +120,7 @@ class TargetBackend:
     def _load(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None = None) -> int:
         return int(self._open(model, threads, timing, settings)["session"])
 
+    @_one_at_a_time
     def open_s(self, model: Path, threads: int, settings: Mapping[str, Any] | None = None) -> float:
         """Seconds the target took to create a session on ``model`` (the open alone, timed there)."""
         try:
@@ -132,6 +145,7 @@ class TargetBackend:
             raise TargetFault(f"target.provider: '{provider}' did not take the model; onnxruntime put it on {used}")
         return answer
 
+    @_one_at_a_time
     def outputs(
         self,
         model: Path,
@@ -164,6 +178,7 @@ class TargetBackend:
                     self.client.request("free")
             out.unlink(missing_ok=True)
 
+    @_one_at_a_time
     def timings(
         self,
         models: list[Path],
@@ -221,6 +236,7 @@ class TargetBackend:
             if self.client.process is not None:
                 self.client.request("free")
 
+    @_one_at_a_time
     def time_until_decided(
         self,
         original: Path,
