@@ -29,7 +29,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantune.evaluate.latency import LatencySpec, latency_lane, open_all, timed_call, timing_session
+from quantune.evaluate.latency import LatencySpec, latency_lane, open_all, round_orders, timed_call, timing_session
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN, RatioInterval, paired_ratio
 from quantune.evaluate.session import DEFAULT_PROVIDER
 
@@ -218,6 +218,7 @@ def time_until_decided(
     usable = [call is not None for call in calls]
     active = list(usable)
     columns: list[np.ndarray] = []
+    orders = round_orders(max_rounds, len(calls))
     with latency_lane():
         for row, call in enumerate(calls):
             for _ in range(timing_spec.warmup if call is not None else 0):
@@ -231,7 +232,8 @@ def time_until_decided(
                     break
         while len(columns) < max_rounds:
             column = np.full(len(calls), np.nan)
-            for row, call in enumerate(calls):
+            for row in orders[len(columns)]:
+                call = calls[row]
                 if not active[row] or call is None:
                     continue
                 start = time.perf_counter()
