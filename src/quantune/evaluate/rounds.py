@@ -4,9 +4,9 @@ Speed ceilings only sort variants into "faster than the original by the margin" 
 fixed 20 rounds per variant, each variant in its own session with the original, cost 77 s
 on a layout detector whose dynamic variant is three times slower than fp32 -- the first
 five rounds already said so. Here every candidate and the original are opened once and timed
-in interleaved rounds (each round runs the original then every candidate, so a slow moment
-of the machine lands on all of them); after ``min_rounds`` and then every ``chunk`` rounds,
-the per-round ratios' confidence interval (:mod:`quantune.evaluate.paired`) of each
+in interleaved rounds (each round runs the original and every candidate, so a slow moment of
+the machine lands on all of them, in an order :func:`.latency.round_orders` varies from round to
+round); after ``min_rounds`` and then every ``chunk`` rounds, the per-round ratios' confidence interval (:mod:`quantune.evaluate.paired`) of each
 candidate is compared with the threshold, and timing stops once every candidate's interval
 lies on one side of it, at ``max_rounds``, or at the ``deadline``. Candidates below the
 threshold keep being timed until the fastest of them is surely faster than the others: the
