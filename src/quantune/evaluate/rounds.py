@@ -6,9 +6,10 @@ on a layout detector whose dynamic variant is three times slower than fp32 -- th
 five rounds already said so. Here every candidate and the original are opened once and timed
 in interleaved rounds (each round runs the original and every candidate, so a slow moment of
 the machine lands on all of them, in an order :func:`.latency.round_orders` varies from round to
-round); after ``min_rounds`` and then every ``chunk`` rounds, the per-round ratios' confidence interval (:mod:`quantune.evaluate.paired`) of each
-candidate is compared with the threshold, and timing stops once every candidate's interval
-lies on one side of it, at ``max_rounds``, or at the ``deadline``. Candidates below the
+round); after ``min_rounds`` and then every ``chunk`` rounds, the per-round ratios' confidence
+interval (:mod:`quantune.evaluate.paired`) of each candidate is compared with the threshold,
+and timing stops once every candidate's interval lies on one side of it, at ``max_rounds``, or
+at the ``deadline``. Candidates below the
 threshold keep being timed until the fastest of them is surely faster than the others: the
 strategy recovers accuracy in the fastest first, and on MiniLM-L3 a stop at "below" ranked a
 0.65x variant before a 0.60x one.
