@@ -241,6 +241,23 @@ def timed_call(
     return lambda: runner(session, [feeds])
 
 
+def round_orders(rounds: int, models: int) -> list[list[int]]:
+    """The order the models run in each of ``rounds`` interleaved rounds. Whatever the process does
+    between rounds (the loop, a rule asked about the rounds so far) lands on the round's first call:
+    with one fixed order the same model was first in every round and the rest were paired against it,
+    so a byte-identical copy of a small model timed faster than its original. Here each block of
+    ``models`` rounds runs every model once in every place; the block's cyclic order and which of its
+    rounds each model leads are shuffled from a fixed seed, so work done every few rounds lands on no
+    one model, no model always follows the same other, and the same run's rounds keep the same order.
+    Drawn before timing starts, so the rounds themselves do no extra work."""
+    rng = np.random.default_rng(0)
+    orders: list[list[int]] = []
+    while len(orders) < rounds:
+        cycle, shifts = rng.permutation(models), rng.permutation(models)
+        orders += [np.roll(cycle, int(shift)).tolist() for shift in shifts]
+    return orders[:rounds]
+
+
 def _figures(timings: np.ndarray) -> dict[str, float]:
     timings = timings * 1000.0
     return {
@@ -303,6 +320,7 @@ def time_side_by_side(
         raise failed  # every model must run here (the first that cannot, as before)
     calls = [timed_call(session, feeds, runner) for session in sessions]
     timings = np.empty((len(calls), spec.repeats))
+    orders = round_orders(spec.repeats, len(calls))
     with latency_lane() as lane:
         warm_up(calls, spec, lane)
         end = timing_end(spec, len(calls), deadline)
@@ -312,9 +330,9 @@ def time_side_by_side(
                 return timings[:, :index]
             if lane is not None:
                 lane.between_rounds()
-            for row, call in enumerate(calls):
+            for row in orders[index]:
                 start = time.perf_counter()
-                call()
+                calls[row]()
                 timings[row, index] = time.perf_counter() - start
             progress.tick(index + 1, spec.repeats, "rounds")
             if settled is not None and settle_now(index + 1) and settled(timings[:, : index + 1]):

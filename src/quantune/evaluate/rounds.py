@@ -4,11 +4,12 @@ Speed ceilings only sort variants into "faster than the original by the margin" 
 fixed 20 rounds per variant, each variant in its own session with the original, cost 77 s
 on a layout detector whose dynamic variant is three times slower than fp32 -- the first
 five rounds already said so. Here every candidate and the original are opened once and timed
-in interleaved rounds (each round runs the original then every candidate, so a slow moment
-of the machine lands on all of them); after ``min_rounds`` and then every ``chunk`` rounds,
-the per-round ratios' confidence interval (:mod:`quantune.evaluate.paired`) of each
-candidate is compared with the threshold, and timing stops once every candidate's interval
-lies on one side of it, at ``max_rounds``, or at the ``deadline``. Candidates below the
+in interleaved rounds (each round runs the original and every candidate, so a slow moment of
+the machine lands on all of them, in an order :func:`.latency.round_orders` varies from round to
+round); after ``min_rounds`` and then every ``chunk`` rounds, the per-round ratios' confidence
+interval (:mod:`quantune.evaluate.paired`) of each candidate is compared with the threshold,
+and timing stops once every candidate's interval lies on one side of it, at ``max_rounds``, or
+at the ``deadline``. Candidates below the
 threshold keep being timed until the fastest of them is surely faster than the others: the
 strategy recovers accuracy in the fastest first, and on MiniLM-L3 a stop at "below" ranked a
 0.65x variant before a 0.60x one.
@@ -34,6 +35,7 @@ from quantune.evaluate.latency import (
     LatencySpec,
     latency_lane,
     open_all,
+    round_orders,
     timed_call,
     timing_end,
     timing_session,
@@ -227,6 +229,7 @@ def time_until_decided(
     usable = [call is not None for call in calls]
     active = list(usable)
     columns: list[np.ndarray] = []
+    orders = round_orders(max_rounds, len(calls))
     with latency_lane() as lane:
 
         def guarded(row: int, call: Callable[[], object]) -> Callable[[], object]:
@@ -249,7 +252,8 @@ def time_until_decided(
             if lane is not None:
                 lane.between_rounds()
             column = np.full(len(calls), np.nan)
-            for row, call in enumerate(calls):
+            for row in orders[len(columns)]:
+                call = calls[row]
                 if not active[row] or call is None:
                     continue
                 start = time.perf_counter()
