@@ -108,6 +108,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 lighter = yield from self.stage_lighter(base)  # fewer Q/DQ pairs, faster side by side?
                 if lighter is not None:
                     fallback = lighter
+                    variant, base = yield from self.stage_tied(variant, base, fallback, kept)
                 elif self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
                     return
             elif (refined := (yield from self.stage_recover(variant))) is not None:  # recover.py
@@ -119,6 +120,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 if found is None:
                     continue
                 base, fallback = yield from self.stage_recover_units(variant, *found, self._costs())
+                variant, base = yield from self.stage_tied(variant, base, fallback or {}, kept)
                 if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
                     return  # a recovery stage's model is at the ceiling
             if (
