@@ -60,10 +60,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     default 8) -> ``latency`` (one graph-changing parameter at a time from the model in budget,
     each candidate timed against the incumbent side by side; ends after ``latency_patience``,
     default 3, that are not faster beyond the noise; ``latency_trials``, default what
-    ``stop.max_trials`` leaves; see :mod:`.latency_stage`); before it, the fallback found is built once in
-    each later variant whose ceiling is not surely slower, kept when in budget and faster side by side
-    (:meth:`~.latency_stage.LatencyStage.stage_tied`). When recovery finds nothing in a
-    variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
+    ``stop.max_trials`` leaves; the fallback in a tied variant first; see :mod:`.latency_stage`). When
+    recovery finds nothing in a variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
     variant it is in (the fastest still in play) the search ends: nothing faster is possible
     (``stop_at_ceiling``, default true).
     """
@@ -125,9 +123,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 variant, base = yield from self.stage_tied(variant, base, fallback or {}, kept)
                 if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
                     return  # a recovery stage's model is at the ceiling
-            if (
-                fallback and lighter is None
-            ):  # a first model in budget exists; can a calibration choice quantize everything?
+            if fallback and lighter is None:  # a first model in budget: can a calibration choice quantize all?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
                     base, fallback = full, {}
