@@ -52,13 +52,14 @@ def _run(make_config, qoperator: float, faster: bool) -> tuple[Any, list[tuple[P
 
 
 @pytest.mark.parametrize("faster", [True, False])
-@pytest.mark.parametrize(("qoperator", "tied"), [(0.41, True), (0.435, True), (0.50, False)])
+@pytest.mark.parametrize(("qoperator", "tied"), [(0.41, True), (0.46, True), (0.50, False)])
 def test_the_fallback_is_tried_in_a_variant_whose_ceiling_ties(
     make_config, qoperator: float, tied: bool, faster: bool
 ) -> None:
-    """QOperator 0.41x (faster, not clearly: QDQ is recovered in) or 0.435x (one speed) ties with QDQ's
-    0.43x: QDQ's final fallback is built once in QOperator/uint8 (never in the int8 variants, 0.9x) and
-    is the answer only when faster side by side. At 0.50x QOperator is surely slower: not tried."""
+    """QOperator 0.41x (faster, not clearly: QDQ is recovered in) or 0.46x (within the ceilings' 10%: may
+    be one speed) ties with QDQ's 0.43x: QDQ's final fallback is built once in QOperator/uint8 (never in
+    the int8 variants, 0.9x) and is the answer only when faster side by side. At 0.50x (16% slower)
+    QOperator is surely slower: not tried."""
     strategy, seen = _run(make_config, qoperator, faster)
     stages = [stage for _, stage in seen]
     tried = [(point, stage) for point, stage in seen if SAME_FALLBACK in stage]
