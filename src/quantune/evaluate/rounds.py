@@ -1,18 +1,14 @@
 """Side-by-side timing that stops as soon as the rounds decide: several candidates, one session.
 
-Speed ceilings only sort variants into "faster than the original by the margin" or not; a
-fixed 20 rounds per variant, each variant in its own session with the original, cost 77 s
-on a layout detector whose dynamic variant is three times slower than fp32 -- the first
-five rounds already said so. Here every candidate and the original are opened once and timed
-in interleaved rounds (each round runs the original and every candidate, so a slow moment of
-the machine lands on all of them, in an order :func:`.latency.round_orders` varies from round to
-round); after ``min_rounds`` and then every ``chunk`` rounds, the per-round ratios' confidence
-interval (:mod:`quantune.evaluate.paired`) of each candidate is compared with the threshold,
-and timing stops once every candidate's interval lies on one side of it, at ``max_rounds``, or
-at the ``deadline``. Candidates below the
-threshold keep being timed until the fastest of them is surely faster than the others: the
-strategy recovers accuracy in the fastest first, and on MiniLM-L3 a stop at "below" ranked a
-0.65x variant before a 0.60x one.
+Speed ceilings only sort variants into "faster than the original by the margin" or not, and a
+variant far from the margin says so in a few rounds. Every candidate and the original are opened
+once and timed in interleaved rounds (a slow moment of the machine lands on all of them, in an
+order :func:`.latency.round_orders` varies from round to round); after ``min_rounds`` and then
+every ``chunk`` rounds, each candidate's paired-ratio interval (:mod:`quantune.evaluate.paired`)
+is compared with the threshold, and timing stops once every interval lies on one side of it, at
+``max_rounds``, at the time share, or at the ``deadline``. Candidates below the threshold keep
+being timed until the fastest is surely faster than the others: the strategy recovers accuracy in
+the fastest first, so their order matters too.
 
 The search's paired decisions, the ceilings and the confirmation all time through the run's
 backend (:meth:`~quantune.evaluate.backend.LocalBackend.time_until_decided`): here on its
