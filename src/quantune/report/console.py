@@ -26,6 +26,7 @@ from quantune.report.miss import miss_lines
 from quantune.report.result import Result, format_loss, format_ratio
 from quantune.report.speed import speed_of
 from quantune.report.summarize import node_op_types, summarize_value
+from quantune.space.providers import short_provider
 
 
 def _fmt_params(params: dict[str, Any], op_types: dict[str, str] | None = None) -> str:
@@ -245,6 +246,12 @@ def target_lines(result: Result) -> list[str]:
         if target.get("providers"):  # target.providers: where the candidates ran, and what was left out
             skipped = "".join(f"; {p} skipped: {why}" for p, why in (target.get("providers_skipped") or {}).items())
             lines.append(f"providers searched: {', '.join(target['providers'])}{skipped}")
+            if front := result.provider_front:  # the front across providers
+                by_number = {r.number: r for r in result.trials}
+                lines.append(
+                    f"fastest in budget per provider ({result.objective}, each trial's own figure): "
+                    + ", ".join(f"{short_provider(p)} trial {n} {by_number[n].objective:.4g}" for p, n in front.items())
+                )
     base_mb = result.baseline.get("peak_memory_mb")
     best_mb = result.best.metrics.get("peak_memory_mb") if result.best is not None else None
     if base_mb is not None and best_mb is not None:

@@ -160,21 +160,10 @@ class ProviderCeilings:
         return bool(self.options.drop_slow)  # type: ignore[attr-defined]  # the strategy's typed options
 
     def learned(self) -> dict[str, Any]:
-        """results.json's ``strategy``, with the originals' ratios from the ceilings' session and the
-        front across providers: each provider's fastest trial in budget (by its own latency figure)."""
+        """results.json's ``strategy``, with the originals' ratios from the ceilings' session."""
         notes = super().learned()  # type: ignore[misc]
         if ratios := self._originals_ratios():
             notes["provider_original_ratios"] = dict(ratios)
-        if (axis := provider_axis(self.problem)) is not None:
-            front: dict[str, dict[str, Any]] = {}
-            for tried in self.history:  # type: ignore[attr-defined]  # the strategy's trials
-                outcome = tried.outcome
-                if not outcome.meets or outcome.failed or outcome.number is None or outcome.objective is None:
-                    continue
-                provider = str(tried.point.get(f"{axis[0]}.provider", axis[2]))
-                if provider not in front or outcome.objective < front[provider]["objective"]:
-                    front[provider] = {"trial": outcome.number, "objective": outcome.objective, "stage": tried.stage}
-            notes["provider_front"] = front
         return notes
 
     # -- the model in budget on every provider ----------------------------------------------------
