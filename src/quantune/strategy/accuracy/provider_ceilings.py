@@ -172,8 +172,9 @@ class ProviderCeilings:
         provider (:meth:`carry`), then the latency stage from the fastest; returns its point."""
         carried = yield from self.carry(base, fallback, variant)
         if carried is None:  # a provider's model is at its ceiling: nothing faster is possible
-            return self.settled  # type: ignore[attr-defined]
-        final = yield from self.latency(*carried)  # type: ignore[attr-defined]
+            final = self.settled  # type: ignore[attr-defined]
+        else:
+            final = yield from self.latency(*carried)  # type: ignore[attr-defined]
         if notes := getattr(self, "_carry_notes", []):
             self.finished_reason = "; ".join([r for r in (self.finished_reason,) if r] + notes)  # type: ignore[has-type]
         return final
@@ -219,7 +220,10 @@ class ProviderCeilings:
                 if self.at_ceiling(twin, point):  # type: ignore[attr-defined]
                     return None
             else:
-                self.decisions.append(f"on {name}: in budget, not faster than the incumbent side by side")  # type: ignore[attr-defined]
+                ratio = float((result or {}).get("ratio_median", float("nan")))
+                self.decisions.append(  # type: ignore[attr-defined]
+                    f"on {name}: in budget, {ratio:.2f}x the incumbent side by side: not faster beyond the noise"
+                )
         self.ctx = best[2].ctx
         return best
 
@@ -229,7 +233,9 @@ class ProviderCeilings:
         evaluations there); None when neither is in budget."""
         self.ctx = twin.ctx
         point = self.ctx.with_fallback(base, fallback)
-        outcome = yield from self.try_point(point, f"on {name}: the model in budget")  # type: ignore[attr-defined]
+        kept = sum(1 for precision in fallback.values() if precision != "int8")
+        stage = f"on {name}: the model in budget found on another provider ({kept} groups in higher precision)"
+        outcome = yield from self.try_point(point, stage)  # type: ignore[attr-defined]
         if outcome.meets and not outcome.failed:
             return base, fallback
         if outcome.failed:
