@@ -209,3 +209,30 @@ def test_the_pages_hold_no_dates_or_commit_hashes():
         text = page.read_text()
         assert not re.findall(r"\b\d{4}-\d{2}-\d{2}\b", text), page
         assert not re.findall(r"\b[0-9a-f]{7,40}\b", text), page
+
+
+def test_the_extending_quantizer_falls_back_through_its_knobs(make_config, tmp_path):
+    """docs/extending.md's plugin quantizer names its exclude parameter in ``knobs``: an accuracy
+    strategy quantizes with it and keeps nodes in float through it, though no name is shared with
+    onnxruntime's passes."""
+    config = make_config(
+        passes=[{"name": "int8_weights", "search": True}],
+        plugins=[str(DOCS / "examples" / "my_plugins.py")],
+        search={"strategy": "conservative", "seed": 0},
+        stop={"max_trials": 3},
+    )
+    result = quantune.tune(config, output=tmp_path / "out")
+    ok = [t for t in result.trials if t.status == "ok"]
+    assert ok and all(t.flow == ["int8_weights"] for t in ok)
+    assert any(t.params.get("int8_weights.keep_float") for t in ok), [t.params for t in ok]
+    assert any(t.metrics.get("quantized_ops", 0) > 0 for t in ok), [t.metrics for t in ok]
+
+
+def test_the_snippet_lines_are_intact():
+    """A formatter that reads a ```python block as code turns ``--8<-- "file"`` into ``--8 < --"file"``,
+    which MkDocs prints as it stands instead of the file: such blocks are fenced with
+    ``<!-- fmt:off -->``, and every snippet line must still be one."""
+    for page in sorted(DOCS.rglob("*.md")):
+        for line in page.read_text().splitlines():
+            if "8<" in line.replace(" ", ""):
+                assert re.fullmatch(r'--8<-- "[^"]+"', line.strip()), f"{page.relative_to(ROOT)}: {line}"

@@ -1,7 +1,8 @@
-"""A pass, a sampler, a strategy and a metric, as a plugin file (``plugins: [my_plugins.py]``).
+"""Two passes (one of them a quantizer), a sampler, a strategy and a metric, as a plugin file
+(``plugins: [my_plugins.py]``).
 
 The worked examples of docs/extending.md: the page includes this file, and tests/test_docs.py
-runs a search with all four, so the examples stay true to the code.
+runs searches with them, so the examples stay true to the code.
 """
 
 from __future__ import annotations
@@ -14,7 +15,7 @@ import onnx
 from onnx import numpy_helper
 
 import quantune
-from quantune.passes.base import PassContext
+from quantune.passes import Knobs, PassContext
 from quantune.space import Categorical, Point
 from quantune.strategy.base import Outcome, Proposal, SearchProblem
 
@@ -48,6 +49,42 @@ class MagnitudePrune(quantune.Pass):
 
 
 # --8<-- [end:pass]
+
+
+# --8<-- [start:quantizer]
+class Int8WeightsConfig(quantune.PassConfig):
+    per_channel: bool = False
+    keep_float: list[str] = []  # node names left in float
+
+
+@quantune.register_pass
+class Int8Weights(quantune.Pass):
+    """int8 weights for MatMul and Gemm, by onnxruntime's dynamic quantizer, under names of its own."""
+
+    name = "int8_weights"
+    Config = Int8WeightsConfig
+    search_space = {"per_channel": Categorical((False, True))}
+    role = "quantize"
+    quantizes = "dynamic"  # weights only: each weight it quantizes is a fallback group
+    rewrites_weights = True
+    min_opset = 11  # DynamicQuantizeLinear
+    # its parameters by what they do: the accuracy strategies keep nodes in float through `exclude`
+    knobs = Knobs(exclude="keep_float", per_channel="per_channel", screen=("per_channel",))
+
+    def run(self, config: Int8WeightsConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
+        from onnxruntime.quantization import QuantType, quantize_dynamic
+
+        quantize_dynamic(
+            model_in,
+            model_out,
+            weight_type=QuantType.QInt8,
+            per_channel=config.per_channel,
+            op_types_to_quantize=["MatMul", "Gemm"],
+            nodes_to_exclude=config.keep_float,
+        )
+
+
+# --8<-- [end:quantizer]
 
 
 # --8<-- [start:sampler]
