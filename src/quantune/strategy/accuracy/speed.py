@@ -31,7 +31,6 @@ COMPUTE_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention
 # Besides compute, what Neural Compressor's ONNX capability table quantizes by default
 # (QLinearAdd, QLinearMul): a residual add or a scale stays int8 and saves a Q/DQ pair.
 SAFE_TYPES = frozenset({"Add", "Mul"})
-SPEED_MARGIN = 0.03  # a ceiling must beat the original by this share to be worth recovering
 
 
 @dataclass
