@@ -141,8 +141,8 @@ def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]
     the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
     (engine/prebuild.py), and so did its timing, which every speed figure of the run is read against.
     Returns the new latency figures (none when the original's figures are not cached). ``deadline``
-    (``time.perf_counter()``): no round starts past it after the fewest (the run's limit: under load a
-    300 ms model's 60 rounds took 18 s of a 60 s run)."""
+    (``time.perf_counter()``): no round starts past it after the fewest (the run's limit: under load
+    the rounds of a slow model can take much of it)."""
     if ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) is None:
         return {}
     evaluator = ctx.evaluator

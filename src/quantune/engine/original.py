@@ -99,7 +99,7 @@ def ceilings_ready(
             return
         parts.context.before_ceilings = None
         # the builds, not the guess's worker evaluating its compute-only model (the lighter stage waits
-        # for that one if it needs it): PP-OCRv6's recognizer's ceilings waited 1.7 s for it
+        # for that one if it needs it)
         prebuild.join(isolation.deadline.at, builds_only=True)  # the builds stop at the run's limit
         prebuild.keep_log(isolation.log_dir)
         parts.context.after_ceilings = prebuild.ceilings_timed
