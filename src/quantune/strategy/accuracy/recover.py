@@ -106,7 +106,7 @@ class RecoverStage(TargetedStage):
                 return None
             if variant.label in self.fitted and self.layer_fit(refined) is not None:  # type: ignore[attr-defined]
                 continue  # its worst layers were fitted alone and missed: a fit of every layer costs
-                # minutes on a large model and did no better on the two zoo models tried (recover-2026-11-27.md)
+                # minutes on a large model and is unlikely to do better
             passes = self.refining_passes(refined)
             outcome = yield from self.try_point(refined.point, f"{RECOVER}: {refined.label} (+{', '.join(passes)})")
             if outcome.meets:
