@@ -62,7 +62,7 @@ def evaluate_ahead(
         (done := Path(f"{marker}.built.tmp")).write_text(str(count))
         done.replace(f"{marker}.built")
         # evaluated once the ceilings are timed (``{marker}.go``): beside their timing, on the other
-        # core, the evaluation took a detector's rounds from 5 to 11-17
+        # core, the evaluation would slow their rounds
         go = Path(f"{marker}.go")
         waited = time.perf_counter()
         while not go.exists() and time.perf_counter() - waited < wait_s:
@@ -131,7 +131,7 @@ def evaluate_first_guess(
     context = runner.context
     shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
     # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
-    # build and measurement instead of following them (0.6 s for the captcha model's 217 MB)
+    # build and measurement instead of following them
     reference = _Reference(runner, wait_s)
     ready = time.perf_counter()
     try:

@@ -49,8 +49,7 @@ def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
 def shared_cores(evaluator: Any) -> None:
     """``evaluator`` set for an evaluation beside another one: half the cores, as two parallel
     workers get them (``eval_threads_for``) -- two sessions of two threads on two cores wait on
-    each other's threads (the captcha model's first guess came 0.7 s later that way, 3 runs
-    each) -- and a quick timing (``Evaluator.quick_timing``)."""
+    each other's threads -- and a quick timing (``Evaluator.quick_timing``)."""
     from quantune.engine.executors.factory import eval_threads_for
 
     evaluator.threads = eval_threads_for(2)

@@ -41,7 +41,7 @@ MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
 # 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
 VERDICT_ROUNDS = 30
 # ... unless the verdict is settled before (``verdict_settled``: every ratio's 99% interval on one
-# side of the line), asked from the 10th round: a model at 0.45x fp32 needs no 50 rounds to say so.
+# side of the line), asked from the 10th round: a model far faster needs no 50 rounds to say so.
 SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
 # selection.SEARCH_NOISE: which of many near-equal models makes the top ``confirm_top`` follows

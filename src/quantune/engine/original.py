@@ -82,8 +82,7 @@ def ceilings_ready(
     then the original's latency, timed beside the builds, is taken again from the ceilings'
     rounds, which time it first in each (``RunContext.original_timed``), or timed again alone
     when they did not (their ratios were cached, or fewer than ``RETIME_ROUNDS`` rounds ran) --
-    into the figures the run and its strategy hold (once). Timing it alone first cost 1.9 s of a
-    17 s run on the DB text detector."""
+    into the figures the run and its strategy hold (once), rather than timing it alone first."""
 
     def timed(timings_s: Any) -> None:
         ctx = parts.context

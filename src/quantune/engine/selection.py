@@ -143,7 +143,7 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
             continue  # more loss than every point before it, so it must be faster to count
         fastest_so_far = fastest
         # equally accurate models within the search-time noise of each other: the earliest trial, not
-        # the one a single timing favoured (a detector's closest miss changed from run to run)
+        # the one a single timing favoured (which changes from run to run)
         front.append(earliest_as_fast(timed))
     return front
 

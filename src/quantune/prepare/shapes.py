@@ -72,7 +72,7 @@ def symbolic_shape_inference() -> type:
     """onnxruntime's ``SymbolicShapeInference``, loaded without the ``onnxruntime.tools`` package.
 
     That package's ``__init__`` imports torch whenever torch is installed (for an export helper
-    nothing here uses): 9 s of a 60 s run on a loaded machine. The module itself needs only
+    nothing here uses), seconds on a loaded machine. The module itself needs only
     numpy, onnx, sympy and packaging, so it is loaded from its file.
     """
     name = "onnxruntime.tools.symbolic_shape_infer"

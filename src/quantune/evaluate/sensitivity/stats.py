@@ -6,9 +6,8 @@ whose few large channels dominate its energy is seen, although the tensor-wide M
 
 Streaming and bounded: :meth:`NodeStats.add` folds one batch of one tensor into running sums
 and computes them over slices of a few million elements, so its float64 temporaries stay a
-few tens of MB whatever the tensor's size (a 960x960 detector's full-resolution feature maps
-are hundreds of MB each, and a whole-tensor float64 copy, its difference and its square were
-several times that).
+few tens of MB whatever the tensor's size (full-resolution feature maps can be hundreds of MB
+each, and a whole-tensor float64 copy, its difference and its square several times that).
 """
 
 from __future__ import annotations

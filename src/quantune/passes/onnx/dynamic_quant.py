@@ -315,7 +315,7 @@ def _copy_model(model_in: Path, model_out: Path) -> None:
 
 
 def _write(model: onnx.ModelProto, path: Path) -> None:
-    """:func:`save_model`'s bytes, serialized once (save_model asks the size first: one more pass over 54 MB)."""
+    """:func:`save_model`'s bytes, serialized once (save_model asks the size first: one more pass over the model)."""
     try:
         data = model.SerializeToString()
     except ValueError:  # past protobuf's limit

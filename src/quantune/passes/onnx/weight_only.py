@@ -10,7 +10,7 @@ Algorithms, both without Neural Compressor: ``rtn`` (round to nearest, onnxrunti
 ``DefaultWeightOnlyQuantConfig``) and ``hqq`` (half-quadratic quantization,
 ``HQQWeightOnlyQuantConfig``: 4 bits only, asymmetric by construction, needs torch:
 ``pip install 'quantune[hqq]'``). GPTQ is left out: onnxruntime runs it through its copy of
-Neural Compressor's code, which fails on this onnxruntime (1.32) for RTN already.
+Neural Compressor's code, which fails for RTN already.
 
 ``nodes_to_exclude`` keeps MatMuls in float (searchable with ``subset_of: {op_types: [MatMul]}``);
 a later ``dynamic_quant`` step may still make those int8.

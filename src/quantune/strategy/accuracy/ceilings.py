@@ -327,8 +327,7 @@ class CeilingStage(ProviderCeilings):
         """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings'
         session when the guess is in budget: the lighter stage times each against it next
         (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
-        than opening a session, warming and timing the guess again for each (two sessions, 2.9 s of a
-        detector's 12.8 s after its first model in budget). None for the guess's item: it missed or is not timed."""
+        than opening a session, warming and timing the guess again for each. None for the guess's item: it missed or is not timed."""
         if reference is None or self._guess is None:
             return [], []
         lighter = self.lighter_items(self._guess)

@@ -18,8 +18,7 @@ stage ends after
 never timed twice: a duplicate trial is skipped, and a pair once timed is cached by its models.
 
 A fully quantized model is not always its variant's fastest, though: the Q/DQ pairs around
-every Add, Mul or Sigmoid can cost more than they save (an SVTR text recognizer ran 0.74x fp32
-fully quantized, 0.63x with Neural Compressor's op types). So before a model in budget at its
+every Add, Mul or Sigmoid can cost more than they save. So before a model in budget at its
 ceiling ends the search, the lighter models -- int8 on the compute ops and the residual
 Add/Mul only, then on the compute ops only -- are timed side by side against it; one faster
 beyond the noise is evaluated, and the search goes on from it when it meets the criterion
