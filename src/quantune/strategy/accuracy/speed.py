@@ -11,8 +11,8 @@ carry the speed; Neural Compressor's capability defaults also quantize Add and M
 the elementwise ops of a decomposed LayerNorm in float), then single groups ordered by harm
 per unit of time given up (sensitivity over ``1 + `` the group's share of the original's kernel
 time: a group that carries all the time must be twice as harmful as a free one to go first --
-sensitivity decides, the price breaks near-ties; a stronger price pushed the scaled CNN's
-second culprit conv, 0.77 against the Gemms' 0.47, behind them).
+sensitivity decides, the price breaks near-ties; a stronger price would push a clearly harmful
+but costly group behind harmless cheap ones).
 """
 
 from __future__ import annotations
