@@ -114,9 +114,8 @@ class NodeStats:
 
         Per channel, the error is summed over samples, so samples of a small scale vanish
         under the large ones: a LayerNorm's ``variance + eps`` of shape [N, 1] over rows whose
-        scales differ 1000x loses every small row to one quantization step, and per channel
-        that looked like no error at all (measured: score 0 for the op that alone took top-1
-        from 0.99 to 0.60). Per sample, each row's own error over its own energy counts.
+        scales differ by orders of magnitude loses every small row to one quantization step,
+        and per channel that looks like no error at all. Per sample, each row's own error over its own energy counts.
         """
         samples = float(np.mean(np.concatenate(self.sample_ratios))) if self.sample_ratios else 0.0
         return max(self.channel_nmse(), samples)
