@@ -169,8 +169,7 @@ def return_large_blocks() -> bool:
     glibc raises its mmap threshold each time a large mapped block is freed, after which
     blocks up to 32 MB come from the heap, where fragmentation keeps them: a stage that
     allocates a batch's tensors, frees them and allocates the next batch's then grows batch
-    after batch (measured: sensitivity 665 -> 808 MB from 1 to 4 images; 636 -> 693 MB with
-    the threshold fixed). Called in stage workers, whose work is exactly that loop.
+    after batch. Called in stage workers, whose work is exactly that loop.
     """
     global _fixed_threshold
     try:
@@ -189,8 +188,8 @@ def reused_blocks(largest_mb: int = 64) -> Iterator[None]:
     system at the end.
 
     For a loop over equal blocks that frees each one before the next (the agreement metrics'
-    row blocks): mapped, every 2 MB temporary was a fresh mapping whose pages fault in and are
-    zeroed, and the captcha model's figures took 1.8 s in a stage worker instead of 0.4 s. The
+    row blocks): mapped, every temporary would be a fresh mapping whose pages fault in and are
+    zeroed, several times slower. The
     heap keeps what a few blocks in flight need, no more; this process's other work keeps
     the bounded blocks.
     """

@@ -1,8 +1,8 @@
 """How many rows of a feed one evaluation run may take, so a model's working memory fits the budget.
 
 An evaluation feed is what the user's data gives (a table's ``batch_size`` rows, or a loader's
-feed): 64 pages of 960x960 through a text detector need tens of GB of intermediate tensors
-at once, though one page needs a few hundred MB. onnxruntime frees each intermediate tensor
+feed): a large batch of large images can need tens of GB of intermediate tensors at once,
+though one image needs a few hundred MB. onnxruntime frees each intermediate tensor
 after its last reader, so its working set is the largest set of tensors alive at once; that
 is estimated here without running anything (ONNX shape inference at the feed's shapes, one
 row, and each tensor alive from its producer to its last consumer in graph order), doubled for

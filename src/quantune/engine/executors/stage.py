@@ -2,7 +2,7 @@
 
 The accuracy-driven strategies' sensitivity analysis runs the flow's passes (calibration
 included) and both models over calibration data; in the main process it was killed by the
-kernel's out-of-memory killer (23 GB on a 4.75 MB detector), taking the whole run with it.
+kernel's out-of-memory killer (even small models can need tens of GB), taking the whole run with it.
 Here a stage runs in a fresh spawned process under the trial workers' limits (address space
 ``executor.memory_limit_mb``, ``executor.trial_timeout_s``), its output in a log file beside
 theirs; when it dies, hangs or raises, the caller gets the cause instead of a value, the
@@ -155,7 +155,7 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
 
 
 # how often a waiting stage looks at the run's deadline (which may move, or be now: a run that is
-# over cancels its builds ahead; at 0.5 s a detector's run waited up to that long for its exit)
+# over cancels its builds ahead, and its exit should not wait)
 _POLL_S = 0.05
 
 

@@ -1,10 +1,9 @@
 """Calibration in chunks: activation ranges whose memory is bounded by a chunk, not by the data.
 
 onnxruntime's calibrators keep every intermediate output of every batch they are fed in one
-``collect_data`` call (Entropy/Percentile grew one worker to 23 GB on a 10 MB recognizer), and
+``collect_data`` call (Entropy/Percentile can grow a worker to tens of GB on a small model), and
 ``CalibMaxIntermediateOutputs`` is no way out: when the count is reached, MinMax clears what it
-collected *without* folding it into the ranges first (``MinMaxCalibrater.collect_data`` in
-onnxruntime 1.32), so those batches' ranges are lost.
+collected *without* folding it into the ranges first (``MinMaxCalibrater.collect_data``), so those batches' ranges are lost.
 
 Both calibrator families merge across ``collect_data`` calls, though: MinMax folds each call's
 ranges into the running min/max (exactly the one-shot result), and the histogram calibrators
