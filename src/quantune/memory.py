@@ -148,6 +148,13 @@ def peak_tracker() -> Iterator[Peak]:
             _active.remove(peak)
 
 
+def room_mb(budget_mb: float | None = None) -> float:
+    """What the budget (:func:`memory_budget_mb`, or ``budget_mb``) leaves of this process's
+    resident memory now: the budget bounds a stage's peak, not its data alone."""
+    budget = memory_budget_mb() if budget_mb is None else budget_mb
+    return max(1.0, budget - rss_mb())
+
+
 _FILL = 0.8  # of the room left under the budget, what pieces sized from one row may fill
 
 
@@ -163,18 +170,18 @@ def rows_in_budget(
     The row's footprint is the peak both runs added over the resident memory before them, plus
     ``held_per_row_mb(result)`` for what the caller keeps of each row afterwards (copies a
     calibrator stacks); the room is the budget less what the process already holds, of which
-    pieces fill :data:`_FILL`: onnxruntime's arena grows by regions of doubling size, so many
-    rows may take more than as many times one row (measured: 8% more at 8 rows). At least one
-    row: a single row over the budget cannot be cut further.
+    pieces fill :data:`_FILL`: in a session with a CPU arena (a calibrator's), the arena grows
+    by regions of doubling size, so many rows may take more than as many times one row. A
+    session whose pieces must stay bounded runs without an arena. At least one row: a single
+    row over the budget cannot be cut further.
     """
-    before = rss_mb()
+    before, room = rss_mb(), room_mb(budget_mb)
     with peak_tracker() as peak:
         run_one_row()
         result = run_one_row()
     held = held_per_row_mb(result) if held_per_row_mb is not None else 0.0
     per_row = max(peak.mb - before, 1.0) + held
-    budget = memory_budget_mb() if budget_mb is None else budget_mb
-    return max(1, int(_FILL * (budget - before) // per_row)), result
+    return max(1, int(_FILL * room // per_row)), result
 
 
 # Stage peaks measured inside this process (e.g. calibration inside a trial); the trial

@@ -170,10 +170,11 @@ class LocalBackend:
         settings: Mapping[str, Any] | None = None,
         every_output: bool = True,
     ) -> FeedOutputs:
-        try:
-            session = self._session(model, threads, settings=settings)
+        chosen = read_session_settings(model) if settings is None else settings
+        try:  # no CPU arena: it keeps every piece's blocks, grown in doubling regions, so pieces
+            # sized from one row's footprint would not bound the peak (the outputs are the same)
+            session = self._session(model, threads, settings={**(chosen or {}), "enable_cpu_mem_arena": False})
         except Exception as exc:  # one line naming the provider: a failure that teaches
-            chosen = read_session_settings(model) if settings is None else settings
             where = chosen_provider(self.provider, self.provider_options, chosen)[0]
             cause = " ".join(str(exc).split())
             raise TrialError(f"onnxruntime cannot load the model on {where}: {cause}") from exc
