@@ -84,7 +84,7 @@ def measure_dynamic(
         for name, (node, act, _, _) in plans.items()
     ]
     feeds = capture.replayable(batches)
-    budget = room_mb(budget_mb)  # what the process's own memory leaves of the budget
+    budget = room_mb() if budget_mb is None else budget_mb  # what this process leaves of the budget
     plan = capture.plan(jobs, model, None, feeds, budget)
     share = cost.Share(model)
     per_row = 2 * share(node for node, _, _, _ in plans.values())  # each node recomputed twice

@@ -147,9 +147,9 @@ def measure(
     """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``.
 
     ``batches``: the data, or a function that returns it afresh (read once per capture
-    group; a one-shot iterator is kept in a list). Peak memory is bounded by what this process
-    leaves of ``budget_mb`` (default: the memory budget; :func:`quantune.memory.room_mb`) and
-    the models' own working memory, not by the data or the number of tensors. Time is bounded
+    group; a one-shot iterator is kept in a list). Peak memory is bounded by ``budget_mb`` (default:
+    what this process leaves of the memory budget, :func:`quantune.memory.room_mb`) and the
+    models' own working memory, not by the data or the number of tensors. Time is bounded
     by ``row_runs`` (whole-model runs of one row; None: every row given is measured): the first
     rows of the data that it pays for are measured (:mod:`.cost`), and the output-level probes
     that reach far upstream are left out where even one row would cost more.
@@ -158,7 +158,7 @@ def measure(
     qmodel = onnx.load(str(quant_model))
     found = _structure(fmodel, qmodel)
     feeds = capture.replayable(batches)
-    budget = room_mb(budget_mb)  # what the process's own memory leaves of the budget
+    budget = room_mb() if budget_mb is None else budget_mb  # what this process leaves of the budget
     plan = capture.plan(found.jobs, fmodel, qmodel, feeds, budget)
     probes = _probes(fmodel, found)
     per_row = _per_row(found, fmodel, qmodel, plan, probes)
