@@ -124,7 +124,7 @@ def _rows_per_chunk(session, feed: Feed, splittable: bool, budget_mb: float, kee
         return _HELD_COPIES * tensors / _MB if keeps_tensors else 0.0
 
     fit, _ = rows_in_budget(lambda: session.run(None, probe), budget_mb, held_mb)
-    return fit * probe_rows  # whole batches of a fixed batch dimension, or rows
+    return max(1, fit * probe_rows)  # whole batches of a fixed batch dimension, or rows
 
 
 def _seed_histograms(calibrator, extremes: TensorsData) -> None:
