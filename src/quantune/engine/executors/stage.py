@@ -28,7 +28,7 @@ from quantune.engine.executors.contexts import child_environment
 from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.exits import WorkerStartError, exit_cause
 from quantune.forkserver import EXIT_UNGUARDED_MAIN, worker_context
-from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
+from quantune.memory import peak_tracker, take_stage_peaks
 
 log = logging.getLogger("quantune.stage")
 
@@ -115,7 +115,6 @@ def _stage_main(
     adopt_environment(environment)
     enter_worker(log, memory_limit_mb, parent_pid)  # as a trial worker: dies with the run, within its limit
     print(f"--- {stage} (worker pid {os.getpid()}) ---", flush=True)
-    return_large_blocks()  # batch after batch of large tensors: never let the heap keep them
     sending = threading.Lock()
 
     def send_progress(step: progress.Step) -> None:  # the stage's own start and end are the main process's
