@@ -31,7 +31,7 @@ from quantune.report.heartbeat import PlainProgress
 from quantune.report.miss import miss_lines
 from quantune.report.result import Result, format_loss, format_ratio
 from quantune.report.speed import speed_of
-from quantune.report.summarize import node_op_types, summarize_value
+from quantune.report.summarize import node_op_types, quantized_label, summarize_value
 from quantune.report.where import target_lines
 
 
@@ -257,15 +257,6 @@ def _ok_label(record: TrialRecord) -> str:
     if not record.meets_criterion:
         return "no"
     return "copy" if quantizes_nothing(record) else "yes"  # the original on another provider is no copy
-
-
-def quantized_label(metrics: dict[str, float]) -> str:
-    """Quantized compute ops and their share of the model's: "3 (100%)", or "none"."""
-    if "quantized_ops" not in metrics:
-        return ""
-    if not metrics["quantized_ops"]:
-        return "none"
-    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
 
 
 def verdict_line(result: Result) -> str:

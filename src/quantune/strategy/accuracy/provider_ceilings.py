@@ -2,9 +2,8 @@
 
 With ``target.providers`` the execution provider is a parameter of every flow
 (``engine/providers.py``), and the fastest int8 model on one provider need not be the fastest on
-another: on the PP-OCRv5 recognizer the fully quantized model ran at 0.61x the original's latency
-on the CPU provider and 0.50x on OpenVINO, and a run whose ceilings were timed on the CPU provider
-only recovered accuracy there. So the ceilings are per provider: each fully quantized variant on
+another, and a run whose ceilings were timed on one provider would recover accuracy there
+only. So the ceilings are per provider: each fully quantized variant on
 each provider that can load it (what one cannot is pruned by ``space/providers.py``), timed in the
 one side-by-side session of the ceiling stage together with the original on every other provider.
 
