@@ -113,5 +113,7 @@ def _warn(message: str) -> None:
     import logging
     import sys
 
-    logging.getLogger("quantune").warning(message)
-    print(f"quantune: warning: {message}", file=sys.stderr)
+    logger = logging.getLogger("quantune")
+    logger.warning(message)
+    if logger.hasHandlers():  # else logging's last resort says it (the CLI's: once, as one line)
+        print(f"quantune: warning: {message}", file=sys.stderr)

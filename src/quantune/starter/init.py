@@ -18,7 +18,7 @@ from pathlib import Path
 import yaml
 
 from quantune.errors import QuantuneError
-from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
+from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
 from quantune.starter.data_source import DataSource, classify
 from quantune.starter.loader_template import render_loader
 from quantune.starter.metric_template import render_metric
@@ -143,8 +143,17 @@ def render_config(info: ModelInfo, source: DataSource, metric: str, folder: Path
         _c(f"  metric: {_q(metric)}", _metric_comment(metric, source)),
         _c("  latency: {warmup: 10, repeats: 50, threads: 1}", "threads: as the model will run in production"),
         "criterion:",
-        "  type: relative",
-        _c("  tolerable_loss: 0.01", "a candidate may lose at most 1% of the original's figure"),
+        *(
+            [
+                "  type: relative",
+                _c("  tolerable_loss: 0.01", "a candidate may lose at most 1% of the original's figure"),
+            ]
+            if metric_direction(metric)
+            else [  # a difference from the original: 0 for the original itself, so no fraction of it
+                "  type: absolute",
+                _c("  tolerable_loss: 0.01", f"the most {metric} a candidate may differ by, in its own units"),
+            ]
+        ),
         _c("objective: latency", "latency | size"),
         "passes:",
         *_pass_lines(info),
