@@ -100,6 +100,7 @@ class Engine:
         """The phases once the output folder is claimed: original, search, confirmation, outcome."""
         parts = opening.parts
         runner = TrialRunner(parts.context)
+        runner.criterion = parts.criterion  # an in-process trial judges a miss before timing it (runner.py)
         replay = Replay(store.trials())
         # the workers started with the original's evaluation (their logs come here now), else new ones
         executor = self.early.take(self.output_dir)

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.data import Dataset
+from quantune.engine.ahead import original_metric
 from quantune.engine.identity import check_model_unchanged
 from quantune.engine.plan import Plan
 from quantune.engine.trial import Trial, TrialRecord
@@ -31,6 +32,8 @@ from quantune.prepare import Preparation
 from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
+
+UNTIMED = "misses the accuracy budget while a candidate is in budget: its speed cannot change the answer"
 
 
 @dataclass
@@ -155,7 +158,7 @@ class TrialRunner:
                     record.model_sha256 = model_sha
                     try:
                         record.session_settings = read_session_settings(model_path)
-                        record.metrics = self._evaluate(model_path, model_sha, record)
+                        record.metrics = self._evaluate(model_path, model_sha, record, trial.untimed_if_missed)
                         break
                     except Exception:
                         if attempt == 2 or model_path.is_file():
@@ -213,24 +216,41 @@ class TrialRunner:
         record.durations["passes_s"] = pass_times
         return current, current_sha
 
-    def _evaluate(self, model_path: Path, model_sha: str, record: TrialRecord) -> dict[str, float]:
+    def _evaluate(
+        self, model_path: Path, model_sha: str, record: TrialRecord, untimed_if_missed: bool = False
+    ) -> dict[str, float]:
         ctx = self.context
         key = ctx.eval_key(model_sha)
         started = time.perf_counter()
         cached = ctx.cache.get_json("evals", key)
+        timed = partial(self._timed, untimed_if_missed)
         if cached is not None:
             # computed ahead by this very run (its first guess, engine/prebuild.py): its work, not a hit
             ahead = bool(self.run_id) and cached.get("ahead") == self.run_id
             record.cache["evaluation"] = "miss" if ahead else "hit"
             metrics = cached["metrics"]
+            if "latency_ms" not in metrics and timed(metrics):  # left untimed before, wanted now
+                metrics = {**metrics, **ctx.evaluator.speed_figures(model_path)}
+                ctx.cache.put_json("evals", key, {**cached, "metrics": metrics})
         else:
             if self._reference is None:
                 self.baseline()
-            metrics, _ = ctx.evaluator.evaluate(model_path, self._reference)
+            metrics, _ = ctx.evaluator.evaluate(model_path, self._reference, timed=timed)
             ctx.cache.put_json("evals", key, {"metrics": metrics})
             record.cache["evaluation"] = "miss"
+        if "latency_ms" not in metrics:
+            record.untimed = UNTIMED
         record.durations["evaluation_s"] = time.perf_counter() - started
         score = metrics.get(ctx.evaluator.spec.metric)
         if isinstance(score, float) and math.isnan(score):  # no criterion, no sampler can rank it
             raise TrialError(f"metric '{ctx.evaluator.spec.metric}' returned NaN for this model")
         return metrics
+
+    def _timed(self, untimed_if_missed: bool, figures: dict[str, float]) -> bool:
+        """Whether a model with ``figures`` is timed: always, unless its trial may leave a miss untimed
+        (:attr:`Trial.untimed_if_missed`) and it misses the run's criterion against the original."""
+        metric = self.context.evaluator.spec.metric
+        if not untimed_if_missed or self.criterion is None or metric not in figures:
+            return True
+        original = original_metric(self.context, metric, 0.0)
+        return original is None or bool(self.criterion.check(original, figures[metric]).meets)

@@ -15,6 +15,9 @@ class Trial:
     number: int
     flow: tuple[str, ...]
     params: Point
+    # a model that misses the criterion is not timed (nor its memory probed): a candidate is in budget
+    # already and the strategy reads nothing of a miss's speed, so its figures cannot change the answer
+    untimed_if_missed: bool = False
 
 
 @dataclass
@@ -43,6 +46,7 @@ class TrialRecord:
     session_settings: dict[str, Any] | None = (
         None  # onnxruntime session settings the candidate runs with (session_tuning)
     )
+    untimed: str | None = None  # why its latency and memory were not measured (None: they were)
 
     def to_dict(self) -> dict[str, Any]:
         """A shallow dict of the record (its values are plain JSON data already)."""

@@ -217,7 +217,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         tries.append((others, f"op types: int8 {sorted({g.op_type for g in compute})} only"))
         fallen: list[Group] | None = None
         for groups, stage in tries:
-            outcome = yield from self.try_point(self.fallback(base, groups), stage)
+            outcome = yield from self.try_point(self.fallback(base, groups), stage, speed_if_missed=False)
             if outcome.meets:
                 fallen = groups
                 self.note_meeting(len(groups))
@@ -236,7 +236,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
             trial = [g for g in fallen if g.op_type != op_type]
             point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
             stage = f"op types: + {op_type} to int8"
-            outcome = yield from self.try_point(point, stage)
+            outcome = yield from self.try_point(point, stage, speed_if_missed=False)
             before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
             if self.keeps_requantized(outcome, point, before, stage):
                 fallen = trial
@@ -287,7 +287,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     def _try_fallback(self, base: Point, groups: Sequence[Group], fallen: Sequence[Group], label: str) -> Step:
         point = self.fallback(base, [*fallen, *groups])
-        outcome = yield from self.try_point(point, f"{label} {describe([g.name for g in groups])}")
+        outcome = yield from self.try_point(point, f"{label} {describe([g.name for g in groups])}", False)
         if outcome.meets:
             self.note_meeting(len(groups) + len(fallen))
         return bool(outcome.meets)
@@ -326,6 +326,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
             outcome = yield from self.try_point(
                 self.fallback(base, [*fallen, *groups]),
                 f"bisect blocks: {k}/{len(blocks)} in fp32 {describe(names[:k])}",
+                speed_if_missed=False,
             )
             search.record(k, bool(outcome.meets))
             if outcome.meets:
@@ -360,7 +361,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                     continue
                 limit -= 1
                 stage = f"prune: {group.name} -> {precision}"
-                outcome = yield from self.try_point(point, stage)
+                outcome = yield from self.try_point(point, stage, speed_if_missed=False)
                 if self.keeps_requantized(outcome, point, self.ctx.with_fallback(base, assignment), stage):
                     assignment = trial
                     self.note_meeting(sum(1 for p in assignment.values() if p == "fp32"))
