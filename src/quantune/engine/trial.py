@@ -46,7 +46,8 @@ class TrialRecord:
     session_settings: dict[str, Any] | None = (
         None  # onnxruntime session settings the candidate runs with (session_tuning)
     )
-    untimed: str | None = None  # why its latency and memory were not measured (None: they were)
+    # why its latency and memory were not measured (it missed the budget while a candidate was in it); None: measured
+    untimed: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A shallow dict of the record (its values are plain JSON data already)."""
