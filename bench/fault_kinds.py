@@ -9,7 +9,8 @@ model, the data, a loader, metric or runner script, or the environment -- and ru
 quantune`` in a subprocess, as a user would. A kind passes when the command ends as it should:
 
 - exit 2 with exactly one ``quantune: error:`` line on stderr naming the field or file at fault
-  (exit 1 for a full disk), or exit 0 where the input is odd but valid (a warning may be said);
+  (exit 1 for a full disk), or exit 0 where the input is odd but valid (a warning may be said),
+  or exit 130/143 for a run stopped by a signal (its kind checks what the run kept);
 - never a ``Traceback``, and no file of the user's changed.
 
 Prints a table and, with ``--write``, writes it as markdown with the count of kinds and of
@@ -39,7 +40,11 @@ ROOT = Path(__file__).resolve().parent.parent
 DIGITS = ROOT / "examples" / "digits"
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from fault_kinds_list import KINDS  # noqa: E402
+from fault_kinds_end import END_KINDS  # noqa: E402
+from fault_kinds_list import KINDS as LISTED  # noqa: E402
+
+KINDS = [*LISTED, *END_KINDS]
+SIGNAL_EXITS = (130, 143)  # stopped by Ctrl-C or SIGTERM: what is kept is checked after, no error line
 
 
 @dataclass
@@ -139,14 +144,14 @@ def judge(done: subprocess.CompletedProcess, codes: tuple[int, ...], names: tupl
         return Outcome("TRACEBACK", done.returncode, err.splitlines()[-1] if err else "")
     if done.returncode not in codes:
         return Outcome("WRONG EXIT", done.returncode, said or (err.splitlines()[-1] if err else "(nothing said)"))
-    if done.returncode != 0:
+    if done.returncode not in (0, *SIGNAL_EXITS):
         lines = [line for line in err.splitlines() if not line.startswith("quantune: warning:")]
         if len(lines) != 1 or not lines[0].startswith("quantune: error: "):
             return Outcome("NOT ONE LINE", done.returncode, " / ".join(lines)[:300])
         if names and not any(name in lines[0] for name in names):
             return Outcome("NOT NAMED", done.returncode, lines[0])
     elif names and not any(name in done.stdout + err for name in names):
-        return Outcome("NOT NAMED", 0, said)
+        return Outcome("NOT NAMED", done.returncode, said)
     return Outcome("ok", done.returncode, said)
 
 

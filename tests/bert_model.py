@@ -113,3 +113,31 @@ def bert_inputs(rows: int, seed: int, tokens: int = 12) -> dict[str, np.ndarray]
     mask = np.ones((rows, tokens), np.int64)
     mask[::2, tokens - 3 :] = 0
     return {"x": rng.normal(0, 1, (rows, tokens, HIDDEN)).astype(np.float32), "mask": mask}
+
+
+CLASSES = 6
+
+
+def build_bert_classifier(path: Path, seed: int = 0) -> Path:
+    """The encoder layer with a classifier head: mean over positions -> MatMul + bias -> ``logits[N, 6]``."""
+    import onnx
+
+    model = onnx.load(str(build_bert_layer(path, seed)))
+    graph = model.graph
+    rng = np.random.default_rng(seed + 1)
+    graph.initializer.extend(
+        [
+            numpy_helper.from_array(rng.normal(0, 0.3, (HIDDEN, CLASSES)).astype(np.float32), "w_cls"),
+            numpy_helper.from_array(rng.normal(0, 0.05, CLASSES).astype(np.float32), "b_cls"),
+        ]
+    )
+    graph.node.extend(
+        [
+            helper.make_node("ReduceMean", ["out"], ["pooled"], name="pool", axes=[1], keepdims=0),
+            helper.make_node("MatMul", ["pooled", "w_cls"], ["l0"], name="matmul_cls"),
+            helper.make_node("Add", ["l0", "b_cls"], ["logits"], name="add_cls"),
+        ]
+    )
+    del graph.output[:]
+    graph.output.append(helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["N", CLASSES]))
+    return save_graph(graph, path)

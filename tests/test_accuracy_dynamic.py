@@ -358,12 +358,12 @@ def test_bisection_goes_by_blocks_first(tmp_path: Path, blocks: bool) -> None:
 
 def test_a_tensor_quantized_with_an_infinite_scale_is_the_most_sensitive() -> None:
     """An attention mask of -inf calibrates to an infinite scale: DQ(Q(T)) is NaN everywhere."""
-    from quantune.evaluate.sensitivity import _Stats
+    from quantune.evaluate.sensitivity import NodeStats
 
     reference = np.array([[0.0, -np.inf], [0.0, 0.0]])
-    broken = _Stats()
+    broken = NodeStats()
     broken.add(np.full_like(reference, np.nan), reference)
     assert broken.channel_nmse() == 1.0
-    fine = _Stats()
+    fine = NodeStats()
     fine.add(np.array([[1.0, 2.0], [3.0, 4.0]]), np.array([[1.0, 2.0], [3.0, 4.01]]))
     assert 0.0 < fine.channel_nmse() < 1e-3

@@ -263,7 +263,7 @@ def test_the_paired_timing_of_one_pair_of_models_runs_once(make_config, monkeypa
     """A byte-identical pair is not timed at all; another pair is timed once, then read from the cache."""
     from quantune.config import load_config
     from quantune.engine import paired_timing
-    from quantune.engine.probes import _builder
+    from quantune.engine.probes import variant_builder
     from quantune.engine.setup import build_run
 
     config = _static_config(make_config)
@@ -276,7 +276,7 @@ def test_the_paired_timing_of_one_pair_of_models_runs_once(make_config, monkeypa
         return real(*args, **kwargs)
 
     monkeypatch.setattr(parts.context.evaluator.backend, "time_until_decided", counting)
-    build = _builder(parts.context, parts.plan)
+    build = variant_builder(parts.context, parts.plan)
     flow = ("static_quant",)
     a = {"static_quant.per_channel": True}
     b = {"static_quant.per_channel": False}
@@ -296,11 +296,11 @@ def test_a_paired_timing_stops_at_the_runs_limit_without_an_answer(make_config) 
 
     from quantune.config import load_config
     from quantune.engine import paired_timing
-    from quantune.engine.probes import _builder
+    from quantune.engine.probes import variant_builder
     from quantune.engine.setup import build_run
 
     parts = build_run(load_config(_static_config(make_config)))
-    build = _builder(parts.context, parts.plan)
+    build = variant_builder(parts.context, parts.plan)
     flow = ("static_quant",)
     a, b = {"static_quant.per_channel": True}, {"static_quant.per_channel": False}
     past = time.perf_counter() - 1.0

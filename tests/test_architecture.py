@@ -114,3 +114,61 @@ def test_no_list_of_pass_names_outside_the_passes():
             if strings & names and not strings & _PRECISIONS:
                 offenders.append(f"{path.relative_to(SRC)}:{node.lineno}: {sorted(strings & names)}")
     assert not offenders, "read the passes' traits instead:\n" + "\n".join(offenders)
+
+
+# Where a pass or quantizer parameter may be spelled outside passes/, and why: the config schema's
+# descriptions and the configs ``quantune init`` writes are for users, who name passes; a pass
+# named like a precision (``fp16``) cannot be told from the precision in a string; ``bits`` is
+# also an ONNX node attribute the report reads.
+_MAY_NAME = {"config/schema.py": None, "starter/init.py": None, "report/precision.py": {"bits"}}
+
+
+def _docstrings(tree: ast.AST) -> set[int]:
+    kinds = ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef
+    return {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, kinds) and node.body and isinstance(node.body[0], ast.Expr)
+    }
+
+
+def test_no_pass_or_quantizer_parameter_named_outside_the_passes():
+    """The house knows a pass by its traits and a quantizer's parameters by its ``knobs``, so a
+    second quantizer whose parameters are named otherwise gets the same ceilings, fallback and
+    recovery: no string in code outside ``passes/`` (any literal, f-strings' parts too; docstrings
+    explain and are left out) holds a registered pass's name or a quantizing pass's parameter name."""
+    import re
+
+    from quantune.passes.registry import PASSES
+
+    passes = PASSES.registered()
+    names = set(passes) | {field for cls in passes.values() if cls.quantizes for field in cls.Config.model_fields}
+    names -= {"fp16"}  # a precision too
+    assert {"static_quant", "nodes_to_exclude", "quant_format"} <= names  # the registry was read
+    spelled = re.compile(r"(?<!\w)(" + "|".join(map(re.escape, sorted(names, key=len, reverse=True))) + r")(?!\w)")
+    offenders = []
+    for path in _modules(SRC):
+        where = str(path.relative_to(SRC))
+        if (SRC / "passes") in path.parents or (where in _MAY_NAME and _MAY_NAME[where] is None):
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstrings(tree)
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                found = set(spelled.findall(node.value)) - (_MAY_NAME.get(where) or set())
+                if found:
+                    offenders.append(f"{where}:{node.lineno}: {sorted(found)}")
+    assert not offenders, "read the passes' traits (Pass.role, Pass.knobs, ...) instead:\n" + "\n".join(offenders)
+
+
+def test_no_module_imports_another_modules_private_names():
+    """A ``_name`` is its module's own: another module that needs it gets a public name."""
+    offenders = [
+        f"{path.relative_to(SRC)}:{node.lineno}: {alias.name}"
+        for path in _modules(SRC)
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("quantune")
+        for alias in node.names
+        if alias.name.startswith("_") and not alias.name.startswith("__")
+    ]
+    assert not offenders

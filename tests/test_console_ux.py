@@ -100,7 +100,7 @@ def test_run_table_stays_short_with_hundreds_of_excluded_nodes(tmp_path: Path):
         criterion=Criterion("relative", 0.01),
         objective="latency",
         objectives=["latency"],
-        stop_reason="max_trials (5) reached",
+        stop_reason="max_trials (5) reached after trial 4 (+ 1/2 to int8, fp32 [block0/add])",
         duration_s=1.0,
         output_dir=tmp_path,
         verdict="keep_original",
@@ -112,6 +112,7 @@ def test_run_table_stays_short_with_hundreds_of_excluded_nodes(tmp_path: Path):
     assert len(out.splitlines()) < 40, out
     assert "500 nodes excluded: 300 Add, 200 Mul" in out
     assert "block7/add" not in out
+    assert "fp32 [block0/add])" in " ".join(out.split()), out  # a stage's node list in the title is no markup
 
 
 def _save_unchecked(graph, path: Path) -> None:

@@ -20,7 +20,7 @@ from quantune.evaluate.rounds import _still_timed, fastest_known, outrun
 from quantune.passes.base import PassContext
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization, DynamicQuantizationConfig
 from quantune.strategy.accuracy.context import AccuracyContext
-from quantune.strategy.accuracy.speed import dynamic_variants
+from quantune.strategy.accuracy.speed import speed_variants
 
 
 def build_silu_cnn(path: Path, seed: int = 0) -> Path:
@@ -94,7 +94,7 @@ def test_dynamic_ceilings_cover_weight_types_and_pre_optimization(make_config, s
     config = make_config([{"name": "dynamic_quant", "search": True}], search={"strategy": "quantune"})
     problem = dataclasses.replace(accuracy_problem(config), int8_saturates=saturates)
     (ctx,) = AccuracyContext.all_from_problem(problem, "quantune")
-    variants = dynamic_variants(ctx, ctx.base_point())
+    variants = speed_variants(ctx)
     seen = {(p["dynamic_quant.weight_type"], p["dynamic_quant.pre_optimize"]) for p, _ in variants}
     assert seen == {("int8", "none"), ("mixed", "none"), ("int8", "extended"), ("mixed", "extended")}
     for point, label in variants:

@@ -88,6 +88,9 @@ def test_a_real_run_keeps_every_unit_int8_with_per_channel_worst_units(tmp_path:
     with nothing in fp32, and the precision map says so."""
     config = scaled_config(tmp_path, "quantune", max_trials=3)
     config["search"]["strategy_options"]["latency_trials"] = 0
+    # one variant: which format's ceiling is faster is the machine's call (a loaded machine may pick
+    # QOperator), and this test asks how accuracy is recovered, not which variant is faster
+    config["passes"][0]["params"]["quant_format"] = "QDQ"
     result = quantune.tune(config, output=tmp_path / "out")
     stages = [(t.stage, t.accuracy_loss, t.meets_criterion) for t in result.trials]
     meeting = [t for t in result.trials if t.meets_criterion and t.metrics.get("quantized_ops", 0) > 0]

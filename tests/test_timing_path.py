@@ -24,7 +24,7 @@ class _Elsewhere(LocalBackend):
 
 def test_a_ceiling_is_timed_again_when_the_backend_changes(make_config, monkeypatch: pytest.MonkeyPatch) -> None:
     from quantune.config import load_config
-    from quantune.engine.probes import _ceilings
+    from quantune.engine.probes import time_ceilings
     from quantune.engine.setup import build_run
 
     config = make_config([{"name": "static_quant", "search": True}], search={"strategy": "quantune"})
@@ -44,11 +44,11 @@ def test_a_ceiling_is_timed_again_when_the_backend_changes(make_config, monkeypa
 
     counted(context.evaluator.backend)
     items = [({"static_quant.per_channel": True}, ("static_quant",))]
-    first = _ceilings(context, parts.plan, items, 0.97, None)
+    first = time_ceilings(context, parts.plan, items, 0.97, None)
     assert first[0] is not None and first[0] > 0
-    assert _ceilings(context, parts.plan, items, 0.97, None) == first and len(timed) == 1  # read from the cache
+    assert time_ceilings(context, parts.plan, items, 0.97, None) == first and len(timed) == 1  # read from the cache
     context.evaluator.backend = counted(_Elsewhere())
-    _ceilings(context, parts.plan, items, 0.97, None)
+    time_ceilings(context, parts.plan, items, 0.97, None)
     assert len(timed) == 2 and timed[1].get("target") == "elsewhere"  # not the CPU figures of the first
 
 

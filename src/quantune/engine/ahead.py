@@ -107,7 +107,7 @@ def evaluate_first_guess(
     the model is built (a calibrating guess's ranges are cached then: the queue's ``calibrated``)."""
     from quantune.engine.baseline import shared_cores
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
-    from quantune.engine.probes import _variant_model
+    from quantune.engine.probes import variant_model
 
     started = time.perf_counter()
     load_shapes_ahead(spec, [point])  # beside the run's set-up in this worker, when the guess needs it
@@ -121,7 +121,7 @@ def evaluate_first_guess(
     ready = time.perf_counter()
     try:
         with _sessions_without_spinning():
-            path, sha = _variant_model(context, context.plan, point, flow, label=f" ({label})")
+            path, sha = variant_model(context, context.plan, point, flow, label=f" ({label})")
         built = time.perf_counter()
         if built_marker is not None:  # the other builder quantizes with these ranges beside the measuring
             Path(built_marker).touch()
@@ -231,11 +231,11 @@ def build_variants(
     spec: Any, items: Items, budget_s: float | None, profile: bool = True, queue: Queue | None = None
 ) -> int:
     """In the stage worker: each point's model through the pass cache (as the ceiling stage's
-    ``_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built.
+    ``time_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built.
     ``queue``: only the items this worker claims, in its order. ``profile``: then also the
     original's node profile."""
     from quantune.engine.executors.worker import runner_for
-    from quantune.engine.probes import _profile, _variant_model
+    from quantune.engine.probes import measure_profile, variant_model
 
     load_shapes_ahead(spec, [point for point, _ in items])
     context = runner_for(spec).context
@@ -248,7 +248,7 @@ def build_variants(
                 break
             started = time.perf_counter()
             try:
-                _variant_model(context, context.plan, point, flow)
+                variant_model(context, context.plan, point, flow)
             except Exception as exc:  # the ceiling stage meets the same failure and reports it
                 print(f"speed ceiling {point}: the passes failed ({type(exc).__name__}: {exc})", flush=True)
                 continue
@@ -258,7 +258,7 @@ def build_variants(
             print(f"built {' > '.join(flow)} ({values}) in {took:.2f} s, at {time.time():.3f}", flush=True)
         try:  # the original's per-node profile, which the strategy asks for next (cached; a hint only)
             if profile:
-                _profile(context)
+                measure_profile(context)
         except Exception as exc:
             print(f"node profile: {type(exc).__name__}: {exc}", flush=True)
     return built
@@ -312,10 +312,11 @@ def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any]
 
     for step in flow:
         try:
-            heavy = get_pass(str(step_passes.get(step, step))).needs_calibration
+            pass_cls = get_pass(str(step_passes.get(step, step)))
         except Exception:  # an unknown pass: treat it as heavy
             return True
-        rows = (point or {}).get(f"{step}.calibration_samples")
+        heavy, samples = pass_cls.needs_calibration, pass_cls.knobs.samples
+        rows = (point or {}).get(f"{step}.{samples}") if samples else None
         if heavy and not (isinstance(rows, int) and rows <= LIGHT_ROWS):
             return True
     return False

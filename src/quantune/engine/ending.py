@@ -17,8 +17,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quantune.engine.confirm import MIN_ROUNDS, Confirmation, confirm_latency, retiming_plan
+from quantune.engine.confirm import MIN_ROUNDS, VERDICT_ROUNDS, Confirmation, confirm_latency, retiming_plan
 from quantune.engine.deadline import EndBudget
+from quantune.engine.interrupts import stop_cause
 from quantune.engine.trial import TrialRecord
 
 log = logging.getLogger("quantune")
@@ -29,12 +30,21 @@ RERUN = "`quantune run` with the same config on the same output confirms it"
 @dataclass
 class Ending:
     """What the end did: the confirmation (or ``None``), why the re-timing was skipped (``""``: it
-    was not), why the answer stays unconfirmed (``""``: it does not), and the stop reason's additions."""
+    was not), why the answer stays unconfirmed (``""``: it does not), and the stop reason's additions (or, after a
+    signal, the stop reason itself)."""
 
     confirmation: Confirmation | None = None
     skipped: str = ""
     unconfirmed: str = ""
     stop_note: str = ""
+    interrupted: str = ""  # a signal stopped the end: the run's stop reason, before the search's
+
+    def stop_reason(self, searched: str) -> str:
+        """The run's stop reason after the end: the search's with the end's note, or the signal first
+        (a run that reads "interrupted ..." exits as one stopped by a signal)."""
+        if self.interrupted:
+            return f"{self.interrupted} (the search had stopped: {searched})"
+        return searched + self.stop_note
 
 
 def retimes(objectives: Sequence[str], confirm_top: int, executor_kind: str) -> str:
@@ -54,6 +64,12 @@ def retimes(objectives: Sequence[str], confirm_top: int, executor_kind: str) -> 
             "machine (run the same config with executor.kind: process to confirm the answer)"
         )
     return ""
+
+
+def _undecided(confirmation: Confirmation) -> bool:
+    """No candidate surely faster, one measured faster whose interval could not decide it."""
+    ratios = confirmation.ratios.values()
+    return not any(r.faster for r in ratios) and any(r.undecided for r in ratios)
 
 
 def confirm_end(
@@ -90,12 +106,18 @@ def confirm_end(
         confirmation = confirm_latency(
             evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline, prefer=prefer
         )
-        if confirmation is not None and confirmation.rounds < MIN_ROUNDS and end.limited:
+        if confirmation is not None and (
+            (confirmation.rounds < MIN_ROUNDS and end.limited)
+            or (_undecided(confirmation) and confirmation.rounds < max(evaluator.spec.latency.repeats, VERDICT_ROUNDS))
+        ):
             # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
             # loads estimated from the model's size; a busy target environment took longer, and a
             # detector ended unconfirmed after 1 round at 42 s of a 90 s limit: once more, with all
-            # the limit leaves (and only within it)
-            again_s, _ = end.retiming_budget(end.left_s(), minimum_s, models)
+            # the limit leaves (and only within it). Likewise when its rounds, cut short of those
+            # planned, measured a candidate faster but were too scattered to decide it (without a
+            # limit: as long as the run so far)
+            wider_s = end.left_s() if end.limited else max(wanted_s, time.perf_counter() - end.started)
+            again_s, _ = end.retiming_budget(wider_s, minimum_s, models)
             if again_s is not None and again_s >= minimum_s:
                 log.info(
                     "latency re-timing: %d round(s) in its budget; again with %.1f s", confirmation.rounds, again_s
@@ -104,12 +126,16 @@ def confirm_end(
                 second = confirm_latency(
                     evaluator, original, baseline, records, top, budget_s=again_s, deadline=deadline, prefer=prefer
                 )
-                if second is not None and second.rounds > confirmation.rounds:
+                if second is not None and (
+                    second.rounds > confirmation.rounds or (_undecided(confirmation) and not _undecided(second))
+                ):
                     confirmation = second
-    except KeyboardInterrupt:  # the search is done and kept; only the re-timing is skipped
+    except KeyboardInterrupt as exc:  # the search is done and kept; the re-timing is cut, and the run
+        cause = stop_cause(exc)  # stops as a signal during the search stops it (exit 130 or 143)
         return Ending(
-            unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}",
-            stop_note="; latency re-timing skipped (Ctrl-C)",
+            unconfirmed=f"the run was interrupted ({cause}) while it was re-timed side by side; {RERUN}",
+            interrupted=f"interrupted ({cause}) during the latency re-timing: finished trials are saved; "
+            "run again to confirm",
         )
     if confirmation is None:
         return Ending(unconfirmed=f"the side-by-side re-timing failed (see quantune.log); {RERUN}")

@@ -106,9 +106,8 @@ class Engine:
         executor = self.early.take(self.output_dir)
         if executor is None:  # (they start while the original is measured)
             executor = create_executor(self.config.executor, opening.spec, runner, self.output_dir)
-        metric = self.config.evaluation.metric
         baseline, baseline_cache = measure_original(
-            runner, opening, executor, self.isolation, metric, self.book, self.listeners
+            runner, opening, executor, self.isolation, self.book, self.listeners
         )
         if len(replay):
             log.info("resuming: %d finished trial(s) in the run store", len(replay))
@@ -163,7 +162,7 @@ class Engine:
                 stop_reason,
                 prefer=searched.loop.strategy.answer(),
             )
-            stop_reason += ending.stop_note
+            stop_reason = ending.stop_reason(stop_reason)
             self.book.mark(CONFIRMATION)
         return ending, stop_reason
 

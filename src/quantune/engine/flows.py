@@ -20,7 +20,7 @@ def build_flows(
     config: Config, steps: Mapping[str, Step], provider: str, facts: Mapping[str, Any]
 ) -> dict[str, tuple[str, ...]]:
     raw = config.flows
-    where = next((sid for sid, step in steps.items() if step.pass_cls.name == "execution_provider"), None)
+    where = next((sid for sid, step in steps.items() if step.pass_cls.role == "provider"), None)
     placed = {sid: step for sid, step in steps.items() if sid != where}
     if raw is None:
         paths = [tuple(placed)]
@@ -76,7 +76,7 @@ def check_last_steps(flows: Mapping[str, tuple[str, ...]], steps: Mapping[str, S
     """A pass whose output lives partly beside the model (session_tuning's settings) ends its flows:
     the next pass would read the model without it."""
     for flow in flows.values():
-        if steps[flow[-1]].pass_cls.name == "execution_provider":  # it reads and keeps its input's settings
+        if steps[flow[-1]].pass_cls.role == "provider":  # it reads and keeps its input's settings
             flow = flow[:-1]
         for step_id in flow[:-1]:
             if steps[step_id].pass_cls.last_in_flow:

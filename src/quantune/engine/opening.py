@@ -25,6 +25,7 @@ from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.executors.stage import Isolation
 from quantune.engine.identity import fingerprints
 from quantune.engine.output import open_output
+from quantune.engine.plan import Plan
 from quantune.engine.prebuild import Prebuild
 from quantune.engine.problem import search_problem
 from quantune.engine.provider_run import with_openings
@@ -33,7 +34,6 @@ from quantune.engine.setup import RunParts, build_run, for_workers, preflight
 from quantune.engine.timebook import ORIGINAL, SET_UP, TimeBook
 from quantune.errors import ConfigError
 from quantune.forkserver import warm_up
-from quantune.space import SearchSpace
 from quantune.space.report import EXACT_LIMIT
 from quantune.store import RunStore, cache_key
 from quantune.strategy import Strategy, create_strategy
@@ -133,21 +133,24 @@ def claim_output(opening: Opening, output_dir: Path, restart: bool, isolation: I
 
 def make_strategy(parts: RunParts, config: Config, isolation: Isolation, spec: WorkerSpec | None = None) -> Strategy:
     """The configured strategy (providers first), bound to the run's search problem."""
-    check_runnable(parts.plan.space)
+    check_runnable(parts.plan)
     strategy = with_openings(create_strategy(config.search.strategy), parts.plan, isolation.deadline)  # providers first
     strategy.bind(search_problem(parts, config, isolation, spec))
     return strategy
 
 
-def check_runnable(space: SearchSpace) -> None:
-    """A space whose every point is pruned is a config mistake, not a run of zero trials."""
+def check_runnable(plan: Plan) -> None:
+    """A space whose every point is pruned is a config mistake, not a run of zero trials; the
+    message says what the config's passes cannot do (their ``limits`` trait)."""
+    space = plan.space
     if not space.is_finite() or space.raw_size() > EXACT_LIMIT:  # walked to prove a runnable point
         return
     if next(iter(space.iterate()), None) is None:
+        passes = {step.pass_cls.name: step.pass_cls.limits for step in plan.steps.values()}
+        limits = "; ".join(f"{name} {limit}" for name, limit in passes.items() if limit)
         raise ConfigError(
             "passes: every point of the search space is pruned, so nothing can run: check the fixed "
             "parameters against the pass validators, target.provider, which passes may follow which "
-            "(e.g. static_quant never follows graph_opt at level 'extended' or 'all'), what the model allows "
-            "(per-channel QDQ needs opset 13, dynamic_quant needs Conv weights as initializers: prepare: auto "
-            "fixes both where it can), and your rules (`quantune space CONFIG` shows the size per flow)"
+            f"and what the model allows ({limits or 'see each pass'}; prepare: auto raises the opset and makes "
+            "weights initializers where it can), and your rules (`quantune space CONFIG` shows the size per flow)"
         )

@@ -1,5 +1,6 @@
-"""The original's phase: its figures (evaluated in a stage worker, or read from the cache), the
-criterion checked against them, and the strategy and listeners told, so the search can start.
+"""The original's phase: its figures (evaluated in a stage worker, or read from the cache; the
+criterion was checked against them by the preflight), and the strategy and listeners told, so the
+search can start.
 
 Beside the speed ceilings built ahead (prebuild.py) the original was timed quickly on half the
 cores; it is timed again before the ceilings are (:func:`ceilings_ready`), so every speed
@@ -26,7 +27,6 @@ from quantune.engine.prebuild import Prebuild
 from quantune.engine.runner import TrialRunner
 from quantune.engine.setup import RunParts
 from quantune.engine.timebook import ORIGINAL, TimeBook
-from quantune.evaluate.criterion import check_budget
 from quantune.strategy import Strategy
 
 log = logging.getLogger("quantune")
@@ -37,7 +37,6 @@ def measure_original(
     opening: Any,
     executor: Executor,
     isolation: Isolation,
-    metric: str,
     book: TimeBook,
     listeners: Sequence[RunListener],
 ) -> tuple[dict[str, float], str]:
@@ -46,7 +45,6 @@ def measure_original(
     parts = opening.parts
     try:
         baseline, baseline_cache = original_figures(runner, opening.spec, isolation, log_dir=isolation.log_dir)
-        check_budget(parts.criterion, metric, baseline)
     except BaseException:  # the original does not evaluate (or Ctrl-C): no run, no workers left behind
         executor.shutdown(kill=True)
         raise

@@ -48,7 +48,7 @@ def paired_latency(
     """``candidate``'s model latency over ``reference``'s, timed side by side: the paired ratio's
     median and interval (``RatioInterval.to_dict``), ``faster`` (beyond the noise) and
     ``same_model``; None when either model cannot be run. ``build``: a point's model path and hash
-    (its passes through the cache: probes._variant_model). ``limit`` (``time.perf_counter()``: the
+    (its passes through the cache: probes.variant_model). ``limit`` (``time.perf_counter()``: the
     run's ``stop.timeout_s`` less its end): no round starts past it; cut before ``MIN_ROUNDS``
     rounds, there is no answer (None, not cached). A detector's paired timing of its two fastest
     ceilings ran 11 rounds, 4.7 s, past a 60 s limit (the run ended at 62.8 s)."""
@@ -95,7 +95,7 @@ def paired_latency(
 
 def pair_key(context: Any, reference_sha: str, candidate_sha: str) -> str:
     """The cache key of one pair's answer: the speed ceilings' session stores its companions' answers
-    under it (probes._ceilings), where :func:`paired_latency` reads them."""
+    under it (probes.time_ceilings), where :func:`paired_latency` reads them."""
     return cache_key(
         "paired-latency",
         KEY_VERSION,

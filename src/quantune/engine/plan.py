@@ -21,7 +21,7 @@ from pydantic import ValidationError
 
 from quantune.config import Config
 from quantune.engine.flows import build_flows, check_last_steps, gate
-from quantune.engine.providers import provider_rule
+from quantune.engine.providers import PASS_NAME, provider_rule
 from quantune.engine.rules import build_rule
 from quantune.engine.search_syntax import build_step
 from quantune.engine.step import FLOW, NodeLister, Step, subset_key
@@ -98,7 +98,7 @@ def build_plan(config: Config, nodes: NodeLister | None = None, facts: Mapping[s
     steps: dict[str, Step] = {}
     step_params: dict[str, dict[str, Param]] = {}
     # with target.providers the provider is a parameter: its pruning is per point (provider_rule)
-    searched = any(entry.name == "execution_provider" for entry in config.passes)
+    searched = any(entry.name == PASS_NAME for entry in config.passes)
     provider = "" if searched else config.target.provider
     for index, entry in enumerate(config.passes):
         step, params = build_step(index, entry, provider, nodes)

@@ -92,13 +92,13 @@ def accuracy_fields(
         """Each node's share of the original's kernel time, profiled once (cached by model and batch)."""
         nonlocal costs
         if costs is None:
-            costs = _profile(context)
+            costs = measure_profile(context)
         return costs
 
     def latency_ratio(point: Point, flow: tuple[str, ...]) -> float | None:
         """The point's model latency over the original's, timed interleaved (cached per model pair)."""
         try:
-            return _side_by_side(context, plan, point, flow)
+            return variant_ratio(context, plan, point, flow)
         except Exception as exc:  # a failed timing leaves the decision to the trial's own figure
             log.warning("side-by-side timing failed (%s); using the trial's own latency", exc)
             return None
@@ -110,8 +110,8 @@ def accuracy_fields(
         pairs: Sequence[tuple[int, int]] = (),
         anchor: int | None = None,
     ) -> list[float | None]:
-        """Every point's model timed against the original in one session (see :func:`_ceilings`)."""
-        return _ceilings(context, plan, items, threshold, budget_s, pairs=pairs, anchor=anchor)
+        """Every point's model timed against the original in one session (see :func:`time_ceilings`)."""
+        return time_ceilings(context, plan, items, threshold, budget_s, pairs=pairs, anchor=anchor)
 
     def paired_latency(
         candidate: Point,
@@ -126,7 +126,7 @@ def accuracy_fields(
 
         try:
             pair = (candidate, candidate_flow), (reference, reference_flow)
-            return timed(context, *pair, _builder(context, plan), limit=limit)
+            return timed(context, *pair, variant_builder(context, plan), limit=limit)
         except Exception as exc:  # no paired answer: the strategy keeps what it has
             log.warning("paired timing failed (%s)", exc)
             return None
@@ -160,16 +160,16 @@ def _quant_input(context: Any, plan: Any, steps: tuple[str, ...]) -> Any:
     if not steps:
         return context.start.path
     try:
-        path, _ = _variant_model(context, plan, {}, steps, label=" (capability)")
+        path, _ = variant_model(context, plan, {}, steps, label=" (capability)")
     except Exception as exc:
         log.warning("the groups of %s's output are those of its input: the passes failed (%s)", steps, exc)
         return context.start.path
     return path
 
 
-def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
+def variant_ratio(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) -> float | None:
     """Runs the point's passes (cache hits: its trial ran them) and times its model against the original."""
-    path, sha = _variant_model(context, plan, point, flow)
+    path, sha = variant_model(context, plan, point, flow)
     spec = context.evaluator.spec.latency
     # a ceiling only sorts variants (3% margin): 20 paired rounds tell it; 50+10 ate a large model's limit
     warmup, repeats = min(spec.warmup, 2), min(spec.repeats, CEILING_ROUNDS)
@@ -192,12 +192,12 @@ def _side_by_side(context: Any, plan: Any, point: Point, flow: tuple[str, ...]) 
     return ratio
 
 
-def _builder(context: Any, plan: Any) -> Any:
+def variant_builder(context: Any, plan: Any) -> Any:
     """A point's model (path, hash) for the paired timing: its passes through the cache."""
-    return lambda point, flow: _variant_model(context, plan, point, flow, label=" (paired)")
+    return lambda point, flow: variant_model(context, plan, point, flow, label=" (paired)")
 
 
-def _variant_model(
+def variant_model(
     context: Any, plan: Any, point: Point, flow: tuple[str, ...], label: str = " (speed ceiling)"
 ) -> tuple[Any, str]:
     """The point's model: its flow's passes run from the trials' start model (cached)."""
@@ -214,7 +214,7 @@ def _variant_model(
     )
 
 
-def _ceilings(
+def time_ceilings(
     context: Any,
     plan: Any,
     items: Sequence[tuple[Point, tuple[str, ...]]],
@@ -243,7 +243,7 @@ def _ceilings(
             log.info("speed ceilings: time budget (%.0f s) spent after %d of %d variants", budget_s, index, len(items))
             break
         try:
-            path, sha = _variant_model(context, plan, point, flow)
+            path, sha = variant_model(context, plan, point, flow)
         except Exception as exc:  # a variant that does not quantize is dropped, not the run
             log.warning("speed ceiling %s: the passes failed (%s)", dict(point), exc)
             continue
@@ -341,7 +341,7 @@ def cached_ceilings(
     pairs: Sequence[tuple[int, int]] = (),
     anchor: int | None = None,
 ) -> list[float | None] | None:
-    """:func:`_ceilings` here when every point's model is already in the cache (built beside the
+    """:func:`time_ceilings` here when every point's model is already in the cache (built beside the
     original's evaluation, engine/prebuild.py): timing alone needs no worker of its own, whose
     start-up would cost more than the timing. ``None`` when a model is missing (then a stage builds it)."""
     from quantune.passes.cached import NotCached, only_cached
@@ -349,13 +349,13 @@ def cached_ceilings(
     try:
         with only_cached():
             for point, flow in items:
-                _variant_model(context, plan, point, flow)
+                variant_model(context, plan, point, flow)
     except NotCached:
         return None
     except Exception:  # a variant that failed: the stage says so as it always did
         return None
     with only_cached():
-        return _ceilings(context, plan, items, threshold, budget_s, limit, pairs, anchor)
+        return time_ceilings(context, plan, items, threshold, budget_s, limit, pairs, anchor)
 
 
 def _profile_key(context: Any) -> tuple[dict[str, Any] | None, str]:
@@ -373,7 +373,7 @@ def cached_profile(context: Any) -> dict[str, float] | None:
     return None if cached is None else dict(cached["shares"])
 
 
-def _profile(context: Any) -> dict[str, float]:
+def measure_profile(context: Any) -> dict[str, float]:
     feeds, key = _profile_key(context)
     if not feeds:
         return {}

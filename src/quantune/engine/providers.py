@@ -27,17 +27,17 @@ from quantune.errors import ConfigError, TrialError
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.session import open_session
 from quantune.evaluate.target_client import TargetFault
-from quantune.passes.onnx.execution_provider import STEP_ID
+from quantune.passes.onnx.execution_provider import STEP_ID, ExecutionProvider
 from quantune.space.providers import CPU, NOT_LOCAL, THREADS_OPTION, refusal
 
 log = logging.getLogger("quantune.providers")
 
-PASS_NAME = "execution_provider"
+PASS_NAME = ExecutionProvider.name
 
 
 def provider_step(steps: Mapping[str, Step]) -> str | None:
     """The id of the plan's provider step, when the run searches providers."""
-    return next((sid for sid, step in steps.items() if step.pass_cls.name == PASS_NAME), None)
+    return next((sid for sid, step in steps.items() if step.pass_cls.role == "provider"), None)
 
 
 def resolve_providers(loaded: LoadedConfig, backend: Backend) -> tuple[list[str], dict[str, str]]:

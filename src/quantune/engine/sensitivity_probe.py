@@ -30,7 +30,7 @@ from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.sensitivity")
 
-VERSION = 10  # 10: rows bounded by row_runs; 9: float32 elementwise, float64 sums (_Stats.add); 4: per-sample error counts too (_Stats.nmse); 5: the head measured at the outputs; 6: amplified nodes too; 7: measured in batches of up to MEASURE_BATCH rows; 8: the lead-in measured at the outputs
+VERSION = 10  # 10: rows bounded by row_runs; 9: float32 elementwise, float64 sums (NodeStats.add); 4: per-sample error counts too (NodeStats.nmse); 5: the head measured at the outputs; 6: amplified nodes too; 7: measured in batches of up to MEASURE_BATCH rows; 8: the lead-in measured at the outputs
 
 StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
 
@@ -77,9 +77,10 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
     def batches():
         return job.calibration.batches(job.input_names, job.batch_size, job.rows)
 
+    knobs, dumped = pass_cls.knobs, config.model_dump()
     if job.dynamic:
-        dumped = config.model_dump()
-        options = {k: dumped[k] for k in ("weight_type", "per_channel", "reduce_range") if k in dumped}
+        # the weights as the pass quantizes them (its knobs; the cache key holds its own names)
+        options = {name: dumped[name] for name in (knobs.weights, knobs.per_channel, knobs.narrow) if name in dumped}
         key = cache_key(
             "sensitivity-dynamic", VERSION, float_sha, options, job.calibration.fingerprint, job.rows, job.row_runs
         )
@@ -87,10 +88,17 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
         if cached is not None:
             return cached
         with peak_tracker() as peak:
-            report = measure_dynamic(float_path, batches, row_runs=job.row_runs, **options)
+            report = measure_dynamic(
+                float_path,
+                batches,
+                weight_type=str(options.get(knobs.weights, "int8")),
+                per_channel=bool(options.get(knobs.per_channel, False)),
+                reduce_range=bool(options.get(knobs.narrow, False)),
+                row_runs=job.row_runs,
+            )
     else:
         # QDQ: the same numbers as QOperator, but every tensor stays visible
-        qdq = type(config).model_validate({**config.model_dump(), "quant_format": "QDQ"})
+        qdq = type(config).model_validate({**dumped, **({knobs.layout: knobs.qdq} if knobs.layout else {})})
         quant_path, quant_sha = run([(step_id, pass_cls, qdq)], float_path, float_sha)
         key = cache_key(
             "sensitivity", VERSION, float_sha, quant_sha, job.calibration.fingerprint, job.rows, job.row_runs

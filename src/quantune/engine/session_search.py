@@ -34,7 +34,7 @@ from typing import Any
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.session_file import write_session_settings
 from quantune.model import external_data_files
-from quantune.passes.onnx.session_tuning import LEVELS, MAX_WARMUP, _copy_model
+from quantune.passes.onnx.session_tuning import LEVELS, MAX_WARMUP, copy_model
 
 log = logging.getLogger("quantune.session_search")
 
@@ -167,7 +167,7 @@ def _copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
     except OSError:
         shutil.rmtree(folder)
         folder.mkdir(parents=True)
-        _copy_model(model, path)
+        copy_model(model, path)
     write_session_settings(path, settings)
     return path
 

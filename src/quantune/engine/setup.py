@@ -28,11 +28,12 @@ from quantune.evaluate import (
     LatencySpec,
     metric_direction,
 )
+from quantune.evaluate.criterion import check_budget
 from quantune.evaluate.metric_registry import find_metric, metric_names
 from quantune.evaluate.metric_registry import metric_source as metric_source_of
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS
 from quantune.model import ModelHandle, file_sha256
-from quantune.passes import get_pass
+from quantune.passes import get_pass, pass_names
 from quantune.prepare import Preparation, PrepareOptions, prepare_model, unprepared
 from quantune.store import ArtifactCache, default_cache_dir
 from quantune.userimport import load_function, load_plugins
@@ -142,10 +143,11 @@ def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
         return
     form = "QDQ" if {"QuantizeLinear", "DequantizeLinear"} & found.keys() else "QOperator"
     ops = ", ".join(f"{count} {op}" for op, count in found.most_common(3))
+    others = [name for name in pass_names() if get_pass(name).role in ("optimize", "tune")]
     raise ConfigError(
         f"model: '{label}' is quantized already ({form} form: {ops}); passes {quantizers} cannot quantize "
         "it again. Give the float32 model it was quantized from, or keep only passes that do not quantize "
-        "(e.g. graph_opt, session_tuning) to tune the quantized model as it is"
+        f"(e.g. {', '.join(others)}) to tune the quantized model as it is"
     )
 
 
@@ -212,7 +214,8 @@ def check_run_data(
 
 def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
     """The original model evaluated before the output folder is claimed: the data runs through it
-    (a runner too) and the criterion's metric is a finite number. The figures are cached, so the
+    (a runner too), the criterion's metric is a finite number and the budget makes sense against it
+    (``check_budget``, for ``check`` and ``run`` alike). The figures are cached, so the
     run's baseline reuses them. Returns the original's figures. ``baseline`` computes them
     (the engine's runs it in a stage worker); by default, here."""
     metrics = baseline() if baseline is not None else TrialRunner(parts.context).baseline()[0]
@@ -222,6 +225,7 @@ def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None =
         raise ConfigError(
             f"evaluation.metric: '{metric}' gave {value} on the original model; it must return a finite number"
         )
+    check_budget(parts.criterion, metric, metrics)  # a budget no candidate can meet, or one the data cannot resolve
     return metrics
 
 

@@ -27,11 +27,11 @@ def _context(spec: Any) -> Any:
 
 
 def ceiling_ratio(spec: Any, point: dict[str, Any], flow: tuple[str, ...]) -> float | None:
-    """In the stage worker: the point's model latency over the original's (see ``problem._side_by_side``)."""
-    from quantune.engine.probes import _side_by_side
+    """In the stage worker: the point's model latency over the original's (see ``probes.variant_ratio``)."""
+    from quantune.engine.probes import variant_ratio
 
     context = _context(spec)
-    return _side_by_side(context, context.plan, point, flow)
+    return variant_ratio(context, context.plan, point, flow)
 
 
 def ceiling_ratios(
@@ -43,17 +43,17 @@ def ceiling_ratios(
     anchor: int | None = None,
 ) -> list[float | None]:
     """In the stage worker: every point's model timed against the original in one session."""
-    from quantune.engine.probes import _ceilings
+    from quantune.engine.probes import time_ceilings
 
     context = _context(spec)
-    return _ceilings(context, context.plan, items, threshold, budget_s, pairs=pairs or (), anchor=anchor)
+    return time_ceilings(context, context.plan, items, threshold, budget_s, pairs=pairs or (), anchor=anchor)
 
 
 def node_profile(spec: Any) -> dict[str, float]:
     """In the stage worker: each node's share of the original's kernel time."""
-    from quantune.engine.probes import _profile
+    from quantune.engine.probes import measure_profile
 
-    return _profile(_context(spec))
+    return measure_profile(_context(spec))
 
 
 def isolated(
@@ -140,10 +140,10 @@ def isolated(
 def paired_latency(spec: Any, candidate: Any, reference: Any) -> dict[str, Any] | None:
     """In the stage worker: one model timed against another (engine/paired_timing.py)."""
     from quantune.engine.paired_timing import paired_latency as timed
-    from quantune.engine.probes import _builder
+    from quantune.engine.probes import variant_builder
 
     context = _context(spec)
-    return timed(context, candidate, reference, _builder(context, context.plan))
+    return timed(context, candidate, reference, variant_builder(context, context.plan))
 
 
 def _paired(here: Any, spec: Any, isolation: Isolation, local: tuple[Any, Any] | None) -> Any:
@@ -153,14 +153,14 @@ def _paired(here: Any, spec: Any, isolation: Isolation, local: tuple[Any, Any] |
     def paired(candidate: Any, candidate_flow: Any, reference: Any, reference_flow: Any) -> Any:
         items = ((dict(candidate), tuple(candidate_flow)), (dict(reference), tuple(reference_flow)))
         if local is not None:
-            from quantune.engine.probes import _variant_model
+            from quantune.engine.probes import variant_model
             from quantune.passes.cached import NotCached, only_cached
 
             started = time.perf_counter()
             try:
                 with only_cached():
                     for point, flow in items:
-                        _variant_model(local[0], local[1], point, flow)
+                        variant_model(local[0], local[1], point, flow)
                     # in this process, so the stages' deadline does not stop it: the timing keeps it
                     return here(*items[0], *items[1], limit=isolation.deadline.at)
             except NotCached:

@@ -5,10 +5,13 @@ The original model is always a candidate. The verdict is one of
 * ``improved``: a candidate beats the original on the first objective — for latency, side by
   side beyond the timing noise (its paired-ratio interval from the end-of-run re-timing lies
   below 0.98, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
-  accuracy, a smaller loss than the original's (below 0);
+  accuracy, a smaller loss than the original's (below 0), beyond the evaluation's sampling noise
+  where the metric scores rows right or wrong (``evaluate/rows.py``);
 * ``unconfirmed``: for latency, a candidate was faster during the search, but the run could
   not time it side by side with the original (stopped first, ``confirm_top: 0``, Ray): search-time
-  figures drift by more than the gains they would crown, so this is no ``improved``;
+  figures drift by more than the gains they would crown, so this is no ``improved``; or the
+  side-by-side timing measured it faster but its interval was too wide to decide (see
+  ``RatioInterval.undecided``): that is no evidence of "no faster candidate" either;
 * ``keep_original``: candidates met the criterion but none beats the original;
 * ``no_candidate_in_budget``: no trial met the criterion with a model that quantizes something.
 
@@ -25,6 +28,8 @@ from dataclasses import dataclass
 from quantune.engine.confirm import Confirmation
 from quantune.engine.selection import is_candidate, quantizes_nothing, select_best
 from quantune.engine.trial import TrialRecord
+from quantune.evaluate.paired import MIN_GAIN
+from quantune.evaluate.rows import noise_note
 from quantune.wording import format_loss, format_ratio
 
 IMPROVED = "improved"
@@ -32,6 +37,10 @@ UNCONFIRMED = "unconfirmed"
 KEEP_ORIGINAL = "keep_original"
 NO_CANDIDATE = "no_candidate_in_budget"
 VERDICTS = (IMPROVED, UNCONFIRMED, KEEP_ORIGINAL, NO_CANDIDATE)
+RETIME = (
+    "time it again on a quieter machine or with more rounds (evaluation.latency.repeats, stop.timeout_s): "
+    "`quantune run` with the same config on the same output re-times it"
+)
 
 
 @dataclass(frozen=True)
@@ -55,7 +64,23 @@ def decide(
     ``original_wins``: the strategy's reason, when it measured side by side that nothing it could
     propose beats the original (then no trial may have run, and the original is the answer).
     ``unconfirmed``: why a latency run has no side-by-side re-timing (the run's words: "the run was
-    stopped ..."); a candidate faster by the search's figures is then ``unconfirmed``, never ``improved``."""
+    stopped ..."); a candidate faster by the search's figures is then ``unconfirmed``, never ``improved``.
+    A chosen candidate whose accuracy loss is within the evaluation's sampling noise is said to be
+    (evaluate/rows.py): the evaluation cannot tell it from the original."""
+    verdict = _decide(records, objectives, baseline, confirmation, loss_kind, original_wins, unconfirmed)
+    note = noise_note(verdict.best.metrics) if verdict.best is not None else ""
+    return Verdict(verdict.kind, f"{verdict.reason}; {note}", verdict.best) if note else verdict
+
+
+def _decide(
+    records: Sequence[TrialRecord],
+    objectives: Sequence[str],
+    baseline: dict[str, float],
+    confirmation: Confirmation | None,
+    loss_kind: str | None,
+    original_wins: str,
+    unconfirmed: str,
+) -> Verdict:
     if not any(is_candidate(r) for r in records):
         if original_wins:
             return Verdict(KEEP_ORIGINAL, f"keep the original: {original_wins}", None)
@@ -68,6 +93,7 @@ def decide(
     if objective == "latency":
         ratio = format_ratio(best.metrics["latency_ms"], baseline["latency_ms"])
         note = "timed during the search only, not side by side with the original, so not checked against the noise"
+        note += f": {unconfirmed}" if unconfirmed else ""
         if best.metrics["latency_ms"] < baseline["latency_ms"]:
             why = unconfirmed or "it was not re-timed side by side with the original"
             return Verdict(
@@ -85,18 +111,30 @@ def decide(
         return _memory_verdict(best, baseline)
     loss = format_loss(best.accuracy_loss, loss_kind)
     if best.accuracy_loss is not None and best.accuracy_loss < 0:
-        return Verdict(IMPROVED, f"trial {best.number} is more accurate than the original (loss {loss})", best)
+        if not noise_note(best.metrics):  # more accurate beyond the evaluation's sampling noise, where it is known
+            return Verdict(IMPROVED, f"trial {best.number} is more accurate than the original (loss {loss})", best)
+        return Verdict(
+            KEEP_ORIGINAL,
+            f"no candidate was more accurate beyond the evaluation's sampling noise (best candidate trial "
+            f"{best.number}: loss {loss})",
+            best,
+        )
     return Verdict(
         KEEP_ORIGINAL, f"no candidate was more accurate (best candidate trial {best.number}: loss {loss})", best
     )
 
 
 def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str]) -> Verdict:
+    """``improved`` for a candidate surely faster; ``unconfirmed`` when none is but one measured faster
+    and its interval could not decide (an undecided timing is no evidence that nothing is faster);
+    else ``keep_original``."""
     rounds = confirmation.rounds
     faster = [r for r in confirmation.records if (ratio := confirmation.ratio_of(r)) is not None and ratio.faster]
-    best = select_best(faster or confirmation.records, objectives)
+    undecided = [r for r in confirmation.records if (ratio := confirmation.ratio_of(r)) is not None and ratio.undecided]
+    pool = faster or undecided or confirmation.records
+    best = select_best(pool, objectives)
     assert best is not None
-    best = _tie_rule(best, faster or confirmation.records, confirmation.ties, confirmation.preferred)
+    best = _tie_rule(best, pool, confirmation.ties, confirmation.preferred)
     ratio = confirmation.ratio_of(best)
     assert ratio is not None
     interval = (
@@ -108,6 +146,14 @@ def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str])
     detail = f"{interval}, {rounds} interleaved rounds"
     if faster:
         return Verdict(IMPROVED, f"trial {best.number} is {words} than the original side by side ({detail})", best)
+    if undecided:
+        return Verdict(
+            UNCONFIRMED,
+            f"trial {best.number} measured {words} than the original side by side, but the timing did not decide it "
+            f"({detail}: the interval reaches above {1.0 - MIN_GAIN:.2f}, too wide to tell the gain from the noise); "
+            f"{RETIME}",
+            best,
+        )
     return Verdict(
         KEEP_ORIGINAL,
         f"no candidate was faster than the original beyond the timing noise (best candidate trial {best.number}: "

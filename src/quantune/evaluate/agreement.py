@@ -21,14 +21,14 @@ from concurrent.futures import Future, ThreadPoolExecutor
 
 import numpy as np
 
-from quantune.evaluate.feeds import _samples, over_feeds
+from quantune.evaluate.feeds import output_samples, over_feeds
 from quantune.evaluate.metrics import (
     AGREEMENT_METRICS,
     BLOCK_ELEMENTS,
-    _broken,
-    _cosines,
-    _flat,
-    _top1_agree,
+    broken_outputs,
+    flat_outputs,
+    output_cosines,
+    top1_agree,
 )
 from quantune.memory import reused_blocks
 
@@ -51,7 +51,7 @@ def agreement_figures(outputs: list[np.ndarray], references: list[np.ndarray]) -
         if name == "max_abs_diff":
             figures[name] = float(max(values))
         else:
-            weights = [_samples(name, out) for out in outputs]
+            weights = [output_samples(name, out) for out in outputs]
             figures[name] = float(np.average(values, weights=weights))
     return figures
 
@@ -105,10 +105,10 @@ def _block(pair: tuple[np.ndarray, np.ndarray]) -> Block:
     """One block's per-position agreement, per-row cosines, per-row distances (``None`` when an
     output is not finite) and largest difference -- each as its metric computes it."""
     out, ref = pair
-    agree = _top1_agree(out, ref).reshape(-1)
-    a, b = _flat(out), _flat(ref)
-    sims = _cosines(a, b)
-    if _broken(a).any():
+    agree = top1_agree(out, ref).reshape(-1)
+    a, b = flat_outputs(out), flat_outputs(ref)
+    sims = output_cosines(a, b)
+    if broken_outputs(a).any():
         return agree, sims, None, float("inf")
     diff = a - b
     return agree, sims, np.linalg.norm(diff, axis=1), float(np.max(np.abs(diff)))

@@ -80,9 +80,13 @@ RELATIVE_WARN = 0.5  # a relative budget above this allows losing more than half
 
 def check_budget(criterion: Criterion, metric: str, baseline: dict[str, float]) -> None:
     """Budgets that make no sense: a relative criterion against a baseline of 0 can never be met
-    (an error: every trial would miss), one above 50% is allowed but said on stderr."""
+    (an error: every trial would miss), one above 50% or finer than one evaluation row (rows.py) is
+    allowed but said on stderr."""
     from quantune.errors import ConfigError
+    from quantune.evaluate.rows import resolution_warning
 
+    if message := resolution_warning(criterion.kind, criterion.tolerable_loss, metric, baseline):
+        _warn(message)
     if criterion.tolerable_loss == float("inf"):
         _warn(
             f"criterion.tolerable_loss: inf accepts any loss of {metric}, so accuracy is not guarded; "

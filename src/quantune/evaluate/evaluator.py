@@ -23,6 +23,7 @@ from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outpu
 from quantune.evaluate.latency import LatencySpec, Settled, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS, quantization_figures
+from quantune.evaluate.rows import row_figures
 from quantune.evaluate.target_client import TargetFault
 from quantune.model import model_size_bytes
 
@@ -62,7 +63,8 @@ class EvaluationSpec:
             "runner": self.runner_name,
             "runner_source": self.runner_source_sha256,
             "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
-            "figures": 4,  # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb; 4: float16_ops
+            # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb; 4: float16_ops; 5: rows_*
+            "figures": 5,
         } | ({"quantized_ops": sorted(extra)} if (extra := self.quantized_ops - QUANTIZED_COMPUTE_OPS) else {})
 
 
@@ -234,13 +236,17 @@ class Evaluator:
         original's packed outputs; ``None`` means the model is the original)."""
         first = measured.first
         figures = dict(measured.metric)
-        if reference is None and all(np.isfinite(output).all() for output in first):
+        ref_first = None if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
+        if ref_first is None and all(np.isfinite(output).all() for output in first):
             # the original against itself: the figures of identical, finite outputs, not computed
             # (on the captcha model's 300 wide CTC outputs that took 1.6 s of its evaluation)
             figures.update(IDENTICAL)
         else:
-            ref_first = first if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
-            figures.update(agreement_figures(first, ref_first))
+            figures.update(agreement_figures(first, first if ref_first is None else ref_first))
+        labeled = self.spec.metric == "top1" and ref_first is not None
+        labels = self.dataset.parts(self.spec.label_key, self.spec.batch_size) if labeled else None
+        # the rows the metric scores, and the candidate's changed rows against the original's (rows.py)
+        figures.update(row_figures(self.spec.metric, figures, first, ref_first, labels))
         figures.update(measured.rest)
         return figures
 

@@ -24,7 +24,7 @@ _MAX_METRICS = {"max_abs_diff"}
 _POSITION_METRICS = {"top1", "top1_agreement"}
 
 
-def _samples(name: str, output: np.ndarray) -> int:
+def output_samples(name: str, output: np.ndarray) -> int:
     if name in _POSITION_METRICS:
         return max(1, output.size // max(1, output.shape[-1])) if output.ndim else 1
     return max(1, len(output)) if output.ndim else 1
@@ -45,7 +45,7 @@ def over_feeds(
     figures = [func(out, ref) for out, ref in zip(outputs, others, strict=True)]
     if name in _MAX_METRICS:
         return float(max(figures))
-    weights = [_samples(name, out) for out in outputs]
+    weights = [output_samples(name, out) for out in outputs]
     return float(np.average(figures, weights=weights))
 
 

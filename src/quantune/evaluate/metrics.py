@@ -16,7 +16,7 @@ def top1(outputs: np.ndarray, labels: np.ndarray) -> float:
     return float(np.mean(np.argmax(outputs, axis=-1).reshape(-1) == labels.reshape(-1)))
 
 
-def _flat(array: np.ndarray) -> np.ndarray:
+def flat_outputs(array: np.ndarray) -> np.ndarray:
     return array.reshape(len(array), -1).astype(np.float64)
 
 
@@ -39,7 +39,7 @@ def _blocks(*arrays: np.ndarray) -> list[tuple[np.ndarray, ...]]:
     return [tuple(a[start : start + step] for a in arrays) for start in range(0, len(first), step)]
 
 
-def _broken(flat: np.ndarray) -> np.ndarray:
+def broken_outputs(flat: np.ndarray) -> np.ndarray:
     """Per sample: whether the candidate's output holds NaN or infinity (it agrees with nothing)."""
     return ~np.all(np.isfinite(flat), axis=1)
 
@@ -53,7 +53,7 @@ def top1_agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
     never agree. (With one value on the last axis every row is "all equal": use cosine or l2.)
     """
     outputs, reference = np.asarray(outputs), np.asarray(reference)
-    agree = [_top1_agree(out, ref) for out, ref in _blocks(outputs, reference)]
+    agree = [top1_agree(out, ref) for out, ref in _blocks(outputs, reference)]
     return float(np.mean(np.concatenate([a.reshape(-1) for a in agree]) if agree else agree))
 
 
@@ -62,7 +62,7 @@ def _exact_float(array: np.ndarray) -> np.ndarray:
     return array if np.issubdtype(array.dtype, np.floating) else np.asarray(array, dtype=np.float64)
 
 
-def _top1_agree(outputs: np.ndarray, reference: np.ndarray) -> np.ndarray:
+def top1_agree(outputs: np.ndarray, reference: np.ndarray) -> np.ndarray:
     out, ref = _exact_float(outputs), _exact_float(reference)
     same = np.argmax(out, axis=-1) == np.argmax(ref, axis=-1)
     finite = np.all(np.isfinite(out), axis=-1)
@@ -85,11 +85,11 @@ def cosine(outputs: np.ndarray, reference: np.ndarray) -> float:
     Samples whose output holds NaN or infinity score 0.
     """
     outputs, reference = np.asarray(outputs), np.asarray(reference)
-    sims = [_cosines(_flat(out), _flat(ref)) for out, ref in _blocks(outputs, reference)]
+    sims = [output_cosines(flat_outputs(out), flat_outputs(ref)) for out, ref in _blocks(outputs, reference)]
     return float(np.mean(np.concatenate(sims)))
 
 
-def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
+def output_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     # Row sums by einsum over two centred copies, no other full-size temporaries: on the captcha
     # model's 300 x 22 x 8,210 outputs this took 1.3 s with norms and ``where`` copies, now 0.5 s.
     center = b.mean(axis=1, keepdims=True)
@@ -101,7 +101,7 @@ def _cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
     if not varies.all():  # a constant reference row: the raw vectors
         rows = ~varies
         x[rows], y[rows], ny[rows] = a[rows], b[rows], nb[rows]
-    broken = _broken(a)
+    broken = broken_outputs(a)
     if broken.any():
         x[broken] = 0.0
     nx = np.sqrt(_row_dots(x, x))
@@ -125,10 +125,10 @@ def l2(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Mean per-sample Euclidean distance (infinite when an output holds NaN or infinity)."""
     distances = []
     for out, ref in _blocks(np.asarray(outputs), np.asarray(reference)):
-        a = _flat(out)
-        if _broken(a).any():
+        a = flat_outputs(out)
+        if broken_outputs(a).any():
             return float("inf")
-        distances.append(np.linalg.norm(a - _flat(ref), axis=1))
+        distances.append(np.linalg.norm(a - flat_outputs(ref), axis=1))
     return float(np.mean(np.concatenate(distances)))
 
 
@@ -136,10 +136,10 @@ def max_abs_diff(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Largest absolute difference (infinite when an output holds NaN or infinity)."""
     largest = []
     for out, ref in _blocks(np.asarray(outputs), np.asarray(reference)):
-        a = _flat(out)
-        if _broken(a).any():
+        a = flat_outputs(out)
+        if broken_outputs(a).any():
             return float("inf")
-        largest.append(np.max(np.abs(a - _flat(ref))))
+        largest.append(np.max(np.abs(a - flat_outputs(ref))))
     return float(max(largest))
 
 

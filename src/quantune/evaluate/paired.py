@@ -40,6 +40,13 @@ class RatioInterval:
         """Faster beyond the noise: the whole interval below ``1 - MIN_GAIN``."""
         return self.high < 1.0 - MIN_GAIN
 
+    @property
+    def undecided(self) -> bool:
+        """The median says faster beyond ``MIN_GAIN`` but the interval reaches above it (too few
+        rounds, or rounds scattered by other work): no evidence either way, neither "faster" nor
+        "not faster"."""
+        return not self.faster and self.median < 1.0 - MIN_GAIN
+
     def to_dict(self) -> dict[str, float | int | None]:
         return {
             "ratio_median": self.median,

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.base import Knobs, Pass, PassConfig, PassContext
 from quantune.passes.onnx import (
     BiasCorrection,
     CrossLayerEqualization,
@@ -16,7 +16,7 @@ from quantune.passes.onnx import (
     TransformerOptimization,
     WeightOnlyQuantization,
 )
-from quantune.passes.registry import get_pass, pass_names, register_pass
+from quantune.passes.registry import get_pass, knob_names, pass_names, register_pass
 
 __all__ = [
     "BiasCorrection",
@@ -25,6 +25,7 @@ __all__ = [
     "FastFinetune",
     "Float16Conversion",
     "GraphOptimization",
+    "Knobs",
     "Pass",
     "PassConfig",
     "PassContext",
@@ -34,6 +35,7 @@ __all__ = [
     "TransformerOptimization",
     "WeightOnlyQuantization",
     "get_pass",
+    "knob_names",
     "pass_names",
     "register_pass",
 ]

@@ -19,11 +19,11 @@ it (``providers`` above is one), read from the class instead of from lists of pa
 file and its registration:
 
 * ``role``: what it does in a flow (``optimize``, ``prepare``, ``quantize``, ``recover``,
-  ``convert``, ``tune``); recipes (``prepare``/``recover``) are what the accuracy strategies
+  ``convert``, ``tune``, ``provider``: the step that says where the model runs); recipes (``prepare``/``recover``) are what the accuracy strategies
   search before any fallback;
 * ``quantizes``: ``"static"`` (calibrated activation ranges: the accuracy strategies fall back
   ops, int16 too) or ``"dynamic"`` (weights only: each weight it touches is a group), or None;
-  a quantizing pass takes ``nodes_to_exclude`` (how fallback is written);
+  a quantizing pass names the parameter that excludes nodes in ``knobs`` (how fallback is written);
 * ``leaves_quantized``: the op types its output computes quantized, so a model it wrote is not
   taken for "quantizes nothing": a kernel op (``MatMulNBits``), or a float compute op whose
   weight comes from a ``DequantizeLinear`` (``MatMul``: weight-only QDQ that onnxruntime fuses);
@@ -40,6 +40,11 @@ file and its registration:
   The quantune strategy's latency stage tries only these;
 * ``recover_cost``: for a ``recover`` pass, how costly it is (the recover stage tries the
   cheapest refining flow first);
+* ``knobs``: its parameters by what they do (:class:`Knobs`: which excludes nodes, which restricts
+  op types, which picks the format and the weight type, which axes its speed ceilings span --
+  activation type and format, say), so the strategies and probes move any quantizer unnamed;
+  ``fastest`` / ``ceiling_values``: which of those values run fastest, and which give the same
+  model on a given graph;
 * ``faster_twin``: for a config whose kernels are known slow on a provider, the parameter values
   that give the same kind of model on the runtime's fast path (the speed ceilings skip the slow
   one when its twin is among them: it could only be built and timed to be dropped).
@@ -51,7 +56,7 @@ from __future__ import annotations
 
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -61,8 +66,31 @@ from quantune.data import Dataset
 from quantune.passes.timing import PassTiming
 from quantune.space import Param
 
-Role = Literal["optimize", "prepare", "quantize", "recover", "convert", "tune", "other"]
+Role = Literal["optimize", "prepare", "quantize", "recover", "convert", "tune", "provider", "other"]
 RECIPE_ROLES = frozenset({"prepare", "recover"})  # range-fixing recipes around a quantizer
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """A pass's parameters by what they do (None: it has no such parameter): the strategies and
+    probes read these instead of parameter names, so a quantizer whose knobs are named otherwise
+    still gets speed ceilings, fallback and recovery."""
+
+    exclude: str | None = None  # node names kept in float: how fallback is written
+    overrides: str | None = None  # per-tensor activation types (an int16 fallback)
+    op_types: str | None = None  # restricts the op types quantized
+    layout: str | None = None  # the quant format; ``qdq``: its value that keeps every tensor visible
+    qdq: object = None
+    weights: str | None = None  # the weight type
+    per_channel: str | None = None  # per-channel weight scales (the accuracy defaults turn them on)
+    narrow: str | None = None  # 7-bit weights, where the CPU's int8 dot products saturate
+    channel_nodes: str | None = None  # per-channel weights on the named nodes only
+    samples: str | None = None  # calibration rows
+    calibration: tuple[str, ...] = ()  # what decides the activation ranges
+    screen: tuple[str, ...] = ()  # what moves accuracy more than speed, screened before any fallback
+    ceilings: tuple[str, ...] = ()  # the axes of the speed ceilings' grid, the outer first
+    speed_class: tuple[str, ...] = ()  # what decides a variant's speed (held while accuracy is recovered)
+    built_last: dict[str, object] = field(default_factory=dict)  # ceiling values known slow: built last
 
 
 class PassConfig(BaseModel):
@@ -103,6 +131,8 @@ class Pass(ABC):
     min_opset: ClassVar[int] = 0
     # Whether the pass times models (``PassContext.timing``); the timed feed and latency settings then enter its cache key.
     needs_timing: ClassVar[bool] = False
+    # What it cannot follow or run on, in words: the message when every point of a space is pruned.
+    limits: ClassVar[str] = ""
     # Whether the pass must end its flows (its output is partly beside the model, which later passes do not read).
     last_in_flow: ClassVar[bool] = False
 
@@ -115,12 +145,31 @@ class Pass(ABC):
     graph_params: ClassVar[frozenset[str] | None] = None
     recover_cost: ClassVar[int] = 0  # a refining pass's cost rank (1: one pass over the data; 2: a fit per layer)
     auto_place: ClassVar[Literal["quantize", "fuse", "weights", "half", "refine"] | None] = None
+    knobs: ClassVar[Knobs] = Knobs()
+
+    @classmethod
+    def fastest(cls, op_types: frozenset[str]) -> dict[str, Any]:
+        """The values of its ceiling axes whose kernels run fastest on a model of ``op_types``
+        (the likeliest ceiling of a dynamic flow); empty when nothing is known."""
+        return {}
+
+    @classmethod
+    def ceiling_values(cls, param: str, values: list[Any], op_types: frozenset[str]) -> list[Any]:
+        """The values of ceiling axis ``param`` worth timing on a model of ``op_types``: all of them
+        unless some give the same model as another there."""
+        return values
 
     @classmethod
     def needs_symbolic_shapes(cls, values: Mapping[str, Any]) -> bool:
         """Whether a run with these parameter ``values`` (by name, the pass's own) uses onnxruntime's
         symbolic shape inference, whose sympy takes 0.3-0.4 s to load: a stage worker then loads it
         in a thread as it starts (prepare.shapes.load_in_background), beside its set-up."""
+        return False
+
+    @classmethod
+    def keeps_graph(cls, config: Any) -> bool:
+        """Whether its output with ``config`` has its input's nodes and weights (so facts read from
+        the input still describe it)."""
         return False
 
     @classmethod

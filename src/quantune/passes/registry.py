@@ -6,12 +6,13 @@ package's ``quantune.passes`` entry point (see :mod:`quantune.registry`).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from quantune.registry import Registry
 
 if TYPE_CHECKING:
-    from quantune.passes.base import Pass
+    from quantune.passes.base import Knobs, Pass
 
 
 def _is_pass(obj: object) -> bool:
@@ -45,6 +46,34 @@ def find_pass(name: str | None) -> type[Pass] | None:
 def weights_rewritten(upstream: list[tuple[str, object]]) -> bool:
     """Whether a pass of ``upstream`` (name, config pairs) left the weights no longer float32."""
     return any((found := find_pass(name)) is not None and found.rewrites_weights for name, _ in upstream)
+
+
+def facts_apply(facts: Mapping[str, Any], upstream: Sequence[tuple[str, Any]]) -> bool:
+    """Whether the graph facts (:mod:`quantune.prepare.facts`) still describe a step's input:
+    only while every pass of ``upstream`` (name, config pairs) kept the graph (``keeps_graph``;
+    a graph optimizer folds constants, a quantizer rewrites everything). The opset is kept by
+    every pass, so callers read ``opset`` whatever ran upstream."""
+    return bool(facts) and all(
+        (found := find_pass(name)) is not None and found.keeps_graph(config) for name, config in upstream
+    )
+
+
+def knob_names(pick: Callable[[Knobs], str | None]) -> frozenset[str]:
+    """The parameter names that play one role (``pick`` reads it from a pass's ``knobs``) in any
+    registered pass: for reading a results file's parameters by what they do."""
+    return frozenset(name for cls in PASSES.registered().values() if (name := pick(cls.knobs)) is not None)
+
+
+def qdq_quantized(upstream: Sequence[tuple[str, object]]) -> bool:
+    """Whether the last static quantizer of ``upstream`` (name, config pairs) wrote the Q/DQ layout
+    (its ``knobs.layout`` at ``knobs.qdq``, or it has no other): its weights are integer
+    initializers behind ``DequantizeLinear``, which the refining passes rewrite."""
+    found = [(cls, config) for name, config in upstream if (cls := find_pass(name)) and cls.quantizes == "static"]
+    if not found:
+        return False
+    cls, config = found[-1]
+    layout = cls.knobs.layout
+    return layout is None or getattr(config, layout, cls.knobs.qdq) == cls.knobs.qdq
 
 
 def get_pass(name: str, *, field_name: str = "passes") -> type[Pass]:

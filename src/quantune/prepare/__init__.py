@@ -8,7 +8,7 @@
 from __future__ import annotations
 
 from quantune.prepare.check import check_equivalent, outputs_differ, run_feeds
-from quantune.prepare.facts import default_opset, facts_apply, model_facts, quantized_among
+from quantune.prepare.facts import default_opset, model_facts, quantized_among
 from quantune.prepare.pipeline import (
     DEFAULT_STEPS,
     PREPARE_VERSION,
@@ -27,7 +27,6 @@ __all__ = [
     "PrepareStep",
     "check_equivalent",
     "default_opset",
-    "facts_apply",
     "model_facts",
     "outputs_differ",
     "prepare_model",

@@ -21,7 +21,7 @@ Records written before a key existed lack it: a pass reading a missing key prune
 from __future__ import annotations
 
 from collections import Counter
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import onnx
@@ -81,12 +81,3 @@ def quantized_among(
     return [
         name for name, op_type in nodes if (wanted is None or op_type in wanted) and (not name or name not in excluded)
     ]
-
-
-def facts_apply(facts: Mapping[str, Any], upstream: Sequence[tuple[str, Any]]) -> bool:
-    """Whether the graph facts still describe a step's input: only before any pass that rewrites
-    the graph (graph_opt folds constants; a quantizer rewrites everything). The opset is kept
-    by every pass, so callers read ``opset`` whatever ran upstream."""
-    return bool(facts) and not any(
-        not (name == "graph_opt" and getattr(config, "level", None) == "disable") for name, config in upstream
-    )

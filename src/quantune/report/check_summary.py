@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from quantune.data import Dataset
+from quantune.evaluate.rows import budget_words
 
 
 def describe_data(name: str, dataset: Dataset | None, batch_size: int, label_key: str) -> str:
@@ -47,6 +48,10 @@ def check_lines(parts: Any, metrics: dict[str, float]) -> list[str]:
         f"original: {label} = {metrics[metric]:.6g}, latency {metrics.get('latency_ms', float('nan')):.3f} ms, "
         f"size {metrics.get('size_bytes', 0) / 1024:.0f} KB"
     )
+    criterion = parts.criterion
+    resolution = budget_words(criterion.kind, criterion.tolerable_loss, metric, metrics)
+    if resolution:
+        lines.append(f"criterion: {criterion.describe()}: {resolution}")
     plan = parts.plan
     for name in plan.flows:
         space = plan.flow_space(name)

@@ -123,7 +123,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     console = console or Console()
     metric = result.metric
     base = result.baseline
-    table = Table(title=heading(result))
+    table = Table(title=escape(heading(result)))
     label = metric_label(metric)
     # a long metric name (the summary line below names it) would squeeze the params column
     header = label if len(label) <= 10 else "metric"

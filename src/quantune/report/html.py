@@ -297,10 +297,10 @@ def _evaluator() -> Any:
 
 
 def _titled(figure: Any, title: str) -> Any:
-    from quantune.report.plots import _styled
+    from quantune.report.plots import styled
 
     if title:
         figure.update_layout(title=title)
     height = figure.layout.height or 420
     figure.update_layout(width=None, autosize=True)  # fit the page, not Optuna's 300 px per slice
-    return _styled(figure, height=max(380, min(int(height), 700)))
+    return styled(figure, height=max(380, min(int(height), 700)))

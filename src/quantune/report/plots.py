@@ -146,7 +146,7 @@ def trade_off(results: Result) -> Spec:
     figure.update_layout(title={"text": "every trial"}, xaxis=titled(objective_name(results)), yaxis=titled(loss_label))
     if log_axis(xs):
         figure.update_xaxes(**log_ticks(xs))
-    return _styled(figure)
+    return styled(figure)
 
 
 def _mark_chosen(figure: Spec, results: Result, at: Callable[[TrialRecord], tuple[float, float]]) -> None:
@@ -272,7 +272,7 @@ def pareto(results: Result) -> Spec:
         title={"text": f"Pareto front: {len(front)} of {len(trials)} finished trials"},
         legend={"orientation": "h", "y": -0.2, "x": 0},
     )
-    return _styled(figure, height=470)
+    return styled(figure, height=470)
 
 
 def progress(results: Result) -> Spec:
@@ -348,7 +348,7 @@ def progress(results: Result) -> Spec:
         )
         y_title = loss_label
     figure.update_layout(title={"text": title}, xaxis=titled("trial"), yaxis=titled(y_title))
-    return _styled(figure)
+    return styled(figure)
 
 
 def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool = False) -> dict[str, Any]:
@@ -357,7 +357,7 @@ def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool
     )
 
 
-def _styled(figure: Spec, height: int = 420) -> Spec:
+def styled(figure: Spec, height: int = 420) -> Spec:
     """The page's figure layout; the theme (plotly_white) is added as the page writes the figure
     (report/html.py: ``_figure``): assigned to each figure through plotly, it was validated and
     deep-copied every time, 0.26 s of a 0.6 s report, at the end of every run."""

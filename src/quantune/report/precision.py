@@ -15,7 +15,7 @@ int8`` trial when there was one).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from typing import Any
 from quantune.engine.result import Result
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate.quantized import FLOAT_COMPUTE_OPS, QUANTIZED_COMPUTE_OPS
+from quantune.passes import Knobs, knob_names
 from quantune.report.spec import Spec, bar, titled
 
 _NAMES = {
@@ -177,20 +178,25 @@ def _float_type(op_type: str) -> str:
     return op_type
 
 
+def plays(key: str, *roles: Callable[[Knobs], str | None]) -> bool:
+    """Whether a trial's parameter ``key`` (``step.name``) is one a pass's knobs give one of ``roles``."""
+    return any(key.split(".", 1)[-1] in knob_names(role) for role in roles)
+
+
 def excluded(params: Mapping[str, Any]) -> list[str]:
-    """The node names a trial's params keep in fp32 (every step's ``nodes_to_exclude``)."""
+    """The node names a trial's params keep in fp32 (every step's nodes to exclude)."""
     names: list[str] = []
     for key, value in params.items():
-        if key.endswith(".nodes_to_exclude") and isinstance(value, list | tuple):
+        if plays(key, lambda knobs: knobs.exclude) and isinstance(value, list | tuple):
             names.extend(str(v) for v in value)
     return names
 
 
 def overridden(params: Mapping[str, Any]) -> list[str]:
-    """Tensors a trial's params give another precision (``tensor_overrides``: int16 fallbacks)."""
+    """Tensors a trial's params give another precision (tensor overrides: int16 fallbacks)."""
     names: list[str] = []
     for key, value in params.items():
-        if key.endswith(".tensor_overrides") and isinstance(value, dict):
+        if plays(key, lambda knobs: knobs.overrides) and isinstance(value, dict):
             names.extend(str(k) for k in value)
     return names
 
@@ -292,7 +298,7 @@ def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]
 
 def _variant(params: Mapping[str, Any]) -> str:
     """A trial's settings other than its fallback, as one comparable key."""
-    rest = {k: v for k, v in params.items() if not k.endswith((".nodes_to_exclude", ".tensor_overrides"))}
+    rest = {k: v for k, v in params.items() if not plays(k, lambda knobs: knobs.exclude, lambda knobs: knobs.overrides)}
     return repr(sorted(rest.items(), key=lambda kv: kv[0]))
 
 
@@ -326,6 +332,6 @@ def precision_bars(counts: Mapping[str, Mapping[str, int]]) -> Spec:
             )
         )
     figure.update_layout(barmode="stack", title={"text": "compute ops by precision"}, xaxis=titled("ops"))
-    from quantune.report.plots import _styled
+    from quantune.report.plots import styled
 
-    return _styled(figure, height=max(260, 60 + 28 * len(types)))
+    return styled(figure, height=max(260, 60 + 28 * len(types)))

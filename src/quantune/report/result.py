@@ -35,8 +35,23 @@ def write_page(folder: Path, parameter_views: bool = True) -> None:
         write_report(folder, parameter_views=parameter_views)
     except DiskFull:
         raise
+    except KeyboardInterrupt as exc:  # a signal stops the drawing at once (the page is written whole or not at all)
+        from quantune.engine.interrupts import stop_cause
+
+        _not_drawn(f"interrupted ({stop_cause(exc)})", folder)
+        raise
     except Exception as exc:
-        log.warning("report.html not written: %s (quantune report %s draws it again)", exc, folder)
+        _not_drawn(str(exc), folder)
+
+
+def _not_drawn(why: str, folder: Path) -> None:
+    """Says on the console and in the log that the page is missing and how to draw it: results.json,
+    written before, is all ``quantune report`` needs."""
+    import sys
+
+    message = f"report.html not written: {why}; results.json is kept: `quantune report {folder}` draws the page"
+    log.warning(message)
+    print(f"quantune: warning: {message}", file=sys.stderr)
 
 
 def _drawn() -> bool:

@@ -18,7 +18,7 @@ from typing import Any
 from quantune.engine.result import Result
 from quantune.engine.trial import TrialRecord
 from quantune.report.plots import loss_scale
-from quantune.report.precision import excluded
+from quantune.report.precision import excluded, plays
 from quantune.report.sections import loss_text
 from quantune.report.study import objective_name, objective_value
 
@@ -169,7 +169,7 @@ def _params_cell(params: Mapping[str, Any], types: Mapping[str, str]) -> str:
     nodes = excluded(params)
     for key, value in params.items():
         short = key.split(".", 1)[-1]
-        if key.endswith(".nodes_to_exclude"):
+        if plays(key, lambda knobs: knobs.exclude):
             continue
         if isinstance(value, list | tuple | dict):
             parts.append(html.escape(f"{short}=[{len(value)} items]"))

@@ -31,12 +31,9 @@ GPU_PROVIDERS = (
 # Providers listed by some builds that do not run a model on this machine.
 NOT_LOCAL = {"AzureExecutionProvider": "calls remote endpoints, it runs no model here"}
 
-# Provider-side rules: parameter -> the values that provider loads, for any pass that has the parameter.
-PROVIDER_VALUES: dict[str, dict[str, tuple[object, ...]]] = {
-    "OpenVINOExecutionProvider": {"quant_format": ("QDQ",)},  # QOperator: "dynamic rank", does not load
-    "CUDAExecutionProvider": {"quant_format": ("QDQ",)},
-    "TensorrtExecutionProvider": {"quant_format": ("QDQ",)},
-}
+# Providers that load a quantizer's QDQ layout only (its ``knobs.layout`` at ``knobs.qdq``), whatever
+# the pass (OpenVINO: QOperator models fail with "dynamic rank").
+QDQ_ONLY = frozenset({"OpenVINOExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"})
 # The provider option that sets a provider's own thread pool (it ignores intra_op_num_threads):
 # set to the run's thread count, so every provider is timed with the threads the user deploys with.
 THREADS_OPTION = {"OpenVINOExecutionProvider": "num_of_threads"}
@@ -49,7 +46,9 @@ def refusal(provider: str, pass_cls: Any, config: Mapping[str, Any]) -> str | No
     served = getattr(pass_cls, "providers", None)
     if served is not None and provider not in served:
         return f"{name}'s output runs on {', '.join(served)} only"
-    rules = {**PROVIDER_VALUES.get(provider, {}), **getattr(pass_cls, "provider_rules", {}).get(provider, {})}
+    knobs = getattr(pass_cls, "knobs", None)
+    qdq = {knobs.layout: (knobs.qdq,)} if provider in QDQ_ONLY and knobs is not None and knobs.layout else {}
+    rules = {**qdq, **getattr(pass_cls, "provider_rules", {}).get(provider, {})}
     for param, allowed in rules.items():
         if param in config and config[param] not in allowed:
             return f"{provider} loads {name}.{param} {' or '.join(map(str, allowed))} only, not {config[param]}"

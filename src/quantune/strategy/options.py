@@ -71,7 +71,9 @@ class QuantuneOptions(AccuracyOptions):
         "another variant is the same quantization on fast ones (S8S8 QOperator on x86, int8 ConvInteger).",
     )
     screen_trials: int = Field(default=2, ge=0, description="One-at-a-time accuracy parameter changes.")
-    op_type_trials: int = Field(default=3, ge=0, description="Op types tried back in int8 after an op-type fallback.")
+    op_type_trials: int = Field(
+        default=6, ge=0, description="Evaluations bisecting which groups of op types put in fp32 go back to int8."
+    )
     bisect_blocks: bool = Field(default=True, description="Bisect over repeated blocks before single groups.")
     prune_trials: int = Field(default=8, ge=0, description="Fallen groups tried back in int8 (or int16).")
     targeted_units: int = Field(

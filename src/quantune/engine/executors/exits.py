@@ -23,9 +23,9 @@ _SIGNALS = {
     signal.SIGFPE: "floating point exception (SIGFPE)",
     signal.SIGTERM: "terminated (SIGTERM)",
 }
-_TAIL_LINES = 20
-_STARTUP_TIMEOUT_S = 600
-_START_ATTEMPTS = 3
+TAIL_LINES = 20
+STARTUP_TIMEOUT_S = 600
+START_ATTEMPTS = 3
 
 
 def exit_cause(code: int | None) -> str:

@@ -26,7 +26,7 @@ from quantune.engine.executors.exits import ExecutorClosed, WorkerStartError
 from quantune.engine.executors.lifeline import storage_fault
 from quantune.engine.executors.limits import TrialLimit
 from quantune.engine.executors.worker import WorkerSpec
-from quantune.engine.executors.worker_process import _Worker
+from quantune.engine.executors.worker_process import WorkerProcess
 from quantune.engine.trial import Trial, TrialRecord
 
 __all__ = ["ExecutorClosed", "ProcessExecutor", "WorkerStartError"]
@@ -52,7 +52,7 @@ class ProcessExecutor(Executor):
         self.limit = trial_timeout_s if isinstance(trial_timeout_s, TrialLimit) else TrialLimit(trial_timeout_s)
         log_dir.mkdir(parents=True, exist_ok=True)
         self._queue: queue.Queue[tuple[Trial, Future[TrialRecord]] | None] = queue.Queue()
-        self._workers = [_Worker(index, spec, log_dir, memory_limit_mb) for index in range(workers)]
+        self._workers = [WorkerProcess(index, spec, log_dir, memory_limit_mb) for index in range(workers)]
         self._threads = [
             threading.Thread(target=self._serve, args=(worker,), daemon=True, name=f"quantune-slot-{worker.index}")
             for worker in self._workers
@@ -60,7 +60,7 @@ class ProcessExecutor(Executor):
         for thread in self._threads:
             thread.start()
 
-    def _serve(self, worker: _Worker) -> None:
+    def _serve(self, worker: WorkerProcess) -> None:
         fatal: WorkerStartError | None = None
         try:
             worker.ensure_started()  # start up while the engine measures the original model

@@ -19,9 +19,9 @@ from quantune.engine.executors.base import failed_record
 from quantune.engine.executors.contexts import child_environment
 from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.exits import (
-    _START_ATTEMPTS,
-    _STARTUP_TIMEOUT_S,
-    _TAIL_LINES,
+    START_ATTEMPTS,
+    STARTUP_TIMEOUT_S,
+    TAIL_LINES,
     ExecutorClosed,
     WorkerStartError,
     exit_cause,
@@ -84,7 +84,7 @@ def _log_to(path: str) -> None:
     os.close(fd)
 
 
-class _Worker:
+class WorkerProcess:
     """One worker process, started and stopped by its slot thread or (at shutdown) by the engine.
 
     ``_lock`` guards swapping the process; once ``closed`` no new process starts, so a
@@ -104,14 +104,14 @@ class _Worker:
 
     def ensure_started(self) -> None:
         """Starts the worker unless it runs. A worker killed by a signal while starting (the
-        out-of-memory killer, a stray kill) is started again, up to ``_START_ATTEMPTS`` times in a
+        out-of-memory killer, a stray kill) is started again, up to ``START_ATTEMPTS`` times in a
         row; one that exits by itself (a broken plugin, say) fails the start at once."""
-        for attempt in range(1, _START_ATTEMPTS + 1):
+        for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self._start()
                 return
             except WorkerStartError as exc:
-                if exc.exit_code is None or exc.exit_code >= 0 or attempt == _START_ATTEMPTS:
+                if exc.exit_code is None or exc.exit_code >= 0 or attempt == START_ATTEMPTS:
                     raise
 
     def _start(self) -> None:
@@ -136,7 +136,7 @@ class _Worker:
         # Wait for the worker to import and build the run (slow under load; not part of any trial's time).
         # A worker that cannot build the run says why again when it is given its trial.
         try:
-            ready = wait([parent, process.sentinel], timeout=_STARTUP_TIMEOUT_S)
+            ready = wait([parent, process.sentinel], timeout=STARTUP_TIMEOUT_S)
         except (OSError, ValueError):  # the pipe was closed under us: only a shutdown does that
             ready = []
         if self.closed:
@@ -158,7 +158,7 @@ class _Worker:
             return 0
 
     def tail(self, offset: int) -> str:
-        return "\n".join(log_since(self.log_path, offset).strip().splitlines()[-_TAIL_LINES:])
+        return "\n".join(log_since(self.log_path, offset).strip().splitlines()[-TAIL_LINES:])
 
     def stop(self, *, kill: bool = False) -> None:
         with self._lock:

@@ -9,16 +9,16 @@ and the probe that runs the flow's passes before a measurement is the engine's
 
 from __future__ import annotations
 
-from quantune.evaluate.sensitivity.dynamic import _fake_quant, measure_dynamic
+from quantune.evaluate.sensitivity.dynamic import fake_quant, measure_dynamic
 from quantune.evaluate.sensitivity.head import culprits, measure_head
 from quantune.evaluate.sensitivity.static import measure
-from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats
+from quantune.evaluate.sensitivity.stats import NodeStats, SensitivityReport
 
 __all__ = [
+    "NodeStats",
     "SensitivityReport",
-    "_Stats",
-    "_fake_quant",
     "culprits",
+    "fake_quant",
     "measure",
     "measure_dynamic",
     "measure_head",

@@ -22,11 +22,11 @@ from onnx import numpy_helper
 
 from quantune.evaluate.sensitivity import capture, cost
 from quantune.evaluate.sensitivity.capture import Job
-from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, with_outputs
+from quantune.evaluate.sensitivity.stats import NodeStats, SensitivityReport, session, with_outputs
 from quantune.memory import memory_budget_mb
 
 
-def _fake_quant(array: np.ndarray, kind: str, *, reduce_range: bool = False, axis: int | None = None) -> np.ndarray:
+def fake_quant(array: np.ndarray, kind: str, *, reduce_range: bool = False, axis: int | None = None) -> np.ndarray:
     """``array`` quantized and dequantized as onnxruntime does: int8 symmetric, uint8 asymmetric
     (range widened to hold 0, like DynamicQuantizeLinear); per tensor, or per slice along ``axis``."""
     x = np.asarray(array, dtype=np.float32)
@@ -73,11 +73,11 @@ def measure_dynamic(
         if node.op_type == "MatMul" and node.input[1] in inits:
             weight = numpy_helper.to_array(inits[node.input[1]]).astype(np.float32)
             axis = -1 if per_channel and weight.ndim >= 2 else None
-            quantized = _fake_quant(weight, weight_type, reduce_range=reduce_range, axis=axis)
+            quantized = fake_quant(weight, weight_type, reduce_range=reduce_range, axis=axis)
             plans[node.name] = (node, node.input[0], quantized, weight)
         elif node.op_type == "Gather" and node.input[0] in inits:
             table = numpy_helper.to_array(inits[node.input[0]]).astype(np.float32)
-            plans[node.name] = (node, node.input[1], _fake_quant(table, weight_type, reduce_range=reduce_range), table)
+            plans[node.name] = (node, node.input[1], fake_quant(table, weight_type, reduce_range=reduce_range), table)
     input_names = {i.name for i in model.graph.input} - set(inits)
     jobs = [
         Job(name, (), () if act in input_names or act in inits else (act,), tuple(o for o in node.output if o))
@@ -95,7 +95,7 @@ def measure_dynamic(
     if rows < plan.total_rows:
         feeds = cost.first_rows(feeds, rows, cut=plan.rows is not None)
         plan.total_rows = sum(capture.feed_rows(feed) for feed in feeds())
-    stats = {name: _Stats() for name in plans}
+    stats = {name: NodeStats() for name in plans}
     for group in plan.groups:
         names = list(dict.fromkeys(n for job in group for n in job.float))
         runner = session(with_outputs(model, names, only=True)) if names else None
@@ -110,7 +110,7 @@ def measure_dynamic(
                 if node.op_type == "MatMul":
                     a = np.asarray(values[act], dtype=np.float32)
                     reference = a @ reference_weights
-                    value = _fake_quant(a, "uint8", reduce_range=False) @ quantized
+                    value = fake_quant(a, "uint8", reduce_range=False) @ quantized
                 else:
                     indices = np.asarray(values[act]).astype(np.int64)
                     axis = _attr(node, "axis", 0)

@@ -39,7 +39,7 @@ from onnx import numpy_helper
 from quantune.evaluate.sensitivity import capture, cost
 from quantune.evaluate.sensitivity.capture import Job
 from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, cut_nodes, measure_head
-from quantune.evaluate.sensitivity.stats import SensitivityReport, _Stats, session, single_node, with_outputs
+from quantune.evaluate.sensitivity.stats import NodeStats, SensitivityReport, session, single_node, with_outputs
 from quantune.graph.capability import ModelCapability
 from quantune.graph.head import head_nodes, lead_in_nodes
 from quantune.memory import memory_budget_mb
@@ -177,8 +177,8 @@ def measure(
     )
     input_names = {i.name for i in fmodel.graph.input} - _inits(fmodel)
 
-    stats = {job.key: _Stats() for job in found.jobs}
-    ref_stats = {name: _Stats() for name in found.qdq}
+    stats = {job.key: NodeStats() for job in found.jobs}
+    ref_stats = {name: NodeStats() for name in found.qdq}
     for group in plan.groups:
         _run_group(group, found, fmodel, qmodel, capture.pieces(feeds, plan.rows), input_names, stats, ref_stats)
 
@@ -281,8 +281,8 @@ def _run_group(
     qmodel: onnx.ModelProto,
     pieces: Iterable[dict[str, np.ndarray]],
     input_names: set[str],
-    stats: dict[str, _Stats],
-    ref_stats: dict[str, _Stats],
+    stats: dict[str, NodeStats],
+    ref_stats: dict[str, NodeStats],
 ) -> None:
     """One capture group over all the data: its tensors as the sessions' only outputs."""
     q_names = list(dict.fromkeys(n for job in group for n in job.quant))

@@ -4,7 +4,7 @@ Errors are relative per channel (each channel's squared error over its energy, a
 channels, each capped at 1): a per-tensor scale that crushes the small channels of a tensor
 whose few large channels dominate its energy is seen, although the tensor-wide MSE is small.
 
-Streaming and bounded: :meth:`_Stats.add` folds one batch of one tensor into running sums
+Streaming and bounded: :meth:`NodeStats.add` folds one batch of one tensor into running sums
 and computes them over slices of a few million elements, so its float64 temporaries stay a
 few tens of MB whatever the tensor's size (a 960x960 detector's full-resolution feature maps
 are hundreds of MB each, and a whole-tensor float64 copy, its difference and its square were
@@ -41,7 +41,7 @@ def _cube(array: np.ndarray) -> tuple[np.ndarray, int]:
 
 
 @dataclass
-class _Stats:
+class NodeStats:
     """Streaming sums for one compared pair of tensors (per channel and overall)."""
 
     err: np.ndarray | None = None  # per channel sum of squared error

@@ -11,6 +11,7 @@ from quantune.passes.onnx.execution_provider import ExecutionProvider
 from quantune.passes.onnx.fast_finetune import FastFinetune
 from quantune.passes.onnx.fp16 import Float16Conversion
 from quantune.passes.onnx.graph_opt import GraphOptimization
+from quantune.passes.onnx.nncf_quant import NNCFQuantization
 from quantune.passes.onnx.session_tuning import SessionTuning
 from quantune.passes.onnx.smooth_quant import SmoothQuant
 from quantune.passes.onnx.static_quant import StaticQuantization
@@ -26,6 +27,7 @@ __all__ = [
     "FastFinetune",
     "Float16Conversion",
     "GraphOptimization",
+    "NNCFQuantization",
     "SessionTuning",
     "SmoothQuant",
     "StaticQuantization",

@@ -30,7 +30,7 @@ from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.onnx.float_source import find_float_source, remember_float_source
 from quantune.passes.onnx.layerwise import Calibration, channel_mean_error, session_with_outputs
 from quantune.passes.onnx.qdq_layers import can_set_bias, layer_bias, quantized_layers, set_bias
-from quantune.passes.registry import register_pass
+from quantune.passes.registry import qdq_quantized, register_pass
 from quantune.space import Categorical
 
 log = logging.getLogger("quantune.passes")
@@ -58,9 +58,8 @@ class BiasCorrection(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Only after a static_quant in QDQ format (the bias it rewrites is DequantizeLinear's int32)."""
-        quant = [c for name, c in upstream if name == "static_quant"]
-        return bool(quant) and getattr(quant[-1], "quant_format", "QDQ") == "QDQ"
+        """Only after a static quantizer that wrote QDQ (the bias it rewrites is DequantizeLinear's int32)."""
+        return qdq_quantized(upstream)
 
     def run(self, config: BiasCorrectionConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
         if context.calibration is None:

@@ -49,7 +49,7 @@ from onnxruntime.quantization import quantize_dynamic
 from onnxruntime.quantization.registry import IntegerOpsRegistry
 
 from quantune.model import external_data_files, graphs
-from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.base import Knobs, Pass, PassConfig, PassContext
 from quantune.passes.onnx.compat import quantizer_accepts
 from quantune.passes.onnx.fast_channels import fast_per_channel
 from quantune.passes.onnx.fast_lookups import fast_lookups
@@ -58,8 +58,8 @@ from quantune.passes.onnx.gather_int8 import quantize_gathers
 from quantune.passes.onnx.pre_optimize import drop_types, drop_value_infos, optimize_extended, optimize_extended_model
 from quantune.passes.onnx.quant_types import QUANT_TYPES
 from quantune.passes.onnx.weight_only import save_model
-from quantune.passes.registry import register_pass
-from quantune.prepare.facts import facts_apply, quantized_among
+from quantune.passes.registry import facts_apply, register_pass
+from quantune.prepare.facts import quantized_among
 from quantune.space import Boolean, Categorical
 
 # Op types whose integer kernel is fast with uint8 weights only (ConvInteger): "mixed" gives them
@@ -99,9 +99,22 @@ class DynamicQuantization(Pass):
     rewrites_weights = True
     auto_place = "quantize"
     Config = DynamicQuantizationConfig
+    limits = "needs the weights of the convolutions it quantizes as initializers"
     # Parameters that change the executed graph (see StaticQuantization.graph_params); reduce_range
     # only moves the weights' values.
     graph_params = frozenset({"weight_type", "per_channel", "op_types_to_quantize", "nodes_to_exclude", "pre_optimize"})
+    knobs = Knobs(
+        exclude="nodes_to_exclude",
+        op_types="op_types_to_quantize",
+        weights="weight_type",
+        per_channel="per_channel",
+        narrow="reduce_range",
+        screen=("per_channel", "reduce_range"),
+        # both decide speed: int8 weights make ConvInteger slow, the extended pre-optimization
+        # fuses what quantization would otherwise leave split
+        ceilings=("pre_optimize", "weight_type"),
+        speed_class=("weight_type", "pre_optimize"),
+    )
     # DynamicQuantizeLinear / MatMulInteger / ConvInteger have CPU kernels only.
     providers = ("CPUExecutionProvider",)
     search_space = {
@@ -121,6 +134,18 @@ class DynamicQuantization(Pass):
     def needs_symbolic_shapes(cls, values: Mapping[str, Any]) -> bool:
         """The extended pre-optimization types the fused graph by symbolic inference (pre_optimize.py)."""
         return values.get("pre_optimize") == "extended"
+
+    @classmethod
+    def fastest(cls, op_types: frozenset[str]) -> dict[str, Any]:
+        """uint8 weights on convolutions (``mixed``), the fused graph (``extended``)."""
+        return {"weight_type": "mixed" if "Conv" in op_types else "int8", "pre_optimize": "extended"}
+
+    @classmethod
+    def ceiling_values(cls, param: str, values: list[Any], op_types: frozenset[str]) -> list[Any]:
+        """Without convolutions ``mixed`` is the int8 model."""
+        if param == "weight_type" and "Conv" not in op_types and "int8" in values:
+            return [value for value in values if value != "mixed"]
+        return values
 
     @classmethod
     def faster_twin(

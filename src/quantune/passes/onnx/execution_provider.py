@@ -20,7 +20,7 @@ from pydantic import Field
 
 from quantune.evaluate.session_file import read_session_settings, write_session_settings
 from quantune.passes.base import Pass, PassConfig, PassContext
-from quantune.passes.onnx.session_tuning import _copy_model
+from quantune.passes.onnx.session_tuning import copy_model
 from quantune.passes.registry import register_pass
 
 STEP_ID = "provider"  # the step id the engine gives this pass when it adds the provider axis
@@ -42,12 +42,13 @@ class ExecutionProvider(Pass):
     """Runs its input model on another execution provider (the model itself is unchanged)."""
 
     name = "execution_provider"
+    role = "provider"
     Config = ExecutionProviderConfig
     search_space = {}
     last_in_flow = True
 
     def run(self, config: ExecutionProviderConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
-        _copy_model(model_in, model_out)
+        copy_model(model_in, model_out)
         settings: dict[str, Any] = dict(read_session_settings(model_in) or {})
         if config.provider != config.reference:  # else it runs where the original does, as without this step
             settings["provider"] = config.provider

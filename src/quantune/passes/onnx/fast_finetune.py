@@ -46,7 +46,7 @@ from quantune.passes.onnx.qdq_layers import (
     set_integer_weight,
 )
 from quantune.passes.onnx.rounding import ConvOp, DenseOp, LayerOp, Quantizer, adaquant, adaround, layer_error
-from quantune.passes.registry import register_pass
+from quantune.passes.registry import qdq_quantized, register_pass
 from quantune.space import Categorical, Joint
 
 log = logging.getLogger("quantune.passes")
@@ -102,9 +102,8 @@ class FastFinetune(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Only after a static_quant in QDQ format (its weights are integer initializers behind DequantizeLinear)."""
-        quant = [c for name, c in upstream if name == "static_quant"]
-        return bool(quant) and getattr(quant[-1], "quant_format", "QDQ") == "QDQ"
+        """Only after a static quantizer that wrote QDQ (its weights are integer initializers behind DequantizeLinear)."""
+        return qdq_quantized(upstream)
 
     def run(self, config: FastFinetuneConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
         if context.calibration is None:

@@ -22,7 +22,7 @@ from typing import Any, Literal
 
 import onnx
 
-from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.base import Knobs, Pass, PassConfig, PassContext
 from quantune.passes.onnx.weight_only import save_model
 from quantune.passes.registry import register_pass, weights_rewritten
 from quantune.space import Categorical
@@ -62,6 +62,7 @@ class Float16Conversion(Pass):
 
     name = "fp16"
     role = "convert"
+    knobs = Knobs(exclude="nodes_to_exclude")
     rewrites_weights = True
     auto_place = "half"
     Config = Float16Config

@@ -8,7 +8,7 @@ transformations specific to the CPU it ran on, so the saved file is for this kin
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 import onnxruntime as ort
 
@@ -38,6 +38,10 @@ class GraphOptimization(Pass):
     restructuring = True
     Config = GraphOptimizationConfig
     search_space = {"level": Categorical(("basic", "extended", "all"))}
+
+    @classmethod
+    def keeps_graph(cls, config: Any) -> bool:
+        return getattr(config, "level", None) == "disable"
 
     def run(self, config: GraphOptimizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
         options = ort.SessionOptions()

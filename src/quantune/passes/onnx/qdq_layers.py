@@ -127,10 +127,6 @@ def integer_weight(model: onnx.ModelProto, layer: QuantLayer) -> np.ndarray:
     return values.astype(np.int64)
 
 
-def dequantized_weight(model: onnx.ModelProto, layer: QuantLayer) -> np.ndarray:
-    return ((integer_weight(model, layer) - layer.zero_point) * layer.scale).astype(np.float32)
-
-
 def set_integer_weight(model: onnx.ModelProto, layer: QuantLayer, values: np.ndarray) -> None:
     """Writes new integers (clipped to the type's range) into the weight's initializer."""
     init = _init(model, layer.weight_init)

@@ -128,7 +128,7 @@ class SessionTuning(Pass):
             chosen |= group[0]
             if len(group) > 1:
                 chosen |= self._fastest(model_in, group, chosen, config.rounds, timing)
-        _copy_model(model_in, model_out)
+        copy_model(model_in, model_out)
         write_session_settings(model_out, chosen)
         log.info("session_tuning chose %s", chosen)
 
@@ -162,7 +162,7 @@ class SessionTuning(Pass):
         return best
 
 
-def _copy_model(source: Path, target: Path) -> None:
+def copy_model(source: Path, target: Path) -> None:
     """The model file and its external data, unchanged (the settings are the pass's whole output)."""
     shutil.copyfile(source, target)
     for data in external_data_files(source):

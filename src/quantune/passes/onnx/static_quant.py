@@ -26,7 +26,7 @@ from pydantic import Field, model_validator
 from quantune.data import CalibrationReader
 from quantune.errors import TrialError
 from quantune.machine import is_x86
-from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.base import Knobs, Pass, PassConfig, PassContext
 from quantune.passes.onnx.calibration import calibrate_ranges
 from quantune.passes.onnx.calibration_options import (
     calibration_key,
@@ -43,8 +43,8 @@ from quantune.passes.onnx.float_source import remember_float_source
 from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.onnx.tensor_names import inference_error, plain_names, renamed_ranges, restore_names
 from quantune.passes.onnx.unit_overrides import per_channel_overrides
-from quantune.passes.registry import register_pass
-from quantune.prepare.facts import facts_apply, quantized_among
+from quantune.passes.registry import facts_apply, register_pass
+from quantune.prepare.facts import quantized_among
 from quantune.space import Boolean, Categorical, Conditional
 from quantune.store.cache import cache_key
 
@@ -126,6 +126,7 @@ class StaticQuantization(Pass):
     version = 4  # 4: a model onnx refuses is made again with plain tensor names (tensor_names.py)
     Config = StaticQuantizationConfig
     needs_calibration = True
+    limits = "never follows graph_opt at level 'extended' or 'all', and per-channel QDQ needs opset 13"
     # Parameters that change the executed graph (op and tensor types, which nodes are quantized,
     # how Q/DQ pairs are laid out), so they can change speed; the rest (calibrate_method,
     # percentile, reduce_range, weight_symmetric, ...) only move scales and zero points. The
@@ -148,6 +149,23 @@ class StaticQuantization(Pass):
             "matmul_const_b_only",
             "force_quantize_no_input_check",
         }
+    )
+    knobs = Knobs(
+        exclude="nodes_to_exclude",
+        overrides="tensor_overrides",
+        op_types="op_types_to_quantize",
+        layout="quant_format",
+        qdq="QDQ",
+        weights="weight_type",
+        per_channel="per_channel",
+        narrow="reduce_range",
+        channel_nodes="per_channel_nodes",
+        samples="calibration_samples",
+        calibration=("calibrate_method", "percentile", "calibration_samples"),
+        screen=("per_channel", "calibrate_method", "activation_symmetric", "reduce_range"),
+        ceilings=("activation_type", "quant_format"),
+        speed_class=("quant_format", "activation_type", "activation_symmetric"),
+        built_last={"activation_type": "int8"},  # slow where the CPU's int8 dot products saturate
     )
     # Accelerator EPs take QDQ graphs only; TensorRT wants symmetric int8 activations.
     provider_rules = {

@@ -28,9 +28,8 @@ import onnx
 from pydantic import Field, field_validator, model_validator
 
 from quantune.errors import TrialError
-from quantune.passes.base import Pass, PassConfig, PassContext
-from quantune.passes.registry import register_pass, weights_rewritten
-from quantune.prepare.facts import facts_apply
+from quantune.passes.base import Knobs, Pass, PassConfig, PassContext
+from quantune.passes.registry import facts_apply, register_pass, weights_rewritten
 from quantune.space import Categorical, Conditional
 
 HQQ_AVAILABLE = importlib.util.find_spec("torch") is not None
@@ -71,6 +70,7 @@ class WeightOnlyQuantization(Pass):
 
     name = "weight_only"
     role = "quantize"
+    knobs = Knobs(exclude="nodes_to_exclude")
     quantizes = "dynamic"
     leaves_quantized = frozenset({"MatMulNBits", "GatherBlockQuantized"})
     rewrites_weights = True

@@ -26,10 +26,9 @@ import onnx
 from pydantic import Field, field_validator
 
 from quantune.errors import TrialError
-from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.base import Knobs, Pass, PassConfig, PassContext
 from quantune.passes.onnx.weight_only import save_model
-from quantune.passes.registry import register_pass, weights_rewritten
-from quantune.prepare.facts import facts_apply
+from quantune.passes.registry import facts_apply, register_pass, weights_rewritten
 from quantune.space import Categorical
 
 
@@ -59,6 +58,7 @@ class WeightOnlyQDQ(Pass):
     }
     min_opset = 21  # int4 DequantizeLinear
     role = "quantize"
+    knobs = Knobs(exclude="nodes_to_exclude")
     quantizes = "dynamic"
     leaves_quantized = frozenset({"MatMul"})  # a MatMul whose weight comes from DequantizeLinear
     rewrites_weights = True

@@ -2,8 +2,8 @@
 
 Registered names: ``basic``, ``conservative``, ``auto``, ``mse``, ``mse_v2`` (Neural
 Compressor's recipes), ``two_stage`` (Quark's), and ``quantune`` (sensitivity ranking +
-bisection + pruning + latency search). Each tunes a flow's ``static_quant`` or ``dynamic_quant``
-step (per-operator fallback through the step's ``nodes_to_exclude``); ``quantune`` also picks
+bisection + pruning + latency search). Each tunes a flow's quantizing step, whatever its pass
+(per-operator fallback through the parameter its ``knobs`` trait names); ``quantune`` also picks
 between flows that quantize (say static and dynamic) from their defaults.
 """
 

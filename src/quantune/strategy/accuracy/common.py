@@ -13,7 +13,7 @@ from typing import Any
 
 from quantune.graph.capability import Group, Precision
 from quantune.space import Conditional, Point
-from quantune.strategy.accuracy.context import ACCURACY_PARAMS, FLOW_KEY, AccuracyContext, describe
+from quantune.strategy.accuracy.context import FLOW_KEY, AccuracyContext, describe
 from quantune.strategy.accuracy.staged import StagedStrategy
 from quantune.strategy.base import Outcome, Proposal
 
@@ -60,7 +60,7 @@ class AccuracyStrategy(StagedStrategy):
         for name, param in ctx.quant_params().items():
             if name in filled or isinstance(param, Conditional):
                 continue
-            default = _default(ctx, name.split(".", 1)[1])
+            default = ctx.value(filled, name.split(".", 1)[1])
             if default is not None and default in _choices(param, filled):
                 filled[name] = default
         return filled if filled != point and ctx.valid(filled) else point
@@ -119,13 +119,13 @@ class AccuracyStrategy(StagedStrategy):
         """Stage: one-at-a-time changes of the quant parameters that move accuracy most."""
         params = self.ctx.quant_params()
         items: list[tuple[Point, str]] = []
-        for short in ACCURACY_PARAMS:
+        for short in self.ctx.knobs.screen:
             name = self.ctx.key(short)
             param = params.get(name)
             if param is None:
                 continue
             for value in _choices(param, base):
-                if base.get(name, _default(self.ctx, short)) != value:
+                if self.ctx.value(base, short) != value:
                     items.append(({**base, name: value}, f"screen: {short}={value}"))
         items = [(p, s) for p, s in items if self.ctx.valid(p)][:limit]
         if not items:
@@ -201,16 +201,6 @@ def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(param.choices_given(point))
     except (KeyError, AttributeError, TypeError):
         return ()
-
-
-def _default(ctx: AccuracyContext, short: str) -> Any:
-    from quantune.passes import get_pass
-
-    fixed = ctx.problem.step_fixed.get(ctx.quant_step, {})
-    if short in fixed:
-        return fixed[short]
-    field = get_pass(ctx.quant_pass).Config.model_fields.get(short)
-    return None if field is None else field.default
 
 
 def _json_score(score: float) -> float | None:

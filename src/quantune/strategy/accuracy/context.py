@@ -1,13 +1,13 @@
 """What accuracy-driven strategies know about the flow and the model, and how they write points.
 
-Fallback is expressed only through the quant step's own parameters, so nothing new is
-needed downstream: a group kept in fp32 puts its node names in ``<step>.nodes_to_exclude``,
-a group kept in int16 puts its activations in ``<step>.tensor_overrides`` (static QDQ only).
+Fallback is expressed only through the quant step's own parameters, read from its pass's
+``knobs`` trait, so nothing new is needed downstream: a group kept in fp32 puts its node names
+in the parameter that excludes nodes, a group kept in int16 puts its activations in the one
+that overrides tensor types (static QDQ only).
 
-The quant step is a step whose pass quantizes (its ``quantizes`` trait: ``static_quant``
-static, ``dynamic_quant`` and ``weight_only`` dynamic, alike: MatMuls stay float through
-``nodes_to_exclude``): the strategies tune the
-first flow that has one, or the flow named by the ``flow`` option. For a dynamic step the
+The quant step is a step whose pass quantizes (its ``quantizes`` trait: static, or dynamic --
+weights only, each weight it touches a group): the strategies tune the first flow that has
+one, or the flow named by the ``flow`` option. For a dynamic step the
 groups are the nodes ``quantize_dynamic`` touches (MatMuls with constant weights, embedding
 Gathers), each alone; shape-only groups (Reshape, Transpose, ...) are never candidates.
 
@@ -18,7 +18,7 @@ strategy options and from the step's fixed parameters:
 * ``int8_op_types`` / ``int8_nodes``: never fallen back (always quantized);
 * ``precisions``: the fallback precisions to use, in order of preference (default
   ``["fp32"]``; ``["int16", "fp32"]`` tries int16 activations first, QDQ only);
-* the step's fixed ``op_types_to_quantize`` and ``nodes_to_exclude`` hold as well.
+* the step's fixed op types to quantize and nodes to exclude hold as well.
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 from quantune.errors import QuantuneError
 from quantune.graph.capability import Group, ModelCapability, Precision
 from quantune.graph.head import head_nodes, lead_in_nodes
-from quantune.passes.base import RECIPE_ROLES
+from quantune.passes.base import RECIPE_ROLES, Knobs, Pass
 from quantune.passes.registry import PASSES, find_pass
 from quantune.space import Categorical, Point, SearchSpace
 from quantune.strategy.base import SearchProblem
@@ -57,8 +57,6 @@ def _quantizing_passes() -> str:
 
 
 FLOW_KEY = "flow"
-# Quant-step parameters that change accuracy more than speed: screened before any fallback.
-ACCURACY_PARAMS = ("per_channel", "calibrate_method", "activation_symmetric", "reduce_range")
 
 
 @dataclass
@@ -123,9 +121,15 @@ class AccuracyContext:
         quant_step = next(step for step in flow if quantizes(problem.step_passes.get(step)))
         fixed = problem.step_fixed.get(quant_step, {})
         mode = "dynamic" if quantizes(problem.step_passes.get(quant_step)) == "dynamic" else "static"
-        capability = problem.capability(fixed.get("op_types_to_quantize"), mode, flow[: flow.index(quant_step)])
+        knobs = PASSES.get(quant_pass := str(problem.step_passes[quant_step])).knobs
+        if knobs.exclude is None:  # a plugin quantizer that does not say how a node stays float
+            raise QuantuneError(
+                f"passes: '{quant_pass}' names no parameter that keeps nodes in float (Pass.knobs.exclude)"
+            )
+        op_types = fixed.get(knobs.op_types) if knobs.op_types else None
+        capability = problem.capability(op_types, mode, flow[: flow.index(quant_step)])
         fp32_types = set(options.fp32_op_types)
-        fp32_nodes = set(options.fp32_nodes) | set(fixed.get("nodes_to_exclude", []))
+        fp32_nodes = set(options.fp32_nodes) | set(fixed.get(knobs.exclude, []) if knobs.exclude else [])
         int8_types = set(options.int8_op_types)
         int8_nodes = set(options.int8_nodes)
         unknown = (fp32_nodes | int8_nodes) - set(capability.by_name)
@@ -167,12 +171,21 @@ class AccuracyContext:
     def with_fallback(self, point: Mapping[str, Any], precisions: Mapping[str, Precision]) -> Point:
         """``point`` with these groups in these precisions (and the always-fp32 nodes excluded)."""
         excluded, overrides = self.capability.assignment(precisions, base_excluded=self.always_fp32)
-        out = {k: v for k, v in point.items() if k not in (self.key("nodes_to_exclude"), self.key("tensor_overrides"))}
-        if excluded:
-            out[self.key("nodes_to_exclude")] = excluded
-        if overrides:
-            out[self.key("tensor_overrides")] = overrides
+        exclude, override = self.fallback_keys
+        out = {k: v for k, v in point.items() if k not in (exclude, override)}
+        if excluded and exclude:
+            out[exclude] = excluded
+        if overrides and override:
+            out[override] = overrides
         return out
+
+    @property
+    def fallback_keys(self) -> tuple[str | None, str | None]:
+        """The quant step's keys that write a fallback: (nodes kept in float, tensor types overridden)."""
+        knobs = self.knobs
+        return self.key(knobs.exclude) if knobs.exclude else None, self.key(
+            knobs.overrides
+        ) if knobs.overrides else None
 
     def fallback_of(self, names: Iterable[str], precision: Precision = "fp32") -> dict[str, Precision]:
         return dict.fromkeys(names, precision)
@@ -181,6 +194,21 @@ class AccuracyContext:
     def quant_pass(self) -> str:
         """The quant step's pass (one whose ``quantizes`` trait is set)."""
         return str(self.problem.step_passes[self.quant_step])
+
+    @property
+    def pass_cls(self) -> type[Pass]:
+        return PASSES.get(self.quant_pass)
+
+    @property
+    def knobs(self) -> Knobs:
+        """The quant step's parameters by what they do (its pass's ``knobs`` trait)."""
+        return self.pass_cls.knobs
+
+    def value(self, point: Mapping[str, Any], param: str) -> Any:
+        """The quant step's ``param`` at ``point``: the point's, else the user's fixed one, else the pass default."""
+        fixed = self.problem.step_fixed.get(self.quant_step, {})
+        field = self.pass_cls.Config.model_fields.get(param)
+        return point.get(self.key(param), fixed.get(param, None if field is None else field.default))
 
     @property
     def dynamic(self) -> bool:

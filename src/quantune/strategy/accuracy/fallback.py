@@ -1,6 +1,6 @@
 """The fallback strategies users of Neural Compressor know: basic, conservative, auto, mse, mse_v2.
 
-All of them move the static-quant step's per-operator precision (``nodes_to_exclude``) until
+All of them move the quant step's per-operator precision (the nodes its pass excludes) until
 the accuracy criterion holds; they differ in how they choose what to fall back. Options (the
 ``search.strategy_options`` mapping, see :mod:`.context` for the op constraints):
 ``tuning_trials`` (parameter-tuning trials before any fallback, default 4).

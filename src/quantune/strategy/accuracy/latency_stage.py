@@ -44,8 +44,8 @@ from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
     Variant,
-    _values,
     fill_conditionals,
+    preferred_values,
     speed_params,
 )
 from quantune.strategy.base import Outcome
@@ -63,7 +63,7 @@ def graph_params(ctx: AccuracyContext) -> list[str]:
     from quantune.passes import get_pass
 
     declared = get_pass(ctx.quant_pass).graph_params
-    held = {ctx.key("nodes_to_exclude"), ctx.key("tensor_overrides")}
+    held = set(ctx.fallback_keys)
     names = []
     for name in ctx.quant_params():
         short = name.split(".", 1)[1]
@@ -81,8 +81,14 @@ def surely_slower(result: Mapping[str, Any]) -> bool:
 
 
 def within_noise(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing says neither model is faster beyond the noise."""
-    return bool(result.get("same_model")) or not (result.get("faster") or surely_slower(result))
+    """Whether a paired timing says neither model is faster beyond the noise, nor the first by its
+    median by ``LEAST_GAIN``: an interval too wide to settle on a busy machine is no tie when the
+    median says the first model is clearly faster (ending there left a model that much slower)."""
+    if result.get("same_model"):
+        return True
+    if result.get("faster") or surely_slower(result):
+        return False
+    return float(result.get("ratio_median", 1.0)) >= 1.0 - LEAST_GAIN
 
 
 class LatencyStage:
@@ -305,7 +311,7 @@ class LatencyStage:
         only valid points not yet evaluated."""
         out = []
         for name in names:
-            for value in _values(params[name], incumbent):
+            for value in preferred_values(params[name], incumbent):
                 if value is None or incumbent.get(name) == value:
                     continue
                 point = self.complete(fill_conditionals(self.ctx, {**incumbent, name: value}))

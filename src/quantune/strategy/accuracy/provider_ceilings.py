@@ -22,18 +22,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.space.providers import short_provider
 from quantune.strategy.base import Outcome, SearchProblem
 
-PROVIDER_PASS = "execution_provider"
 FLOW_KEY = "flow"
+
+
+def _provider_step(pass_name: str) -> bool:
+    found = find_pass(pass_name)
+    return found is not None and found.role == "provider"
 
 
 def provider_axis(problem: SearchProblem) -> tuple[str, list[str], str] | None:
     """(the provider step, the providers it searches, the reference provider), or None when the
     run searches one provider only."""
-    step = next((sid for sid, name in problem.step_passes.items() if name == PROVIDER_PASS), None)
+    step = next((sid for sid, name in problem.step_passes.items() if _provider_step(name)), None)
     if step is None:
         return None
     param = problem.subspace([step], {}).params.get(f"{step}.provider")  # the step's own, not gated by flow

@@ -24,13 +24,7 @@ from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import describe
 from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.recover import RecoverStage
-from quantune.strategy.accuracy.speed import (
-    COMPUTE_TYPES,
-    SAFE_TYPES,
-    Variant,
-    priced,
-    types_by_cost,
-)
+from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, Variant, priced
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.base import Outcome
 from quantune.strategy.options import QuantuneOptions
@@ -51,9 +45,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     them, ordered by speed; the ``flow`` option restricts the flows) -> in the fastest kept variant that misses: ``recipes`` (cle / smooth_quant
     values, when in the flow) -> ``screen`` (per_channel, calibrate_method, ... one at a
     time; ``screen_trials``, default 2) -> ``op types`` (quantize only Conv/MatMul/Gemm and
-    Add/Mul, then only the compute types; when one holds, the op types left in float are
-    added back, the costliest first, each kept if the criterion holds; ``op_type_trials``,
-    default 3) -> ``bisect`` (groups ranked by sensitivity over their share of the original's
+    Add/Mul, then only the compute types; when one holds, the groups left in float go back to
+    int8 but the fewest most sensitive ones, found by bisection; ``op_type_trials``,
+    default 6) -> ``bisect`` (groups ranked by sensitivity over their share of the original's
     time; the smallest k such that the k first in fp32 meet the criterion, never all the
     compute in fp32; ``bisect blocks`` first when the model has repeated blocks, option
     ``bisect_blocks``) -> ``prune`` (each fallen group, costliest first, back to int8 -- or
@@ -198,9 +192,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         return max(0, min(limit, bound - 1 - guess - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
-        """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``,
-        default 2) when they were not screened before the fallback; the point when one meets the
-        criterion with nothing in fp32, else None."""
+        """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``)
+        unless screened before the fallback; the point that meets the criterion with nothing in fp32, or None."""
         limit = self.options.screen_trials
         if limit <= 0 or self._screened:
             return None
@@ -229,19 +222,37 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         return (yield from self.add_back(base, fallen, {}))
 
     def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
-        """Op types of ``fallen`` back to int8, the costliest first, each kept if the criterion holds
-        (``fixed``: other groups' precisions, held); returns the groups still in fp32."""
-        limit = self.options.op_type_trials
-        for op_type in types_by_cost(fallen, self._costs())[:limit]:
-            trial = [g for g in fallen if g.op_type != op_type]
-            point = self.ctx.with_fallback(base, {**fixed, **self._assign(trial)})
-            stage = f"op types: + {op_type} to int8"
-            outcome = yield from self.try_point(point, stage, speed_if_missed=False)
-            before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
-            if self.keeps_requantized(outcome, point, before, stage):
-                fallen = trial
-                self.note_meeting(len(trial) + sum(1 for p in fixed.values() if p == "fp32"))
-        return fallen
+        """Groups of ``fallen`` (op types put in fp32 wholesale) back to int8 but the fewest that must stay
+        in fp32 (``fixed``: other groups' precisions, held); returns the groups still in fp32.
+
+        Per group, not per op type: a type back in int8 as a whole misses when one of its groups is
+        fragile (an Add of an attention mask, whose range swamps the scores), and would keep every
+        residual Add in fp32 with it. So ``fallen`` is ranked by harm per time and bisected like the
+        compute groups: the smallest k such that its k first in fp32 meet (all of them is known to),
+        at most ``op_type_trials`` evaluations; kept when, in a latency run, not slower side by side."""
+        ranked = [g for g, _ in priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), self._costs())]
+        before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
+        search, trials = Bisection(len(ranked), lo=-1, hi=len(ranked)), self.options.op_type_trials
+        point, outcome = before, None
+        while (k := search.next_k()) is not None and trials > 0:
+            trial = self.ctx.with_fallback(base, {**fixed, **self._assign(ranked[:k])})
+            if self.known(trial) is None:  # the fully quantized model (k = 0) is often known: free
+                trials -= 1
+            tried = yield from self.try_point(
+                trial,
+                f"op types: + {len(ranked) - k}/{len(ranked)} to int8, fp32 {describe([g.name for g in ranked[:k]])}",
+                speed_if_missed=False,
+            )
+            search.record(k, bool(tried.meets))
+            if tried.meets and search.hi == k:
+                point, outcome = trial, tried
+        if outcome is None or search.hi is None:
+            return fallen
+        kept = ranked[: search.hi]
+        if not self.keeps_requantized(outcome, point, before, f"op types: {len(fallen) - len(kept)} groups to int8"):
+            return fallen
+        self.note_meeting(len(kept) + sum(1 for p in fixed.values() if p == "fp32"))
+        return kept
 
     def bisect(self, base: Point, pool: Sequence[Group], fallen: Sequence[Group]) -> Step:
         """The fewest of ``pool`` (by harm per time) in fp32, with ``fallen`` too, that meet; None if none."""
@@ -287,7 +298,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     def _try_fallback(self, base: Point, groups: Sequence[Group], fallen: Sequence[Group], label: str) -> Step:
         point = self.fallback(base, [*fallen, *groups])
-        outcome = yield from self.try_point(point, f"{label} {describe([g.name for g in groups])}", False)
+        stage = f"{label} {describe([g.name for g in groups])}"
+        outcome = yield from self.try_point(point, stage, speed_if_missed=False)
         if outcome.meets:
             self.note_meeting(len(groups) + len(fallen))
         return bool(outcome.meets)
@@ -370,22 +382,17 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     def _lower_precisions(self) -> list[Precision]:
         """Cheaper precisions to try for a fallen group, cheapest first."""
-        lower: list[Precision] = ["int8"]
-        if "int16" in self.ctx.precisions:
-            lower.append("int16")
-        return lower
+        return ["int8", "int16"] if "int16" in self.ctx.precisions else ["int8"]
 
     def _assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
         return {g.name: "fp32" for g in groups}
 
     def _costs(self) -> dict[str, float]:
-        """Each node's share of the original's time, in steps of 25% of itself: a profile's shares move
-        by a few % from run to run, and orders taken from them (bisection ranks, op types added back,
-        the prune's order) should not, so that the same run twice tries the same trials. Only a
-        latency run prices groups by time: for size or accuracy a timing has no say in the orders."""
-        if self.problem.node_costs is None or self.problem.objective != "latency":
-            return {}
-        return {node: _coarse(share) for node, share in self.problem.node_costs().items()}
+        """Each node's share of the original's time, in steps of 25%: shares move a few % from run to run,
+        and the orders taken from them (bisection ranks, groups added back, the prune) must not, so the
+        same run twice tries the same trials. Only a latency run prices groups by time."""
+        costs = self.problem.node_costs if self.problem.objective == "latency" else None
+        return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
 
 
 def _coarse(share: float) -> float:

@@ -31,7 +31,7 @@ from quantune.graph.capability import Precision
 from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
-from quantune.strategy.accuracy.context import FLOW_KEY
+from quantune.strategy.accuracy.context import FLOW_KEY, AccuracyContext
 from quantune.strategy.accuracy.speed import Variant
 from quantune.strategy.accuracy.targeted import TargetedStage, weighted_nodes
 
@@ -82,11 +82,11 @@ class RecoverStage(TargetedStage):
 
     def recoverable(self, variant: Variant) -> bool:
         """Whether ``variant``'s miss is close enough for the refining passes: its loss over the budget
-        by at most ``recover_within`` budgets (4). They mend rounding (the scaled CNN's per-tensor
+        by at most ``recover_within`` budgets (an option). They mend rounding (the scaled CNN's per-tensor
         weights, 3.7 budgets over, fine-tuned into the budget); a model int8 broke (a detector's
         decode head at F1 0: 100 budgets over) costs a refined build and an evaluation per try for
         nothing, time the fallback needs."""
-        within = getattr(self.options, "recover_within", None)  # type: ignore[attr-defined]
+        within = self.options.recover_within
         tolerable = self.problem.tolerable_loss  # type: ignore[attr-defined]
         if within is None or tolerable is None or tolerable <= 0:
             return True
@@ -133,7 +133,7 @@ class RecoverStage(TargetedStage):
         order = [name for name in order if fallback.get(name) == "fp32"]
         for refined in self.refined_variants(variant) if self.recoverable(variant) else []:
             ctx, passes = refined.ctx, self.refining_passes(refined)
-            start = {**refined.point, **_quant_values(base, variant.ctx.quant_step, ctx.quant_step)}
+            start = {**refined.point, **_quant_values(base, variant.ctx, ctx.quant_step)}
             current = dict(fallback)
             fit = self.layer_fit(refined)  # type: ignore[attr-defined]
             last = variant.ctx.with_fallback(base, current)  # the model before a step (refining keeps the graph)
@@ -143,7 +143,7 @@ class RecoverStage(TargetedStage):
                 if not outcome.meets:
                     continue
             kept: list[str] = []
-            units = int(getattr(self.options, "targeted_units", 3))  # type: ignore[attr-defined]
+            units = self.options.targeted_units
             for name in order[:units] if fit is not None else order:  # a fit per try: the costliest few
                 if self.remaining() <= 1:
                     break
@@ -180,7 +180,7 @@ class RecoverStage(TargetedStage):
                 "are not tried, a fallback is",
                 variant.label,
                 over,
-                getattr(self.options, "recover_within", None),  # type: ignore[attr-defined]
+                self.options.recover_within,
                 ", ".join(r.ctx.flow_name for r in refined),
             )
 
@@ -191,23 +191,11 @@ class RecoverStage(TargetedStage):
         return notes
 
 
-def _quant_values(point: Mapping[str, Any], step: str, into: str) -> Point:
-    """The quant step's values of ``point`` renamed for the step ``into`` (fallback excluded)."""
-    skip = {"nodes_to_exclude", "tensor_overrides"}
+def _quant_values(point: Mapping[str, Any], ctx: AccuracyContext, into: str) -> Point:
+    """``ctx``'s quant step's values of ``point`` renamed for the step ``into`` (fallback excluded)."""
     out: Point = {}
     for key, value in point.items():
-        if key == FLOW_KEY or not key.startswith(f"{step}."):
+        if key == FLOW_KEY or not key.startswith(f"{ctx.quant_step}.") or key in ctx.fallback_keys:
             continue
-        short = key.split(".", 1)[1]
-        if short not in skip:
-            out[f"{into}.{short}"] = value
+        out[f"{into}.{key.split('.', 1)[1]}"] = value
     return out
-
-
-def describe_recovered(recovered: Mapping[str, Any] | None) -> str:
-    """One line for logs and stage texts: which units the refining passes kept int8."""
-    if not recovered:
-        return ""
-    units = recovered.get("units")
-    what = "every unit" if units == "all" else (", ".join(units) or "no unit") if isinstance(units, list) else ""
-    return f"{what} kept int8 by {' + '.join(recovered.get('passes', []))} ({recovered.get('flow')})"

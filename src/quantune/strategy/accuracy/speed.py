@@ -17,6 +17,7 @@ second culprit conv, 0.77 against the Gemms' 0.47, behind them).
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -70,10 +71,8 @@ def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
     rows already).
 
     Calibration only moves scales and zero points (the quant pass's ``graph_params`` leave the
-    samples out): the executed graph, and so the speed, is the same. On the captcha recognizer,
-    whose first guess (a dynamic variant) is its answer, the first static ceiling's build with its
-    calibration on 64 rows took 1.6 s, a stand-in's 0.7-0.8 s; the full calibration is done when a
-    static variant is tried, never for timing alone.
+    samples out): the executed graph, and so the speed, is the same; the full calibration is
+    done when a static variant is tried, never for timing alone.
     """
     from quantune.passes.registry import find_pass
 
@@ -84,63 +83,62 @@ def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
             return None
         if cls.needs_calibration:
             calibrating.append((step, cls))
-    if [step for step, _ in calibrating] != [ctx.quant_step]:
+    if [step for step, _ in calibrating] != [ctx.quant_step] or ctx.knobs.samples is None:
         return None
-    if "calibration_samples" not in calibrating[0][1].Config.model_fields:
-        return None
-    rows = point.get(ctx.key("calibration_samples"))
+    rows = point.get(ctx.key(ctx.knobs.samples))
     if isinstance(rows, int) and rows <= STAND_IN_ROWS:
         return None
-    return {**point, ctx.key("calibration_samples"): STAND_IN_ROWS}
+    return {**point, ctx.key(ctx.knobs.samples): STAND_IN_ROWS}
 
 
 def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
-    """The flow's fastest-candidate points: every quant format x activation type (static), or the defaults."""
+    """The flow's fastest-candidate points: every value of the quant pass's ceiling axes (``knobs.ceilings``:
+    a static step's format x activation type, a dynamic step's weight type x pre-optimization), or
+    the defaults. A dynamic step starts from the accuracy defaults too (:func:`nc_defaults`): per-channel
+    weights, 7 bits of them where the CPU's int8 dot products saturate; the screen tries the
+    other values once a first model is in budget.
+    """
     base = ctx.base_point()
-    if ctx.quant_pass == "dynamic_quant":
-        return dynamic_variants(ctx, base)
-    if ctx.dynamic:
+    if ctx.dynamic and not ctx.knobs.ceilings:
         return [(base, f"{ctx.flow_name}: {ctx.quant_pass}")]
     params = ctx.quant_params()
-    base = nc_defaults(ctx, base)
-    formats = _values(params.get(ctx.key("quant_format")), base)
-    types = _values(params.get(ctx.key("activation_type")), base)
+    start = nc_defaults(ctx, base)
+    op_types = frozenset(ctx.capability.op_types())
+    axes = [
+        (name, ctx.pass_cls.ceiling_values(name, preferred_values(params.get(ctx.key(name)), start), op_types))
+        for name in ctx.knobs.ceilings
+    ]
     out: list[tuple[Point, str]] = []
-    # activation type first (see build_order)
-    for point, (activation, quant_format) in _grid(ctx, base, ("activation_type", types), ("quant_format", formats)):
-        point = fill_conditionals(ctx, point)
+    for values in itertools.product(*(choices for _, choices in axes)):
+        point = dict(start)
+        point.update({ctx.key(name): value for (name, _), value in zip(axes, values, strict=True) if value is not None})
+        if not ctx.dynamic:
+            point = fill_conditionals(ctx, point)
         if ctx.valid(point):
-            name = "/".join(str(v) for v in (quant_format, activation) if v is not None) or "defaults"
-            out.append((point, f"{ctx.flow_name}: {name}"))
-    return out or [(base, f"{ctx.flow_name}: defaults")]
+            # the inner axis first: "QDQ/uint8", "mixed/extended"
+            out.append((point, _label(ctx, [v for v in reversed(values) if v is not None and v != "none"])))
+    return out or [(start, _label(ctx, []))]
 
 
-def _grid(
-    ctx: AccuracyContext, start: Point, outer: tuple[str, list[Any]], inner: tuple[str, list[Any]]
-) -> list[tuple[Point, tuple[Any, Any]]]:
-    """``start`` with each (outer, inner) pair of values set (a None value leaves its parameter as is)."""
-    points = []
-    for first in outer[1]:
-        for second in inner[1]:
-            point = dict(start)
-            for name, value in ((outer[0], first), (inner[0], second)):
-                if value is not None:
-                    point[ctx.key(name)] = value
-            points.append((point, (first, second)))
-    return points
+def _label(ctx: AccuracyContext, values: Sequence[Any]) -> str:
+    name = "/".join(str(v) for v in values)
+    if ctx.dynamic:
+        return f"{ctx.flow_name}: dynamic{' ' + name if name else ''}"
+    return f"{ctx.flow_name}: {name or 'defaults'}"
 
 
 def build_order(ctx: AccuracyContext, point: Mapping[str, Any]) -> int:
     """Where a variant goes in the ceilings' build order: what is built first is surely timed.
 
-    Static variants with uint8 activations first, then the dynamic ones (cheap to build: no
-    calibration; the fastest on MiniLM and captcha), int8 activations last: on a CPU whose
-    int8 dot products saturate they ran 1.0-3.6x fp32 on every zoo model, and when the
-    stage's time share runs out they are the ones left out.
+    Static variants first, then the dynamic ones (cheap to build: no calibration), the values
+    the quant pass knows slow (``knobs.built_last``: int8 activations, which on a CPU whose int8
+    dot products saturate run slower than fp32) last: when the stage's time share runs out they
+    are the ones left out.
     """
     if ctx.dynamic:
         return 1
-    return 2 if point.get(ctx.key("activation_type")) == "int8" else 0
+    slow = ctx.knobs.built_last.items()
+    return 2 if any(point.get(ctx.key(name)) == value for name, value in slow) else 0
 
 
 # Op types that mark a sequence model: Neural Compressor calls such a model "NLP" and quantizes
@@ -151,74 +149,51 @@ SEQUENCE_TYPES = frozenset({"LSTM", "GRU", "RNN", "Attention"})
 def likeliest(variants: Sequence[Variant]) -> Variant | None:
     """The ceiling most likely to be both fast and in budget, evaluated before any is timed.
 
-    Neural Compressor's choice, which reaches a first model in budget with one evaluation on
-    MiniLM-L3 and the captcha model: the dynamic flow for a sequence model (an RNN or attention
-    op, or more weighted MatMuls than convolutions), with the graph pre-optimized and the
-    weight type its kernels run fast (mixed when there are convolutions); otherwise the first
-    static variant (uint8 activations, the first format searched). None without variants.
+    Neural Compressor's choice: the dynamic flow for a sequence model (an RNN or attention op,
+    or more weighted MatMuls than convolutions), with the values its quant pass knows fastest
+    there (``Pass.fastest``); otherwise the first static variant (the first format and
+    activation type searched). None without variants.
     """
     if not variants:
         return None
-    dynamic = [v for v in variants if v.ctx.dynamic or v.ctx.quant_pass == "dynamic_quant"]
+    dynamic = [v for v in variants if v.ctx.dynamic]
     static = [v for v in variants if v not in dynamic]
     # the dynamic step's groups hold the RNNs a static step cannot quantize
     types = [g.op_type for g in (dynamic or variants)[0].ctx.capability.groups]
     sequence = bool(SEQUENCE_TYPES & set(types)) or types.count("MatMul") + types.count("Gemm") > types.count("Conv")
     if dynamic and (sequence or not static):
-        conv = "Conv" in types
 
-        def rank(variant: Variant) -> tuple[int, int]:
-            weight = variant.point.get(variant.ctx.key("weight_type"))
-            pre = variant.point.get(variant.ctx.key("pre_optimize"))
-            return (int(weight != ("mixed" if conv else "int8")), int(pre not in ("extended", None)))
+        def rank(variant: Variant) -> tuple[int, ...]:
+            """A pass that knows its fastest values first, then the fewest values off them."""
+            fastest = variant.ctx.pass_cls.fastest(frozenset(types))
+            point, key = variant.point, variant.ctx.key
+            return (int(not fastest), *(int(point.get(key(name)) != value) for name, value in fastest.items()))
 
         return min(dynamic, key=rank)
     return static[0]
-
-
-def dynamic_variants(ctx: AccuracyContext, base: Point) -> list[tuple[Point, str]]:
-    """A dynamic step's ceilings: each weight type x graph pre-optimization it searches.
-
-    Speed differs by both: int8 weights make ``ConvInteger`` many times slower than uint8 ones
-    on this onnxruntime (the captcha model: 1.7x fp32 against 0.65x), and the extended
-    pre-optimization fuses what quantization would otherwise leave split (MiniLM-L3: 0.59x
-    against 0.63x). Accuracy starts where Neural Compressor's dynamic defaults do: per-channel
-    weights, 7 bits of them where the CPU's int8 dot products saturate (``reduce_range``); the
-    screen tries the other values once a first model is in budget.
-    """
-    params = ctx.quant_params()
-    start = nc_defaults(ctx, base)
-    out: list[tuple[Point, str]] = []
-    weights = _values(params.get(ctx.key("weight_type")), start)
-    if "Conv" not in ctx.capability.op_types() and "int8" in weights:
-        weights = [w for w in weights if w != "mixed"]  # without convolutions, mixed is the int8 model
-    pres = _values(params.get(ctx.key("pre_optimize")), start)
-    for point, (pre, weight) in _grid(ctx, start, ("pre_optimize", pres), ("weight_type", weights)):
-        if ctx.valid(point):
-            name = "/".join(str(v) for v in (weight, pre) if v is not None and v != "none")
-            out.append((point, f"{ctx.flow_name}: dynamic{' ' + name if name else ''}"))
-    return out or [(start, f"{ctx.flow_name}: dynamic")]
 
 
 def nc_defaults(ctx: AccuracyContext, base: Point) -> Point:
     """``base`` with Neural Compressor's accuracy defaults where the space searches them:
     per-channel weights, and 7-bit weights where this CPU's int8 dot products saturate.
 
-    Static too: PP-OCRv6's recognizer lost 1.29% at per-tensor QDQ uint8 and nothing per-channel
-    (budget 1%), and per-tensor 7-bit weights broke it (82% lost): 7 bits only with per-channel
-    scales (a user who fixes ``per_channel: false`` keeps the 8 bits).
+    Static too: per-tensor scales can lose what per-channel ones keep, and per-tensor 7-bit
+    weights can break a model: 7 bits only with per-channel scales (a user who fixes per-tensor
+    weights keeps the 8 bits).
     """
-    params = ctx.quant_params()
+    params, knobs = ctx.quant_params(), ctx.knobs
     start = dict(base)
-    if ctx.key("per_channel") in params:
-        start[ctx.key("per_channel")] = True
-    if ctx.key("reduce_range") in params and start.get(ctx.key("per_channel")) is True:
-        start[ctx.key("reduce_range")] = bool(ctx.problem.int8_saturates)
+    channel = ctx.key(knobs.per_channel) if knobs.per_channel else None
+    if channel in params:
+        start[channel] = True
+    if knobs.narrow and ctx.key(knobs.narrow) in params and channel and start.get(channel) is True:
+        start[ctx.key(knobs.narrow)] = bool(ctx.problem.int8_saturates)
     return start
 
 
 def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
-    """Active conditional parameters of the quant step at their first value (e.g. activation_symmetric)."""
+    """Active conditional parameters of the quant step at their first value (e.g. a symmetry that
+    only int8 activations have)."""
     filled = dict(point)
     for name, param in ctx.quant_params().items():
         if name in filled or not isinstance(param, Conditional):
@@ -233,16 +208,15 @@ def slower_twins(variants: Sequence[Variant], provider: str) -> list[tuple[Varia
     """(variant, its faster twin among ``variants``, why) for each variant whose quant pass knows
     its kernels slow where it runs (``Pass.faster_twin``) and whose twin -- the same quantization
     on the fast kernels -- is a variant too; the speed ceilings skip the slow one (building and
-    timing it only to drop it cost PP-OCRv6's recognizer three builds and 15x the original's time
-    a round). A variant on the provider axis runs where its point says; the others on ``provider``."""
-    from quantune.passes.registry import get_pass
+    timing it would only drop it). A variant on the provider axis runs where its point says; the
+    others on ``provider``."""
+    from quantune.passes.registry import find_pass
 
     out = []
     for variant in variants:
         ctx = variant.ctx
-        try:
-            pass_cls = get_pass(ctx.quant_pass)
-        except Exception:  # a plugin pass not registered here: nothing known of it
+        pass_cls = find_pass(ctx.quant_pass)
+        if pass_cls is None:  # a plugin pass not registered here: nothing known of it
             continue
         config = _step_config(ctx, pass_cls, variant.point)
         where = next((str(v) for k, v in variant.point.items() if k.endswith(".provider")), provider)
@@ -271,9 +245,7 @@ def _step_config(ctx: AccuracyContext, pass_cls: Any, point: Mapping[str, Any]) 
 
 def speed_params(ctx: AccuracyContext, point: Mapping[str, Any]) -> Point:
     """The values of a point that decide its speed class (held fixed while accuracy is recovered)."""
-    keys = [ctx.key("quant_format"), ctx.key("activation_type"), ctx.key("activation_symmetric")]
-    if ctx.quant_pass == "dynamic_quant":  # uint8 ConvInteger and the fused graph are what is fast
-        keys += [ctx.key("weight_type"), ctx.key("pre_optimize")]
+    keys = [ctx.key(name) for name in ctx.knobs.speed_class]
     return {key: point[key] for key in keys if key in point}
 
 
@@ -295,16 +267,7 @@ def priced(scored: Sequence[tuple[Group, float]], costs: Mapping[str, float]) ->
     return sorted(value, key=lambda gs: (-gs[1], order[gs[0].name]))
 
 
-def types_by_cost(groups: Sequence[Group], costs: Mapping[str, float]) -> list[str]:
-    """Op types of ``groups``, the most time in the original first (first-seen order breaks ties)."""
-    totals: dict[str, float] = {}
-    for group in groups:
-        totals[group.op_type] = totals.get(group.op_type, 0.0) + group_cost(group, costs)
-    order = list(totals)
-    return sorted(order, key=lambda t: (-totals[t], order.index(t)))
-
-
-def _values(param: Any, point: Mapping[str, Any]) -> list[Any]:
+def preferred_values(param: Any, point: Mapping[str, Any]) -> list[Any]:
     """A searched parameter's values in the order the space prefers (heaviest weight first)."""
     if param is None:
         return [None]

@@ -5,7 +5,7 @@ sits in a few layers (a conv whose output channels differ in range by orders of 
 a decode head's box and score channels in one weight). Two fixes keep such a layer int8 and
 the graph as fast as the fully quantized one:
 
-* **per-channel weights on just those layers** (``static_quant.per_channel_nodes``, a
+* **per-channel weights on just those layers** (the quant pass's ``knobs.channel_nodes``, a
   ``TensorQuantOverrides`` axis): one scale per output channel instead of one per layer; in the
   variant's own flow, so it needs no refining flow in the config (the config ``quantune init``
   writes has none);
@@ -13,7 +13,7 @@ the graph as fast as the fully quantized one:
   flow refines the quant step with ``fast_finetune``: a fit of the few worst layers, not of all.
 
 Before the fallback (:meth:`TargetedStage.stage_targeted`) the fixes go to the ``targeted_units``
-(3) units the sensitivity ranks worst, all at once: one trial each, a meeting one ends the
+units the sensitivity ranks worst (an option), all at once: one trial each, a meeting one ends the
 accuracy recovery with every unit int8. After the fallback
 (:meth:`TargetedStage.stage_targeted_units`) each unit it put in fp32, the costliest first, goes
 back to int8 with per-channel weights and stays so when the model still meets (and, in a latency
@@ -35,9 +35,9 @@ from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext, describe
 from quantune.strategy.accuracy.speed import Variant
+from quantune.strategy.options import QuantuneOptions
 
 TARGETED = "recover targeted"
-TARGETED_UNITS = 3  # the worst units fixed at once before the fallback
 WEIGHTED = frozenset({"Conv", "Gemm", "MatMul"})
 
 
@@ -48,19 +48,19 @@ def weighted_nodes(ctx: AccuracyContext, groups: Sequence[Group]) -> list[str]:
 
 
 def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
-    """A static QDQ quant step with per-tensor weights whose pass takes ``per_channel_nodes``."""
-    cls = find_pass(ctx.quant_pass)
-    if ctx.dynamic or cls is None or "per_channel_nodes" not in cls.Config.model_fields:
+    """A static QDQ quant step with per-tensor weights whose pass takes per-channel weights on
+    named nodes (its ``knobs.channel_nodes``)."""
+    knobs = ctx.knobs
+    if ctx.dynamic or knobs.channel_nodes is None:
         return False
-    fields, fixed = cls.Config.model_fields, ctx.problem.step_fixed.get(ctx.quant_step, {})
-    per_channel = point.get(ctx.key("per_channel"), fixed.get("per_channel", fields["per_channel"].default))
-    quant_format = point.get(ctx.key("quant_format"), fixed.get("quant_format", fields["quant_format"].default))
-    return not per_channel and quant_format == "QDQ"
+    per_channel = knobs.per_channel is not None and ctx.value(point, knobs.per_channel)
+    return not per_channel and (knobs.layout is None or ctx.value(point, knobs.layout) == knobs.qdq)
 
 
 class TargetedStage:
     """Mixin for the quantune strategy: per-channel / fine-tuned worst units before fp32."""
 
+    options: QuantuneOptions
     recovered: dict[str, Any]
     fitted: set[str]  # the variants whose worst layers were fine-tuned alone
 
@@ -98,13 +98,13 @@ class TargetedStage:
         if not (channel or found) or self.remaining() <= 1:  # type: ignore[attr-defined]
             return None  # no fix applies: no sensitivity measured for nothing (149 s on PP-OCRv6 det)
         ranked = [g for g, score in ctx.ranked(base) if score > 0 and weighted_nodes(ctx, [g])]
-        worst = ranked[: max(0, int(getattr(self.options, "targeted_units", TARGETED_UNITS)))]  # type: ignore[attr-defined]
+        worst = ranked[: self.options.targeted_units]
         nodes = weighted_nodes(ctx, worst)
         if not nodes:
             return None
         names = [g.name for g in worst]
         if channel:
-            point = {**base, ctx.key("per_channel_nodes"): sorted(nodes)}
+            point = {**base, ctx.key(str(ctx.knobs.channel_nodes)): sorted(nodes)}
             outcome = yield from self.try_point(point, f"{TARGETED}: per-channel weights on {describe(names)}")  # type: ignore[attr-defined]
             if outcome.meets:
                 self._note(ctx, ["per-channel weights"], names)
@@ -116,7 +116,7 @@ class TargetedStage:
         point = {**refined.point, f"{step}.nodes": sorted(nodes)}
         how = [fit]
         if channel and per_channel_fixable(refined.ctx, refined.point):
-            point[refined.ctx.key("per_channel_nodes")] = sorted(nodes)
+            point[refined.ctx.key(str(refined.ctx.knobs.channel_nodes))] = sorted(nodes)
             how = ["per-channel weights", fit]
         outcome = yield from self.try_point(point, f"{TARGETED}: {' + '.join(how)} on {describe(names)}")  # type: ignore[attr-defined]
         if outcome.meets:
@@ -134,14 +134,14 @@ class TargetedStage:
         if not per_channel_fixable(ctx, base):
             return base, dict(fallback)
         groups = ctx.capability.group_by_name
-        current, fixed, kept = dict(fallback), list(base.get(ctx.key("per_channel_nodes"), [])), []
+        current, fixed, kept = dict(fallback), list(base.get(ctx.key(str(ctx.knobs.channel_nodes)), [])), []
         for name in order:
             nodes = weighted_nodes(ctx, [groups[name]])
             if not nodes or self.remaining() <= 1:  # type: ignore[attr-defined]
                 continue
             trial = {k: v for k, v in current.items() if k != name}
-            point = {**ctx.with_fallback(base, trial), ctx.key("per_channel_nodes"): sorted({*fixed, *nodes})}
-            before = {**ctx.with_fallback(base, current), ctx.key("per_channel_nodes"): fixed}
+            point = {**ctx.with_fallback(base, trial), ctx.key(str(ctx.knobs.channel_nodes)): sorted({*fixed, *nodes})}
+            before = {**ctx.with_fallback(base, current), ctx.key(str(ctx.knobs.channel_nodes)): fixed}
             stage = f"{TARGETED}: {name} -> int8 (per-channel weights)"
             outcome = yield from self.try_point(point, stage, speed_if_missed=False)  # type: ignore[attr-defined]
             if self.keeps_requantized(outcome, point, before, stage):  # type: ignore[attr-defined]
@@ -149,7 +149,7 @@ class TargetedStage:
         if not kept:
             return base, dict(fallback)
         self._note(ctx, ["per-channel weights"], kept, sorted(n for n, p in current.items() if p == "fp32"))
-        return {**base, ctx.key("per_channel_nodes"): fixed}, current
+        return {**base, ctx.key(str(ctx.knobs.channel_nodes)): fixed}, current
 
     def _note(self, ctx: AccuracyContext, how: list[str], units: list[str], fallen: list[str] | None = None) -> None:
         """``fallen`` None: fixed before any fallback; else after it (what still is in fp32)."""

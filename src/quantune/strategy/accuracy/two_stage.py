@@ -13,13 +13,11 @@ from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.options import TwoStageOptions
 from quantune.strategy.registry import register_strategy
 
-CALIBRATION_PARAMS = ("calibrate_method", "percentile", "calibration_samples")
-
 
 @register_strategy("two_stage")
 class TwoStageStrategy(AccuracyStrategy):
-    """Stages: ``calibration`` (a sampler over calibrate_method, percentile, calibration_samples,
-    the rest at defaults; ``calibration_trials`` trials, default half of ``stop.max_trials``)
+    """Stages: ``calibration`` (a sampler over the quant pass's calibration knobs -- method,
+    percentile, sample count -- the rest at defaults; ``calibration_trials`` trials, default half of ``stop.max_trials``)
     -> ``rest`` (a sampler over the other parameters with the best calibration fixed: the
     meeting trial with the lowest objective, else the one with the least loss)."""
 
@@ -29,7 +27,7 @@ class TwoStageStrategy(AccuracyStrategy):
 
     def stages(self) -> Stages:
         params = list(self.ctx.quant_params())
-        calibration = [p for p in params if p.split(".", 1)[1] in CALIBRATION_PARAMS]
+        calibration = [p for p in params if p.split(".", 1)[1] in self.ctx.knobs.calibration]
         rest = [p for p in params if p not in calibration]
         base = self.ctx.base_point()
         budget = self.remaining() if self.problem.max_trials is not None else 16
