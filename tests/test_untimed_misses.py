@@ -1,10 +1,12 @@
 """A fallback trial whose accuracy cannot change the answer is not timed.
 
-Once a candidate is in budget, a trial of the recovery stages (bisection, prune, op types added
-back) that misses the budget can be neither the best nor the closest miss: its latency and its
-memory probe (together about twice its evaluation on a small batch) are left out. Its record says
-why, the verdict and the final model stay those of a run that times everything, and a later trial
-that needs the figures of such a model (in budget under another criterion) times it from the cache.
+A trial of the recovery stages (bisection, prune, op types added back) that misses the budget is
+not timed during the search (its latency and memory probe cost about twice its evaluation on a
+small batch): with a candidate in budget it can be neither the best nor the closest miss; without
+one, the misses that may be the closest miss are timed at the run's end, the most accurate first.
+Its record says why, the verdict and the final model stay those of a run that times everything,
+and a later trial that needs the figures of such a model (in budget under another criterion)
+times it from the cache.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import pytest
 
 import quantune
 from quantune.engine.loop import RunLoop
+from quantune.engine.selection import miss_front
 from quantune.store import RunStore
 from test_accuracy_strategies import scaled_config
 
@@ -50,7 +53,7 @@ def test_misses_after_a_candidate_in_budget_are_not_timed(tmp_path: Path, monkey
         if trial["untimed"]:  # a miss after the first candidate, its figures absent, the reason given
             assert not trial["meets_criterion"] and trial["number"] > first and not timed
             assert trial["objective"] == trial["metrics"]["size_bytes"]  # a size run: its objective is known
-            assert "candidate is in budget" in trial["untimed"]
+            assert "closest miss" in trial["untimed"]
         else:
             assert timed, trial
         if trial["meets_criterion"] or trial["number"] < first:  # candidates, and misses before any
@@ -82,3 +85,25 @@ def test_an_untimed_model_is_timed_when_a_later_trial_needs_it(tmp_path: Path) -
     for trial in reused:
         if trial["meets_criterion"]:
             assert not trial["untimed"] and "latency_ms" in trial["metrics"]
+
+
+def test_without_a_candidate_only_the_misses_that_may_be_the_closest_miss_are_timed(tmp_path: Path) -> None:
+    config = _config(tmp_path)
+    config["evaluation"]["metric"] = "cosine"  # no loss allowed: every quantized model misses
+    config["objective"] = "latency"
+    result = quantune.tune(config, output=tmp_path / "run")
+    assert result.verdict == "no_candidate_in_budget" and result.closest_miss is not None
+    saved = json.loads((tmp_path / "run" / "results.json").read_text())
+    trials = {t["number"]: t for t in saved["trials"]}
+    recovery = [t for t in trials.values() if t["stage"].startswith(("bisect", "prune"))]
+    assert recovery  # the bisection ran, and its misses were timed at the end only where needed
+    assert "closest miss" in saved["time_spent_s"]
+    closest = trials[saved["closest_miss"]["number"]]
+    assert not closest["untimed"] and "latency_ms" in closest["metrics"]
+    front = miss_front(result.trials, result.baseline["latency_ms"])
+    assert front and front[0].number == closest["number"]
+    for trial in trials.values():  # each left untimed is less accurate than the closest miss (faster)
+        if trial["untimed"]:
+            assert trial["accuracy_loss"] > closest["accuracy_loss"] and "latency_ms" not in trial["metrics"]
+    stored = {row["number"]: row for row in RunStore(tmp_path / "run" / "run.db").trials()}
+    assert {n for n, row in stored.items() if row.get("untimed")} == {n for n, t in trials.items() if t["untimed"]}

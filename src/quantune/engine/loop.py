@@ -105,7 +105,7 @@ class RunLoop:
     abandoned: int = 0
     # raises when an input changed under the run (identity.py): a trial's record is then not kept
     check_inputs: Callable[[], None] | None = None
-    # a miss is left untimed where the strategy allows it once a candidate is in budget (False: all timed)
+    # a miss is left untimed where the strategy reads nothing of its speed (False: every trial timed)
     untimed_misses: bool = True
 
     def __init__(
@@ -223,8 +223,8 @@ class RunLoop:
         """Runs (or replays) the proposal; ``False`` when it would not finish before ``timeout_s``."""
         plan = self.plan
         flow = proposal.flow or plan.flow_of(proposal.point)
-        # a miss's speed can change the answer only while no candidate is in budget (the closest miss)
-        untimed_if_missed = self.untimed_misses and not proposal.speed_if_missed and self.best is not None
+        # a miss's speed matters only to the closest miss: timed at the end if it may be it (engine.py)
+        untimed_if_missed = self.untimed_misses and not proposal.speed_if_missed
         trial = Trial(self.asked, tuple(flow), proposal.point, untimed_if_missed)
         stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
         if stored is None and not self._ahead(proposal.point, trial.flow) and self._would_overrun(trial.flow):

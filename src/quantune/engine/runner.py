@@ -19,6 +19,7 @@ from typing import Any
 from quantune.data import Dataset
 from quantune.engine.identity import check_model_unchanged
 from quantune.engine.plan import Plan
+from quantune.engine.selection import is_candidate, miss_front
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Criterion, Evaluator
@@ -32,7 +33,8 @@ from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
 
-UNTIMED = "misses the accuracy budget while a candidate is in budget: its speed cannot change the answer"
+# a miss's speed matters only to the closest miss (no candidate in budget): timed at the run's end if it may be it
+UNTIMED = "misses the accuracy budget: timed only if it may be the closest miss, at the run's end"
 
 
 @dataclass
@@ -176,6 +178,28 @@ class TrialRunner:
             record.durations[f"{stage}_peak_rss_mb"] = mb
         return record
 
+    def time_closest_misses(self, records: list[TrialRecord], original_ms: float | None) -> list[TrialRecord]:
+        """With no candidate in budget, the untimed misses timed now, the most accurate first, until the
+        closest miss is known (the most accurate miss faster than the original, ``selection.miss_front``):
+        one less accurate than a faster miss timed cannot be it, so it stays untimed (as do all when a
+        candidate is in budget). The same closest miss as timing every trial, for one timing or a few.
+        Returns the records timed (their figures added, ``untimed`` cleared)."""
+        if any(is_candidate(r) for r in records):
+            return []
+        timed = []
+        for record in sorted((r for r in records if r.untimed and r.accuracy_loss is not None), key=_by_loss):
+            front = miss_front(records, original_ms)
+            if front and front[0].accuracy_loss < record.accuracy_loss:  # (a tie: the tie rule reads its speed)
+                break
+            path = Path(record.model_path or "")
+            path = path if path.is_file() else self.rebuild(record)
+            if path is None:
+                continue
+            record.metrics.update(self.context.evaluator.speed_figures(path))
+            record.untimed = None
+            timed.append(record)
+        return timed
+
     def rebuild(self, record: TrialRecord) -> Path | None:
         """A finished trial's model built again through the pass cache, when it left the cache (a
         cache miss rebuilds); ``None`` when the passes fail or do not give the same bytes."""
@@ -269,3 +293,7 @@ def original_metric(context: RunContext, metric: str, wait_s: float) -> float | 
         if time.perf_counter() >= deadline:
             return None
         time.sleep(0.05)
+
+
+def _by_loss(record: TrialRecord) -> tuple[float, int]:
+    return (record.accuracy_loss if record.accuracy_loss is not None else float("inf"), record.number)

@@ -15,8 +15,8 @@ class Trial:
     number: int
     flow: tuple[str, ...]
     params: Point
-    # a model that misses the criterion is not timed (nor its memory probed): a candidate is in budget
-    # already and the strategy reads nothing of a miss's speed, so its figures cannot change the answer
+    # a model that misses the criterion is not timed (nor its memory probed): the strategy reads nothing
+    # of a miss's speed, and the closest miss is timed at the run's end (TrialRunner.time_closest_misses)
     untimed_if_missed: bool = False
 
 
@@ -46,7 +46,7 @@ class TrialRecord:
     session_settings: dict[str, Any] | None = (
         None  # onnxruntime session settings the candidate runs with (session_tuning)
     )
-    # why its latency and memory were not measured (it missed the budget while a candidate was in it); None: measured
+    # why its latency and memory were not measured (a miss that cannot be the closest miss); None: measured
     untimed: str | None = None
 
     def to_dict(self) -> dict[str, Any]:

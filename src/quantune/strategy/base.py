@@ -25,8 +25,8 @@ class Proposal:
     point: Point
     flow: tuple[str, ...] | None = None  # None: the flow the point names (or the only flow)
     stage: str = ""
-    # whether the strategy reads the speed of this proposal's model should it miss the criterion; when
-    # it does not and a candidate is in budget, the engine leaves a miss untimed (Trial.untimed_if_missed)
+    # whether the strategy reads the speed of this proposal's model should it miss the criterion; when it
+    # does not, the engine leaves a miss untimed unless it may be the closest miss (Trial.untimed_if_missed)
     speed_if_missed: bool = True
 
 

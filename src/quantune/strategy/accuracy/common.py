@@ -33,7 +33,7 @@ class AccuracyStrategy(StagedStrategy):
     def try_points(self, items: Sequence[tuple[Point, str]], speed_if_missed: bool = True) -> Step:
         """Evaluates ``(point, stage)`` pairs as one batch; invalid points fail without running.
         ``speed_if_missed=False``: the stage reads nothing of a miss but that it missed (a miss is then
-        left untimed once a candidate is in budget, ``Proposal.speed_if_missed``)."""
+        left untimed, ``Proposal.speed_if_missed``)."""
         items = [(self.complete(point), stage) for point, stage in items]
         valid = [(i, point, stage) for i, (point, stage) in enumerate(items) if self.ctx.valid(point)]
         outcomes: list[Outcome] = [Outcome(None)] * len(items)
