@@ -63,6 +63,7 @@ FLOORS: tuple[tuple[str, tuple[str, ...]], ...] = (
             "quantune.userfault",
             "quantune._lazy",
             "quantune.forkserver",
+            "quantune.progress",
         ),
     ),
 )

@@ -118,6 +118,18 @@ def _isolated_cache(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     monkeypatch.setenv("QUANTUNE_CACHE_DIR", str(tmp_path_factory.mktemp("default-cache")))
 
 
+@pytest.fixture(scope="session")
+def _suite_lane(tmp_path_factory: pytest.TempPathFactory) -> str:
+    return str(tmp_path_factory.mktemp("lane") / "quantune-latency.lock")
+
+
+@pytest.fixture(autouse=True)
+def _private_latency_lane(_suite_lane: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The suite's timings share a lane of their own (its runs' subprocesses inherit it): a run
+    elsewhere on the machine holding the machine-wide one would stall them, and print that they wait."""
+    monkeypatch.setenv("QUANTUNE_LATENCY_LOCK", _suite_lane)
+
+
 @pytest.fixture
 def cnn_model(tmp_path: Path) -> Path:
     return build_cnn(tmp_path / "cnn.onnx")

@@ -112,6 +112,36 @@ def wait_for(condition, timeout: float = 300, what: str = "condition", process: 
         time.sleep(0.1)
 
 
+class LaneGate:
+    """The runs' private latency lane (``PRIVATE_LATENCY_LOCK``), held by the test: a run whose
+    original is evaluated already (``quantune check`` first) claims its output folder and then waits
+    at its first timing, and :meth:`let_one_through` lets exactly the timing waiting now pass. A test
+    that must stop a run in the middle of its search does so on these events, not on its speed."""
+
+    def __init__(self, path: str = PRIVATE_LATENCY_LOCK) -> None:
+        from quantune.evaluate.latency import LatencyLane
+
+        self.lane = LatencyLane(Path(path), say=lambda _: None)
+
+    def __enter__(self) -> LaneGate:
+        self.lane.acquire()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.lane.release()
+
+    def wait_for_a_timing(self, process: subprocess.Popen | None = None) -> None:
+        wait_for(lambda: bool(self.lane.waiters()), process=process, what="a timing waiting for the lane")
+
+    def let_one_through(self, process: subprocess.Popen | None = None) -> None:
+        """The timing waiting now (waited for) takes the lane; this returns once it has released it."""
+        self.wait_for_a_timing(process)
+        waiting = self.lane.waiters()
+        self.lane.release()
+        wait_for(lambda: not any(marker.exists() for marker in waiting), process=process, what="it to take the lane")
+        self.lane.acquire()  # queues behind it: back once its timing is over
+
+
 def descendants(pid: int) -> list[int]:
     """Live processes whose parent chain includes ``pid`` (read from /proc), and processes of its session."""
     parents: dict[int, int] = {}

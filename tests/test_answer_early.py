@@ -101,7 +101,8 @@ def test_a_fallback_at_the_ceiling_side_by_side_ends_the_search(make_config) -> 
 
     seen = _drive(strategy, judge)
     assert calls, "no paired timing against the ceiling"
-    last = seen[-1]
+    # every ceiling here is 0.5x: the fallback is built in each tied variant too (test_tied_variants.py)
+    last = [item for item in seen if "the same fallback in" not in item[1]][-1]
     assert judge(last[0]).meets and not last[1].startswith(("prune", "latency"))
     assert "nothing faster is possible" in strategy.finished_reason
 

@@ -8,7 +8,6 @@ import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +16,7 @@ import yaml
 
 import quantune
 from faulty_plugin import write_plugin as _plugin
+from robust_helpers import LaneGate, cli_env
 
 
 def test_faults_become_failed_trials_with_their_cause(tmp_path: Path, make_config) -> None:
@@ -24,7 +24,7 @@ def test_faults_become_failed_trials_with_their_cause(tmp_path: Path, make_confi
     config = make_config(
         passes=[{"name": "faulty", "params": {"mode": {"search": modes}}}],
         plugins=[_plugin(tmp_path)],
-        executor={"kind": "process", "workers": 2, "trial_timeout_s": 6, "memory_limit_mb": 4000},
+        executor={"kind": "process", "workers": 2, "trial_timeout_s": 20, "memory_limit_mb": 4000},
     )
     result = quantune.tune(config, output=tmp_path / "out")
     by_mode = {record.params["faulty.mode"]: record for record in result.trials}
@@ -48,14 +48,24 @@ def _trials_in_store(db: Path) -> int:
         return 0
 
 
-def _start_run(path: Path, out: Path, *, until_trials: int, **popen: Any) -> subprocess.Popen:
-    """Starts ``quantune run`` in a subprocess and returns once ``until_trials`` are in its store."""
-    process = subprocess.Popen(
-        [sys.executable, "-m", "quantune", "run", str(path), "--output", str(out), "--quiet"], **popen
+def _cache_original(path: Path) -> None:
+    """The original's figures in the config's cache (``quantune check``), before the test holds the
+    lane: a run's first timing is then its first trial's, after it claimed its output folder."""
+    subprocess.run(
+        [sys.executable, "-m", "quantune", "check", str(path)], env=cli_env(), check=True, capture_output=True
     )
-    deadline = time.monotonic() + 120
-    while _trials_in_store(out / "run.db") < until_trials and time.monotonic() < deadline and process.poll() is None:
-        time.sleep(0.05)
+
+
+def _start_run(path: Path, out: Path, gate: LaneGate, *, until_trials: int, **popen: Any) -> subprocess.Popen:
+    """Starts ``quantune run`` in a subprocess and returns once ``until_trials`` are in its store and
+    the run waits at its next timing for the lane ``gate`` holds: the run is mid-search by events,
+    however fast the machine. Its original must be evaluated already (:func:`_cache_original`)."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "quantune", "run", str(path), "--output", str(out), "--quiet"], env=cli_env(), **popen
+    )
+    while _trials_in_store(out / "run.db") < until_trials:
+        gate.let_one_through(process)
+    gate.wait_for_a_timing(process)
     return process
 
 
@@ -73,11 +83,19 @@ def test_sigkill_then_resume_equals_an_uninterrupted_run(tmp_path: Path, make_co
     path.write_text(yaml.safe_dump({**config, "cache_dir": str(tmp_path / "cold-cache")}))
 
     out = tmp_path / "killed"
-    process = _start_run(
-        path, out, until_trials=3, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True
-    )
-    os.killpg(process.pid, signal.SIGKILL)  # the engine and its workers, at once
-    process.wait()
+    _cache_original(path)
+    with LaneGate() as gate:
+        process = _start_run(
+            path,
+            out,
+            gate,
+            until_trials=3,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+        os.killpg(process.pid, signal.SIGKILL)  # the engine and its workers, at once
+        process.wait()
     finished = _trials_in_store(out / "run.db")
     assert 3 <= finished < 9, "the kill must land mid-run"
     with sqlite3.connect(out / "run.db") as conn:
@@ -156,9 +174,11 @@ def test_ctrl_c_stops_cleanly_and_the_run_resumes(tmp_path: Path, make_config, k
     path = tmp_path / "config.yaml"
     path.write_text(yaml.safe_dump(config))
     out = tmp_path / "out"
-    process = _start_run(path, out, until_trials=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    process.send_signal(signal.SIGINT)
-    _, stderr = process.communicate(timeout=120)
+    _cache_original(path)
+    with LaneGate() as gate:
+        process = _start_run(path, out, gate, until_trials=2, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        process.send_signal(signal.SIGINT)
+    _, stderr = process.communicate(timeout=600)  # the lane is free again: the timing it waited at ends
     assert process.returncode == 130, stderr
     assert "Traceback" not in stderr
     written = json.loads((out / "results.json").read_text())

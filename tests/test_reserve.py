@@ -67,11 +67,10 @@ def test_a_latency_answer_not_timed_side_by_side_is_unconfirmed_never_improved()
 
 
 def test_which_runs_confirm_side_by_side() -> None:
-    assert retimes(["latency"], 2, "process") == ""
-    assert retimes(["latency", "size"], 2, "inline") == ""  # latency first: confirmed too
-    assert "confirm_top is 0" in retimes(["latency"], 0, "process")
-    assert "Ray" in retimes(["latency"], 2, "ray")
-    assert retimes(["size"], 2, "process")  # not latency: nothing to confirm (the verdict ignores it)
+    assert retimes(["latency"], 2) == ""
+    assert retimes(["latency", "size"], 2) == ""  # latency first: confirmed too
+    assert "confirm_top is 0" in retimes(["latency"], 0)
+    assert retimes(["size"], 2)  # not latency: nothing to confirm (the verdict ignores it)
 
 
 def test_an_interrupted_run_is_not_confirmed_and_says_how_to() -> None:

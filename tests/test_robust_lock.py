@@ -11,25 +11,46 @@ from pathlib import Path
 import pytest
 
 from quantune.errors import QuantuneError
+from quantune.evaluate.latency import LatencyLane
 from quantune.store.lock import LOCK_NAME, RunLock
-from robust_helpers import kill_session, make_project, quantune, start_run, stored_trials, wait_for
-
-SLOW_LATENCY = {"metric": "top1", "latency": {"warmup": 1, "repeats": 1500, "threads": 1, "confirm_top": 0}}
+from robust_helpers import (
+    PRIVATE_LATENCY_LOCK,
+    kill_session,
+    make_project,
+    quantune,
+    start_run,
+    stored_trials,
+    wait_for,
+)
 
 
 def test_a_second_run_on_the_same_output_is_refused_with_the_holders_pid(tmp_path: Path):
-    config = make_project(tmp_path / "project", max_trials=12, evaluation=SLOW_LATENCY)
+    # The first run is held in the middle of its search by the test, not by being slow: its original
+    # is evaluated (and cached) by ``check`` first, then the test holds the runs' latency lane, so the
+    # first run claims its output folder and waits for the lane at its first timing -- however fast
+    # or loaded the machine is -- until the second run has been refused.
+    config = make_project(tmp_path / "project", max_trials=12)
+    assert quantune("check", str(config), cwd=tmp_path).returncode == 0
     output = tmp_path / "out"
+    lane = LatencyLane(Path(PRIVATE_LATENCY_LOCK), say=lambda _: None)
+    lane.acquire()
     first = start_run(config, output)
     try:
-        wait_for(lambda: stored_trials(output) >= 1, process=first, what="the first run's first trial")
+
+        def held_and_waiting() -> bool:
+            lock = output / LOCK_NAME
+            return lock.is_file() and lock.read_text().strip() == str(first.pid) and bool(lane.waiters())
+
+        wait_for(held_and_waiting, process=first, what="the first run to claim its output and wait for the lane")
         second = quantune("run", str(config), "--output", str(output), "--quiet", cwd=tmp_path)
         assert second.returncode == 2
         assert "Traceback" not in second.stderr
         lines = second.stderr.strip().splitlines()
         assert len(lines) == 1 and f"PID {first.pid}" in lines[0] and "--output" in lines[0]
+        lane.release()
         _, err = first.communicate(timeout=600)
     finally:
+        lane.release()
         if first.poll() is None:
             kill_session(first.pid)
     assert first.returncode == 0, err  # the refused run changed nothing of the first one's

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from robust_helpers import (
+    LaneGate,
     alive,
     counted,
     descendants,
@@ -28,12 +29,10 @@ from robust_helpers import (
 
 pytestmark = pytest.mark.skipif(not Path("/proc/self/stat").exists(), reason="reads the process table from /proc")
 
-SLOW_LATENCY = {"metric": "top1", "latency": {"warmup": 1, "repeats": 1500, "threads": 1, "confirm_top": 0}}
-
 
 @pytest.fixture
 def project(tmp_path: Path) -> Path:
-    return make_project(tmp_path / "project", max_trials=24, evaluation=SLOW_LATENCY)
+    return make_project(tmp_path / "project", max_trials=24)
 
 
 def _ignore_sigint() -> None:  # what a non-interactive shell does to `cmd &`
@@ -41,14 +40,24 @@ def _ignore_sigint() -> None:  # what a non-interactive shell does to `cmd &`
 
 
 def _signal_mid_run(config: Path, output: Path, signum: int, **popen) -> tuple[int, str, list[int]]:
-    proc = start_run(config, output, **popen)
+    """The run signalled mid-search: two trials stored and a third waiting at its timing for the
+    lane the test holds (events, not the run's speed: a fast run could otherwise be over first)."""
+    assert quantune("check", str(config), cwd=config.parent).returncode == 0  # the original, cached
+    with LaneGate() as gate:
+        proc = start_run(config, output, **popen)
+        try:
+            before = stored_trials(output)
+            while stored_trials(output) < before + 2:
+                gate.let_one_through(proc)
+            gate.wait_for_a_timing(proc)
+            children = descendants(proc.pid)
+            assert children, "the process executor runs its trials in worker processes"
+            os.kill(proc.pid, signum)
+        except BaseException:
+            kill_session(proc.pid)
+            raise
     try:
-        before = stored_trials(output)
-        wait_for(lambda: stored_trials(output) >= before + 2, process=proc, what="two trials")
-        children = descendants(proc.pid)
-        assert children, "the process executor runs its trials in worker processes"
-        os.kill(proc.pid, signum)
-        _, err = proc.communicate(timeout=120)
+        _, err = proc.communicate(timeout=600)  # the lane is free again: the timing it waited at ends
         return proc.returncode, err, children
     finally:
         if proc.poll() is None:
@@ -68,7 +77,7 @@ def test_a_signal_stops_the_run_keeps_its_trials_and_leaves_no_process(project: 
     assert results["stop_reason"].startswith(f"interrupted ({cause})")
     kept = len(results["trials"])
     assert kept >= 2 and kept == stored_trials(output)
-    wait_for(lambda: not any(alive(pid) for pid in children), timeout=30, what="the workers to exit")
+    wait_for(lambda: not any(alive(pid) for pid in children), timeout=600, what="the workers to exit")
 
     resumed = quantune("run", str(project), "--output", str(output), "--quiet", cwd=project.parent)
     assert resumed.returncode == 0, resumed.stderr
@@ -83,7 +92,7 @@ def test_workers_and_the_resource_tracker_exit_when_the_run_is_killed(project: P
     assert returncode == -signal.SIGKILL
     # the worker notices its parent's death (PR_SET_PDEATHSIG, or its watchdog) and the resource
     # tracker sees its pipe close: nothing of the run stays alive
-    wait_for(lambda: not any(alive(pid) for pid in children), timeout=30, what="orphans to exit")
+    wait_for(lambda: not any(alive(pid) for pid in children), timeout=600, what="orphans to exit")
     assert stored_trials(output) >= 2
 
     resumed = quantune("run", str(project), "--output", str(output), "--quiet", cwd=project.parent)

@@ -17,9 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from robust_helpers import counted, kill_session, make_project, quantune, start_run, stored_trials, wait_for
-
-SLOW_LATENCY = {"metric": "top1", "latency": {"warmup": 1, "repeats": 600, "threads": 1, "confirm_top": 0}}
+from robust_helpers import LaneGate, counted, kill_session, make_project, quantune, start_run, stored_trials
 
 
 @pytest.fixture
@@ -70,16 +68,23 @@ def _edit(config: Path, **changes) -> None:
 @pytest.mark.parametrize("where", ["output", "cache"])
 def test_a_disk_filling_up_mid_run_stops_it_with_one_line_and_the_run_resumes(tmp_path, mount_tmpfs, where):
     disk = mount_tmpfs("disk", "16m")
-    config = make_project(tmp_path / "project", max_trials=30, evaluation=SLOW_LATENCY)
+    config = make_project(tmp_path / "project", max_trials=30)
     output = disk / "out" if where == "output" else tmp_path / "out"
     if where == "cache":
         _edit(config, cache_dir=str(disk / "cache"))
+    # mid-run by events: two trials stored, the third waiting at its timing for the lane the test holds
+    assert quantune("check", str(config), cwd=config.parent).returncode == 0  # the original, cached
+    gate = LaneGate().__enter__()
     proc = start_run(config, output)
     try:
-        wait_for(lambda: stored_trials(output) >= 2, process=proc, what="two trials")
+        while stored_trials(output) < 2:
+            gate.let_one_through(proc)
+        gate.wait_for_a_timing(proc)
         filler = _fill(disk)
-        _, err = proc.communicate(timeout=300)
+        gate.__exit__()
+        _, err = proc.communicate(timeout=600)
     finally:
+        gate.__exit__()
         if proc.poll() is None:
             kill_session(proc.pid)
     assert proc.returncode == 1, err

@@ -9,6 +9,7 @@ show a traceback.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import json
 import logging
@@ -47,15 +48,16 @@ def _cmd_run(args: argparse.Namespace) -> int:
 
     install_stop_signals()
     listeners = [] if args.quiet else [ConsoleListener()]
-    result = tune(
-        loaded,
-        args.output,
-        restart=args.restart,
-        listeners=listeners,
-        workers=args.workers,
-        executor=args.executor,
-        started=process_started(),  # stop.timeout_s counts from the command's start
-    )
+    with listeners[0].showing_stages() if listeners else contextlib.nullcontext():
+        result = tune(
+            loaded,
+            args.output,
+            restart=args.restart,
+            listeners=listeners,
+            workers=args.workers,
+            executor=args.executor,
+            started=process_started(),  # stop.timeout_s counts from the command's start
+        )
     render_result(result, Console())
     if not result.interrupted:
         return 0
@@ -104,19 +106,25 @@ def _cmd_space(args: argparse.Namespace) -> int:
 
 
 def _cmd_check(args: argparse.Namespace) -> int:
+    from quantune import progress
+    from quantune.engine.baseline import original_costs
     from quantune.engine.setup import build_run, preflight
     from quantune.forkserver import refuse_in_starting_worker
-    from quantune.report.check_summary import check_lines
+    from quantune.report.check_summary import check_lines, cost_lines
+    from quantune.report.console import ConsoleListener
 
     refuse_in_starting_worker()
     loaded = _load(args)
     metric = loaded.config.evaluation.metric
     from quantune.engine.executors.limits import check_watchdog
 
-    with check_watchdog(loaded.config):  # the loader and the metric run here: never for ever
-        parts = build_run(loaded)
-        metrics = preflight(parts)  # what quantune.check(config) does
-    for line in check_lines(parts, metrics):
+    # the loader and the metric run here: never for ever; each step says how far it is
+    with check_watchdog(loaded.config), ConsoleListener().showing_stages():
+        with progress.stage("preparing the model"):
+            parts = build_run(loaded)
+        with progress.stage("measuring the original"):  # its evaluation batches, then its timing's rounds
+            metrics = preflight(parts)  # what quantune.check(config) does
+    for line in check_lines(parts, metrics) + cost_lines(loaded.config, *original_costs(parts.context)):
         print(line)
     print(f"ok: the data fits the model and the original scores {metric} = {metrics[metric]:.6g}")
     return 0

@@ -59,6 +59,13 @@ class LatencyConfig(_Strict):
         default=None, gt=0, description="Rows in the timed batch of a table (default: the evaluation batch size)."
     )
     feed: int = Field(default=0, ge=0, description="Which evaluation feed (or batch) is timed (default: the first).")
+    seconds: float = Field(
+        default=10.0,  # evaluate.latency.TIME_SHARE_S
+        gt=0,
+        le=86_400,
+        description="A timing's time share per model timed: after its fewest rounds no round starts past it, "
+        "and warm-up takes at most a quarter of it (timing is sized by time: repeats is the most, not the count).",
+    )
     confirm_top: int = Field(
         default=2,
         ge=0,
@@ -203,7 +210,8 @@ class ExecutorConfig(_Strict):
     kind: Literal["process", "inline", "ray"] = Field(
         default="process",
         description="process: isolated worker processes (a crash fails one trial); inline: in this process "
-        "(for debugging); ray: Ray tasks on a cluster or a local Ray.",
+        "(for debugging); ray: Ray tasks on a cluster or a local Ray (no shared disk: the model, data and "
+        "scripts travel through Ray; every model is timed on the machine running quantune).",
     )
     workers: int = Field(default=1, gt=0, le=1024, description="Trials run at once.")
     trial_timeout_s: float | None = Field(default=None, gt=0, description="A trial running longer is killed.")

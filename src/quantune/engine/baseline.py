@@ -18,6 +18,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from quantune import progress
 from quantune.engine.executors.limits import limit_source, original_limit
 from quantune.engine.executors.stage import Isolation, run_stage
 from quantune.engine.runner import TrialRunner
@@ -128,6 +129,13 @@ def evaluation_seconds(ctx: Any) -> float:
     return float(cached.get("evaluation_s") or 0.0)
 
 
+def original_costs(ctx: Any) -> tuple[float, float]:
+    """(seconds one evaluation of the original took, seconds its timing took), 0 where unknown:
+    the costs ``quantune check`` estimates a run from."""
+    cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
+    return float(cached.get("evaluation_s") or 0.0), float(cached.get("timing_s") or 0.0)
+
+
 def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]:
     """The original's latency figures timed again, here, and its cached figures updated (``ctx``:
     the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
@@ -139,9 +147,10 @@ def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]
         return {}
     evaluator = ctx.evaluator
     spec = evaluator.spec
-    timings = evaluator.backend.timings(
-        [ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner, deadline=deadline
-    )
+    with progress.stage("original timing"):
+        timings = evaluator.backend.timings(
+            [ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner, deadline=deadline
+        )
     return store_original_latency(ctx, timings[0])
 
 

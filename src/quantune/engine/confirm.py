@@ -24,12 +24,15 @@ from typing import Any
 
 import numpy as np
 
+from quantune import progress
 from quantune.engine.selection import earliest_as_fast, is_candidate
 from quantune.engine.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
 from quantune.evaluate.latency import latency_figures
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN
 from quantune.evaluate.rounds import decided
+from quantune.evaluate.session_file import read_session_settings
+from quantune.model import external_data_files, files_sha256
 
 log = logging.getLogger("quantune.confirm")
 MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
@@ -116,14 +119,15 @@ def confirm_latency(
     if deadline is None and budget_s is not None:
         deadline = time.perf_counter() + budget_s
     try:
-        timings = evaluator.timings_side_by_side(
-            [original, *(Path(path) for path in chosen)],
-            warmup=warmup,
-            repeats=repeats,
-            deadline=deadline,
-            min_rounds=fewest,
-            settled=verdict_settled,
-        )
+        with progress.stage("confirmation"):
+            timings = evaluator.timings_side_by_side(
+                [original, *(Path(path) for path in chosen)],
+                warmup=warmup,
+                repeats=repeats,
+                deadline=deadline,
+                min_rounds=fewest,
+                settled=verdict_settled,
+            )
     except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
         log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)
         return None
@@ -132,11 +136,13 @@ def confirm_latency(
     by_model = dict(zip(chosen, timings[1:], strict=True))
     confirmed = [r for r in feasible if r.model_path in by_model]
     ratios: dict[int, RatioInterval] = {}
+    itself = _timed_as(original)
     for record in confirmed:
         rounds = by_model[str(record.model_path)]
         _replace(record.metrics, latency_figures(rounds))
         record.objective = record.metrics["latency_ms"]
-        ratios[record.number] = paired_ratio(rounds, timings[0])
+        same = _timed_as(str(record.model_path)) == itself  # the original itself is not faster than it: ratio 1
+        ratios[record.number] = RatioInterval(1.0, 1.0, 1.0, len(rounds)) if same else paired_ratio(rounds, timings[0])
     ties = _ties(confirmed, by_model)
     preferred = stable if prefer is not None and stable is not None else None
     return Confirmation(
@@ -267,6 +273,12 @@ def retiming_plan(
         return 0, 0.0
     warmup, _ = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, 1.0, 0.0)
     return 1 + len(chosen), (warmup + _MIN_ROUNDS) * _round_s(baseline, feasible, chosen)
+
+
+def _timed_as(model: str | Path) -> tuple[str, dict[str, Any] | None]:
+    """What timing ``model`` runs: its bytes (external data included) and the session settings beside it;
+    two models alike in both are one model, whatever their file names (as in engine/paired_timing.py)."""
+    return files_sha256(model, external_data_files(model)), read_session_settings(model)
 
 
 def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:

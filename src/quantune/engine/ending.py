@@ -47,21 +47,16 @@ class Ending:
         return searched + self.stop_note
 
 
-def retimes(objectives: Sequence[str], confirm_top: int, executor_kind: str) -> str:
+def retimes(objectives: Sequence[str], confirm_top: int) -> str:
     """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why
-    not (a latency run's answer then stays ``unconfirmed``). On Ray the trials were timed on the
-    cluster's workers, which may be other hardware than the machine running the engine."""
+    not (a latency run's answer then stays ``unconfirmed``). Every executor's trials are timed on
+    the engine's machine (a Ray worker's model is timed there again), so every one can confirm."""
     if not objectives or objectives[0] != "latency":
         return "its objective is not latency"
     if confirm_top <= 0:
         return (
             "evaluation.latency.confirm_top is 0, so it was not re-timed side by side with the original "
             "(set it to 1 or more to confirm the answer)"
-        )
-    if executor_kind == "ray":
-        return (
-            "its trials were timed on the Ray cluster's workers, not side by side with the original on one "
-            "machine (run the same config with executor.kind: process to confirm the answer)"
         )
     return ""
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune import progress
 from quantune.engine.baseline import RETIME_ROUNDS
 from quantune.engine.paired_timing import MIN_ROUNDS as PAIRED_MIN_ROUNDS
 from quantune.engine.paired_timing import store_pairs
@@ -281,23 +282,24 @@ def time_ceilings(
     cached = context.cache.get_json("evals", key)
     if cached is None:
         feeds = getattr(context.evaluator, "_latency_feeds", None)
-        timings = backend.time_until_decided(
-            context.model.path,
-            [path for _, path, _ in built],
-            feeds,
-            spec,
-            context.evaluator.spec.runner,
-            threshold=threshold,
-            min_rounds=PAIRED_MIN_ROUNDS if paired else min(5, spec.repeats),
-            max_rounds=most,
-            deadline=None if deadline is None else max(deadline, time.perf_counter()),
-            limit=limit,
-            # the original's latency is read from these rounds (engine/original.py): enough of them
-            original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
-            pairs=paired,
-            early=True,  # a variant far slower than the margin sits out after two rounds
-            anchor=anchored,
-        )
+        with progress.stage("speed_ceiling"):
+            timings = backend.time_until_decided(
+                context.model.path,
+                [path for _, path, _ in built],
+                feeds,
+                spec,
+                context.evaluator.spec.runner,
+                threshold=threshold,
+                min_rounds=PAIRED_MIN_ROUNDS if paired else min(5, spec.repeats),
+                max_rounds=most,
+                deadline=None if deadline is None else max(deadline, time.perf_counter()),
+                limit=limit,
+                # the original's latency is read from these rounds (engine/original.py): enough of them
+                original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
+                pairs=paired,
+                early=True,  # a variant far slower than the margin sits out after two rounds
+                anchor=anchored,
+            )
         medians = ceiling_medians(timings, threshold)
         if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here
             context.original_timed = None

@@ -87,6 +87,12 @@ class RunContext:
             self.evaluator.backend.fingerprint(),  # provider, its options, onnxruntime build (target)
         )
 
+    def baseline_keys(self) -> tuple[str, str, str]:
+        """The original's cache keys: its figures (``evals``), its outputs (arrays) and its metric
+        (``evals``), which every candidate's evaluation compares with."""
+        key = self.eval_key(self.model.sha256)
+        return key, cache_key("reference", key), cache_key("reference-metric", key)
+
 
 class TrialRunner:
     def __init__(self, context: RunContext) -> None:
@@ -102,8 +108,7 @@ class TrialRunner:
         figures say so, and the engine times the original again before it uses its latency
         (``baseline.timed_quickly``)."""
         ctx = self.context
-        key = ctx.eval_key(ctx.model.sha256)
-        reference_key = cache_key("reference", key)
+        key, reference_key, metric_key = ctx.baseline_keys()
         cached = ctx.cache.get_json("evals", key)
         reference = ctx.cache.get_arrays(reference_key)
         if cached is not None and reference is not None:
@@ -119,7 +124,7 @@ class TrialRunner:
                 evaluated.append(time.perf_counter() - started)  # outputs and metric, before timing and memory
                 # its metric first, then its outputs (their file is what a guess beside it waits for):
                 # the guess's worker judges the guess with it (engine/ahead.py in_budget)
-                ctx.cache.put_json("evals", cache_key("reference-metric", key), {"metrics": metric})
+                ctx.cache.put_json("evals", metric_key, {"metrics": metric})
                 ctx.cache.put_arrays(reference_key, packed)
 
             ctx.evaluator.quick_timing = quick_timing
@@ -131,7 +136,11 @@ class TrialRunner:
         # how long running the data through the model takes (not the timing, nor the memory probe's
         # one-off start): the run's first trial is expected from it (engine.py, loop.py), and the
         # trials' default time limit derives from it (executors/limits.py)
-        seconds = {"evaluation_s": evaluated[0] if evaluated else time.perf_counter() - started}
+        # and its timing's (``quantune check`` estimates a run from both)
+        seconds = {
+            "evaluation_s": evaluated[0] if evaluated else time.perf_counter() - started,
+            "timing_s": ctx.evaluator.last_timing_s,
+        }
         ctx.cache.put_json(
             "evals", key, {"metrics": metrics, **seconds, **({"quick_timing": True} if quick_timing else {})}
         )
@@ -283,10 +292,10 @@ def original_metric(context: RunContext, metric: str, wait_s: float) -> float | 
     """The original's ``metric``: cached with its outputs for a label or user metric (the original
     may still be timed then), else with its figures, polled for up to ``wait_s`` (written by another
     process; its timing and memory probe are all that is left once its outputs are in)."""
-    key = context.eval_key(context.model.sha256)
+    key, _, metric_key = context.baseline_keys()
     deadline = time.perf_counter() + wait_s
     while True:
-        for record_key in (key, cache_key("reference-metric", key)):
+        for record_key in (key, metric_key):
             value = ((context.cache.get_json("evals", record_key) or {}).get("metrics") or {}).get(metric)
             if value is not None:
                 return float(value)

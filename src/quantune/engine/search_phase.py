@@ -64,7 +64,7 @@ def search(
     report_s = end_cost_s(listeners) - WRITE_S
     least = least_end_cost_s(listeners)
     end = EndBudget(config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size), least)
-    not_retimed = retimes(objectives, config.evaluation.latency.confirm_top, config.executor.kind)
+    not_retimed = retimes(objectives, config.evaluation.latency.confirm_top)
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
     warmup, _ = timing_rounds(config.evaluation.latency.warmup, 1, 1.0, 0.0)
     loop = RunLoop(judge, parts.plan, config.stop, listeners, strategy, executor, store, replay, baseline, started)

@@ -42,14 +42,29 @@ log = logging.getLogger("quantune.setup")
 
 
 @dataclass(frozen=True)
+class Given:
+    """Parts a worker receives instead of computing them again: the data the engine loaded and
+    checked, the preparation it did (its model beside the worker's copy of the original), and
+    the names the engine's run gives its metric and runner (the config's text there: a worker
+    loads its own copies of their scripts, named otherwise, and must report the same figures)."""
+
+    calibration: Dataset | None
+    evaluation: Dataset
+    preparation: Preparation
+    metric: str
+    runner: str | None = None
+
+
+@dataclass(frozen=True)
 class RunParts:
     context: RunContext
     criterion: Criterion
     plan: Plan
 
 
-def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
-    """``eval_threads``: onnxruntime threads for accuracy evaluation (0: all cores)."""
+def build_run(loaded: LoadedConfig, *, eval_threads: int = 0, given: Given | None = None) -> RunParts:
+    """``eval_threads``: onnxruntime threads for accuracy evaluation (0: all cores); ``given``: the
+    data and preparation a worker received (a cluster node without the engine's files)."""
     config = loaded.config
     load_plugins(config.plugins, loaded.base_dir)
     if isinstance(config.model, str):
@@ -57,7 +72,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         # a config mistake is reported before preparation's work, and so is a model quantized already
         check_not_quantized(config.model, model, build_plan(config, nodes=model.nodes))
         cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
-        calibration, evaluation = _load_data(loaded)
+        calibration, evaluation = (given.calibration, given.evaluation) if given else _load_data(loaded)
     else:  # a PyTorch model: its export reads the data's shapes (dynamic axes), so the data comes first
         cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
         calibration, evaluation = _load_data(loaded)
@@ -67,7 +82,7 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
     input_names = model.input_names()
     # checked (and converted) before preparation runs the evaluation data through the model
     calibration, evaluation = check_run_data(config, model, calibration, evaluation)
-    preparation = prepare_for_run(config, model, evaluation, cache)
+    preparation = given.preparation if given else prepare_for_run(config, model, evaluation, cache)
     if not isinstance(config.model, str):  # the export is the first change made to what the user gave
         preparation.steps.insert(0, describe_export(model.path))
     start = model if preparation.model == model.path else prepared_handle(preparation)
@@ -101,16 +116,21 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0) -> RunParts:
         runner = load_function(runner_spec, "evaluation.runner", loaded.base_dir)
         runner_source = file_sha256(loaded.resolve(runner_spec.rpartition(":")[0]))
     spec = EvaluationSpec(
-        metric=metric,
+        metric=given.metric if given else metric,
         batch_size=config.data.evaluation_batch_size or config.data.batch_size,
         label_key=config.data.label_key,
         latency=LatencySpec(
-            latency.warmup, latency.repeats, config.target.threads or latency.threads, latency.batch_size, latency.feed
+            latency.warmup,
+            latency.repeats,
+            config.target.threads or latency.threads,
+            latency.batch_size,
+            latency.feed,
+            latency.seconds,
         ),
         user_metric=user_metric,
         metric_source_sha256=metric_source,
         runner=runner,
-        runner_name=config.evaluation.runner,
+        runner_name=given.runner if given else config.evaluation.runner,
         runner_source_sha256=runner_source,
         quantized_ops=frozenset().union(*(step.pass_cls.leaves_quantized for step in plan.steps.values())),
     )

@@ -48,6 +48,9 @@ class TrialRecord:
     )
     # why its latency and memory were not measured (a miss that cannot be the closest miss); None: measured
     untimed: str | None = None
+    # where a trial ran on a cluster: {"built": the node that built and evaluated it, "timed": the
+    # node whose timing the search decides on}, each "hostname (Ray node id)"; None on one machine
+    nodes: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """A shallow dict of the record (its values are plain JSON data already)."""

@@ -8,7 +8,7 @@ The original model is always a candidate. The verdict is one of
   accuracy, a smaller loss than the original's (below 0), beyond the evaluation's sampling noise
   where the metric scores rows right or wrong (``evaluate/rows.py``);
 * ``unconfirmed``: for latency, a candidate was faster during the search, but the run could
-  not time it side by side with the original (stopped first, ``confirm_top: 0``, Ray): search-time
+  not time it side by side with the original (stopped first, ``confirm_top: 0``): search-time
   figures drift by more than the gains they would crown, so this is no ``improved``; or the
   side-by-side timing measured it faster but its interval was too wide to decide (see
   ``RatioInterval.undecided``): that is no evidence of "no faster candidate" either;

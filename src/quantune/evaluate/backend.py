@@ -27,6 +27,7 @@ from typing import Any, Protocol
 import numpy as np
 import onnxruntime as ort
 
+from quantune import progress
 from quantune.errors import ConfigError, TrialError
 from quantune.evaluate import rounds
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, shared_client
@@ -186,6 +187,7 @@ class LocalBackend:
             try:
                 rows = rows_per_run(model, feed) if cuttable else None
                 outputs.append(dict(zip(names, run_in_pieces(session, names, feed, rows), strict=True)))
+                progress.tick(index + 1, len(feeds), "evaluation batches")
             except Exception as exc:  # the original too: then a one-line error, not a traceback
                 shapes = {name: tuple(value.shape) for name, value in feed.items()}
                 cause = " ".join(str(exc).split())  # onnxruntime's messages may span lines

@@ -7,6 +7,7 @@ metric, latency, and size on disk.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -20,7 +21,7 @@ from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate.agreement import agreement_figures
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
-from quantune.evaluate.latency import LatencySpec, Settled, latency_figures
+from quantune.evaluate.latency import FEWEST_ROUNDS, LatencySpec, Settled, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS, quantization_figures
 from quantune.evaluate.rows import row_figures
@@ -93,6 +94,7 @@ class Evaluator:
         # precision, and both models are timed again side by side before anything is decided on
         # their speed (the speed ceilings, the final re-timing). Not part of the cache key.
         self.quick_timing = False
+        self.last_timing_s = 0.0  # what the last model's timing took (the run's cost estimate reads it)
         # where models run: this process's onnxruntime, or a target environment's (backend.py)
         self.backend: Backend = backend if backend is not None else LocalBackend()
         self.dataset = dataset
@@ -192,8 +194,13 @@ class Evaluator:
             latency = replace(
                 latency, warmup=min(latency.warmup, QUICK_WARMUP), repeats=min(latency.repeats, QUICK_REPEATS)
             )
-        timings = self.backend.timings([model], self._latency_feeds, latency, self.spec.runner)
+        started = time.perf_counter()
+        timings = self.backend.timings(
+            [model], self._latency_feeds, latency, self.spec.runner, min_rounds=FEWEST_ROUNDS
+        )  # its own figures, cut by the time share after the fewest rounds: the decisions re-time side by side
+        self.last_timing_s = time.perf_counter() - started
         figures = latency_figures(timings[0])
+        # the memory a fresh session takes to load the model and run the latency feed, in its own process
         figures["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
         return figures
 

@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import sys
 import tempfile
+import threading
 import time
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -29,6 +31,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 
+from quantune import progress
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 
@@ -40,6 +43,11 @@ SETTLE_FROM = 10  # the fewest rounds a settled rule is asked about
 SETTLE_EVERY = 3  # then asked again every this many rounds
 
 
+TIME_SHARE_S = 10.0  # a timing's default time share per model timed (evaluation.latency.seconds)
+WARMUP_SHARE = 0.25  # the part of it warm-up may take, past each model's first warm-up call
+FEWEST_ROUNDS = 3  # the fewest rounds of one model's own figures (not a paired decision) cut by time
+
+
 @dataclass(frozen=True)
 class LatencySpec:
     warmup: int = 10
@@ -47,27 +55,144 @@ class LatencySpec:
     threads: int = 1
     batch_size: int | None = None  # None: the data's batch size
     feed: int = 0  # which evaluation feed (or batch) is timed
+    # The time share per model timed: a timing of n models starts no round past n times this
+    # (after its fewest rounds) and warms up for at most ``WARMUP_SHARE`` of it -- sized by time,
+    # not by count, so a model of seconds a call is timed in seconds, not minutes.
+    seconds: float = TIME_SHARE_S
 
 
-@contextlib.contextmanager
-def latency_lane() -> Iterator[None]:
+def timing_end(spec: LatencySpec, models: int, deadline: float | None = None) -> float:
+    """The ``time.perf_counter()`` reading past which a timing of ``models`` models starts no round
+    (once its fewest ran): its time share from now, or the caller's ``deadline`` if sooner."""
+    end = time.perf_counter() + spec.seconds * max(1, models)
+    return end if deadline is None else min(end, deadline)
+
+
+def warm_up(calls: Sequence[Callable[[], object] | None], spec: LatencySpec, lane: LatencyLane | None) -> None:
+    """Up to ``spec.warmup`` calls of each model, interleaved: each at least once (its first run
+    allocates), then no more once warm-up took ``WARMUP_SHARE`` of the time share."""
+    started = time.perf_counter()
+    limit = WARMUP_SHARE * spec.seconds * max(1, len(calls))
+    for index in range(spec.warmup):
+        if index and time.perf_counter() - started >= limit:
+            return
+        if lane is not None:
+            lane.between_rounds()
+        for call in calls:
+            if call is not None:
+                call()
+
+
+LANE_SLICE_S = 0.5  # the longest a timing holds the lane while another process waits for it
+LANE_POLL_S = 0.005  # how often a holder that let a waiter in looks whether it has taken the lane
+
+
+class LatencyLane:
     """One latency measurement at a time on this machine, whatever process or worker asks.
 
     Parallel trials evaluate accuracy side by side, but a timing taken while another trial
-    computes would measure the other trial too; a lock file serialises the timed part.
+    computes would measure the other trial too; a lock file serialises the timed part. It is held
+    round by round, not for a whole timing: a heavy model's timing lasts minutes, and every other
+    quantune process on the machine (another user's run, a test suite) would wait for all of it.
+    Between rounds (:meth:`between_rounds`) a holder that sees a waiter lets it in, after at most
+    ``LANE_SLICE_S`` -- the rounds' pairing is within a round, so a pause between two costs no
+    precision. A waiter says once that it waits, and for whom (the holder's pid is in the file).
     """
-    try:
+
+    def __init__(self, path: Path | None = None, say: Callable[[str], None] | None = None) -> None:
+        self.path = path or Path(
+            os.environ.get("QUANTUNE_LATENCY_LOCK") or Path(tempfile.gettempdir()) / "quantune-latency.lock"
+        )
+        self.say = say or _to_stderr
+        self._fd: int | None = None
+        self._since = 0.0
+        self._said = False
+
+    def __enter__(self) -> LatencyLane:
+        self.acquire()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self.release()
+
+    def _marker(self) -> Path:
+        return self.path.with_name(f"{self.path.name}.waiting-{os.getpid()}-{threading.get_ident()}")
+
+    def acquire(self) -> None:
         import fcntl
-    except ImportError:  # not POSIX: no lane, measurements may overlap
-        yield
-        return
-    path = Path(os.environ.get("QUANTUNE_LATENCY_LOCK") or Path(tempfile.gettempdir()) / "quantune-latency.lock")
-    with open(path, "a") as handle:
-        fcntl.flock(handle, fcntl.LOCK_EX)
+
+        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
-            yield
-        finally:
-            fcntl.flock(handle, fcntl.LOCK_UN)
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            if not self._said:  # once a timing: two that take turns would say it every slice
+                self._said = True
+                holder = os.pread(fd, 32, 0).decode(errors="replace").strip() or "unknown"
+                self.say(f"waiting for the latency lane: another timing on this machine holds it (pid {holder})")
+            marker = self._marker()
+            marker.touch()
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            finally:
+                marker.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):  # the pid only names the holder to a waiter
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        self._fd, self._since = fd, time.perf_counter()
+
+    def release(self) -> None:
+        import fcntl
+
+        if self._fd is not None:
+            fd, self._fd = self._fd, None
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+
+    def waiters(self) -> list[Path]:
+        """The markers of processes (or threads) waiting for the lane now, the dead ones' dropped."""
+        found = []
+        for marker in self.path.parent.glob(f"{self.path.name}.waiting-*"):
+            pid = marker.name.rsplit("-", 2)[-2]
+            try:
+                os.kill(int(pid), 0)
+            except (ValueError, ProcessLookupError):
+                marker.unlink(missing_ok=True)
+                continue
+            except PermissionError:  # another user's live process
+                pass
+            found.append(marker)
+        return found
+
+    def between_rounds(self) -> None:
+        """Lets a waiting timing in once this one has held the lane ``LANE_SLICE_S``: released, then
+        taken again once those waiting now have had it (they take it in the kernel's order)."""
+        if self._fd is None or time.perf_counter() - self._since < LANE_SLICE_S:
+            return
+        waiting = self.waiters()
+        if not waiting:
+            self._since = time.perf_counter()
+            return
+        self.release()
+        while set(waiting) & set(self.waiters()):  # a waiter that died meanwhile is dropped there
+            time.sleep(LANE_POLL_S)
+        self.acquire()
+
+
+def _to_stderr(line: str) -> None:
+    print(f"quantune: {line}", file=sys.stderr, flush=True)
+
+
+@contextlib.contextmanager
+def latency_lane() -> Iterator[LatencyLane | None]:
+    """The machine's :class:`LatencyLane`, held for the block (``None`` where there is no
+    ``fcntl``: measurements may then overlap)."""
+    try:
+        import fcntl  # noqa: F401
+    except ImportError:
+        yield None
+        return
+    with LatencyLane() as lane:
+        yield lane
 
 
 def timing_session(
@@ -114,6 +239,23 @@ def timed_call(
     if runner is None:
         return lambda: session.run(None, feeds)
     return lambda: runner(session, [feeds])
+
+
+def round_orders(rounds: int, models: int) -> list[list[int]]:
+    """The order the models run in each of ``rounds`` interleaved rounds. Whatever the process does
+    between rounds (the loop, a rule asked about the rounds so far) lands on the round's first call:
+    with one fixed order the same model was first in every round and the rest were paired against it,
+    so a byte-identical copy of a small model timed faster than its original. Here each block of
+    ``models`` rounds runs every model once in every place; the block's cyclic order and which of its
+    rounds each model leads are shuffled from a fixed seed, so work done every few rounds lands on no
+    one model, no model always follows the same other, and the same run's rounds keep the same order.
+    Drawn before timing starts, so the rounds themselves do no extra work."""
+    rng = np.random.default_rng(0)
+    orders: list[list[int]] = []
+    while len(orders) < rounds:
+        cycle, shifts = rng.permutation(models), rng.permutation(models)
+        orders += [np.roll(cycle, int(shift)).tolist() for shift in shifts]
+    return orders[:rounds]
 
 
 def _figures(timings: np.ndarray) -> dict[str, float]:
@@ -163,8 +305,9 @@ def time_side_by_side(
     several settings side by side); ``None`` (or a ``None`` in the list): the model's own.
     ``deadline`` (a ``time.perf_counter()`` value): no round starts after it once ``min_rounds``
     ran -- rounds planned from search-time figures must not outlast the run's limit under load
-    (fewer columns come back). ``settled``: a rule asked after ``SETTLE_FROM`` rounds and every
-    ``SETTLE_EVERY`` after (the rounds so far): once it says the answer is known, no more rounds.
+    (fewer columns come back); nor past the time share (:func:`timing_end`) once ``min_rounds`` ran.
+    ``settled``: a rule asked after ``SETTLE_FROM`` rounds and every ``SETTLE_EVERY`` after (the
+    rounds so far): once it says the answer is known, no more rounds.
     """
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     sessions = open_all(
@@ -177,17 +320,21 @@ def time_side_by_side(
         raise failed  # every model must run here (the first that cannot, as before)
     calls = [timed_call(session, feeds, runner) for session in sessions]
     timings = np.empty((len(calls), spec.repeats))
-    with latency_lane():
-        for call in calls:
-            for _ in range(spec.warmup):
-                call()
+    orders = round_orders(spec.repeats, len(calls))
+    with latency_lane() as lane:
+        warm_up(calls, spec, lane)
+        end = timing_end(spec, len(calls), deadline)
+        fewest = min(min_rounds, spec.repeats)
         for index in range(spec.repeats):
-            if deadline is not None and index >= min_rounds and time.perf_counter() >= deadline:
+            if index >= fewest and time.perf_counter() >= end:
                 return timings[:, :index]
-            for row, call in enumerate(calls):
+            if lane is not None:
+                lane.between_rounds()
+            for row in orders[index]:
                 start = time.perf_counter()
-                call()
+                calls[row]()
                 timings[row, index] = time.perf_counter() - start
+            progress.tick(index + 1, spec.repeats, "rounds")
             if settled is not None and settle_now(index + 1) and settled(timings[:, : index + 1]):
                 return timings[:, : index + 1]
     return timings

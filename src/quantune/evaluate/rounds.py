@@ -1,17 +1,14 @@
 """Side-by-side timing that stops as soon as the rounds decide: several candidates, one session.
 
-Speed ceilings only sort variants into "faster than the original by the margin" or not; a
-fixed 20 rounds per variant, each variant in its own session with the original, cost 77 s
-on a layout detector whose dynamic variant is three times slower than fp32 -- the first
-five rounds already said so. Here every candidate and the original are opened once and timed
-in interleaved rounds (each round runs the original then every candidate, so a slow moment
-of the machine lands on all of them); after ``min_rounds`` and then every ``chunk`` rounds,
-the per-round ratios' confidence interval (:mod:`quantune.evaluate.paired`) of each
-candidate is compared with the threshold, and timing stops once every candidate's interval
-lies on one side of it, at ``max_rounds``, or at the ``deadline``. Candidates below the
-threshold keep being timed until the fastest of them is surely faster than the others: the
-strategy recovers accuracy in the fastest first, and on MiniLM-L3 a stop at "below" ranked a
-0.65x variant before a 0.60x one.
+Speed ceilings only sort variants into "faster than the original by the margin" or not, and a
+variant far from the margin says so in a few rounds. Every candidate and the original are opened
+once and timed in interleaved rounds (a slow moment of the machine lands on all of them, in an
+order :func:`.latency.round_orders` varies from round to round); after ``min_rounds`` and then
+every ``chunk`` rounds, each candidate's paired-ratio interval (:mod:`quantune.evaluate.paired`)
+is compared with the threshold, and timing stops once every interval lies on one side of it, at
+``max_rounds``, at the time share, or at the ``deadline``. Candidates below the threshold keep
+being timed until the fastest is surely faster than the others: the strategy recovers accuracy in
+the fastest first, so their order matters too.
 
 The search's paired decisions, the ceilings and the confirmation all time through the run's
 backend (:meth:`~quantune.evaluate.backend.LocalBackend.time_until_decided`): here on its
@@ -29,7 +26,17 @@ from pathlib import Path
 
 import numpy as np
 
-from quantune.evaluate.latency import LatencySpec, latency_lane, open_all, timed_call, timing_session
+from quantune import progress
+from quantune.evaluate.latency import (
+    LatencySpec,
+    latency_lane,
+    open_all,
+    round_orders,
+    timed_call,
+    timing_end,
+    timing_session,
+    warm_up,
+)
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN, RatioInterval, paired_ratio
 from quantune.evaluate.session import DEFAULT_PROVIDER
 
@@ -218,9 +225,13 @@ def time_until_decided(
     usable = [call is not None for call in calls]
     active = list(usable)
     columns: list[np.ndarray] = []
-    with latency_lane():
-        for row, call in enumerate(calls):
-            for _ in range(timing_spec.warmup if call is not None else 0):
+    orders = round_orders(max_rounds, len(calls))
+    with latency_lane() as lane:
+
+        def guarded(row: int, call: Callable[[], object]) -> Callable[[], object]:
+            def run() -> None:
+                if not usable[row]:
+                    return
                 try:
                     call()
                 except Exception as exc:
@@ -228,10 +239,17 @@ def time_until_decided(
                         raise
                     log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], exc)
                     usable[row] = active[row] = False
-                    break
+
+            return run
+
+        warm_up([None if call is None else guarded(row, call) for row, call in enumerate(calls)], timing_spec, lane)
+        share_end = timing_end(timing_spec, len(calls))
         while len(columns) < max_rounds:
+            if lane is not None:
+                lane.between_rounds()
             column = np.full(len(calls), np.nan)
-            for row, call in enumerate(calls):
+            for row in orders[len(columns)]:
+                call = calls[row]
                 if not active[row] or call is None:
                     continue
                 start = time.perf_counter()
@@ -246,8 +264,9 @@ def time_until_decided(
                 column[row] = time.perf_counter() - start
             columns.append(column)
             done = len(columns)
-            if limit is not None and time.perf_counter() >= limit:
-                break
+            progress.tick(done, max_rounds, "rounds")
+            if _past(limit) or (done >= min_rounds and _past(share_end)):
+                break  # the run's limit, or this timing's time share: what is undecided stays so
             if not (early and done == EARLY_ROUNDS) and (done < min_rounds or (done - min_rounds) % chunk):
                 continue
             if done >= min_rounds and deadline is not None and time.perf_counter() >= deadline:
@@ -255,7 +274,7 @@ def time_until_decided(
             active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs, early, anchor)
             if finished:
                 break
-        while len(columns) < original_rounds and not _past(deadline, limit):
+        while len(columns) < original_rounds and not _past(deadline, limit, share_end):
             column = np.full(len(calls), np.nan)
             start = time.perf_counter()
             calls[0]()
@@ -365,15 +384,17 @@ def decide_in_chunks(
         return batch([row for row in rows if usable[row]], rounds)
 
     first = min(EARLY_ROUNDS, min_rounds) if early else min_rounds
+    share_end = timing_end(spec, len(models))
     columns = [batch(list(range(len(models))), max(1, min(first, max_rounds)))]
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
-        if _past(limit) or (done >= min_rounds and _past(deadline)):
+        progress.tick(done, max_rounds, "rounds")
+        if _past(limit) or (done >= min_rounds and _past(deadline, share_end)):
             break
         active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs, early, anchor)
         if finished:
             break
         size = min_rounds - done if done < min_rounds else chunk  # to ``min_rounds`` after the early ones
         columns.append(batch([row for row, on in enumerate(active) if on], min(size, max_rounds - done)))
-    if (done := sum(c.shape[1] for c in columns)) < original_rounds and not _past(deadline, limit):
+    if (done := sum(c.shape[1] for c in columns)) < original_rounds and not _past(deadline, limit, share_end):
         columns.append(batch([0], original_rounds - done))  # the original alone, as above
     return np.concatenate(columns, axis=1)

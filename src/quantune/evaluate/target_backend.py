@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import functools
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
@@ -14,12 +15,31 @@ import numpy as np
 from quantune.errors import ConfigError
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, read_outputs, shared_client
 from quantune.evaluate.feeds import FeedOutputs
-from quantune.evaluate.latency import SETTLE_EVERY, SETTLE_FROM, LatencySpec, Settled, latency_lane
+from quantune.evaluate.latency import (
+    SETTLE_EVERY,
+    SETTLE_FROM,
+    WARMUP_SHARE,
+    LatencySpec,
+    Settled,
+    latency_lane,
+    timing_end,
+)
 from quantune.evaluate.rounds import decide_in_chunks
 from quantune.evaluate.session import DEFAULT_PROVIDER
 from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_client import TargetFault, TargetUnavailable
 from quantune.evaluate.target_server import chosen_provider
+
+
+def _one_at_a_time(method: Callable[..., Any]) -> Callable[..., Any]:
+    """``method`` holding its server for its whole sequence of requests (see ``TargetClient.lock``)."""
+
+    @functools.wraps(method)
+    def guarded(self: TargetBackend, *args: Any, **kwargs: Any) -> Any:
+        with self.client.lock:
+            return method(self, *args, **kwargs)
+
+    return guarded
 
 
 class TargetBackend:
@@ -100,6 +120,7 @@ class TargetBackend:
     def _load(self, model: Path, threads: int, timing: bool, settings: Mapping[str, Any] | None = None) -> int:
         return int(self._open(model, threads, timing, settings)["session"])
 
+    @_one_at_a_time
     def open_s(self, model: Path, threads: int, settings: Mapping[str, Any] | None = None) -> float:
         """Seconds the target took to create a session on ``model`` (the open alone, timed there)."""
         try:
@@ -124,6 +145,7 @@ class TargetBackend:
             raise TargetFault(f"target.provider: '{provider}' did not take the model; onnxruntime put it on {used}")
         return answer
 
+    @_one_at_a_time
     def outputs(
         self,
         model: Path,
@@ -156,6 +178,7 @@ class TargetBackend:
                     self.client.request("free")
             out.unlink(missing_ok=True)
 
+    @_one_at_a_time
     def timings(
         self,
         models: list[Path],
@@ -174,12 +197,13 @@ class TargetBackend:
         sessions opened and warmed once, asking the rule between batches."""
         try:
             sessions = [self._load(model, spec.threads, timing=True, settings=settings) for model in models]
+            end = timing_end(spec, len(models), deadline)  # the time share, or the caller's deadline
             if settled is None or spec.repeats <= SETTLE_FROM:
-                return self._time(sessions, feed, spec, deadline, min_rounds)
+                return self._time(sessions, feed, spec, end, min_rounds)
             batch = replace(spec, repeats=SETTLE_FROM)
-            done = self._time(sessions, feed, batch, deadline, min(min_rounds, SETTLE_FROM))
+            done = self._time(sessions, feed, batch, end, min(min_rounds, SETTLE_FROM))
             while done.shape[1] < spec.repeats and done.shape[1] >= SETTLE_FROM and not settled(done):
-                if deadline is not None and time.perf_counter() >= deadline and done.shape[1] >= min_rounds:
+                if time.perf_counter() >= end and done.shape[1] >= min_rounds:
                     break
                 more = replace(spec, warmup=0, repeats=min(SETTLE_EVERY, spec.repeats - done.shape[1]))
                 done = np.concatenate([done, self._time(sessions, feed, more, None, 1)], axis=1)
@@ -202,6 +226,7 @@ class TargetBackend:
                 repeats=spec.repeats,
                 runner=self.runner,
                 seconds=None if deadline is None else deadline - time.perf_counter(),
+                warmup_seconds=WARMUP_SHARE * spec.seconds * len(sessions),
                 min_rounds=fewest,
             )
         return np.asarray(answer["timings"], dtype=np.float64)
@@ -211,6 +236,7 @@ class TargetBackend:
             if self.client.process is not None:
                 self.client.request("free")
 
+    @_one_at_a_time
     def time_until_decided(
         self,
         original: Path,

@@ -18,6 +18,7 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 from typing import Any
@@ -71,6 +72,9 @@ class TargetClient:
         self.starts = 0
         self._greeted = False  # the running server's hello was read
         self._offset = 0  # its log's length when it started
+        # one caller's sequence of requests at a time (load, time, free): the engine's thread and the
+        # one timing a cluster's models (executors/ray_executor.py) take turns
+        self.lock = threading.RLock()
 
     def _environment(self) -> dict[str, str]:
         """This process's environment; for another interpreter without PYTHONPATH and user site

@@ -18,9 +18,10 @@ files the client names (``allow_pickle`` off). Requests:
 - ``{"op": "run", "session", "feeds": npz, "layout": [[name, ...] per feed], "out": npz,
   "runner": "file.py:function" | null}`` -> ``{"layout": ...}`` of the outputs written to ``out``.
 - ``{"op": "time", "sessions": [ids], "feed": npz, "names": [...], "warmup", "repeats", "runner",
-  "seconds", "min_rounds"}`` -> ``{"timings": [[seconds per round] per session]}``, interleaved round
-  by round; no round starts ``seconds`` (``null``: no limit) after the request came once
-  ``min_rounds`` ran (the run's limit, see engine/deadline.py: fewer rounds come back).
+  "seconds", "warmup_seconds", "min_rounds"}`` -> ``{"timings": [[seconds per round] per session]}``,
+  interleaved round by round; no round starts ``seconds`` (``null``: no limit) after the request came
+  once ``min_rounds`` ran (the timing's time share, or the run's limit, see engine/deadline.py: fewer
+  rounds come back); warm-up stops after ``warmup_seconds`` (each session runs at least once).
 - ``{"op": "free"}`` drops every session.
 
 - ``{"op": "memory", "model", "feed", "names", "threads", "provider", ...}`` -> ``{"peak_memory_mb"}``:
@@ -230,8 +231,12 @@ class Server:
         fewest = int(request.get("min_rounds") or 5)
         repeats = int(request["repeats"])
         timings = [[0.0] * repeats for _ in calls]
-        for call in calls:
-            for _ in range(int(request["warmup"])):
+        warming = request.get("warmup_seconds")  # past each call's first, warm-up stops there
+        started = clock()
+        for index in range(int(request["warmup"])):
+            if index and warming is not None and clock() - started >= float(warming):
+                break
+            for call in calls:
                 call()
         for index in range(repeats):
             if end is not None and index >= fewest and clock() >= end:

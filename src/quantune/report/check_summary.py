@@ -60,3 +60,29 @@ def check_lines(parts: Any, metrics: dict[str, float]) -> list[str]:
         size = f"{pruned:,.0f}" + ("" if exact else " (estimated)")
         lines.append(f"search space: flow {name}: {size} point(s) over {len(space)} parameter(s)")
     return lines
+
+
+def cost_lines(config: Any, evaluation_s: float, timing_s: float) -> list[str]:
+    """What one evaluation and one timing of the original cost, and what a run of the config's
+    trials is estimated to take from them: each trial calibrates (about an evaluation), evaluates
+    and times, after the original's own evaluation and timing. An estimate, said as one."""
+    if evaluation_s <= 0.0:
+        return []  # the original's figures came from an older cache: no costs known
+    trial_s = 2.0 * evaluation_s + timing_s
+    lines = [f"cost: one evaluation of the original takes {_seconds(evaluation_s)}, its timing {_seconds(timing_s)}"]
+    trials, limit = config.stop.max_trials, config.stop.timeout_s
+    if trials:
+        total = evaluation_s + timing_s + trials * trial_s
+        words = f"a run of {trials} trials (stop.max_trials) is estimated at ~{_seconds(total)} of model work"
+        if limit and limit < total:
+            words += f", cut at stop.timeout_s = {limit:g} s"
+        lines.append(f"{words} (a trial: ~{_seconds(trial_s)}; start-up, sensitivity and fallback stages add more)")
+    elif limit:
+        lines.append(f"a run stops at stop.timeout_s = {limit:g} s (a trial: ~{_seconds(trial_s)} of model work)")
+    return lines
+
+
+def _seconds(seconds: float) -> str:
+    if seconds >= 90:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds:.0f} s" if seconds >= 10 else f"{seconds:.2g} s"

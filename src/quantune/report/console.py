@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import re
+import time
+from collections.abc import Iterator
 from typing import Any
 
 from rich.console import Console
@@ -17,11 +20,14 @@ from rich.progress import (
 )
 from rich.table import Table
 
+from quantune import progress
 from quantune.engine.deploy import deploy_sentence
 from quantune.engine.loop import RunStatus
 from quantune.engine.selection import quantizes_nothing
 from quantune.engine.timebook import time_line
 from quantune.engine.trial import TrialRecord
+from quantune.progress import Step
+from quantune.report.heartbeat import PlainProgress
 from quantune.report.miss import miss_lines
 from quantune.report.result import Result, format_loss, format_ratio
 from quantune.report.speed import speed_of
@@ -53,23 +59,47 @@ def metric_label(metric: str) -> str:
 
 
 class ConsoleListener:
-    """Progress bar: trials done / running / failed, best so far, elapsed and time left."""
+    """Progress: trials done / running / failed, best so far, elapsed and time left, and the long
+    stages' progress events (:meth:`showing_stages`) -- bars on a terminal, plain lines otherwise.
 
-    def __init__(self, console: Console | None = None) -> None:
+    The bars go to ``console`` (stderr); the plain lines to ``lines`` (stdout), where a CI log or
+    ``| tee`` reads them and which an error's one line on stderr does not share."""
+
+    def __init__(self, console: Console | None = None, lines: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
+        self.lines = lines or Console()
         self._progress: Progress | None = None
         self._task: Any = None
+        self._stages: dict[str, Any] = {}  # stage -> its bar
+        self._plain: PlainProgress | None = None
+        self._began = time.monotonic()
+        self._max_trials: int | None = None
 
-    def on_prepared(self, preparation: Any) -> None:
-        """One line per change model preparation made, and per step it dropped."""
-        for line in preparation.steps:
-            self.console.print(f"prepared: {escape(line)}")
-        for line in preparation.warnings:
-            self.console.print(f"[yellow]prepare: {escape(line)}[/yellow]")
+    @contextlib.contextmanager
+    def showing_stages(self) -> Iterator[None]:
+        """The long stages' progress events (:mod:`quantune.progress`) shown while the block runs."""
+        self._ready(heartbeat=True)
+        try:
+            with progress.listening(self._on_step):
+                yield
+        finally:
+            if self._plain is not None:
+                self._plain.stop()
+            if self._progress is not None:
+                self._progress.stop()
 
-    def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None:
+    def _ready(self, heartbeat: bool = False) -> None:
+        if self._plain is not None or self._progress is not None:
+            return
+        if not self.console.is_terminal:  # a CI log, a pipe: plain lines, a heartbeat while a stage runs
+            self._plain = PlainProgress(
+                lambda line: self.lines.print(line, markup=False, highlight=False, soft_wrap=True)
+            )
+            if heartbeat:
+                self._plain.start()
+            return
         self._progress = Progress(
-            TextColumn("[bold]tuning"),
+            TextColumn("[bold]{task.description}"),
             BarColumn(),
             MofNCompleteColumn(),
             TextColumn("{task.fields[status]}"),
@@ -80,7 +110,39 @@ class ConsoleListener:
             transient=True,
         )
         self._progress.start()
-        self._task = self._progress.add_task("trials", total=max_trials, status="")
+
+    def _on_step(self, step: Step) -> None:
+        if self._plain is not None:
+            self._plain(step)
+            return
+        if self._progress is None:
+            return
+        bar = self._stages.get(step.stage)
+        if step.done == -1:
+            if bar is not None:
+                self._progress.remove_task(self._stages.pop(step.stage))
+        elif bar is None:
+            self._stages[step.stage] = self._progress.add_task(
+                step.stage.replace("_", " "), total=step.total, completed=max(0, step.done), status=step.unit
+            )
+        else:
+            self._progress.update(bar, total=step.total, completed=step.done, status=step.unit)
+
+    def on_prepared(self, preparation: Any) -> None:
+        """One line per change model preparation made, and per step it dropped."""
+        for line in preparation.steps:
+            self.console.print(f"prepared: {escape(line)}")
+        for line in preparation.warnings:
+            self.console.print(f"[yellow]prepare: {escape(line)}[/yellow]")
+
+    def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None:
+        self._ready()
+        self._began = time.monotonic()
+        self._max_trials = max_trials
+        if self._plain is not None:
+            self._plain(Step("tuning", 0, max_trials, 0.0, "trials"))
+        if self._progress is not None:
+            self._task = self._progress.add_task("tuning", total=max_trials, status="")
 
     def on_trial(self, record: TrialRecord, status: RunStatus) -> None:
         best = status.best
@@ -88,10 +150,14 @@ class ConsoleListener:
         text = f"{status.running} running, {status.failed} failed, {best_text}"
         if status.replayed:
             text += f", {status.replayed} resumed"
-        if self._progress is not None:
+        if self._plain is not None:
+            self._plain(Step("tuning", status.done, self._max_trials, time.monotonic() - self._began, "trials", text))
+        if self._progress is not None and self._task is not None:
             self._progress.update(self._task, completed=status.done, status=text)
 
     def on_end(self, result: Result) -> None:
+        if self._plain is not None:
+            self._plain(Step("tuning", -1, None, time.monotonic() - self._began))
         if self._progress is not None:
             self._progress.stop()
 

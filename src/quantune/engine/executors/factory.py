@@ -30,6 +30,7 @@ def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunne
 
         return RayExecutor(
             spec,
+            runner,
             workers=config.workers,
             address=config.address,
             cpus_per_trial=config.cpus_per_trial,

@@ -1,32 +1,51 @@
 """Trials as Ray tasks, on a cluster (``address``) or on a local Ray started for you.
 
-Each task declares its resources (CPUs, GPUs, custom resources); workers rebuild the run's
-shared parts once per Ray worker process and keep them. Artifacts go to the cache folder,
-which every node must be able to read and write (a shared file system path). Latency is
-still measured in one exclusive lane per machine (a lock file on each node), so trials that
-share a node never time each other.
+Each task declares its resources (CPUs, GPUs, custom resources). No node needs the engine's
+disk: the model, the data and the original's figures travel through Ray's object store, a
+worker works in a scratch folder of its node, and each trial's model comes back into the
+engine's cache (ray_cargo.py). The engine times every model itself, one at a time, so the
+search compares timings of one machine -- the one running the engine, which the model is
+tuned for -- whatever nodes built them. A task whose node is lost is run again on another
+(Ray's retry; the engine sees one record).
 """
 
 from __future__ import annotations
 
+import logging
+import shutil
 import threading
-from concurrent.futures import Future
+import warnings
+from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
-from quantune.engine.executors.worker import WorkerSpec, run_trial
+from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
+from quantune.engine.executors.worker import WorkerSpec
+from quantune.engine.runner import TrialRunner
 from quantune.engine.trial import Trial, TrialRecord
-from quantune.errors import QuantuneError
+from quantune.errors import DiskFull, QuantuneError
+
+log = logging.getLogger("quantune.ray")
+
+# a task is run again when its node or worker process dies under it (not when the trial raises)
+NODE_RETRIES = 1
 
 
-def _task(spec: WorkerSpec, trial: Trial) -> dict:
-    return run_trial(spec, trial)
+def ray_logs_to_run_log() -> None:
+    """Ray's loggers stop at the ``ray`` logger, which has no handler unless Ray configures
+    logging itself: Python's last resort would print their warnings on the console as if they
+    were quantune's. They go where the run's log goes (the root logger's handlers) instead."""
+    ray_log = logging.getLogger("ray")
+    ray_log.propagate = True
+    if not any(isinstance(handler, logging.NullHandler) for handler in ray_log.handlers):
+        ray_log.addHandler(logging.NullHandler())  # no log attached: nowhere, not the console
 
 
 class RayExecutor(Executor):
     def __init__(
         self,
         spec: WorkerSpec,
+        runner: TrialRunner,
         *,
         workers: int = 2,
         address: str | None = None,
@@ -43,24 +62,48 @@ class RayExecutor(Executor):
             ) from None
         self._ray = ray
         self._started_here = False
+        self._local = not address
+        ray_logs_to_run_log()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             if address:
                 kwargs["address"] = address
             else:
                 kwargs["num_cpus"] = max(1, int(workers * cpus_per_trial))
-            ray.init(**kwargs)
+            with warnings.catch_warnings(record=True) as caught:
+                warnings.simplefilter("always")
+                ray.init(**kwargs)
+            for warning in caught:
+                log.info("ray: %s", warning.message)
+            ray_logs_to_run_log()  # (ray.init replaces the ray logger's handlers)
             self._started_here = True
         self.capacity = workers
         self.trial_timeout_s = trial_timeout_s
-        self._remote = ray.remote(_task).options(
-            num_cpus=cpus_per_trial, num_gpus=gpus_per_trial, resources=resources or {}, max_retries=0
+        self._remote = ray.remote(run_shipped).options(
+            num_cpus=cpus_per_trial,
+            num_gpus=gpus_per_trial,
+            resources=resources or {},
+            max_retries=NODE_RETRIES,
         )
-        self._spec = ray.put(spec)
+        self._runner = runner
+        self._loaded = spec.loaded
+        self._spec = ray.put(for_nodes(spec))
+        # the cargo's object reference, put by the first trial (the original's outputs are cached by
+        # then; if not yet, put again until they are)
+        self._cargo: Any = None
+        self._cargo_whole = False
+        # the engine's timing lane: one model timed at a time, never beside another timing
+        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantune-ray-timing")
+
+    def _cargo_ref(self) -> Any:
+        if not self._cargo_whole:
+            cargo = pack(self._runner, self._loaded)
+            self._cargo, self._cargo_whole = self._ray.put(cargo), cargo.whole
+        return self._cargo
 
     def submit(self, trial: Trial) -> Future[TrialRecord]:
         ray = self._ray
-        ref = self._remote.remote(self._spec, trial)
+        ref = self._remote.remote(self._spec, [self._cargo_ref()], trial)
         result: Future[TrialRecord] = Future()
         timer = None
         if self.trial_timeout_s is not None:
@@ -68,11 +111,22 @@ class RayExecutor(Executor):
             timer.daemon = True
             timer.start()
 
+        def settle(returned: dict[str, Any]) -> None:
+            try:
+                result.set_result(receive(self._runner, returned))
+            except DiskFull as exc:  # the engine's cache is full: the run stops, as with the other executors
+                result.set_exception(exc)
+            except Exception as exc:
+                error = (
+                    f"the engine could not take its model from the Ray worker, or time it: {type(exc).__name__}: {exc}"
+                )
+                result.set_result(failed_record(trial, error))
+
         def finish(done: Future) -> None:
             if timer is not None:
                 timer.cancel()
             try:
-                result.set_result(TrialRecord.from_dict(done.result()))
+                returned = done.result()
             except ray.exceptions.TaskCancelledError:
                 result.set_result(
                     failed_record(trial, f"timeout: the trial ran longer than {self.trial_timeout_s:g} s")
@@ -80,11 +134,18 @@ class RayExecutor(Executor):
             except ray.exceptions.WorkerCrashedError as exc:
                 result.set_result(failed_record(trial, f"worker crashed: {exc}"))
             except Exception as exc:
-                result.set_result(failed_record(trial, f"ray task failed: {type(exc).__name__}: {exc}"))
+                cause = getattr(exc, "cause", None) or exc  # what the task raised, without Ray's wrapping
+                result.set_result(failed_record(trial, f"ray task failed: {type(cause).__name__}: {cause}"))
+            else:
+                self._lane.submit(settle, returned)
 
         ref.future().add_done_callback(finish)
         return result
 
     def shutdown(self, *, kill: bool = False) -> None:
+        self._lane.shutdown(wait=not kill, cancel_futures=kill)
         if self._started_here:
+            node = self._ray.get_runtime_context().get_node_id()
             self._ray.shutdown()
+            if self._local:  # the one node was this machine, and its workers are gone: so goes its scratch
+                shutil.rmtree(scratch_folder(node), ignore_errors=True)

@@ -23,6 +23,7 @@ from multiprocessing.connection import Connection, wait
 from pathlib import Path
 from typing import Any
 
+from quantune import progress
 from quantune.engine.executors.contexts import child_environment
 from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.exits import WorkerStartError, exit_cause
@@ -115,7 +116,14 @@ def _stage_main(
     enter_worker(log, memory_limit_mb, parent_pid)  # as a trial worker: dies with the run, within its limit
     print(f"--- {stage} (worker pid {os.getpid()}) ---", flush=True)
     return_large_blocks()  # batch after batch of large tensors: never let the heap keep them
-    with peak_tracker() as peak:
+    sending = threading.Lock()
+
+    def send_progress(step: progress.Step) -> None:  # the stage's own start and end are the main process's
+        if step.done > 0:
+            with sending:
+                conn.send(("progress", step))
+
+    with peak_tracker() as peak, progress.listening(send_progress), progress.stage(stage):
         try:
             value, error = fn(*args), None
         except Exception as exc:
@@ -178,7 +186,11 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
             ready = wait([parent, process.sentinel], timeout=remaining)
             if parent in ready:
                 with contextlib.suppress(EOFError, OSError):
-                    value, error, peak, peaks = parent.recv()
+                    message = parent.recv()
+                    if message[0] == "progress":  # how far the stage is, for the console
+                        progress.forward(message[1])
+                        continue
+                    value, error, peak, peaks = message
                     tail = _tail(log_path, offset) if error else ""
                     return StageOutcome(value, error, peak, tail, peaks)
             if ready:  # the process ended without an answer
@@ -250,7 +262,8 @@ def run_stage(
     global _STAGE_SECONDS
     started = time.perf_counter()
     try:
-        outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
+        with progress.stage(stage):
+            outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
     finally:
         _STAGE_SECONDS += time.perf_counter() - started
         _count(stage, time.perf_counter() - started)

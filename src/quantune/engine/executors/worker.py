@@ -6,11 +6,16 @@ in-process executor does.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from quantune.config import LoadedConfig
 from quantune.engine.runner import TrialRunner
 from quantune.engine.trial import Trial
+
+if TYPE_CHECKING:
+    from quantune.engine.setup import Given
 
 _RUNNERS: dict[str, TrialRunner] = {}
 
@@ -26,13 +31,16 @@ class WorkerSpec:
     run_id: str = ""  # this run of the engine: figures it computed ahead (the first guess) are its own work
 
 
-def runner_for(spec: WorkerSpec) -> TrialRunner:
+def runner_for(spec: WorkerSpec, unpack: Callable[[], tuple[LoadedConfig, Given]] | None = None) -> TrialRunner:
+    """``spec``'s runner, built by this process's first trial; ``unpack``: the config and the parts
+    a worker received to build it from (a cluster node without the engine's files)."""
     runner = _RUNNERS.get(spec.key)
     if runner is None:
         from quantune.engine.identity import check_unchanged
         from quantune.engine.setup import build_run
 
-        parts = build_run(spec.loaded, eval_threads=spec.eval_threads)
+        loaded, given = unpack() if unpack is not None else (spec.loaded, None)
+        parts = build_run(loaded, eval_threads=spec.eval_threads, given=given)
         if spec.sources:  # data or scripts edited since the engine loaded them: never mix them into the run
             check_unchanged(spec.sources, parts.context.sources)
         runner = TrialRunner(parts.context)  # its first evaluation reads the baseline the engine cached

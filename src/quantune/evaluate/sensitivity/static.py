@@ -36,6 +36,7 @@ import onnx
 import onnxruntime as ort
 from onnx import numpy_helper
 
+from quantune import progress
 from quantune.evaluate.sensitivity import capture, cost
 from quantune.evaluate.sensitivity.capture import Job
 from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, cut_nodes, measure_head
@@ -179,8 +180,9 @@ def measure(
 
     stats = {job.key: NodeStats() for job in found.jobs}
     ref_stats = {name: NodeStats() for name in found.qdq}
-    for group in plan.groups:
+    for done, group in enumerate(plan.groups, start=1):
         _run_group(group, found, fmodel, qmodel, capture.pieces(feeds, plan.rows), input_names, stats, ref_stats)
+        progress.tick(done, len(plan.groups), "capture groups")
 
     def noise(prefix: str) -> dict[str, float]:
         return {key[len(prefix) :]: s.nmse() for key, s in stats.items() if key.startswith(prefix)}

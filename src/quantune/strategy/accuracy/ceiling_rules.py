@@ -43,5 +43,16 @@ def ties_to_the_earlier(
     return out
 
 
+def not_surely_slower(variant: Variant, others: list[Variant], baseline: float | None) -> list[Variant]:
+    """The variants of ``others`` whose ceiling is faster than ``variant``'s or within ``NEAR`` above it
+    (may be one speed: one session's medians of the same two ceilings spread wider than ``TIE``):
+    the fixed order may have put them after it on a gain the noise could not settle, and the same
+    fallback may be faster there (its float islands cost Q/DQ pairs that differ by format)."""
+    mine = variant.ratio(baseline)
+    if mine is None:
+        return []
+    return [v for v in others if (ratio := v.ratio(baseline)) is not None and ratio <= mine * (1.0 + NEAR)]
+
+
 def or_inf(value: float | None) -> float:
     return float("inf") if value is None else value

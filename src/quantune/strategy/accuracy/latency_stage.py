@@ -31,13 +31,13 @@ beyond the noise is evaluated, and the search goes on from it when it meets the 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.graph.capability import Group, Precision
 from quantune.space import Point, point_key
-from quantune.strategy.accuracy.ceiling_rules import clearly_faster
+from quantune.strategy.accuracy.ceiling_rules import clearly_faster, not_surely_slower
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.speed import (
@@ -95,6 +95,7 @@ class LatencyStage:
     """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stop and the latency stage."""
 
     settled: Point | None  # the model the search ended on (QuantuneStrategy.answer)
+    _in_play: Variant | None  # the variant recovered in (QuantuneStrategy.setup)
 
     def faster(self, candidate: Point, reference: Point) -> bool:
         """Whether ``candidate``'s model is faster than ``reference``'s beyond the noise: their paired
@@ -247,6 +248,46 @@ class LatencyStage:
         stage = stage.split(" (")[0].strip() or "search"
         number = "a trial" if tried.outcome.number is None else f"trial {tried.outcome.number}"
         return stage, f"{number} ({detail.strip()})" if detail.strip() else number
+
+    def stage_tied(
+        self, variant: Variant, base: Point, fallback: Mapping[str, Precision], kept: Sequence[Variant]
+    ) -> Step:
+        """Stage: the fallback found in ``variant`` (``base`` with ``fallback``, in budget) built in each
+        later variant of ``kept`` whose ceiling is not surely slower (:func:`not_surely_slower`), one
+        candidate each; one in budget and faster beyond the noise, side by side, replaces it (ties stay).
+        Returns (variant, base) the search goes on from.
+
+        The ceilings' fixed order settles which variant is recovered in, and keeps the preferred one
+        unless another is clearly faster: the same run twice must recover in the same variant. Yet a
+        fallback changes the formats' relative speed (each float island costs its own Q/DQ pairs or
+        requantizations), and the later stages hold the variant, so a model one format faster was never
+        built. Accuracy first (a format can change it), then the paired timing decides."""
+        fallen = sum(1 for p in fallback.values() if p == "fp32")
+        if not fallback or self.problem.objective != "latency" or self.problem.paired_latency is None:
+            return variant, base
+        rest = [v for v in kept[kept.index(variant) + 1 :] if v.ctx is self.ctx]
+        model = self.complete(self.ctx.with_fallback(base, fallback))
+        for other in not_surely_slower(variant, rest, self.baseline.get("latency_ms")):
+            if self.remaining() <= 0:
+                break
+            held = speed_params(self.ctx, base)
+            moved = {k: v for k, v in base.items() if k not in held} | speed_params(self.ctx, other.point)
+            moved = self.complete(fill_conditionals(self.ctx, moved))
+            point = self.complete(self.ctx.with_fallback(moved, fallback))
+            if not self.ctx.valid(point):
+                continue
+            stage = f"latency ({fallen} groups in fp32): the same fallback in {other.label}"
+            outcome = yield from self.try_point(point, stage)
+            if not outcome.meets or outcome.failed:
+                continue
+            if not self.faster(point, model):
+                self.decisions.append(f"{stage}: in budget, not faster side by side: {variant.label} stays")
+                continue
+            self.decisions.append(f"{stage}: in budget and faster side by side: the search goes on from it")
+            log.info("quantune strategy: %s", self.decisions[-1])
+            variant, base, model = other, moved, point
+            self._in_play, self.settled, self.finished_reason = other, None, ""  # its own ceiling bounds it now
+        return variant, base
 
     def latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
         """Stage: from the model in budget, one graph-changing parameter at a time (see the module);

@@ -55,8 +55,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     default 8) -> ``latency`` (one graph-changing parameter at a time from the model in budget,
     each candidate timed against the incumbent side by side; ends after ``latency_patience``,
     default 3, that are not faster beyond the noise; ``latency_trials``, default what
-    ``stop.max_trials`` leaves; see :mod:`.latency_stage`). When recovery finds nothing in a
-    variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
+    ``stop.max_trials`` leaves; the fallback in a tied variant first; see :mod:`.latency_stage`). When
+    recovery finds nothing in a variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
     variant it is in (the fastest still in play) the search ends: nothing faster is possible
     (``stop_at_ceiling``, default true).
     """
@@ -103,6 +103,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 lighter = yield from self.stage_lighter(base)  # fewer Q/DQ pairs, faster side by side?
                 if lighter is not None:
                     fallback = lighter
+                    variant, base = yield from self.stage_tied(variant, base, fallback, kept)
                 elif self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
                     return
             elif (refined := (yield from self.stage_recover(variant))) is not None:  # recover.py
@@ -114,11 +115,10 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 if found is None:
                     continue
                 base, fallback = yield from self.stage_recover_units(variant, *found, self._costs())
+                variant, base = yield from self.stage_tied(variant, base, fallback or {}, kept)
                 if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
                     return  # a recovery stage's model is at the ceiling
-            if (
-                fallback and lighter is None
-            ):  # a first model in budget exists; can a calibration choice quantize everything?
+            if fallback and lighter is None:  # a first model in budget: can a calibration choice quantize all?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
                     base, fallback = full, {}

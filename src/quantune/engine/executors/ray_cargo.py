@@ -1,0 +1,246 @@
+"""What a Ray task needs to run trials on a node that shares no disk with the engine, and what
+it sends back.
+
+A cluster node (a cloud autoscaler's machine, a Kubernetes pod) sees none of the engine's
+files. The engine sends, once, through Ray's object store: the user's model, the model trials
+start from, the data it loaded and checked, the scripts the config names (plugins, metric,
+runner, loaders, with the modules they import from their folders) and the original's cached
+figures and outputs. A worker writes them into a scratch folder of its own node (its cache
+there is scratch) and rebuilds the run from them. A finished trial sends its model's files
+back; the engine puts them into its own cache -- the run's one source of truth, which the
+record then names, so results, resume and the final model read only that -- and times the
+model itself, on the machine the model is tuned for, so the search never compares timings
+taken on unlike nodes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import socket
+import tempfile
+import uuid
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from quantune._version import __version__
+from quantune.config import LoadedConfig
+from quantune.data import Dataset
+from quantune.engine.executors.worker import WorkerSpec, runner_for
+from quantune.engine.runner import TrialRunner
+from quantune.engine.setup import Given
+from quantune.engine.trial import Trial, TrialRecord
+from quantune.errors import QuantuneError
+from quantune.evaluate.latency import latency_figures
+from quantune.model import ModelHandle
+from quantune.prepare import Preparation
+from quantune.store import ArtifactCache
+from quantune.userlocal import local_imports
+
+Files = dict[str, bytes]  # a path relative to the model's folder -> its content
+
+
+@dataclass(frozen=True)
+class Cargo:
+    """The engine's files a worker needs, as data (put into Ray's object store once)."""
+
+    model: str  # the original's file, a name in ``files["original"]``
+    # "original": the user's model; "start": the prepared one (or nothing); "scripts": see _moved
+    files: dict[str, Files]
+    calibration: Dataset | None
+    evaluation: Dataset
+    preparation: Preparation  # its ``model``: a path relative to the worker's scratch folder
+    metric: str  # the config's evaluation.metric and evaluation.runner, as the engine names them
+    runner: str | None
+    quantune: str = __version__  # the engine's: a node with another builds other models under the same keys
+    evals: dict[str, dict[str, Any]] = field(default_factory=dict)  # the original's cached figures
+    arrays: dict[str, dict[str, Any]] = field(default_factory=dict)  # and outputs, by cache key
+
+    @property
+    def whole(self) -> bool:
+        """Whether it holds the original's outputs (packed before they were cached: not yet)."""
+        return bool(self.arrays)
+
+
+def _model_files(model: ModelHandle) -> Files:
+    folder = model.path.parent
+    return {path.relative_to(folder).as_posix(): path.read_bytes() for path in (model.path, *model.external_data)}
+
+
+def _script_specs(config: Any) -> list[str]:
+    """The config's specs that name a script (``path.py`` or ``path.py:function``)."""
+    named = [config.evaluation.metric, config.evaluation.runner]
+    named += [config.data.calibration, config.data.evaluation, *config.plugins]
+    return [spec for spec in named if isinstance(spec, str) and (spec.endswith(".py") or ".py:" in spec)]
+
+
+def _script_path(spec: str) -> tuple[str, str]:
+    """``path.py:function`` as its path and ``:function`` (``path.py``: no function)."""
+    if ".py:" not in spec:
+        return spec, ""
+    path, _, function = spec.rpartition(":")
+    return path, f":{function}"
+
+
+def _moved(loaded: LoadedConfig, spec: str) -> str:
+    """Where a worker finds its copy of a script, relative to its scratch folder: ``scripts/``
+    and the script's path here, so the modules of its folder sit beside it there too."""
+    if spec not in _script_specs(loaded.config):
+        return spec
+    path, function = _script_path(spec)
+    return f"scripts/{loaded.resolve(path).as_posix().lstrip('/')}{function}"
+
+
+def _scripts(loaded: LoadedConfig) -> Files:
+    files: Files = {}
+    for spec in _script_specs(loaded.config):
+        script = loaded.resolve(_script_path(spec)[0])
+        for path in (script, *local_imports(script).values()):
+            files[path.as_posix().lstrip("/")] = path.read_bytes()
+    return files
+
+
+def pack(runner: TrialRunner, loaded: LoadedConfig) -> Cargo:
+    """The cargo of ``runner``'s run of ``loaded`` (the engine's side)."""
+    ctx = runner.context
+    start = ctx.start
+    prepared = start.path != ctx.model.path
+    assert ctx.preparation is not None  # (build_run always prepares, or says it did not)
+    where = Path("start" if prepared else "original", start.path.name)
+    key, reference_key, metric_key = ctx.baseline_keys()
+    evals = {name: value for name in (key, metric_key) if (value := ctx.cache.get_json("evals", name)) is not None}
+    reference = ctx.cache.get_arrays(reference_key)
+    return Cargo(
+        model=ctx.model.path.name,
+        files={
+            "original": _model_files(ctx.model),
+            "start": _model_files(start) if prepared else {},
+            "scripts": _scripts(loaded),
+        },
+        calibration=ctx.calibration,
+        evaluation=ctx.evaluator.dataset,
+        preparation=dataclasses.replace(ctx.preparation, model=where),
+        metric=loaded.config.evaluation.metric,
+        runner=loaded.config.evaluation.runner,
+        evals=evals,
+        arrays={} if reference is None else {reference_key: reference},
+    )
+
+
+def for_nodes(spec: WorkerSpec) -> WorkerSpec:
+    """``spec`` without the engine's paths: no cache folder (a worker's is scratch), only the
+    model's file name, scripts where the worker writes their copies (all come with the cargo)."""
+    loaded = spec.loaded
+    config = loaded.config
+    moved = lambda name: name if name is None else _moved(loaded, name)  # noqa: E731
+    update = {
+        "cache_dir": None,
+        "model": Path(str(config.model)).name,
+        "plugins": [moved(plugin) for plugin in config.plugins],
+        "evaluation": config.evaluation.model_copy(
+            update={"metric": moved(config.evaluation.metric), "runner": moved(config.evaluation.runner)}
+        ),
+        "data": config.data.model_copy(
+            update={"calibration": moved(config.data.calibration), "evaluation": moved(config.data.evaluation)}
+        ),
+    }
+    return dataclasses.replace(spec, loaded=LoadedConfig(config.model_copy(update=update), Path("."), loaded.source))
+
+
+def node_name() -> str:
+    """This machine as a trial record names it: its host name and its Ray node id."""
+    import ray
+
+    return f"{socket.gethostname()} ({ray.get_runtime_context().get_node_id()[:12]})"
+
+
+def scratch_folder(node_id: str) -> Path:
+    """Where the node ``node_id`` keeps what it was sent and what its trials built (its temp folder)."""
+    return (Path(tempfile.gettempdir()) / f"quantune-ray-{node_id[:12]}").resolve()
+
+
+def _write(folder: Path, files: Files) -> None:
+    """``files`` under ``folder``, each whole (another worker of the node may write the same ones)."""
+    for name, data in files.items():
+        path = folder / name
+        if path.is_file() and path.stat().st_size == len(data) and path.read_bytes() == data:
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{uuid.uuid4().hex}")
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+
+
+def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
+    """The worker's side: the cargo written into this node's scratch folder, the original's
+    figures and outputs into its scratch cache, and the config that rebuilds the run there."""
+    import ray
+
+    cargo: Cargo = ray.get(box[0])
+    if cargo.quantune != __version__:
+        raise QuantuneError(
+            f"Ray node {node_name()} has quantune {__version__}, the engine {cargo.quantune}: install the "
+            "engine's version on every node (the same package, e.g. in the cluster's image)"
+        )
+    # per run identity: a later run of the same config on a long-lived node finds its models there
+    root = scratch_folder(ray.get_runtime_context().get_node_id()) / spec.key[:16]
+    for part, files in cargo.files.items():
+        _write(root / part, files)
+    cache = ArtifactCache(root / "cache")
+    for key, value in cargo.evals.items():
+        cache.put_json("evals", key, value)
+    for key, arrays in cargo.arrays.items():
+        cache.put_arrays(key, arrays)
+    config = spec.loaded.config.model_copy(
+        update={"model": str(root / "original" / cargo.model), "cache_dir": str(cache.root)}
+    )
+    preparation = dataclasses.replace(cargo.preparation, model=root / cargo.preparation.model)
+    given = Given(cargo.calibration, cargo.evaluation, preparation, cargo.metric, cargo.runner)
+    return LoadedConfig(config, root, spec.loaded.source), given  # the scripts' copies are under root
+
+
+def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> dict[str, Any]:
+    """A Ray task's body: the trial run in this node's scratch, its record and its model's files.
+    ``box`` holds the cargo's object reference (fetched only by a worker's first trial)."""
+    runner = runner_for(spec, lambda: _unpack(spec, box))
+    runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
+    record = runner.run(trial)
+    returned: dict[str, Any] = {"record": record.to_dict(), "node": node_name()}
+    entry = Path(record.model_path).parent if record.model_path else None
+    if record.status == "ok" and entry is not None and entry.parent == runner.context.cache.root / "models":
+        files = [path for path in entry.rglob("*") if path.is_file()]
+        returned["key"] = entry.name
+        returned["files"] = {path.relative_to(entry).as_posix(): path.read_bytes() for path in files}
+    return returned
+
+
+def receive(runner: TrialRunner, returned: dict[str, Any]) -> TrialRecord:
+    """The engine's side: the trial's model put into the engine's cache (the record names that
+    copy), timed here, and its figures cached here as a local trial's would be."""
+    ctx = runner.context
+    record = TrialRecord.from_dict(returned["record"])
+    record.nodes = {"built": returned["node"]}
+    if record.status != "ok":
+        return record
+    files: Files | None = returned.get("files")
+    if files is None:  # no pass changed the model: the one trials start from, or the original
+        known = {ctx.start.sha256: ctx.start.path, ctx.model.sha256: ctx.model.path}
+        if record.model_sha256 not in known:
+            raise ValueError(f"the Ray worker's model (sha256 {record.model_sha256}) is not one this run knows")
+        path = known[record.model_sha256]
+    else:
+        meta = json.loads(files.pop("meta.json", b"{}"))
+        meta.pop("sha256", None)
+        work = ctx.cache.new_work_dir()
+        _write(work, files)
+        path, sha = ctx.cache.put_model(returned["key"], work, meta)
+        if sha != record.model_sha256:
+            raise ValueError(f"the model the Ray worker sent (sha256 {sha}) is not the one it built")
+    record.model_path = str(path)
+    timings = ctx.evaluator.timings_side_by_side([path])
+    record.metrics.update(latency_figures(timings[0]))
+    record.nodes["timed"] = node_name()
+    ctx.cache.put_json("evals", ctx.eval_key(record.model_sha256), {"metrics": record.metrics})
+    return record

@@ -1,0 +1,88 @@
+"""Progress of long stages as events: a stage says how far it is, whoever listens shows it.
+
+A heavy model makes single stages long (a sensitivity analysis, the speed ceilings' rounds, the
+end's re-timing): a person, or a CI log without a terminal, must see that the run is alive and
+how far it is. The stages only :func:`report` (stage, done, total); the console shows the events
+(a rich bar on a terminal, plain lines without one, ``report/console.py``), and a stage worker
+sends them to the main process through its pipe (``engine/executors/stage.py``), so a stage
+reports the same way wherever it runs. Nothing listens by default: reporting costs a call.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextvars import ContextVar
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Step:
+    """How far a stage is: ``done`` of ``total`` units (``None``: unknown), ``elapsed_s`` since it began."""
+
+    stage: str
+    done: int
+    total: int | None
+    elapsed_s: float
+    unit: str = ""
+    note: str = ""  # what else a person would want to know (the best trial so far)
+
+
+Listener = Callable[[Step], None]
+_LISTENERS: list[Listener] = []
+_LOCK = threading.Lock()
+_STAGE: ContextVar[tuple[str, float] | None] = ContextVar("quantune_progress_stage", default=None)
+
+
+@contextlib.contextmanager
+def listening(listener: Listener) -> Iterator[None]:
+    """``listener`` gets every event reported in this process while the block runs."""
+    with _LOCK:
+        _LISTENERS.append(listener)
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _LISTENERS.remove(listener)
+
+
+@contextlib.contextmanager
+def stage(name: str) -> Iterator[None]:
+    """Names the stage that :func:`tick` reports for (a timing loop does not know whose rounds it
+    times); its clock starts here. The stage reports its start and its end."""
+    token = _STAGE.set((name, time.perf_counter()))
+    report(name, 0, None)
+    try:
+        yield
+    finally:
+        current = _STAGE.get()
+        _STAGE.reset(token)
+        if current is not None:
+            _emit(Step(name, -1, None, time.perf_counter() - current[1]))
+
+
+def tick(done: int, total: int | None, unit: str = "") -> None:
+    """``done`` of ``total`` units of the current :func:`stage` (none named: no event)."""
+    current = _STAGE.get()
+    if current is not None and _LISTENERS:
+        _emit(Step(current[0], done, total, time.perf_counter() - current[1], unit))
+
+
+def report(name: str, done: int, total: int | None, unit: str = "", elapsed_s: float = 0.0, note: str = "") -> None:
+    """An event of stage ``name`` (``done`` 0 and no ``total``: it began; -1: it ended)."""
+    if _LISTENERS:
+        _emit(Step(name, done, total, elapsed_s, unit, note))
+
+
+def forward(step: Step) -> None:
+    """An event from elsewhere (a stage worker's), to this process's listeners."""
+    _emit(step)
+
+
+def _emit(step: Step) -> None:
+    with _LOCK:
+        listeners = list(_LISTENERS)
+    for listener in listeners:
+        listener(step)

@@ -1,0 +1,192 @@
+"""The Ray executor on a multi-node cluster simulated on this machine (``ray.cluster_utils.Cluster``):
+a head that runs no trial and two worker nodes, which are never given the engine's cache."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pickle
+import shutil
+import threading
+import uuid
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+import quantune
+from conftest import build_mlp, mlp_inputs
+from quantune.config import load_config
+from quantune.engine.executors import ray_executor
+from quantune.engine.executors.ray_cargo import for_nodes, pack, run_shipped, scratch_folder
+from quantune.engine.executors.worker import WorkerSpec
+from quantune.engine.runner import TrialRunner
+from quantune.engine.setup import build_run
+from quantune.engine.trial import Trial
+
+ray = pytest.importorskip("ray")
+cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+# A pass that copies its model and notes where it ran, which paths it was given and where its file is; with a gate
+# folder, it first says it started and waits until the test creates the folder's "go" file.
+SPY_PLUGIN = """
+import json, os, shutil, time
+from pathlib import Path
+import ray
+from quantune import Pass, PassConfig, register_pass
+
+class SpyConfig(PassConfig):
+    notes: str = ""
+    gate: str = ""
+
+@register_pass
+class Spy(Pass):
+    name = "spy"
+    Config = SpyConfig
+    def run(self, config, model_in, model_out, context):
+        node = ray.get_runtime_context().get_node_id()
+        paths = [str(model_in), str(model_out), str(context.work_dir), str(context.cache_dir)]
+        seen = {"node": node, "paths": paths, "plugin": __file__}
+        with open(config.notes, "a") as notes:
+            notes.write(json.dumps(seen) + "\\n")
+        if config.gate:
+            gate = Path(config.gate)
+            (gate / f"started-{os.getpid()}").write_text(node)
+            while not (gate / "go").exists():  # the test opens the gate once it removed a node
+                time.sleep(0.05)
+        shutil.copyfile(model_in, model_out)
+"""
+
+
+@pytest.fixture(scope="module")
+def cluster() -> Any:
+    made = cluster_utils.Cluster(initialize_head=True, head_node_args={"num_cpus": 0})
+    workers = [made.add_node(num_cpus=1) for _ in range(2)]
+    ray.init(address=made.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    yield made, workers
+    nodes = [node["NodeID"] for node in ray.nodes()]
+    ray.shutdown()
+    made.shutdown()
+    for node in nodes:  # the scratch folders the nodes leave (a real node's go with it)
+        shutil.rmtree(scratch_folder(node), ignore_errors=True)
+
+
+def _config(tmp_path: Path, kind: str, **spy: str) -> dict[str, Any]:
+    model = build_mlp(tmp_path / "mlp.onnx")
+    np.savez(tmp_path / "calib.npz", x=mlp_inputs(32, seed=1))
+    np.savez(tmp_path / "eval.npz", x=mlp_inputs(32, seed=2))
+    plugin = tmp_path / "spy.py"
+    plugin.write_text(SPY_PLUGIN)
+    # a metric split in two files: the nodes get both
+    (tmp_path / "metric.py").write_text(
+        "from helper import spread\n\ndef score(outputs, data):\n    return spread(outputs['y'])\n"
+    )
+    (tmp_path / "helper.py").write_text("import numpy as np\n\ndef spread(y):\n    return float(np.std(y))\n")
+    return {
+        "model": str(model),
+        "data": {
+            "calibration": str(tmp_path / "calib.npz"),
+            "evaluation": str(tmp_path / "eval.npz"),
+            "batch_size": 16,
+        },
+        "evaluation": {
+            "metric": f"{tmp_path / 'metric.py'}:score",
+            "latency": {"warmup": 1, "repeats": 3, "threads": 1},
+        },
+        "criterion": {"type": "absolute", "tolerable_loss": 0.5},
+        "objective": "size",  # exact: the same answer wherever the trials ran
+        "passes": [
+            {"name": "spy", "params": {"notes": str(tmp_path / f"{kind}-notes.jsonl"), **spy}},
+            {"name": "dynamic_quant", "params": {"weight_type": {"search": ["int8", "uint8"]}}},
+        ],
+        "plugins": [str(plugin)],
+        "search": {"sampler": "exhaustive", "seed": 0},
+        "cache_dir": str(tmp_path / f"cache-{kind}"),
+        "executor": {"kind": kind, "workers": 2 if kind == "ray" else 1, "trial_timeout_s": 300},
+    }
+
+
+def _notes(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def test_a_cluster_run_never_gives_workers_the_engines_cache_and_matches_a_local_run(
+    tmp_path: Path, cluster: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    head = ray.get_runtime_context().get_node_id()
+    shipped: list[Any] = []  # what the tasks receive besides the trial: the spec and the cargo
+    for name in ("for_nodes", "pack"):
+        real = getattr(ray_executor, name)
+        monkeypatch.setattr(ray_executor, name, lambda *a, real=real: shipped.append(real(*a)) or shipped[-1])
+    # stopped after one trial, then resumed from the engine's run store: the first is replayed, not run again
+    first = quantune.tune({**_config(tmp_path, "ray"), "stop": {"max_trials": 1}}, output=tmp_path / "out-ray")
+    on_ray = quantune.tune(_config(tmp_path, "ray"), output=tmp_path / "out-ray")
+    assert len(first.trials) == 1 and on_ray.replayed == 1 and len(on_ray.trials) == 2
+    local = quantune.tune(_config(tmp_path, "process"), output=tmp_path / "out-local")
+
+    driver_cache = str(tmp_path / "cache-ray")
+    assert shipped and all(driver_cache.encode() not in pickle.dumps(part) for part in shipped)
+    notes = _notes(tmp_path / "ray-notes.jsonl")
+    assert notes and all(not path.startswith(driver_cache) for note in notes for path in note["paths"])
+    assert all(not note["plugin"].startswith(str(tmp_path)) for note in notes)  # the node's copy of the plugin
+    assert {note["node"] for note in notes} <= {node.node_id for node in cluster[1]}  # worker nodes only
+    # the nodes compare with the original's outputs they were sent: none evaluated the original again
+    scratch = [scratch_folder(note["node"]) for note in notes]
+    assert [len(list(folder.rglob("outputs/*.npz"))) for folder in scratch] == [1] * len(scratch)
+    # the records name the engine's copy of each model, and the engine timed each one
+    ok = [t for t in on_ray.trials if t.status == "ok"]
+    assert ok and all(t.model_path.startswith(driver_cache) and Path(t.model_path).is_file() for t in ok)
+    assert all(head[:12] in t.nodes["timed"] and head[:12] not in t.nodes["built"] for t in ok)
+    # the same answer as trials run here
+    assert on_ray.verdict == local.verdict == "improved"
+    assert on_ray.best.model_sha256 == local.best.model_sha256 and on_ray.best.params == local.best.params
+    assert sorted(t.model_sha256 for t in on_ray.trials) == sorted(t.model_sha256 for t in local.trials)
+
+
+def test_a_trial_on_a_removed_node_runs_again_elsewhere_and_counts_once(tmp_path: Path, cluster: Any) -> None:
+    made, workers = cluster
+    gate = tmp_path / "gate"
+    gate.mkdir()
+    removed: list[str] = []
+    done = threading.Event()
+
+    def remove_a_busy_node() -> None:
+        """Once both trials wait at the gate (one on each node), the node of one of them goes."""
+        try:
+            while len(list(gate.glob("started-*"))) < 2 and not done.wait(0.05):
+                pass
+            if not done.is_set():
+                lost = next(gate.glob("started-*")).read_text()
+                made.remove_node(next(node for node in workers if node.node_id == lost), allow_graceful=False)
+                removed.append(lost)
+        finally:
+            (gate / "go").write_text("")
+
+    remover = threading.Thread(target=remove_a_busy_node)
+    remover.start()
+    try:
+        result = quantune.tune(_config(tmp_path, "ray", gate=str(gate)), output=tmp_path / "out")
+    finally:
+        done.set()
+        remover.join()
+    workers[:] = [node for node in workers if node.node_id not in removed]
+    workers.append(made.add_node(num_cpus=1))  # (the cluster as the fixture made it, for any later test)
+    assert removed, "the trials did not both reach the gate"
+    assert sorted(t.number for t in result.trials) == [0, 1]  # nothing lost, nothing counted twice
+    assert all(t.status == "ok" for t in result.trials), [t.error for t in result.trials]
+    lost = removed[0][:12]
+    assert all(lost not in t.nodes["built"] for t in result.trials)  # the lost node's trial ran again elsewhere
+    assert any(note["node"].startswith(lost) for note in _notes(tmp_path / "ray-notes.jsonl"))
+
+
+def test_a_node_with_another_quantune_builds_nothing_and_says_what_to_install(tmp_path: Path, cluster: Any) -> None:
+    loaded = load_config(_config(tmp_path, "ray"))
+    runner = TrialRunner(build_run(loaded).context)
+    spec = WorkerSpec(loaded, uuid.uuid4().hex)  # (a key no worker has built a run for)
+    cargo = dataclasses.replace(pack(runner, loaded), quantune="0.0.0")
+    task = ray.remote(run_shipped).options(num_cpus=1, max_retries=0)
+    trial = Trial(0, ("spy", "dynamic_quant"), {"dynamic_quant.weight_type": "int8"})
+    with pytest.raises(ray.exceptions.RayTaskError, match=r"has quantune \S+, the engine 0\.0\.0: install"):
+        ray.get(task.remote(for_nodes(spec), [ray.put(cargo)], trial))
+    assert not (tmp_path / "ray-notes.jsonl").exists()  # nothing ran
