@@ -31,7 +31,8 @@ from quantune.report.heartbeat import PlainProgress
 from quantune.report.miss import miss_lines
 from quantune.report.result import Result, format_loss, format_ratio
 from quantune.report.speed import speed_of
-from quantune.report.summarize import node_op_types, summarize_value
+from quantune.report.summarize import node_op_types, quantized_label, summarize_value
+from quantune.report.where import target_lines
 
 
 def _fmt_params(params: dict[str, Any], op_types: dict[str, str] | None = None) -> str:
@@ -245,7 +246,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     if any(_ok_label(r) == "copy" for r in result.trials[:max_rows] if r.status == "ok"):
         captions.append("ok 'copy': meets the criterion but quantizes no compute op (the original in disguise)")
     if any(r.untimed for r in result.trials[:max_rows]):
-        captions.append("untimed: misses the budget while a candidate is in it (its speed cannot change the answer)")
+        captions.append("untimed: misses the budget and cannot be the closest miss (its speed cannot change the answer)")
     if len(result.trials) > max_rows:
         captions.append(f"{len(result.trials) - max_rows} more trials in results.json")
     table.caption = "; ".join(captions) or None
@@ -258,15 +259,6 @@ def _ok_label(record: TrialRecord) -> str:
     if not record.meets_criterion:
         return "no"
     return "copy" if quantizes_nothing(record) else "yes"  # the original on another provider is no copy
-
-
-def quantized_label(metrics: dict[str, float]) -> str:
-    """Quantized compute ops and their share of the model's: "3 (100%)", or "none"."""
-    if "quantized_ops" not in metrics:
-        return ""
-    if not metrics["quantized_ops"]:
-        return "none"
-    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
 
 
 def verdict_line(result: Result) -> str:
@@ -299,40 +291,6 @@ def memory_line(result: Result) -> str:
     parts = [f"trials {max(peaks):.0f} MB"] if peaks else []
     parts += [f"{stage.replace('_', ' ')} {mb:.0f} MB" for stage, mb in result.stage_peak_rss_mb.items()]
     return f"peak memory: {', '.join(parts)}" if parts else ""
-
-
-def target_lines(result: Result) -> list[str]:
-    """Where the models were evaluated, each model's session memory, and a Pareto front's trials."""
-    lines = []
-    target = result.target
-    if target:
-        where = "a target environment" if target.get("isolated") else "this environment"
-        lines.append(
-            f"evaluated on {target['provider']}, onnxruntime {target['onnxruntime']}, {where} ({target['python']})"
-        )
-        if target.get("providers"):  # target.providers: where the candidates ran, and what was left out
-            skipped = "".join(f"; {p} skipped: {why}" for p, why in (target.get("providers_skipped") or {}).items())
-            lines.append(f"providers searched: {', '.join(target['providers'])}{skipped}")
-    base_mb = result.baseline.get("peak_memory_mb")
-    best_mb = result.best.metrics.get("peak_memory_mb") if result.best is not None else None
-    if base_mb is not None and best_mb is not None:
-        lines.append(f"session peak memory: best {best_mb:.1f} MB, original {base_mb:.1f} MB")
-    if result.pareto_front:
-        by_number = {r.number: r for r in result.trials}
-        names = {"latency": "latency_ms", "size": "size_bytes", "memory": "peak_memory_mb"}
-        shown = []
-        for number in result.pareto_front:
-            record = by_number[number]
-            values = ", ".join(
-                f"{name} {record.metrics.get(names[name], float('nan')):.4g}"
-                if name in names
-                else f"loss {format_loss(record.accuracy_loss, result.criterion.kind)}"
-                for name in result.objectives
-            )
-            shown.append(f"  trial {number}: {values}")
-        lines.append(f"Pareto front over {result.objectives} ({len(shown)} trials):")
-        lines += shown
-    return lines
 
 
 def summary(result: Result) -> str:
