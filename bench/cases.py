@@ -96,6 +96,8 @@ ZOO_CASES = (
     "nudenet_320n",
     "doclaynet_yolov8",
     "ddddocr_det",
+    "dnsmos_p835",
+    "ppocrv6_det_1024",
 )
 
 

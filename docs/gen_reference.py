@@ -387,6 +387,9 @@ RESULT_KEYS = {
     "objective": "What the run minimised once the criterion held: latency, size or memory.",
     "objectives": "Every objective, in the declared order.",
     "pareto_front": "Trial numbers of the Pareto front (several objectives).",
+    "provider_front": "With target.providers, the front across providers: each provider's fastest trial in "
+    "budget by its own figure, {provider: trial number}; a trial was judged on its session_settings.provider "
+    "(target.provider without one).",
     "stop_reason": "What ended the search, naming the stage.",
     "duration_s": "Seconds the run took.",
     "cache": "Hits and misses per pass and for evaluations: the work this run did.",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import textwrap
@@ -11,13 +12,13 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from onnx import TensorProto, helper
+from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
 from conftest import save_graph
 from quantune.data import Dataset
 from quantune.evaluate import EvaluationSpec, Evaluator
-from quantune.evaluate.budget import live_peak_bytes, rows_per_run
+from quantune.evaluate.budget import run_in_pieces
 from quantune.evaluate.sensitivity import capture, measure
 from quantune.evaluate.sensitivity.static import _structure
 from test_memory import build_wide_cnn
@@ -109,28 +110,19 @@ def test_sensitivity_peak_is_set_by_the_budget_not_by_the_data_or_the_tensors(tm
     assert more_data <= bounded + 40, f"peak grew from {bounded:.0f} MB to {more_data:.0f} MB with 4x the data"
 
 
-def test_live_peak_counts_the_tensors_alive_at_once() -> None:
-    nodes = [
-        helper.make_node("Relu", ["x"], ["a"]),
-        helper.make_node("Relu", ["a"], ["b"]),
-        helper.make_node("Add", ["a", "b"], ["c"]),
-        helper.make_node("Relu", ["c"], ["y"]),
-    ]
-    value = helper.make_tensor_value_info
-    graph = helper.make_graph(nodes, "g", [value("x", TensorProto.FLOAT, [1])], [value("y", TensorProto.FLOAT, [1])])
-    sizes = {"x": 1, "a": 10, "b": 100, "c": 1000, "y": 10000}
-    # x+a, a+b, a+b+c (a and b die after Add), c+y
-    assert live_peak_bytes(helper.make_model(graph), sizes) == 11000
-    assert live_peak_bytes(helper.make_model(graph), {"x": 1, "a": 10}) is None  # unknown sizes: no estimate
-
-
 def test_an_evaluation_feed_over_the_budget_runs_in_pieces_with_the_same_figures(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    import onnxruntime as ort
+
     model = build_wide_cnn(tmp_path / "wide.onnx", size=64)
     x = _images(48, 64)
-    assert rows_per_run(model, {"x": x}, budget_mb=1) < 8  # about 1 MB of live tensors a row
-    assert rows_per_run(model, {"x": x}, budget_mb=4096) is None  # fits: run whole
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    for budget, fits in (("1", lambda rows: rows == 1), ("4096", lambda rows: rows >= 48)):
+        monkeypatch.setenv("QUANTUNE_MEMORY_BUDGET_MB", budget)
+        sized: dict[tuple, int] = {}
+        run_in_pieces(session, ["y"], {"x": x}, sized)
+        assert len(sized) == 1 and fits(next(iter(sized.values()))), (budget, sized)  # a row's footprint, measured
     spec = EvaluationSpec(metric="cosine", batch_size=48)
 
     def figures(budget: str) -> tuple[dict, dict]:
@@ -162,3 +154,82 @@ def test_a_feed_whose_outputs_do_not_follow_its_rows_is_never_cut(tmp_path: Path
     session = ort.InferenceSession(str(save_graph(graph, tmp_path / "g.onnx")))
     assert not batch_follows_rows(session)
     assert batch_follows_rows(ort.InferenceSession(str(build_wide_cnn(tmp_path / "w.onnx", size=8))))
+
+
+def _long_conv(path: Path, length: int, channels: int = 32) -> Path:
+    """Two convolutions over a long 1-D signal, pooled to 4 logits: a few kB of weights, some
+    8 MB of activations a row (so a batch of 48 needs hundreds of MB at once, one row a few)."""
+    rng = np.random.default_rng(0)
+
+    def init(name: str, shape: list[int], scale: float) -> onnx.TensorProto:
+        return numpy_helper.from_array(rng.normal(0, scale, shape).astype(np.float32), name)
+
+    weights = [
+        init("w1", [channels, 1, 1, 9], 0.3),
+        init("b1", [channels], 0.05),
+        init("w2", [channels, channels, 1, 9], 0.06),
+        init("b2", [channels], 0.05),
+        init("w3", [4, channels], 0.3),
+        init("b3", [4], 0.1),
+    ]
+    nodes = [
+        helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], pads=[0, 4, 0, 4]),
+        helper.make_node("Relu", ["c1"], ["r1"]),
+        helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], pads=[0, 4, 0, 4]),
+        helper.make_node("Relu", ["c2"], ["r2"]),
+        helper.make_node("GlobalAveragePool", ["r2"], ["p"]),
+        helper.make_node("Flatten", ["p"], ["f"]),
+        helper.make_node("Gemm", ["f", "w3", "b3"], ["logits"], transB=1),
+    ]
+    value = helper.make_tensor_value_info
+    graph = helper.make_graph(
+        nodes,
+        "long_conv",
+        [value("x", TensorProto.FLOAT, ["batch", 1, 1, length])],
+        [value("logits", TensorProto.FLOAT, ["batch", 4])],
+        weights,
+    )
+    return save_graph(graph, path)
+
+
+def test_every_stage_of_a_run_keeps_a_low_memory_budget(tmp_path: Path) -> None:
+    """The engine (its preparation check), calibration, the original's evaluation and the trials
+    peak within the budget: batches of 48 long rows are cut to what one row's measured footprint
+    says fits (whole, the calibration alone took twice the budget)."""
+    import onnxruntime as ort
+
+    budget = 300
+    model = _long_conv(tmp_path / "model.onnx", length=16000)
+    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    rng = np.random.default_rng(1)
+    for name, rows in (("calib", 48), ("eval", 96)):
+        x = rng.normal(0, 1, (rows, 1, 1, 16000)).astype(np.float32)
+        np.savez(tmp_path / f"{name}.npz", x=x, label=session.run(None, {"x": x})[0].argmax(1))
+    config = {
+        "model": "model.onnx",
+        "data": {"calibration": "calib.npz", "evaluation": "eval.npz", "batch_size": 48},
+        "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 3, "threads": 1, "batch_size": 1}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.5},
+        "passes": [{"name": "static_quant", "params": {"calibrate_method": {"search": ["MinMax", "Percentile"]}}}],
+        "search": {"sampler": "exhaustive", "seed": 0},
+        "stop": {"max_trials": 2},
+        "cache_dir": "cache",
+    }
+    (tmp_path / "quantune.json").write_text(json.dumps(config))
+    # the engine's own process (the preparation's check runs there) is measured by a parent of its own
+    measured = "import resource, subprocess, sys; done = subprocess.run(sys.argv[1:]); "
+    measured += "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024); sys.exit(done.returncode)"
+    done = subprocess.run(
+        [sys.executable, "-c", measured, sys.executable, "-m", "quantune", "run", "quantune.json", "--output", "out"],
+        cwd=tmp_path,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONPATH": str(REPO / "src"), "QUANTUNE_MEMORY_BUDGET_MB": str(budget)},
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    result = json.loads((tmp_path / "out" / "results.json").read_text())
+    peaks = {"engine": float(done.stdout.strip().splitlines()[-1]), **result["stage_peak_rss_mb"]}
+    peaks.update({f"trial {t['number']}": t["peak_rss_mb"] for t in result["trials"] if t.get("peak_rss_mb")})
+    assert {"calibration", "baseline_evaluation"} <= peaks.keys() and len(result["trials"]) == 2, peaks
+    over = {stage: mb for stage, mb in peaks.items() if mb > budget}
+    assert not over, f"over the {budget} MB budget: {over}"

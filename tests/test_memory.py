@@ -73,13 +73,13 @@ def test_ragged_last_batch_calibrates_with_histograms(tmp_path: Path) -> None:
 
 
 def test_planner_splits_big_batches_and_never_mixes_shapes() -> None:
-    planner = ChunkPlanner(bytes_per_row=100, max_bytes=1000, splittable=True)  # 10 rows a chunk
+    planner = ChunkPlanner(max_rows=10, splittable=True)
     feeds = [{"x": np.zeros((25, 3))}, {"x": np.zeros((4, 3))}, {"x": np.zeros((4, 5))}]
     same = [{"x": np.zeros((3, 3))}] * 4
     assert [len(chunk) for chunk in planner.chunks(same)] == [3, 1]  # batches of one shape share a chunk
     chunks = list(planner.chunks(feeds))
     assert [[len(f["x"]) for f in chunk] for chunk in chunks] == [[10], [10], [5], [4], [4]]
-    fixed = ChunkPlanner(bytes_per_row=100, max_bytes=1000, splittable=False)
+    fixed = ChunkPlanner(max_rows=10, splittable=False)
     assert [len(c[0]["x"]) for c in fixed.chunks(feeds[:1])] == [25]  # a fixed batch dimension is never cut
 
 

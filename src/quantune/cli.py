@@ -33,10 +33,9 @@ EXIT_ENVIRONMENT = 1
 def _cmd_run(args: argparse.Namespace) -> int:
     if _forks_workers(args):
         # the workers' fork server starts now, importing onnxruntime and the quantizers on the
-        # other core while this process validates the config and imports the engine (below,
-        # before tune() is called: the console and interrupt modules import it, 0.35 s): the
-        # original's evaluation, in a worker, then starts 0.3-0.4 s sooner on a small model
-        # (issue 23, bench/startup.py); tune() starts it too, for API users (a no-op here then)
+        # other core while this process validates the config and imports the engine, so the
+        # original's evaluation starts sooner (bench/startup.py); tune() starts it too, for API
+        # users (a no-op here then)
         from quantune.forkserver import warm_up
 
         warm_up()
@@ -299,9 +298,8 @@ def entry() -> None:
     """The ``quantune`` command (and ``python -m quantune``): :func:`main`, then the process ends
     without the interpreter's teardown once everything it owes is written.
 
-    Tearing down a run's objects (sessions, arrays, thousands of modules) took 0.2-0.4 s after the
-    verdict was printed and every file written -- time a user waits for (issue 23: whole runs of
-    2.8 s on a small model). The exit handlers still run (log files flushed and closed, worker
+    Tearing down a run's objects (sessions, arrays, thousands of modules) takes noticeable time
+    after the verdict is printed and every file written, time a user waits for. The exit handlers still run (log files flushed and closed, worker
     processes and scratch folders cleaned up), and the streams are flushed; only when no other
     thread is left, else the usual exit, which waits for them.
     """

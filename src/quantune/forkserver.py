@@ -52,8 +52,8 @@ def worker_context() -> BaseContext:
 def will_fork(config: Any, executor: str | None = None, overrides: Mapping[str, Any] | None = None) -> bool:
     """Whether a run of ``config`` (a YAML/JSON path, a dict, a ``Config`` or ``LoadedConfig``) forks its
     workers (``executor.kind: process``, the default), read before the config is validated:
-    validating it (pydantic, the schema) took 0.2 s, and a fork server started after it was that
-    much later ready for the original's evaluation on a model under 2 MB (issue 23). A hint only:
+    a fork server started after the validation would be that much later ready for the original's
+    evaluation. A hint only:
     a config it cannot read says yes, and the validation then says what is wrong."""
     if executor is not None:
         return executor == "process"

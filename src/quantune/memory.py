@@ -5,6 +5,11 @@ not by failing, so it needs a number to chunk by: :func:`memory_budget_mb` is th
 space left under the worker's limit (``executor.memory_limit_mb``, set with ``RLIMIT_AS``)
 when there is one, else a quarter of the machine's memory.
 
+Work is sized by *measurement*, not by estimate: :func:`rows_in_budget` runs one row, reads
+the peak it added to this process, and gives how many rows fit what is left of the budget --
+a model's working memory (its kernels' scratch, an arena, a calibrator's copies) is what it
+is, whatever shape inference would add up.
+
 Peaks are measured per stage, also in long-lived workers: ``ru_maxrss`` is a process-lifetime
 maximum, so on Linux :func:`peak_tracker` resets the kernel's high-water mark (``VmHWM``,
 by writing 5 to ``/proc/self/clear_refs``) when a stage starts and reads it when it ends.
@@ -18,8 +23,11 @@ import contextlib
 import os
 import resource
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from typing import TypeVar
+
+_T = TypeVar("_T")
 
 _MB = 1024 * 1024
 _ENV_BUDGET = "QUANTUNE_MEMORY_BUDGET_MB"  # overrides the budget (benchmarks, tests)
@@ -140,6 +148,42 @@ def peak_tracker() -> Iterator[Peak]:
             _active.remove(peak)
 
 
+def room_mb(budget_mb: float | None = None) -> float:
+    """What the budget (:func:`memory_budget_mb`, or ``budget_mb``) leaves of this process's
+    resident memory now: the budget bounds a stage's peak, not its data alone."""
+    budget = memory_budget_mb() if budget_mb is None else budget_mb
+    return max(1.0, budget - rss_mb())
+
+
+_FILL = 0.8  # of the room left under the budget, what pieces sized from one row may fill
+
+
+def rows_in_budget(
+    run_one_row: Callable[[], _T], budget_mb: float | None = None, held_per_row_mb: Callable[[_T], float] | None = None
+) -> tuple[int, _T]:
+    """``(rows, result)``: how many rows one piece of work may take so that this process's peak
+    stays within the budget (:func:`memory_budget_mb`, or ``budget_mb``), and what the one row
+    that measured it gave.
+
+    The row runs twice: onnxruntime plans a shape's memory pattern on its first run and holds
+    that block on top of its arena from the second on, which doubled the first run's figure.
+    The row's footprint is the peak both runs added over the resident memory before them, plus
+    ``held_per_row_mb(result)`` for what the caller keeps of each row afterwards (copies a
+    calibrator stacks); the room is the budget less what the process already holds, of which
+    pieces fill :data:`_FILL`: in a session with a CPU arena (a calibrator's), the arena grows
+    by regions of doubling size, so many rows may take more than as many times one row. A
+    session whose pieces must stay bounded runs without an arena. At least one row: a single
+    row over the budget cannot be cut further.
+    """
+    before, room = rss_mb(), room_mb(budget_mb)
+    with peak_tracker() as peak:
+        run_one_row()
+        result = run_one_row()
+    held = held_per_row_mb(result) if held_per_row_mb is not None else 0.0
+    per_row = max(peak.mb - before, 1.0) + held
+    return max(1, int(_FILL * room // per_row)), result
+
+
 # Stage peaks measured inside this process (e.g. calibration inside a trial); the trial
 # runner and the stage workers hand them over with their results.
 _stage_peaks: dict[str, float] = {}
@@ -169,8 +213,7 @@ def return_large_blocks() -> bool:
     glibc raises its mmap threshold each time a large mapped block is freed, after which
     blocks up to 32 MB come from the heap, where fragmentation keeps them: a stage that
     allocates a batch's tensors, frees them and allocates the next batch's then grows batch
-    after batch (measured: sensitivity 665 -> 808 MB from 1 to 4 images; 636 -> 693 MB with
-    the threshold fixed). Called in stage workers, whose work is exactly that loop.
+    after batch. Called in stage workers, whose work is exactly that loop.
     """
     global _fixed_threshold
     try:
@@ -189,8 +232,8 @@ def reused_blocks(largest_mb: int = 64) -> Iterator[None]:
     system at the end.
 
     For a loop over equal blocks that frees each one before the next (the agreement metrics'
-    row blocks): mapped, every 2 MB temporary was a fresh mapping whose pages fault in and are
-    zeroed, and the captcha model's figures took 1.8 s in a stage worker instead of 0.4 s. The
+    row blocks): mapped, every temporary would be a fresh mapping whose pages fault in and are
+    zeroed, several times slower. The
     heap keeps what a few blocks in flight need, no more; this process's other work keeps
     the bounded blocks.
     """

@@ -34,20 +34,18 @@ def evaluate_ahead(
     calibrated: str | None = None,
 ) -> tuple[bool, list[bool]]:
     """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
-    starts then), then each of ``later`` (``evaluate_ahead``: PP-OCRv6's final model was a 2.4 s trial
-    after the ceilings) the same way, beside the builds; (the guess cached, each of ``later`` cached).
+    starts then), then each of ``later`` (``evaluate_ahead``) the same way, beside the builds; (the guess cached, each of ``later`` cached).
 
     ``builds`` (the ceilings' items, their budget, the queue): when the guess is in budget, ``later``
     is wanted only if the lighter stage finds it faster, after the ceilings -- so this worker first
     builds ``later``'s models and takes the first builder's place on the queue (the marker says
     ``GUESS_BUILDS``; ``{marker}.built`` once its builds are done), then waits until the ceilings are
-    timed (``{marker}.go``, written by the engine) and evaluates ``later``. Evaluating it at once made
-    three processes on two cores, and a detector's ceilings waited 3 s after its first model in budget;
-    evaluating it beside the ceilings' timing took their rounds from 5 to 11-17. A guess that misses
-    the budget goes on to ``later`` first: the likeliest next model in budget (MiniLM-L3's first one).
+    timed (``{marker}.go``, written by the engine) and evaluates ``later``: evaluating it at once, or
+    beside the ceilings' timing, would crowd the cores and slow both. A guess that misses the budget
+    goes on to ``later`` first: the likeliest next model in budget.
     ``calibrated``: the queue's file saying the ranges are cached, created once a calibrating guess is
     built -- the other builder quantizes the static ceilings while the guess is measured (it waited
-    for the guess's evaluation, 1.2 s idle on the ddddocr detector)."""
+    for the guess's evaluation, idle)."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built_marker=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)
@@ -59,12 +57,12 @@ def evaluate_ahead(
         items, budget_s, queue = builds
         build_variants(spec, later, None, False)  # the lighter stage times them with the guess
         # no node profile: a guess in budget ends most runs at the ceilings, and a run that goes on to
-        # recover asks for it then (cached); the ceilings waited 0.6 s for it on the ddddocr detector
+        # recover asks for it then (cached); the ceilings would wait for it
         count = build_variants(spec, items, budget_s, False, queue)
         (done := Path(f"{marker}.built.tmp")).write_text(str(count))
         done.replace(f"{marker}.built")
         # evaluated once the ceilings are timed (``{marker}.go``): beside their timing, on the other
-        # core, the evaluation took a detector's rounds from 5 to 11-17
+        # core, the evaluation would slow their rounds
         go = Path(f"{marker}.go")
         waited = time.perf_counter()
         while not go.exists() and time.perf_counter() - waited < wait_s:
@@ -116,7 +114,7 @@ def evaluate_first_guess(
     context = runner.context
     shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
     # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
-    # build and measurement instead of following them (0.6 s for the captcha model's 217 MB)
+    # build and measurement instead of following them
     reference = _Reference(runner, wait_s)
     ready = time.perf_counter()
     try:

@@ -49,8 +49,7 @@ def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
 def shared_cores(evaluator: Any) -> None:
     """``evaluator`` set for an evaluation beside another one: half the cores, as two parallel
     workers get them (``eval_threads_for``) -- two sessions of two threads on two cores wait on
-    each other's threads (the captcha model's first guess came 0.7 s later that way, 3 runs
-    each) -- and a quick timing (``Evaluator.quick_timing``)."""
+    each other's threads -- and a quick timing (``Evaluator.quick_timing``)."""
     from quantune.engine.executors.factory import eval_threads_for
 
     evaluator.threads = eval_threads_for(2)
@@ -141,8 +140,8 @@ def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]
     the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
     (engine/prebuild.py), and so did its timing, which every speed figure of the run is read against.
     Returns the new latency figures (none when the original's figures are not cached). ``deadline``
-    (``time.perf_counter()``): no round starts past it after the fewest (the run's limit: under load a
-    300 ms model's 60 rounds took 18 s of a 60 s run)."""
+    (``time.perf_counter()``): no round starts past it after the fewest (the run's limit: under load
+    the rounds of a slow model can take much of it)."""
     if ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) is None:
         return {}
     evaluator = ctx.evaluator

@@ -41,11 +41,11 @@ MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
 # 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
 VERDICT_ROUNDS = 30
 # ... unless the verdict is settled before (``verdict_settled``: every ratio's 99% interval on one
-# side of the line), asked from the 10th round: a model at 0.45x fp32 needs no 50 rounds to say so.
+# side of the line), asked from the 10th round: a model far faster needs no 50 rounds to say so.
 SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
 # selection.SEARCH_NOISE: which of many near-equal models makes the top ``confirm_top`` follows
-# the noise (digits: 40 in-budget models within 0.509-0.516 ms), so a stable contender takes the second
+# the noise (many in-budget models can lie within a few percent), so a stable contender takes the second
 # of the ``confirm_top`` places (default 2) -- the model the strategy settled on by paired timing
 # (``Strategy.answer``), else the earliest trial within this band of the fastest -- and the tie rule
 # (verdict.py) gives it the win when the re-timing cannot tell it from the fastest: the same run
@@ -196,9 +196,9 @@ def _choose(
     fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
     second place, and the contender of trial ``prefer`` (the model the strategy settled on by paired
     timing, its ``answer``) is re-timed too, in one more place when it is not among them: the tie
-    rule's stable contenders (verdict.py). On the NudeNet detector five in-budget models were within
-    6% of each other; which two of them were re-timed followed the search-time noise, and the same
-    run five times ended at three models."""
+    rule's stable contenders (verdict.py): where several in-budget models are within a few percent,
+    which of them are re-timed would otherwise follow the search-time noise, and the same run
+    twice would end at different models."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),

@@ -12,8 +12,7 @@ when time is short. Only when even the fewest do not fit (a trial or stage overr
 estimate) is it skipped, with the reason in ``results.json``, and the verdict is then
 ``unconfirmed``, never ``improved``: ``quantune run`` on the same output confirms it.
 
-Under a short limit the report's drawing is what gives way (issue 23: a 6 s limit kept 5 s for
-report.html and ended at 1.5 s with 0 trials; a 10 s limit skipped the re-timing to keep it):
+Under a short limit the report's drawing is what gives way, not the trials or the re-timing:
 the full page (its Optuna views take seconds) is kept only where it leaves the search the larger
 share, and otherwise the page without those views (``least_report_s``, under a second), so every
 run that ends by itself still writes report.html.
@@ -160,5 +159,5 @@ class EndBudget:
         )
 
 
-# How far past stop.timeout_s the run's end may go to confirm its answer (issue 23: "within T + 5%").
+# How far past stop.timeout_s the run's end may go to confirm its answer.
 TOLERANCE = 0.05

@@ -106,9 +106,8 @@ def confirm_end(
             or (_undecided(confirmation) and confirmation.rounds < max(evaluator.spec.latency.repeats, VERDICT_ROUNDS))
         ):
             # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
-            # loads estimated from the model's size; a busy target environment took longer, and a
-            # detector ended unconfirmed after 1 round at 42 s of a 90 s limit: once more, with all
-            # the limit leaves (and only within it). Likewise when its rounds, cut short of those
+            # loads estimated from the model's size; a busy target environment can take longer: once
+            # more, with all the limit leaves (and only within it). Likewise when its rounds, cut short of those
             # planned, measured a candidate faster but were too scattered to decide it (without a
             # limit: as long as the run so far)
             wider_s = end.left_s() if end.limited else max(wanted_s, time.perf_counter() - end.started)

@@ -264,8 +264,8 @@ class RunLoop:
         trials when the flow has none yet), plus the run's own work per trial outside the
         trials (sampling, a strategy's bookkeeping): the wall time since the loop started that
         neither the trials' durations nor the strategies' one-off stages (speed ceilings,
-        sensitivity, profile: MiniLM's 12 s ceiling stage made "the next trial" look 14 s long
-        and stopped a 60 s run after one trial) explain. With no finished trial it is
+        sensitivity, profile: counted as trial time, they would make "the next trial" look far
+        too long) explain. With no finished trial it is
         ``first_trial_s`` (the original's evaluation: a trial evaluates a model like it). A run
         stops rather than start work that would end inside the end's reserve (the side-by-side
         confirmation and the results, ``end_reserve_s``) or that it would have to abandon.
@@ -363,8 +363,7 @@ class RunLoop:
     def _ahead(self, point: Any, flow: tuple[str, ...]) -> bool:
         """Whether the proposal was evaluated ahead (a first guess beside the original's evaluation,
         engine/prebuild.py): its trial reads the cache, whatever a trial takes, and is never refused
-        for time (issue 23: a first guess in the cache was refused as "about 29 s" and a 60 s run
-        ended with 0 trials at 29 s)."""
+        for time (its cost is already paid)."""
         ahead = getattr(self, "evaluated_ahead", [])
         if any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in ahead):
             return True

@@ -82,8 +82,7 @@ def ceilings_ready(
     then the original's latency, timed beside the builds, is taken again from the ceilings'
     rounds, which time it first in each (``RunContext.original_timed``), or timed again alone
     when they did not (their ratios were cached, or fewer than ``RETIME_ROUNDS`` rounds ran) --
-    into the figures the run and its strategy hold (once). Timing it alone first cost 1.9 s of a
-    17 s run on the DB text detector."""
+    into the figures the run and its strategy hold (once), rather than timing it alone first."""
 
     def timed(timings_s: Any) -> None:
         ctx = parts.context
@@ -99,7 +98,7 @@ def ceilings_ready(
             return
         parts.context.before_ceilings = None
         # the builds, not the guess's worker evaluating its compute-only model (the lighter stage waits
-        # for that one if it needs it): PP-OCRv6's recognizer's ceilings waited 1.7 s for it
+        # for that one if it needs it)
         prebuild.join(isolation.deadline.at, builds_only=True)  # the builds stop at the run's limit
         prebuild.keep_log(isolation.log_dir)
         parts.context.after_ceilings = prebuild.ceilings_timed

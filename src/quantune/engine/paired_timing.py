@@ -50,8 +50,7 @@ def paired_latency(
     ``same_model``; None when either model cannot be run. ``build``: a point's model path and hash
     (its passes through the cache: probes.variant_model). ``limit`` (``time.perf_counter()``: the
     run's ``stop.timeout_s`` less its end): no round starts past it; cut before ``MIN_ROUNDS``
-    rounds, there is no answer (None, not cached). A detector's paired timing of its two fastest
-    ceilings ran 11 rounds, 4.7 s, past a 60 s limit (the run ended at 62.8 s)."""
+    rounds, there is no answer (None, not cached): else a paired timing could run past the limit."""
     cand_path, cand_sha = build(dict(candidate[0]), tuple(candidate[1]))
     ref_path, ref_sha = build(dict(reference[0]), tuple(reference[1]))
     if cand_sha == ref_sha:
@@ -134,9 +133,8 @@ def store_pairs(
     own then decides it. How many were stored; ``quiet``: not logged one by one.
 
     The ceilings' companions (the first guess's lighter models, timed against it) are stored so; so
-    is every ceiling against every other: a detector's QDQ and QOperator uint8 ceilings, timed side
-    by side for 8 rounds, were timed again in a paired session of their own (3.3 s) to ask which
-    goes first."""
+    is every ceiling against every other, so that asking which of two goes first needs no paired
+    session of its own."""
     stored = 0
     for row, reference in pairs:
         result = pair_result(timings[row], timings[reference])

@@ -104,7 +104,7 @@ class Prebuild:
     evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
     on the machine's two cores. The builds are one list worked from both ends (:class:`Queue`):
     the second worker starts once the original's evaluation is done (:meth:`original_done`; its
-    core sat idle until the guess was done: 3 s on PP-OCRv6's recognizer), with the light
+    core would sit idle until the guess was done), with the light
     (uncalibrated) items, then the calibrating ones once a calibrating guess is built (its ranges
     cached: building is quantizing only); the first once the guess is done (both at once, they slowed it: 4
     processes on 2 cores). The points to evaluate ahead (``later``) follow the guess in its
@@ -272,8 +272,8 @@ class Prebuild:
     def join(self, deadline: float | None = None, builds_only: bool = False) -> None:
         """Waits for the builds (``builds_only``: not for the first guess's worker, which may still be
         evaluating ``later``); with ``deadline`` (``time.perf_counter()``, the run's limit) no longer
-        than until then: builds still running are stopped (issue 23: one static build of a 225 KB
-        model took 36 s on a loaded machine and the speed ceilings waited for it past a 60 s limit)."""
+        than until then: builds still running are stopped (a build on a loaded machine can take far
+        longer than expected, and the speed ceilings would wait for it past the limit)."""
         threads = self._threads[: len(self._built)] if builds_only else self._threads
         for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))

@@ -94,6 +94,23 @@ class Result:
         """``best/model.onnx``, written only when a candidate beat the original (else ``None``)."""
         return self.output_dir / "best" / "model.onnx" if self.improved and not self.model_not_saved else None
 
+    @property
+    def provider_front(self) -> dict[str, int]:
+        """The front across providers (``target.providers``): each provider's fastest trial in budget by
+        its objective figure (the trial's own measurement), provider -> trial number; the provider a
+        trial was judged on is its session's (the reference one without a session setting)."""
+        target = self.target or {}
+        if not target.get("providers"):
+            return {}
+        fastest: dict[str, TrialRecord] = {}
+        for record in self.trials:
+            where = str((record.session_settings or {}).get("provider", target.get("provider")))
+            if not record.meets_criterion or record.objective is None:
+                continue
+            if where not in fastest or record.objective < (fastest[where].objective or 0.0):
+                fastest[where] = record
+        return {provider: record.number for provider, record in fastest.items()}
+
     def miss_front_rows(self) -> list[dict[str, Any]]:
         """:attr:`miss_front` as rows a user chooses from: the metric, the loss, the speed-up over the original."""
         by_number = {r.number: r for r in self.trials}
@@ -171,6 +188,7 @@ class Result:
             "objective": self.objective,
             "objectives": self.objectives,
             "pareto_front": self.pareto_front,
+            "provider_front": self.provider_front,
             "closest_miss_front": [] if self.best else self.miss_front_rows(),
             "stop_reason": self.stop_reason,
             "duration_s": self.duration_s,

@@ -43,7 +43,6 @@ class Replay:
             log.warning(message)
             print(f"quantune: warning: {message}", file=sys.stderr)
         self._stored = {row["number"]: row for row in stored if row["number"] not in gone}
-        self.rerun = len(gone)
         self._waiting: dict[int, TrialRecord] = {}  # asked again, not yet told again
         self.active = bool(self._stored)
         self.replayed = 0

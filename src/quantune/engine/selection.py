@@ -121,9 +121,8 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
     When nothing meets the budget, this is what a user can choose from: each point is a speed
     bought with some accuracy, and no other tried model is both faster and more accurate. A
     trial not faster than the original beyond the search-time noise (``SEARCH_NOISE``) is no
-    choice at all (the original is better on both, or may be), so it is left out: on an encoder
-    whose int8 models run at the original's speed, one timing put a trial 1.03x faster or 1.04x
-    slower, and the closest miss changed with it from run to run. Most accurate first.
+    choice at all (the original is better on both, or may be), so it is left out: else the
+    closest miss would change with the noise from run to run. Most accurate first.
     """
     if not original_latency_ms or original_latency_ms <= 0:
         return []
@@ -144,7 +143,7 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
             continue  # more loss than every point before it, so it must be faster to count
         fastest_so_far = fastest
         # equally accurate models within the search-time noise of each other: the earliest trial, not
-        # the one a single timing favoured (a detector's closest miss changed from run to run)
+        # the one a single timing favoured (which changes from run to run)
         front.append(earliest_as_fast(timed))
     return front
 
@@ -166,7 +165,6 @@ def closest_miss(
         return None
     least = min(r.accuracy_loss for r in evaluated)
     tied = [r for r in evaluated if r.accuracy_loss == least]
-    if first in MEASURED:  # one timing each: within the noise, the earlier trial (the PP-OCR
-        # classifier's guess and its compute-only model, of one loss, took turns by 0.2 ms in 28)
+    if first in MEASURED:  # one timing each: within the noise, the earlier trial
         return earliest_as_fast((objective_value(r, first), r) for r in tied)
     return min(tied, key=lambda r: (objective_value(r, first), r.number))

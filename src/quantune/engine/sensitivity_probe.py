@@ -141,8 +141,7 @@ def measure_batch(model_path: Path, batch_size: int) -> int:
     first axis is symbolic, else the run's ``batch_size``.
 
     The measurement re-runs every weighted node alone on what it sees, once per batch: with
-    one row per batch, a 64-conv detector's 16 calibration rows were 2,500 session runs and the
-    measurement outlasted a 240 s run under load. Its statistics are kept per row (and summed
+    one row per batch, a deep model's calibration rows make thousands of session runs. Its statistics are kept per row (and summed
     over rows), so the batching changes the cost, not the scores (capture.plan still cuts the
     batches to the memory budget).
     """

@@ -1,7 +1,7 @@
 """Where a run's time went: set-up, the original, each stage of the search, the confirmation, the writing.
 
 A user who set ``stop.timeout_s`` and got fewer trials than hoped needs to see what took the
-time (issue 23: a 6 s limit on the digits example ran 0 trials and said only "timeout reached").
+time, not only "timeout reached".
 The engine marks the end of each of its phases here; the search's wall time is split into the
 one-off stages the main thread waited for (speed ceilings, node profile, sensitivity: their
 wall seconds, from ``stage_seconds_by_name``) and the trials' stages (``TrialRecord.stage``:

@@ -36,7 +36,6 @@ IMPROVED = "improved"
 UNCONFIRMED = "unconfirmed"
 KEEP_ORIGINAL = "keep_original"
 NO_CANDIDATE = "no_candidate_in_budget"
-VERDICTS = (IMPROVED, UNCONFIRMED, KEEP_ORIGINAL, NO_CANDIDATE)
 RETIME = (
     "time it again on a quieter machine or with more rounds (evaluation.latency.repeats, stop.timeout_s): "
     "`quantune run` with the same config on the same output re-times it"

@@ -31,7 +31,7 @@ from quantune import progress
 from quantune.errors import ConfigError, TrialError
 from quantune.evaluate import rounds
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, shared_client
-from quantune.evaluate.budget import batch_follows_rows, rows_per_run, run_in_pieces
+from quantune.evaluate.budget import batch_follows_rows, run_in_pieces
 from quantune.evaluate.feeds import FeedOutputs
 from quantune.evaluate.latency import LatencySpec, Settled, time_side_by_side
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
@@ -170,10 +170,11 @@ class LocalBackend:
         settings: Mapping[str, Any] | None = None,
         every_output: bool = True,
     ) -> FeedOutputs:
-        try:
-            session = self._session(model, threads, settings=settings)
+        chosen = read_session_settings(model) if settings is None else settings
+        try:  # no CPU arena: it keeps every piece's blocks, grown in doubling regions, so pieces
+            # sized from one row's footprint would not bound the peak (the outputs are the same)
+            session = self._session(model, threads, settings={**(chosen or {}), "enable_cpu_mem_arena": False})
         except Exception as exc:  # one line naming the provider: a failure that teaches
-            chosen = read_session_settings(model) if settings is None else settings
             where = chosen_provider(self.provider, self.provider_options, chosen)[0]
             cause = " ".join(str(exc).split())
             raise TrialError(f"onnxruntime cannot load the model on {where}: {cause}") from exc
@@ -183,10 +184,11 @@ class LocalBackend:
         names = names if every_output else names[:1]
         outputs: FeedOutputs = []
         cuttable = batch_follows_rows(session)  # a feed too big for the memory budget runs in pieces
+        sized: dict[tuple, int] = {}  # rows a piece, measured on each shape's first feed
         for index, feed in enumerate(feeds):
             try:
-                rows = rows_per_run(model, feed) if cuttable else None
-                outputs.append(dict(zip(names, run_in_pieces(session, names, feed, rows), strict=True)))
+                result = run_in_pieces(session, names, feed, sized) if cuttable else session.run(names, feed)
+                outputs.append(dict(zip(names, result, strict=True)))
                 progress.tick(index + 1, len(feeds), "evaluation batches")
             except Exception as exc:  # the original too: then a one-line error, not a traceback
                 shapes = {name: tuple(value.shape) for name, value in feed.items()}

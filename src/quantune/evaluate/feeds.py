@@ -30,16 +30,9 @@ def output_samples(name: str, output: np.ndarray) -> int:
     return max(1, len(output)) if output.ndim else 1
 
 
-def over_feeds(
-    name: str,
-    func: Metric,
-    outputs: list[np.ndarray],
-    others: list[np.ndarray],
-    stacked_pair: tuple[np.ndarray | list[np.ndarray], np.ndarray | list[np.ndarray]] | None = None,
-) -> float:
-    """``func`` over per-feed ``outputs`` and ``others`` (the reference outputs, or the labels).
-    ``stacked_pair``: both already through ``stack`` (several metrics over the same outputs stack once)."""
-    stacked, other = stacked_pair if stacked_pair is not None else (stack(outputs), stack(others))
+def over_feeds(name: str, func: Metric, outputs: list[np.ndarray], others: list[np.ndarray]) -> float:
+    """``func`` over per-feed ``outputs`` and ``others`` (the reference outputs, or the labels)."""
+    stacked, other = stack(outputs), stack(others)
     if isinstance(stacked, np.ndarray) and isinstance(other, np.ndarray):
         return func(stacked, other)
     figures = [func(out, ref) for out, ref in zip(outputs, others, strict=True)]

@@ -22,10 +22,8 @@ def flat_outputs(array: np.ndarray) -> np.ndarray:
 
 # Elements per block the agreement metrics convert and compare at once: every figure is per row
 # (per arg-max position) and combined at the end, so blocks give the same figures as one pass
-# over the whole output, without float64 copies of a recognizer's 300 x 8,210-class outputs
-# (seconds and gigabytes per evaluation). 2 MB of float64 per copy: the block's copies stay in
-# the processor's cache (with 16 MB blocks the same figures took twice as long on a captcha
-# model's outputs). A row is never split, so a wide row is a block of its own.
+# over the whole output, without float64 copies of a wide output (seconds and gigabytes per
+# evaluation). 2 MB of float64 per copy: the block's copies stay in the processor's cache. A row is never split, so a wide row is a block of its own.
 BLOCK_ELEMENTS = 1 << 18
 
 
@@ -90,8 +88,7 @@ def cosine(outputs: np.ndarray, reference: np.ndarray) -> float:
 
 
 def output_cosines(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    # Row sums by einsum over two centred copies, no other full-size temporaries: on the captcha
-    # model's 300 x 22 x 8,210 outputs this took 1.3 s with norms and ``where`` copies, now 0.5 s.
+    # Row sums by einsum over two centred copies, no other full-size temporaries.
     center = b.mean(axis=1, keepdims=True)
     y = b - center
     ny = np.sqrt(_row_dots(y, y))

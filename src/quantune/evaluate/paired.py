@@ -19,9 +19,8 @@ from dataclasses import dataclass
 import numpy as np
 
 CONFIDENCE = 0.90  # two-sided; each end is a one-sided 95% bound
-# The least gain that counts as faster: the LAC tagger's "1.04x faster" (interval 0.890-0.994,
-# 50 rounds on a loaded machine) re-timed 1.03x slower minutes later; a gain this small does not
-# survive a second timing on a shared machine, so it is not claimed.
+# The least gain that counts as faster: a gain this small does not survive a second timing on a
+# shared machine, so it is not claimed.
 MIN_GAIN = 0.02
 
 

@@ -10,9 +10,9 @@ the machine's noise cancels out of the ordering that uses them.
 Within one kind of node (an op type; dense and depthwise convolutions apart), the kind's measured
 time is spread over its nodes by their work -- multiply-accumulates for Conv, Gemm and MatMul, the
 elements read and written for any other op -- from the shapes the profiler reports, not by each
-node's own timing: two convs of near-equal cost swapped places from one profile to the next, and
-the orders built on them (the prune's "costliest first", op types added back) with them, so the
-same run twice tried different trials and ended at different models (the NudeNet detector). A
+node's own timing: nodes of near-equal cost swap places from one profile to the next, and the
+orders built on them (the prune's "costliest first", op types added back) with them, so the
+same run twice would try different trials. A
 kind's total is a sum over many nodes and runs, steady; the split inside it is exact.
 """
 

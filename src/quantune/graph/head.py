@@ -1,6 +1,6 @@
 """The model's output head: the ops between the last compute op and the outputs.
 
-A detector's decode head (YOLOv8's DFL: ``Softmax`` over distance bins -> a fixed 1x1 ``Conv``
+A detector's decode head (a DFL head: ``Softmax`` over distance bins -> a fixed 1x1 ``Conv``
 with weights 0..15 -> ``Mul`` by the stride, ``Add`` of the anchors -> ``Concat`` of boxes and
 sigmoid scores) is where int8 breaks such models: one per-tensor scale for coordinates in the
 hundreds and scores in 0..1 rounds every score to 0 or one step, and nothing upstream of it

@@ -162,7 +162,7 @@ class Pass(ABC):
     @classmethod
     def needs_symbolic_shapes(cls, values: Mapping[str, Any]) -> bool:
         """Whether a run with these parameter ``values`` (by name, the pass's own) uses onnxruntime's
-        symbolic shape inference, whose sympy takes 0.3-0.4 s to load: a stage worker then loads it
+        symbolic shape inference, whose sympy is slow to load: a stage worker then loads it
         in a thread as it starts (prepare.shapes.load_in_background), beside its set-up."""
         return False
 

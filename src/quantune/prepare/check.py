@@ -15,6 +15,8 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 
+from quantune.evaluate.budget import batch_follows_rows, run_in_pieces
+
 Feeds = Sequence[dict[str, np.ndarray]]
 RTOL = 1e-3
 ATOL = 1e-4
@@ -22,11 +24,17 @@ MAX_FLIPS = 1e-3
 
 
 def run_feeds(model: str | Path, feeds: Feeds) -> list[list[np.ndarray]]:
-    """Every output of ``model`` for each feed, on the CPU provider."""
+    """Every output of ``model`` for each feed, on the CPU provider, in pieces within the memory
+    budget as an evaluation runs them (:mod:`quantune.evaluate.budget`)."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
+    options.enable_cpu_mem_arena = False  # as an evaluation's: the pieces bound the peak
     session = ort.InferenceSession(str(model), options, providers=["CPUExecutionProvider"])
-    return [session.run(None, dict(feed)) for feed in feeds]
+    if not batch_follows_rows(session):
+        return [session.run(None, dict(feed)) for feed in feeds]
+    names = [out.name for out in session.get_outputs()]
+    sized: dict[tuple, int] = {}
+    return [run_in_pieces(session, names, dict(feed), sized) for feed in feeds]
 
 
 def outputs_differ(

@@ -1,9 +1,7 @@
 """Step: ``Constant`` nodes of the main graph become initializers.
 
-Exporters (PaddlePaddle's among them) emit weights as ``Constant`` nodes; onnxruntime's
-quantizers look for weights among the initializers only (``quantize_dynamic``: "Expected
-conv2d_157.w_0 to be an initializer"; QOperator: "'NoneType' object has no attribute
-'data_type'"). A Constant is the same tensor either way, so outputs do not change.
+Some exporters emit weights as ``Constant`` nodes; onnxruntime's
+quantizers look for weights among the initializers only, and fail on the others. A Constant is the same tensor either way, so outputs do not change.
 """
 
 from __future__ import annotations

@@ -28,11 +28,11 @@ log = logging.getLogger("quantune.prepare")
 
 def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
     # Both inferences run on the model without its weights' values (they read only their types
-    # and dims), then the weights go back: each copied and serialized the whole model, 0.3-0.7 s
-    # of every run's set-up on a 54 MB model, against 0.06 s without the values.
+    # and dims), then the weights go back: each copies and serializes the whole model, a large
+    # share of a run's set-up on a large model.
     light = without_weights(model)
     baseline = _shaped(_onnx(light) or light)  # what the quantizers will see anyway
-    if baseline >= len(_intermediates(light)):  # nothing left to shape (PP-OCRv6's detector: 9.7 s saved)
+    if baseline >= len(_intermediates(light)):  # nothing left to shape
         return model, []
     symbolic = _symbolic(light)
     if symbolic is None or _shaped(symbolic) <= baseline:
@@ -55,7 +55,7 @@ def symbolic_infer(model: onnx.ModelProto, *, guess_output_rank: bool) -> onnx.M
     """onnxruntime's symbolic shape inference of ``model``, run in a scratch folder.
 
     When it cannot shape every tensor it saves ``sym_shape_infer_temp.onnx`` and a weights file
-    (69 MB for MiniLM-L3) into the *working directory* before raising -- the user's folder. The
+    into the *working directory* before raising -- the user's folder. The
     working directory is a scratch folder for the call instead (the processes that call this
     run no other thread that resolves relative paths meanwhile).
     """
@@ -72,7 +72,7 @@ def symbolic_shape_inference() -> type:
     """onnxruntime's ``SymbolicShapeInference``, loaded without the ``onnxruntime.tools`` package.
 
     That package's ``__init__`` imports torch whenever torch is installed (for an export helper
-    nothing here uses): 9 s of a 60 s run on a loaded machine. The module itself needs only
+    nothing here uses), seconds on a loaded machine. The module itself needs only
     numpy, onnx, sympy and packaging, so it is loaded from its file.
     """
     name = "onnxruntime.tools.symbolic_shape_infer"
@@ -104,9 +104,8 @@ def load_in_background() -> None:
     e.g. dynamic quantization's ``extended`` pre-optimization), so the load overlaps the worker's
     set-up and its model's first steps instead of preceding its first use.
 
-    The workers' fork server no longer loads it for every worker: it held back the first worker
-    of every run (the original's evaluation) by that much, and on a model under 2 MB the first
-    in-budget answer with it (issue 23: at most 1.5 s from process start).
+    The workers' fork server does not load it for every worker: it would hold back the first
+    worker of every run (the original's evaluation) by that much.
     """
     if "_quantune_symbolic_shape_infer" in sys.modules or "onnxruntime.tools.symbolic_shape_infer" in sys.modules:
         return

@@ -34,7 +34,7 @@ log = logging.getLogger("quantune")
 _TEMPLATE = Path(__file__).with_name("template.html")
 # The fewest finished trials the parameter views are drawn for: a parameter's importance over two to
 # four points says nothing, and drawing them (Optuna's plotting and importance imports, scikit-learn
-# and matplotlib with them where installed) took 1.9 s of a 4.6 s run that ended at its third trial.
+# and matplotlib with them where installed) takes seconds, a large share of a short run.
 VIEW_TRIALS = 5
 
 
@@ -184,7 +184,7 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
     from quantune.report.study import STUDY_FILE, STUDY_NAME, objective_name, run_space, write_study
 
     finished = [t for t in results.trials if t.status == "ok" and t.accuracy_loss is not None]
-    if len(finished) < 2:  # nothing to view; importing Optuna's plots and writing the study took 1 s of a 3 s run
+    if len(finished) < 2:  # nothing to view, and importing Optuna's plots costs time
         why = "fewer than two finished trials"
         return _no_views(f"No parameter view: {why}."), f"No Optuna study written ({why})."
     try:

@@ -70,7 +70,7 @@ class PageWriter:
 
     @property
     def least_end_cost_s(self) -> float:
-        """About what the page without its parameter views takes (0.5 s measured on the digits example)."""
+        """About what the page without its parameter views takes."""
         return 1.0 if _drawn() else 0.0
 
     def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None:

@@ -1,8 +1,7 @@
 """A plotly figure as the JSON plotly.js reads, built as plain dicts.
 
 plotly's ``graph_objects`` validate every property as it is set and copy the figure on each
-update: the report's four figures took 0.16 s of its 0.19 s, at the end of every run -- a
-tenth of a small model's whole run, for figures whose properties are fixed in this package.
+update: most of the report's time at the end of every run, for figures whose properties are fixed in this package.
 :class:`Spec` keeps the few calls the report makes (add a trace, a horizontal line, update the
 layout or every x axis, two plots side by side) and writes the same JSON; the tests build each
 figure through ``plotly.graph_objects.Figure`` once, which fails on any property plotly does not

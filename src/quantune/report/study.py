@@ -6,8 +6,7 @@ DIR/optuna.journal`` open the run; :mod:`quantune.report.plots` asks ``optuna.vi
 the parameter importance, parallel-coordinate and slice plots rather than drawing its own.
 
 Optuna's journal file, not its SQLite storage: the RDB storage imports SQLAlchemy and Alembic
-and creates its schema, 0.6 s of every run's end (half of MiniLM's report, on a run of 10 s);
-the journal is a file of JSON lines, written in milliseconds, that Optuna and optuna-dashboard
+and creates its schema, a large share of a short run's end; the journal is a file of JSON lines, written in milliseconds, that Optuna and optuna-dashboard
 read alike.
 
 Each trial becomes a frozen Optuna trial with two values to minimize, the run's objective

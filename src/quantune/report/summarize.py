@@ -1,7 +1,7 @@
 """Long parameter values said in a few words for the console: "37 nodes excluded: 12 Add, 9 Mul, ...".
 
-The accuracy-driven strategies keep hundreds of nodes in float; printing every name made the
-console table thousands of lines long (4,626 lines for 20 trials). The console shows a count
+The accuracy-driven strategies keep hundreds of nodes in float; printing every name would make
+the console table thousands of lines long. The console shows a count
 and the op types; the full lists stay in ``results.json`` (each trial's ``params``) and the
 HTML report.
 """
@@ -9,11 +9,21 @@ HTML report.
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 SHOWN_ITEMS = 3  # a list or mapping this short is printed as it is
 SHOWN_TYPES = 3  # op types named in a summary; the rest are counted
+
+
+def quantized_label(metrics: Mapping[str, Any]) -> str:
+    """Quantized compute ops and their share of the model's: "3 (100%)", or "none"."""
+    if "quantized_ops" not in metrics:
+        return ""
+    if not metrics["quantized_ops"]:
+        return "none"
+    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
 
 
 def node_op_types(model_path: str | Path | None) -> dict[str, str]:

@@ -21,6 +21,7 @@ from quantune.report.plots import loss_scale
 from quantune.report.precision import excluded, plays
 from quantune.report.sections import loss_text
 from quantune.report.study import objective_name, objective_value
+from quantune.report.summarize import quantized_label
 
 _COLUMNS = (
     ("#", "num"),
@@ -108,7 +109,7 @@ def trial_table(results: Result, page_dir: Path, types: Mapping[str, str]) -> st
                 else _num(objective, "{:.4g}") + ("*" if "latency_search_ms" in m else ""),
             ),
             (_kb(m), _num(_kb(m), "{:.0f}")),
-            (m.get("quantized_compute_fraction"), _quantized(m)),
+            (m.get("quantized_compute_fraction"), quantized_label(m)),
             (None, {True: "yes", False: "no"}.get(trial.meets_criterion, "")),
             (sum(passes.values()) if passes else None, _passes_cell(passes)),
             (durations.get("evaluation_s"), _num(durations.get("evaluation_s"), "{:.2f}")),
@@ -154,14 +155,6 @@ def _num(value: Any, fmt: str) -> str:
 
 def _kb(metrics: Mapping[str, Any]) -> float | None:
     return None if "size_bytes" not in metrics else metrics["size_bytes"] / 1024
-
-
-def _quantized(metrics: Mapping[str, Any]) -> str:
-    if "quantized_ops" not in metrics:
-        return ""
-    if not metrics["quantized_ops"]:
-        return "none"
-    return f"{metrics['quantized_ops']:.0f} ({metrics.get('quantized_compute_fraction', 0.0):.0%})"
 
 
 def _params_cell(params: Mapping[str, Any], types: Mapping[str, str]) -> str:

@@ -20,14 +20,6 @@ from collections.abc import Mapping
 from typing import Any
 
 CPU = "CPUExecutionProvider"
-# Providers that need a GPU device of this machine (checked by opening a session there).
-GPU_PROVIDERS = (
-    "CUDAExecutionProvider",
-    "TensorrtExecutionProvider",
-    "ROCMExecutionProvider",
-    "MIGraphXExecutionProvider",
-    "DmlExecutionProvider",
-)
 # Providers listed by some builds that do not run a model on this machine.
 NOT_LOCAL = {"AzureExecutionProvider": "calls remote endpoints, it runs no model here"}
 

@@ -207,7 +207,7 @@ def _pass_lines(info: ModelInfo) -> list[str]:
     fine-tune after static int8: on a close miss the quantune strategy's recover stage fits the worst
     layers alone before it moves any op to fp32 (and each of the costliest ops it moved, after);
     where int8 holds it is never built (a refined flow takes its unrefined twin's speed). Bias
-    correction is left out: it runs the whole model twice per layer (100 s on an 85-conv detector)."""
+    correction is left out: it runs the whole model twice per layer."""
     static = _c("  - {name: static_quant, search: true}", "int8 with calibration: the usual win on conv nets")
     dynamic = _c("  - {name: dynamic_quant, search: true}", "int8 weights, activations on the fly: MatMul/LSTM")
     refine = _c("  - {name: fast_finetune}", "AdaRound of the worst layers, tried on a close miss")

@@ -202,7 +202,7 @@ def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
     for name in sorted(arrays):
         array = np.ascontiguousarray(arrays[name])
         digest.update(f"{name}|{array.dtype.str}|{array.shape}|".encode())
-        # the array's own buffer (the bytes tobytes() would copy: 217 MB of a recognizer's outputs)
+        # the array's own buffer (not the copy tobytes() would make of large outputs)
         digest.update(memoryview(array).cast("B") if array.size and not array.dtype.hasobject else array.tobytes())
     return digest.hexdigest()
 

@@ -1,8 +1,6 @@
 """Proposals every strategy runs first: the original on each execution provider (``target.providers``).
 
-The provider alone can move latency as much as quantization does: on a text recognizer the
-original on OpenVINO was 1.6x faster than on the CPU provider, with no accuracy lost, and no
-int8 model beat it. So before any strategy searches quantization, the original is evaluated
+The provider alone can move latency as much as quantization does, with no accuracy lost. So before any strategy searches quantization, the original is evaluated
 on every other provider -- accuracy and latency, on that provider -- and is a candidate like
 any other (a lossless speed-up is a valid ``improved``). The wrapped strategy never sees these
 trials (its sampler's space and stages are its own); what they scored, and their latency timed

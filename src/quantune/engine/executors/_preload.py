@@ -2,9 +2,9 @@
 
 Everything a worker needs before its first line of work: numpy, onnx, onnxruntime and its
 quantizers, and quantune's engine. Not onnxruntime's symbolic shape inference (with sympy,
-0.3-0.4 s): only an ``extended`` pre-optimization needs it, and the fork server forks no worker
-before its preload is done -- with it, the original's evaluation, the first worker of every run,
-started that much later, on the critical path of a small model's first answer (issue 23). A
+slow to import): only an ``extended`` pre-optimization needs it, and the fork server forks no
+worker before its preload is done -- with it, the original's evaluation, the first worker of
+every run, would start that much later. A
 worker that will need it loads it in a thread as it starts (``prepare.shapes.load_in_background``).
 """
 

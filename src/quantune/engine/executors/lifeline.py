@@ -92,9 +92,13 @@ def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -
 def enter_worker(log_path: str, memory_limit_mb: int | None, parent_pid: int | None) -> None:
     """What every child process of a run does first (trial workers, stage workers): die with the
     run, write its output and faults to its own log, leave Ctrl-C and SIGTERM to the engine (which
-    stops its workers itself), and stay within the memory limit (address space)."""
+    stops its workers itself), stay within the memory limit (address space), and hand large
+    blocks back when they are freed (batch after batch of large tensors: the heap would keep
+    them, and a piece's room is what the budget leaves of this process's resident memory)."""
     import faulthandler
     import logging
+
+    from quantune.memory import return_large_blocks
 
     if parent_pid is not None:
         die_with_parent(parent_pid)
@@ -108,6 +112,7 @@ def enter_worker(log_path: str, memory_limit_mb: int | None, parent_pid: int | N
     logging.raiseExceptions = False  # a log line lost to a full disk fails no trial
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    return_large_blocks()
     if memory_limit_mb:
         import resource
 

@@ -2,7 +2,7 @@
 
 The accuracy-driven strategies' sensitivity analysis runs the flow's passes (calibration
 included) and both models over calibration data; in the main process it was killed by the
-kernel's out-of-memory killer (23 GB on a 4.75 MB detector), taking the whole run with it.
+kernel's out-of-memory killer (even small models can need tens of GB), taking the whole run with it.
 Here a stage runs in a fresh spawned process under the trial workers' limits (address space
 ``executor.memory_limit_mb``, ``executor.trial_timeout_s``), its output in a log file beside
 theirs; when it dies, hangs or raises, the caller gets the cause instead of a value, the
@@ -28,7 +28,7 @@ from quantune.engine.executors.contexts import child_environment
 from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.exits import WorkerStartError, exit_cause
 from quantune.forkserver import EXIT_UNGUARDED_MAIN, worker_context
-from quantune.memory import peak_tracker, return_large_blocks, take_stage_peaks
+from quantune.memory import peak_tracker, take_stage_peaks
 
 log = logging.getLogger("quantune.stage")
 
@@ -115,7 +115,6 @@ def _stage_main(
     adopt_environment(environment)
     enter_worker(log, memory_limit_mb, parent_pid)  # as a trial worker: dies with the run, within its limit
     print(f"--- {stage} (worker pid {os.getpid()}) ---", flush=True)
-    return_large_blocks()  # batch after batch of large tensors: never let the heap keep them
     sending = threading.Lock()
 
     def send_progress(step: progress.Step) -> None:  # the stage's own start and end are the main process's
@@ -155,7 +154,7 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
 
 
 # how often a waiting stage looks at the run's deadline (which may move, or be now: a run that is
-# over cancels its builds ahead; at 0.5 s a detector's run waited up to that long for its exit)
+# over cancels its builds ahead, and its exit should not wait)
 _POLL_S = 0.05
 
 

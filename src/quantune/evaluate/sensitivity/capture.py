@@ -1,8 +1,8 @@
 """Which intermediate tensors one session run captures: groups sized to the memory budget.
 
 Sensitivity compares tensors of two models, and capturing every intermediate tensor of both
-in one run holds them all at once: 6.5 GB for one 960x960 page on a 10 MB text detector
-(PP-OCRv6), whatever the batch size. Here each statistic is a :class:`Job` naming the
+in one run holds them all at once: gigabytes for one large image on a small detector, whatever
+the batch size. Here each statistic is a :class:`Job` naming the
 tensors it reads; jobs are packed, in graph order, into groups whose tensors fit the budget,
 and each group is one run of each model over the data (its tensors added as the session's
 only outputs), its statistics accumulated batch by batch. A tensor's size comes from ONNX

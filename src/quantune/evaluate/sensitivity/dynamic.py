@@ -23,7 +23,7 @@ from onnx import numpy_helper
 from quantune.evaluate.sensitivity import capture, cost
 from quantune.evaluate.sensitivity.capture import Job
 from quantune.evaluate.sensitivity.stats import NodeStats, SensitivityReport, session, with_outputs
-from quantune.memory import memory_budget_mb
+from quantune.memory import room_mb
 
 
 def fake_quant(array: np.ndarray, kind: str, *, reduce_range: bool = False, axis: int | None = None) -> np.ndarray:
@@ -84,7 +84,7 @@ def measure_dynamic(
         for name, (node, act, _, _) in plans.items()
     ]
     feeds = capture.replayable(batches)
-    budget = memory_budget_mb() if budget_mb is None else budget_mb
+    budget = room_mb() if budget_mb is None else budget_mb  # what this process leaves of the budget
     plan = capture.plan(jobs, model, None, feeds, budget)
     share = cost.Share(model)
     per_row = 2 * share(node for node, _, _, _ in plans.values())  # each node recomputed twice

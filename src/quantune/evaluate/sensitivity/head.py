@@ -13,9 +13,9 @@ The same measurement scores the nodes that feed an *amplifier* (:func:`amplified
 Log, a square root, a division's denominator, through a few elementwise ops), wherever they
 are: one rounding step there is a log of zero downstream.
 
-Only the head (and those few nodes) is measured this way (a few nodes, one float run each over the probe's rows):
-its ops sit between the last compute op and the outputs, where nothing downstream can hide or
-repair an error, and where a ranking by local noise over time put YOLOv8's decode conv last.
+Only the head (and those few nodes) is measured this way (one float run each over the probe's
+rows): its ops sit between the last compute op and the outputs, where nothing downstream can
+hide or repair an error, and where a ranking by local noise over time puts them last.
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ from quantune.evaluate.sensitivity.head import FULL, amplified_nodes, culprits, 
 from quantune.evaluate.sensitivity.stats import NodeStats, SensitivityReport, session, single_node, with_outputs
 from quantune.graph.capability import ModelCapability
 from quantune.graph.head import head_nodes, lead_in_nodes
-from quantune.memory import memory_budget_mb
+from quantune.memory import room_mb
 
 log = logging.getLogger("quantune.sensitivity")
 
@@ -147,18 +147,18 @@ def measure(
     """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``.
 
     ``batches``: the data, or a function that returns it afresh (read once per capture
-    group; a one-shot iterator is kept in a list). Peak memory is bounded by ``budget_mb``
-    (default: :func:`memory_budget_mb`) and the models' own working memory, not by the data
-    or the number of tensors. Time is bounded by ``row_runs`` (whole-model runs of one row;
-    None: every row given is measured): the first rows of the data that it pays for are
-    measured (:mod:`.cost`), and the output-level probes that reach far upstream are left out
-    where even one row would cost more.
+    group; a one-shot iterator is kept in a list). Peak memory is bounded by ``budget_mb`` (default:
+    what this process leaves of the memory budget, :func:`quantune.memory.room_mb`) and the
+    models' own working memory, not by the data or the number of tensors. Time is bounded
+    by ``row_runs`` (whole-model runs of one row; None: every row given is measured): the first
+    rows of the data that it pays for are measured (:mod:`.cost`), and the output-level probes
+    that reach far upstream are left out where even one row would cost more.
     """
     fmodel = onnx.load(str(float_model))
     qmodel = onnx.load(str(quant_model))
     found = _structure(fmodel, qmodel)
     feeds = capture.replayable(batches)
-    budget = memory_budget_mb() if budget_mb is None else budget_mb
+    budget = room_mb() if budget_mb is None else budget_mb  # what this process leaves of the budget
     plan = capture.plan(found.jobs, fmodel, qmodel, feeds, budget)
     probes = _probes(fmodel, found)
     per_row = _per_row(found, fmodel, qmodel, plan, probes)

@@ -6,9 +6,8 @@ whose few large channels dominate its energy is seen, although the tensor-wide M
 
 Streaming and bounded: :meth:`NodeStats.add` folds one batch of one tensor into running sums
 and computes them over slices of a few million elements, so its float64 temporaries stay a
-few tens of MB whatever the tensor's size (a 960x960 detector's full-resolution feature maps
-are hundreds of MB each, and a whole-tensor float64 copy, its difference and its square were
-several times that).
+few tens of MB whatever the tensor's size (full-resolution feature maps can be hundreds of MB
+each, and a whole-tensor float64 copy, its difference and its square several times that).
 """
 
 from __future__ import annotations
@@ -66,8 +65,8 @@ class NodeStats:
         row_err, row_energy = np.zeros(n), np.zeros(n)
         step_a = max(1, min(a, _CHUNK // max(b, 1)))
         step_n = max(1, _CHUNK // max(step_a * b, 1))
-        # elementwise in float32, every sum accumulated in float64: 5x faster than float64 throughout
-        # (this was the sensitivity stage's main cost on NudeNet's detector), the same figures to 1e-8
+        # elementwise in float32, every sum accumulated in float64: much faster than float64
+        # throughout, the same figures to 1e-8
         f64 = np.float64
         for n0 in range(0, n, step_n):
             for a0 in range(0, a, step_a):
@@ -115,9 +114,8 @@ class NodeStats:
 
         Per channel, the error is summed over samples, so samples of a small scale vanish
         under the large ones: a LayerNorm's ``variance + eps`` of shape [N, 1] over rows whose
-        scales differ 1000x loses every small row to one quantization step, and per channel
-        that looked like no error at all (measured: score 0 for the op that alone took top-1
-        from 0.99 to 0.60). Per sample, each row's own error over its own energy counts.
+        scales differ by orders of magnitude loses every small row to one quantization step,
+        and per channel that looks like no error at all. Per sample, each row's own error over its own energy counts.
         """
         samples = float(np.mean(np.concatenate(self.sample_ratios))) if self.sample_ratios else 0.0
         return max(self.channel_nmse(), samples)

@@ -1,22 +1,22 @@
 """Calibration in chunks: activation ranges whose memory is bounded by a chunk, not by the data.
 
 onnxruntime's calibrators keep every intermediate output of every batch they are fed in one
-``collect_data`` call (Entropy/Percentile grew one worker to 23 GB on a 10 MB recognizer), and
+``collect_data`` call (Entropy/Percentile can grow a worker to tens of GB on a small model), and
 ``CalibMaxIntermediateOutputs`` is no way out: when the count is reached, MinMax clears what it
-collected *without* folding it into the ranges first (``MinMaxCalibrater.collect_data`` in
-onnxruntime 1.32), so those batches' ranges are lost.
+collected *without* folding it into the ranges first (``MinMaxCalibrater.collect_data``), so those batches' ranges are lost.
 
 Both calibrator families merge across ``collect_data`` calls, though: MinMax folds each call's
 ranges into the running min/max (exactly the one-shot result), and the histogram calibrators
 (Entropy, Percentile, Distribution) merge each call's histograms into the running ones
 (widening the bins when a later chunk reaches further). So the data is fed one chunk per call:
 
-* MinMax takes one batch per call (it reduces each batch to two numbers per tensor at once);
-* for the histogram methods, a chunk holds as many batches as fit the memory budget (:func:`quantune.memory.memory_budget_mb`),
-  estimated from the bytes of all calibrated tensors for one row, so data that fits gives the
-  one-shot result exactly;
-* a batch larger than the budget is split along its first axis (when the model's batch
-  dimension is free);
+* a chunk holds as many rows as fit the memory budget (:func:`quantune.memory.rows_in_budget`:
+  one row's measured footprint in the calibrating session, plus the copies of its calibrated
+  tensors a histogram calibrator keeps), so data that fits gives the one-shot result exactly;
+  MinMax reduces each batch to two numbers per tensor as it goes, so for it the bound is the
+  run's own working memory;
+* a batch larger than that is split along its first axis (when the model's batch dimension is
+  free);
 * a batch whose shape differs from the chunk's (a ragged last batch, too) starts a new chunk:
   the histogram calibrators stack a chunk's arrays, which fails on differing shapes.
 """
@@ -37,15 +37,15 @@ from onnxruntime.quantization.calibrate import (
     create_calibrator,
 )
 
-from quantune.memory import memory_budget_mb, note_stage_peak, peak_tracker
+from quantune.memory import memory_budget_mb, note_stage_peak, peak_tracker, rows_in_budget
 from quantune.passes.onnx.calibration_average import run_moving_average, uses_moving_average
 
 log = logging.getLogger("quantune.calibration")
 
 _MB = 1024 * 1024
-# A chunk's calibrated tensors are held by onnxruntime while it runs, then as arrays, then
-# stacked (one tensor at a time) by the histogram collectors: three copies at worst.
-_COPIES = 3
+# A histogram calibrator's chunk holds its calibrated tensors as the run's arrays, then stacked
+# (one tensor at a time) by the collectors: two copies on top of the run's own footprint.
+_HELD_COPIES = 2
 
 Feed = dict[str, np.ndarray]
 
@@ -69,15 +69,10 @@ def _shape_key(feed: Feed) -> tuple:
 
 
 class ChunkPlanner:
-    """Groups feeds into chunks of at most ``max_bytes`` of calibrated tensors (and their inputs).
+    """Groups feeds into chunks of at most ``max_rows`` rows (``None``: one feed per chunk, never cut)."""
 
-    ``max_bytes=None``: one feed per chunk, never cut (MinMax, which reduces each batch to
-    two numbers per tensor as it goes: grouping would only hold more inputs at once).
-    """
-
-    def __init__(self, bytes_per_row: float, max_bytes: float | None, splittable: bool) -> None:
-        self.bytes_per_row = max(bytes_per_row, 1.0)
-        self.max_rows = None if max_bytes is None else max(1, int(max_bytes // self.bytes_per_row))
+    def __init__(self, max_rows: int | None, splittable: bool) -> None:
+        self.max_rows = max_rows
         self.splittable = splittable
 
     def pieces(self, feed: Feed) -> Iterator[Feed]:
@@ -115,14 +110,20 @@ def _batch_dim_free(session) -> bool:
     return all(not isinstance(arg.shape[0], int) if arg.shape else False for arg in session.get_inputs())
 
 
-def _bytes_per_row(session, feed: Feed, splittable: bool) -> float:
-    """Bytes of every output of the augmented model (every calibrated tensor) for one row."""
+def _rows_per_chunk(session, feed: Feed, splittable: bool, budget_mb: float, keeps_tensors: bool) -> int:
+    """Rows a chunk may hold within the budget, from one row run in the calibrating session (a
+    whole first batch when it cannot be split) and, for a calibrator that ``keeps_tensors``,
+    the copies of its calibrated tensors it holds until the chunk is collected."""
     rows = _rows(feed)
     probe = {name: value[:1] for name, value in feed.items()} if splittable and rows > 1 else feed
-    outputs = session.run(None, probe)
-    # a chunk holds its feeds too (a loader's batches are fresh arrays, not views of the data)
-    total = sum(np.asarray(out).nbytes for out in outputs) + sum(value.nbytes for value in probe.values())
-    return total / (1 if probe is not feed else max(rows, 1))
+    probe_rows = _rows(probe) if probe else 1
+
+    def held_mb(outputs: list) -> float:
+        tensors = sum(np.asarray(out).nbytes for out in outputs) + sum(value.nbytes for value in probe.values())
+        return _HELD_COPIES * tensors / _MB if keeps_tensors else 0.0
+
+    fit, _ = rows_in_budget(lambda: session.run(None, probe), budget_mb, held_mb)
+    return max(1, fit * probe_rows)  # whole batches of a fixed batch dimension, or rows
 
 
 def _seed_histograms(calibrator, extremes: TensorsData) -> None:
@@ -212,10 +213,10 @@ def calibrate_ranges(
         if first is None:
             raise ValueError("calibration: no data to calibrate with (zero rows)")
         splittable = _batch_dim_free(calibrator.infer_session)
-        per_row = _bytes_per_row(calibrator.infer_session, first, splittable)
-        del first
         minmax = method == CalibrationMethod.MinMax
-        planner = ChunkPlanner(per_row, None if minmax else budget * _MB / _COPIES, splittable)
+        max_rows = _rows_per_chunk(calibrator.infer_session, first, splittable, budget, keeps_tensors=not minmax)
+        del first
+        planner = ChunkPlanner(max_rows, splittable)
         count = sum(1 for _ in planner.chunks(feeds()))
         if count > 1 and not minmax:
             # the MinMax pass runs alone: two sessions' buffers are never held at once
@@ -231,11 +232,10 @@ def calibrate_ranges(
         del calibrator
     note_stage_peak("calibration", peak.mb)
     log.info(
-        "calibration (%s): %d chunk(s) of at most %s rows (%.1f MB of tensors a row, budget %.0f MB), peak %.0f MB",
+        "calibration (%s): %d chunk(s) of at most %d rows (budget %.0f MB), peak %.0f MB",
         method.name,
         count,
-        planner.max_rows or "one batch's",
-        per_row / _MB,
+        max_rows,
         budget,
         peak.mb,
     )

@@ -1,7 +1,7 @@
 """What the int8 quantizers can take from the passes added for transformers and size
 (transformer_opt, weight_only, fp16): one place, called from each quantizer's ``accepts``.
 
-Checked on this onnxruntime (1.32) with a tiny BERT layer (tests/bert_model.py) and MiniLM-L3:
+Checked with a tiny BERT layer (tests/bert_model.py):
 
 * after ``transformer_opt``, ``quantize_static`` in QOperator format fails inside the
   quantizer (``'NoneType' object has no attribute 'extend'`` on the fused graph); QDQ works

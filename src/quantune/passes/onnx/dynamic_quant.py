@@ -3,36 +3,28 @@
 ``pre_optimize: extended`` runs onnxruntime's extended graph optimization first, as Neural
 Compressor does for NLP models (see :mod:`.pre_optimize`). ``weight_type: mixed`` gives
 convolutions uint8 weights and the rest int8: onnxruntime's ConvInteger is fast with uint8
-weights only (int8 ones made the captcha model 1.7x slower than fp32), its MatMul kernels with
-int8 ones (uint8 weights made MiniLM-L3 0.75x fp32 against 0.64x); on the captcha model (convs
-+ LSTM + an 8,210-way MatMul) mixed ran at 0.61x fp32 against uint8's 0.63x.
+weights only, its MatMul kernels with int8 ones.
 
-What each op type gets follows Neural Compressor 2.6's dynamic defaults, whose first model held
-a 1% budget on MiniLM-L3 and the captcha model where onnxruntime's plain settings did not:
+What each op type gets follows Neural Compressor's dynamic defaults, which hold accuracy budgets
+that onnxruntime's plain settings miss:
 
 * MatMul (and Gemm, which onnxruntime rewrites into MatMul + Add first): int8/uint8 weights,
   one scale per output column with ``per_channel``;
-* LSTM, Attention: one scale per direction / per tensor even with ``per_channel``
-  (onnxruntime would give them one per gate row: with the captcha model's LSTM per gate row
-  the dynamic model lost 1.33% character accuracy, per direction 0.89%). They get a call of
-  their own;
+* LSTM, Attention: one scale per direction / per tensor even with ``per_channel`` (onnxruntime
+  would give them one per gate row, which loses more accuracy). They get a call of their own;
 * Conv: ConvInteger, per tensor either way (uint8 with ``mixed``);
 * embedding Gathers (the table a float initializer) with int8 weights: int8 symmetric per tensor
-  by :mod:`.gather_int8`, not onnxruntime's uint8 asymmetric activation-style Gather (MiniLM-L3:
-  uint8 tables lost 1.24% Pearson r, float ones 0.93%, int8 symmetric ones 0.43%); with
-  ``weight_type: uint8`` onnxruntime quantizes them as before.
+  by :mod:`.gather_int8`, not onnxruntime's uint8 asymmetric activation-style Gather, which
+  loses more; with ``weight_type: uint8`` onnxruntime quantizes them as before.
 
 ``reduce_range`` applies to every one of them (the Gather tables are then 7-bit, [-64, 64], as
-in Neural Compressor's MiniLM model). With these, quantune's MiniLM-L3 and captcha models hold
-every one of Neural Compressor's quantized weights byte for byte (``bench/nc_equal.py``).
-A call is made only for a group the model has a node of (an empty op-type list would mean "all"
-to onnxruntime): MiniLM is one onnxruntime call plus the Gather rewrite.
+in Neural Compressor). The quantized weights equal Neural Compressor's byte for byte
+(``bench/nc_equal.py``). A call is made only for a group the model has a node of (an empty
+op-type list would mean "all" to onnxruntime).
 
-A model without external data is built in memory (:mod:`.fast_shapes`): the typed extended
-model, each call's output and the final Gather rewrite and type removal pass from step to step
-as objects, and onnxruntime's shape inference runs on skeletons instead of 54 MB temporary
-files -- the same bytes at the end (``bench/build_identity.py`` compares two checkouts), in about
-half the time on MiniLM-L3 and the captcha model.
+A model without external data is built in memory (:mod:`.fast_shapes`): each step's model
+passes to the next as an object, and onnxruntime's shape inference runs on skeletons instead of
+temporary files -- the same bytes at the end (``bench/build_identity.py`` compares two checkouts).
 """
 
 from __future__ import annotations
@@ -152,8 +144,7 @@ class DynamicQuantization(Pass):
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:
         """int8 weights on convolutions: ``ConvInteger`` is fast with uint8 weights only (``UINT8_FAST``),
-        and ``mixed`` gives the convolutions uint8 weights and every other op int8 ones. Measured here
-        on the 7 zoo and peer models with convolutions: int8 1.98-8.97x fp32, mixed 0.48-1.86x."""
+        and ``mixed`` gives the convolutions uint8 weights and every other op int8 ones."""
         quantized = set(config.get("op_types_to_quantize") or op_types) & op_types
         if config.get("weight_type") == "int8" and quantized & set(UINT8_FAST):
             return {"weight_type": "mixed"}, "onnxruntime's ConvInteger is fast with uint8 weights only"
@@ -324,7 +315,7 @@ def _copy_model(model_in: Path, model_out: Path) -> None:
 
 
 def _write(model: onnx.ModelProto, path: Path) -> None:
-    """:func:`save_model`'s bytes, serialized once (save_model asks the size first: one more pass over 54 MB)."""
+    """:func:`save_model`'s bytes, serialized once (save_model asks the size first: one more pass over the model)."""
     try:
         data = model.SerializeToString()
     except ValueError:  # past protobuf's limit

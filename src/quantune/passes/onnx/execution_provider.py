@@ -1,7 +1,6 @@
 """Where a candidate runs: the execution provider, as a step of every flow (``target.providers``).
 
-The fastest answer may be the same model on another provider (the original on OpenVINO beat
-every int8 model of a text recognizer on the CPU provider), so the provider is searched like any
+The fastest answer may be the same model on another provider, so the provider is searched like any
 pass parameter. This pass changes no weight: its output is its input model with the provider
 (and that provider's options) written beside it in ``<model>.session.json``
 (``evaluate.session_file``). Every evaluation opens the candidate on that provider -- accuracy,

@@ -2,8 +2,7 @@
 
 onnxruntime's quantizer quantizes a per-channel weight one channel at a time in Python
 (``BaseQuantizer.quantize_weight_per_channel_impl`` calls ``quantize_data`` per channel):
-8,210 calls for the captcha model's output MatMul, 10,371 for MiniLM-L3's 18 MatMuls -- 1.0 s
-and 1.8 s of each dynamic build, on the path to the first model in budget. The arithmetic is
+thousands of calls for a wide output MatMul, on the path to the first model in budget. The arithmetic is
 per channel and elementwise, so it vectorizes exactly: the same float64 range, the same
 float32 scale, the same rounding. :func:`fast_per_channel` swaps the vectorized version in
 for the duration of a quantizer call, only where it gives byte-identical results: it is
@@ -14,8 +13,7 @@ a weight with per-channel overrides always goes to onnxruntime's.
 The QDQ quantizer (static quantization) has the same loops elsewhere: each per-channel weight's
 scales (``QDQQuantizer._calc_initializer_quant_params``, one ``compute_data_quant_params`` a
 channel) and its quantized values (``quantize_onnx_initializer``, one ``quantize_nparray`` a
-channel): 60% of a static build of PP-OCRv6's recognizer, whose CTC head has 18,709 output
-channels. Both are swapped the same way, each checked against onnxruntime's own on a probe.
+channel): most of a static build for a model with a wide output head. Both are swapped the same way, each checked against onnxruntime's own on a probe.
 """
 
 from __future__ import annotations

@@ -14,8 +14,7 @@ taken from the quantized model as refined so far, its target the float model's o
 same layer (the float model ``static_quant`` read, see :mod:`.float_source`). Scales, zero
 points and graph stay as static_quant made them, so the model keeps its int8 speed; a layer
 whose fit does not lower its output error on a fixed sample keeps its rounding. Written in
-numpy (:mod:`.rounding`) on one BLAS thread: on the scaled CNN a 500-step fit of all five
-layers takes 6-9 s of CPU (`bench/finetune.py`); a PyTorch step was no faster.
+numpy (:mod:`.rounding`) on one BLAS thread (`bench/finetune.py`); a PyTorch step was no faster.
 """
 
 from __future__ import annotations
@@ -114,7 +113,7 @@ class FastFinetune(Pass):
         calibration = Calibration(
             context.calibration, context.input_names, context.batch_size, config.calibration_samples
         )
-        with threadpool_limits(limits=1, user_api="blas"):  # BLAS threads on a shared CPU ran 5-25x slower
+        with threadpool_limits(limits=1, user_api="blas"):  # BLAS threads on a shared CPU run far slower
             fitted = finetune(model, float_model, float_path, calibration, config)
         log.info("fast_finetune (%s): %d layer(s) refined", config.optim, fitted)
         onnx.save(model, str(model_out))

@@ -1,13 +1,12 @@
 """onnxruntime's quantizer's shape inference, in memory, and the models between its calls kept in memory.
 
-The static build (calibration, then ``quantize_static``) loads its input the same way, twice:
-on MiniLM-L3 (69 MB) that file-based inference was 0.24 s of a 1.4 s speed-ceiling build.
+The static build (calibration, then ``quantize_static``) loads its input the same way, twice.
 
 ``quantize_dynamic`` runs onnx's shape inference twice per call through temporary files:
 ``load_model_with_shape_infer`` (``infer_shapes_path`` on the input file, then ``onnx.load``) and,
 after it rewrites Gemms, ``save_and_reload_model_with_shape_infer`` (the model saved with its
-weights as external data, ``infer_shapes_path``, loaded again) -- 54 MB written and read twice
-per call on the captcha model, three calls for ``weight_type: mixed``. The shape inference itself
+weights as external data, ``infer_shapes_path``, loaded again) -- the whole model written and
+read twice per call. The shape inference itself
 needs no weights, so :func:`in_memory_shapes` swaps in functions that give the very same model
 without the files, for the duration of a quantizer call (as :mod:`.fast_channels` does):
 

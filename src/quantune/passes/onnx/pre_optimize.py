@@ -2,26 +2,21 @@
 
 Neural Compressor optimizes an NLP model at onnxruntime's ``ENABLE_EXTENDED`` level before it
 quantizes it: LayerNorm, Gelu+bias and scaled MatMuls become single kernels, and the int8
-model inherits them. On MiniLM-L3 here that is the difference between 0.63x and 0.59x of the
-original's latency for the same dynamic int8 MatMuls (``bench/results`` has the measurement).
+model inherits them, running faster for the same int8 MatMuls.
 
 Two things keep the fused model quantizable:
 
 * the convolution fusions (Conv+activation, Conv+Add) are left out, so every Conv can still
   become a ``ConvInteger`` -- a fused Conv is a com.microsoft op the quantizer skips;
 * onnx's shape inference does not know the fused com.microsoft ops, and onnxruntime's
-  quantizer skips every node whose input type it cannot infer (on the captcha model, 20 of
-  21 convolutions after a ``QuickGelu``); onnxruntime's symbolic shape inference knows them,
-  so its types are added where it succeeds -- and removed again from the quantized model:
-  onnxruntime ran that model 15% slower with them (MiniLM-L3: 0.67x against 0.58x fp32).
+  quantizer skips every node whose input type it cannot infer; onnxruntime's symbolic shape
+  inference knows them, so its types are added where it succeeds -- and removed again from
+  the quantized model, which onnxruntime runs slower with them.
 
 The symbolic inference runs on the model's skeleton (:mod:`.skeleton`: the weights whose values
-it never reads without their bytes): the same value infos, without the copy of the whole model
-it makes each time it restarts (MiniLM-L3: 0.46 s -> 0.17 s). Element types alone (onnx's
-inference plus a rule per fused op) would be cheaper still, but not the same model: the
-quantizer's own onnx inference carries the *shapes* of these value infos into tensors it keeps
-(the captcha model without preparation, quantized in three calls, came out different with
-shape-less types), so the symbolic shapes stay.
+it never reads without their bytes), sparing the copy of the whole model it makes each time it
+restarts. Element types alone would be cheaper still, but not the same model: the quantizer's
+own onnx inference carries the *shapes* of these value infos into tensors it keeps.
 """
 
 from __future__ import annotations

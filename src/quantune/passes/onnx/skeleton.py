@@ -2,9 +2,9 @@
 
 onnx's C++ shape inference and onnxruntime's symbolic shape inference need a weight's type and
 dims, not its values -- except for the inputs some ops read as data (a Reshape's shape, a Slice's
-starts, an Unsqueeze's axes, ...). Serializing or copying a 54 MB model for them is most of their
+starts, an Unsqueeze's axes, ...). Serializing or copying a large model for them is most of their
 time (onnxruntime's symbolic inference copies the whole model each time it restarts after merging
-symbols: 8 copies of MiniLM-L3, 0.43 s). A skeleton keeps every initializer with its type and
+symbols). A skeleton keeps every initializer with its type and
 dims, and drops ``raw_data`` only of large float weights whose every reader is an (op, input)
 pair whose inference reads no values -- by a list per inference engine, so what a tool reads is
 never taken from it. Its inference result (value infos) is then the one of the whole model.

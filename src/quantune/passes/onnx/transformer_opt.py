@@ -3,8 +3,8 @@ SkipLayerNormalization, BiasGelu/FastGelu and EmbedLayerNormalization kernels.
 
 Olive's CPU recipe for BERT-like models is fusion, then quantization: the fused kernels are
 faster in fp32, and ``quantize_dynamic`` turns Attention into QAttention and
-EmbedLayerNormalization into QEmbedLayerNormalization. What works after fusion was checked on
-this onnxruntime (1.32) with a tiny BERT layer and MiniLM-L3:
+EmbedLayerNormalization into QEmbedLayerNormalization. What works after fusion (checked with a
+tiny BERT layer):
 
 * ``dynamic_quant``: works (QAttention, QEmbedLayerNormalization, MatMulInteger);
 * ``static_quant`` QDQ: works (the fused ops stay float between Q/DQ pairs);
@@ -13,7 +13,7 @@ this onnxruntime (1.32) with a tiny BERT layer and MiniLM-L3:
 * ``weight_only``: works on the MatMuls left outside Attention.
 
 ``num_heads``/``hidden_size`` 0 let onnxruntime read them from the graph (the Reshape that
-splits heads), which found MiniLM's 12 heads; set them when a model hides that shape.
+splits heads); set them when a model hides that shape.
 ``opt_level`` > 0 first runs onnxruntime's own graph optimizer at that level (with the
 optimizers that break attention fusion disabled, as ``optimize_model`` does), done here so
 it needs no torch (``optimize_model`` imports torch for that step).

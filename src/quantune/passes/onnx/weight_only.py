@@ -10,7 +10,7 @@ Algorithms, both without Neural Compressor: ``rtn`` (round to nearest, onnxrunti
 ``DefaultWeightOnlyQuantConfig``) and ``hqq`` (half-quadratic quantization,
 ``HQQWeightOnlyQuantConfig``: 4 bits only, asymmetric by construction, needs torch:
 ``pip install 'quantune[hqq]'``). GPTQ is left out: onnxruntime runs it through its copy of
-Neural Compressor's code, which fails on this onnxruntime (1.32) for RTN already.
+Neural Compressor's code, which fails for RTN already.
 
 ``nodes_to_exclude`` keeps MatMuls in float (searchable with ``subset_of: {op_types: [MatMul]}``);
 a later ``dynamic_quant`` step may still make those int8.
@@ -43,7 +43,7 @@ class WeightOnlyConfig(PassConfig):
     algorithm: Literal["rtn", "hqq"] = "rtn"
     nodes_to_exclude: list[str] = []
     # Also the embedding tables (Gather on a constant table -> GatherBlockQuantized, 4 bits, RTN):
-    # most of a small transformer's bytes (MiniLM-L3: 69 MB -> 51 MB without, 11 MB with).
+    # most of a small transformer's bytes.
     embeddings: bool = False
 
     @field_validator("block_size")
@@ -81,8 +81,8 @@ class WeightOnlyQuantization(Pass):
     providers = ("CPUExecutionProvider", "CUDAExecutionProvider", "DmlExecutionProvider", "WebGpuExecutionProvider")
     # Priors: 4 bits is the point of the pass (8 bits keeps accuracy where 4 loses it); int8
     # compute (accuracy_level 4) is the fast CPU kernel; small blocks hold accuracy best.
-    # HQQ is not in the default search: on MiniLM-L3 it took 80 s against RTN's 2 s, for the
-    # same accuracy (r 0.636 vs 0.638); name it (``algorithm: {search: [rtn, hqq]}``) to try it.
+    # HQQ is not in the default search: it takes far longer than RTN for about the same
+    # accuracy; name it (``algorithm: {search: [rtn, hqq]}``) to try it.
     search_space = {
         "bits": Categorical((4, 8), weights=(2, 1)),
         "block_size": Categorical((32, 64, 128), weights=(2, 1, 1)),

@@ -1,6 +1,6 @@
 """The fixed rules the speed ceilings are judged and ordered by: which ratios are one speed, which
 ceiling goes first, when a paired timing's gain is clear. Decisions on timings follow these rules
-and not the noise, so that the same run twice recovers in the same variant (issue 23)."""
+and not the noise, so that the same run twice recovers in the same variant."""
 
 from __future__ import annotations
 

@@ -76,8 +76,7 @@ class CeilingStage(ProviderCeilings):
         returns its variant, or None (option ``first_guess: false``, or no variant).
 
         A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
-        waits for every variant to be built: MiniLM-L3's first model in budget came 21 s after
-        the start, Neural Compressor's (the same model) at 8 s. When the guess turns out the
+        waits for every variant to be built, late for a first model in budget. When the guess turns out the
         fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
         cost one evaluation. The engine builds and evaluates it beside the original's
         evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
@@ -87,8 +86,7 @@ class CeilingStage(ProviderCeilings):
         (``build_ahead``: the lighter stage then times them against it in this process, not in a
         worker of their own), and its compute-only one is evaluated ahead too (``evaluate_ahead``):
         the lighter stage's likeliest answer, and, when the guess misses the budget, tried next,
-        before the ceilings -- the op-type stage would try it first in that variant anyway, and
-        MiniLM-L3's first model in budget was that one, 10 s later, after the ceilings.
+        before the ceilings -- the op-type stage would try it first in that variant anyway.
         """
         wanted = self.options.first_guess
         if wanted is None:
@@ -208,17 +206,14 @@ class CeilingStage(ProviderCeilings):
 
     def _within_the_margin(self, baseline: float | None) -> bool:
         """Whether a ceiling timed faster than the original, though not surely below the margin: then
-        "slower" is not what was measured (the MiniLM encoder's 0.96x ceiling against a 0.97x margin,
-        whose model the confirmation then found 1.03x faster side by side)."""
+        "slower" is not what was measured, and its model may well win side by side."""
         return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.variants if not v.failed)
 
     def _ties_at_the_margin(self) -> None:
         """A ceiling the rounds left unsure at the margin (a :class:`UnsureRatio`), one speed -- within
-        ``TIE`` -- with a ceiling kept surely below it, is kept too: one speed, one verdict. The
-        ddddocr detector's QDQ and QOperator uint8 ceilings, both 0.96-0.97x against a 0.97x margin on
-        an AVX2 EPYC: in one run of four the rounds left QDQ unsure, it was dropped although its
-        model was in budget already (the first guess), and the run recovered in QOperator, evaluated
-        it and ended at another model 16 s later."""
+        ``TIE`` -- with a ceiling kept surely below it, is kept too: one speed, one verdict. Else which
+        of two equal ceilings is dropped would follow the noise, and the same run twice could recover
+        in, and end at, different models."""
         baseline = self.baseline.get("latency_ms")
         every = [*self.variants, *self.refined]
         sure = [(v, r) for v in every if self._keeps(v) and (r := v.ratio(baseline)) is not None]
@@ -255,12 +250,10 @@ class CeilingStage(ProviderCeilings):
         else built first) among those within ``NEAR`` of it: it stays first only when it is faster
         beyond the noise, else the preferred one goes first. One paired timing; without one, ``kept``.
 
-        The ceilings' medians come from one session; two variants 5% apart (QDQ and QOperator uint8 on
-        the digits CNN) swapped places from run to run, and the run recovered in, and ended at, a
-        different model each time. The fastest displaces the preferred only when faster by
-        ``SETTLE_GAIN`` too: the same two formats on the NudeNet detector, 2-3% apart (0.967-0.979 in
-        five runs), were "faster beyond the noise" after 5 rounds in two runs of five, and those two
-        recovered in the other format and ended at other models (0.62x and 0.57x, the rest 0.58x)."""
+        The ceilings' medians come from one session; two variants a few percent apart swap places from
+        run to run, and the run would recover in, and end at, a different model each time. The fastest
+        displaces the preferred only when faster by ``SETTLE_GAIN`` too: a few rounds can call a
+        small gap "faster beyond the noise" now and then."""
         paired = getattr(self, "_paired", None)
         if len(kept) < 2 or paired is None:
             return kept
@@ -285,8 +278,7 @@ class CeilingStage(ProviderCeilings):
         """Each refined variant (a flow that adds bias correction or a fine-tune after its quant step)
         takes the speed of its unrefined twin, the same quantization in the flow without those steps:
         they change weights and biases, never the graph, so building and timing it as a ceiling of its
-        own only costs time (15.8 s instead of 0.5 s on the digits CNN with both refining flows
-        listed, for the same ratio). The recover stage builds one when it tries it."""
+        own only costs time. The recover stage builds one when it tries it."""
         for variant in self.refined:
             twin_flow = unrefined_flow(self.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
             suffix = variant.label.split(": ", 1)[-1]
@@ -335,8 +327,7 @@ class CeilingStage(ProviderCeilings):
         """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings'
         session when the guess is in budget: the lighter stage times each against it next
         (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
-        than opening a session, warming and timing the guess again for each (two sessions, 2.9 s of a
-        detector's 12.8 s after its first model in budget). None for the guess's item: it missed or is not timed."""
+        than opening a session, warming and timing the guess again for each. None for the guess's item: it missed or is not timed."""
         if reference is None or self._guess is None:
             return [], []
         lighter = self.lighter_items(self._guess)

@@ -4,24 +4,21 @@ what changes the executed graph, each candidate timed against the incumbent side
 A variant's speed ceiling (its fully quantized model) is the most any fallback or setting of
 that variant can give: once a model in budget is as fast as the ceiling of the fastest variant
 still in play -- the ceiling itself, or a fallback whose paired ratio to it is within the
-noise -- nothing faster is possible and the search ends, saying so. On a YOLOX-style detector
-the ceiling (trial 4 of 17) was the final model, and 14 ``latency`` trials re-sampled
-calibration settings whose latencies spread 13.8-14.5 ms: noise, followed by the sampler.
+noise -- nothing faster is possible and the search ends, saying so (re-sampling settings
+that leave the graph as it is only follows the noise).
 
-So the latency stage now changes only parameters the quant pass declares as changing the
+So the latency stage changes only parameters the quant pass declares as changing the
 executed graph (the ``graph_params`` trait: format, types, per-channel, which ops are quantized, ...),
 one at a time from the incumbent in a fixed order; each candidate is first timed side by side
 with the incumbent, and only one faster beyond the noise gets its accuracy evaluated (a rejected
-candidate costs a timing, not a 7 s evaluation: PP-OCRv6's recognizer spent that on a latency
-trial that was not faster). A candidate replaces the incumbent only when it meets the criterion
+candidate costs a timing, not an evaluation). A candidate replaces the incumbent only when it meets the criterion
 and is faster beyond the noise (ties go to the incumbent, the earlier and simpler model), and the
 stage ends after
 ``latency_patience`` (default 3) candidates in a row that are not. A byte-identical model is
 never timed twice: a duplicate trial is skipped, and a pair once timed is cached by its models.
 
 A fully quantized model is not always its variant's fastest, though: the Q/DQ pairs around
-every Add, Mul or Sigmoid can cost more than they save (an SVTR text recognizer ran 0.74x fp32
-fully quantized, 0.63x with Neural Compressor's op types). So before a model in budget at its
+every Add, Mul or Sigmoid can cost more than they save. So before a model in budget at its
 ceiling ends the search, the lighter models -- int8 on the compute ops and the residual
 Add/Mul only, then on the compute ops only -- are timed side by side against it; one faster
 beyond the noise is evaluated, and the search goes on from it when it meets the criterion
@@ -113,10 +110,8 @@ class LatencyStage:
         group fewer in fp32; the prune, the op types added back, a unit back with per-channel weights) is
         kept: ``outcome`` meets the criterion and, in a latency run, ``candidate`` is not slower than
         ``reference`` beyond the noise, side by side (a tie keeps it). Putting a group back in int8 is meant to give
-        speed back, yet it does not always: on the NudeNet detector the prune put the first conv (on the
-        raw image) back in int8, in budget and 1.05-1.07x slower in every run; the answer sat ~5% behind a
-        model it had passed, and the same run twice ended at one or the other by which models the
-        confirmation re-timed."""
+        speed back, yet it does not always (a conv on the raw input can run slower in int8), and the
+        answer would sit behind a model it had passed."""
         if not outcome.meets:
             return False
         result = self._paired(self.complete(dict(candidate)), self.complete(dict(reference)))
@@ -196,9 +191,8 @@ class LatencyStage:
         """The lighter models faster than the full one, in the order they are evaluated: the compute-only
         one (the last set: the most in float, the likeliest in budget, evaluated ahead) first, unless the
         other is faster than it beyond the noise, side by side. Sorting by their ratios to the full model
-        followed the noise: PP-OCRv6's two lighter models, 0.80x and 0.81x, swapped from run to run; and
-        "faster beyond the noise" at the 2% line did too (all 5 rounds below 0.98 for a pair 1-2% apart
-        happens now and then): the other goes first only when :func:`clearly_faster` (the ceilings' rule)."""
+        would follow the noise, and so would "faster beyond the noise" at the 2% line: the other goes
+        first only when :func:`clearly_faster` (the ceilings' rule)."""
         if len(faster) < 2:
             return faster
         *others, last = faster

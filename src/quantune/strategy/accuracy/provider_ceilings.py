@@ -2,9 +2,8 @@
 
 With ``target.providers`` the execution provider is a parameter of every flow
 (``engine/providers.py``), and the fastest int8 model on one provider need not be the fastest on
-another: on the PP-OCRv5 recognizer the fully quantized model ran at 0.61x the original's latency
-on the CPU provider and 0.50x on OpenVINO, and a run whose ceilings were timed on the CPU provider
-only recovered accuracy there. So the ceilings are per provider: each fully quantized variant on
+another, and a run whose ceilings were timed on one provider would recover accuracy there
+only. So the ceilings are per provider: each fully quantized variant on
 each provider that can load it (what one cannot is pruned by ``space/providers.py``), timed in the
 one side-by-side session of the ceiling stage together with the original on every other provider.
 
@@ -15,6 +14,16 @@ accuracy evaluation: recovery runs only on providers where a win over the best m
 budget is still possible, and where the original on a provider beats every int8 ceiling, nothing
 is recovered and that original is the answer. Generic: it reads the plan's provider step and the
 measured ratios, never a model or a provider name.
+
+Recovery runs in one variant, on one provider; yet the model it finds may be faster on another
+(fp32 groups run better where the runtime fuses them), and a provider may change the numbers. So
+before the latency stage the model in budget is a candidate on every other provider that loads
+its quantization (:meth:`ProviderCeilings.everywhere`): its accuracy measured there, its speed
+judged side by side with the incumbent. Where it misses there, that provider's culprits are found
+by a recovery of its own, each evaluation on that provider. A provider whose ceiling (the same
+quantization, fully quantized) is surely slower than the incumbent side by side is skipped
+unbuilt -- no fallback can be faster than its ceiling -- and the stop reason says so
+(``drop_slow: false``: none is).
 """
 
 from __future__ import annotations
@@ -25,6 +34,8 @@ from typing import Any
 from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.space.providers import short_provider
+from quantune.strategy.accuracy.common import Step
+from quantune.strategy.accuracy.latency_stage import surely_slower
 from quantune.strategy.base import Outcome, SearchProblem
 
 FLOW_KEY = "flow"
@@ -153,3 +164,100 @@ class ProviderCeilings:
         if ratios := self._originals_ratios():
             notes["provider_original_ratios"] = dict(ratios)
         return notes
+
+    # -- the model in budget on every provider ----------------------------------------------------
+    def everywhere(self, base: Point, fallback: dict[str, Any], variant: Any) -> Step:
+        """Stage: the model in budget (``base`` with ``fallback``, found in ``variant``) on each other
+        provider (:meth:`carry`), then the latency stage from the fastest; returns its point."""
+        carried = yield from self.carry(base, fallback, variant)
+        if carried is None:  # a provider's model is at its ceiling: nothing faster is possible
+            final = self.settled  # type: ignore[attr-defined]
+        else:
+            final = yield from self.latency(*carried)  # type: ignore[attr-defined]
+        if notes := getattr(self, "_carry_notes", []):
+            self.finished_reason = "; ".join([r for r in (self.finished_reason,) if r] + notes)  # type: ignore[has-type]
+        return final
+
+    def carry(self, base: Point, fallback: dict[str, Any], variant: Any) -> Step:
+        """The model in budget on each provider that loads ``variant``'s quantization, in the axis's
+        order; (base, fallback, variant) of the fastest side by side (ties: the incumbent), or None
+        when one ended the search at its ceiling."""
+        axis = provider_axis(self.problem)
+        self._carry_notes: list[str] = []
+        if axis is None or self.problem.objective != "latency" or variant is None:
+            return base, fallback, variant
+        key = f"{axis[0]}.provider"
+        best = (base, fallback, variant)
+        incumbent = self.complete(self.ctx.with_fallback(base, fallback))  # type: ignore[attr-defined]
+        for twin in self._twins(variant, key):
+            name = short_provider(str(twin.point[key]))
+            if twin.failed:
+                self._carry_notes.append(f"not tried on {name}: its speed ceiling there failed or was not timed")
+                continue
+            ceiling = self._paired(self.complete(dict(twin.timing_point)), incumbent)  # type: ignore[attr-defined]
+            if ceiling is not None and surely_slower(ceiling) and self._drops_slow():
+                ratio = float(ceiling.get("ratio_median", 1.0))
+                self._carry_notes.append(
+                    f"not built on {name}: its speed ceiling there is {ratio:.2f}x the incumbent side by side, "
+                    "surely slower, so no model there could win"
+                )
+                continue
+            if self.remaining() <= 0:  # type: ignore[attr-defined]
+                break
+            found = yield from self._on_provider(twin, {**base, key: twin.point[key]}, fallback, name)
+            if found is None:
+                continue
+            point = self.complete(self.ctx.with_fallback(*found))  # type: ignore[attr-defined]
+            result = self._paired(point, incumbent)  # type: ignore[attr-defined]
+            if result is not None and result.get("faster"):
+                ratio = float(result.get("ratio_median", 1.0))
+                self.decisions.append(  # type: ignore[attr-defined]
+                    f"on {name}: {self._trial_of(point)[1]} is in budget, {ratio:.2f}x the incumbent side by side: "  # type: ignore[attr-defined]
+                    "the search goes on from it"
+                )
+                best, incumbent, self._in_play = (*found, twin), point, twin
+                if self.at_ceiling(twin, point):  # type: ignore[attr-defined]
+                    return None
+            else:
+                ratio = float((result or {}).get("ratio_median", float("nan")))
+                self.decisions.append(  # type: ignore[attr-defined]
+                    f"on {name}: in budget, {ratio:.2f}x the incumbent side by side: not faster beyond the noise"
+                )
+        self.ctx = best[2].ctx
+        return best
+
+    def _on_provider(self, twin: Any, base: Point, fallback: dict[str, Any], name: str) -> Step:
+        """(base, fallback) of a model in budget on ``twin``'s provider: the one found elsewhere,
+        evaluated there; else, when it misses there, a recovery of that provider's own (its
+        evaluations there); None when neither is in budget."""
+        self.ctx = twin.ctx
+        point = self.ctx.with_fallback(base, fallback)
+        kept = sum(1 for precision in fallback.values() if precision != "int8")
+        stage = f"on {name}: the model in budget found on another provider ({kept} groups in higher precision)"
+        outcome = yield from self.try_point(point, stage)  # type: ignore[attr-defined]
+        if outcome.meets and not outcome.failed:
+            return base, fallback
+        if outcome.failed:
+            self._carry_notes.append(f"the model in budget failed on {name}")
+            return None
+        held = (self._in_play, self.settled, self.finished_reason)  # type: ignore[attr-defined,has-type]
+        self._in_play = twin
+        found = yield from self.recover(base, self.known(base))  # type: ignore[attr-defined]
+        self._in_play, self.settled, self.finished_reason = held  # its ceiling stop is decided by carry
+        if found is None:
+            self._carry_notes.append(f"no model in budget on {name}: its own recovery found none")
+            return None
+        return found
+
+    def _twins(self, variant: Any, key: str) -> list[Any]:
+        """``variant``'s quantization on the other providers: the ceilings of the same flow and point
+        but for the provider, in the axis's order."""
+        mine = {k: v for k, v in variant.point.items() if k != key}
+        return [
+            v
+            for v in getattr(self, "variants", [])
+            if v is not variant
+            and v.ctx.flow == variant.ctx.flow
+            and v.point.get(key) != variant.point.get(key)
+            and {k: x for k, x in v.point.items() if k != key} == mine
+        ]

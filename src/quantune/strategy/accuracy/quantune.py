@@ -54,9 +54,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     int16 with ``precisions: [int16, fp32]`` -- if the criterion holds; ``prune_trials``,
     default 8) -> ``latency`` (one graph-changing parameter at a time from the model in budget,
     each candidate timed against the incumbent side by side; ends after ``latency_patience``,
-    default 3, that are not faster beyond the noise; ``latency_trials``, default what
-    ``stop.max_trials`` leaves; the fallback in a tied variant first; see :mod:`.latency_stage`). When
-    recovery finds nothing in a variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
+    default 3, that are not faster beyond the noise, after the fallback in a tied variant and on each
+    other provider (:mod:`.provider_ceilings`); ``latency_trials``, default ``stop.max_trials``'s rest).
+    When recovery finds nothing in a variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
     variant it is in (the fastest still in play) the search ends: nothing faster is possible
     (``stop_at_ceiling``, default true).
     """
@@ -118,13 +118,13 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 variant, base = yield from self.stage_tied(variant, base, fallback or {}, kept)
                 if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
                     return  # a recovery stage's model is at the ceiling
-            if fallback and lighter is None:  # a first model in budget: can a calibration choice quantize all?
+            if fallback and lighter is None:  # a model in budget: can a calibration choice quantize all?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
                     base, fallback = full, {}
                     if self.at_ceiling(variant, base):
                         return
-            final = yield from self.latency(base, fallback or {}, variant)
+            final = yield from self.everywhere(base, fallback or {}, variant)  # on each provider, then latency
             if final is not None and self.settled is None:
                 self.settled = self.complete(dict(final))
             return

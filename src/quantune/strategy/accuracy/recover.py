@@ -2,10 +2,8 @@
 
 A unit moved to fp32 gives up its int8 speed for good; bias correction and fast fine-tuning
 (AdaRound / AdaQuant, the ``fast_finetune`` pass) keep the graph, the scales and so the speed of
-the fully quantized model, and change only weights and biases. On a recurrent VAD, three conv
-groups fell back to fp32 to save 1% (0.715x fp32 latency, where the fully quantized ceiling was
-0.64x) while these passes sat unused. So, when the variant being recovered misses and there are
-trials left:
+the fully quantized model, and change only weights and biases. So, when the variant being
+recovered misses and there are trials left:
 
 1. **whole model** (:meth:`RecoverStage.stage_recover`): the same variant in each flow that is
    its flow plus refining steps after the quant step (``[quant, bias_correction]``,
@@ -82,9 +80,8 @@ class RecoverStage(TargetedStage):
 
     def recoverable(self, variant: Variant) -> bool:
         """Whether ``variant``'s miss is close enough for the refining passes: its loss over the budget
-        by at most ``recover_within`` budgets (an option). They mend rounding (the scaled CNN's per-tensor
-        weights, 3.7 budgets over, fine-tuned into the budget); a model int8 broke (a detector's
-        decode head at F1 0: 100 budgets over) costs a refined build and an evaluation per try for
+        by at most ``recover_within`` budgets (an option). They mend rounding; a model int8 broke (far over
+        the budget) costs a refined build and an evaluation per try for
         nothing, time the fallback needs."""
         within = self.options.recover_within
         tolerable = self.problem.tolerable_loss  # type: ignore[attr-defined]
@@ -106,7 +103,7 @@ class RecoverStage(TargetedStage):
                 return None
             if variant.label in self.fitted and self.layer_fit(refined) is not None:  # type: ignore[attr-defined]
                 continue  # its worst layers were fitted alone and missed: a fit of every layer costs
-                # minutes on a large model and did no better on the two zoo models tried (recover-2026-11-27.md)
+                # minutes on a large model and is unlikely to do better
             passes = self.refining_passes(refined)
             outcome = yield from self.try_point(refined.point, f"{RECOVER}: {refined.label} (+{', '.join(passes)})")
             if outcome.meets:

@@ -11,8 +11,8 @@ carry the speed; Neural Compressor's capability defaults also quantize Add and M
 the elementwise ops of a decomposed LayerNorm in float), then single groups ordered by harm
 per unit of time given up (sensitivity over ``1 + `` the group's share of the original's kernel
 time: a group that carries all the time must be twice as harmful as a free one to go first --
-sensitivity decides, the price breaks near-ties; a stronger price pushed the scaled CNN's
-second culprit conv, 0.77 against the Gemms' 0.47, behind them).
+sensitivity decides, the price breaks near-ties; a stronger price would push a clearly harmful
+but costly group behind harmless cheap ones).
 """
 
 from __future__ import annotations
@@ -31,7 +31,6 @@ COMPUTE_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention
 # Besides compute, what Neural Compressor's ONNX capability table quantizes by default
 # (QLinearAdd, QLinearMul): a residual add or a scale stays int8 and saves a Q/DQ pair.
 SAFE_TYPES = frozenset({"Add", "Mul"})
-SPEED_MARGIN = 0.03  # a ceiling must beat the original by this share to be worth recovering
 
 
 @dataclass

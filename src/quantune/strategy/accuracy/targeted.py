@@ -96,7 +96,7 @@ class TargetedStage:
         channel = per_channel_fixable(ctx, base)
         found = self._layer_refined(variant) if self.recoverable(variant) else None  # type: ignore[attr-defined]
         if not (channel or found) or self.remaining() <= 1:  # type: ignore[attr-defined]
-            return None  # no fix applies: no sensitivity measured for nothing (149 s on PP-OCRv6 det)
+            return None  # no fix applies: no sensitivity measured for nothing
         ranked = [g for g, score in ctx.ranked(base) if score > 0 and weighted_nodes(ctx, [g])]
         worst = ranked[: self.options.targeted_units]
         nodes = weighted_nodes(ctx, worst)
