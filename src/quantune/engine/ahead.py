@@ -79,6 +79,7 @@ def in_budget(spec: Any, figures: dict[str, float] | None, wait_s: float = ORIGI
     original's metric; False when there are none, or the original's metric is not known within
     ``wait_s`` (:func:`original_metric`)."""
     from quantune.engine.executors.worker import runner_for
+    from quantune.engine.runner import original_metric
 
     runner = runner_for(spec)
     metric = runner.context.evaluator.spec.metric
@@ -86,24 +87,6 @@ def in_budget(spec: Any, figures: dict[str, float] | None, wait_s: float = ORIGI
         return False
     original = original_metric(runner.context, metric, wait_s)
     return original is not None and bool(runner.criterion.check(original, figures[metric]).meets)
-
-
-def original_metric(context: Any, metric: str, wait_s: float) -> float | None:
-    """The original's ``metric``: cached with its outputs for a label or user metric (the original
-    may still be timed then), else with its figures, polled for up to ``wait_s`` (written by another
-    process; its timing and memory probe are all that is left once its outputs are in)."""
-    from quantune.store import cache_key
-
-    key = context.eval_key(context.model.sha256)
-    deadline = time.perf_counter() + wait_s
-    while True:
-        for record_key in (key, cache_key("reference-metric", key)):
-            value = ((context.cache.get_json("evals", record_key) or {}).get("metrics") or {}).get(metric)
-            if value is not None:
-                return float(value)
-        if time.perf_counter() >= deadline:
-            return None
-        time.sleep(0.05)
 
 
 def evaluate_first_guess(

@@ -33,7 +33,7 @@ from quantune.engine.result import Result
 from quantune.engine.resume import Replay
 from quantune.engine.runner import TrialRunner
 from quantune.engine.search_phase import Searched, search
-from quantune.engine.timebook import CONFIRMATION, SESSION_SETTINGS, START_UP, TimeBook
+from quantune.engine.timebook import CLOSEST_MISS, CONFIRMATION, SESSION_SETTINGS, START_UP, TimeBook
 from quantune.store import RunStore
 from quantune.store.faults import storage_errors
 
@@ -100,6 +100,7 @@ class Engine:
         """The phases once the output folder is claimed: original, search, confirmation, outcome."""
         parts = opening.parts
         runner = TrialRunner(parts.context)
+        runner.criterion = parts.criterion  # an in-process trial judges a miss before timing it (runner.py)
         replay = Replay(store.trials())
         # the workers started with the original's evaluation (their logs come here now), else new ones
         executor = self.early.take(self.output_dir)
@@ -127,6 +128,10 @@ class Engine:
         )
         if opening.prebuild is not None:  # what the guess's worker still evaluates ahead is not wanted now,
             opening.prebuild.cancel()  # and beside the confirmation's timing it is noise
+        for record in runner.time_closest_misses(searched.loop.records, baseline.get("latency_ms")):
+            searched.loop.judge(record, baseline)  # its objective, now measured
+            store.record_trial(record.to_dict())
+            self.book.mark(CLOSEST_MISS)
         ending, stop_reason = self._confirm(parts, baseline, searched)
         log.info("search and re-timing done: %.1f s", time.perf_counter() - started)
         result = gather(

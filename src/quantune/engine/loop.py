@@ -10,6 +10,7 @@ on Ctrl-C stops asking and lets the engine write what finished.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, wait
@@ -71,7 +72,8 @@ class Judge:
         check = self.criterion.check(baseline[self.metric], record.metrics[self.metric])
         record.meets_criterion = check.meets
         record.accuracy_loss = check.loss
-        record.objective = objective_value(record, self.objectives[0])
+        value = objective_value(record, self.objectives[0])  # inf when not measured (an untimed miss)
+        record.objective = value if math.isfinite(value) else None  # results.json holds no Infinity
 
     def outcome(self, record: TrialRecord) -> Outcome:
         """What the strategy is told of a judged record."""
@@ -80,8 +82,9 @@ class Judge:
         violation = 0.0 if record.accuracy_loss is None else self.criterion.violation(record.accuracy_loss)
         names = self.objectives
         values = tuple(objective_value(record, name) for name in names) if len(names) > 1 else None
+        objective = math.inf if record.objective is None else record.objective  # ran, yet not measured
         return Outcome(
-            record.objective, violation, record.meets_criterion, record.metrics, objectives=values, number=record.number
+            objective, violation, record.meets_criterion, record.metrics, objectives=values, number=record.number
         )
 
 
@@ -102,6 +105,8 @@ class RunLoop:
     abandoned: int = 0
     # raises when an input changed under the run (identity.py): a trial's record is then not kept
     check_inputs: Callable[[], None] | None = None
+    # a miss is left untimed where the strategy reads nothing of its speed (False: every trial timed)
+    untimed_misses: bool = True
 
     def __init__(
         self,
@@ -218,7 +223,9 @@ class RunLoop:
         """Runs (or replays) the proposal; ``False`` when it would not finish before ``timeout_s``."""
         plan = self.plan
         flow = proposal.flow or plan.flow_of(proposal.point)
-        trial = Trial(self.asked, tuple(flow), proposal.point)
+        # a miss's speed matters only to the closest miss: timed at the end if it may be it (engine.py)
+        untimed_if_missed = self.untimed_misses and not proposal.speed_if_missed
+        trial = Trial(self.asked, tuple(flow), proposal.point, untimed_if_missed)
         stored = self.replay.match(trial.number, list(flow), dict(proposal.point))
         if stored is None and not self._ahead(proposal.point, trial.flow) and self._would_overrun(trial.flow):
             return False

@@ -19,6 +19,7 @@ from typing import Any
 from quantune.data import Dataset
 from quantune.engine.identity import check_model_unchanged
 from quantune.engine.plan import Plan
+from quantune.engine.selection import is_candidate, miss_front
 from quantune.engine.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Criterion, Evaluator
@@ -31,6 +32,9 @@ from quantune.prepare import Preparation
 from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
+
+# a miss's speed matters only to the closest miss (no candidate in budget): timed at the run's end if it may be it
+UNTIMED = "misses the accuracy budget: timed only if it may be the closest miss, at the run's end"
 
 
 @dataclass
@@ -164,7 +168,7 @@ class TrialRunner:
                     record.model_sha256 = model_sha
                     try:
                         record.session_settings = read_session_settings(model_path)
-                        record.metrics = self._evaluate(model_path, model_sha, record)
+                        record.metrics = self._evaluate(model_path, model_sha, record, trial.untimed_if_missed)
                         break
                     except Exception:
                         if attempt == 2 or model_path.is_file():
@@ -182,6 +186,28 @@ class TrialRunner:
         for stage, mb in take_stage_peaks().items():  # e.g. a calibration the trial ran
             record.durations[f"{stage}_peak_rss_mb"] = mb
         return record
+
+    def time_closest_misses(self, records: list[TrialRecord], original_ms: float | None) -> list[TrialRecord]:
+        """With no candidate in budget, the untimed misses timed now, the most accurate first, until the
+        closest miss is known (the most accurate miss faster than the original, ``selection.miss_front``):
+        one less accurate than a faster miss timed cannot be it, so it stays untimed (as do all when a
+        candidate is in budget). The same closest miss as timing every trial, for one timing or a few.
+        Returns the records timed (their figures added, ``untimed`` cleared)."""
+        if any(is_candidate(r) for r in records):
+            return []
+        timed = []
+        for record in sorted((r for r in records if r.untimed and r.accuracy_loss is not None), key=_by_loss):
+            front = miss_front(records, original_ms)
+            if front and front[0].accuracy_loss < record.accuracy_loss:  # (a tie: the tie rule reads its speed)
+                break
+            path = Path(record.model_path or "")
+            path = path if path.is_file() else self.rebuild(record)
+            if path is None:
+                continue
+            record.metrics.update(self.context.evaluator.speed_figures(path))
+            record.untimed = None
+            timed.append(record)
+        return timed
 
     def rebuild(self, record: TrialRecord) -> Path | None:
         """A finished trial's model built again through the pass cache, when it left the cache (a
@@ -222,24 +248,61 @@ class TrialRunner:
         record.durations["passes_s"] = pass_times
         return current, current_sha
 
-    def _evaluate(self, model_path: Path, model_sha: str, record: TrialRecord) -> dict[str, float]:
+    def _evaluate(
+        self, model_path: Path, model_sha: str, record: TrialRecord, untimed_if_missed: bool = False
+    ) -> dict[str, float]:
         ctx = self.context
         key = ctx.eval_key(model_sha)
         started = time.perf_counter()
         cached = ctx.cache.get_json("evals", key)
+        timed = partial(self._timed, untimed_if_missed)
         if cached is not None:
             # computed ahead by this very run (its first guess, engine/prebuild.py): its work, not a hit
             ahead = bool(self.run_id) and cached.get("ahead") == self.run_id
             record.cache["evaluation"] = "miss" if ahead else "hit"
             metrics = cached["metrics"]
+            if "latency_ms" not in metrics and timed(metrics):  # left untimed before, wanted now
+                metrics = {**metrics, **ctx.evaluator.speed_figures(model_path)}
+                ctx.cache.put_json("evals", key, {**cached, "metrics": metrics})
         else:
             if self._reference is None:
                 self.baseline()
-            metrics, _ = ctx.evaluator.evaluate(model_path, self._reference)
+            metrics, _ = ctx.evaluator.evaluate(model_path, self._reference, timed=timed)
             ctx.cache.put_json("evals", key, {"metrics": metrics})
             record.cache["evaluation"] = "miss"
+        if "latency_ms" not in metrics:
+            record.untimed = UNTIMED
         record.durations["evaluation_s"] = time.perf_counter() - started
         score = metrics.get(ctx.evaluator.spec.metric)
         if isinstance(score, float) and math.isnan(score):  # no criterion, no sampler can rank it
             raise TrialError(f"metric '{ctx.evaluator.spec.metric}' returned NaN for this model")
         return metrics
+
+    def _timed(self, untimed_if_missed: bool, figures: dict[str, float]) -> bool:
+        """Whether a model with ``figures`` is timed: always, unless its trial may leave a miss untimed
+        (:attr:`Trial.untimed_if_missed`) and it misses the run's criterion against the original."""
+        metric = self.context.evaluator.spec.metric
+        if not untimed_if_missed or self.criterion is None or metric not in figures:
+            return True
+        original = original_metric(self.context, metric, 0.0)
+        return original is None or bool(self.criterion.check(original, figures[metric]).meets)
+
+
+def original_metric(context: RunContext, metric: str, wait_s: float) -> float | None:
+    """The original's ``metric``: cached with its outputs for a label or user metric (the original
+    may still be timed then), else with its figures, polled for up to ``wait_s`` (written by another
+    process; its timing and memory probe are all that is left once its outputs are in)."""
+    key, _, metric_key = context.baseline_keys()
+    deadline = time.perf_counter() + wait_s
+    while True:
+        for record_key in (key, metric_key):
+            value = ((context.cache.get_json("evals", record_key) or {}).get("metrics") or {}).get(metric)
+            if value is not None:
+                return float(value)
+        if time.perf_counter() >= deadline:
+            return None
+        time.sleep(0.05)
+
+
+def _by_loss(record: TrialRecord) -> tuple[float, int]:
+    return (record.accuracy_loss if record.accuracy_loss is not None else float("inf"), record.number)

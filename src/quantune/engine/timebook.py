@@ -24,6 +24,7 @@ START_UP = "start-up"  # process start (the CLI) or tune() to the engine's run: 
 SET_UP = "set-up"  # model, data, preparation, workers started, output claimed
 ORIGINAL = "original"  # the original's evaluation and timing
 CONFIRMATION = "confirmation"  # the side-by-side re-timing
+CLOSEST_MISS = "closest miss"  # the untimed misses that may be the closest miss, timed at the end
 SESSION_SETTINGS = "session settings"  # the winner's session settings timed on its provider (session_search.py)
 WRITING = "writing"  # results.json, best/ (report.html is drawn after: "report", on the console only)
 

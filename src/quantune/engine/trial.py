@@ -15,6 +15,9 @@ class Trial:
     number: int
     flow: tuple[str, ...]
     params: Point
+    # a model that misses the criterion is not timed (nor its memory probed): the strategy reads nothing
+    # of a miss's speed, and the closest miss is timed at the run's end (TrialRunner.time_closest_misses)
+    untimed_if_missed: bool = False
 
 
 @dataclass
@@ -43,6 +46,8 @@ class TrialRecord:
     session_settings: dict[str, Any] | None = (
         None  # onnxruntime session settings the candidate runs with (session_tuning)
     )
+    # why its latency and memory were not measured (a miss that cannot be the closest miss); None: measured
+    untimed: str | None = None
     # where a trial ran on a cluster: {"built": the node that built and evaluated it, "timed": the
     # node whose timing the search decides on}, each "hostname (Ray node id)"; None on one machine
     nodes: dict[str, str] | None = None

@@ -166,6 +166,7 @@ class Evaluator:
         model: Path,
         reference: dict[str, np.ndarray] | None,
         on_outputs: Callable[[dict[str, np.ndarray], dict[str, float]], None] | None = None,
+        timed: Callable[[dict[str, float]], bool] | None = None,
     ) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
 
@@ -173,21 +174,46 @@ class Evaluator:
         ``on_outputs`` gets the packed outputs and the label or user metric (empty for an agreement
         metric) as soon as they are in, before the timing (the original's reference is cached then,
         so a candidate evaluated beside it can compare, and be judged, while the original is still timed).
+        ``timed``: told the figures before the timing, says whether the speed figures are wanted
+        (:meth:`speed_figures`: timing and memory cost more than the evaluation on a small batch).
         A target that died, hung or erred fails the evaluation like any other ``TrialError``.
         """
         try:
-            measured = self.measure(model, on_outputs)
-            return self.figures(measured, reference), pack(measured.outputs)
+            measured = self.measure(model, on_outputs, speed=timed is None)
+            figures = self.figures(measured, reference)
+            if timed is not None and timed(figures):
+                figures.update(self.speed_figures(model))
+            return figures, pack(measured.outputs)
         except TargetFault as exc:
             raise TrialError(str(exc)) from None
 
+    def speed_figures(self, model: Path) -> dict[str, float]:
+        """``model``'s latency figures and its peak memory (a fresh session's, in its own process)."""
+        latency = self.spec.latency
+        if self.quick_timing:
+            latency = replace(
+                latency, warmup=min(latency.warmup, QUICK_WARMUP), repeats=min(latency.repeats, QUICK_REPEATS)
+            )
+        started = time.perf_counter()
+        timings = self.backend.timings(
+            [model], self._latency_feeds, latency, self.spec.runner, min_rounds=FEWEST_ROUNDS
+        )  # its own figures, cut by the time share after the fewest rounds: the decisions re-time side by side
+        self.last_timing_s = time.perf_counter() - started
+        figures = latency_figures(timings[0])
+        # the memory a fresh session takes to load the model and run the latency feed, in its own process
+        figures["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
+        return figures
+
     def measure(
-        self, model: Path, on_outputs: Callable[[dict[str, np.ndarray], dict[str, float]], None] | None = None
+        self,
+        model: Path,
+        on_outputs: Callable[[dict[str, np.ndarray], dict[str, float]], None] | None = None,
+        speed: bool = True,
     ) -> Measured:
         """Every figure of ``model`` that needs no reference: its outputs, the criterion metric,
-        latency, memory, size. The agreement figures follow with :meth:`figures` -- a model can be
-        measured while the original's reference is still being computed (engine/prebuild.py).
-        ``on_outputs``: see :meth:`evaluate`."""
+        latency and memory (``speed``), size. The agreement figures follow with :meth:`figures` -- a
+        model can be measured while the original's reference is still being computed
+        (engine/prebuild.py). ``on_outputs``: see :meth:`evaluate`."""
         # Only a user metric reads more than the first output; holding every output of every
         # feed (a detector's several full-resolution maps) is what bounded evaluation leaves out.
         outputs = self.outputs(model, every_output=self.spec.user_metric is not None)
@@ -205,20 +231,7 @@ class Evaluator:
             metric[self.spec.metric] = _call_user_metric(self.spec, outputs, self.dataset)
         if on_outputs is not None:
             on_outputs(pack(outputs), dict(metric))
-        rest: dict[str, float] = {}
-        latency = self.spec.latency
-        if self.quick_timing:
-            latency = replace(
-                latency, warmup=min(latency.warmup, QUICK_WARMUP), repeats=min(latency.repeats, QUICK_REPEATS)
-            )
-        started = time.perf_counter()
-        timings = self.backend.timings(
-            [model], self._latency_feeds, latency, self.spec.runner, min_rounds=FEWEST_ROUNDS
-        )  # its own figures, cut by the time share after the fewest rounds: the decisions re-time side by side
-        self.last_timing_s = time.perf_counter() - started
-        rest.update(latency_figures(timings[0]))
-        # the memory a fresh session takes to load the model and run the latency feed, in its own process
-        rest["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
+        rest: dict[str, float] = self.speed_figures(model) if speed else {}
         rest["size_bytes"] = float(model_size_bytes(model))
         rest.update(
             quantization_figures(model, self.spec.quantized_ops)

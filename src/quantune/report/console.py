@@ -234,7 +234,7 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
             _fmt_params(record.params, op_types),
             f"{m[metric]:.4f}",
             format_loss(record.accuracy_loss, result.criterion.kind),
-            f"{m['latency_ms']:.3f}{retimed}",
+            f"{m['latency_ms']:.3f}{retimed}" if "latency_ms" in m else "untimed",
             f"{m['size_bytes'] / 1024:.0f}",
             _ok_label(record),
             f"{hits}/{len(record.cache)}",
@@ -245,6 +245,8 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         captions.append("* timed again at the end, side by side with the original (so is 'orig')")
     if any(_ok_label(r) == "copy" for r in result.trials[:max_rows] if r.status == "ok"):
         captions.append("ok 'copy': meets the criterion but quantizes no compute op (the original in disguise)")
+    if any(r.untimed for r in result.trials[:max_rows]):
+        captions.append("untimed: misses the budget and cannot be the closest miss (its speed cannot change the answer)")
     if len(result.trials) > max_rows:
         captions.append(f"{len(result.trials) - max_rows} more trials in results.json")
     table.caption = "; ".join(captions) or None

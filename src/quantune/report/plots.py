@@ -176,7 +176,7 @@ def _mark_chosen(figure: Spec, results: Result, at: Callable[[TrialRecord], tupl
 def pareto_numbers(results: Result) -> list[int]:
     """Trials no other finished trial beats on accuracy loss, latency and size at once."""
     points = {
-        t.number: (t.accuracy_loss, t.metrics.get("latency_ms", 0.0), t.metrics.get("size_bytes", 0.0))
+        t.number: (t.accuracy_loss, t.metrics.get("latency_ms", math.inf), t.metrics.get("size_bytes", 0.0))
         for t in ok_trials(results)
     }
     front = []
@@ -199,7 +199,7 @@ def pareto(results: Result) -> Spec:
     front = set(pareto_numbers(results))
     figure = Spec(columns=2, titles=("accuracy loss vs latency", "size vs latency (colour: accuracy loss)"))
     on = [t for t in trials if t.number in front]
-    line = sorted(on, key=lambda t: t.metrics.get("latency_ms", 0.0))
+    line = sorted(on, key=lambda t: t.metrics.get("latency_ms", math.inf))
     best_loss, stair = float("inf"), []
     for t in line:  # the 2-D front of loss against latency: each faster point that loses less
         if t.accuracy_loss < best_loss:

@@ -102,7 +102,12 @@ def trial_table(results: Result, page_dir: Path, types: Mapping[str, str]) -> st
             (None, _status_cell(trial, status)),
             (m.get(metric), _num(m.get(metric), "{:.4f}")),
             (None if loss is None else scale * loss, html.escape(loss_text(loss, kind))),
-            (objective, _num(objective, "{:.4g}") + ("*" if "latency_search_ms" in m else "")),
+            (
+                objective,
+                "untimed"
+                if objective is None and trial.untimed
+                else _num(objective, "{:.4g}") + ("*" if "latency_search_ms" in m else ""),
+            ),
             (_kb(m), _num(_kb(m), "{:.0f}")),
             (m.get("quantized_compute_fraction"), quantized_label(m)),
             (None, {True: "yes", False: "no"}.get(trial.meets_criterion, "")),

@@ -25,6 +25,9 @@ class Proposal:
     point: Point
     flow: tuple[str, ...] | None = None  # None: the flow the point names (or the only flow)
     stage: str = ""
+    # whether the strategy reads the speed of this proposal's model should it miss the criterion; when it
+    # does not, the engine leaves a miss untimed unless it may be the closest miss (Trial.untimed_if_missed)
+    speed_if_missed: bool = True
 
 
 @dataclass(frozen=True)

@@ -30,13 +30,18 @@ class AccuracyStrategy(StagedStrategy):
         self.smallest_meeting_fallback: int | None = None  # groups kept in high precision
 
     # -- evaluation -----------------------------------------------------------------------------
-    def try_points(self, items: Sequence[tuple[Point, str]]) -> Step:
-        """Evaluates ``(point, stage)`` pairs as one batch; invalid points fail without running."""
+    def try_points(self, items: Sequence[tuple[Point, str]], speed_if_missed: bool = True) -> Step:
+        """Evaluates ``(point, stage)`` pairs as one batch; invalid points fail without running.
+        ``speed_if_missed=False``: the stage reads nothing of a miss but that it missed (a miss is then
+        left untimed, ``Proposal.speed_if_missed``)."""
         items = [(self.complete(point), stage) for point, stage in items]
         valid = [(i, point, stage) for i, (point, stage) in enumerate(items) if self.ctx.valid(point)]
         outcomes: list[Outcome] = [Outcome(None)] * len(items)
         if valid:
-            told = yield [Proposal(point, flow=self.flow_of(point), stage=stage) for _, point, stage in valid]
+            told = yield [
+                Proposal(point, flow=self.flow_of(point), stage=stage, speed_if_missed=speed_if_missed)
+                for _, point, stage in valid
+            ]
             for (index, _, _), outcome in zip(valid, told, strict=True):
                 outcomes[index] = outcome
         return outcomes
@@ -68,8 +73,8 @@ class AccuracyStrategy(StagedStrategy):
         name = point.get(FLOW_KEY)
         return tuple(self.problem.flows[name]) if name in self.problem.flows else self.ctx.flow
 
-    def try_point(self, point: Point, stage: str) -> Step:
-        outcomes = yield from self.try_points([(point, stage)])
+    def try_point(self, point: Point, stage: str, speed_if_missed: bool = True) -> Step:
+        outcomes = yield from self.try_points([(point, stage)], speed_if_missed)
         return outcomes[0]
 
     def pick(self, tried: Sequence[tuple[Point, Outcome]]) -> tuple[Point, Outcome] | None:

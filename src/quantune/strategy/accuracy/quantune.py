@@ -210,7 +210,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         tries.append((others, f"op types: int8 {sorted({g.op_type for g in compute})} only"))
         fallen: list[Group] | None = None
         for groups, stage in tries:
-            outcome = yield from self.try_point(self.fallback(base, groups), stage)
+            outcome = yield from self.try_point(self.fallback(base, groups), stage, speed_if_missed=False)
             if outcome.meets:
                 fallen = groups
                 self.note_meeting(len(groups))
@@ -238,10 +238,10 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
             trial = self.ctx.with_fallback(base, {**fixed, **self._assign(ranked[:k])})
             if self.known(trial) is None:  # the fully quantized model (k = 0) is often known: free
                 trials -= 1
-            tried = yield from self.try_point(
-                trial,
-                f"op types: + {len(ranked) - k}/{len(ranked)} to int8, fp32 {describe([g.name for g in ranked[:k]])}",
+            stage = (
+                f"op types: + {len(ranked) - k}/{len(ranked)} to int8, fp32 {describe([g.name for g in ranked[:k]])}"
             )
+            tried = yield from self.try_point(trial, stage, speed_if_missed=False)
             search.record(k, bool(tried.meets))
             if tried.meets and search.hi == k:
                 point, outcome = trial, tried
@@ -297,7 +297,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     def _try_fallback(self, base: Point, groups: Sequence[Group], fallen: Sequence[Group], label: str) -> Step:
         point = self.fallback(base, [*fallen, *groups])
-        outcome = yield from self.try_point(point, f"{label} {describe([g.name for g in groups])}")
+        outcome = yield from self.try_point(point, f"{label} {describe([g.name for g in groups])}", False)
         if outcome.meets:
             self.note_meeting(len(groups) + len(fallen))
         return bool(outcome.meets)
@@ -333,10 +333,8 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         search = Bisection(len(blocks) - 1)  # never every block in fp32
         while (k := search.next_k()) is not None:
             groups = [g for _, members in blocks[:k] for g in members]
-            outcome = yield from self.try_point(
-                self.fallback(base, [*fallen, *groups]),
-                f"bisect blocks: {k}/{len(blocks)} in fp32 {describe(names[:k])}",
-            )
+            stage = f"bisect blocks: {k}/{len(blocks)} in fp32 {describe(names[:k])}"
+            outcome = yield from self.try_point(self.fallback(base, [*fallen, *groups]), stage, speed_if_missed=False)
             search.record(k, bool(outcome.meets))
             if outcome.meets:
                 self.note_meeting(len(groups) + len(fallen))
@@ -370,7 +368,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                     continue
                 limit -= 1
                 stage = f"prune: {group.name} -> {precision}"
-                outcome = yield from self.try_point(point, stage)
+                outcome = yield from self.try_point(point, stage, speed_if_missed=False)
                 if self.keeps_requantized(outcome, point, self.ctx.with_fallback(base, assignment), stage):
                     assignment = trial
                     self.note_meeting(sum(1 for p in assignment.values() if p == "fp32"))

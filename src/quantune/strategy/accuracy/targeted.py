@@ -143,7 +143,7 @@ class TargetedStage:
             point = {**ctx.with_fallback(base, trial), ctx.key(str(ctx.knobs.channel_nodes)): sorted({*fixed, *nodes})}
             before = {**ctx.with_fallback(base, current), ctx.key(str(ctx.knobs.channel_nodes)): fixed}
             stage = f"{TARGETED}: {name} -> int8 (per-channel weights)"
-            outcome = yield from self.try_point(point, stage)  # type: ignore[attr-defined]
+            outcome = yield from self.try_point(point, stage, speed_if_missed=False)  # type: ignore[attr-defined]
             if self.keeps_requantized(outcome, point, before, stage):  # type: ignore[attr-defined]
                 current, fixed, kept = trial, sorted({*fixed, *nodes}), [*kept, name]
         if not kept:
