@@ -246,7 +246,9 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     if any(_ok_label(r) == "copy" for r in result.trials[:max_rows] if r.status == "ok"):
         captions.append("ok 'copy': meets the criterion but quantizes no compute op (the original in disguise)")
     if any(r.untimed for r in result.trials[:max_rows]):
-        captions.append("untimed: misses the budget and cannot be the closest miss (its speed cannot change the answer)")
+        captions.append(
+            "untimed: misses the budget and cannot be the closest miss (its speed cannot change the answer)"
+        )
     if len(result.trials) > max_rows:
         captions.append(f"{len(result.trials) - max_rows} more trials in results.json")
     table.caption = "; ".join(captions) or None
