@@ -190,3 +190,35 @@ def test_a_node_with_another_quantune_builds_nothing_and_says_what_to_install(tm
     with pytest.raises(ray.exceptions.RayTaskError, match=r"has quantune \S+, the engine 0\.0\.0: install"):
         ray.get(task.remote(for_nodes(spec), [ray.put(cargo)], trial))
     assert not (tmp_path / "ray-notes.jsonl").exists()  # nothing ran
+
+
+def test_every_decision_timing_runs_on_the_target_node(tmp_path: Path, cluster: Any) -> None:
+    made, _ = cluster
+    target = made.add_node(num_cpus=1, resources={"quantune_target": 1})
+    try:
+        config = _config(tmp_path, "ray")
+        config["executor"]["target"] = "quantune_target"
+        config["objective"] = "latency"  # the trials' timings, and the confirmation, decide the answer
+        result = quantune.tune(config, output=tmp_path / "out")
+    finally:
+        made.remove_node(target)
+    here = target.node_id[:12]
+    ok = [t for t in result.trials if t.status == "ok"]
+    assert ok and all(here in t.nodes["timed"] for t in ok)  # each trial's record names the target's node
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())["target"]
+    assert here in saved["timed_on"] and saved["timings_on"]["resource"] == "quantune_target"
+    timed = saved["timed"]  # every timing the run made, its stage processes' too
+    assert all(here in entry["node"] for entry in timed)
+    original = str(tmp_path / "mlp.onnx")
+    assert timed[0]["models"] == [original]  # the original's, in the baseline's stage process
+    assert {t.model_path for t in ok} <= {entry["models"][0] for entry in timed}  # each trial's
+    assert timed[-1]["models"][0] == original and len(timed[-1]["models"]) > 1  # the confirmation, side by side
+    assert result.verdict in ("improved", "keep_original")
+    assert "unconfirmed" not in json.dumps(saved)
+
+
+def test_a_target_no_node_holds_is_one_line_naming_the_field(tmp_path: Path, cluster: Any) -> None:
+    config = _config(tmp_path, "ray")
+    config["executor"]["target"] = "no_such_resource"
+    with pytest.raises(quantune.QuantuneError, match=r"executor\.target: no node of the Ray cluster holds"):
+        quantune.tune(config, output=tmp_path / "out")
