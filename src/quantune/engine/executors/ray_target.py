@@ -38,7 +38,9 @@ from quantune.model import external_data_files
 
 DRIVER = "driver"  # executor.target's default: time on the machine running quantune
 NAMESPACE = "quantune"
-ADDRESS_VARIABLE = "RAY_ADDRESS"  # how the engine's stage processes find the driver's cluster
+# how the engine's stage processes find the engine's cluster (not RAY_ADDRESS: a later local Ray of
+# this process would join a cluster that is gone)
+ADDRESS_VARIABLE = "QUANTUNE_RAY_ADDRESS"
 
 Files = dict[str, bytes]
 
@@ -113,10 +115,10 @@ class RayTargetBackend:
         self._sent: set[str] = set()  # the models the lane holds
         self._guard = threading.Lock()
         if ray.is_initialized():  # the engine's stage processes join the cluster this process is on,
-            os.environ.setdefault(ADDRESS_VARIABLE, ray.get_runtime_context().gcs_address)
+            os.environ[ADDRESS_VARIABLE] = ray.get_runtime_context().gcs_address
             self._lane_actor()  # and find this process's lane, which lives as long as the run
         elif address:
-            os.environ.setdefault(ADDRESS_VARIABLE, address)
+            os.environ[ADDRESS_VARIABLE] = address
 
     # -- evaluations here -----------------------------------------------------------------
     def check(self) -> None:
