@@ -222,3 +222,30 @@ def test_a_target_no_node_holds_is_one_line_naming_the_field(tmp_path: Path, clu
     config["executor"]["target"] = "no_such_resource"
     with pytest.raises(quantune.QuantuneError, match=r"executor\.target: no node of the Ray cluster holds"):
         quantune.tune(config, output=tmp_path / "out")
+
+
+def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Path, cluster: Any) -> None:
+    from quantune.engine.executors.ray_target import RayTargetBackend
+    from quantune.evaluate.backend import LocalBackend
+    from quantune.evaluate.latency import LatencySpec
+
+    made, _ = cluster
+    targets = sorted(
+        (made.add_node(num_cpus=0, resources={"lane_test": 1}) for _ in range(2)), key=lambda node: node.node_id
+    )
+    try:
+        backend = RayTargetBackend(LocalBackend(), "lane_test")
+        model = build_mlp(tmp_path / "mlp.onnx")
+        feed, spec = {"x": mlp_inputs(4, seed=0)}, LatencySpec(warmup=1, repeats=3, seconds=0.5)
+        first = backend.timings([model], feed, spec, None)
+        made.remove_node(targets[0], allow_graceful=False)  # the lane's node (the first by id)
+        lost = targets[0].node_id
+        while any(node["NodeID"] == lost and node["Alive"] for node in ray.nodes()):  # until Ray knows
+            threading.Event().wait(0.05)
+        second = backend.timings([model], feed, spec, None)
+    finally:
+        for node in targets[1:]:
+            made.remove_node(node)
+    assert first.shape[0] == second.shape[0] == 1 and np.isfinite(second).all()
+    nodes = [entry["node"] for entry in backend.timed]
+    assert targets[0].node_id[:12] in nodes[0] and targets[1].node_id[:12] in nodes[1]
