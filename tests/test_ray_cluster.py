@@ -190,3 +190,62 @@ def test_a_node_with_another_quantune_builds_nothing_and_says_what_to_install(tm
     with pytest.raises(ray.exceptions.RayTaskError, match=r"has quantune \S+, the engine 0\.0\.0: install"):
         ray.get(task.remote(for_nodes(spec), [ray.put(cargo)], trial))
     assert not (tmp_path / "ray-notes.jsonl").exists()  # nothing ran
+
+
+def test_every_decision_timing_runs_on_the_target_node(tmp_path: Path, cluster: Any) -> None:
+    made, _ = cluster
+    target = made.add_node(num_cpus=1, resources={"quantune_target": 1})
+    try:
+        config = _config(tmp_path, "ray")
+        config["executor"]["target"] = "quantune_target"
+        config["objective"] = "latency"  # the trials' timings, and the confirmation, decide the answer
+        result = quantune.tune(config, output=tmp_path / "out")
+    finally:
+        made.remove_node(target)
+    here = target.node_id[:12]
+    ok = [t for t in result.trials if t.status == "ok"]
+    assert ok and all(here in t.nodes["timed"] for t in ok)  # each trial's record names the target's node
+    saved = json.loads((tmp_path / "out" / "results.json").read_text())["target"]
+    assert here in saved["timed_on"] and saved["timings_on"]["resource"] == "quantune_target"
+    timed = saved["timed"]  # every timing the run made, its stage processes' too
+    assert all(here in entry["node"] for entry in timed)
+    original = str(tmp_path / "mlp.onnx")
+    assert timed[0]["models"] == [original]  # the original's, in the baseline's stage process
+    assert {t.model_path for t in ok} <= {entry["models"][0] for entry in timed}  # each trial's
+    assert timed[-1]["models"][0] == original and len(timed[-1]["models"]) > 1  # the confirmation, side by side
+    assert result.verdict in ("improved", "keep_original")
+    assert "unconfirmed" not in json.dumps(saved)
+
+
+def test_a_target_no_node_holds_is_one_line_naming_the_field(tmp_path: Path, cluster: Any) -> None:
+    config = _config(tmp_path, "ray")
+    config["executor"]["target"] = "no_such_resource"
+    with pytest.raises(quantune.QuantuneError, match=r"executor\.target: no node of the Ray cluster holds"):
+        quantune.tune(config, output=tmp_path / "out")
+
+
+def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Path, cluster: Any) -> None:
+    from quantune.engine.executors.ray_target import RayTargetBackend
+    from quantune.evaluate.backend import LocalBackend
+    from quantune.evaluate.latency import LatencySpec
+
+    made, _ = cluster
+    targets = sorted(
+        (made.add_node(num_cpus=0, resources={"lane_test": 1}) for _ in range(2)), key=lambda node: node.node_id
+    )
+    try:
+        backend = RayTargetBackend(LocalBackend(), "lane_test")
+        model = build_mlp(tmp_path / "mlp.onnx")
+        feed, spec = {"x": mlp_inputs(4, seed=0)}, LatencySpec(warmup=1, repeats=3, seconds=0.5)
+        first = backend.timings([model], feed, spec, None)
+        made.remove_node(targets[0], allow_graceful=False)  # the lane's node (the first by id)
+        lost = targets[0].node_id
+        while any(node["NodeID"] == lost and node["Alive"] for node in ray.nodes()):  # until Ray knows
+            threading.Event().wait(0.05)
+        second = backend.timings([model], feed, spec, None)
+    finally:
+        for node in targets[1:]:
+            made.remove_node(node)
+    assert first.shape[0] == second.shape[0] == 1 and np.isfinite(second).all()
+    nodes = [entry["node"] for entry in backend.timed]
+    assert targets[0].node_id[:12] in nodes[0] and targets[1].node_id[:12] in nodes[1]

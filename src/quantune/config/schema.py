@@ -225,6 +225,19 @@ class ExecutorConfig(_Strict):
     cpus_per_trial: float = Field(default=1.0, gt=0)
     gpus_per_trial: float = Field(default=0.0, ge=0)
     resources: dict[str, float] = Field(default_factory=dict, description="ray: custom resources per trial.")
+    target: str = Field(
+        default="driver",
+        min_length=1,
+        description="ray: where every timing that decides anything runs: 'driver' (the machine running "
+        "quantune) or the name of a Ray custom resource the target machines hold (e.g. quantune_target): "
+        "then a lane on such a node times every model; builds and evaluations run anywhere.",
+    )
+
+    @model_validator(mode="after")
+    def _target_on_ray(self) -> ExecutorConfig:
+        if self.target != "driver" and self.kind != "ray":
+            raise ValueError(f"target '{self.target}' (a Ray resource) needs kind: ray; or leave target out")
+        return self
 
     @field_validator("memory_limit_mb")
     @classmethod

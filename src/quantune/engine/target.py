@@ -12,6 +12,7 @@ import os
 import shutil
 
 from quantune.config import LoadedConfig
+from quantune.errors import ConfigError
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.target_backend import TargetBackend
 
@@ -25,8 +26,15 @@ def target_backend(loaded: LoadedConfig) -> Backend:
     if config.evaluation.runner and ".py:" in config.evaluation.runner:
         path, _, function = config.evaluation.runner.rpartition(":")
         runner = f"{loaded.resolve(path)}:{function}"
+    timing_resource = config.executor.target if config.executor.kind == "ray" else "driver"
     if target.python is None:
         backend = LocalBackend(target.provider, target.provider_options, timeout_s=target.timeout_s, runner=runner)
+        if timing_resource != "driver":  # the timings on the cluster's target nodes (executors/ray_target.py)
+            from quantune.engine.executors.ray_target import RayTargetBackend
+
+            backend = RayTargetBackend(backend, timing_resource, config.executor.address)
+    elif timing_resource != "driver":
+        raise ConfigError("executor.target: a Ray target and target.python do not go together; leave one out")
     else:
         python = _interpreter(loaded, target.python)
         backend = TargetBackend(

@@ -37,6 +37,7 @@ def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunne
             gpus_per_trial=config.gpus_per_trial,
             resources=config.resources,
             trial_timeout_s=limit.seconds(),
+            target=config.target,
         )
     return ProcessExecutor(
         spec,

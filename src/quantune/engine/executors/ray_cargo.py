@@ -9,8 +9,8 @@ figures and outputs. A worker writes them into a scratch folder of its own node 
 there is scratch) and rebuilds the run from them. A finished trial sends its model's files
 back; the engine puts them into its own cache -- the run's one source of truth, which the
 record then names, so results, resume and the final model read only that -- and times the
-model itself, on the machine the model is tuned for, so the search never compares timings
-taken on unlike nodes.
+model on the target (its own machine, or the target nodes' lane: ray_target.py), so the
+search never compares timings taken on unlike nodes.
 """
 
 from __future__ import annotations
@@ -137,6 +137,8 @@ def for_nodes(spec: WorkerSpec) -> WorkerSpec:
     moved = lambda name: name if name is None else _moved(loaded, name)  # noqa: E731
     update = {
         "cache_dir": None,
+        # a worker's own timings are quick and thrown away (the engine times each model where it decides)
+        "executor": config.executor.model_copy(update={"target": "driver"}),
         "model": Path(str(config.model)).name,
         "plugins": [moved(plugin) for plugin in config.plugins],
         "evaluation": config.evaluation.model_copy(
@@ -241,6 +243,6 @@ def receive(runner: TrialRunner, returned: dict[str, Any]) -> TrialRecord:
     record.model_path = str(path)
     timings = ctx.evaluator.timings_side_by_side([path])
     record.metrics.update(latency_figures(timings[0]))
-    record.nodes["timed"] = node_name()
+    record.nodes["timed"] = ctx.evaluator.backend.describe().get("timed_on") or node_name()
     ctx.cache.put_json("evals", ctx.eval_key(record.model_sha256), {"metrics": record.metrics})
     return record

@@ -3,9 +3,9 @@
 Each task declares its resources (CPUs, GPUs, custom resources). No node needs the engine's
 disk: the model, the data and the original's figures travel through Ray's object store, a
 worker works in a scratch folder of its node, and each trial's model comes back into the
-engine's cache (ray_cargo.py). The engine times every model itself, one at a time, so the
-search compares timings of one machine -- the one running the engine, which the model is
-tuned for -- whatever nodes built them. A task whose node is lost is run again on another
+engine's cache (ray_cargo.py). Every model is timed one at a time on one machine, so the
+search compares timings of one machine whatever nodes built them: the one running the engine,
+or (``executor.target``) a lane on the nodes holding the named resource (ray_target.py). A task whose node is lost is run again on another
 (Ray's retry; the engine sees one record).
 """
 
@@ -20,6 +20,7 @@ from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
+from quantune.engine.executors.ray_target import DRIVER, check_target
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.runner import TrialRunner
 from quantune.engine.trial import Trial, TrialRecord
@@ -53,6 +54,7 @@ class RayExecutor(Executor):
         gpus_per_trial: float = 0.0,
         resources: dict[str, float] | None = None,
         trial_timeout_s: float | None = None,
+        target: str = DRIVER,
     ) -> None:
         try:
             import ray
@@ -77,6 +79,8 @@ class RayExecutor(Executor):
                 log.info("ray: %s", warning.message)
             ray_logs_to_run_log()  # (ray.init replaces the ray logger's handlers)
             self._started_here = True
+        if target != DRIVER:
+            check_target(target)
         self.capacity = workers
         self.trial_timeout_s = trial_timeout_s
         self._remote = ray.remote(run_shipped).options(

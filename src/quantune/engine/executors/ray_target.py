@@ -1,0 +1,275 @@
+"""Timings on the Ray nodes the user names as the target (``executor.target``).
+
+A cluster's nodes are rarely alike: a search that compares a timing taken on one CPU with
+another taken on a second CPU compares the machines, not the models. When the model is meant
+for other machines than the one running quantune, the user gives those machines a Ray custom
+resource; every timing that decides anything then runs there, in a Ray actor that holds the
+node's resource whole -- a lane, one model timed at a time, nothing else of the run beside it.
+:class:`RayTargetBackend` forwards the backend's timing requests to that actor (as
+``TargetBackend`` forwards to a target interpreter) and keeps the rest (accuracy outputs, memory,
+session opens) where it runs. The models travel through the object store, each once. Every
+forwarded request is noted with the node that took it, for ``results.json``'s ``target``.
+
+The lane is a named actor, so the engine's stage processes (which connect to the same cluster)
+find the same lane instead of waiting for the resource; it ends with the process that made it,
+and a request to a lane that ended (or whose node was lost) opens the next one. A target node whose quantune,
+onnxruntime or CPU flags differ from the first target node's never times.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import tempfile
+import threading
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quantune._version import __version__
+from quantune.errors import QuantuneError
+from quantune.evaluate.backend import LocalBackend
+from quantune.evaluate.session_file import session_file
+from quantune.model import external_data_files
+
+DRIVER = "driver"  # executor.target's default: time on the machine running quantune
+NAMESPACE = "quantune"
+# how the engine's stage processes find the engine's cluster (not RAY_ADDRESS: a later local Ray of
+# this process would join a cluster that is gone)
+ADDRESS_VARIABLE = "QUANTUNE_RAY_ADDRESS"
+
+Files = dict[str, bytes]
+
+
+def _cpu_flags() -> str:
+    try:
+        with open("/proc/cpuinfo") as handle:
+            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("flags")), "")
+    except OSError:
+        return ""
+
+
+class TimingLane:
+    """The actor's body, on a target node: the node's models by key, timed by a local backend."""
+
+    def __init__(self, provider: str, provider_options: dict[str, str]) -> None:
+        import ray
+
+        self._backend = LocalBackend(provider, provider_options)
+        node = ray.get_runtime_context().get_node_id()
+        self._folder = Path(tempfile.gettempdir()) / f"quantune-ray-{node[:12]}" / "target"
+        self.node = f"{os.uname().nodename} ({node[:12]})"
+        self.log: list[dict[str, Any]] = []  # every timing this lane took, whichever process asked
+
+    def timed(self) -> list[dict[str, Any]]:
+        return self.log
+
+    def identity(self) -> dict[str, Any]:
+        """What makes two nodes' timings comparable, and what results.json says of the target."""
+        return {**self._backend.describe(), "quantune": __version__, "cpu_flags": _cpu_flags(), "node": self.node}
+
+    def missing(self, keys: list[str]) -> list[str]:
+        return [key for key in keys if not (self._folder / key / "done").is_file()]
+
+    def receive(self, key: str, files: Files) -> None:
+        folder = self._folder / key
+        for name, data in files.items():
+            (folder / name).parent.mkdir(parents=True, exist_ok=True)
+            (folder / name).write_bytes(data)
+        (folder / "done").write_text("")
+
+    def time(
+        self, method: str, models: dict[str, Any], args: tuple, kwargs: dict[str, Any], labels: list[str]
+    ) -> np.ndarray:
+        """``LocalBackend.<method>`` on this node's copies; ``models``: the leading arguments, each a
+        (key, name) or a list of them; ``deadline``/``limit`` come as seconds left (clocks differ by node)."""
+        now = time.perf_counter()
+        for name in ("deadline", "limit"):
+            if kwargs.get(name) is not None:
+                kwargs[name] = now + kwargs[name]
+        place = lambda entry: self._folder / entry[0] / entry[1]  # noqa: E731
+        placed = [
+            [place(one) for one in value] if isinstance(value, list) else place(value) for value in models.values()
+        ]
+        timings = getattr(self._backend, method)(*placed, *args, **kwargs)
+        self.log.append({"method": method, "models": labels, "node": self.node})
+        return timings
+
+
+class RayTargetBackend:
+    """``local``'s evaluations where this process runs; its timings on the nodes holding ``resource``."""
+
+    def __init__(self, local: LocalBackend, resource: str, address: str | None = None) -> None:
+        import ray
+
+        self._local = local
+        self.provider = local.provider
+        self.resource = resource
+        self.timed: list[dict[str, Any]] = []  # each timing this process asked for: what, on which node
+        self._lane: Any = None
+        self._identity: dict[str, Any] = {}
+        self._sent: set[str] = set()  # the models the lane holds
+        self._guard = threading.Lock()
+        if ray.is_initialized():  # the engine's stage processes join the cluster this process is on,
+            os.environ[ADDRESS_VARIABLE] = ray.get_runtime_context().gcs_address
+            self._lane_actor()  # and find this process's lane, which lives as long as the run
+        elif address:
+            os.environ[ADDRESS_VARIABLE] = address
+
+    # -- evaluations here -----------------------------------------------------------------
+    def check(self) -> None:
+        self._local.check()
+
+    def outputs(self, *args: Any, **kwargs: Any) -> Any:
+        return self._local.outputs(*args, **kwargs)
+
+    def peak_memory_mb(self, *args: Any, **kwargs: Any) -> float:
+        return self._local.peak_memory_mb(*args, **kwargs)
+
+    def open_s(self, *args: Any, **kwargs: Any) -> float:
+        return self._local.open_s(*args, **kwargs)
+
+    def launch_memory_probe(self) -> None:
+        self._local.launch_memory_probe()
+
+    def fingerprint(self) -> dict[str, Any]:
+        """The local one's, with the target named: figures cached for another target never stand in."""
+        return {**self._local.fingerprint(), "timed_on": f"ray:{self.resource}"}
+
+    def describe(self) -> dict[str, Any]:
+        """The local one's, with the lane's node and every timing it took (those the engine's stage
+        processes asked for too; this process's own when the lane is gone)."""
+        import ray
+
+        timed = list(self.timed)
+        if self._lane is not None:
+            with contextlib.suppress(ray.exceptions.RayActorError):
+                timed = ray.get(self._lane.timed.remote())
+        described = {**self._local.describe(), "timings_on": {"resource": self.resource, **self._identity}}
+        return {**described, "timed": timed, "timed_on": self._identity.get("node", "")}
+
+    # -- timings there --------------------------------------------------------------------
+    def timings(self, models: list[Path], *args: Any, **kwargs: Any) -> np.ndarray:
+        return self._forward("timings", {"models": list(models)}, args, kwargs)
+
+    def time_until_decided(self, original: Path, candidates: Sequence[Path], *args: Any, **kwargs: Any) -> np.ndarray:
+        return self._forward("time_until_decided", {"original": original, "candidates": list(candidates)}, args, kwargs)
+
+    def _forward(self, method: str, models: dict[str, Any], args: tuple, kwargs: dict[str, Any]) -> np.ndarray:
+        import ray
+
+        now = time.perf_counter()
+        for name in ("deadline", "limit"):
+            if kwargs.get(name) is not None:
+                kwargs[name] = kwargs[name] - now
+        with self._guard:  # one request at a time: the lane is one model timed at a time anyway
+            try:
+                timings = self._ask(method, models, args, kwargs)
+            except ray.exceptions.RayActorError:  # the lane's node was lost: another target node's lane
+                self._lane, self._sent = None, set()
+                timings = self._ask(method, models, args, kwargs)
+            self.timed.append({"method": method, "models": _labels(models), "node": self._identity["node"]})
+        return timings
+
+    def _ask(self, method: str, models: dict[str, Any], args: tuple, kwargs: dict[str, Any]) -> np.ndarray:
+        import ray
+
+        lane = self._lane_actor()
+        placed = {name: self._ship(lane, value) for name, value in models.items()}
+        return ray.get(lane.time.remote(method, placed, args, dict(kwargs), _labels(models)))
+
+    def _ship(self, lane: Any, value: Path | list[Path]) -> Any:
+        """``value``'s place on the lane's node, its files sent there first if the lane lacks them."""
+        if isinstance(value, list):
+            return [self._ship(lane, one) for one in value]
+        import ray
+
+        path = Path(value)
+        stat = path.stat()
+        key = hashlib.sha256(repr((str(path), stat.st_size, stat.st_mtime_ns)).encode()).hexdigest()[:24]
+        if key not in self._sent and ray.get(lane.missing.remote([key])):
+            files = [path, *external_data_files(path)]
+            if session_file(path).is_file():
+                files.append(session_file(path))
+            lane_files = {f.relative_to(path.parent).as_posix(): f.read_bytes() for f in files}
+            ray.get(lane.receive.remote(key, lane_files))
+        self._sent.add(key)
+        return (key, path.name)
+
+    def _lane_actor(self) -> Any:
+        import ray
+
+        if self._lane is not None:
+            return self._lane
+        if not ray.is_initialized():  # a stage process of the engine: the driver's cluster
+            address = os.environ.get(ADDRESS_VARIABLE)
+            if not address:
+                raise QuantuneError(
+                    f"executor.target: '{self.resource}' is a resource of a running Ray cluster: give its "
+                    "executor.address (or connect with ray.init before tuning)"
+                )
+            ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
+        like = self._identity or None  # a later lane must time as the first did
+        self._lane, self._identity = open_lane(self.resource, self.provider, self._local.provider_options, like)
+        return self._lane
+
+
+def _labels(models: dict[str, Any]) -> list[str]:
+    return [str(p) for value in models.values() for p in (value if isinstance(value, list) else [value])]
+
+
+def target_nodes(resource: str) -> list[dict[str, Any]]:
+    """The live nodes holding ``resource``, in a stable order."""
+    import ray
+
+    held = [node for node in ray.nodes() if node.get("Alive") and node.get("Resources", {}).get(resource, 0) > 0]
+    return sorted(held, key=lambda node: node["NodeID"])
+
+
+def check_target(resource: str) -> None:
+    """One line naming ``executor.target`` when no node of the cluster holds ``resource``."""
+    import ray
+
+    if not target_nodes(resource):
+        named = sorted({name for name in ray.cluster_resources() if not name.startswith("node:")})
+        raise QuantuneError(
+            f"executor.target: no node of the Ray cluster holds the resource '{resource}' (it has {named}); "
+            f"start the target machines with --resources='{{\"{resource}\": 1}}', or set executor.target: driver"
+        )
+
+
+def open_lane(
+    resource: str, provider: str, options: dict[str, str], like: dict[str, Any] | None = None
+) -> tuple[Any, dict[str, Any]]:
+    """The lane actor on the first target node (whose quantune, onnxruntime and CPU flags are
+    ``like``'s, when given: the node that timed before it), and its identity."""
+    import ray
+    from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
+
+    check_target(resource)
+    settings = hashlib.sha256(repr((provider, sorted(options.items()))).encode()).hexdigest()[:8]
+    for node in target_nodes(resource):
+        actor = (
+            ray.remote(TimingLane)
+            .options(
+                name=f"quantune-lane-{resource}-{node['NodeID'][:12]}-{settings}",
+                namespace=NAMESPACE,
+                get_if_exists=True,
+                num_cpus=0,
+                resources={resource: node["Resources"][resource]},  # the whole node's: nothing else times there
+                scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
+            )
+            .remote(provider, options)
+        )
+        identity = ray.get(actor.identity.remote())
+        if like is None or all(identity[k] == like[k] for k in ("quantune", "onnxruntime", "cpu_flags")):
+            return actor, identity
+        ray.kill(actor)  # it may build and evaluate; it never times
+    raise QuantuneError(
+        f"executor.target: no live node holding '{resource}' has the quantune, onnxruntime and CPU flags of the "
+        "node that timed the run so far: its timings would not compare"
+    )
