@@ -8,11 +8,12 @@ that has no quantune, so the rounds there follow the same order rule as here.
 from __future__ import annotations
 
 import time
+from collections.abc import Callable, Sequence
 
 import numpy as np
 
 
-def round_orders(rounds, models):
+def round_orders(rounds: int, models: int) -> list[list[int]]:
     """The order the models run in each of ``rounds`` interleaved rounds. Whatever the process does
     between rounds (the loop, a rule asked about the rounds so far) lands on the round's first call:
     with one fixed order the same model was first in every round and the rest were paired against it,
@@ -22,7 +23,7 @@ def round_orders(rounds, models):
     one model, no model always follows the same other, and the same run's rounds keep the same order.
     Drawn before timing starts, so the rounds themselves do no extra work."""
     rng = np.random.default_rng(0)
-    orders = []
+    orders: list[list[int]] = []
     while len(orders) < rounds:
         cycle, shifts = rng.permutation(models), rng.permutation(models)
         orders += [np.roll(cycle, int(shift)).tolist() for shift in shifts]
@@ -30,18 +31,18 @@ def round_orders(rounds, models):
 
 
 def interleaved(
-    calls,
-    rounds,
+    calls: Sequence[Callable[[], object] | None],
+    rounds: int,
     *,
-    first=0,
-    warmup=0,
-    warmup_s=None,
-    end=None,
-    fewest=0,
-    active=None,
-    between=None,
-    after=None,
-):
+    first: int = 0,
+    warmup: int = 0,
+    warmup_s: float | None = None,
+    end: float | None = None,
+    fewest: int = 0,
+    active: list[bool] | None = None,
+    between: Callable[[], object] | None = None,
+    after: Callable[[np.ndarray], bool] | None = None,
+) -> np.ndarray:
     """Seconds, one row per call, one column per round that ran (NaN where a row sat out).
 
     Up to ``warmup`` calls of each first, interleaved: each at least once (its first run

@@ -194,7 +194,9 @@ def time_until_decided(
     candidates = request.models[1:]
     max_rounds, min_rounds, deadline, limit = request.max_rounds, request.min_rounds, request.deadline, request.limit
     timing_spec = replace(request.spec, warmup=min(request.spec.warmup, 2))
-    sessions = open_all([partial(timing_session, m, timing_spec, provider, provider_options) for m in request.models])
+    sessions = open_all(
+        [partial(timing_session, m, timing_spec, provider, provider_options, request.settings) for m in request.models]
+    )
     if isinstance(sessions[0], BaseException):
         raise sessions[0]
     calls: list[Callable[[], object] | None] = []

@@ -188,7 +188,7 @@ class TargetBackend:
         opened: dict[tuple[int, Path], int] = {}  # by row and model: a session each, warmed once
         warmed: set[tuple[int, Path]] = set()
 
-        def open_all(models: list[Path | None]) -> list[int | None]:
+        def sessions_for(models: list[Path | None]) -> list[int | None]:
             for key in ((row, model) for row, model in enumerate(models) if model is not None):
                 if key not in opened:
                     opened[key] = self._load(key[1], request.spec.threads, True, request.settings)
@@ -197,10 +197,10 @@ class TargetBackend:
         def timed(
             models: list[Path | None], spec: LatencySpec, first: int, end: float | None, fewest: int
         ) -> np.ndarray:
-            sessions, keys = open_all(models), {(row, model) for row, model in enumerate(models) if model is not None}
-            spec = spec if keys - warmed else replace(spec, warmup=0)
-            warmed.update(keys)
-            return self._time(sessions, request.feed, spec, first, end, fewest)
+            sessions = sessions_for(models)
+            cold = {(row, model) for row, model in enumerate(models) if model is not None} - warmed
+            warmed.update(cold)
+            return self._time(sessions, request.feed, spec if cold else replace(spec, warmup=0), first, end, fewest)
 
         try:
             if request.threshold is not None:
@@ -208,7 +208,7 @@ class TargetBackend:
                     lambda models, spec, first: timed(models, spec, first, request.limit, 5), request
                 )
             spec, models = request.spec, list(request.models)
-            open_all(models)  # before the time share starts, as the sessions here open first
+            sessions_for(models)  # before the time share starts, as the sessions here open first
             end = timing_end(spec, len(models), request.deadline)  # the time share, or the caller's deadline
             if request.settled is None or spec.repeats <= SETTLE_FROM:
                 return timed(models, spec, 0, end, request.min_rounds)
