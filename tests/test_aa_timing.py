@@ -26,7 +26,7 @@ from quantune.engine.confirm import confirm_latency
 from quantune.engine.trial import TrialRecord
 from quantune.engine.verdict import KEEP_ORIGINAL, decide
 from quantune.evaluate import EvaluationSpec, Evaluator
-from quantune.evaluate.latency import LatencySpec, settle_now, time_side_by_side
+from quantune.evaluate.latency import LatencySpec, TimingRequest, settle_now, time_side_by_side
 from quantune.evaluate.rounds import time_until_decided
 
 
@@ -84,9 +84,8 @@ def test_the_rounds_that_stop_once_decided_vary_their_order_too(tmp_path: Path) 
     models = _twins(tmp_path, 3)
     calls: list[int] = []
     spec = LatencySpec(warmup=1, repeats=10, threads=1)
-    time_until_decided(
-        models[0], models[1:], {"x": mlp_inputs(1, 0)}, spec, threshold=0.98, runner=_recorder(calls), min_rounds=5
-    )
+    feeds = {"x": mlp_inputs(1, 0)}
+    time_until_decided(TimingRequest(tuple(models), feeds, spec, _recorder(calls), threshold=0.98, min_rounds=5))
     first = np.array(calls[3:12]).reshape(3, 3)
     assert sorted(first[:, 0]) == [0, 1, 2], first
 
@@ -133,3 +132,39 @@ def test_a_byte_identical_copy_is_the_original_not_faster(tmp_path: Path) -> Non
     assert alone is not None
     verdict = decide([_record(1, copy)], ["latency"], baseline, confirmation=alone)
     assert verdict.kind == KEEP_ORIGINAL, verdict.reason
+
+
+def test_a_targets_rounds_follow_the_same_order_as_here_across_its_batches(tmp_path: Path) -> None:
+    """A target's server times in batches (the settled rule is asked between them): its rounds go on
+    in the order of the local ones, batch after batch, rather than starting again at the first
+    round's order with each batch (the original then led every batch's first round). The same
+    runner notes the calls here and there; the two sequences are the same."""
+    import sys
+
+    from quantune.evaluate import TargetBackend
+
+    models = _twins(tmp_path, 3)
+    log = tmp_path / "calls.txt"
+    runner = tmp_path / "recording_runner.py"
+    runner.write_text(
+        "def run(session, feeds):\n"
+        f"    with open({str(log)!r}, 'a') as out:\n"
+        "        out.write(session.get_modelmeta().description + '\\n')\n"
+        "    return [session.run(None, feed) for feed in feeds]\n"
+    )
+    spec = LatencySpec(warmup=1, repeats=19, threads=1)
+    feeds = {"x": mlp_inputs(1, 0)}
+    here: list[int] = []
+    time_side_by_side(models, feeds, spec, runner=_recorder(here), settled=lambda _: False)
+    backend = TargetBackend(sys.executable, runner=f"{runner}:run")
+    try:
+        there = backend.time(TimingRequest(tuple(models), feeds, spec, settled=lambda _: False))
+    finally:
+        backend.close()
+    assert there.shape == (3, 19)
+    calls = [int(line) for line in log.read_text().split()]
+    assert calls == here  # warm-up, then 10 rounds and three batches of 3 rounds: the same order
+    rounds = np.array(calls[3:]).reshape(19, 3)  # after one warm-up call each
+    for block in range(6):  # blocks 4 and 5 span the batches (rounds 10-12, 13-15)
+        places = rounds[3 * block : 3 * block + 3]
+        assert all(sorted(places[:, place]) == [0, 1, 2] for place in range(3)), places

@@ -270,13 +270,13 @@ def test_the_paired_timing_of_one_pair_of_models_runs_once(make_config, monkeypa
     config = _static_config(make_config)
     parts = build_run(load_config(config))
     calls = []
-    real = parts.context.evaluator.backend.time_until_decided  # the one timing path: the backend's
+    real = parts.context.evaluator.backend.time  # the one timing path: the backend's
 
     def counting(*args: Any, **kwargs: Any) -> Any:
         calls.append(1)
         return real(*args, **kwargs)
 
-    monkeypatch.setattr(parts.context.evaluator.backend, "time_until_decided", counting)
+    monkeypatch.setattr(parts.context.evaluator.backend, "time", counting)
     build = variant_builder(parts.context, parts.plan)
     flow = ("static_quant",)
     a = {"static_quant.per_channel": True}

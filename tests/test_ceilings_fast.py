@@ -18,12 +18,26 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import accuracy_problem, save_graph
-from quantune.evaluate.latency import LatencySpec
+from quantune.evaluate.latency import LatencySpec, TimingRequest, time_side_by_side
 from quantune.evaluate.rounds import time_until_decided
 from quantune.space import Point
 from quantune.strategy import WAIT, Outcome, create_strategy
 
 LAYERS = 12
+
+
+def in_batches(timings: Any) -> Any:
+    """A backend's batches of rounds (``rounds.Timings``) from side-by-side rounds here: the rows a
+    batch leaves out (None) come back as NaN rows."""
+
+    def batch(models: list[Path | None], spec: LatencySpec, first: int) -> np.ndarray:
+        rows = [row for row, model in enumerate(models) if model is not None]
+        timed = timings([models[row] for row in rows], spec)
+        column = np.full((len(models), timed.shape[1]), np.nan)
+        column[rows] = timed
+        return column
+
+    return batch
 
 
 def build_chain(path: Path, layers: int, width: int, seed: int = 0) -> Path:
@@ -142,11 +156,13 @@ def test_rounds_stop_at_the_deadline_after_the_minimum(chain_config: dict[str, A
     heavy = build_chain(tmp_path / "heavy.onnx", 4 * LAYERS, 256)
     feeds = {"x": np.ones((8, 16), np.float32)}
     spec = LatencySpec(warmup=1, repeats=20, threads=1)
-    timings = time_until_decided(light, [light], feeds, spec, threshold=0.97, deadline=time.perf_counter())
+    timings = time_until_decided(
+        TimingRequest((light, light), feeds, spec, threshold=0.97, deadline=time.perf_counter())
+    )
     assert timings.shape == (2, 5)  # the deadline has passed: the minimum of rounds, no more
     heavy_feeds = {"x": np.ones((8, 256), np.float32)}
     light_wide = build_chain(tmp_path / "light_wide.onnx", 1, 256)
-    timings = time_until_decided(light_wide, [heavy], heavy_feeds, spec, threshold=0.97, max_rounds=40)
+    timings = time_until_decided(TimingRequest((light_wide, heavy), heavy_feeds, spec, threshold=0.97, max_rounds=40))
     # 48 layers against 1: nearly every round says "slower", so the rounds stop before the maximum
     assert timings.shape == (2, timings.shape[1]) and 5 <= timings.shape[1] < 40
 
@@ -159,7 +175,7 @@ def test_a_decided_candidate_sits_out_later_rounds(tmp_path: Path) -> None:
     heavy = build_chain(tmp_path / "heavy.onnx", 48, 256)
     feeds = {"x": np.ones((8, 256), np.float32)}
     spec = LatencySpec(warmup=1, repeats=20, threads=1)
-    timings = time_until_decided(light, [heavy, twin], feeds, spec, threshold=0.97, max_rounds=14)
+    timings = time_until_decided(TimingRequest((light, heavy, twin), feeds, spec, threshold=0.97, max_rounds=14))
     assert not np.isnan(timings[:, :5]).any()  # the first rounds run every model
     assert not np.isnan(timings[0]).any() and not np.isnan(timings[2]).any()
     if timings.shape[1] > 5 and np.isnan(timings[1]).any():
@@ -173,7 +189,6 @@ def test_a_candidate_far_slower_sits_out_after_two_rounds_only_for_the_ceilings(
     when it is the only candidate; its ratio is a decided one (no "unsure" mark). Without ``early``
     (paired timings, which need their five rounds) it runs the five; so does every candidate of an
     original of microseconds."""
-    from quantune.evaluate.latency import time_side_by_side
     from quantune.evaluate.rounds import EARLY_ROUNDS, UnsureRatio, ceiling_medians, decide_in_chunks, far_above
 
     light = build_chain(tmp_path / "light.onnx", 16, 512)  # about 30 ms a call on one AVX2 core
@@ -181,29 +196,28 @@ def test_a_candidate_far_slower_sits_out_after_two_rounds_only_for_the_ceilings(
     heavy = build_chain(tmp_path / "heavy.onnx", 64, 512)
     feeds = {"x": np.ones((256, 512), np.float32)}
     spec = LatencySpec(warmup=1, repeats=20, threads=1)
-    alone = time_until_decided(light, [heavy], feeds, spec, threshold=0.97, max_rounds=14, early=True)
+    alone = time_until_decided(TimingRequest((light, heavy), feeds, spec, threshold=0.97, max_rounds=14, early=True))
     assert alone.shape == (2, EARLY_ROUNDS)
     medians = ceiling_medians(alone, 0.97)
     assert medians[0] is not None and medians[0] > 0.97 * 1.15 and not isinstance(medians[0], UnsureRatio)
-    mixed = time_until_decided(light, [heavy, twin], feeds, spec, threshold=0.97, max_rounds=8, early=True)
+    mixed = time_until_decided(
+        TimingRequest((light, heavy, twin), feeds, spec, threshold=0.97, max_rounds=8, early=True)
+    )
     assert not np.isnan(mixed[:, :EARLY_ROUNDS]).any()
     assert np.isnan(mixed[1, EARLY_ROUNDS:]).all() and not np.isnan(mixed[2, :5]).any()  # the twin goes on
     assert mixed.shape[1] >= 5
     chunks = decide_in_chunks(  # a target's rounds, batch by batch: the same rule
-        lambda models, s: time_side_by_side(models, feeds, s),
-        light,
-        [heavy, twin],
-        spec,
-        threshold=0.97,
-        max_rounds=8,
-        early=True,
+        in_batches(lambda models, s: time_side_by_side(models, feeds, s)),
+        TimingRequest((light, heavy, twin), feeds, spec, threshold=0.97, max_rounds=8, early=True),
     )
     assert np.isnan(chunks[1, EARLY_ROUNDS:]).all() and not np.isnan(chunks[2, :5]).any()
-    plain = time_until_decided(light, [heavy], feeds, spec, threshold=0.97, max_rounds=14)
+    plain = time_until_decided(TimingRequest((light, heavy), feeds, spec, threshold=0.97, max_rounds=14))
     assert plain.shape == (2, 5) and not np.isnan(plain).any()
     tiny, tiny_heavy = build_chain(tmp_path / "tiny.onnx", 1, 64), build_chain(tmp_path / "tiny4.onnx", 24, 64)
     small = {"x": np.ones((8, 64), np.float32)}
-    quick = time_until_decided(tiny, [tiny_heavy], small, spec, threshold=0.97, max_rounds=14, early=True)
+    quick = time_until_decided(
+        TimingRequest((tiny, tiny_heavy), small, spec, threshold=0.97, max_rounds=14, early=True)
+    )
     assert quick.shape[1] >= 5  # microseconds a call: no early rule
     # the rule itself: two rounds, each at least 15% above the threshold; one round is not enough
     seconds = np.array([[0.02, 0.02, 0.02], [0.024, 0.026, 0.018]])
@@ -223,7 +237,7 @@ def test_a_candidate_onnxruntime_cannot_load_sits_out_and_the_others_are_timed(t
     broken.write_bytes(b"not an onnx model")
     feeds = {"x": np.ones((8, 256), np.float32)}
     spec = LatencySpec(warmup=1, repeats=8, threads=1)
-    timings = time_until_decided(light, [broken, twin], feeds, spec, threshold=0.97, max_rounds=8)
+    timings = time_until_decided(TimingRequest((light, broken, twin), feeds, spec, threshold=0.97, max_rounds=8))
     assert np.isnan(timings[1]).all()
     assert not np.isnan(timings[2, :5]).any()
     medians = ratio_medians(timings)
@@ -301,7 +315,9 @@ def test_a_companion_keeps_its_reference_timed_until_their_pair_is_decided(tmp_p
     twin = build_chain(tmp_path / "twin.onnx", 24, 256, seed=1)  # heavy's speed: a pair near 1.0
     feeds = {"x": np.ones((8, 256), np.float32)}
     spec = LatencySpec(warmup=1, repeats=20, threads=1)
-    timings = time_until_decided(light, [heavy, twin], feeds, spec, threshold=0.97, max_rounds=14, pairs=[(2, 1)])
+    timings = time_until_decided(
+        TimingRequest((light, heavy, twin), feeds, spec, threshold=0.97, max_rounds=14, pairs=[(2, 1)])
+    )
     ran = ~np.isnan(timings)
     assert ran[0].all() and (ran[1] | ~ran[2]).all()  # wherever the companion ran, its reference did
     assert decided(timings[[1, 2]], 1.0 - MIN_GAIN)[0] or timings.shape[1] == 14

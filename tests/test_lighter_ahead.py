@@ -290,13 +290,15 @@ def test_a_guess_in_budget_has_its_lighter_models_timed_in_the_ceilings_rounds(
 
     config = _guess_in_budget(tmp_path, monkeypatch)
     sessions: list[tuple[str, list[str], list[tuple[int, int]]]] = []
-    timed = LocalBackend.time_until_decided
+    timed = LocalBackend.time
 
-    def recorded(self: Any, original: Any, candidates: Any, *args: Any, **kwargs: Any) -> Any:
-        sessions.append((str(original), [str(c) for c in candidates], list(kwargs.get("pairs", ()))))
-        return timed(self, original, candidates, *args, **kwargs)
+    def recorded(self: Any, request: Any) -> Any:
+        if request.threshold is not None:  # rounds that stop once decided
+            original, *candidates = request.models
+            sessions.append((str(original), [str(c) for c in candidates], list(request.pairs)))
+        return timed(self, request)
 
-    monkeypatch.setattr(LocalBackend, "time_until_decided", recorded)
+    monkeypatch.setattr(LocalBackend, "time", recorded)
     quantune.tune(config, output=tmp_path / "run")
     with_pairs = [entry for entry in sessions if entry[2]]
     assert len(with_pairs) == 1  # the ceilings' session, with the guess's two lighter models paired with it

@@ -90,14 +90,14 @@ def test_waiting_for_the_builds_ahead_ends_at_the_runs_limit() -> None:
 def test_the_ceilings_timing_starts_no_round_past_the_runs_limit(tmp_path) -> None:
     """The fewest rounds are for the ceilings' own budget; the run's limit cuts them (one round)."""
     from conftest import build_mlp, mlp_inputs
-    from quantune.evaluate.latency import LatencySpec
+    from quantune.evaluate.latency import LatencySpec, TimingRequest
     from quantune.evaluate.rounds import time_until_decided
 
     path = build_mlp(tmp_path / "m.onnx")
     feeds = {"x": mlp_inputs(1, 0)}
     spec = LatencySpec(warmup=1, repeats=20, threads=1)
     past = time.perf_counter() - 1.0
-    cut = time_until_decided(path, [path, path], feeds, spec, threshold=0.97, limit=past)
+    cut = time_until_decided(TimingRequest((path, path, path), feeds, spec, threshold=0.97, limit=past))
     assert cut.shape == (3, 1)
-    whole = time_until_decided(path, [path], feeds, spec, threshold=0.97, min_rounds=5, max_rounds=5)
+    whole = time_until_decided(TimingRequest((path, path), feeds, spec, threshold=0.97, min_rounds=5, max_rounds=5))
     assert whole.shape == (2, 5)

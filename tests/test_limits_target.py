@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from conftest import build_mlp, mlp_inputs
-from quantune.evaluate import LatencySpec, TargetBackend
+from quantune.evaluate import LatencySpec, TargetBackend, TimingRequest
 
 
 def test_the_target_stops_its_rounds_at_the_deadline(tmp_path: Path) -> None:
@@ -20,11 +20,11 @@ def test_the_target_stops_its_rounds_at_the_deadline(tmp_path: Path) -> None:
     try:
         spec = LatencySpec(warmup=1, repeats=100000, threads=1)
         passed = time.perf_counter() - 1.0  # the limit is already spent: only the fewest rounds run
-        timings = backend.timings([model, model], feed, spec, None, deadline=passed, min_rounds=3)
+        timings = backend.time(TimingRequest((model, model), feed, spec, None, deadline=passed, min_rounds=3))
         assert timings.shape == (2, 3)
         assert (timings > 0).all()
         # without a deadline every planned round runs
-        whole = backend.timings([model], feed, LatencySpec(warmup=1, repeats=7, threads=1), None)
+        whole = backend.time(TimingRequest((model,), feed, LatencySpec(warmup=1, repeats=7, threads=1), None))
         assert whole.shape == (1, 7)
     finally:
         backend.close()

@@ -227,7 +227,7 @@ def test_a_target_no_node_holds_is_one_line_naming_the_field(tmp_path: Path, clu
 def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Path, cluster: Any) -> None:
     from quantune.engine.executors.ray_target import RayTargetBackend
     from quantune.evaluate.backend import LocalBackend
-    from quantune.evaluate.latency import LatencySpec
+    from quantune.evaluate.latency import LatencySpec, TimingRequest
 
     made, _ = cluster
     targets = sorted(
@@ -237,12 +237,12 @@ def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Pat
         backend = RayTargetBackend(LocalBackend(), "lane_test")
         model = build_mlp(tmp_path / "mlp.onnx")
         feed, spec = {"x": mlp_inputs(4, seed=0)}, LatencySpec(warmup=1, repeats=3, seconds=0.5)
-        first = backend.timings([model], feed, spec, None)
+        first = backend.time(TimingRequest((model,), feed, spec))
         made.remove_node(targets[0], allow_graceful=False)  # the lane's node (the first by id)
         lost = targets[0].node_id
         while any(node["NodeID"] == lost and node["Alive"] for node in ray.nodes()):  # until Ray knows
             threading.Event().wait(0.05)
-        second = backend.timings([model], feed, spec, None)
+        second = backend.time(TimingRequest((model,), feed, spec))
     finally:
         for node in targets[1:]:
             made.remove_node(node)

@@ -12,7 +12,7 @@ import numpy as np
 
 from conftest import build_mlp, mlp_inputs
 from quantune.engine.confirm import verdict_settled
-from quantune.evaluate import LatencySpec, TargetBackend, time_side_by_side
+from quantune.evaluate import LatencySpec, TargetBackend, TimingRequest, time_side_by_side
 from quantune.evaluate.latency import SETTLE_EVERY, SETTLE_FROM
 
 
@@ -73,12 +73,12 @@ def test_a_target_environment_stops_its_rounds_when_settled(tmp_path: Path):
 
     try:
         spec = LatencySpec(warmup=1, repeats=40, threads=1)
-        timings = backend.timings([model, model], feed, spec, None, settled=after_thirteen)
+        timings = backend.time(TimingRequest((model, model), feed, spec, None, settled=after_thirteen))
         assert timings.shape == (2, SETTLE_FROM + SETTLE_EVERY)
         assert (timings > 0).all()
         assert asked == [SETTLE_FROM, SETTLE_FROM + SETTLE_EVERY]
-        never = backend.timings(
-            [model], feed, LatencySpec(warmup=1, repeats=17, threads=1), None, settled=lambda _: False
+        never = backend.time(
+            TimingRequest((model,), feed, LatencySpec(warmup=1, repeats=17, threads=1), None, settled=lambda _: False)
         )
         assert never.shape == (1, 17)
     finally:
@@ -95,18 +95,22 @@ def test_the_original_goes_on_alone_when_the_ceilings_decide_early(tmp_path: Pat
     other = build_mlp(tmp_path / "other.onnx", seed=1)
     feed = {"x": mlp_inputs(1, 0)}
     spec = LatencySpec(warmup=1, repeats=50, threads=1)
-    plain = rounds.time_until_decided(original, [other], feed, spec, threshold=1e-6, min_rounds=5, max_rounds=20)
+    plain = rounds.time_until_decided(
+        TimingRequest((original, other), feed, spec, threshold=1e-6, min_rounds=5, max_rounds=20)
+    )
     assert plain.shape[1] == 5  # surely above a threshold near 0: decided at the fewest rounds
     timings = rounds.time_until_decided(
-        original, [other], feed, spec, threshold=1e-6, min_rounds=5, max_rounds=20, original_rounds=8
+        TimingRequest((original, other), feed, spec, threshold=1e-6, min_rounds=5, max_rounds=20, original_rounds=8)
     )
     assert timings.shape == (2, 8)
     assert not np.isnan(timings[0]).any()
     assert not np.isnan(timings[1, :5]).any() and np.isnan(timings[1, 5:]).all()
     backend = TargetBackend(sys.executable)
     try:
-        there = backend.time_until_decided(
-            original, [other], feed, spec, None, threshold=1e-6, min_rounds=5, max_rounds=20, original_rounds=8
+        there = backend.time(
+            TimingRequest(
+                (original, other), feed, spec, None, threshold=1e-6, min_rounds=5, max_rounds=20, original_rounds=8
+            )
         )
     finally:
         backend.close()

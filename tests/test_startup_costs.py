@@ -138,13 +138,14 @@ def test_the_originals_reference_is_cached_before_it_is_timed(make_config, monke
     runner = TrialRunner(build_run(load_config(make_config())).context)
     backend = runner.context.evaluator.backend
     seen: list[tuple[bool, bool]] = []
-    real = backend.timings
+    real = backend.time
 
-    def timings(*args, **kwargs):  # the real timing, noting what the cache held when it began
-        seen.append((cached_reference(runner) is not None, cached_figures(runner) is not None))
-        return real(*args, **kwargs)
+    def timings(request):  # the real timing, noting what the cache held when it began
+        if request.threshold is None:  # side by side
+            seen.append((cached_reference(runner) is not None, cached_figures(runner) is not None))
+        return real(request)
 
-    monkeypatch.setattr(backend, "timings", timings)
+    monkeypatch.setattr(backend, "time", timings)
     assert cached_reference(runner) is None
     runner.baseline()
     assert seen == [(True, False)]
@@ -166,11 +167,11 @@ def test_a_quick_timing_of_the_original_is_marked_and_timed_again(make_config, m
     config = make_config(evaluation={"metric": "top1", "latency": {"warmup": 2, "repeats": 40, "threads": 1}})
     context = build_run(load_config(config)).context
     rounds: list[int] = []
-    real = context.evaluator.backend.timings
+    real = context.evaluator.backend.time
     monkeypatch.setattr(
         context.evaluator.backend,
-        "timings",
-        lambda models, feed, spec, *rest, **kw: rounds.append(spec.repeats) or real(models, feed, spec, *rest, **kw),
+        "time",
+        lambda request: (request.threshold is None and rounds.append(request.spec.repeats)) or real(request),
     )
     key = context.eval_key(context.model.sha256)
     figures, status = TrialRunner(context).baseline(quick_timing=True)

@@ -174,7 +174,7 @@ def test_session_settings_reach_the_target(ov_python: Path) -> None:
     import numpy as np
 
     from quantune.errors import TrialError
-    from quantune.evaluate import LatencySpec, LocalBackend, TargetBackend
+    from quantune.evaluate import LatencySpec, LocalBackend, TargetBackend, TimingRequest
     from quantune.evaluate.target_client import TargetFault
 
     model = DIGITS / "model.onnx"
@@ -186,7 +186,7 @@ def test_session_settings_reach_the_target(ov_python: Path) -> None:
     there = target.outputs(model, [feed], threads=1, runner=None, settings=settings)
     assert np.allclose(here[0]["logits"], there[0]["logits"], atol=1e-3)
     for backend in (local, target):
-        assert backend.timings([model], feed, spec, None, settings=settings).shape == (1, 2)
+        assert backend.time(TimingRequest((model,), feed, spec, None, settings=settings)).shape == (1, 2)
         assert backend.peak_memory_mb(model, feed, 1, settings=settings) > 0
     with pytest.raises(TrialError, match="unknown session setting"):
         local.outputs(model, [feed], threads=1, runner=None, settings={"no_such_setting": 1})

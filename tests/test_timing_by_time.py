@@ -12,7 +12,7 @@ from pathlib import Path
 import numpy as np
 
 from conftest import build_mlp, mlp_inputs
-from quantune.evaluate import LatencySpec, time_side_by_side
+from quantune.evaluate import LatencySpec, TimingRequest, time_side_by_side
 from quantune.evaluate.rounds import UnsureRatio, ceiling_medians, time_until_decided
 from robust_helpers import PYTHON, cli_env, make_project
 
@@ -60,7 +60,15 @@ def test_a_paired_timing_cut_by_its_share_is_reported_undecided(tmp_path: Path):
     runner = SlowRunner(original)
     spec = LatencySpec(warmup=10, repeats=50, threads=1, seconds=0.5)
     timings = time_until_decided(
-        original, [candidate], {"x": mlp_inputs(1, 0)}, spec, threshold=1.0, min_rounds=5, max_rounds=20, runner=runner
+        TimingRequest(
+            (original, candidate),
+            {"x": mlp_inputs(1, 0)},
+            spec,
+            threshold=1.0,
+            min_rounds=5,
+            max_rounds=20,
+            runner=runner,
+        )
     )
     assert timings.shape == (2, 5)  # cut at the fewest rounds by the share, not 20
     assert runner.calls[str(candidate)] == 1 + 5  # one warm-up call

@@ -10,9 +10,9 @@ import numpy as np
 import pytest
 
 from quantune.evaluate.backend import LocalBackend
-from quantune.evaluate.latency import LatencySpec
+from quantune.evaluate.latency import LatencySpec, TimingRequest
 from quantune.evaluate.rounds import decide_in_chunks, ratio_medians
-from test_ceilings_fast import build_chain
+from test_ceilings_fast import build_chain, in_batches
 
 
 class _Elsewhere(LocalBackend):
@@ -33,13 +33,13 @@ def test_a_ceiling_is_timed_again_when_the_backend_changes(make_config, monkeypa
     timed: list[dict[str, Any]] = []
 
     def counted(backend: Any) -> Any:
-        real = backend.time_until_decided
+        real = backend.time
 
         def timing(*args: Any, **kwargs: Any) -> np.ndarray:
             timed.append(backend.fingerprint())
             return real(*args, **kwargs)
 
-        monkeypatch.setattr(backend, "time_until_decided", timing)
+        monkeypatch.setattr(backend, "time", timing)
         return backend
 
     counted(context.evaluator.backend)
@@ -63,12 +63,8 @@ def test_rounds_in_chunks_time_what_the_backend_can_run(tmp_path: Path) -> None:
     feed = {"x": np.ones((4, 64), np.float32)}
     spec = LatencySpec(warmup=1, repeats=8, threads=1)
     timings = decide_in_chunks(
-        lambda models, chunk: backend.timings(models, feed, chunk, None),
-        light,
-        [broken, twin],
-        spec,
-        threshold=0.97,
-        max_rounds=8,
+        in_batches(lambda models, chunk: backend.time(TimingRequest(tuple(models), feed, chunk))),
+        TimingRequest((light, broken, twin), feed, spec, threshold=0.97, max_rounds=8),
     )
     assert timings.shape[0] == 3 and 5 <= timings.shape[1] <= 8
     assert np.isnan(timings[1]).all() and not np.isnan(timings[2, :5]).any()
@@ -90,7 +86,7 @@ def test_a_target_times_the_ceilings_on_its_own_onnxruntime(tmp_path: Path) -> N
     try:
         feed = {"x": np.ones((4, 64), np.float32)}
         spec = LatencySpec(warmup=1, repeats=8, threads=1)
-        timings = backend.time_until_decided(light, [broken, twin], feed, spec, None, threshold=0.97, max_rounds=8)
+        timings = backend.time(TimingRequest((light, broken, twin), feed, spec, None, threshold=0.97, max_rounds=8))
     finally:
         backend.close()
     assert timings.shape[0] == 3 and 5 <= timings.shape[1] <= 8
@@ -119,9 +115,9 @@ def test_a_target_opens_each_model_once_for_all_its_chunks_of_rounds(tmp_path: P
         monkeypatch.setattr(
             rounds,
             "_still_timed",
-            lambda timings, threshold, usable, pairs=(), early=False, anchor=None: ([True, True], False),
+            lambda timings, request, usable: ([True, True], False),
         )
-        timings = backend.time_until_decided(light, [twin], feed, spec, None, threshold=0.97, max_rounds=14)
+        timings = backend.time(TimingRequest((light, twin), feed, spec, None, threshold=0.97, max_rounds=14))
     finally:
         backend.close()
     ops = [op for op, _ in requests]

@@ -23,7 +23,7 @@ from quantune.engine.executors.limits import limit_source, original_limit
 from quantune.engine.executors.stage import Isolation, run_stage
 from quantune.engine.runner import TrialRunner
 from quantune.errors import ConfigError, QuantuneError
-from quantune.evaluate.latency import latency_figures
+from quantune.evaluate.latency import TimingRequest, latency_figures
 from quantune.memory import peak_tracker
 from quantune.store import cache_key
 
@@ -147,9 +147,8 @@ def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]
     evaluator = ctx.evaluator
     spec = evaluator.spec
     with progress.stage("original timing"):
-        timings = evaluator.backend.timings(
-            [ctx.model.path], evaluator.latency_feed, spec.latency, spec.runner, deadline=deadline
-        )
+        request = TimingRequest((ctx.model.path,), evaluator.latency_feed, spec.latency, spec.runner, deadline=deadline)
+        timings = evaluator.backend.time(request)
     return store_original_latency(ctx, timings[0])
 
 

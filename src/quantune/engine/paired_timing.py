@@ -5,7 +5,7 @@ that model already sits at its variant's speed ceiling (then nothing faster is p
 the search ends), and whether a latency-stage candidate beats the incumbent. Figures taken
 minutes apart, each against a different load of the machine, decide neither reliably: two
 runs of one config picked different trials. Here both models are timed in interleaved rounds
-(the backend's :meth:`~quantune.evaluate.backend.Backend.time_until_decided`, stopping as soon as the paired ratio is
+(the backend's :meth:`~quantune.evaluate.backend.Backend.time`, stopping as soon as the paired ratio is
 surely on one side of ``1 - MIN_GAIN``), and the answer is the paired ratio's interval with
 ``faster`` as :class:`~quantune.evaluate.paired.RatioInterval` defines it -- the same rule
 the end-of-run confirmation uses. Byte-identical models are never timed (one model is not
@@ -20,6 +20,7 @@ from typing import Any
 
 import numpy as np
 
+from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.paired import MIN_GAIN, paired_ratio
 from quantune.evaluate.rounds import MIN_ROUNDS_TO_DECIDE, pair_decided
 from quantune.store import cache_key
@@ -62,9 +63,8 @@ def paired_latency(
         return dict(cached)
     feeds = getattr(context.evaluator, "_latency_feeds", None)
     try:  # target.python: each model on its provider there (the backend times where it runs)
-        timings = context.evaluator.backend.time_until_decided(
-            ref_path,
-            [cand_path],
+        request = TimingRequest(
+            (ref_path, cand_path),
             feeds,
             spec,
             context.evaluator.spec.runner,
@@ -73,6 +73,7 @@ def paired_latency(
             max_rounds=max(MIN_ROUNDS, min(spec.repeats, PAIRED_ROUNDS)),
             limit=limit,
         )
+        timings = context.evaluator.backend.time(request)
     except Exception as exc:  # the backend cannot run one of them: unknown, as below
         log.warning("paired timing: the backend cannot run the pair (%s)", str(exc).splitlines()[0][:200])
         return None

@@ -21,6 +21,7 @@ from quantune.engine.baseline import RETIME_ROUNDS
 from quantune.engine.paired_timing import MIN_ROUNDS as PAIRED_MIN_ROUNDS
 from quantune.engine.paired_timing import store_pairs
 from quantune.engine.sensitivity_probe import SensitivityProbe
+from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
 from quantune.evaluate.rounds import UnsureRatio, ceiling_medians
@@ -227,7 +228,7 @@ def time_ceilings(
 ) -> list[float | None]:
     """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
     the original in one interleaved session that stops once each ratio is surely on one side of
-    ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time_until_decided`);
+    ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time`);
     the median paired ratios. ``pairs`` (item, reference item): companions timed in the same rounds
     until their ratio to the reference is decided; each answer goes where a paired timing of the two
     models reads it (:func:`~quantune.engine.paired_timing.pair_key`), as does every two ceilings'.
@@ -283,9 +284,8 @@ def time_ceilings(
     if cached is None:
         feeds = getattr(context.evaluator, "_latency_feeds", None)
         with progress.stage("speed_ceiling"):
-            timings = backend.time_until_decided(
-                context.model.path,
-                [path for _, path, _ in built],
+            request = TimingRequest(
+                (context.model.path, *(path for _, path, _ in built)),
                 feeds,
                 spec,
                 context.evaluator.spec.runner,
@@ -300,6 +300,7 @@ def time_ceilings(
                 early=True,  # a variant far slower than the margin sits out after two rounds
                 anchor=anchored,
             )
+            timings = backend.time(request)
         medians = ceiling_medians(timings, threshold)
         if (timed := getattr(context, "original_timed", None)) is not None:  # its first timing alone here
             context.original_timed = None

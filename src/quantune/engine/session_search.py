@@ -6,7 +6,7 @@ does for a flow's model: graph optimization level, execution mode, and the provi
 options (OpenVINO's precision hint; its own properties through ``load_config``: CPU pinning, and
 the bf16 inference precision where the CPU has bf16 instructions -- onnxruntime-openvino runs an
 fp32 model in f32 unless told). Each value is timed interleaved with the current choice
-on the target (``Backend.timings``: every copy of the model carries its settings beside it, so
+on the target (``Backend.time``: every copy of the model carries its settings beside it, so
 a target environment times it too) and replaces it only when its median paired ratio's 90%
 interval lies below 1 (``evaluate/paired.py``). Threads stay ``evaluation.latency.threads``.
 A setting may change the numbers (a precision hint), so the chosen settings are evaluated again
@@ -31,6 +31,7 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
+from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.session_file import write_session_settings
 from quantune.model import external_data_files
@@ -107,9 +108,10 @@ def search_session(
                 break
             paths = [_copy(model, Path(folder) / f"{len(tried)}-{i}", s) for i, s in enumerate(candidates)]
             try:
-                timings = evaluator.backend.timings(
-                    paths, evaluator.latency_feed, spec, evaluator.spec.runner, deadline=deadline
+                request = TimingRequest(
+                    tuple(paths), evaluator.latency_feed, spec, evaluator.spec.runner, deadline=deadline
                 )
+                timings = evaluator.backend.time(request)
             except Exception as exc:  # a setting the provider refuses: the group keeps its default
                 log.warning("session search: %s failed (%s)", group, " ".join(str(exc).split())[:200])
                 tried.append({"group": group, "error": " ".join(str(exc).split())[:200]})

@@ -5,7 +5,13 @@ from __future__ import annotations
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.criterion import Criterion, CriterionCheck
 from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
-from quantune.evaluate.latency import LatencySpec, measure_latency, measure_side_by_side, time_side_by_side
+from quantune.evaluate.latency import (
+    LatencySpec,
+    TimingRequest,
+    measure_latency,
+    measure_side_by_side,
+    time_side_by_side,
+)
 from quantune.evaluate.metric_registry import METRICS, metric_names, register_metric
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
 from quantune.evaluate.paired import RatioInterval, paired_ratio
@@ -26,6 +32,7 @@ __all__ = [
     "LocalBackend",
     "RatioInterval",
     "TargetBackend",
+    "TimingRequest",
     "count_quantized",
     "measure_latency",
     "measure_side_by_side",

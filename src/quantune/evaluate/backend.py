@@ -20,7 +20,7 @@ import os
 import platform
 import sys
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -33,7 +33,7 @@ from quantune.evaluate import rounds
 from quantune.evaluate._exchange import Feeds, MemoryProbe, Scratch, shared_client
 from quantune.evaluate.budget import batch_follows_rows, run_in_pieces
 from quantune.evaluate.feeds import FeedOutputs
-from quantune.evaluate.latency import LatencySpec, Settled, time_side_by_side
+from quantune.evaluate.latency import TimingRequest, time_side_by_side
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 from quantune.evaluate.target_server import chosen_provider, cpu_name
@@ -58,35 +58,7 @@ class Backend(Protocol):
         settings: Mapping[str, Any] | None = None,
         every_output: bool = True,
     ) -> FeedOutputs: ...
-    def timings(
-        self,
-        models: list[Path],
-        feed: dict[str, np.ndarray],
-        spec: LatencySpec,
-        runner: Callable | None,
-        settings: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-        min_rounds: int = 5,
-        settled: Settled | None = None,
-    ) -> np.ndarray: ...
-    def time_until_decided(
-        self,
-        original: Path,
-        candidates: Sequence[Path],
-        feed: dict[str, np.ndarray],
-        spec: LatencySpec,
-        runner: Callable | None,
-        *,
-        threshold: float,
-        min_rounds: int = 5,
-        max_rounds: int = 20,
-        deadline: float | None = None,
-        limit: float | None = None,
-        original_rounds: int = 0,
-        pairs: Sequence[tuple[int, int]] = (),
-        early: bool = False,
-        anchor: int | None = None,
-    ) -> np.ndarray: ...
+    def time(self, request: TimingRequest) -> np.ndarray: ...
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None
     ) -> float: ...
@@ -196,67 +168,22 @@ class LocalBackend:
                 raise TrialError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from exc
         return outputs
 
-    def timings(
-        self,
-        models: list[Path],
-        feed: dict[str, np.ndarray],
-        spec: LatencySpec,
-        runner: Callable | None,
-        settings: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-        min_rounds: int = 5,
-        settled: Settled | None = None,
-    ) -> np.ndarray:
+    def time(self, request: TimingRequest) -> np.ndarray:
+        """Seconds, one row per model, one column per round, on this backend's provider: side by
+        side (:func:`.latency.time_side_by_side`), or until decided (:func:`.rounds.time_until_decided`)."""
+        if request.threshold is not None:
+            return rounds.time_until_decided(request, self.provider, self.provider_options)
         return time_side_by_side(
-            models,
-            feed,
-            spec,
-            runner=runner,
+            list(request.models),
+            request.feed,
+            request.spec,
+            runner=request.runner,
             provider=self.provider,
             provider_options=self.provider_options,
-            settings=settings,
-            deadline=deadline,
-            min_rounds=min_rounds,
-            settled=settled,
-        )
-
-    def time_until_decided(
-        self,
-        original: Path,
-        candidates: Sequence[Path],
-        feed: dict[str, np.ndarray],
-        spec: LatencySpec,
-        runner: Callable | None,
-        *,
-        threshold: float,
-        min_rounds: int = 5,
-        max_rounds: int = 20,
-        deadline: float | None = None,
-        limit: float | None = None,
-        original_rounds: int = 0,
-        pairs: Sequence[tuple[int, int]] = (),
-        early: bool = False,
-        anchor: int | None = None,
-    ) -> np.ndarray:
-        """Interleaved rounds that stop once each ratio is decided (:func:`.rounds.time_until_decided`),
-        on this backend's provider: the search's paired decisions and the speed ceilings."""
-        return rounds.time_until_decided(
-            original,
-            candidates,
-            feed,
-            spec,
-            threshold=threshold,
-            min_rounds=min_rounds,
-            max_rounds=max_rounds,
-            deadline=deadline,
-            limit=limit,
-            original_rounds=original_rounds,
-            pairs=pairs,
-            early=early,
-            anchor=anchor,
-            runner=runner,
-            provider=self.provider,
-            provider_options=self.provider_options,
+            settings=request.settings,
+            deadline=request.deadline,
+            min_rounds=request.min_rounds,
+            settled=request.settled,
         )
 
     def peak_memory_mb(

@@ -21,7 +21,7 @@ from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate.agreement import agreement_figures
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.feeds import FeedOutputs, over_feeds, pack, stacked_outputs, unpack
-from quantune.evaluate.latency import FEWEST_ROUNDS, LatencySpec, Settled, latency_figures
+from quantune.evaluate.latency import FEWEST_ROUNDS, LatencySpec, Settled, TimingRequest, latency_figures
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS
 from quantune.evaluate.quantized import QUANTIZED_COMPUTE_OPS, quantization_figures
 from quantune.evaluate.rows import row_figures
@@ -151,15 +151,8 @@ class Evaluator:
             warmup=spec.warmup if warmup is None else warmup,
             repeats=spec.repeats if repeats is None else repeats,
         )
-        return self.backend.timings(
-            models,
-            self._latency_feeds,
-            spec,
-            self.spec.runner,
-            deadline=deadline,
-            min_rounds=min_rounds,
-            settled=settled,
-        )
+        request = TimingRequest(tuple(models), self._latency_feeds, spec, self.spec.runner, deadline=deadline)
+        return self.backend.time(replace(request, min_rounds=min_rounds, settled=settled))
 
     def evaluate(
         self,
@@ -195,8 +188,8 @@ class Evaluator:
                 latency, warmup=min(latency.warmup, QUICK_WARMUP), repeats=min(latency.repeats, QUICK_REPEATS)
             )
         started = time.perf_counter()
-        timings = self.backend.timings(
-            [model], self._latency_feeds, latency, self.spec.runner, min_rounds=FEWEST_ROUNDS
+        timings = self.backend.time(
+            TimingRequest((model,), self._latency_feeds, latency, self.spec.runner, min_rounds=FEWEST_ROUNDS)
         )  # its own figures, cut by the time share after the fewest rounds: the decisions re-time side by side
         self.last_timing_s = time.perf_counter() - started
         figures = latency_figures(timings[0])

@@ -6,11 +6,11 @@ With an ``evaluation.runner`` the timed call is the runner over that one feed
 Threads are set explicitly (default 1) so figures are comparable between models and runs;
 spinning is disabled so an idle thread pool does not eat the other core.
 
-The one timing path in this process: :func:`timing_session` and :func:`timed_call` are what
-every in-process timing loop opens and times (:func:`time_side_by_side` here, rounds that
-stop once decided in :mod:`.rounds`), both on the provider they are given -- a backend's
-(:mod:`.backend`), never a default that would bypass ``target``. The target's evaluation server
-(``target_server.py``) keeps its own copy by design: it runs with numpy and onnxruntime only.
+One timing path: :func:`timing_session` and :func:`timed_call` are what every in-process timing
+opens and times (:func:`time_side_by_side` here, rounds that stop once decided in :mod:`.rounds`),
+on the provider they are given -- a backend's (:mod:`.backend`), never a default that would bypass
+``target``; the rounds themselves are :func:`.interleave.interleaved`, which the target's
+evaluation server runs too.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ import numpy as np
 import onnxruntime as ort
 
 from quantune import progress
+from quantune.evaluate.interleave import interleaved
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 
@@ -61,26 +62,40 @@ class LatencySpec:
     seconds: float = TIME_SHARE_S
 
 
+@dataclass(frozen=True)
+class TimingRequest:
+    """One timing asked of a backend (``Backend.time``), written once for every backend and loop.
+
+    ``models``: row 0 the original, the reference of any decision; ``settings``: their session
+    settings (``None``: each model's own). Without a ``threshold``, the models side by side for
+    ``spec.repeats`` rounds (:func:`time_side_by_side`: ``deadline``, ``min_rounds``, ``settled``);
+    with one, rounds that stop once each candidate's ratio is decided (:func:`.rounds.time_until_decided`:
+    ``min_rounds`` to ``max_rounds``, asked every ``chunk``, cut at ``deadline`` or the run's
+    ``limit``, ``original_rounds``, companion ``pairs``, ``early``, the ``anchor``)."""
+
+    models: tuple[Path, ...]
+    feed: dict[str, np.ndarray]
+    spec: LatencySpec
+    runner: Callable | None = None
+    settings: Mapping[str, Any] | None = None
+    deadline: float | None = None
+    min_rounds: int = 5
+    settled: Settled | None = None
+    threshold: float | None = None
+    max_rounds: int = 20
+    chunk: int = 3
+    limit: float | None = None
+    original_rounds: int = 0
+    pairs: Sequence[tuple[int, int]] = ()
+    early: bool = False
+    anchor: int | None = None
+
+
 def timing_end(spec: LatencySpec, models: int, deadline: float | None = None) -> float:
     """The ``time.perf_counter()`` reading past which a timing of ``models`` models starts no round
     (once its fewest ran): its time share from now, or the caller's ``deadline`` if sooner."""
     end = time.perf_counter() + spec.seconds * max(1, models)
     return end if deadline is None else min(end, deadline)
-
-
-def warm_up(calls: Sequence[Callable[[], object] | None], spec: LatencySpec, lane: LatencyLane | None) -> None:
-    """Up to ``spec.warmup`` calls of each model, interleaved: each at least once (its first run
-    allocates), then no more once warm-up took ``WARMUP_SHARE`` of the time share."""
-    started = time.perf_counter()
-    limit = WARMUP_SHARE * spec.seconds * max(1, len(calls))
-    for index in range(spec.warmup):
-        if index and time.perf_counter() - started >= limit:
-            return
-        if lane is not None:
-            lane.between_rounds()
-        for call in calls:
-            if call is not None:
-                call()
 
 
 LANE_SLICE_S = 0.5  # the longest a timing holds the lane while another process waits for it
@@ -241,23 +256,6 @@ def timed_call(
     return lambda: runner(session, [feeds])
 
 
-def round_orders(rounds: int, models: int) -> list[list[int]]:
-    """The order the models run in each of ``rounds`` interleaved rounds. Whatever the process does
-    between rounds (the loop, a rule asked about the rounds so far) lands on the round's first call:
-    with one fixed order the same model was first in every round and the rest were paired against it,
-    so a byte-identical copy of a small model timed faster than its original. Here each block of
-    ``models`` rounds runs every model once in every place; the block's cyclic order and which of its
-    rounds each model leads are shuffled from a fixed seed, so work done every few rounds lands on no
-    one model, no model always follows the same other, and the same run's rounds keep the same order.
-    Drawn before timing starts, so the rounds themselves do no extra work."""
-    rng = np.random.default_rng(0)
-    orders: list[list[int]] = []
-    while len(orders) < rounds:
-        cycle, shifts = rng.permutation(models), rng.permutation(models)
-        orders += [np.roll(cycle, int(shift)).tolist() for shift in shifts]
-    return orders[:rounds]
-
-
 def _figures(timings: np.ndarray) -> dict[str, float]:
     timings = timings * 1000.0
     return {
@@ -319,25 +317,17 @@ def time_side_by_side(
     if (failed := next((s for s in sessions if isinstance(s, BaseException)), None)) is not None:
         raise failed  # every model must run here (the first that cannot, as before)
     calls = [timed_call(session, feeds, runner) for session in sessions]
-    timings = np.empty((len(calls), spec.repeats))
-    orders = round_orders(spec.repeats, len(calls))
+
+    def after(rounds: np.ndarray) -> bool:
+        progress.tick(rounds.shape[1], spec.repeats, "rounds")
+        return settled is not None and settle_now(rounds.shape[1]) and settled(rounds)
+
     with latency_lane() as lane:
-        warm_up(calls, spec, lane)
-        end = timing_end(spec, len(calls), deadline)
-        fewest = min(min_rounds, spec.repeats)
-        for index in range(spec.repeats):
-            if index >= fewest and time.perf_counter() >= end:
-                return timings[:, :index]
-            if lane is not None:
-                lane.between_rounds()
-            for row in orders[index]:
-                start = time.perf_counter()
-                calls[row]()
-                timings[row, index] = time.perf_counter() - start
-            progress.tick(index + 1, spec.repeats, "rounds")
-            if settled is not None and settle_now(index + 1) and settled(timings[:, : index + 1]):
-                return timings[:, : index + 1]
-    return timings
+        between = None if lane is None else lane.between_rounds
+        warmup_s = WARMUP_SHARE * spec.seconds * max(1, len(calls))
+        interleaved(calls, 0, warmup=spec.warmup, warmup_s=warmup_s, between=between)
+        end, fewest = timing_end(spec, len(calls), deadline), min(min_rounds, spec.repeats)
+        return interleaved(calls, spec.repeats, end=end, fewest=fewest, between=between, after=after)
 
 
 def settle_now(done: int) -> bool:

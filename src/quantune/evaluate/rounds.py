@@ -3,16 +3,16 @@
 Speed ceilings only sort variants into "faster than the original by the margin" or not, and a
 variant far from the margin says so in a few rounds. Every candidate and the original are opened
 once and timed in interleaved rounds (a slow moment of the machine lands on all of them, in an
-order :func:`.latency.round_orders` varies from round to round); after ``min_rounds`` and then
+order :func:`.interleave.round_orders` varies from round to round); after ``min_rounds`` and then
 every ``chunk`` rounds, each candidate's paired-ratio interval (:mod:`quantune.evaluate.paired`)
 is compared with the threshold, and timing stops once every interval lies on one side of it, at
 ``max_rounds``, at the time share, or at the ``deadline``. Candidates below the threshold keep
 being timed until the fastest is surely faster than the others: the strategy recovers accuracy in
 the fastest first, so their order matters too.
 
-The search's paired decisions, the ceilings and the confirmation all time through the run's
-backend (:meth:`~quantune.evaluate.backend.LocalBackend.time_until_decided`): here on its
-provider, or on a target in chunks of rounds (:func:`decide_in_chunks`).
+The search's paired decisions and the ceilings time through the run's backend (its ``time``, asked
+a :class:`~.latency.TimingRequest` with a threshold): here on its provider, or on a target in
+chunks of rounds (:func:`decide_in_chunks`); the rounds are :func:`.interleave.interleaved` either way.
 """
 
 from __future__ import annotations
@@ -27,15 +27,16 @@ from pathlib import Path
 import numpy as np
 
 from quantune import progress
+from quantune.evaluate.interleave import interleaved
 from quantune.evaluate.latency import (
+    WARMUP_SHARE,
     LatencySpec,
+    TimingRequest,
     latency_lane,
     open_all,
-    round_orders,
     timed_call,
     timing_end,
     timing_session,
-    warm_up,
 )
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN, RatioInterval, paired_ratio
 from quantune.evaluate.session import DEFAULT_PROVIDER
@@ -173,24 +174,7 @@ def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]
 
 
 def time_until_decided(
-    original: Path,
-    candidates: Sequence[Path],
-    feeds: dict[str, np.ndarray],
-    spec: LatencySpec,
-    *,
-    threshold: float,
-    min_rounds: int = 5,
-    max_rounds: int = 20,
-    chunk: int = 3,
-    deadline: float | None = None,
-    runner: Callable | None = None,
-    provider: str = DEFAULT_PROVIDER,
-    provider_options: dict | None = None,
-    limit: float | None = None,
-    original_rounds: int = 0,
-    pairs: Sequence[tuple[int, int]] = (),
-    early: bool = False,
-    anchor: int | None = None,
+    request: TimingRequest, provider: str = DEFAULT_PROVIDER, provider_options: dict | None = None
 ) -> np.ndarray:
     """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
 
@@ -207,10 +191,11 @@ def time_until_decided(
     ``pairs``: (row, reference row) of companions, rows timed for a paired decision against another
     row rather than against the original (:func:`_still_timed`).
     """
-    timing_spec = replace(spec, warmup=min(spec.warmup, 2))
-
+    candidates = request.models[1:]
+    max_rounds, min_rounds, deadline, limit = request.max_rounds, request.min_rounds, request.deadline, request.limit
+    timing_spec = replace(request.spec, warmup=min(request.spec.warmup, 2))
     sessions = open_all(
-        [partial(timing_session, m, timing_spec, provider, provider_options) for m in [original, *candidates]]
+        [partial(timing_session, m, timing_spec, provider, provider_options, request.settings) for m in request.models]
     )
     if isinstance(sessions[0], BaseException):
         raise sessions[0]
@@ -221,80 +206,57 @@ def time_until_decided(
             log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], reason)
             calls.append(None)
         else:
-            calls.append(timed_call(session, feeds, runner))
+            calls.append(timed_call(session, request.feed, request.runner))
     usable = [call is not None for call in calls]
     active = list(usable)
-    columns: list[np.ndarray] = []
-    orders = round_orders(max_rounds, len(calls))
+
+    def guarded(row: int, call: Callable[[], object]) -> Callable[[], object]:
+        def run() -> None:  # a candidate that cannot run (without warm-up, it fails in a round) sits out
+            try:
+                call()
+            except Exception as exc:
+                if row == 0:
+                    raise
+                log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], exc)
+                usable[row] = active[row] = False
+
+        return run
+
+    def after(timings: np.ndarray) -> bool:
+        done = timings.shape[1]
+        progress.tick(done, max_rounds, "rounds")
+        if _past(limit):
+            return True  # the run's limit: what is undecided stays so
+        if not (request.early and done == EARLY_ROUNDS) and (done < min_rounds or (done - min_rounds) % request.chunk):
+            return False
+        if done >= min_rounds and _past(deadline):
+            return True
+        active[:], finished = _still_timed(timings, request, usable)
+        return finished
+
+    guarded_calls = [None if call is None else guarded(row, call) for row, call in enumerate(calls)]
     with latency_lane() as lane:
-
-        def guarded(row: int, call: Callable[[], object]) -> Callable[[], object]:
-            def run() -> None:
-                if not usable[row]:
-                    return
-                try:
-                    call()
-                except Exception as exc:
-                    if row == 0:
-                        raise
-                    log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], exc)
-                    usable[row] = active[row] = False
-
-            return run
-
-        warm_up([None if call is None else guarded(row, call) for row, call in enumerate(calls)], timing_spec, lane)
+        between = None if lane is None else lane.between_rounds
+        warmup_s = WARMUP_SHARE * timing_spec.seconds * len(calls)
+        interleaved(guarded_calls, 0, warmup=timing_spec.warmup, warmup_s=warmup_s, active=active, between=between)
         share_end = timing_end(timing_spec, len(calls))
-        while len(columns) < max_rounds:
-            if lane is not None:
-                lane.between_rounds()
-            column = np.full(len(calls), np.nan)
-            for row in orders[len(columns)]:
-                call = calls[row]
-                if not active[row] or call is None:
-                    continue
-                start = time.perf_counter()
-                try:
-                    call()
-                except Exception as exc:  # without warm-up, a candidate that cannot run fails here
-                    if row == 0:
-                        raise
-                    log.warning("speed ceiling %s: onnxruntime cannot run it (%s)", candidates[row - 1], exc)
-                    usable[row] = active[row] = False
-                    continue
-                column[row] = time.perf_counter() - start
-            columns.append(column)
-            done = len(columns)
-            progress.tick(done, max_rounds, "rounds")
-            if _past(limit) or (done >= min_rounds and _past(share_end)):
-                break  # the run's limit, or this timing's time share: what is undecided stays so
-            if not (early and done == EARLY_ROUNDS) and (done < min_rounds or (done - min_rounds) % chunk):
-                continue
-            if done >= min_rounds and deadline is not None and time.perf_counter() >= deadline:
-                break
-            active, finished = _still_timed(np.stack(columns, axis=1), threshold, usable, pairs, early, anchor)
-            if finished:
-                break
-        while len(columns) < original_rounds and not _past(deadline, limit, share_end):
-            column = np.full(len(calls), np.nan)
-            start = time.perf_counter()
-            calls[0]()
-            column[0] = time.perf_counter() - start
-            columns.append(column)
-    return np.stack(columns, axis=1)
+        timings = interleaved(
+            guarded_calls, max_rounds, end=share_end, fewest=min_rounds, active=active, between=between, after=after
+        )
+    if timings.shape[1] < request.original_rounds:  # the original alone goes on in its warm session
+        end = min((end for end in (deadline, limit, share_end) if end is not None), default=None)
+        alone = interleaved(
+            calls, request.original_rounds - timings.shape[1], end=end, active=[True] + [False] * len(candidates)
+        )
+        timings = np.concatenate([timings, alone], axis=1)
+    return timings
 
 
 def _past(*ends: float | None) -> bool:
     return any(end is not None and time.perf_counter() >= end for end in ends)
 
 
-def _still_timed(
-    timings: np.ndarray,
-    threshold: float,
-    usable: Sequence[bool],
-    pairs: Sequence[tuple[int, int]] = (),
-    early: bool = False,
-    anchor: int | None = None,
-) -> tuple[list[bool], bool]:
+def _still_timed(timings: np.ndarray, request: TimingRequest, usable: Sequence[bool]) -> tuple[list[bool], bool]:
     """Which rows the next rounds time (the original, and candidates not yet decided or still being
     ranked among the fast ones), and whether timing is over.
 
@@ -311,11 +273,12 @@ def _still_timed(
     engine/paired_timing.py), and its reference goes on as long as it does; the ceilings' rules see
     only the other rows. A search that times a model's lighter versions against it right after the
     ceilings gets those answers from the ceilings' rounds, not from sessions of their own."""
+    threshold, pairs, anchor = float(request.threshold or 0.0), request.pairs, request.anchor
     companions = {row for row, _ in pairs}
     rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first
     own = timings[rows]
     behind = outrun(own, threshold)
-    far = far_above(own, threshold) if early else [False] * (len(own) - 1)
+    far = far_above(own, threshold) if request.early else [False] * (len(own) - 1)
     settled = [flag or late or slow for flag, late, slow in zip(decided(own, threshold), behind, far, strict=True)]
     if anchor is not None:  # the model in budget already, and each ceiling surely not faster than it
         each = zip(settled, rows[1:], strict=True)
@@ -337,64 +300,51 @@ def _still_timed(
     return active, all(settled) and ranked and not open_pairs
 
 
-Timings = Callable[[list[Path], LatencySpec], np.ndarray]  # a backend's side-by-side rounds, seconds
+Timings = Callable[[list[Path | None], LatencySpec, int], np.ndarray]
+"""A backend's side-by-side rounds of the models given (a ``None`` sits out: a NaN row), the rounds'
+order going on from the round given (:func:`.interleave.round_orders`); seconds."""
 
 
-def decide_in_chunks(
-    timings: Timings,
-    original: Path,
-    candidates: Sequence[Path],
-    spec: LatencySpec,
-    *,
-    threshold: float,
-    min_rounds: int = 5,
-    max_rounds: int = 20,
-    chunk: int = 3,
-    deadline: float | None = None,
-    limit: float | None = None,
-    original_rounds: int = 0,
-    pairs: Sequence[tuple[int, int]] = (),
-    early: bool = False,
-    anchor: int | None = None,
-) -> np.ndarray:
+def decide_in_chunks(timings: Timings, request: TimingRequest) -> np.ndarray:
     """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a
     target's server): ``min_rounds`` rounds of every model (``early``: ``EARLY_ROUNDS`` first, then the
     rest for those not far above), then ``chunk`` rounds at a time of the models still undecided, by
-    the same rule. A candidate the backend cannot run sits out (a NaN row)."""
-    models = [original, *candidates]
+    the same rule and in the same order of rounds. A candidate the backend cannot run sits out (a NaN row)."""
+    models = list(request.models)
+    min_rounds, max_rounds, limit, deadline = request.min_rounds, request.max_rounds, request.limit, request.deadline
     usable = [True] * len(models)
-    spec = replace(spec, warmup=min(spec.warmup, 2))
+    spec = replace(request.spec, warmup=min(request.spec.warmup, 2))
 
-    def batch(rows: list[int], rounds: int) -> np.ndarray:
-        column = np.full((len(models), rounds), np.nan)
+    def batch(rows: list[int], rounds: int, first: int) -> np.ndarray:
         try:
-            column[rows] = timings([models[row] for row in rows], replace(spec, repeats=rounds))
-            return column
+            return timings(
+                [m if row in rows else None for row, m in enumerate(models)], replace(spec, repeats=rounds), first
+            )
         except Exception:
             if len(rows) < 2:
                 raise
         for row in rows[1:]:  # which candidate the backend cannot run: each once beside the original
             try:
-                timings([original, models[row]], replace(spec, warmup=0, repeats=1))
+                timings([models[0], models[row]], replace(spec, warmup=0, repeats=1), 0)
             except Exception as exc:
                 log.warning("speed ceiling %s: the backend cannot run it (%s)", models[row], str(exc)[:200])
                 usable[row] = False
         if all(usable[row] for row in rows):
             raise RuntimeError(f"the backend could not time {len(rows)} models side by side, yet each alone")
-        return batch([row for row in rows if usable[row]], rounds)
+        return batch([row for row in rows if usable[row]], rounds, first)
 
-    first = min(EARLY_ROUNDS, min_rounds) if early else min_rounds
+    first = min(EARLY_ROUNDS, min_rounds) if request.early else min_rounds
     share_end = timing_end(spec, len(models))
-    columns = [batch(list(range(len(models))), max(1, min(first, max_rounds)))]
+    columns = [batch(list(range(len(models))), max(1, min(first, max_rounds)), 0)]
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
         progress.tick(done, max_rounds, "rounds")
         if _past(limit) or (done >= min_rounds and _past(deadline, share_end)):
             break
-        active, finished = _still_timed(np.concatenate(columns, axis=1), threshold, usable, pairs, early, anchor)
+        active, finished = _still_timed(np.concatenate(columns, axis=1), request, usable)
         if finished:
             break
-        size = min_rounds - done if done < min_rounds else chunk  # to ``min_rounds`` after the early ones
-        columns.append(batch([row for row, on in enumerate(active) if on], min(size, max_rounds - done)))
-    if (done := sum(c.shape[1] for c in columns)) < original_rounds and not _past(deadline, limit, share_end):
-        columns.append(batch([0], original_rounds - done))  # the original alone, as above
+        size = min_rounds - done if done < min_rounds else request.chunk  # to ``min_rounds`` after the early ones
+        columns.append(batch([row for row, on in enumerate(active) if on], min(size, max_rounds - done), done))
+    if (done := sum(c.shape[1] for c in columns)) < request.original_rounds and not _past(deadline, limit, share_end):
+        columns.append(batch([0], request.original_rounds - done, done))  # the original alone, as above
     return np.concatenate(columns, axis=1)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
@@ -20,7 +20,7 @@ from quantune.evaluate.latency import (
     SETTLE_FROM,
     WARMUP_SHARE,
     LatencySpec,
-    Settled,
+    TimingRequest,
     latency_lane,
     timing_end,
 )
@@ -179,42 +179,59 @@ class TargetBackend:
             out.unlink(missing_ok=True)
 
     @_one_at_a_time
-    def timings(
-        self,
-        models: list[Path],
-        feed: dict[str, np.ndarray],
-        spec: LatencySpec,
-        runner: Callable | None,
-        settings: Mapping[str, Any] | None = None,
-        deadline: float | None = None,
-        min_rounds: int = 5,
-        settled: Settled | None = None,
-    ) -> np.ndarray:
-        """Interleaved rounds in the target (see ``time_side_by_side``). ``deadline`` is this process's
-        ``time.perf_counter()``: the target gets the seconds left to it when the request leaves, on
-        its own clock, and starts no round past them once ``min_rounds`` ran (fewer columns come back).
-        With ``settled``, the rounds go in batches (``SETTLE_FROM``, then ``SETTLE_EVERY`` at a time) on
-        sessions opened and warmed once, asking the rule between batches."""
+    def time(self, request: TimingRequest) -> np.ndarray:
+        """The rounds of ``Backend.time`` in the target, in batches on sessions opened (and warmed)
+        once: opened again for each batch, OpenVINO compiled every model again. ``deadline`` and
+        ``limit`` are this process's ``time.perf_counter()``: each batch takes the seconds left to it.
+        Until decided: a few rounds at a time (:func:`.rounds.decide_in_chunks`). Side by side with
+        ``settled``: ``SETTLE_FROM`` rounds, then ``SETTLE_EVERY`` at a time, asking the rule between."""
+        opened: dict[tuple[int, Path], int] = {}  # by row and model: a session each, warmed once
+        warmed: set[tuple[int, Path]] = set()
+
+        def sessions_for(models: list[Path | None]) -> list[int | None]:
+            for key in ((row, model) for row, model in enumerate(models) if model is not None):
+                if key not in opened:
+                    opened[key] = self._load(key[1], request.spec.threads, True, request.settings)
+            return [None if model is None else opened[row, model] for row, model in enumerate(models)]
+
+        def timed(
+            models: list[Path | None], spec: LatencySpec, first: int, end: float | None, fewest: int
+        ) -> np.ndarray:
+            sessions = sessions_for(models)
+            cold = {(row, model) for row, model in enumerate(models) if model is not None} - warmed
+            warmed.update(cold)
+            return self._time(sessions, request.feed, spec if cold else replace(spec, warmup=0), first, end, fewest)
+
         try:
-            sessions = [self._load(model, spec.threads, timing=True, settings=settings) for model in models]
-            end = timing_end(spec, len(models), deadline)  # the time share, or the caller's deadline
-            if settled is None or spec.repeats <= SETTLE_FROM:
-                return self._time(sessions, feed, spec, end, min_rounds)
-            batch = replace(spec, repeats=SETTLE_FROM)
-            done = self._time(sessions, feed, batch, end, min(min_rounds, SETTLE_FROM))
-            while done.shape[1] < spec.repeats and done.shape[1] >= SETTLE_FROM and not settled(done):
-                if time.perf_counter() >= end and done.shape[1] >= min_rounds:
+            if request.threshold is not None:
+                return decide_in_chunks(
+                    lambda models, spec, first: timed(models, spec, first, request.limit, 5), request
+                )
+            spec, models = request.spec, list(request.models)
+            sessions_for(models)  # before the time share starts, as the sessions here open first
+            end = timing_end(spec, len(models), request.deadline)  # the time share, or the caller's deadline
+            if request.settled is None or spec.repeats <= SETTLE_FROM:
+                return timed(models, spec, 0, end, request.min_rounds)
+            done = timed(models, replace(spec, repeats=SETTLE_FROM), 0, end, min(request.min_rounds, SETTLE_FROM))
+            while done.shape[1] < spec.repeats and done.shape[1] >= SETTLE_FROM and not request.settled(done):
+                if time.perf_counter() >= end and done.shape[1] >= request.min_rounds:
                     break
-                more = replace(spec, warmup=0, repeats=min(SETTLE_EVERY, spec.repeats - done.shape[1]))
-                done = np.concatenate([done, self._time(sessions, feed, more, None, 1)], axis=1)
+                more = replace(spec, repeats=min(SETTLE_EVERY, spec.repeats - done.shape[1]))
+                done = np.concatenate([done, timed(models, more, done.shape[1], None, 1)], axis=1)
             return done
         finally:
             self._free()
 
     def _time(
-        self, sessions: list[int], feed: dict[str, np.ndarray], spec: LatencySpec, deadline: float | None, fewest: int
+        self,
+        sessions: list[int | None],
+        feed: dict[str, np.ndarray],
+        spec: LatencySpec,
+        first: int,
+        deadline: float | None,
+        fewest: int,
     ) -> np.ndarray:
-        """Interleaved rounds of sessions the target holds open."""
+        """Interleaved rounds of sessions the target holds open (a ``None`` sits out), from round ``first``."""
         path, layout = self.scratch.arrays([feed])
         with latency_lane():
             answer = self.client.request(
@@ -224,9 +241,10 @@ class TargetBackend:
                 names=layout[0],
                 warmup=spec.warmup,
                 repeats=spec.repeats,
+                first=first,
                 runner=self.runner,
                 seconds=None if deadline is None else deadline - time.perf_counter(),
-                warmup_seconds=WARMUP_SHARE * spec.seconds * len(sessions),
+                warmup_seconds=WARMUP_SHARE * spec.seconds * sum(s is not None for s in sessions),
                 min_rounds=fewest,
             )
         return np.asarray(answer["timings"], dtype=np.float64)
@@ -235,57 +253,6 @@ class TargetBackend:
         with contextlib.suppress(TargetFault):
             if self.client.process is not None:
                 self.client.request("free")
-
-    @_one_at_a_time
-    def time_until_decided(
-        self,
-        original: Path,
-        candidates: Sequence[Path],
-        feed: dict[str, np.ndarray],
-        spec: LatencySpec,
-        runner: Callable | None,
-        *,
-        threshold: float,
-        min_rounds: int = 5,
-        max_rounds: int = 20,
-        deadline: float | None = None,
-        limit: float | None = None,
-        original_rounds: int = 0,
-        pairs: Sequence[tuple[int, int]] = (),
-        early: bool = False,
-        anchor: int | None = None,
-    ) -> np.ndarray:
-        """The same rounds on the target, a few at a time (:func:`.rounds.decide_in_chunks`); the
-        run's ``limit`` travels with each batch, as with :meth:`timings`. Each model's session is
-        opened once for all the batches (and warmed once): opened again for each, OpenVINO compiled
-        every model up to six times, and the ceilings of a 5 MB detector took 24.8 s for 20 rounds."""
-        opened: dict[Path, int] = {}
-
-        def timed(models: list[Path], chunk: LatencySpec) -> np.ndarray:
-            fresh = [model for model in models if model not in opened]
-            for model in fresh:
-                opened[model] = self._load(model, chunk.threads, timing=True)
-            warm = chunk if fresh else replace(chunk, warmup=0)
-            return self._time([opened[model] for model in models], feed, warm, limit, 5)
-
-        try:
-            return decide_in_chunks(
-                timed,
-                original,
-                candidates,
-                spec,
-                threshold=threshold,
-                min_rounds=min_rounds,
-                max_rounds=max_rounds,
-                deadline=deadline,
-                limit=limit,
-                original_rounds=original_rounds,
-                pairs=pairs,
-                early=early,
-                anchor=anchor,
-            )
-        finally:
-            self._free()
 
     def peak_memory_mb(
         self, model: Path, feed: dict[str, np.ndarray], threads: int, settings: Mapping[str, Any] | None = None

@@ -1,7 +1,7 @@
 """The evaluation server that runs in a *target* Python environment (``target.python``).
 
-Self-contained on purpose: it imports only the standard library, numpy and onnxruntime (any
-variant: onnxruntime-openvino, onnxruntime-gpu, a vendor build), never quantune. A target
+It imports only the standard library, numpy and onnxruntime (any variant: onnxruntime-openvino,
+onnxruntime-gpu, a vendor build) and its sibling ``interleave.py`` by path, never quantune's package. A target
 environment is what the user deploys with -- another onnxruntime build or version, maybe
 another Python -- and must not need quantune's own dependencies (pydantic, optuna, onnx) to
 be measured. quantune starts it as ``TARGET_PYTHON target_server.py`` (the file's path), so
@@ -17,11 +17,13 @@ files the client names (``allow_pickle`` off). Requests:
   -> ``{"session": id, "providers": [...]}`` (what onnxruntime actually put the session on).
 - ``{"op": "run", "session", "feeds": npz, "layout": [[name, ...] per feed], "out": npz,
   "runner": "file.py:function" | null}`` -> ``{"layout": ...}`` of the outputs written to ``out``.
-- ``{"op": "time", "sessions": [ids], "feed": npz, "names": [...], "warmup", "repeats", "runner",
-  "seconds", "warmup_seconds", "min_rounds"}`` -> ``{"timings": [[seconds per round] per session]}``,
-  interleaved round by round; no round starts ``seconds`` (``null``: no limit) after the request came
-  once ``min_rounds`` ran (the timing's time share, or the run's limit, see engine/deadline.py: fewer
-  rounds come back); warm-up stops after ``warmup_seconds`` (each session runs at least once).
+- ``{"op": "time", "sessions": [id or null], "feed": npz, "names": [...], "warmup", "repeats", "first",
+  "runner", "seconds", "warmup_seconds", "min_rounds"}`` -> ``{"timings": [[seconds per round] per
+  session]}``: quantune's interleaved rounds (``interleave.py``, this file's sibling, loaded by path),
+  ``first`` the rounds a timing in batches ran before, so its order goes on; a null session sits out
+  (NaN); no round starts ``seconds`` (``null``: no limit) after the request came once ``min_rounds``
+  ran (the timing's time share, or the run's limit: fewer rounds come back); warm-up stops after
+  ``warmup_seconds`` (each session runs at least once).
 - ``{"op": "free"}`` drops every session.
 
 - ``{"op": "memory", "model", "feed", "names", "threads", "provider", ...}`` -> ``{"peak_memory_mb"}``:
@@ -174,6 +176,11 @@ class Server:
         import onnxruntime as ort
 
         self.np, self.ort = np, ort
+        # the interleaved rounds are quantune's own loop, this file's sibling (it needs numpy only)
+        path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "interleave.py")
+        module_spec = importlib.util.spec_from_file_location("quantune_target_interleave", path)
+        self.interleave = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(self.interleave)
         self.sessions = {}
         self.runners = {}
         self.next_id = 0
@@ -219,33 +226,25 @@ class Server:
         (feed,) = load_arrays(self.np, request["feed"], [request["names"]])
         runner = _runner(request.get("runner"), self.runners)
         calls = []
-        for ident in request["sessions"]:
-            session = self.sessions[ident]
-            if runner is None:
+        for ident in request["sessions"]:  # a null sits this request's rounds out (NaN there)
+            session = self.sessions.get(ident)
+            if session is None:
+                calls.append(None)
+            elif runner is None:
                 calls.append(lambda s=session: s.run(None, feed))
             else:
                 calls.append(lambda s=session: runner(s, [feed]))
-        clock = time.perf_counter
         seconds = request.get("seconds")
-        end = None if seconds is None else clock() + float(seconds)
-        fewest = int(request.get("min_rounds") or 5)
-        repeats = int(request["repeats"])
-        timings = [[0.0] * repeats for _ in calls]
-        warming = request.get("warmup_seconds")  # past each call's first, warm-up stops there
-        started = clock()
-        for index in range(int(request["warmup"])):
-            if index and warming is not None and clock() - started >= float(warming):
-                break
-            for call in calls:
-                call()
-        for index in range(repeats):
-            if end is not None and index >= fewest and clock() >= end:
-                return {"timings": [row[:index] for row in timings]}
-            for row, call in enumerate(calls):
-                start = clock()
-                call()
-                timings[row][index] = clock() - start
-        return {"timings": timings}
+        timings = self.interleave.interleaved(
+            calls,
+            int(request["repeats"]),
+            first=int(request.get("first") or 0),
+            warmup=int(request["warmup"]),
+            warmup_s=request.get("warmup_seconds"),
+            end=None if seconds is None else time.perf_counter() + float(seconds),
+            fewest=int(request.get("min_rounds") or 5),
+        )
+        return {"timings": timings.tolist()}
 
     def free(self, request):
         self.sessions.clear()

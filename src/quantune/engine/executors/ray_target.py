@@ -24,7 +24,7 @@ import os
 import tempfile
 import threading
 import time
-from collections.abc import Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -33,6 +33,7 @@ import numpy as np
 from quantune._version import __version__
 from quantune.errors import QuantuneError
 from quantune.evaluate.backend import LocalBackend
+from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.session_file import session_file
 from quantune.model import external_data_files
 
@@ -82,21 +83,14 @@ class TimingLane:
             (folder / name).write_bytes(data)
         (folder / "done").write_text("")
 
-    def time(
-        self, method: str, models: dict[str, Any], args: tuple, kwargs: dict[str, Any], labels: list[str]
-    ) -> np.ndarray:
-        """``LocalBackend.<method>`` on this node's copies; ``models``: the leading arguments, each a
-        (key, name) or a list of them; ``deadline``/``limit`` come as seconds left (clocks differ by node)."""
+    def time(self, request: TimingRequest, models: list[tuple[str, str]], labels: list[str]) -> np.ndarray:
+        """``LocalBackend.time`` of ``request`` on this node's copies of ``models`` (each a (key, name));
+        its ``deadline``/``limit`` come as seconds left (clocks differ by node)."""
         now = time.perf_counter()
-        for name in ("deadline", "limit"):
-            if kwargs.get(name) is not None:
-                kwargs[name] = now + kwargs[name]
-        place = lambda entry: self._folder / entry[0] / entry[1]  # noqa: E731
-        placed = [
-            [place(one) for one in value] if isinstance(value, list) else place(value) for value in models.values()
-        ]
-        timings = getattr(self._backend, method)(*placed, *args, **kwargs)
-        self.log.append({"method": method, "models": labels, "node": self.node})
+        placed = tuple(self._folder / key / name for key, name in models)
+        request = replace(request, models=placed, **_shifted(request, now))
+        timings = self._backend.time(request)
+        self.log.append({"models": labels, "node": self.node})
         return timings
 
 
@@ -153,39 +147,30 @@ class RayTargetBackend:
         return {**described, "timed": timed, "timed_on": self._identity.get("node", "")}
 
     # -- timings there --------------------------------------------------------------------
-    def timings(self, models: list[Path], *args: Any, **kwargs: Any) -> np.ndarray:
-        return self._forward("timings", {"models": list(models)}, args, kwargs)
-
-    def time_until_decided(self, original: Path, candidates: Sequence[Path], *args: Any, **kwargs: Any) -> np.ndarray:
-        return self._forward("time_until_decided", {"original": original, "candidates": list(candidates)}, args, kwargs)
-
-    def _forward(self, method: str, models: dict[str, Any], args: tuple, kwargs: dict[str, Any]) -> np.ndarray:
+    def time(self, request: TimingRequest) -> np.ndarray:
+        """``request`` timed by the lane on a target node (another target node's lane if that one is lost)."""
         import ray
 
-        now = time.perf_counter()
-        for name in ("deadline", "limit"):
-            if kwargs.get(name) is not None:
-                kwargs[name] = kwargs[name] - now
+        request = replace(request, **_shifted(request, -time.perf_counter()))  # seconds left
+        labels = [str(model) for model in request.models]
         with self._guard:  # one request at a time: the lane is one model timed at a time anyway
             try:
-                timings = self._ask(method, models, args, kwargs)
+                timings = self._ask(request, labels)
             except ray.exceptions.RayActorError:  # the lane's node was lost: another target node's lane
                 self._lane, self._sent = None, set()
-                timings = self._ask(method, models, args, kwargs)
-            self.timed.append({"method": method, "models": _labels(models), "node": self._identity["node"]})
+                timings = self._ask(request, labels)
+            self.timed.append({"models": labels, "node": self._identity["node"]})
         return timings
 
-    def _ask(self, method: str, models: dict[str, Any], args: tuple, kwargs: dict[str, Any]) -> np.ndarray:
+    def _ask(self, request: TimingRequest, labels: list[str]) -> np.ndarray:
         import ray
 
         lane = self._lane_actor()
-        placed = {name: self._ship(lane, value) for name, value in models.items()}
-        return ray.get(lane.time.remote(method, placed, args, dict(kwargs), _labels(models)))
+        placed = [self._ship(lane, model) for model in request.models]
+        return ray.get(lane.time.remote(replace(request, models=()), placed, labels))
 
-    def _ship(self, lane: Any, value: Path | list[Path]) -> Any:
+    def _ship(self, lane: Any, value: Path) -> tuple[str, str]:
         """``value``'s place on the lane's node, its files sent there first if the lane lacks them."""
-        if isinstance(value, list):
-            return [self._ship(lane, one) for one in value]
         import ray
 
         path = Path(value)
@@ -218,8 +203,9 @@ class RayTargetBackend:
         return self._lane
 
 
-def _labels(models: dict[str, Any]) -> list[str]:
-    return [str(p) for value in models.values() for p in (value if isinstance(value, list) else [value])]
+def _shifted(request: TimingRequest, by: float) -> dict[str, float]:
+    """``request``'s ``deadline`` and ``limit`` moved by ``by`` seconds (to seconds left and back)."""
+    return {name: value + by for name in ("deadline", "limit") if (value := getattr(request, name)) is not None}
 
 
 def target_nodes(resource: str) -> list[dict[str, Any]]:

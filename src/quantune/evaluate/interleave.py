@@ -1,0 +1,84 @@
+"""The interleaved timing loop, written once: every timing in this process and a target's server run it.
+
+It imports the standard library and numpy only and stays Python 3.8-compatible: the target's
+evaluation server (``target_server.py``) loads this very file by its path, in an environment
+that has no quantune, so the rounds there follow the same order rule as here.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Sequence
+
+import numpy as np
+
+
+def round_orders(rounds: int, models: int) -> list[list[int]]:
+    """The order the models run in each of ``rounds`` interleaved rounds. Whatever the process does
+    between rounds (the loop, a rule asked about the rounds so far) lands on the round's first call:
+    with one fixed order the same model was first in every round and the rest were paired against it,
+    so a byte-identical copy of a small model timed faster than its original. Here each block of
+    ``models`` rounds runs every model once in every place; the block's cyclic order and which of its
+    rounds each model leads are shuffled from a fixed seed, so work done every few rounds lands on no
+    one model, no model always follows the same other, and the same run's rounds keep the same order.
+    Drawn before timing starts, so the rounds themselves do no extra work."""
+    rng = np.random.default_rng(0)
+    orders: list[list[int]] = []
+    while len(orders) < rounds:
+        cycle, shifts = rng.permutation(models), rng.permutation(models)
+        orders += [np.roll(cycle, int(shift)).tolist() for shift in shifts]
+    return orders[:rounds]
+
+
+def interleaved(
+    calls: Sequence[Callable[[], object] | None],
+    rounds: int,
+    *,
+    first: int = 0,
+    warmup: int = 0,
+    warmup_s: float | None = None,
+    end: float | None = None,
+    fewest: int = 0,
+    active: list[bool] | None = None,
+    between: Callable[[], object] | None = None,
+    after: Callable[[np.ndarray], bool] | None = None,
+) -> np.ndarray:
+    """Seconds, one row per call, one column per round that ran (NaN where a row sat out).
+
+    Up to ``warmup`` calls of each first, interleaved: each at least once (its first run
+    allocates), none started ``warmup_s`` after warm-up began. Then ``rounds`` rounds, each running
+    every call once in the order :func:`round_orders` gives round ``first`` onwards -- a timing
+    done in batches (a target's) passes the rounds already run, so its batches continue the order.
+    No round starts past ``end`` (a ``time.perf_counter()`` value) once ``fewest`` ran; a caller
+    whose end counts from warm-up's end warms up first (``rounds=0``).
+    ``active``: a list of flags the caller may change between rounds (or a call may clear for its
+    own row, its figure then dropped); a ``None`` call never runs. ``between``: called before each
+    warm-up pass and round (the latency lane). ``after``: asked with the rounds so far after each
+    round; True ends the timing there.
+    """
+    clock = time.perf_counter
+    on = [call is not None for call in calls] if active is None else active
+    started = clock()
+    for index in range(warmup):
+        if index and warmup_s is not None and clock() - started >= warmup_s:
+            break
+        if between is not None:
+            between()
+        for row, call in enumerate(calls):
+            if on[row] and call is not None:
+                call()
+    timings = np.full((len(calls), rounds), np.nan)
+    for index, order in enumerate(round_orders(first + rounds, len(calls))[first:]):
+        if index >= fewest and end is not None and clock() >= end:
+            return timings[:, :index]
+        if between is not None:
+            between()
+        for row in order:
+            if on[row] and calls[row] is not None:
+                start = clock()
+                calls[row]()
+                if on[row]:
+                    timings[row, index] = clock() - start
+        if after is not None and after(timings[:, : index + 1]):
+            return timings[:, : index + 1]
+    return timings
