@@ -381,7 +381,7 @@ RESULT_KEYS = {
     "closest_miss": "When nothing met the criterion: the most accurate model faster than the original, else "
     "the trial with the smallest loss; null otherwise.",
     "closest_miss_front": "The accuracy-latency front of the quantized models faster than the original: "
-    "{number, <metric>, accuracy_loss, latency_ms, speedup}, most accurate first.",
+    "{number, <metric>, accuracy_loss, latency_ms, speedup}, most accurate first; timed misses only.",
     "metric": "The metric the criterion guards.",
     "criterion": "{type, tolerable_loss, higher_is_better}.",
     "objective": "What the run minimised once the criterion held: latency, size or memory.",
@@ -405,9 +405,12 @@ RESULT_KEYS = {
     "stage_errors": "Stages that failed ({stage, error, log_tail}); the run went on without them.",
     "strategy": "What an accuracy-driven strategy learned: sensitivity per group, decisions, recovered units.",
     "environment": "The machine and library versions: cpu_model, cpu_flags, cores, versions.",
-    "target": "Where models were evaluated: interpreter, onnxruntime version, provider and options, CPU.",
+    "target": "Where models were evaluated: interpreter, onnxruntime version, provider and options, CPU; "
+    "with a Ray timing target (executor.target) also timed (every timing with its node), timed_on (the "
+    "lane's node) and timings_on (its resource, quantune and onnxruntime versions, CPU flags).",
     "latency_confirmation_skipped": "Why there was no re-timing although there were candidates, else null.",
-    "time_spent_s": "Seconds per phase: start-up, set-up, original, the search's stages, confirmation, writing.",
+    "time_spent_s": "Seconds per phase: start-up, set-up, original, the search's stages, closest miss (timing "
+    "the untimed misses that may be it), confirmation, writing.",
     "model_not_saved": "Why the chosen model's folder was not written (its model left the cache), else null.",
 }
 
@@ -417,11 +420,12 @@ TRIAL_KEYS = {
     "params": "The searched values, as `<step>.<param>`.",
     "status": "ok or failed.",
     "metrics": "The metric, the agreement metrics, latency_ms (p90, mean), size_bytes, peak_memory_mb, "
-    "quantized_ops, quantized_compute_fraction, latency_search_ms (when re-timed).",
+    "quantized_ops, quantized_compute_fraction, latency_search_ms (when re-timed); an untimed trial has no "
+    "latency_ms, latency_p90_ms, latency_mean_ms or peak_memory_mb.",
     "meets_criterion": "Whether the accuracy loss is within the budget.",
     "accuracy_loss": "In the criterion's units: a fraction of the original for relative, metric units for "
     "absolute; negative when the candidate did better.",
-    "objective": "The value minimised (latency_ms, size_bytes, ...).",
+    "objective": "The value minimised (latency_ms, size_bytes, ...); null for an untimed trial in a latency run.",
     "durations": "Seconds per pass (passes_s), evaluation_s, total_s, calibration peak memory.",
     "cache": "Per step and for the evaluation: hit or miss.",
     "error": "Why a failed trial failed (which pass or evaluation, or how its worker died).",
