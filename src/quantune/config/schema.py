@@ -211,7 +211,7 @@ class ExecutorConfig(_Strict):
         default="process",
         description="process: isolated worker processes (a crash fails one trial); inline: in this process "
         "(for debugging); ray: Ray tasks on a cluster or a local Ray (no shared disk: the model, data and "
-        "scripts travel through Ray; every model is timed on the machine running quantune).",
+        "scripts travel through Ray; models are timed where executor.target says).",
     )
     workers: int = Field(default=1, gt=0, le=1024, description="Trials run at once.")
     trial_timeout_s: float | None = Field(default=None, gt=0, description="A trial running longer is killed.")
