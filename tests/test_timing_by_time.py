@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from conftest import build_mlp, mlp_inputs
 from quantune.evaluate import LatencySpec, TimingRequest, time_side_by_side
@@ -115,3 +116,14 @@ def test_check_on_a_slow_model_times_to_its_share_shows_progress_and_estimates_t
     assert any("3/50 rounds" in line for line in original)
     assert "cost: one evaluation of the original takes" in stdout
     assert "a run of 8 trials (stop.max_trials) is estimated at ~" in stdout and "of model work" in stdout
+
+
+def test_a_trials_timing_is_estimated_within_its_time_share() -> None:
+    """The run's estimate of a trial (whether one still fits stop.timeout_s) counts a slow model's
+    timing as cut by its time share, not as every repeat: else a model of seconds a run was never
+    tried within a limit its trials fit."""
+    from quantune.evaluate.latency import own_timing_s
+
+    assert own_timing_s(10, 50, 10.0, 0.001) == pytest.approx(0.06)  # a fast model: every run
+    slow = own_timing_s(10, 50, 10.0, 4.0)  # 60 runs of 4 s would be 240 s
+    assert slow < 40.0 and slow >= 3 * 4.0  # the share and its fewest rounds

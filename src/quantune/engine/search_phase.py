@@ -28,6 +28,7 @@ from quantune.engine.interrupts import stop_cause
 from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.resume import Replay
 from quantune.engine.timebook import TimeBook
+from quantune.evaluate.latency import own_timing_s
 from quantune.store import RunStore
 
 log = logging.getLogger("quantune")
@@ -73,8 +74,9 @@ def search(
     loop.evaluated_ahead = opening.prebuild.ahead() if opening.prebuild is not None else []  # read from the cache
     loop.wait_ahead = opening.prebuild.wait_ahead if opening.prebuild is not None else None  # type: ignore[attr-defined]
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
-    rounds = config.evaluation.latency.warmup + config.evaluation.latency.repeats
-    loop.first_trial_s = 2 * evaluation_seconds(parts.context) + rounds * baseline.get("latency_ms", 0.0) / 1000
+    spec = config.evaluation.latency
+    timing_s = own_timing_s(spec.warmup, spec.repeats, spec.seconds, baseline.get("latency_ms", 0.0) / 1000)
+    loop.first_trial_s = 2 * evaluation_seconds(parts.context) + timing_s
     book.search_starts()
     if end.limited:  # a strategy's stage (sensitivity, ceilings) stops there too
         isolation.deadline.at = started + float(config.stop.timeout_s or 0) - loop.end_reserve_s

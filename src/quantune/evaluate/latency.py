@@ -91,6 +91,13 @@ class TimingRequest:
     anchor: int | None = None
 
 
+def own_timing_s(warmup: int, repeats: int, seconds: float, latency_s: float) -> float:
+    """About how long one model's own timing takes at ``latency_s`` a run: its warm-up and rounds,
+    cut by its time share (``seconds``, warm-up within a quarter of it) once the fewest rounds ran."""
+    cut = max(FEWEST_ROUNDS * latency_s, seconds) + latency_s + max(seconds / 4, latency_s)
+    return min((warmup + repeats) * latency_s, cut)
+
+
 def timing_end(spec: LatencySpec, models: int, deadline: float | None = None) -> float:
     """The ``time.perf_counter()`` reading past which a timing of ``models`` models starts no round
     (once its fewest ran): its time share from now, or the caller's ``deadline`` if sooner."""
