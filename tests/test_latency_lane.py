@@ -54,8 +54,8 @@ def test_a_timing_that_waits_for_the_lane_says_so_and_names_the_holder(tmp_path,
         holder.release()
         thread.join()
     assert result["timings"].shape == (1, 3)
-    err = capsys.readouterr().err
-    assert "waiting for the latency lane" in err and f"pid {os.getpid()}" in err
+    out = capsys.readouterr().out
+    assert "waiting for the latency lane" in out and f"pid {os.getpid()}" in out
 
 
 def test_a_long_timing_lets_a_waiting_one_in_between_its_rounds(tmp_path, lane_path, monkeypatch, capsys):
@@ -92,4 +92,4 @@ def test_a_long_timing_lets_a_waiting_one_in_between_its_rounds(tmp_path, lane_p
     finally:
         thread.join()
     assert result["timings"].shape == (1, 6)  # and then finished its rounds
-    assert "waiting for the latency lane" in capsys.readouterr().err
+    assert "waiting for the latency lane" in capsys.readouterr().out

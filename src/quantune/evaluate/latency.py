@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import contextlib
 import os
-import sys
 import tempfile
 import threading
 import time
@@ -118,14 +117,14 @@ class LatencyLane:
     quantune process on the machine (another user's run, a test suite) would wait for all of it.
     Between rounds (:meth:`between_rounds`) a holder that sees a waiter lets it in, after at most
     ``LANE_SLICE_S`` -- the rounds' pairing is within a round, so a pause between two costs no
-    precision. A waiter says once that it waits, and for whom (the holder's pid is in the file).
+    precision. A waiter says once (on stdout, as progress) that it waits, and for whom (the holder's pid is in the file).
     """
 
     def __init__(self, path: Path | None = None, say: Callable[[str], None] | None = None) -> None:
         self.path = path or Path(
             os.environ.get("QUANTUNE_LATENCY_LOCK") or Path(tempfile.gettempdir()) / "quantune-latency.lock"
         )
-        self.say = say or _to_stderr
+        self.say = say or _to_stdout
         self._fd: int | None = None
         self._since = 0.0
         self._said = False
@@ -200,8 +199,10 @@ class LatencyLane:
         self.acquire()
 
 
-def _to_stderr(line: str) -> None:
-    print(f"quantune: {line}", file=sys.stderr, flush=True)
+def _to_stdout(line: str) -> None:
+    """A notice of progress, beside the run's other progress lines: stderr holds only a failure's
+    one line (and warnings), so a run that waits and then fails still says one line there."""
+    print(f"quantune: {line}", flush=True)
 
 
 @contextlib.contextmanager
