@@ -16,11 +16,18 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import accuracy_problem, run_model, save_graph
 from layernorm_model import build_layernorm_mlp, layernorm_inputs
 from quantune import machine
+from quantune.evaluate.latency import LatencySpec, TimingRequest
 from quantune.evaluate.rounds import _still_timed, fastest_known, outrun
 from quantune.passes.base import PassContext
 from quantune.passes.onnx.dynamic_quant import DynamicQuantization, DynamicQuantizationConfig
 from quantune.strategy.accuracy.context import AccuracyContext
 from quantune.strategy.accuracy.speed import speed_variants
+
+
+def _still(timings, threshold: float, usable, pairs=(), anchor=None):
+    """The rounds' rule for which rows go on, asked as the timing loop asks it (one request)."""
+    request = TimingRequest((), {}, LatencySpec(), threshold=threshold, pairs=pairs, anchor=anchor)
+    return _still_timed(timings, request, usable)
 
 
 def build_silu_cnn(path: Path, seed: int = 0) -> Path:
@@ -145,12 +152,12 @@ def test_a_ceiling_surely_behind_the_fastest_is_not_placed_against_the_margin() 
     timings = np.stack([original, fast, behind])
     assert outrun(timings, 0.97) == [False, True]
     assert outrun(np.stack([original, behind, fast]), 0.97) == [True, False]  # wherever the fastest row is
-    active, finished = _still_timed(timings, 0.97, [True, True, True])
+    active, finished = _still(timings, 0.97, [True, True, True])
     assert finished and active == [True, False, False]
     # nothing surely below the margin: nothing outruns anything, the undecided one is timed on
     alone = np.stack([original, behind])
     assert outrun(alone, 0.97) == [False]
-    assert _still_timed(alone, 0.97, [True, True]) == ([True, True], False)
+    assert _still(alone, 0.97, [True, True]) == ([True, True], False)
     # a candidate within 2% of the fastest is not behind it: both are still ranked
     near = original * (0.465 + rng.uniform(-0.005, 0.005, rounds))
     assert outrun(np.stack([original, fast, near]), 0.97) == [False, False]
@@ -244,16 +251,16 @@ def test_a_guess_in_budget_needs_no_place_at_the_margin_nor_do_ceilings_not_fast
     lighter = guess * 1.05  # the companion: surely not faster than the guess
     timings = np.stack([original, guess, twin, lighter])
     usable = [True] * 4
-    assert _still_timed(timings[:3], 0.97, usable[:3])[1] is False  # no anchor: both placed at the margin
-    active, finished = _still_timed(timings, 0.97, usable, pairs=[(3, 1)], anchor=1)
+    assert _still(timings[:3], 0.97, usable[:3])[1] is False  # no anchor: both placed at the margin
+    active, finished = _still(timings, 0.97, usable, pairs=[(3, 1)], anchor=1)
     assert finished and active == [True, False, False, False]
     steady = np.ones(rounds)
     at = steady * 0.985  # the guess
     maybe = np.where(np.arange(rounds) % 2, 0.93, 1.0)  # undecided at the margin, perhaps faster than the guess
-    active, finished = _still_timed(np.stack([steady, at, maybe, at * 1.05]), 0.97, usable, pairs=[(3, 1)], anchor=1)
+    active, finished = _still(np.stack([steady, at, maybe, at * 1.05]), 0.97, usable, pairs=[(3, 1)], anchor=1)
     assert not finished and active == [True, True, True, False]
     # no lighter models paired with the guess: it is the anchor all the same
     unsure = at * np.where(np.arange(rounds) % 2, 0.96, 1.04)  # the guess, undecided at the margin
     alone = np.stack([steady, unsure, steady * 0.986])  # and a ceiling surely above it
-    assert _still_timed(alone, 0.97, usable[:3])[1] is False
-    assert _still_timed(alone, 0.97, usable[:3], anchor=1)[1] is True
+    assert _still(alone, 0.97, usable[:3])[1] is False
+    assert _still(alone, 0.97, usable[:3], anchor=1)[1] is True
