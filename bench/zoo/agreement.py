@@ -105,3 +105,10 @@ def mask_f1(candidate: Batch, truth: Batch, threshold: float) -> float:
     if found + expected == 0:
         return 1.0
     return 2.0 * hits / (found + expected)
+
+
+def text_pixel_f1(model: Path, outputs: dict, data: dict, output: str = "fetch_name_0") -> float:
+    """A DB text detector's probability map against ``model``'s (fp32) on the same pages: F1 of the
+    pixels above 0.3, DB's binarization threshold in RapidOCR (0 for a detector that finds nothing)."""
+    truth = reference(model, {"x": data["x"]})
+    return mask_f1(outputs[output], truth[output], threshold=0.3)
