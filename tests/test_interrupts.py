@@ -45,3 +45,24 @@ def test_the_previous_handler_comes_back_and_ignored_ctrl_c_stays_ignored():
             assert signal.getsignal(signal.SIGINT) is signal.SIG_IGN
     finally:
         signal.signal(signal.SIGINT, before)
+
+
+def test_a_stop_the_code_it_landed_in_swallowed_still_stops_the_run() -> None:
+    """A signal raises its interrupt wherever the main thread is; a library's clean-up may turn it
+    into an error that a caller catches (a file lock's release raising OSError in its place). The
+    stop is kept until the engine takes it, so the next stop point raises it again."""
+    import contextlib
+
+    from quantune.engine import interrupts
+
+    previous = signal.signal(signal.SIGTERM, interrupts._raise_stop)
+    try:
+        with contextlib.suppress(KeyboardInterrupt):  # swallowed, as around a lock's clean-up
+            signal.raise_signal(signal.SIGTERM)
+        with pytest.raises(interrupts.Terminated):
+            interrupts.raise_if_stopped()
+        interrupts.stop_taken()  # the engine caught it and saves what finished
+        interrupts.raise_if_stopped()  # taken: no second stop
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+        interrupts.stop_taken()

@@ -19,7 +19,7 @@ from typing import Any
 
 from quantune.engine.confirm import MIN_ROUNDS, VERDICT_ROUNDS, Confirmation, confirm_latency, retiming_plan
 from quantune.engine.deadline import EndBudget
-from quantune.engine.interrupts import stop_cause
+from quantune.engine.interrupts import stop_cause, stop_taken
 from quantune.engine.trial import TrialRecord
 
 log = logging.getLogger("quantune")
@@ -125,6 +125,7 @@ def confirm_end(
                 ):
                     confirmation = second
     except KeyboardInterrupt as exc:  # the search is done and kept; the re-timing is cut, and the run
+        stop_taken()
         cause = stop_cause(exc)  # stops as a signal during the search stops it (exit 130 or 143)
         return Ending(
             unconfirmed=f"the run was interrupted ({cause}) while it was re-timed side by side; {RERUN}",

@@ -42,8 +42,26 @@ def exit_code(exc: BaseException) -> int:
     return EXIT_CODES[signal.SIGTERM] if isinstance(exc, Terminated) else EXIT_CODES[signal.SIGINT]
 
 
+# The stop a signal asked for, kept beyond the exception it raised: code between the signal and the
+# engine may catch that exception as an error (a library's file-lock clean-up that turns it into an
+# OSError, a view drawn under ``except Exception``), and a stop must not be lost there.
+_asked: list[int] = []
+
+
 def _raise_stop(signum: int, frame: FrameType | None) -> None:
+    _asked[:] = [signum]
     raise interrupt_for(signum)
+
+
+def stop_taken() -> None:
+    """The engine caught the stop and acts on it (saves what finished, exits with its code)."""
+    _asked.clear()
+
+
+def raise_if_stopped() -> None:
+    """Raises the stop a signal asked for during this run, should the code it landed in have swallowed it."""
+    if _asked:
+        raise interrupt_for(_asked[0])
 
 
 def install_stop_signals() -> None:
@@ -65,6 +83,7 @@ class DeferredInterrupt:
         self._previous: dict[int, Any] = {}
 
     def __enter__(self) -> DeferredInterrupt:
+        _asked.clear()  # a stop asked of an earlier run in this process is not this one's
         if threading.current_thread() is threading.main_thread():
             for signum in (signal.SIGINT, signal.SIGTERM):
                 previous = signal.getsignal(signum)
@@ -84,7 +103,7 @@ class DeferredInterrupt:
         if self._depth:
             self._pending = signum
             return
-        raise interrupt_for(signum)
+        _raise_stop(signum, frame)
 
     @contextlib.contextmanager
     def critical(self) -> Iterator[None]:
@@ -95,4 +114,4 @@ class DeferredInterrupt:
             self._depth -= 1
             if not self._depth and self._pending is not None:
                 signum, self._pending = self._pending, None
-                raise interrupt_for(signum)
+                _raise_stop(signum, None)

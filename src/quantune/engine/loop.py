@@ -20,7 +20,7 @@ from typing import Any, Protocol
 from quantune.config.schema import StopConfig
 from quantune.engine.executors.stage import stage_seconds
 from quantune.engine.failures import KnownFailures, classify
-from quantune.engine.interrupts import DeferredInterrupt
+from quantune.engine.interrupts import DeferredInterrupt, raise_if_stopped
 from quantune.engine.plan import Plan
 from quantune.engine.result import Result
 from quantune.engine.resume import Replay, SkipLog
@@ -206,6 +206,7 @@ class RunLoop:
                     f"; {self.abandoned} trial(s) still running at the limit were abandoned (run again to resume them)"
                 )
             for future in sorted(done, key=lambda f: self.pending[f][0].number):
+                raise_if_stopped()  # a signal that a trial's code caught as an error still stops the run
                 if self.check_inputs is not None:
                     self.check_inputs()
                 _, proposal = self.pending.pop(future)

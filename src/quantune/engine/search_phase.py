@@ -24,7 +24,7 @@ from quantune.engine.ending import retimes
 from quantune.engine.executors import Executor
 from quantune.engine.executors.stage import Isolation
 from quantune.engine.identity import check_model_unchanged
-from quantune.engine.interrupts import stop_cause
+from quantune.engine.interrupts import stop_cause, stop_taken
 from quantune.engine.loop import Judge, RunListener, RunLoop
 from quantune.engine.resume import Replay
 from quantune.engine.timebook import TimeBook
@@ -85,6 +85,7 @@ def search(
         log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
         executor.shutdown(kill=bool(loop.abandoned))
     except KeyboardInterrupt as exc:
+        stop_taken()
         stop_reason = f"interrupted ({stop_cause(exc)}): finished trials are saved; run again to resume"
         executor.shutdown(kill=True)
     except BaseException:  # e.g. workers that cannot start: stop them, then say why

@@ -26,6 +26,7 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
+from quantune.engine.interrupts import raise_if_stopped
 from quantune.engine.result import Result
 from quantune.errors import QuantuneError
 from quantune.store.faults import storage_errors
@@ -119,6 +120,7 @@ def render_html(
         "environment": sections.environment(results),
         **views,
     }
+    raise_if_stopped()  # a signal a view's drawing caught as an error: no page, the run stops
     return Template(_TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
 
 
