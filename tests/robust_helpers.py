@@ -215,3 +215,18 @@ def score(outputs, data):
             {action}
     return float(np.mean(np.argmax(logits, axis=1) == data["label"]))
 """
+
+
+def qdq_quantized(model: Path, x, out: Path) -> Path:
+    """``model`` quantized by onnxruntime (QDQ), calibrated on ``x`` (its input ``x``) in batches of 4."""
+    from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
+
+    class Reader(CalibrationDataReader):
+        def __init__(self) -> None:
+            self.items = iter([{"x": x[i : i + 4]} for i in range(0, len(x), 4)])
+
+        def get_next(self):
+            return next(self.items, None)
+
+    quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ)
+    return out

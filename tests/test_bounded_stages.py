@@ -13,7 +13,6 @@ import numpy as np
 import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
 from conftest import save_graph
 from quantune.data import Dataset
@@ -21,6 +20,7 @@ from quantune.evaluate import EvaluationSpec, Evaluator
 from quantune.evaluate.budget import run_in_pieces
 from quantune.evaluate.sensitivity import capture, measure
 from quantune.evaluate.sensitivity.static import _structure
+from robust_helpers import qdq_quantized
 from test_memory import build_wide_cnn
 
 REPO = Path(__file__).resolve().parents[1]
@@ -30,22 +30,10 @@ def _images(rows: int, size: int, seed: int = 0) -> np.ndarray:
     return np.random.default_rng(seed).normal(0, 1, (rows, 3, size, size)).astype(np.float32)
 
 
-def _quantized(model: Path, x: np.ndarray, out: Path) -> Path:
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter([{"x": x[i : i + 4]} for i in range(0, len(x), 4)])
-
-        def get_next(self):
-            return next(self.items, None)
-
-    quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ)
-    return out
-
-
 def test_sensitivity_in_many_capture_groups_gives_the_one_group_report(tmp_path: Path) -> None:
     model = build_wide_cnn(tmp_path / "wide.onnx", size=32)
     x = _images(12, 32)
-    quant = _quantized(model, x, tmp_path / "q.onnx")
+    quant = qdq_quantized(model, x, tmp_path / "q.onnx")
     feeds = [{"x": x[i : i + 6]} for i in range(0, 12, 6)]
     tiny = 0.05  # MB: below one row's tensors of one statistic
     jobs = _structure(onnx.load(str(model)), onnx.load(str(quant))).jobs
@@ -101,7 +89,7 @@ def test_sensitivity_peak_is_set_by_the_budget_not_by_the_data_or_the_tensors(tm
     (raw, dequantized and float copies, twice while onnxruntime hands them over); within a
     48 MB budget, a few statistics' tensors of a few rows are captured at a time."""
     model = build_wide_cnn(tmp_path / "wide.onnx", size=192)
-    quant = _quantized(model, _images(4, 192), tmp_path / "q.onnx")
+    quant = qdq_quantized(model, _images(4, 192), tmp_path / "q.onnx")
     everything = _sensitivity_peak(model, quant, 8, 8, 4096)
     bounded = _sensitivity_peak(model, quant, 8, 8, 48)
     more_data = _sensitivity_peak(model, quant, 32, 8, 48)

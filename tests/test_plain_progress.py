@@ -12,7 +12,6 @@ from pathlib import Path
 
 import numpy as np
 import onnx
-from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 from rich.console import Console
 
 from quantune import progress
@@ -21,7 +20,7 @@ from quantune.evaluate.sensitivity import capture, measure
 from quantune.evaluate.sensitivity.static import _structure
 from quantune.report.console import ConsoleListener
 from quantune.report.heartbeat import PlainProgress
-from robust_helpers import PYTHON, cli_env, make_project
+from robust_helpers import PYTHON, cli_env, make_project, qdq_quantized
 from test_memory import build_wide_cnn
 
 
@@ -55,22 +54,10 @@ def test_a_run_without_a_terminal_prints_each_stage_in_plain_lines(tmp_path: Pat
     assert any("rounds" in line for line in confirmation)
 
 
-def _quantized(model: Path, x: np.ndarray, out: Path) -> Path:
-    class Reader(CalibrationDataReader):
-        def __init__(self) -> None:
-            self.items = iter([{"x": x[i : i + 4]} for i in range(0, len(x), 4)])
-
-        def get_next(self):
-            return next(self.items, None)
-
-    quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ)
-    return out
-
-
 def test_a_stage_worker_reports_how_far_it_is_to_the_console(tmp_path: Path):
     model = build_wide_cnn(tmp_path / "wide.onnx", size=16)
     x = np.random.default_rng(0).normal(0, 1, (8, 3, 16, 16)).astype(np.float32)
-    quant = _quantized(model, x, tmp_path / "q.onnx")
+    quant = qdq_quantized(model, x, tmp_path / "q.onnx")
     feeds = [{"x": x[i : i + 4]} for i in range(0, 8, 4)]
     tiny = 0.01  # MB: one capture group per job
     jobs = _structure(onnx.load(str(model)), onnx.load(str(quant))).jobs
