@@ -87,11 +87,19 @@ def budget_rows(kind: str, tolerable_loss: float, score: float, rows: int) -> fl
     return tolerable_loss * (abs(score) if kind == "relative" else 1.0) * rows
 
 
-def budget_words(kind: str, tolerable_loss: float, metric: str, baseline: dict[str, float]) -> str:
-    """The budget in rows of the evaluation (``""`` for a metric not scored row by row)."""
+def _resolution(metric: str, tolerable_loss: float, baseline: dict[str, float]) -> tuple[int, float] | None:
+    """(rows scored, the original's score) where the budget can be counted in rows, else ``None``."""
     rows, score = int(baseline.get("rows_scored", 0)), baseline.get(metric)
     if metric not in ROW_METRICS or rows <= 0 or score is None or not math.isfinite(tolerable_loss):
+        return None
+    return rows, score
+
+
+def budget_words(kind: str, tolerable_loss: float, metric: str, baseline: dict[str, float]) -> str:
+    """The budget in rows of the evaluation (``""`` for a metric not scored row by row)."""
+    if (known := _resolution(metric, tolerable_loss, baseline)) is None:
         return ""
+    rows, score = known
     return (
         f"a candidate may lose {budget_rows(kind, tolerable_loss, score, rows):.3g} of the {rows} evaluation rows net"
     )
@@ -100,9 +108,9 @@ def budget_words(kind: str, tolerable_loss: float, metric: str, baseline: dict[s
 def resolution_warning(kind: str, tolerable_loss: float, metric: str, baseline: dict[str, float]) -> str:
     """Why the budget is finer than one row of the evaluation, and what would resolve it; ``""`` when
     it is not (or the metric is not scored row by row)."""
-    rows, score = int(baseline.get("rows_scored", 0)), baseline.get(metric)
-    if metric not in ROW_METRICS or rows <= 0 or score is None or not math.isfinite(tolerable_loss):
+    if (known := _resolution(metric, tolerable_loss, baseline)) is None:
         return ""
+    rows, score = known
     allowed = budget_rows(kind, tolerable_loss, score, rows)
     if allowed >= 1.0:
         return ""
