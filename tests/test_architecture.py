@@ -74,6 +74,7 @@ def _import_graph():
 # bench/results/import-graph-2026-11-27-thin.md: the sensitivity probe is the engine's, capability/head quantune.graph
 MAX_UPWARD_IMPORTS = 0
 MAX_IMPORT_CYCLES = 0  # sections reads the wording from quantune.wording, not report.result
+MAX_PACKAGE_CYCLES = 0  # the engine by job: run, outcome, measure, executors, trials, plan, each on those after it
 
 
 def test_imports_point_down_and_go_round_no_more_than_before():
@@ -85,6 +86,8 @@ def test_imports_point_down_and_go_round_no_more_than_before():
         "\n".join(upward)
     )
     assert len(cycles) <= MAX_IMPORT_CYCLES, f"import cycles: {cycles}"
+    rooms = graph.package_cycles(found, SRC.parent)
+    assert len(rooms) <= MAX_PACKAGE_CYCLES, f"subpackages that import each other: {rooms}"
 
 
 # Strings that name a precision (``"fp16"`` is a pass and a dtype): a literal holding one of these

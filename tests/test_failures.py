@@ -118,7 +118,7 @@ def assert_closest_miss_reported(result, out: Path) -> None:
     miss = saved["closest_miss"]
     assert miss is not None and miss["meets_criterion"] is False
     evaluated = [t for t in saved["trials"] if t["status"] == "ok"]
-    # the most accurate model faster than the original (engine/selection.py miss_front), else of all
+    # the most accurate model faster than the original (engine/trials/selection.py miss_front), else of all
     faster = [t for t in evaluated if t["number"] in {row["number"] for row in saved["closest_miss_front"]}]
     assert miss["accuracy_loss"] == min(t["accuracy_loss"] for t in faster or evaluated)
     assert miss["number"] in {t["number"] for t in evaluated}
@@ -204,8 +204,8 @@ def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
     import time
     from types import SimpleNamespace
 
-    from quantune.engine.loop import RunLoop
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.run.loop import RunLoop
+    from quantune.engine.trials.trial import TrialRecord
 
     def loop_at(elapsed_s: float, timeout_s: float | None, durations: dict[str, list[float]]) -> RunLoop:
         loop = RunLoop.__new__(RunLoop)  # only what _would_overrun reads
@@ -244,9 +244,9 @@ def test_a_one_off_stage_is_not_counted_as_every_trials_work(monkeypatch):
     import time
     from types import SimpleNamespace
 
-    from quantune.engine import loop as loop_module
-    from quantune.engine.loop import RunLoop
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.run import loop as loop_module
+    from quantune.engine.run.loop import RunLoop
+    from quantune.engine.trials.trial import TrialRecord
 
     spent = {"s": 100.0}
     monkeypatch.setattr(loop_module, "stage_seconds", lambda: spent["s"])

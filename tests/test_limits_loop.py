@@ -9,9 +9,9 @@ from __future__ import annotations
 import time
 from types import SimpleNamespace
 
-from quantune.engine.deadline import EndBudget
-from quantune.engine.loop import RunLoop
-from quantune.engine.trial import TrialRecord
+from quantune.engine.run.deadline import EndBudget
+from quantune.engine.run.loop import RunLoop
+from quantune.engine.trials.trial import TrialRecord
 
 
 def _loop(
@@ -71,7 +71,7 @@ def test_waiting_for_the_builds_ahead_ends_at_the_runs_limit() -> None:
     import threading
 
     from quantune.engine.executors.stage import Isolation, StageDeadline
-    from quantune.engine.prebuild import Prebuild
+    from quantune.engine.measure.prebuild import Prebuild
 
     prebuild = Prebuild.__new__(Prebuild)  # only what join reads
     prebuild._isolation = Isolation(deadline=StageDeadline())

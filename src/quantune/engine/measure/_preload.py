@@ -15,8 +15,8 @@ import onnx  # noqa: F401
 import onnxruntime
 import onnxruntime.quantization  # noqa: F401
 
-import quantune.engine.baseline
 import quantune.engine.executors.stage
 import quantune.engine.executors.worker
-import quantune.engine.prebuild
-import quantune.engine.probes  # noqa: F401
+import quantune.engine.measure.baseline
+import quantune.engine.measure.prebuild
+import quantune.engine.measure.probes  # noqa: F401

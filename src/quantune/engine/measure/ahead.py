@@ -1,4 +1,4 @@
-"""The stage workers' side of the builds ahead (engine/prebuild.py): the first guess evaluated
+"""The stage workers' side of the builds ahead (engine/measure/prebuild.py): the first guess evaluated
 beside the original's evaluation, and the speed ceilings' models built from one shared list.
 
 Split from prebuild.py, which runs them from the engine's threads: these functions run in the
@@ -79,7 +79,7 @@ def in_budget(spec: Any, figures: dict[str, float] | None, wait_s: float = ORIGI
     original's metric; False when there are none, or the original's metric is not known within
     ``wait_s`` (:func:`original_metric`)."""
     from quantune.engine.executors.worker import runner_for
-    from quantune.engine.runner import original_metric
+    from quantune.engine.trials.runner import original_metric
 
     runner = runner_for(spec)
     metric = runner.context.evaluator.spec.metric
@@ -103,9 +103,9 @@ def evaluate_first_guess(
     them, and are returned. None when the reference did not come within ``wait_s`` or the model
     failed (its trial then runs as any other, and says why). ``built_marker``: a file created once
     the model is built (a calibrating guess's ranges are cached then: the queue's ``calibrated``)."""
-    from quantune.engine.baseline import shared_cores
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
-    from quantune.engine.probes import variant_model
+    from quantune.engine.measure.baseline import shared_cores
+    from quantune.engine.measure.probes import variant_model
 
     started = time.perf_counter()
     load_shapes_ahead(spec, [point])  # beside the run's set-up in this worker, when the guess needs it
@@ -160,7 +160,7 @@ class _Reference(threading.Thread):
         self.start()
 
     def run(self) -> None:
-        from quantune.engine.baseline import cached_reference
+        from quantune.engine.measure.baseline import cached_reference
 
         while (value := cached_reference(self._runner)) is None:
             if time.monotonic() >= self._deadline or self._cancelled.wait(0.05):
@@ -233,7 +233,7 @@ def build_variants(
     ``queue``: only the items this worker claims, in its order. ``profile``: then also the
     original's node profile."""
     from quantune.engine.executors.worker import runner_for
-    from quantune.engine.probes import measure_profile, variant_model
+    from quantune.engine.measure.probes import measure_profile, variant_model
 
     load_shapes_ahead(spec, [point for point, _ in items])
     context = runner_for(spec).context

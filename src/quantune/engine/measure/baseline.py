@@ -19,9 +19,9 @@ from pathlib import Path
 from typing import Any
 
 from quantune import progress
-from quantune.engine.executors.limits import limit_source, original_limit
 from quantune.engine.executors.stage import Isolation, run_stage
-from quantune.engine.runner import TrialRunner
+from quantune.engine.trials.limits import limit_source, original_limit
+from quantune.engine.trials.runner import TrialRunner
 from quantune.errors import ConfigError, QuantuneError
 from quantune.evaluate.latency import TimingRequest, latency_figures
 from quantune.memory import peak_tracker
@@ -34,7 +34,7 @@ RETIME_ROUNDS = 10  # the fewest ceiling rounds whose timings of the original st
 def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
     """In the stage worker: the original's figures, computed into the cache (``spec``: a WorkerSpec).
 
-    ``beside``: the first guess is evaluated at the same time (engine/prebuild.py): each of the
+    ``beside``: the first guess is evaluated at the same time (engine/measure/prebuild.py): each of the
     two takes half the cores and times its model quickly (see ``shared_cores``)."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
 
@@ -105,7 +105,7 @@ def original_figures(
     if cached is not None:
         return cached, ctx.baseline_status or "hit"
     with tempfile.TemporaryDirectory(prefix="quantune-stage-") as tmp:
-        # never unbounded: a metric or loader that hangs on the original ends the run (limits.py)
+        # never unbounded: a metric or loader that hangs on the original ends the run (trials/limits.py)
         limit = original_limit(spec.loaded.config) if isolation.timeout_s is None else isolation.timeout_s
         where = replace(isolation, log_dir=log_dir or Path(tmp), timeout_s=limit)
         outcome = run_stage(STAGE, evaluate_original, spec, beside, isolation=where, reported=True)
@@ -123,7 +123,7 @@ def original_figures(
 def evaluation_seconds(ctx: Any) -> float:
     """Seconds running the evaluation data through the original took (its outputs and metric; not
     its timing, nor the memory probe's one-off start), 0 when unknown. A trial calibrates (about
-    as long), evaluates and times: the run expects its first trial from this (engine.py)."""
+    as long), evaluates and times: the run expects its first trial from this (run/engine.py)."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
     return float(cached.get("evaluation_s") or 0.0)
 
@@ -138,7 +138,7 @@ def original_costs(ctx: Any) -> tuple[float, float]:
 def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]:
     """The original's latency figures timed again, here, and its cached figures updated (``ctx``:
     the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
-    (engine/prebuild.py), and so did its timing, which every speed figure of the run is read against.
+    (engine/measure/prebuild.py), and so did its timing, which every speed figure of the run is read against.
     Returns the new latency figures (none when the original's figures are not cached). ``deadline``
     (``time.perf_counter()``): no round starts past it after the fewest (the run's limit: under load
     the rounds of a slow model can take much of it)."""

@@ -25,8 +25,8 @@ from typing import Any
 import numpy as np
 
 from quantune import progress
-from quantune.engine.selection import earliest_as_fast, is_candidate
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.selection import earliest_as_fast, is_candidate
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
 from quantune.evaluate.latency import latency_figures
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN
@@ -48,7 +48,7 @@ _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
 # the noise (many in-budget models can lie within a few percent), so a stable contender takes the second
 # of the ``confirm_top`` places (default 2) -- the model the strategy settled on by paired timing
 # (``Strategy.answer``), else the earliest trial within this band of the fastest -- and the tie rule
-# (verdict.py) gives it the win when the re-timing cannot tell it from the fastest: the same run
+# (outcome/verdict.py) gives it the win when the re-timing cannot tell it from the fastest: the same run
 # twice then picks the same model.
 
 
@@ -63,7 +63,7 @@ class Confirmation:
     # trial numbers whose model the fastest re-timed one does not beat beyond the noise, side by side
     # (the fastest's own included): the verdict breaks that tie by a fixed rule, not by the noise
     ties: list[int] = field(default_factory=list)
-    # the strategy's own answer (``Strategy.answer``) when it was re-timed: it takes a tie (verdict.py)
+    # the strategy's own answer (``Strategy.answer``) when it was re-timed: it takes a tie (outcome/verdict.py)
     preferred: int | None = None
 
     def ratio_of(self, record: TrialRecord) -> RatioInterval | None:
@@ -196,7 +196,7 @@ def _choose(
     fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
     second place, and the contender of trial ``prefer`` (the model the strategy settled on by paired
     timing, its ``answer``) is re-timed too, in one more place when it is not among them: the tie
-    rule's stable contenders (verdict.py): where several in-budget models are within a few percent,
+    rule's stable contenders (outcome/verdict.py): where several in-budget models are within a few percent,
     which of them are re-timed would otherwise follow the search-time noise, and the same run
     twice would end at different models."""
     feasible = sorted(
@@ -277,7 +277,7 @@ def retiming_plan(
 
 def _timed_as(model: str | Path) -> tuple[str, dict[str, Any] | None]:
     """What timing ``model`` runs: its bytes (external data included) and the session settings beside it;
-    two models alike in both are one model, whatever their file names (as in engine/paired_timing.py)."""
+    two models alike in both are one model, whatever their file names (as in engine/measure/paired_timing.py)."""
     return files_sha256(model, external_data_files(model)), read_session_settings(model)
 
 

@@ -28,8 +28,8 @@ from functools import partial
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.ahead import GUESS_BUILDS, Queue, build_variants, calibrates, evaluate_ahead
 from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
+from quantune.engine.measure.ahead import GUESS_BUILDS, Queue, build_variants, calibrates, evaluate_ahead
 
 log = logging.getLogger("quantune.prebuild")
 

@@ -17,10 +17,10 @@ from typing import Any
 import numpy as np
 
 from quantune import progress
-from quantune.engine.baseline import RETIME_ROUNDS
-from quantune.engine.paired_timing import MIN_ROUNDS as PAIRED_MIN_ROUNDS
-from quantune.engine.paired_timing import store_pairs
-from quantune.engine.sensitivity_probe import SensitivityProbe
+from quantune.engine.measure.baseline import RETIME_ROUNDS
+from quantune.engine.measure.paired_timing import MIN_ROUNDS as PAIRED_MIN_ROUNDS
+from quantune.engine.measure.paired_timing import store_pairs
+from quantune.engine.measure.sensitivity_probe import SensitivityProbe
 from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
@@ -122,9 +122,9 @@ def accuracy_fields(
         reference_flow: tuple[str, ...],
         limit: float | None = None,
     ) -> Mapping[str, Any] | None:
-        """One model timed against another side by side (engine/paired_timing.py); None when it fails.
+        """One model timed against another side by side (engine/measure/paired_timing.py); None when it fails.
         ``limit``: the run's hard end (``time.perf_counter()``), no round past it."""
-        from quantune.engine.paired_timing import paired_latency as timed
+        from quantune.engine.measure.paired_timing import paired_latency as timed
 
         try:
             pair = (candidate, candidate_flow), (reference, reference_flow)
@@ -231,7 +231,7 @@ def time_ceilings(
     ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time`);
     the median paired ratios. ``pairs`` (item, reference item): companions timed in the same rounds
     until their ratio to the reference is decided; each answer goes where a paired timing of the two
-    models reads it (:func:`~quantune.engine.paired_timing.pair_key`), as does every two ceilings'.
+    models reads it (:func:`~quantune.engine.measure.paired_timing.pair_key`), as does every two ceilings'.
     ``anchor`` (an item): a model in budget already, which the rounds need not place at the margin.
 
     No accuracy evaluation: a ceiling's speed decides whether it is worth one, and only the
@@ -265,7 +265,7 @@ def time_ceilings(
     paired = [(row, ref) for row, ref in paired if row != ref]
     anchored = rows[twins[anchor]] if anchor is not None and anchor in twins else None
     spec = context.evaluator.spec.latency
-    # a companion's rounds are a paired timing's (engine/paired_timing.py): at least its fewest
+    # a companion's rounds are a paired timing's (engine/measure/paired_timing.py): at least its fewest
     most = max(PAIRED_MIN_ROUNDS if paired else 1, min(spec.repeats, CEILING_ROUNDS))
     backend = context.evaluator.backend  # the target's provider and build, as every other timing
     key = cache_key(
@@ -294,7 +294,7 @@ def time_ceilings(
                 max_rounds=most,
                 deadline=None if deadline is None else max(deadline, time.perf_counter()),
                 limit=limit,
-                # the original's latency is read from these rounds (engine/original.py): enough of them
+                # the original's latency is read from these rounds (engine/run/original.py): enough of them
                 original_rounds=RETIME_ROUNDS if getattr(context, "original_timed", None) is not None else 0,
                 pairs=paired,
                 early=True,  # a variant far slower than the margin sits out after two rounds
@@ -345,7 +345,7 @@ def cached_ceilings(
     anchor: int | None = None,
 ) -> list[float | None] | None:
     """:func:`time_ceilings` here when every point's model is already in the cache (built beside the
-    original's evaluation, engine/prebuild.py): timing alone needs no worker of its own, whose
+    original's evaluation, engine/measure/prebuild.py): timing alone needs no worker of its own, whose
     start-up would cost more than the timing. ``None`` when a model is missing (then a stage builds it)."""
     from quantune.passes.cached import NotCached, only_cached
 
@@ -370,7 +370,7 @@ def _profile_key(context: Any) -> tuple[dict[str, Any] | None, str]:
 
 
 def cached_profile(context: Any) -> dict[str, float] | None:
-    """The original's node profile when the cache holds it (profiled beside its evaluation, engine/prebuild.py)."""
+    """The original's node profile when the cache holds it (profiled beside its evaluation, engine/measure/prebuild.py)."""
     feeds, key = _profile_key(context)
     cached = context.cache.get_json("profiles", key) if feeds else None
     return None if cached is None else dict(cached["shares"])

@@ -1,7 +1,7 @@
 """``target.providers`` during a run: the originals on each provider first, and what the run says at the end.
 
-Kept apart from ``providers.py`` (which the plan imports for its pruning rule) because these
-parts reach the trial runner and the session search: the plan must not import them.
+Kept apart from ``plan/providers.py`` (which the plan imports for its pruning rule) because these
+parts reach the target backend, the trial runner and the session search: the plan must not import them.
 """
 
 from __future__ import annotations
@@ -12,8 +12,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.providers import expand_providers, provider_step
-from quantune.engine.step import FLOW
+from quantune.config import LoadedConfig
+from quantune.engine.plan.providers import provider_step, with_provider_axis
+from quantune.engine.plan.step import FLOW
+from quantune.engine.trials.target import target_backend
 from quantune.evaluate.backend import Backend
 from quantune.strategy.base import Proposal, Strategy
 from quantune.strategy.openings import STAGE, WithOpenings
@@ -65,8 +67,8 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
     result.verdict_reason = reason.replace("than the original", f"than the original on {reference}", 1)
     if not result.improved or not best.model_path or not Path(best.model_path).is_file():
         return False
-    from quantune.engine.runner import TrialRunner
-    from quantune.engine.session_search import OV, cache_effect, evaluate_settings, search_session
+    from quantune.engine.measure.session_search import OV, cache_effect, evaluate_settings, search_session
+    from quantune.engine.trials.runner import TrialRunner
 
     own = dict(best.session_settings or {})
     deadline = None
@@ -98,3 +100,11 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
             log.warning("OpenVINO model cache not measured: %s", " ".join(str(exc).split())[:300])
     result.target["session_search"] = {"trial": best.number, **found}
     return True
+
+
+def expand_providers(loaded: LoadedConfig) -> tuple[LoadedConfig, dict[str, str]]:
+    """The run's config with the provider axis wired in (see :func:`with_provider_axis`), asking
+    the target environment which providers it has only when the config searches them."""
+    if loaded.config.target.providers is None:
+        return loaded, {}
+    return with_provider_axis(loaded, target_backend(loaded))

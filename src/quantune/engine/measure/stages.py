@@ -3,7 +3,7 @@
 Besides the trials and the sensitivity analysis, the accuracy-driven strategies run models:
 a flow's speed ceiling (its passes, calibration included when not cached, then the model
 timed side by side with the original) and the original's per-node profile. The strategies
-get plain functions for them (:func:`quantune.engine.probes.accuracy_fields`); here the
+get plain functions for them (:func:`quantune.engine.measure.probes.accuracy_fields`); here the
 engine swaps in versions that run each call as a stage (``speed_ceiling``, ``node_profile``)
 in a worker under the trial workers' limits, which rebuilds the run's parts from the
 :class:`~quantune.engine.executors.worker.WorkerSpec` (as a trial worker does). A stage that
@@ -28,7 +28,7 @@ def _context(spec: Any) -> Any:
 
 def ceiling_ratio(spec: Any, point: dict[str, Any], flow: tuple[str, ...]) -> float | None:
     """In the stage worker: the point's model latency over the original's (see ``probes.variant_ratio``)."""
-    from quantune.engine.probes import variant_ratio
+    from quantune.engine.measure.probes import variant_ratio
 
     context = _context(spec)
     return variant_ratio(context, context.plan, point, flow)
@@ -43,7 +43,7 @@ def ceiling_ratios(
     anchor: int | None = None,
 ) -> list[float | None]:
     """In the stage worker: every point's model timed against the original in one session."""
-    from quantune.engine.probes import time_ceilings
+    from quantune.engine.measure.probes import time_ceilings
 
     context = _context(spec)
     return time_ceilings(context, context.plan, items, threshold, budget_s, pairs=pairs or (), anchor=anchor)
@@ -51,7 +51,7 @@ def ceiling_ratios(
 
 def node_profile(spec: Any) -> dict[str, float]:
     """In the stage worker: each node's share of the original's kernel time."""
-    from quantune.engine.probes import measure_profile
+    from quantune.engine.measure.probes import measure_profile
 
     return measure_profile(_context(spec))
 
@@ -92,7 +92,7 @@ def isolated(
             budget_s = left if budget_s is None else min(budget_s, left)
         try:
             if local is not None:
-                from quantune.engine.probes import cached_ceilings
+                from quantune.engine.measure.probes import cached_ceilings
 
                 started = time.perf_counter()
                 try:
@@ -120,7 +120,7 @@ def isolated(
     def node_costs() -> Mapping[str, float]:
         nonlocal costs
         if costs is None and local is not None:  # profiled ahead (prebuild.py): read here
-            from quantune.engine.probes import cached_profile
+            from quantune.engine.measure.probes import cached_profile
 
             costs = cached_profile(local[0])
         if costs is None:
@@ -138,9 +138,9 @@ def isolated(
 
 
 def paired_latency(spec: Any, candidate: Any, reference: Any) -> dict[str, Any] | None:
-    """In the stage worker: one model timed against another (engine/paired_timing.py)."""
-    from quantune.engine.paired_timing import paired_latency as timed
-    from quantune.engine.probes import variant_builder
+    """In the stage worker: one model timed against another (engine/measure/paired_timing.py)."""
+    from quantune.engine.measure.paired_timing import paired_latency as timed
+    from quantune.engine.measure.probes import variant_builder
 
     context = _context(spec)
     return timed(context, candidate, reference, variant_builder(context, context.plan))
@@ -153,7 +153,7 @@ def _paired(here: Any, spec: Any, isolation: Isolation, local: tuple[Any, Any] |
     def paired(candidate: Any, candidate_flow: Any, reference: Any, reference_flow: Any) -> Any:
         items = ((dict(candidate), tuple(candidate_flow)), (dict(reference), tuple(reference_flow)))
         if local is not None:
-            from quantune.engine.probes import variant_model
+            from quantune.engine.measure.probes import variant_model
             from quantune.passes.cached import NotCached, only_cached
 
             started = time.perf_counter()

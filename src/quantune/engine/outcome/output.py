@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
-from quantune.engine.identity import changed_sources
+from quantune.engine.trials.identity import changed_sources
 from quantune.errors import QuantuneError
 from quantune.store import RunStore
 from quantune.store.faults import storage_errors
@@ -66,7 +66,7 @@ def open_output(
     A folder holding a run of a different config is refused unless ``restart``; a folder
     holding files quantune did not write is refused always; ``protected`` files (the input
     model, the data) may never lie inside the parts quantune rewrites. ``sources`` (see
-    identity.py) are kept in the store, so a refusal names the data or script that changed.
+    trials/identity.py) are kept in the store, so a refusal names the data or script that changed.
     ``cache``: the run's cache folder, quantune's own wherever the config puts it (inside
     ``folder`` too: it was made before the folder is claimed, and no run takes it back).
     """
@@ -159,7 +159,7 @@ def _claim(
         store.clear()
         for stale in ("best", "closest_miss", "unconfirmed"):  # another config's models
             shutil.rmtree(folder / stale, ignore_errors=True)
-    # Same config: the stored trials are resumed (see engine/resume.py); best/ stays until the
+    # Same config: the stored trials are resumed (see engine/run/resume.py); best/ stays until the
     # end of the run rewrites it (its model may be gone from a cleared cache: keep what we have).
     (folder / "results.json").unlink(missing_ok=True)
     store.set_meta("config_hash", config_hash)

@@ -6,7 +6,7 @@
 status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null:
 the best candidate, which is the result only when the verdict is ``improved``), and
 ``time_spent_s`` (seconds per phase of the run: set-up, original, the search's stages,
-confirmation, writing; see engine/timebook.py).
+confirmation, writing; see engine/run/timebook.py).
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.deploy import write_deploy
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.deploy import write_deploy
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate.criterion import Criterion
 from quantune.evaluate.session_file import session_file
 from quantune.machine import machine_info
@@ -62,9 +62,9 @@ class Result:
     # why the run's end did not re-time its best models (no time left within stop.timeout_s), else None
     latency_confirmation_skipped: str | None = None
     # the accuracy--latency Pareto front of the quantized trials faster than the original (numbers,
-    # most accurate first); the closest miss is its first point (engine/selection.py miss_front)
+    # most accurate first); the closest miss is its first point (engine/trials/selection.py miss_front)
     miss_front: list[int] = field(default_factory=list)
-    time_spent_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds (engine/timebook.py)
+    time_spent_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds (engine/run/timebook.py)
     # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
     time_left_s: float | None = field(default=None, repr=False)
     # why the chosen model's folder (best/, unconfirmed/, closest_miss/) was not written: its model
@@ -73,7 +73,7 @@ class Result:
 
     @property
     def failure_classes(self) -> dict[str, int]:
-        """Failed trials per failure class (see engine/failures.py), most frequent first."""
+        """Failed trials per failure class (see engine/trials/failures.py), most frequent first."""
         counts: dict[str, int] = {}
         for record in self.trials:
             if record.status == "failed":
@@ -272,7 +272,7 @@ def _save_model(
             chosen.model_path = str(rebuilt)
     if not source.is_file():
         # The cache was cleared during the run: no earlier pair may stand in for the model, and
-        # results.json says the folder is missing (the next run rebuilds the model, engine/resume.py).
+        # results.json says the folder is missing (the next run rebuilds the model, engine/run/resume.py).
         shutil.rmtree(target, ignore_errors=True)
         result.model_not_saved = (
             f"trial {chosen.number}'s model left the cache during the run ({source}): {target.name}/ is not "

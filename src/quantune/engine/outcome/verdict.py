@@ -25,9 +25,9 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from quantune.engine.confirm import Confirmation
-from quantune.engine.selection import is_candidate, quantizes_nothing, select_best
-from quantune.engine.trial import TrialRecord
+from quantune.engine.measure.confirm import Confirmation
+from quantune.engine.trials.selection import is_candidate, quantizes_nothing, select_best
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.evaluate.rows import noise_note
 from quantune.wording import format_loss, format_ratio
@@ -166,7 +166,7 @@ def _tie_rule(
 ) -> TrialRecord:
     """Among the models tied with the fastest side by side (``Confirmation.ties``), the strategy's own
     answer when it is one of them (``preferred``), else the earliest trial: the re-timing's stable
-    contender (engine/confirm.py), so the same run twice picks the same model where the fastest
+    contender (engine/measure/confirm.py), so the same run twice picks the same model where the fastest
     median -- or a byte fewer -- would follow the noise."""
     tied = [r for r in pool if r.number in ties]
     if best.number not in ties or len(tied) < 2:

@@ -32,7 +32,7 @@ from quantune.passes.registry import PASSES
 
 
 def auto_flows(steps: Mapping[str, Any], facts: Mapping[str, Any], size_objective: bool) -> list[tuple[str, ...]]:
-    """The flows over ``steps`` (step id -> :class:`~quantune.engine.plan.Step`) in a fixed order."""
+    """The flows over ``steps`` (step id -> :class:`~quantune.engine.plan.plan.Step`) in a fixed order."""
     other = [step_id for step_id, step in steps.items() if step.pass_cls.auto_place is None]
     if other:
         placed = sorted(name for name, cls in PASSES.registered().items() if cls.auto_place is not None)

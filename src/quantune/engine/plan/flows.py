@@ -10,8 +10,8 @@ from collections.abc import Mapping
 from typing import Any
 
 from quantune.config import Config
-from quantune.engine.auto_flows import auto_flows
-from quantune.engine.step import FLOW, Step
+from quantune.engine.plan.auto_flows import auto_flows
+from quantune.engine.plan.step import FLOW, Step
 from quantune.errors import ConfigError
 from quantune.space import Conditional, Param
 
@@ -33,7 +33,7 @@ def build_flows(
     if where is not None:  # target.providers: every flow ends where it runs; the original on each provider too
         paths = [(*[s for s in path if s != where], where) for path in paths]
         paths.append((where,))
-        provider = ""  # pruned per point instead (engine/providers.py)
+        provider = ""  # pruned per point instead (engine/plan/providers.py)
     flows: dict[str, tuple[str, ...]] = {}
     for index, path in enumerate(paths):
         if not path:

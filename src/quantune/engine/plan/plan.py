@@ -20,11 +20,11 @@ from typing import Any
 from pydantic import ValidationError
 
 from quantune.config import Config
-from quantune.engine.flows import build_flows, check_last_steps, gate
-from quantune.engine.providers import PASS_NAME, provider_rule
-from quantune.engine.rules import build_rule
-from quantune.engine.search_syntax import build_step
-from quantune.engine.step import FLOW, NodeLister, Step, subset_key
+from quantune.engine.plan.flows import build_flows, check_last_steps, gate
+from quantune.engine.plan.providers import PASS_NAME, provider_rule
+from quantune.engine.plan.rules import build_rule
+from quantune.engine.plan.search_syntax import build_step
+from quantune.engine.plan.step import FLOW, NodeLister, Step, subset_key
 from quantune.errors import ConfigError
 from quantune.passes import PassConfig
 from quantune.space import Categorical, Param, SearchSpace

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 
 from quantune.config import LoadedConfig, PassEntry
-from quantune.engine.step import FLOW, Step
+from quantune.engine.plan.step import FLOW, Step
 from quantune.errors import ConfigError, TrialError
 from quantune.evaluate.backend import Backend, LocalBackend
 from quantune.evaluate.session import open_session
@@ -143,13 +143,3 @@ def _probe(backend: Backend, provider: str) -> str | None:
         except (TrialError, TargetFault, RuntimeError, ValueError) as exc:
             return " ".join(str(exc).split())[:300]
     return None
-
-
-def expand_providers(loaded: LoadedConfig) -> tuple[LoadedConfig, dict[str, str]]:
-    """The run's config with the provider axis wired in (see :func:`with_provider_axis`), asking
-    the target environment which providers it has only when the config searches them."""
-    if loaded.config.target.providers is None:
-        return loaded, {}
-    from quantune.engine.target import target_backend
-
-    return with_provider_axis(loaded, target_backend(loaded))

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from quantune.engine.step import FLOW, Step
+from quantune.engine.plan.step import FLOW, Step
 from quantune.errors import ConfigError
 
 

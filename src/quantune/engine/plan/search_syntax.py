@@ -1,6 +1,6 @@
 """The YAML search syntax of ``passes:``: fixed values, ``search:`` domains, conditionals, joints, subsets.
 
-Turns one ``passes[i]`` entry into a :class:`~quantune.engine.step.Step` and its searched
+Turns one ``passes[i]`` entry into a :class:`~quantune.engine.plan.step.Step` and its searched
 parameters, checking every value against the pass's own config so a wrong value is reported
 where it was written (``passes[1].params.per_channel.search``), never when a trial runs.
 """
@@ -14,7 +14,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from quantune.config.loader import format_validation_error
-from quantune.engine.step import NodeLister, Step, subset_key
+from quantune.engine.plan.step import NodeLister, Step, subset_key
 from quantune.errors import ConfigError
 from quantune.passes import Pass, get_pass
 from quantune.space import Boolean, Categorical, Conditional, FloatRange, IntRange, Joint, Param

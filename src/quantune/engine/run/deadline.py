@@ -4,7 +4,7 @@ A time limit a user (or a fair bench) sets counts from when quantune started, no
 the search began: set-up, model preparation and the original's evaluation take a good part of
 a short limit. The CLI starts the clock at the process's start (:func:`process_started`); the
 Python API when ``tune()`` is called. After the search the run still has two things to do:
-time its best models again side by side with the original (``engine/confirm.py``) and write
+time its best models again side by side with the original (``engine/measure/confirm.py``) and write
 its results and report. So the search stops early enough to leave them room
 (:meth:`EndBudget.reserve_s`: no trial starts whose expected end falls inside it, see
 ``RunLoop._would_overrun``), and the re-timing gets what is left of the limit -- fewer rounds

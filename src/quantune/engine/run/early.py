@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.engine.executors import Executor, WorkerSpec, create_executor
-from quantune.engine.runner import TrialRunner
+from quantune.engine.trials.runner import TrialRunner
 from quantune.evaluate._exchange import scratch_root
 
 

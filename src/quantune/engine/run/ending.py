@@ -1,11 +1,11 @@
 """The run's end after the search: the side-by-side confirmation, or why there is none.
 
 A latency answer is only ``improved`` once its candidate was timed side by side with the
-original (``engine/confirm.py``); the search's own figures drift by more than the gains they
+original (``engine/measure/confirm.py``); the search's own figures drift by more than the gains they
 would crown. So the end re-times within what ``stop.timeout_s`` left (the search kept it,
 ``deadline.py``), and when it cannot -- the run was stopped first, the limit was overrun, the
 re-timing failed, or the config turns it off -- it says why in words the verdict quotes
-(``unconfirmed``, see verdict.py), and how to confirm: ``quantune run`` on the same output
+(``unconfirmed``, see outcome/verdict.py), and how to confirm: ``quantune run`` on the same output
 replays the finished trials from the run store and runs the confirmation.
 """
 
@@ -17,10 +17,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from quantune.engine.confirm import MIN_ROUNDS, VERDICT_ROUNDS, Confirmation, confirm_latency, retiming_plan
-from quantune.engine.deadline import EndBudget
-from quantune.engine.interrupts import stop_cause, stop_taken
-from quantune.engine.trial import TrialRecord
+from quantune.engine.measure.confirm import MIN_ROUNDS, VERDICT_ROUNDS, Confirmation, confirm_latency, retiming_plan
+from quantune.engine.run.deadline import EndBudget
+from quantune.engine.run.interrupts import stop_cause, stop_taken
+from quantune.engine.trials.trial import TrialRecord
 
 log = logging.getLogger("quantune")
 

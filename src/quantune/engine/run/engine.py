@@ -18,22 +18,22 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from quantune.config import LoadedConfig
-from quantune.engine.early import EarlyWorkers
-from quantune.engine.ending import Ending, confirm_end
 from quantune.engine.executors import create_executor
 from quantune.engine.executors.stage import Isolation
-from quantune.engine.identity import check_model_unchanged
-from quantune.engine.loop import RunListener
-from quantune.engine.opening import Opening, claim_output, set_up
-from quantune.engine.original import measure_original, tell_baseline
-from quantune.engine.outcome import gather, write
-from quantune.engine.output import attach_log, close_output, detach_log
-from quantune.engine.provider_run import expand_providers, finish_providers
-from quantune.engine.result import Result
-from quantune.engine.resume import Replay
-from quantune.engine.runner import TrialRunner
-from quantune.engine.search_phase import Searched, search
-from quantune.engine.timebook import CLOSEST_MISS, CONFIRMATION, SESSION_SETTINGS, START_UP, TimeBook
+from quantune.engine.measure.provider_run import expand_providers, finish_providers
+from quantune.engine.outcome.output import attach_log, close_output, detach_log
+from quantune.engine.outcome.result import Result
+from quantune.engine.run.early import EarlyWorkers
+from quantune.engine.run.ending import Ending, confirm_end
+from quantune.engine.run.loop import RunListener
+from quantune.engine.run.opening import Opening, claim_output, set_up
+from quantune.engine.run.original import measure_original, tell_baseline
+from quantune.engine.run.outcome import gather, write
+from quantune.engine.run.resume import Replay
+from quantune.engine.run.search_phase import Searched, search
+from quantune.engine.run.timebook import CLOSEST_MISS, CONFIRMATION, SESSION_SETTINGS, START_UP, TimeBook
+from quantune.engine.trials.identity import check_model_unchanged
+from quantune.engine.trials.runner import TrialRunner
 from quantune.store import RunStore
 from quantune.store.faults import storage_errors
 
@@ -100,7 +100,7 @@ class Engine:
         """The phases once the output folder is claimed: original, search, confirmation, outcome."""
         parts = opening.parts
         runner = TrialRunner(parts.context)
-        runner.criterion = parts.criterion  # an in-process trial judges a miss before timing it (runner.py)
+        runner.criterion = parts.criterion  # an in-process trial judges a miss before timing it (trials/runner.py)
         replay = Replay(store.trials())
         # the workers started with the original's evaluation (their logs come here now), else new ones
         executor = self.early.take(self.output_dir)

@@ -19,14 +19,14 @@ from typing import Any, Protocol
 
 from quantune.config.schema import StopConfig
 from quantune.engine.executors.stage import stage_seconds
-from quantune.engine.failures import KnownFailures, classify
-from quantune.engine.interrupts import DeferredInterrupt, raise_if_stopped
-from quantune.engine.plan import Plan
-from quantune.engine.result import Result
-from quantune.engine.resume import Replay, SkipLog
-from quantune.engine.selection import better, objective_value
-from quantune.engine.timebook import stage_name
-from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.plan.plan import Plan
+from quantune.engine.run.interrupts import DeferredInterrupt, raise_if_stopped
+from quantune.engine.run.resume import Replay, SkipLog
+from quantune.engine.run.timebook import stage_name
+from quantune.engine.trials.failures import KnownFailures, classify
+from quantune.engine.trials.selection import better, objective_value
+from quantune.engine.trials.trial import Trial, TrialRecord
 from quantune.evaluate import Criterion
 from quantune.store import RunStore
 from quantune.strategy import WAIT, Outcome, Proposal, Strategy
@@ -103,7 +103,7 @@ class RunLoop:
     # are abandoned (not recorded: run again to resume them), see _wait
     abandon_at: float | None = None
     abandoned: int = 0
-    # raises when an input changed under the run (identity.py): a trial's record is then not kept
+    # raises when an input changed under the run (trials/identity.py): a trial's record is then not kept
     check_inputs: Callable[[], None] | None = None
     # a miss is left untimed where the strategy reads nothing of its speed (False: every trial timed)
     untimed_misses: bool = True
@@ -246,7 +246,7 @@ class RunLoop:
 
     def _skip_known_failure(self, proposal: Proposal) -> bool:
         """Tells the strategy that ``proposal`` failed, without running it, when it shares the
-        signature of a known failure class (see failures.py); ``False`` when it must run."""
+        signature of a known failure class (see trials/failures.py); ``False`` when it must run."""
         flow = tuple(proposal.flow or self.plan.flow_of(proposal.point))
         failure_class = self.known.match(flow, proposal.point)
         if failure_class is None:
@@ -363,7 +363,7 @@ class RunLoop:
 
     def _ahead(self, point: Any, flow: tuple[str, ...]) -> bool:
         """Whether the proposal was evaluated ahead (a first guess beside the original's evaluation,
-        engine/prebuild.py): its trial reads the cache, whatever a trial takes, and is never refused
+        engine/measure/prebuild.py): its trial reads the cache, whatever a trial takes, and is never refused
         for time (its cost is already paid)."""
         ahead = getattr(self, "evaluated_ahead", [])
         if any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in ahead):

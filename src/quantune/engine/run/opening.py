@@ -2,9 +2,9 @@
 claimed output folder.
 
 Config mistakes surface before the output folder is claimed: the strategy is made and bound
-here, and the original is checked in a stage worker (:func:`quantune.engine.setup.preflight`,
+here, and the original is checked in a stage worker (:func:`quantune.engine.trials.setup.preflight`,
 data the model cannot take, a metric that is not a finite number) while the strategy's speed
-ceilings are built ahead on the other core (prebuild.py) and a process executor's workers start
+ceilings are built ahead on the other core (measure/prebuild.py) and a process executor's workers start
 (early.py).
 """
 
@@ -17,21 +17,21 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from quantune.config import Config, LoadedConfig
-from quantune.engine.baseline import cached_figures, original_figures
-from quantune.engine.early import EarlyWorkers
 from quantune.engine.executors import WorkerSpec
 from quantune.engine.executors.contexts import check_main_importable
 from quantune.engine.executors.factory import eval_threads_for
 from quantune.engine.executors.stage import Isolation
-from quantune.engine.identity import fingerprints
-from quantune.engine.output import open_output
-from quantune.engine.plan import Plan
-from quantune.engine.prebuild import Prebuild
-from quantune.engine.problem import search_problem
-from quantune.engine.provider_run import with_openings
-from quantune.engine.runner import TrialRunner
-from quantune.engine.setup import RunParts, build_run, for_workers, preflight
-from quantune.engine.timebook import ORIGINAL, SET_UP, TimeBook
+from quantune.engine.measure.baseline import cached_figures, original_figures
+from quantune.engine.measure.prebuild import Prebuild
+from quantune.engine.measure.provider_run import with_openings
+from quantune.engine.outcome.output import open_output
+from quantune.engine.plan.plan import Plan
+from quantune.engine.run.early import EarlyWorkers
+from quantune.engine.run.problem import search_problem
+from quantune.engine.run.timebook import ORIGINAL, SET_UP, TimeBook
+from quantune.engine.trials.identity import fingerprints
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.setup import RunParts, build_run, for_workers, preflight
 from quantune.errors import ConfigError
 from quantune.forkserver import warm_up
 from quantune.space.report import EXACT_LIMIT
@@ -65,7 +65,7 @@ def run_hash(config: Config, parts: RunParts) -> str:
     # identity; nor do the stop conditions: a run stopped at 8 trials goes on to 16 in the same
     # folder (its 8 are replayed, as Optuna continues a study with more n_trials).
     identity = config.model_dump(mode="json", exclude={"executor", "stop"})
-    # ... but the content of the model, the data and the scripts the config names is (identity.py).
+    # ... but the content of the model, the data and the scripts the config names is (trials/identity.py).
     config_hash = cache_key("config", identity, fingerprints(parts.context.sources))
     if parts.context.start.sha256 != parts.context.model.sha256:  # trials of another preparation never mix in
         config_hash = cache_key(config_hash, "prepared", parts.context.start.sha256)
@@ -89,8 +89,8 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
         parts, config, isolation, spec
     )  # config mistakes surface before the output folder is claimed
     # so do data the model cannot take and a metric that is not a finite number (the original
-    # evaluated in a stage worker, see baseline.py)
-    # the strategy's speed-ceiling models are built meanwhile, on the other core (prebuild.py)
+    # evaluated in a stage worker, see measure/baseline.py)
+    # the strategy's speed-ceiling models are built meanwhile, on the other core (measure/prebuild.py)
     make = lambda: create_strategy(config.search.strategy)  # noqa: E731
     prebuild = None
     if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap

@@ -2,7 +2,7 @@
 criterion was checked against them by the preflight), and the strategy and listeners told, so the
 search can start.
 
-Beside the speed ceilings built ahead (prebuild.py) the original was timed quickly on half the
+Beside the speed ceilings built ahead (measure/prebuild.py) the original was timed quickly on half the
 cores; it is timed again before the ceilings are (:func:`ceilings_ready`), so every speed
 figure of the run is read against a full timing.
 """
@@ -13,20 +13,20 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quantune.engine.baseline import (
+from quantune.engine.executors import Executor
+from quantune.engine.executors.stage import Isolation
+from quantune.engine.measure.baseline import (
     RETIME_ROUNDS,
     original_figures,
     retime_original,
     store_original_latency,
     timed_quickly,
 )
-from quantune.engine.executors import Executor
-from quantune.engine.executors.stage import Isolation
-from quantune.engine.loop import RunListener
-from quantune.engine.prebuild import Prebuild
-from quantune.engine.runner import TrialRunner
-from quantune.engine.setup import RunParts
-from quantune.engine.timebook import ORIGINAL, TimeBook
+from quantune.engine.measure.prebuild import Prebuild
+from quantune.engine.run.loop import RunListener
+from quantune.engine.run.timebook import ORIGINAL, TimeBook
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.setup import RunParts
 from quantune.strategy import Strategy
 
 log = logging.getLogger("quantune")
@@ -68,7 +68,7 @@ def tell_baseline(
     the builds ahead (and the original timed again), the first guess is waited for now."""
     strategy, parts = opening.strategy, opening.parts
     strategy.observe_baseline(baseline)
-    if opening.prebuild is not None:  # built while the original was evaluated (prebuild.py)
+    if opening.prebuild is not None:  # built while the original was evaluated (measure/prebuild.py)
         opening.prebuild.wait_first_guess(time_left_s())
         parts.context.before_ceilings = ceilings_ready(opening.prebuild, parts, baseline, strategy, isolation)
     for listener in listeners:

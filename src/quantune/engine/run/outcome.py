@@ -1,8 +1,8 @@
 """The run's outcome: the verdict and the figures around it gathered into a :class:`Result`, then
-written (result.py) and handed to the listeners.
+written (outcome/result.py) and handed to the listeners.
 
 After a confirmation only figures timed side by side compete, and their paired ratios decide
-(verdict.py); the selection (the closest miss, the fronts) and the run's own statistics (cache
+(outcome/verdict.py); the selection (the closest miss, the fronts) and the run's own statistics (cache
 hits of the work it did, peak memory per stage) are read from the loop's records here.
 """
 
@@ -14,17 +14,17 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from quantune.config import Config
-from quantune.engine.deadline import EndBudget
-from quantune.engine.ending import Ending
 from quantune.engine.executors.stage import StageLog
-from quantune.engine.loop import RunListener, RunLoop
-from quantune.engine.result import Result, write_outputs
-from quantune.engine.runner import TrialRunner
-from quantune.engine.selection import closest_miss, miss_front, pareto_front
-from quantune.engine.setup import RunParts
-from quantune.engine.timebook import WRITING, TimeBook
-from quantune.engine.trial import TrialRecord
-from quantune.engine.verdict import decide
+from quantune.engine.outcome.result import Result, write_outputs
+from quantune.engine.outcome.verdict import decide
+from quantune.engine.run.deadline import EndBudget
+from quantune.engine.run.ending import Ending
+from quantune.engine.run.loop import RunListener, RunLoop
+from quantune.engine.run.timebook import WRITING, TimeBook
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.selection import closest_miss, miss_front, pareto_front
+from quantune.engine.trials.setup import RunParts
+from quantune.engine.trials.trial import TrialRecord
 
 log = logging.getLogger("quantune")
 
@@ -86,7 +86,7 @@ def write(
     started: float,
     runner: TrialRunner | None = None,
 ) -> Result:
-    """``results.json`` and the chosen model's folder (result.py), the time spent closed as the
+    """``results.json`` and the chosen model's folder (outcome/result.py), the time spent closed as the
     models are saved; then the listeners' ends (report.html is drawn only if it fits the limit).
     ``runner``: builds the chosen model again if it left the cache during the run, while the
     limit leaves time for it (else its folder is not written, and results.json says so)."""

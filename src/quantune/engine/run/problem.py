@@ -3,7 +3,7 @@
 Built here, outside the engine, because it wires the parts the engine must not know: the
 sampler's own options (TPE's constant liar with parallel workers, each objective's direction
 for multi-objective samplers) and the accuracy strategies' probes (sensitivity, speed
-ceilings, node profile), run in stage workers when the run isolates them (stages.py).
+ceilings, node profile), run in stage workers when the run isolates them (measure/stages.py).
 """
 
 from __future__ import annotations
@@ -12,10 +12,10 @@ from typing import Any
 
 from quantune.config import Config
 from quantune.engine.executors.stage import Isolation
-from quantune.engine.prebuild import enabled as prebuild_enabled
-from quantune.engine.probes import accuracy_fields  # model facts, probes, strategy options
-from quantune.engine.setup import RunParts
-from quantune.engine.stages import isolated
+from quantune.engine.measure.prebuild import enabled as prebuild_enabled
+from quantune.engine.measure.probes import accuracy_fields  # model facts, probes, strategy options
+from quantune.engine.measure.stages import isolated
+from quantune.engine.trials.setup import RunParts
 from quantune.machine import int8_saturates
 from quantune.search import create_sampler
 from quantune.search.directions import sampler_directions
@@ -29,7 +29,7 @@ def search_problem(
     """What the config's strategy may know of this run: spaces, flows, a sampler factory, limits,
     and (for accuracy-driven strategies) the model graph and a sensitivity function (run as
     ``isolation`` says: in a worker process, or in this one without it; ``spec``, a WorkerSpec,
-    lets the speed ceilings and the profile run in workers too, see stages.py)."""
+    lets the speed ceilings and the profile run in workers too, see measure/stages.py)."""
     search = config.search
     options: dict[str, Any] = {}
     if config.executor.workers > 1 and search.sampler == "tpe":

@@ -23,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.trial import TrialRecord
 from quantune.space import point_key
 from quantune.store import RunStore
 
@@ -104,7 +104,7 @@ def model_present(row: dict[str, Any]) -> bool:
 
 
 class SkipLog:
-    """Proposals not run because they share a known failure (engine/failures.py).
+    """Proposals not run because they share a known failure (engine/trials/failures.py).
 
     A skip is no trial (no number, no worker) but it is a tell: the strategy hears the point
     failed. A resumed run must make each skip at the same moment as the original, before the

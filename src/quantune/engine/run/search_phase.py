@@ -17,17 +17,17 @@ from functools import partial
 from typing import Any
 
 from quantune.config import Config
-from quantune.engine.baseline import evaluation_seconds
-from quantune.engine.confirm import MIN_ROUNDS, timing_rounds
-from quantune.engine.deadline import WRITE_S, EndBudget, end_cost_s, least_end_cost_s, session_load_s, write_s
-from quantune.engine.ending import retimes
 from quantune.engine.executors import Executor
 from quantune.engine.executors.stage import Isolation
-from quantune.engine.identity import check_model_unchanged
-from quantune.engine.interrupts import stop_cause, stop_taken
-from quantune.engine.loop import Judge, RunListener, RunLoop
-from quantune.engine.resume import Replay
-from quantune.engine.timebook import TimeBook
+from quantune.engine.measure.baseline import evaluation_seconds
+from quantune.engine.measure.confirm import MIN_ROUNDS, timing_rounds
+from quantune.engine.run.deadline import WRITE_S, EndBudget, end_cost_s, least_end_cost_s, session_load_s, write_s
+from quantune.engine.run.ending import retimes
+from quantune.engine.run.interrupts import stop_cause, stop_taken
+from quantune.engine.run.loop import Judge, RunListener, RunLoop
+from quantune.engine.run.resume import Replay
+from quantune.engine.run.timebook import TimeBook
+from quantune.engine.trials.identity import check_model_unchanged
 from quantune.evaluate.latency import own_timing_s
 from quantune.store import RunStore
 

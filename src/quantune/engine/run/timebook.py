@@ -17,7 +17,7 @@ import time
 from collections.abc import Iterable
 
 from quantune.engine.executors.stage import stage_seconds_by_name
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.trial import TrialRecord
 
 # the engine's phases, in the order they run (the search's parts go between "original" and "confirmation")
 START_UP = "start-up"  # process start (the CLI) or tune() to the engine's run: imports, config
@@ -25,7 +25,7 @@ SET_UP = "set-up"  # model, data, preparation, workers started, output claimed
 ORIGINAL = "original"  # the original's evaluation and timing
 CONFIRMATION = "confirmation"  # the side-by-side re-timing
 CLOSEST_MISS = "closest miss"  # the untimed misses that may be the closest miss, timed at the end
-SESSION_SETTINGS = "session settings"  # the winner's session settings timed on its provider (session_search.py)
+SESSION_SETTINGS = "session settings"  # the winner's session settings timed on its provider (measure/session_search.py)
 WRITING = "writing"  # results.json, best/ (report.html is drawn after: "report", on the console only)
 
 

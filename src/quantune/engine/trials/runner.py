@@ -17,10 +17,10 @@ from pathlib import Path
 from typing import Any
 
 from quantune.data import Dataset
-from quantune.engine.identity import check_model_unchanged
-from quantune.engine.plan import Plan
-from quantune.engine.selection import is_candidate, miss_front
-from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.plan.plan import Plan
+from quantune.engine.trials.identity import check_model_unchanged
+from quantune.engine.trials.selection import is_candidate, miss_front
+from quantune.engine.trials.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import Criterion, Evaluator
 from quantune.evaluate.session_file import read_session_settings
@@ -74,7 +74,7 @@ class RunContext:
     def eval_key(self, model_sha: str) -> str:
         """The evaluation cache key: the model evaluated, how, on which data, against which original,
         with which user scripts (an edited metric, runner or loader never reuses old figures)."""
-        from quantune.engine.identity import fingerprints
+        from quantune.engine.trials.identity import fingerprints
 
         spec = self.evaluator.spec
         return cache_key(
@@ -99,7 +99,7 @@ class TrialRunner:
         self.context = context
         self._reference: dict[str, Any] | None = None
         self.run_id = ""  # the engine run this runner works for (WorkerSpec.run_id)
-        self.criterion: Criterion | None = None  # the run's, where a worker judges (engine/ahead.py)
+        self.criterion: Criterion | None = None  # the run's, where a worker judges (engine/measure/ahead.py)
 
     def baseline(self, *, quick_timing: bool = False) -> tuple[dict[str, float], str]:
         """The original model's figures (cached), and whether they came from the cache.
@@ -116,14 +116,14 @@ class TrialRunner:
             return cached["metrics"], ctx.baseline_status or "hit"
         try:
             # the reference cached before the original is timed: a first guess evaluated beside it
-            # compares meanwhile (engine/prebuild.py); the figures follow, and only both are a hit
+            # compares meanwhile (engine/measure/prebuild.py); the figures follow, and only both are a hit
             started = time.perf_counter()
             evaluated: list[float] = []
 
             def keep(packed: dict[str, Any], metric: dict[str, float]) -> None:
                 evaluated.append(time.perf_counter() - started)  # outputs and metric, before timing and memory
                 # its metric first, then its outputs (their file is what a guess beside it waits for):
-                # the guess's worker judges the guess with it (engine/ahead.py in_budget)
+                # the guess's worker judges the guess with it (engine/measure/ahead.py in_budget)
                 ctx.cache.put_json("evals", metric_key, {"metrics": metric})
                 ctx.cache.put_arrays(reference_key, packed)
 
@@ -134,8 +134,8 @@ class TrialRunner:
         finally:
             ctx.evaluator.quick_timing = False
         # how long running the data through the model takes (not the timing, nor the memory probe's
-        # one-off start): the run's first trial is expected from it (engine.py, loop.py), and the
-        # trials' default time limit derives from it (executors/limits.py)
+        # one-off start): the run's first trial is expected from it (run/engine.py, run/loop.py), and the
+        # trials' default time limit derives from it (trials/limits.py)
         # and its timing's (``quantune check`` estimates a run from both)
         seconds = {
             "evaluation_s": evaluated[0] if evaluated else time.perf_counter() - started,
@@ -257,7 +257,7 @@ class TrialRunner:
         cached = ctx.cache.get_json("evals", key)
         timed = partial(self._timed, untimed_if_missed)
         if cached is not None:
-            # computed ahead by this very run (its first guess, engine/prebuild.py): its work, not a hit
+            # computed ahead by this very run (its first guess, engine/measure/prebuild.py): its work, not a hit
             ahead = bool(self.run_id) and cached.get("ahead") == self.run_id
             record.cache["evaluation"] = "miss" if ahead else "hit"
             metrics = cached["metrics"]

@@ -15,12 +15,12 @@ from __future__ import annotations
 import itertools
 from collections.abc import Iterable, Sequence
 
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.trial import TrialRecord
 
 OBJECTIVE_METRICS = {"latency": "latency_ms", "size": "size_bytes", "memory": "peak_memory_mb"}
 # How far apart two models' search-time latencies (each timed once, beside other work) may be and
 # still be the same speed: a choice between them by those figures follows the noise, so it goes
-# to the earlier trial (the closest miss here; the confirmation's second contender, confirm.py).
+# to the earlier trial (the closest miss here; the confirmation's second contender, measure/confirm.py).
 SEARCH_NOISE = 0.10
 MEASURED = frozenset({"latency", "memory"})  # objectives read from a measurement, not from the model's bytes
 

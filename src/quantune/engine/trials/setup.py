@@ -14,10 +14,10 @@ from quantune.config import Config, LoadedConfig
 from quantune.convert import describe_export, export_pytorch
 from quantune.data import Dataset, load_dataset
 from quantune.data.preflight import DataChecks, check_data, model_inputs
-from quantune.engine.identity import run_sources
-from quantune.engine.plan import Plan, build_plan
-from quantune.engine.runner import RunContext, TrialRunner
-from quantune.engine.target import target_backend
+from quantune.engine.plan.plan import Plan, build_plan
+from quantune.engine.trials.identity import run_sources
+from quantune.engine.trials.runner import RunContext, TrialRunner
+from quantune.engine.trials.target import target_backend
 from quantune.errors import ConfigError
 from quantune.evaluate import (
     AGREEMENT_METRICS,
@@ -185,7 +185,7 @@ def _load(loaded: LoadedConfig, spec: str, field_name: str) -> Dataset:
     """A data source; a loader script that never returns ends the process with one line (limits.py)."""
     if ".py:" not in spec:
         return load_dataset(spec, field_name=field_name, base_dir=loaded.base_dir)
-    from quantune.engine.executors.limits import limit_source, original_limit, watchdog
+    from quantune.engine.trials.limits import limit_source, original_limit, watchdog
 
     limit = original_limit(loaded.config)
     message = (

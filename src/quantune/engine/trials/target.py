@@ -29,8 +29,8 @@ def target_backend(loaded: LoadedConfig) -> Backend:
     timing_resource = config.executor.target if config.executor.kind == "ray" else "driver"
     if target.python is None:
         backend = LocalBackend(target.provider, target.provider_options, timeout_s=target.timeout_s, runner=runner)
-        if timing_resource != "driver":  # the timings on the cluster's target nodes (executors/ray_target.py)
-            from quantune.engine.executors.ray_target import RayTargetBackend
+        if timing_resource != "driver":  # the timings on the cluster's target nodes (trials/ray_target.py)
+            from quantune.engine.trials.ray_target import RayTargetBackend
 
             backend = RayTargetBackend(backend, timing_resource, config.executor.address)
     elif timing_resource != "driver":
