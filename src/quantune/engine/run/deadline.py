@@ -71,6 +71,22 @@ def session_load_s(size_bytes: float) -> float:
 
 
 @dataclass(frozen=True)
+class TimeBudget:
+    """The run loop's time, decided before it starts (:meth:`EndBudget.for_loop`); the defaults: no
+    limit to keep anything from."""
+
+    started: float  # the run's clock: ``stop.timeout_s`` counts from here
+    end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results): the search stops there
+    # what a trial may not end inside: the end's reserve less the whole report's drawing (a trial comes
+    # before the report's Optuna views); None: all of end_reserve_s
+    start_reserve_s: float | None = None
+    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then
+    # are abandoned (not recorded: run again to resume them)
+    abandon_at: float | None = None
+    first_trial_s: float = 0.0  # what the first trial is expected to take (the original's evaluation), 0: unknown
+
+
+@dataclass(frozen=True)
 class EndBudget:
     """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs
     besides the re-timing: writing the results (``end_s``, always kept), drawing the full report
@@ -127,12 +143,16 @@ class EndBudget:
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return self.started + float(self.timeout_s) - needed
 
-    def arm(self, loop: Any, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> None:
-        """The run loop's limits from this budget: ``end_reserve_s`` (the search stops there),
-        ``start_reserve_s`` (no trial ends inside it) and ``abandon_at`` (a trial still running is left)."""
-        loop.end_reserve_s = self.reserve_s(baseline_ms, top, warmup, min_rounds)
-        loop.start_reserve_s = self.start_reserve_s(baseline_ms, top, warmup, min_rounds)
-        loop.abandon_at = self.abandon_at(baseline_ms, top, warmup, min_rounds)
+    def for_loop(self, baseline_ms: float, top: int, warmup: int, min_rounds: int, first_trial_s: float) -> TimeBudget:
+        """The run loop's share of this budget: where its search stops, what no trial may end inside,
+        and when a trial still running is left."""
+        return TimeBudget(
+            self.started,
+            end_reserve_s=self.reserve_s(baseline_ms, top, warmup, min_rounds),
+            start_reserve_s=self.start_reserve_s(baseline_ms, top, warmup, min_rounds),
+            abandon_at=self.abandon_at(baseline_ms, top, warmup, min_rounds),
+            first_trial_s=first_trial_s,
+        )
 
     def report_fits(self, needed_s: float) -> bool:
         """Whether the report's drawing is kept from the limit besides ``needed_s`` (see :meth:`reserve_s`)."""

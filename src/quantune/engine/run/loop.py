@@ -21,6 +21,7 @@ from quantune.config.schema import StopConfig
 from quantune.engine.executors.stage import stage_seconds
 from quantune.engine.outcome.result import Result
 from quantune.engine.plan.plan import Plan
+from quantune.engine.run.deadline import TimeBudget
 from quantune.engine.run.interrupts import DeferredInterrupt, raise_if_stopped
 from quantune.engine.run.resume import Replay, SkipLog
 from quantune.engine.run.timebook import stage_name
@@ -92,19 +93,11 @@ class RunLoop:
     """One run's ask/tell loop and its bookkeeping.
 
     It knows the run only through what it is given -- the plan (flows, pass configs), the
-    criterion and objectives that judge a record, the stop conditions, the listeners -- so
-    it can be read, and tested, without the engine that builds it (Optuna: ``_optimize.py``
-    under ``study.py``).
+    criterion and objectives that judge a record, the stop conditions and its time budget, the
+    listeners -- whole, from its constructor, so it can be read, and tested, without the engine
+    that builds it (Optuna: ``_optimize.py`` under ``study.py``).
     """
 
-    end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results; deadline.py)
-    first_trial_s: float = 0.0  # what the first trial is expected to take (the original's evaluation), 0: unknown
-    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then
-    # are abandoned (not recorded: run again to resume them), see _wait
-    abandon_at: float | None = None
-    abandoned: int = 0
-    # raises when an input changed under the run (trials/identity.py): a trial's record is then not kept
-    check_inputs: Callable[[], None] | None = None
     # a miss is left untimed where the strategy reads nothing of its speed (False: every trial timed)
     untimed_misses: bool = True
 
@@ -119,8 +112,16 @@ class RunLoop:
         store: RunStore,
         replay: Replay,
         baseline: dict[str, float],
-        started: float,
+        budget: TimeBudget,
+        *,
+        check_inputs: Callable[[], None] | None = None,
+        evaluated_ahead: Sequence[tuple[dict, tuple[str, ...]]] = (),
+        wait_ahead: Callable[[dict, tuple[str, ...], float | None], bool] | None = None,
     ) -> None:
+        """``check_inputs`` raises when an input changed under the run (trials/identity.py): a trial's
+        record is then not kept. ``evaluated_ahead`` are the (point, flow) pairs already in the cache (a
+        first guess evaluated beside the original, measure/prebuild.py); ``wait_ahead`` waits for one
+        still being evaluated ahead."""
         self.judge = judge
         self.plan = plan
         self.stop = stop
@@ -130,7 +131,10 @@ class RunLoop:
         self.store = store
         self.replay = replay
         self.baseline = baseline
-        self.started = started
+        self.budget = budget
+        self.check_inputs = check_inputs
+        self.evaluated_ahead = list(evaluated_ahead)
+        self.wait_ahead = wait_ahead
         self.loop_started = time.perf_counter()  # after the baseline: what the loop's own work costs
         self.stages_at_start = stage_seconds()  # stages (ceilings, sensitivity) are one-offs, not per trial
         self.records: list[TrialRecord] = []
@@ -146,10 +150,7 @@ class RunLoop:
         self.interrupts = DeferredInterrupt()
         self._overrun_reason = ""
         self.stage = ""  # the stage of the last trial started: a timeout names it
-        # what a trial may not end inside: the end's reserve less the whole report's drawing (a trial
-        # comes before the report's Optuna views); None: all of end_reserve_s
-        self.start_reserve_s: float | None = None
-        self.evaluated_ahead: list[tuple[dict, tuple[str, ...]]] = []  # (point, flow) in the cache already
+        self.abandoned = 0  # trials still running at the budget's abandon_at (see _wait)
         self.model_owner: dict[str, int] = {}  # candidate model hash -> first trial that produced it
         self.duplicates = 0  # trials whose model an earlier trial produced: not counted in max_trials
         self.known = KnownFailures()
@@ -215,9 +216,9 @@ class RunLoop:
     def _wait(self) -> set[Future[TrialRecord]]:
         """The trials that finished (at least one), or none when ``abandon_at`` came first: a trial
         that overran its estimate does not take the confirmation's time."""
-        if self.abandon_at is None:
+        if self.budget.abandon_at is None:
             return wait(self.pending, return_when=FIRST_COMPLETED)[0]
-        left = max(0.0, self.abandon_at - time.perf_counter())
+        left = max(0.0, self.budget.abandon_at - time.perf_counter())
         return wait(self.pending, timeout=left, return_when=FIRST_COMPLETED)[0]
 
     def _launch(self, proposal: Proposal) -> bool:
@@ -277,21 +278,22 @@ class RunLoop:
         # a trial answered from the evaluation cache (a first guess evaluated ahead) took no time
         # that says how long the next one takes
         # (nor does it make the first real one's estimate: that stays first_trial_s)
-        hits = [] if self.first_trial_s > 0 else self.records
+        first_trial_s = self.budget.first_trial_s
+        hits = [] if first_trial_s > 0 else self.records
         worked = [r for r in self.records if r.cache.get("evaluation") != "hit"] or hits
         same = [r.durations.get("total_s") for r in worked if tuple(r.flow) == flow]
         durations = [d for d in same if d] or [d for r in worked if (d := r.durations.get("total_s"))]
         if not durations:
-            durations = [self.first_trial_s] if self.first_trial_s > 0 else []
+            durations = [first_trial_s] if first_trial_s > 0 else []
         if not durations:
             return False
         ran = [d for r in self.records if r.number not in self.replayed_numbers and (d := r.durations.get("total_s"))]
-        stages = stage_seconds() - getattr(self, "stages_at_start", stage_seconds())
+        stages = stage_seconds() - self.stages_at_start
         outside = time.perf_counter() - self.loop_started - sum(ran) / self.executor.capacity - stages
         expected = sum(durations) / len(durations) + max(0.0, outside) / max(1, len(ran))
-        elapsed = time.perf_counter() - self.started
-        reserve = getattr(self, "start_reserve_s", None)
-        reserve = self.end_reserve_s if reserve is None else reserve
+        elapsed = time.perf_counter() - self.budget.started
+        reserve = self.budget.start_reserve_s
+        reserve = self.budget.end_reserve_s if reserve is None else reserve
         if elapsed + expected <= timeout - reserve:
             return False
         kept = f", with {reserve:.0f} s kept for the re-timing and results" if reserve >= 0.5 else ""
@@ -342,7 +344,7 @@ class RunLoop:
             failed=self.failed,
             max_trials=self.stop.max_trials,
             best=self.best,
-            elapsed_s=time.perf_counter() - self.started,
+            elapsed_s=time.perf_counter() - self.budget.started,
             replayed=self.replay.replayed,
         )
         for listener in self.listeners:
@@ -365,17 +367,15 @@ class RunLoop:
         """Whether the proposal was evaluated ahead (a first guess beside the original's evaluation,
         engine/measure/prebuild.py): its trial reads the cache, whatever a trial takes, and is never refused
         for time (its cost is already paid)."""
-        ahead = getattr(self, "evaluated_ahead", [])
-        if any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in ahead):
+        if any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in self.evaluated_ahead):
             return True
-        wait = getattr(self, "wait_ahead", None)  # one still being evaluated ahead: waited for, not run twice
-        left = None if not self.stop.timeout_s else self.started + self.stop.timeout_s - time.perf_counter()
+        wait = self.wait_ahead  # one still being evaluated ahead: waited for, not run twice
+        left = None if not self.stop.timeout_s else self.budget.started + self.stop.timeout_s - time.perf_counter()
         return bool(wait is not None and wait(dict(point), tuple(flow), None if left is None else max(0.0, left)))
 
     def _in_stage(self) -> str:
         """`` in the latency stage``: where the search was when the limit came (``""`` before any trial)."""
-        stage = getattr(self, "stage", "")  # a loop put together piecemeal (tests) has none
-        return f" in the {stage_name(stage)} stage" if stage else ""
+        return f" in the {stage_name(self.stage)} stage" if self.stage else ""
 
     def _should_stop(self) -> str:
         stop = self.stop
@@ -385,7 +385,10 @@ class RunLoop:
         if stop.timeout_s == 0:
             if met:
                 return "a trial met the criterion (timeout: 0)"
-        elif stop.timeout_s is not None and time.perf_counter() - self.started >= stop.timeout_s - self.end_reserve_s:
+        elif (
+            stop.timeout_s is not None
+            and time.perf_counter() - self.budget.started >= stop.timeout_s - self.budget.end_reserve_s
+        ):
             return f"timeout ({stop.timeout_s:g} s) reached{self._in_stage()}"
         if stop.stop_when_met and met:
             return "a trial met the criterion (stop_when_met)"

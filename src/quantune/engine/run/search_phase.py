@@ -68,18 +68,30 @@ def search(
     not_retimed = retimes(objectives, config.evaluation.latency.confirm_top)
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
     warmup, _ = timing_rounds(config.evaluation.latency.warmup, 1, 1.0, 0.0)
-    loop = RunLoop(judge, parts.plan, config.stop, listeners, strategy, executor, store, replay, baseline, started)
-    loop.check_inputs = partial(check_model_unchanged, parts.context)  # a model file replaced meanwhile stops it
-    end.arm(loop, baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS)  # its reserves and abandon time
-    loop.evaluated_ahead = opening.prebuild.ahead() if opening.prebuild is not None else []  # read from the cache
-    loop.wait_ahead = opening.prebuild.wait_ahead if opening.prebuild is not None else None  # type: ignore[attr-defined]
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
     spec = config.evaluation.latency
     timing_s = own_timing_s(spec.warmup, spec.repeats, spec.seconds, baseline.get("latency_ms", 0.0) / 1000)
-    loop.first_trial_s = 2 * evaluation_seconds(parts.context) + timing_s
+    first_trial_s = 2 * evaluation_seconds(parts.context) + timing_s
+    budget = end.for_loop(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS, first_trial_s)
+    prebuild = opening.prebuild
+    loop = RunLoop(
+        judge,
+        parts.plan,
+        config.stop,
+        listeners,
+        strategy,
+        executor,
+        store,
+        replay,
+        baseline,
+        budget,
+        check_inputs=partial(check_model_unchanged, parts.context),  # a model file replaced meanwhile stops it
+        evaluated_ahead=prebuild.ahead() if prebuild is not None else (),  # read from the cache
+        wait_ahead=prebuild.wait_ahead if prebuild is not None else None,
+    )
     book.search_starts()
     if end.limited:  # a strategy's stage (sensitivity, ceilings) stops there too
-        isolation.deadline.at = started + float(config.stop.timeout_s or 0) - loop.end_reserve_s
+        isolation.deadline.at = started + float(config.stop.timeout_s or 0) - budget.end_reserve_s
     try:
         stop_reason = loop.run()
         log.info("search stopped (%s): %.1f s", stop_reason, time.perf_counter() - started)
