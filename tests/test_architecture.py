@@ -175,3 +175,16 @@ def test_no_module_imports_another_modules_private_names():
         if alias.name.startswith("_") and not alias.name.startswith("__")
     ]
     assert not offenders
+
+
+def test_the_engine_is_by_job_and_each_room_names_its_public_names():
+    """The engine's modules live in its subpackages (none loose beside them), and each subpackage's
+    lazily exported names resolve to objects of its own modules."""
+    import importlib
+
+    assert [p.name for p in (SRC / "engine").glob("*.py")] == ["__init__.py"]
+    for init in sorted((SRC / "engine").glob("*/__init__.py")):
+        package = importlib.import_module(f"quantune.engine.{init.parent.name}")
+        assert package.__all__, package.__name__
+        for name in package.__all__:
+            assert getattr(package, name).__module__.startswith(package.__name__ + "."), (package.__name__, name)
