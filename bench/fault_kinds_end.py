@@ -87,7 +87,7 @@ END_KINDS = [
     Kind(
         "end",
         "Ctrl-C during the side-by-side re-timing",
-        signal_in("quantune.engine.ending", "confirm_latency", "SIGINT"),
+        signal_in("quantune.engine.run.ending", "confirm_latency", "SIGINT"),
         (130,),
         after=_interrupted_unconfirmed,
     ),

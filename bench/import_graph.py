@@ -9,7 +9,10 @@ on top, the model handle at the bottom. This reads every ``import`` statement of
 * every import from a lower floor to a higher one ("upward"), with the list;
 * the import cycles: strongly connected components of the module graph with more than one
   module (every import counts, deferred ones inside functions and ``TYPE_CHECKING`` ones too:
-  each is an arrow a reader has to follow).
+  each is an arrow a reader has to follow);
+* the cycles between the parts of a package: inside each package, every subpackage taken as one
+  node beside the package's own modules (a subpackage that imports a sibling which imports it
+  back is one room split in two, even when no module imports in a circle).
 
 An import of a package counts as an import of its ``__init__`` (``from quantune.passes import
 get_pass`` is an arrow to ``quantune.passes``); ``from quantune.evaluate import latency``
@@ -204,12 +207,41 @@ def cycles(found: Iterable[Arrow]) -> list[list[str]]:
     return sorted(components)
 
 
+def package_cycles(found: Iterable[Arrow], src: Path = SRC) -> list[list[str]]:
+    """The cycles among each package's parts (its modules, and its subpackages each as one node)."""
+    found = list(found)
+    circles: list[list[str]] = []
+    for package in sorted(name for name, path in modules(src).items() if path.name == "__init__.py"):
+        inside = package + "."
+        parts = [
+            Arrow(_part(package, a.source), _part(package, a.target), a.line)
+            for a in found
+            if a.source.startswith(inside)
+            and a.target.startswith(inside)
+            and _part(package, a.source) != _part(package, a.target)
+        ]
+        circles += cycles(parts)
+    return circles
+
+
+def _part(package: str, module: str) -> str:
+    """The part of ``package`` that holds ``module``: the module itself, or the subpackage it is in."""
+    return f"{package}.{module[len(package) + 1 :].split('.')[0]}"
+
+
 def figures(src: Path = SRC) -> dict[str, object]:
     """The summary the architecture test compares: upward imports and cycles (and their lists)."""
     found = arrows(src)
     up = upward(found)
     circles = cycles(found)
-    return {"modules": len(modules(src)), "imports": len(found), "upward": up, "cycles": circles}
+    rooms = package_cycles(found, src)
+    return {
+        "modules": len(modules(src)),
+        "imports": len(found),
+        "upward": up,
+        "cycles": circles,
+        "package_cycles": rooms,
+    }
 
 
 def report(src: Path = SRC, markdown: bool = False) -> str:
@@ -217,6 +249,7 @@ def report(src: Path = SRC, markdown: bool = False) -> str:
     found = arrows(src)
     up = upward(found)
     circles = cycles(found)
+    rooms = package_cycles(found, src)
     per_floor: dict[int, list[str]] = defaultdict(list)
     for name in known:
         per_floor[floor_of(name)].append(name)
@@ -237,7 +270,7 @@ def report(src: Path = SRC, markdown: bool = False) -> str:
     lines += [
         "",
         f"modules {len(known)}, imports between them {len(found)}, "
-        f"upward imports {len(up)}, import cycles {len(circles)}",
+        f"upward imports {len(up)}, import cycles {len(circles)}, cycles between a package's parts {len(rooms)}",
         "",
         "Upward imports (importer:line -> imported, floors):",
     ]
@@ -247,6 +280,8 @@ def report(src: Path = SRC, markdown: bool = False) -> str:
     ] or ["- none"]
     lines += ["", "Import cycles (strongly connected components):"]
     lines += [f"- {' <-> '.join(c)}" for c in circles] or ["- none"]
+    lines += ["", "Cycles between a package's parts (a subpackage as one node):"]
+    lines += [f"- {' <-> '.join(c)}" for c in rooms] or ["- none"]
     text = "\n".join(lines)
     return text if markdown else text.replace("| ", " ").replace(" |", " ")
 

@@ -81,7 +81,7 @@ def op_counts(path: Path) -> dict[str, int]:
 def build(name: str, work: Path) -> tuple[Path, Path, object]:
     """(original, quantune's dynamic model, run parts) for zoo model ``name``."""
     from quantune.config import load_config
-    from quantune.engine.setup import build_run
+    from quantune.engine.trials.setup import build_run
     from quantune.passes import PassContext, get_pass
 
     config = CACHE / name / "zoo-run.yaml"

@@ -42,7 +42,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import quantune  # noqa: E402
 from quantune.config import load_config  # noqa: E402
-from quantune.engine.setup import build_run  # noqa: E402
+from quantune.engine.trials.setup import build_run  # noqa: E402
 from quantune.evaluate import paired_ratio  # noqa: E402
 from target_env import openvino_python  # noqa: E402
 

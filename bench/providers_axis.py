@@ -31,7 +31,7 @@ from providers_peers import in_budget, ir_peers, onnx_peers, run_peers, statuses
 
 import quantune
 from quantune.config import load_config
-from quantune.engine.setup import build_run
+from quantune.engine.trials.setup import build_run
 from quantune.evaluate import paired_ratio
 from quantune.evaluate.session_file import read_session_settings, write_session_settings
 

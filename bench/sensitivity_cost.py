@@ -114,7 +114,7 @@ def timed(folder: Path, rounds: int) -> None:
     import onnxruntime as ort
     from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_static
 
-    from quantune.engine.sensitivity_probe import EVALUATIONS
+    from quantune.engine.measure.sensitivity_probe import EVALUATIONS
     from quantune.evaluate.sensitivity import measure
 
     x, c = np.load(folder / "eval.npz")["x"], np.load(folder / "calib.npz")["x"]

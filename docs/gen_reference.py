@@ -471,15 +471,15 @@ def _field_comments(cls: type) -> dict[str, str]:
 
 def results_keys() -> tuple[list[str], list[str]]:
     """The keys of results.json's top level and of one trial, as the code writes them."""
-    from quantune.engine.result import Result
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.outcome.result import Result
+    from quantune.engine.trials.trial import TrialRecord
 
     return list(_to_dict_keys(Result)), list(TrialRecord.__dataclass_fields__)
 
 
 def results_reference() -> str:
-    from quantune.engine.result import Result
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.outcome.result import Result
+    from quantune.engine.trials.trial import TrialRecord
 
     top = _to_dict_keys(Result)
     result_notes = _field_comments(Result)

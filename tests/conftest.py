@@ -195,8 +195,8 @@ def accuracy_problem(config: dict[str, Any], options: dict[str, Any] | None = No
     import dataclasses
 
     from quantune.config import load_config
-    from quantune.engine.problem import search_problem
-    from quantune.engine.setup import build_run
+    from quantune.engine.run.problem import search_problem
+    from quantune.engine.trials.setup import build_run
 
     search = {**config.get("search", {}), "sampler": "random", "seed": 0, "strategy_options": dict(options or {})}
     loaded = load_config({**config, "search": search})

@@ -230,3 +230,35 @@ def qdq_quantized(model: Path, x, out: Path) -> Path:
 
     quantize_static(str(model), str(out), Reader(), quant_format=QuantFormat.QDQ)
     return out
+
+
+def built_loop(config: dict[str, Any], store: Path, budget: Any, **given: Any) -> Any:
+    """A run loop built whole, as the search phase builds it, over ``config`` (its ``stop`` as given,
+    its trials in this process, nothing replayed, no listener) with ``budget``, a ``TimeBudget``,
+    and ``given`` (``evaluated_ahead``, ...) as the loop's keyword arguments."""
+    from quantune.config import load_config
+    from quantune.engine.executors import InProcessExecutor
+    from quantune.engine.run.loop import Judge, RunLoop
+    from quantune.engine.run.resume import Replay
+    from quantune.engine.trials.runner import TrialRunner
+    from quantune.engine.trials.setup import build_run
+    from quantune.store import RunStore
+    from quantune.strategy import create_strategy
+
+    loaded = load_config(config)
+    parts = build_run(loaded)
+    judge = Judge(parts.criterion, loaded.config.evaluation.metric, ["latency"])
+    executor = InProcessExecutor(TrialRunner(parts.context))
+    return RunLoop(
+        judge,
+        parts.plan,
+        loaded.config.stop,
+        [],
+        create_strategy("joint"),
+        executor,
+        RunStore(store),
+        Replay([]),
+        {},
+        budget,
+        **given,
+    )

@@ -22,9 +22,9 @@ import onnx
 
 from conftest import build_mlp, mlp_inputs
 from quantune.data import Dataset
-from quantune.engine.confirm import confirm_latency
-from quantune.engine.trial import TrialRecord
-from quantune.engine.verdict import KEEP_ORIGINAL, decide
+from quantune.engine.measure.confirm import confirm_latency
+from quantune.engine.outcome.verdict import KEEP_ORIGINAL, decide
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, TimingRequest, settle_now, time_side_by_side
 from quantune.evaluate.rounds import time_until_decided

@@ -263,9 +263,9 @@ def test_a_duplicate_model_in_the_latency_stage_is_not_timed(make_config) -> Non
 def test_the_paired_timing_of_one_pair_of_models_runs_once(make_config, monkeypatch: pytest.MonkeyPatch) -> None:
     """A byte-identical pair is not timed at all; another pair is timed once, then read from the cache."""
     from quantune.config import load_config
-    from quantune.engine import paired_timing
-    from quantune.engine.probes import variant_builder
-    from quantune.engine.setup import build_run
+    from quantune.engine.measure import paired_timing
+    from quantune.engine.measure.probes import variant_builder
+    from quantune.engine.trials.setup import build_run
 
     config = _static_config(make_config)
     parts = build_run(load_config(config))
@@ -296,9 +296,9 @@ def test_a_paired_timing_stops_at_the_runs_limit_without_an_answer(make_config) 
     import time
 
     from quantune.config import load_config
-    from quantune.engine import paired_timing
-    from quantune.engine.probes import variant_builder
-    from quantune.engine.setup import build_run
+    from quantune.engine.measure import paired_timing
+    from quantune.engine.measure.probes import variant_builder
+    from quantune.engine.trials.setup import build_run
 
     parts = build_run(load_config(_static_config(make_config)))
     build = variant_builder(parts.context, parts.plan)

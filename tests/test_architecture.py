@@ -74,6 +74,7 @@ def _import_graph():
 # bench/results/import-graph-2026-11-27-thin.md: the sensitivity probe is the engine's, capability/head quantune.graph
 MAX_UPWARD_IMPORTS = 0
 MAX_IMPORT_CYCLES = 0  # sections reads the wording from quantune.wording, not report.result
+MAX_PACKAGE_CYCLES = 0  # the engine by job: run, outcome, measure, executors, trials, plan, each on those after it
 
 
 def test_imports_point_down_and_go_round_no_more_than_before():
@@ -85,6 +86,8 @@ def test_imports_point_down_and_go_round_no_more_than_before():
         "\n".join(upward)
     )
     assert len(cycles) <= MAX_IMPORT_CYCLES, f"import cycles: {cycles}"
+    rooms = graph.package_cycles(found, SRC.parent)
+    assert len(rooms) <= MAX_PACKAGE_CYCLES, f"subpackages that import each other: {rooms}"
 
 
 # Strings that name a precision (``"fp16"`` is a pass and a dtype): a literal holding one of these
@@ -172,3 +175,16 @@ def test_no_module_imports_another_modules_private_names():
         if alias.name.startswith("_") and not alias.name.startswith("__")
     ]
     assert not offenders
+
+
+def test_the_engine_is_by_job_and_each_room_names_its_public_names():
+    """The engine's modules live in its subpackages (none loose beside them), and each subpackage's
+    lazily exported names resolve to objects of its own modules."""
+    import importlib
+
+    assert [p.name for p in (SRC / "engine").glob("*.py")] == ["__init__.py"]
+    for init in sorted((SRC / "engine").glob("*/__init__.py")):
+        package = importlib.import_module(f"quantune.engine.{init.parent.name}")
+        assert package.__all__, package.__name__
+        for name in package.__all__:
+            assert getattr(package, name).__module__.startswith(package.__name__ + "."), (package.__name__, name)

@@ -11,7 +11,7 @@ import pytest
 import quantune
 from bert_model import bert_inputs, build_bert_layer
 from quantune.config import load_config
-from quantune.engine.plan import build_plan
+from quantune.engine.plan.plan import build_plan
 from quantune.errors import ConfigError
 from quantune.prepare import model_facts
 

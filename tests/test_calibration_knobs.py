@@ -168,7 +168,7 @@ def test_combinations_onnxruntime_ignores_are_refused(params: dict, words: str) 
 
 def test_knobs_are_searchable_and_pruned_where_onnxruntime_ignores_them(tmp_path: Path) -> None:
     from quantune.config import Config
-    from quantune.engine.plan import build_plan
+    from quantune.engine.plan.plan import build_plan
 
     search = {"search": {"when": "calibrate_method", "cases": {"MinMax": [False, True]}}}
     params = {"calibrate_method": {"search": ["MinMax", "Entropy"]}, "calib_moving_average": search}

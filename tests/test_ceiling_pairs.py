@@ -12,7 +12,7 @@ from typing import Any
 
 import numpy as np
 
-from quantune.engine.paired_timing import paired_latency, store_pairs
+from quantune.engine.measure.paired_timing import paired_latency, store_pairs
 from quantune.evaluate.latency import LatencySpec
 
 

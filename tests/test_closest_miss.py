@@ -8,8 +8,8 @@ import json
 from pathlib import Path
 
 import quantune
-from quantune.engine.selection import closest_miss, miss_front
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.selection import closest_miss, miss_front
+from quantune.engine.trials.trial import TrialRecord
 from quantune.report.console import summary
 from quantune.report.miss import accepting_loss
 

@@ -9,7 +9,7 @@ import pytest
 
 import quantune
 from quantune.config import Config
-from quantune.engine.plan import FLOW, build_plan
+from quantune.engine.plan.plan import FLOW, build_plan
 from quantune.search import create_sampler
 
 

@@ -88,7 +88,7 @@ def test_the_run_store_keeps_search_figures_and_a_resumed_run_confirms_again(mak
 
 
 def test_retiming_rounds_fit_the_budget_but_never_drop_below_five():
-    from quantune.engine.confirm import timing_rounds
+    from quantune.engine.measure.confirm import timing_rounds
 
     assert timing_rounds(10, 50, round_s=0.01, budget_s=3.0) == (2, 50)  # small model: all rounds
     assert timing_rounds(10, 50, round_s=1.5, budget_s=15.0) == (2, 8)  # MiniLM-sized: what fits

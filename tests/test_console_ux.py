@@ -13,7 +13,7 @@ from rich.console import Console
 
 import quantune
 from quantune.cli import main
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate.criterion import Criterion
 from quantune.report import Result
 from quantune.report.console import render_result

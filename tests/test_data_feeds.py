@@ -13,7 +13,7 @@ import quantune
 from conftest import INLINE_EXECUTOR, build_cnn, cnn_inputs, save_graph
 from quantune.config import load_config
 from quantune.data import CalibrationReader, Dataset, load_dataset
-from quantune.engine.setup import build_run
+from quantune.engine.trials.setup import build_run
 from quantune.errors import QuantuneError
 from quantune.passes.base import PassContext
 from quantune.passes.onnx.static_quant import StaticQuantization, StaticQuantizationConfig

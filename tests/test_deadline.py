@@ -11,8 +11,8 @@ import time
 import pytest
 
 import quantune
-from quantune.engine import deadline
-from quantune.engine.deadline import EndBudget, end_cost_s, process_started
+from quantune.engine.run import deadline
+from quantune.engine.run.deadline import EndBudget, end_cost_s, process_started
 
 _IMPORTED = time.perf_counter()
 WEIGHT_TYPES = [{"name": "dynamic_quant", "params": {"weight_type": {"search": ["int8", "uint8"]}}}]

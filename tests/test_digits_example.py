@@ -125,7 +125,7 @@ def test_best_is_the_fastest_trial_meeting_the_criterion(digits_run):
     results = digits_run["results"]
     feasible = [t for t in results["trials"] if t["meets_criterion"]]
     assert feasible, "no static-quant trial met 1% relative loss on digits"
-    # Two contenders (by search-time figures, engine/confirm.py) were timed again beside the original ...
+    # Two contenders (by search-time figures, engine/measure/confirm.py) were timed again beside the original ...
     confirmation = results["latency_confirmation"]
     confirmed = [t for t in feasible if t["number"] in confirmation["trials"]]
     assert 1 <= len({t["model_path"] for t in confirmed}) <= 2

@@ -13,10 +13,10 @@ import pytest
 
 import quantune
 from quantune import Categorical
-from quantune.engine import engine as engine_module
-from quantune.engine import loop as loop_module
 from quantune.engine.executors import InProcessExecutor
-from quantune.engine.failures import KnownFailures, classify, normalise
+from quantune.engine.run import engine as engine_module
+from quantune.engine.run import loop as loop_module
+from quantune.engine.trials.failures import KnownFailures, classify, normalise
 from quantune.report.console import summary
 from quantune.report.html import write_report
 from quantune.search import Feedback, create_sampler

@@ -118,7 +118,7 @@ def assert_closest_miss_reported(result, out: Path) -> None:
     miss = saved["closest_miss"]
     assert miss is not None and miss["meets_criterion"] is False
     evaluated = [t for t in saved["trials"] if t["status"] == "ok"]
-    # the most accurate model faster than the original (engine/selection.py miss_front), else of all
+    # the most accurate model faster than the original (engine/trials/selection.py miss_front), else of all
     faster = [t for t in evaluated if t["number"] in {row["number"] for row in saved["closest_miss_front"]}]
     assert miss["accuracy_loss"] == min(t["accuracy_loss"] for t in faster or evaluated)
     assert miss["number"] in {t["number"] for t in evaluated}
@@ -200,25 +200,26 @@ def test_search_true_uses_the_pass_default_space(make_config, tmp_path):
     assert sorted(t.params[f"{TOY}.mode"] for t in result.trials) == ["copy", "negate"]
 
 
-def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
+def test_a_trial_expected_to_end_after_the_timeout_is_not_started(make_config, tmp_path):
     import time
-    from types import SimpleNamespace
 
-    from quantune.engine.loop import RunLoop
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.run.deadline import TimeBudget
+    from quantune.engine.run.loop import RunLoop
+    from quantune.engine.trials.trial import TrialRecord
+    from robust_helpers import built_loop
+
+    stores = iter(range(100))
 
     def loop_at(elapsed_s: float, timeout_s: float | None, durations: dict[str, list[float]]) -> RunLoop:
-        loop = RunLoop.__new__(RunLoop)  # only what _would_overrun reads
-        loop.stop = SimpleNamespace(timeout_s=timeout_s)
-        loop.records = [
+        budget = TimeBudget(time.perf_counter() - elapsed_s)
+        stop = {"timeout_s": timeout_s} if timeout_s is not None else {"max_trials": 8}
+        loop = built_loop(make_config(stop=stop), tmp_path / f"run{next(stores)}.db", budget)
+        loop.loop_started = budget.started  # the search began with the run: all of elapsed_s is the loop's
+        loop.records.extend(
             TrialRecord(number=i, flow=[flow], params={}, status="ok", durations={"total_s": d})
             for flow, values in durations.items()
             for i, d in enumerate(values)
-        ]
-        loop.started = loop.loop_started = time.perf_counter() - elapsed_s
-        loop.replayed_numbers = set()
-        loop.executor = SimpleNamespace(capacity=1)
-        loop._overrun_reason = ""
+        )
         return loop
 
     slow_static = {"static": [40.0, 60.0], "dynamic": [10.0]}
@@ -238,28 +239,22 @@ def test_a_trial_expected_to_end_after_the_timeout_is_not_started():
     assert loop_at(75, 100, quick)._would_overrun(("static",))  # 75 + 10 + 27.5 does not
 
 
-def test_a_one_off_stage_is_not_counted_as_every_trials_work(monkeypatch):
+def test_a_one_off_stage_is_not_counted_as_every_trials_work(monkeypatch, make_config, tmp_path):
     """MiniLM at 60 s: a 12 s speed-ceiling stage made "the next trial" look 14 s long after a
     1.6 s trial, and the run stopped after one evaluation."""
     import time
-    from types import SimpleNamespace
 
-    from quantune.engine import loop as loop_module
-    from quantune.engine.loop import RunLoop
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.run import loop as loop_module
+    from quantune.engine.run.deadline import TimeBudget
+    from quantune.engine.trials.trial import TrialRecord
+    from robust_helpers import built_loop
 
     spent = {"s": 100.0}
-    monkeypatch.setattr(loop_module, "stage_seconds", lambda: spent["s"])
-    loop = RunLoop.__new__(RunLoop)
-    loop.stop = SimpleNamespace(timeout_s=53.0)
-    loop.records = [TrialRecord(number=0, flow=["dynamic"], params={}, status="ok", durations={"total_s": 1.6})]
-    loop.started = time.perf_counter() - 34.0
-    loop.loop_started = time.perf_counter() - 14.0
-    loop.stages_at_start = 100.0
-    loop.replayed_numbers = set()
-    loop.executor = SimpleNamespace(capacity=1)
-    loop.end_reserve_s = 8.0
-    loop._overrun_reason = ""
+    monkeypatch.setattr(loop_module, "stage_seconds", lambda: spent["s"])  # the stages before the loop: 100 s
+    budget = TimeBudget(time.perf_counter() - 34.0, end_reserve_s=8.0)
+    loop = built_loop(make_config(stop={"timeout_s": 53.0}), tmp_path / "run.db", budget)
+    loop.loop_started = time.perf_counter() - 14.0  # the search began 14 s ago
+    loop.records.append(TrialRecord(number=0, flow=["dynamic"], params={}, status="ok", durations={"total_s": 1.6}))
     assert loop._would_overrun(("dynamic",))  # the stage's 12.4 s counted as per-trial work
     spent["s"] = 112.4  # ... but it was a stage
     assert not loop._would_overrun(("dynamic",))

@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 from conftest import build_cnn, cnn_inputs, run_model, save_graph
 from quantune.config import Config
 from quantune.data import Dataset
-from quantune.engine.plan import build_plan
+from quantune.engine.plan.plan import build_plan
 from quantune.errors import TrialError
 from quantune.model import file_sha256
 from quantune.passes import PassContext, get_pass

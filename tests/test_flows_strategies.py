@@ -13,9 +13,9 @@ import yaml
 
 import quantune
 from quantune.config import Config
-from quantune.engine.plan import build_plan
-from quantune.engine.selection import pareto_front
-from quantune.engine.trial import TrialRecord
+from quantune.engine.plan.plan import build_plan
+from quantune.engine.trials.selection import pareto_front
+from quantune.engine.trials.trial import TrialRecord
 from quantune.search import create_sampler
 from quantune.space import Categorical, SearchSpace
 from quantune.strategy import WAIT, Outcome, SearchProblem, create_strategy

@@ -28,7 +28,7 @@ def _loaded_for(points: list[dict]) -> bool:
     """In a worker: whether the symbolic shape inference is loaded once ``load_in_background`` is done."""
     import threading
 
-    from quantune.engine.ahead import load_shapes_ahead
+    from quantune.engine.measure.ahead import load_shapes_ahead
 
     load_shapes_ahead(None, points)
     for thread in threading.enumerate():
@@ -71,7 +71,7 @@ def test_a_worker_loads_the_symbolic_shape_inference_only_for_an_extended_pre_op
 def test_which_points_need_the_symbolic_shape_inference_is_their_passes_trait() -> None:
     """Asked of the step's pass (``Pass.needs_symbolic_shapes``), not of a parameter's name: a step of
     another name runs dynamic quantization too, and another pass's ``pre_optimize`` needs nothing."""
-    from quantune.engine.ahead import needs_symbolic_shapes
+    from quantune.engine.measure.ahead import needs_symbolic_shapes
     from quantune.passes.onnx.dynamic_quant import DynamicQuantization
 
     assert DynamicQuantization.needs_symbolic_shapes({"pre_optimize": "extended"})

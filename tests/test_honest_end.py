@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 
 import quantune
-from quantune.engine.confirm import Confirmation
-from quantune.engine.trial import TrialRecord
-from quantune.engine.verdict import decide
+from quantune.engine.measure.confirm import Confirmation
+from quantune.engine.outcome.verdict import decide
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate import paired_ratio
 from quantune.evaluate.paired import MIN_GAIN
 
@@ -169,7 +169,7 @@ def _held_run(tmp_path: Path, module: str, name: str, signum: int, **env: str) -
 def test_ctrl_c_during_the_retiming_exits_130_with_an_unconfirmed_answer(tmp_path: Path) -> None:
     import signal
 
-    code, err, output = _held_run(tmp_path, "quantune.engine.ending", "confirm_latency", signal.SIGINT)
+    code, err, output = _held_run(tmp_path, "quantune.engine.run.ending", "confirm_latency", signal.SIGINT)
     assert code == 130, err
     assert "Traceback" not in err
     results = json.loads((output / "results.json").read_text())

@@ -68,7 +68,7 @@ def test_a_chosen_model_that_left_the_cache_during_the_run_is_built_again(make_c
 def test_a_chosen_model_that_cannot_be_built_again_is_said_in_one_line_and_the_next_run_mends_it(
     make_config, tmp_path, capsys, monkeypatch
 ):
-    from quantune.engine.runner import TrialRunner
+    from quantune.engine.trials.runner import TrialRunner
 
     monkeypatch.setattr(TrialRunner, "rebuild", lambda self, record: None)  # not the same bytes, say
     config = make_config(SEARCH, objective="size")

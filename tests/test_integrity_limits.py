@@ -8,8 +8,8 @@ import pytest
 import yaml
 
 import quantune
-from quantune.engine.executors import limits
-from quantune.engine.executors.limits import TrialLimit
+from quantune.engine.trials import limits
+from quantune.engine.trials.limits import TrialLimit
 from robust_helpers import metric_for_candidates
 from robust_helpers import quantune as quantune_cli
 

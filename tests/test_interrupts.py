@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from quantune.engine.interrupts import DeferredInterrupt
+from quantune.engine.run.interrupts import DeferredInterrupt
 
 
 def _ctrl_c() -> None:
@@ -53,7 +53,7 @@ def test_a_stop_the_code_it_landed_in_swallowed_still_stops_the_run() -> None:
     stop is kept until the engine takes it, so the next stop point raises it again."""
     import contextlib
 
-    from quantune.engine import interrupts
+    from quantune.engine.run import interrupts
 
     previous = signal.signal(signal.SIGTERM, interrupts._raise_stop)
     try:

@@ -15,7 +15,7 @@ from typing import Any
 
 import quantune
 from conftest import accuracy_problem
-from quantune.engine.prebuild import ceiling_items
+from quantune.engine.measure.prebuild import ceiling_items
 from quantune.space import Point
 from quantune.strategy import create_strategy
 from test_answer_early import _all_meet, _drive, _layernorm
@@ -164,7 +164,7 @@ def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_
 
 
 def test_a_run_evaluates_the_guess_s_compute_only_model_ahead(make_config, tmp_path, monkeypatch) -> None:
-    from quantune.engine import original
+    from quantune.engine.run import original
 
     monkeypatch.setenv("QUANTUNE_PREBUILD", "1")
     config = _layernorm(tmp_path, "latency")
@@ -231,8 +231,8 @@ def test_the_guess_s_worker_judges_its_guess_against_the_original(tmp_path: Path
     its outputs before it is timed (its figures come later); not known is not in budget (the worker
     then keeps its order)."""
     from quantune.config.loader import load_config
-    from quantune.engine.ahead import in_budget
     from quantune.engine.executors.worker import WorkerSpec, runner_for
+    from quantune.engine.measure.ahead import in_budget
 
     config = _layernorm(tmp_path, "latency")
     config["cache_dir"] = str(tmp_path / "c")
@@ -257,8 +257,8 @@ def test_the_work_ahead_stops_before_the_confirmation_times(make_config, tmp_pat
     """What the guess's worker still does when the search is over (evaluating its compute-only model
     ahead) is stopped before the confirmation times the answer side by side: beside that timing it
     is noise on the other core, and at the end of the run its stage took up to 0.5 s to notice."""
-    from quantune.engine.engine import Engine
-    from quantune.engine.prebuild import Prebuild
+    from quantune.engine.measure.prebuild import Prebuild
+    from quantune.engine.run.engine import Engine
 
     config = _guess_in_budget(tmp_path, monkeypatch)
     order: list[tuple[str, bool]] = []

@@ -2,59 +2,67 @@
 say): on the loaded machine four zoo models ended a 60 s run at 27-45 s with 0 trials, the first
 guess (already evaluated beside the original, in the cache) refused as "about 29 s" with 12 s
 kept for the end, 5 of them for the whole report's Optuna views. Only what a trial reads
-(``_would_overrun``) is built here; no timing is asserted."""
+(``_would_overrun``) is asked of a loop built whole; no timing is asserted."""
 
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
+from pathlib import Path
+from typing import Any
 
-from quantune.engine.deadline import EndBudget
-from quantune.engine.loop import RunLoop
-from quantune.engine.trial import TrialRecord
+from quantune.engine.run.deadline import EndBudget, TimeBudget
+from quantune.engine.run.loop import RunLoop
+from quantune.engine.trials.trial import TrialRecord
+from robust_helpers import built_loop
 
 
 def _loop(
-    elapsed_s: float, timeout_s: float, first_trial_s: float, records: list[TrialRecord] | None = None
+    make_config: Any,
+    store: Path,
+    elapsed_s: float,
+    timeout_s: float,
+    first_trial_s: float,
+    records: list[TrialRecord] | None = None,
+    start_reserve_s: float | None = None,
+    **given: Any,
 ) -> RunLoop:
-    loop = RunLoop.__new__(RunLoop)  # only what _launch's time check reads
-    loop.stop = SimpleNamespace(timeout_s=timeout_s)
-    loop.records = records or []
-    loop.started = time.perf_counter() - elapsed_s
-    loop.loop_started = time.perf_counter()  # the search has just begun
-    loop.replayed_numbers = set()
-    loop.executor = SimpleNamespace(capacity=1)
-    loop._overrun_reason = ""
-    loop.first_trial_s = first_trial_s
-    loop.end_reserve_s = 12.0  # the whole report's drawing kept too
+    """A loop whose search has just begun, ``elapsed_s`` into a run of ``timeout_s`` that keeps 12 s
+    for its end (the whole report's drawing too), after ``records``."""
+    budget = TimeBudget(
+        time.perf_counter() - elapsed_s,
+        end_reserve_s=12.0,
+        start_reserve_s=start_reserve_s,
+        first_trial_s=first_trial_s,
+    )
+    loop = built_loop(make_config(stop={"timeout_s": timeout_s}), store, budget, **given)
+    loop.records.extend(records or [])
     return loop
 
 
-def test_a_trial_may_run_into_the_whole_reports_time_not_the_least_reports() -> None:
-    loop = _loop(21.0, 60.0, 29.0)
-    assert loop._would_overrun(("static_quant",))  # 21 + 29 > 60 - 12
-    loop.start_reserve_s = 8.0  # the same end with the page drawn without its Optuna views
+def test_a_trial_may_run_into_the_whole_reports_time_not_the_least_reports(make_config, tmp_path) -> None:
+    assert _loop(make_config, tmp_path / "a.db", 21.0, 60.0, 29.0)._would_overrun(
+        ("static_quant",)
+    )  # 21 + 29 > 60 - 12
+    # the same end with the page drawn without its Optuna views: 8 s
+    loop = _loop(make_config, tmp_path / "b.db", 21.0, 60.0, 29.0, start_reserve_s=8.0)
     assert not loop._would_overrun(("static_quant",))  # 21 + 29 <= 60 - 8
-    late = _loop(30.0, 60.0, 29.0)
-    late.start_reserve_s = 8.0
+    late = _loop(make_config, tmp_path / "c.db", 30.0, 60.0, 29.0, start_reserve_s=8.0)
     assert late._would_overrun(("static_quant",)) and "8 s kept" in late._overrun_reason
 
 
-def test_a_proposal_evaluated_ahead_is_never_refused_for_time() -> None:
-    loop = _loop(50.0, 60.0, 29.0)
+def test_a_proposal_evaluated_ahead_is_never_refused_for_time(make_config, tmp_path) -> None:
     point, flow = {"flow": "static_quant", "static_quant.quant_format": "QDQ"}, ("static_quant",)
-    loop.evaluated_ahead = [(dict(point), flow)]
+    loop = _loop(make_config, tmp_path / "run.db", 50.0, 60.0, 29.0, evaluated_ahead=[(dict(point), flow)])
     assert loop._ahead(point, flow)
     assert not loop._ahead({**point, "static_quant.quant_format": "QOperator"}, flow)
     assert not loop._ahead(point, ("dynamic_quant",))
 
 
-def test_a_cache_hit_does_not_make_the_next_trial_look_quick() -> None:
+def test_a_cache_hit_does_not_make_the_next_trial_look_quick(make_config, tmp_path) -> None:
     """The first guess read from the cache took 0.1 s: the next real trial is still expected to take
     what the original's evaluation suggests, not 0.1 s."""
     hit = TrialRecord(0, ["static_quant"], {}, "ok", durations={"total_s": 0.1}, cache={"evaluation": "hit"})
-    loop = _loop(40.0, 60.0, 29.0, [hit])
-    loop.start_reserve_s = 8.0
+    loop = _loop(make_config, tmp_path / "run.db", 40.0, 60.0, 29.0, [hit], start_reserve_s=8.0)
     assert loop._would_overrun(("static_quant",))  # 40 + 29 > 52, though the hit took 0.1 s
 
 
@@ -71,7 +79,7 @@ def test_waiting_for_the_builds_ahead_ends_at_the_runs_limit() -> None:
     import threading
 
     from quantune.engine.executors.stage import Isolation, StageDeadline
-    from quantune.engine.prebuild import Prebuild
+    from quantune.engine.measure.prebuild import Prebuild
 
     prebuild = Prebuild.__new__(Prebuild)  # only what join reads
     prebuild._isolation = Isolation(deadline=StageDeadline())

@@ -136,7 +136,7 @@ def test_dynamic_quant_after_fusing_graph_opt(cnn_model, tmp_path, cnn_feeds):
 
 def test_flows_quantizing_after_layout_specific_graph_opt_are_pruned(make_config):
     from quantune.config import load_config
-    from quantune.engine.plan import build_plan
+    from quantune.engine.plan.plan import build_plan
 
     levels = ["basic", "extended", "all"]
     for quantizer, allowed in [("dynamic_quant", {"basic", "extended"}), ("static_quant", {"basic"})]:

@@ -1,4 +1,4 @@
-"""The speed ceilings' models are built while the original is evaluated (engine/prebuild.py):
+"""The speed ceilings' models are built while the original is evaluated (engine/measure/prebuild.py):
 the strategy's own ceiling stage then only times them, and nothing it decides changes."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import pytest
 
 import quantune
 from conftest import accuracy_problem
-from quantune.engine.prebuild import ceiling_items
+from quantune.engine.measure.prebuild import ceiling_items
 from quantune.strategy import create_strategy
 from quantune.strategy.base import Outcome
 
@@ -163,7 +163,7 @@ def test_the_builds_queue_is_worked_from_both_ends_and_one_worker_calibrates(tmp
     calibrating one only after a calibrating build finished (the ranges are then cached)."""
     import threading
 
-    from quantune.engine.ahead import Queue, calibrates
+    from quantune.engine.measure.ahead import Queue, calibrates
 
     passes = {"s": "static_quant", "d": "dynamic_quant", "t": "transformer_opt"}
     flows = [("s",), ("s",), ("s",), ("d",), ("t", "d")]

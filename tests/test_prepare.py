@@ -19,8 +19,8 @@ import quantune
 from conftest import CNN_CLASSES, cnn_inputs, run_model
 from quantune.cli import main
 from quantune.config import load_config
-from quantune.engine.plan import build_plan
-from quantune.engine.setup import build_run
+from quantune.engine.plan.plan import build_plan
+from quantune.engine.trials.setup import build_run
 from quantune.errors import ConfigError
 from quantune.model import ModelHandle
 from quantune.prepare import (

@@ -13,7 +13,7 @@ from typing import Any
 
 import quantune
 from quantune.config import load_config
-from quantune.engine.plan import build_plan
+from quantune.engine.plan.plan import build_plan
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers, original_points
 from quantune.strategy.base import Outcome, SearchProblem
 from quantune.strategy.options import QuantuneOptions

@@ -147,8 +147,8 @@ def test_the_original_on_a_faster_provider_wins_through_the_ceilings(make_config
     ceiling, the ceilings are dropped before any accuracy work and that original is the answer;
     where it is slower than a ceiling, the ceilings are kept and recovered. The timing rule on
     recorded ratios (the paired ratios a ceilings session reports), so no timing noise decides it."""
-    from quantune.engine.trial import TrialRecord
-    from quantune.engine.verdict import decide
+    from quantune.engine.outcome.verdict import decide
+    from quantune.engine.trials.trial import TrialRecord
 
     strategy, asked, told = _drive(make_config, original_ratio=0.6)
     assert asked and asked[0].stage == "provider original"  # evaluated first, on its provider

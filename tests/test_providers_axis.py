@@ -21,8 +21,8 @@ from onnx import TensorProto, helper
 import quantune
 from conftest import cnn_inputs
 from quantune.config import load_config
-from quantune.engine.plan import build_plan
-from quantune.engine.providers import resolve_providers, with_provider_axis
+from quantune.engine.plan.plan import build_plan
+from quantune.engine.plan.providers import resolve_providers, with_provider_axis
 from quantune.errors import ConfigError
 from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.session_file import read_session_settings
@@ -229,9 +229,9 @@ def test_with_provider_axis_adds_one_step(make_config) -> None:
 def test_the_original_on_another_provider_is_a_candidate_that_can_win() -> None:
     """The decision's side: a model that quantizes nothing is the original in disguise on the
     reference provider, but a candidate of its own on another one (a lossless speed-up)."""
-    from quantune.engine.selection import is_candidate
-    from quantune.engine.trial import TrialRecord
-    from quantune.engine.verdict import decide
+    from quantune.engine.outcome.verdict import decide
+    from quantune.engine.trials.selection import is_candidate
+    from quantune.engine.trials.trial import TrialRecord
 
     def record(number: int, latency: float, quantized: int, settings: dict | None) -> TrialRecord:
         metrics = {"latency_ms": latency, "quantized_ops": quantized, "size_bytes": 100.0, "top1": 1.0}
@@ -247,7 +247,7 @@ def test_the_original_on_another_provider_is_a_candidate_that_can_win() -> None:
 
 
 def test_session_search_groups_keep_the_providers_threads() -> None:
-    from quantune.engine.session_search import _merged, option_groups
+    from quantune.engine.measure.session_search import _merged, option_groups
 
     groups = option_groups(OV)
     assert [next(iter(group[0])) for group in groups] == [
@@ -271,9 +271,9 @@ def test_session_search_groups_keep_the_providers_threads() -> None:
 def test_best_opens_with_the_searched_openvino_settings_and_its_cache(tmp_path: Path, ov_python: Path) -> None:
     """best/run.py opens the session with the searched OpenVINO options (a load_config property, the
     model cache beside it) and gives the outputs the target gives with the same settings."""
-    from quantune.engine.deploy import write_deploy
-    from quantune.engine.session_search import _ov_config
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.measure.session_search import _ov_config
+    from quantune.engine.outcome.deploy import write_deploy
+    from quantune.engine.trials.trial import TrialRecord
 
     best = tmp_path / "best"
     best.mkdir()
@@ -302,7 +302,7 @@ def test_best_opens_with_the_searched_openvino_settings_and_its_cache(tmp_path: 
 
 
 def test_deploy_settings_say_where_and_how(tmp_path: Path) -> None:
-    from quantune.engine.deploy import deploy_sentence, deploy_settings
+    from quantune.engine.outcome.deploy import deploy_sentence, deploy_settings
 
     target = {"provider": CPU, "provider_options": {}, "threads": 2}
     settings = deploy_settings({"provider": OV, "provider_options": {"num_of_threads": "2"}}, target)
@@ -321,8 +321,8 @@ def test_the_model_cache_is_deployed_only_on_a_measured_open_time_win(tmp_path: 
     """As cache_effect reports it (the fastest first open, the slowest cached one): a cache whose
     cached open was not faster than a first one is not deployed (on onnxruntime-openvino 1.24.1
     a cached session opened no faster on the zoo models measured)."""
-    from quantune.engine.deploy import write_deploy
-    from quantune.engine.trial import TrialRecord
+    from quantune.engine.outcome.deploy import write_deploy
+    from quantune.engine.trials.trial import TrialRecord
 
     chosen = TrialRecord(3, ["provider"], {}, "ok", {}, True, 0.0, 1.0, session_settings={"provider": OV})
     for cache, deployed in (

@@ -21,9 +21,9 @@ from quantune.config import load_config
 from quantune.engine.executors import ray_executor
 from quantune.engine.executors.ray_cargo import for_nodes, pack, run_shipped, scratch_folder
 from quantune.engine.executors.worker import WorkerSpec
-from quantune.engine.runner import TrialRunner
-from quantune.engine.setup import build_run
-from quantune.engine.trial import Trial
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.setup import build_run
+from quantune.engine.trials.trial import Trial
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
@@ -225,7 +225,7 @@ def test_a_target_no_node_holds_is_one_line_naming_the_field(tmp_path: Path, clu
 
 
 def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Path, cluster: Any) -> None:
-    from quantune.engine.executors.ray_target import RayTargetBackend
+    from quantune.engine.trials.ray_target import RayTargetBackend
     from quantune.evaluate.backend import LocalBackend
     from quantune.evaluate.latency import LatencySpec, TimingRequest
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import quantune
 from conftest import accuracy_problem
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.trial import TrialRecord
 from quantune.report.precision import recovered
 from quantune.space import Point
 from quantune.strategy import Outcome, create_strategy
@@ -148,7 +148,7 @@ def test_flows_auto_places_the_refining_passes_after_static_quant(make_config, c
     import onnx
 
     from quantune.config import load_config
-    from quantune.engine.plan import build_plan
+    from quantune.engine.plan.plan import build_plan
     from quantune.prepare import model_facts
 
     passes = [

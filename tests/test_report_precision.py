@@ -6,8 +6,8 @@ from __future__ import annotations
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, QuantType, quantize_dynamic, quantize_static
 
 from conftest import build_cnn, build_mlp, cnn_inputs
-from quantune.engine.result import Result
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.trials.trial import TrialRecord
 from quantune.report.precision import evidence, excluded, fallbacks, op_precisions, precision_counts
 
 

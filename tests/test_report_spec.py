@@ -16,7 +16,7 @@ import pytest
 from plotly.subplots import make_subplots
 
 import quantune
-from quantune.engine.result import Result
+from quantune.engine.outcome.result import Result
 from quantune.report import plots
 from quantune.report.precision import precision_bars
 from quantune.report.spec import Spec, merged

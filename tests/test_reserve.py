@@ -14,11 +14,11 @@ import yaml
 
 import quantune
 from conftest import INLINE_EXECUTOR
-from quantune.engine.deadline import EndBudget
-from quantune.engine.ending import confirm_end, retimes
-from quantune.engine.timebook import TimeBook, stage_name
-from quantune.engine.trial import TrialRecord
-from quantune.engine.verdict import decide
+from quantune.engine.outcome.verdict import decide
+from quantune.engine.run.deadline import EndBudget
+from quantune.engine.run.ending import confirm_end, retimes
+from quantune.engine.run.timebook import TimeBook, stage_name
+from quantune.engine.trials.trial import TrialRecord
 
 DIGITS = Path(__file__).resolve().parents[1] / "examples" / "digits"
 
@@ -250,7 +250,7 @@ def test_a_retiming_cut_short_by_its_own_budget_tries_again_within_the_limit(tmp
     """A target environment that loads sessions slower than estimated left the first re-timing 1 round
     at 42 s of a 90 s limit, and the run said ``unconfirmed``. With time left in the limit, the end
     re-times again and confirms. Here the first try gets a deadline already past (one round runs)."""
-    import quantune.engine.ending as ending
+    import quantune.engine.run.ending as ending
 
     config = _digits_config(tmp_path)
     config["stop"] = {"max_trials": 2, "timeout_s": 120}
@@ -273,7 +273,7 @@ def test_a_retiming_cut_short_by_its_own_budget_tries_again_within_the_limit(tmp
 
 def test_a_retiming_with_enough_rounds_is_not_tried_again(tmp_path, monkeypatch) -> None:
     """The second try is for a first one cut short only: one with enough rounds is the answer."""
-    import quantune.engine.ending as ending
+    import quantune.engine.run.ending as ending
 
     config = _digits_config(tmp_path)
     config["stop"] = {"max_trials": 1, "timeout_s": 120}

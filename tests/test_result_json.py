@@ -8,7 +8,7 @@ import pytest
 
 import quantune
 from quantune.cli import main
-from quantune.engine.result import Result
+from quantune.engine.outcome.result import Result
 from quantune.evaluate.criterion import Criterion
 from quantune.report.miss import budget_value
 

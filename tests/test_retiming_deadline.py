@@ -12,12 +12,12 @@ from onnx import TensorProto, helper
 
 from conftest import build_mlp, mlp_inputs, save_graph
 from quantune.data import Dataset
-from quantune.engine.confirm import MIN_ROUNDS, confirm_latency
-from quantune.engine.deadline import EndBudget
-from quantune.engine.ending import confirm_end
 from quantune.engine.executors.stage import StageDeadline
-from quantune.engine.session_search import option_groups, search_session
-from quantune.engine.trial import TrialRecord
+from quantune.engine.measure.confirm import MIN_ROUNDS, confirm_latency
+from quantune.engine.measure.session_search import option_groups, search_session
+from quantune.engine.run.deadline import EndBudget
+from quantune.engine.run.ending import confirm_end
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import LatencySpec, time_side_by_side
 from quantune.strategy.base import Outcome, Proposal, Strategy

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import numpy as np
 
-from quantune.engine.deadline import EndBudget
+from quantune.engine.run.deadline import EndBudget
 from quantune.store import ArtifactCache
 
 

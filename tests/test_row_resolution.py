@@ -13,8 +13,8 @@ import pytest
 import quantune
 from conftest import build_cnn, cnn_inputs, run_model
 from quantune.data import Dataset
-from quantune.engine.trial import TrialRecord
-from quantune.engine.verdict import decide
+from quantune.engine.outcome.verdict import decide
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate import EvaluationSpec, Evaluator
 from quantune.evaluate.feeds import pack
 from quantune.evaluate.rows import sign_test_p

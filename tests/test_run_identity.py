@@ -13,7 +13,7 @@ from conftest import cnn_inputs, run_model
 from quantune.cli import main
 from quantune.config import load_config
 from quantune.engine.executors.worker import WorkerSpec, runner_for
-from quantune.engine.setup import build_run
+from quantune.engine.trials.setup import build_run
 
 METRIC = """
 import numpy as np

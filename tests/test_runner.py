@@ -12,7 +12,7 @@ from onnx import TensorProto, helper, numpy_helper
 import quantune
 from conftest import INLINE_EXECUTOR, run_model, save_graph
 from quantune.config import load_config
-from quantune.engine.setup import build_run
+from quantune.engine.trials.setup import build_run
 
 FEATURES, STATE, CLASSES, FRAMES = 4, 6, 3, 40
 

@@ -1,5 +1,5 @@
 """The static sensitivity measured in batches of rows where the model's batch axis is free:
-the same scores as one row at a time, fewer session runs (engine/sensitivity_probe.py)."""
+the same scores as one row at a time, fewer session runs (engine/measure/sensitivity_probe.py)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
-from quantune.engine.sensitivity_probe import MEASURE_BATCH, measure_batch
+from quantune.engine.measure.sensitivity_probe import MEASURE_BATCH, measure_batch
 from quantune.evaluate.sensitivity.static import measure
 
 

@@ -13,7 +13,7 @@ from onnx import TensorProto, helper, numpy_helper
 from onnxruntime.quantization import CalibrationDataReader, QuantFormat, quantize_static
 
 from conftest import INLINE_EXECUTOR, accuracy_problem
-from quantune.engine.sensitivity_probe import EVALUATIONS
+from quantune.engine.measure.sensitivity_probe import EVALUATIONS
 from quantune.evaluate.sensitivity import head, static
 from quantune.evaluate.sensitivity.cost import HEAVY
 from quantune.evaluate.sensitivity.stats import session as real_session

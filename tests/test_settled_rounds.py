@@ -11,7 +11,7 @@ from pathlib import Path
 import numpy as np
 
 from conftest import build_mlp, mlp_inputs
-from quantune.engine.confirm import verdict_settled
+from quantune.engine.measure.confirm import verdict_settled
 from quantune.evaluate import LatencySpec, TargetBackend, TimingRequest, time_side_by_side
 from quantune.evaluate.latency import SETTLE_EVERY, SETTLE_FROM
 

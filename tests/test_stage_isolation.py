@@ -62,7 +62,7 @@ def _killed_probe(job: object) -> dict:
 
 
 def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    import quantune.engine.sensitivity_probe as sensitivity
+    import quantune.engine.measure.sensitivity_probe as sensitivity
 
     monkeypatch.setattr(sensitivity, "run_probe", _killed_probe)  # what the worker is given to run
     config = {
@@ -91,7 +91,7 @@ def test_a_run_whose_sensitivity_worker_is_killed_ends_cleanly(tmp_path: Path, m
     [failure] = saved["stage_errors"]
     assert failure["stage"] == "sensitivity" and "SIGKILL" in failure["error"]
     assert "baseline_evaluation" in saved["stage_peak_rss_mb"]
-    # the ceilings' passes ran in workers too: built beside the original's evaluation (engine/prebuild.py,
+    # the ceilings' passes ran in workers too: built beside the original's evaluation (engine/measure/prebuild.py,
     # then only timed) or in their own stage
     assert {"ceiling_build", "speed_ceiling"} & set(saved["stage_peak_rss_mb"])
     assert "sensitivity" in (tmp_path / "out" / "quantune.log").read_text()
@@ -106,7 +106,7 @@ def _killed_baseline(spec: object, beside: bool = False) -> dict:
 
 
 def _baseline_noting_pid(spec: object, beside: bool = False) -> dict:
-    from quantune.engine.baseline import evaluate_original
+    from quantune.engine.measure.baseline import evaluate_original
 
     Path(os.environ["QUANTUNE_TEST_PID_FILE"]).write_text(str(os.getpid()))
     return evaluate_original(spec, beside)
@@ -115,7 +115,7 @@ def _baseline_noting_pid(spec: object, beside: bool = False) -> dict:
 def test_the_original_is_evaluated_in_a_worker_whose_death_ends_the_run_cleanly(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import quantune.engine.baseline as baseline
+    import quantune.engine.measure.baseline as baseline
     from quantune.errors import QuantuneError
 
     config = {

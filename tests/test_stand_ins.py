@@ -15,7 +15,7 @@ import pytest
 
 from conftest import accuracy_problem
 from quantune.data.dataset import load_dataset
-from quantune.engine.ahead import calibrates
+from quantune.engine.measure.ahead import calibrates
 from quantune.passes import get_pass
 from quantune.passes.base import PassContext
 from quantune.strategy import Outcome, create_strategy

@@ -131,9 +131,9 @@ def test_the_originals_reference_is_cached_before_it_is_timed(make_config, monke
     is still timed: the outputs reach the cache before the timing starts, the figures after it,
     and the reference read then is the one the run keeps."""
     from quantune.config import load_config
-    from quantune.engine.baseline import cached_figures, cached_reference
-    from quantune.engine.runner import TrialRunner
-    from quantune.engine.setup import build_run
+    from quantune.engine.measure.baseline import cached_figures, cached_reference
+    from quantune.engine.trials.runner import TrialRunner
+    from quantune.engine.trials.setup import build_run
 
     runner = TrialRunner(build_run(load_config(make_config())).context)
     backend = runner.context.evaluator.backend
@@ -159,9 +159,9 @@ def test_a_quick_timing_of_the_original_is_marked_and_timed_again(make_config, m
     """Beside the first guess the original is timed in a few rounds; its cached figures say so
     until the engine times it again in full (``retime_original``), under the same cache key."""
     from quantune.config import load_config
-    from quantune.engine.baseline import retime_original, timed_quickly
-    from quantune.engine.runner import TrialRunner
-    from quantune.engine.setup import build_run
+    from quantune.engine.measure.baseline import retime_original, timed_quickly
+    from quantune.engine.trials.runner import TrialRunner
+    from quantune.engine.trials.setup import build_run
     from quantune.evaluate.evaluator import QUICK_REPEATS
 
     config = make_config(evaluation={"metric": "top1", "latency": {"warmup": 2, "repeats": 40, "threads": 1}})
@@ -188,9 +188,9 @@ def test_the_originals_evaluation_time_is_kept_for_the_first_trials_estimate(mak
     reserve: before any trial, it is expected to take what the original's evaluation took
     (issue 23), which the cache keeps beside the figures, through a re-timing too."""
     from quantune.config import load_config
-    from quantune.engine.baseline import evaluation_seconds, retime_original
-    from quantune.engine.runner import TrialRunner
-    from quantune.engine.setup import build_run
+    from quantune.engine.measure.baseline import evaluation_seconds, retime_original
+    from quantune.engine.trials.runner import TrialRunner
+    from quantune.engine.trials.setup import build_run
 
     context = build_run(load_config(make_config())).context
     assert evaluation_seconds(context) == 0.0  # nothing evaluated: no estimate

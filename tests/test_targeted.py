@@ -11,7 +11,7 @@ import onnx
 
 import quantune
 from conftest import accuracy_problem
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.trial import TrialRecord
 from quantune.passes.onnx.qdq_layers import integer_weight, quantized_layers
 from quantune.report.precision import recovered
 from quantune.space import Point

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import numpy as np
 
-from quantune.engine.confirm import Confirmation, _ties
-from quantune.engine.trial import TrialRecord
-from quantune.engine.verdict import decide
+from quantune.engine.measure.confirm import Confirmation, _ties
+from quantune.engine.outcome.verdict import decide
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate import paired_ratio
 from quantune.strategy import Outcome
 
@@ -63,7 +63,7 @@ def test_a_tie_goes_to_the_earlier_trial_even_when_the_later_is_smaller(tmp_path
 def test_the_earliest_trial_as_fast_by_the_search_figures_is_re_timed_too(tmp_path: Path) -> None:
     """Which near-equal models make the top ``confirm_top`` follows the noise; the earliest one within
     the search's noise of the fastest takes the second place (the tie rule's stable contender)."""
-    from quantune.engine.confirm import _choose
+    from quantune.engine.measure.confirm import _choose
 
     paths = []
     for name in "abcd":
@@ -86,7 +86,7 @@ def test_the_earliest_trial_as_fast_by_the_search_figures_is_re_timed_too(tmp_pa
 def test_trials_that_run_the_same_graph_are_one_contender(tmp_path: Path) -> None:
     """Trials that differ only in calibration settings run one executed graph: one contender, its
     figure the median of theirs (not the luckiest single timing), its model the most accurate."""
-    from quantune.engine.confirm import _choose, speed_class
+    from quantune.engine.measure.confirm import _choose, speed_class
 
     paths = []
     for name in "abcd":
@@ -109,7 +109,7 @@ def test_trials_that_run_the_same_graph_are_one_contender(tmp_path: Path) -> Non
 
 def test_contenders_with_equal_medians_are_ordered_by_trial(tmp_path: Path) -> None:
     """Equal search-time figures (a model timed once, cached, read again) order by trial number."""
-    from quantune.engine.confirm import _choose
+    from quantune.engine.measure.confirm import _choose
 
     paths = []
     for name in "ab":
@@ -124,7 +124,7 @@ def test_the_strategys_answer_is_the_stable_contender_and_takes_the_tie(tmp_path
     """Several in-budget models within a few percent (the NudeNet detector: five, the same run five
     times ended at three of them): the one the strategy settled on by paired timing is re-timed
     beside the fastest by search-time figures, and wins when the re-timing cannot tell them apart."""
-    from quantune.engine.confirm import _choose
+    from quantune.engine.measure.confirm import _choose
 
     paths = []
     for name in "abcd":

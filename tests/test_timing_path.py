@@ -24,8 +24,8 @@ class _Elsewhere(LocalBackend):
 
 def test_a_ceiling_is_timed_again_when_the_backend_changes(make_config, monkeypatch: pytest.MonkeyPatch) -> None:
     from quantune.config import load_config
-    from quantune.engine.probes import time_ceilings
-    from quantune.engine.setup import build_run
+    from quantune.engine.measure.probes import time_ceilings
+    from quantune.engine.trials.setup import build_run
 
     config = make_config([{"name": "static_quant", "search": True}], search={"strategy": "quantune"})
     parts = build_run(load_config(config))

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import quantune
-from quantune.engine.loop import RunLoop
-from quantune.engine.selection import miss_front
+from quantune.engine.run.loop import RunLoop
+from quantune.engine.trials.selection import miss_front
 from quantune.store import RunStore
 from test_accuracy_strategies import scaled_config
 

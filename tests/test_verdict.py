@@ -316,7 +316,7 @@ def test_top1_agreement_and_distances_are_not_fooled():
 
 
 def test_a_strategy_that_measured_every_variant_slower_keeps_the_original_without_trials():
-    from quantune.engine.verdict import decide
+    from quantune.engine.outcome.verdict import decide
 
     settled = decide([], ["latency"], {"latency_ms": 1.0}, original_wins="every quantized variant was slower")
     assert settled.kind == "keep_original" and settled.best is None

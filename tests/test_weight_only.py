@@ -15,7 +15,7 @@ import quantune
 from bert_model import bert_inputs, build_bert_layer
 from conftest import build_cnn, run_model
 from quantune.config import load_config
-from quantune.engine.plan import build_plan
+from quantune.engine.plan.plan import build_plan
 from quantune.passes import PassContext
 from quantune.prepare import model_facts
 

@@ -25,8 +25,8 @@ from zoolib import CACHE  # noqa: E402
 def units(name: str) -> dict[str, int]:
     """Flow name -> the quantune strategy's fallback units for the model's zoo config."""
     from quantune.config import load_config
-    from quantune.engine.problem import search_problem
-    from quantune.engine.setup import build_run
+    from quantune.engine.run.problem import search_problem
+    from quantune.engine.trials.setup import build_run
     from quantune.strategy.accuracy.context import AccuracyContext
 
     loaded = load_config(CACHE / name / "zoo-run.yaml")

@@ -83,8 +83,8 @@ def check(
     original model evaluated (its metric must be a finite number). Returns the original's
     figures; a mistake raises :class:`~quantune.errors.QuantuneError` naming the file or field.
     Nothing is written but the artifact cache. ``overrides`` as for :func:`tune`."""
-    from quantune.engine.executors.limits import check_watchdog
-    from quantune.engine.setup import build_run, preflight
+    from quantune.engine.trials.limits import check_watchdog
+    from quantune.engine.trials.setup import build_run, preflight
 
     refuse_in_starting_worker()
     from quantune.config import load_config

@@ -41,8 +41,8 @@ def _cmd_run(args: argparse.Namespace) -> int:
         warm_up()
     loaded = _load(args)
     from quantune.api import tune
-    from quantune.engine.deadline import process_started
-    from quantune.engine.interrupts import EXIT_CODES, install_stop_signals
+    from quantune.engine.run.deadline import process_started
+    from quantune.engine.run.interrupts import EXIT_CODES, install_stop_signals
     from quantune.report.console import ConsoleListener, render_result
 
     install_stop_signals()
@@ -85,7 +85,7 @@ def _cmd_passes(args: argparse.Namespace) -> int:
 
 
 def _cmd_space(args: argparse.Namespace) -> int:
-    from quantune.engine.setup import build_run
+    from quantune.engine.trials.setup import build_run
     from quantune.space.report import describe_space
 
     loaded = _load(args)
@@ -106,8 +106,8 @@ def _cmd_space(args: argparse.Namespace) -> int:
 
 def _cmd_check(args: argparse.Namespace) -> int:
     from quantune import progress
-    from quantune.engine.baseline import original_costs
-    from quantune.engine.setup import build_run, preflight
+    from quantune.engine.measure.baseline import original_costs
+    from quantune.engine.trials.setup import build_run, preflight
     from quantune.forkserver import refuse_in_starting_worker
     from quantune.report.check_summary import check_lines, cost_lines
     from quantune.report.console import ConsoleListener
@@ -115,7 +115,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
     refuse_in_starting_worker()
     loaded = _load(args)
     metric = loaded.config.evaluation.metric
-    from quantune.engine.executors.limits import check_watchdog
+    from quantune.engine.trials.limits import check_watchdog
 
     # the loader and the metric run here: never for ever; each step says how far it is
     with check_watchdog(loaded.config), ConsoleListener().showing_stages():
@@ -354,7 +354,7 @@ def _main(args: argparse.Namespace, warnings: _OneLineWarnings) -> int:
         print(f"quantune: error: No space left on device writing {written_path(exc)}", file=sys.stderr)
         return EXIT_ENVIRONMENT
     except KeyboardInterrupt as exc:
-        from quantune.engine.interrupts import exit_code, stop_cause
+        from quantune.engine.run.interrupts import exit_code, stop_cause
 
         print(f"quantune: interrupted ({stop_cause(exc)})", file=sys.stderr)
         return exit_code(exc)

@@ -26,8 +26,8 @@ from collections.abc import Mapping
 from multiprocessing.context import BaseContext
 from typing import Any
 
-# Imported once in the fork server (what a worker needs first: see _preload.py).
-PRELOAD = ["quantune.engine.executors._preload"]
+# Imported once in the fork server (what a worker needs first: see engine/measure/_preload.py).
+PRELOAD = ["quantune.engine.measure._preload"]
 
 
 EXIT_UNGUARDED_MAIN = 89  # a worker's exit code: the user's script reached tune() while the worker imported it

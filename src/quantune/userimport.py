@@ -7,7 +7,7 @@ script.py`` would make it), so a metric can ``from helper import SCALE``; the mo
 imports from its folder, transitively (userlocal.py), are part of its fingerprint. A script
 whose file or any of those modules changed since it was imported is imported again, those
 modules with it, so a process that runs several configs (tests, notebooks) never runs an old
-version of a script (the run's identity, engine/identity.py, fingerprints the new one).
+version of a script (the run's identity, engine/trials/identity.py, fingerprints the new one).
 """
 
 from __future__ import annotations

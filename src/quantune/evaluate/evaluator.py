@@ -90,7 +90,7 @@ class Evaluator:
         self.spec = spec
         self.threads = threads
         # Timings taken beside another evaluation (the original's and the first guess's, evaluated
-        # at once, engine/prebuild.py) are short: the two share the cores, so more rounds buy no
+        # at once, engine/measure/prebuild.py) are short: the two share the cores, so more rounds buy no
         # precision, and both models are timed again side by side before anything is decided on
         # their speed (the speed ceilings, the final re-timing). Not part of the cache key.
         self.quick_timing = False
@@ -206,7 +206,7 @@ class Evaluator:
         """Every figure of ``model`` that needs no reference: its outputs, the criterion metric,
         latency and memory (``speed``), size. The agreement figures follow with :meth:`figures` -- a
         model can be measured while the original's reference is still being computed
-        (engine/prebuild.py). ``on_outputs``: see :meth:`evaluate`."""
+        (engine/measure/prebuild.py). ``on_outputs``: see :meth:`evaluate`."""
         # Only a user metric reads more than the first output; holding every output of every
         # feed (a detector's several full-resolution maps) is what bounded evaluation leaves out.
         outputs = self.outputs(model, every_output=self.spec.user_metric is not None)

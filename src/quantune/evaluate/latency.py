@@ -36,7 +36,7 @@ from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 
 # A rule over the rounds timed so far (seconds, one row per model): is the answer known? The
-# end-of-run confirmation's (engine/confirm.py) stops a re-timing whose verdict more rounds
+# end-of-run confirmation's (engine/measure/confirm.py) stops a re-timing whose verdict more rounds
 # would not change: a 0.45x model needs 10 rounds, not 50, to be surely faster.
 Settled = Callable[[np.ndarray], bool]
 SETTLE_FROM = 10  # the fewest rounds a settled rule is asked about

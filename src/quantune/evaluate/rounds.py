@@ -68,7 +68,7 @@ def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidenc
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 
-MIN_ROUNDS_TO_DECIDE = 5  # the fewest rounds a paired decision rests on (here and in engine/paired_timing.py)
+MIN_ROUNDS_TO_DECIDE = 5  # the fewest rounds a paired decision rests on (here and in engine/measure/paired_timing.py)
 EARLY_ROUNDS = 2  # after this many rounds, a candidate far slower than the threshold sits out
 FAR = 1.15  # far: every one of its ratios at least this factor above the threshold
 EARLY_FLOOR_S = 0.010  # ... of an original that takes at least this long a call
@@ -105,7 +105,7 @@ def not_faster(timings: np.ndarray, row: int, reference: int) -> bool:
 
 def pair_decided(timings: np.ndarray, row: int, reference: int) -> bool:
     """Whether ``row``'s paired ratio to row ``reference`` is surely on one side of ``1 - MIN_GAIN``:
-    a paired timing's own rule (engine/paired_timing.py), for a companion timed among the ceilings."""
+    a paired timing's own rule (engine/measure/paired_timing.py), for a companion timed among the ceilings."""
     return decided(timings[[reference, row]], 1.0 - MIN_GAIN)[0]
 
 
@@ -270,7 +270,7 @@ def _still_timed(timings: np.ndarray, request: TimingRequest, usable: Sequence[b
 
     A companion row of ``pairs`` (row, reference row) is no ceiling: it is timed until its paired ratio
     to its reference is surely on one side of ``1 - MIN_GAIN`` (the paired timings' rule,
-    engine/paired_timing.py), and its reference goes on as long as it does; the ceilings' rules see
+    engine/measure/paired_timing.py), and its reference goes on as long as it does; the ceilings' rules see
     only the other rows. A search that times a model's lighter versions against it right after the
     ceilings gets those answers from the ceilings' rounds, not from sessions of their own."""
     threshold, pairs, anchor = float(request.threshold or 0.0), request.pairs, request.anchor

@@ -75,7 +75,7 @@ def build_session_options(ort, threads, timing, settings):
     options.intra_op_num_threads = int(threads)
     # idle threads sleep rather than spin: an idle spinning pool eats the other core, which a
     # timing needs quiet and which an evaluation beside another (the original's and the first
-    # guess's, engine/prebuild.py) needs for itself; spinning changes no output
+    # guess's, engine/measure/prebuild.py) needs for itself; spinning changes no output
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if timing:
         options.inter_op_num_threads = 1

@@ -100,7 +100,7 @@ _LOADING = threading.Lock()
 
 def load_in_background() -> None:
     """Starts loading the symbolic shape inference (and sympy, 0.3-0.4 s) in a thread of this
-    worker, which will need it (engine/ahead.py asks the passes: ``Pass.needs_symbolic_shapes``,
+    worker, which will need it (engine/measure/ahead.py asks the passes: ``Pass.needs_symbolic_shapes``,
     e.g. dynamic quantization's ``extended`` pre-optimization), so the load overlaps the worker's
     set-up and its model's first steps instead of preceding its first use.
 

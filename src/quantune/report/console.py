@@ -21,11 +21,11 @@ from rich.progress import (
 from rich.table import Table
 
 from quantune import progress
-from quantune.engine.deploy import deploy_sentence
-from quantune.engine.loop import RunStatus
-from quantune.engine.selection import quantizes_nothing
-from quantune.engine.timebook import time_line
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.deploy import deploy_sentence
+from quantune.engine.run.loop import RunStatus
+from quantune.engine.run.timebook import time_line
+from quantune.engine.trials.selection import quantizes_nothing
+from quantune.engine.trials.trial import TrialRecord
 from quantune.progress import Step
 from quantune.report.heartbeat import PlainProgress
 from quantune.report.miss import miss_lines
@@ -163,7 +163,7 @@ class ConsoleListener:
             self._progress.stop()
 
 
-_STOPS = (  # the run's stop reasons (engine/loop.py) as a person would say them
+_STOPS = (  # the run's stop reasons (engine/run/loop.py) as a person would say them
     (re.compile(r"max_trials \((\d+)\) reached"), r"the \1-trial limit (stop.max_trials) was reached"),
     (re.compile(r"timeout \(([^)]*)\) reached"), r"the time limit of \1 (stop.timeout_s) was reached"),
     (re.compile(r"search finished \(space exhausted or strategy done\)"), "every setting to try was tried"),

@@ -26,8 +26,8 @@ from pathlib import Path
 from string import Template
 from typing import Any
 
-from quantune.engine.interrupts import raise_if_stopped
-from quantune.engine.result import Result
+from quantune.engine.outcome.result import Result
+from quantune.engine.run.interrupts import raise_if_stopped
 from quantune.errors import QuantuneError
 from quantune.store.faults import storage_errors
 

@@ -3,7 +3,7 @@
 When no model meets the budget, the run's answer is a choice the user makes: keep the original,
 or relax the budget to accept a faster model. The lines here give what that choice needs: the
 most accurate point of the accuracy--latency front of what was tried (faster than the original
-only, see :func:`quantune.engine.selection.miss_front`), the budget it misses and by how much,
+only, see :func:`quantune.engine.trials.selection.miss_front`), the budget it misses and by how much,
 its speed, the ``tolerable_loss`` that would accept it, and the rest of the front.
 """
 
@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import math
 
-from quantune.engine.result import Result
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.trials.trial import TrialRecord
 from quantune.report.speed import speed_of
 from quantune.wording import format_loss
 

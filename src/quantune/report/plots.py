@@ -14,8 +14,8 @@ import math
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from quantune.engine.result import Result
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.trials.trial import TrialRecord
 from quantune.report.spec import Spec, scatter, titled
 from quantune.report.study import objective_name, objective_value
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.result import Result
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate.quantized import FLOAT_COMPUTE_OPS, QUANTIZED_COMPUTE_OPS
 from quantune.passes import Knobs, knob_names
 from quantune.report.spec import Spec, bar, titled

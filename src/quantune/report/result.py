@@ -1,7 +1,7 @@
 """The run's record (re-exported from the engine, which writes it) and the page drawn from it.
 
 ``results.json``, ``best/`` and ``closest_miss/`` are written by the engine
-(:mod:`quantune.engine.result`); ``report.html`` is drawn here at the end of a run by
+(:mod:`quantune.engine.outcome.result`); ``report.html`` is drawn here at the end of a run by
 :class:`PageWriter`, a run listener that :func:`quantune.tune` adds.
 """
 
@@ -12,7 +12,7 @@ import os
 import time
 from pathlib import Path
 
-from quantune.engine.result import Result, write_outputs
+from quantune.engine.outcome.result import Result, write_outputs
 from quantune.wording import format_loss, format_ratio, speed_words
 
 __all__ = ["PageWriter", "Result", "format_loss", "format_ratio", "speed_words", "write_outputs", "write_page"]
@@ -36,7 +36,7 @@ def write_page(folder: Path, parameter_views: bool = True) -> None:
     except DiskFull:
         raise
     except KeyboardInterrupt as exc:  # a signal stops the drawing at once (the page is written whole or not at all)
-        from quantune.engine.interrupts import stop_cause
+        from quantune.engine.run.interrupts import stop_cause
 
         _not_drawn(f"interrupted ({stop_cause(exc)})", folder)
         raise

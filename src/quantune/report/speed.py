@@ -7,8 +7,8 @@ lines and the page all have a :class:`Result` and a :class:`TrialRecord`, so the
 
 from __future__ import annotations
 
-from quantune.engine.result import Result
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.trials.trial import TrialRecord
 from quantune.wording import speed_words
 
 

@@ -32,8 +32,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.result import Result
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.trials.trial import TrialRecord
 
 log = logging.getLogger("quantune")
 
@@ -266,7 +266,7 @@ def run_space(run_dir: str | Path) -> Any:
     """The run's search space, rebuilt from its ``config.json`` (None when it cannot be)."""
     try:
         from quantune.config import Config
-        from quantune.engine.plan import build_plan
+        from quantune.engine.plan.plan import build_plan
 
         config = Config.model_validate(json.loads((Path(run_dir) / "config.json").read_text()))
         return build_plan(config).space

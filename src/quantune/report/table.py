@@ -15,8 +15,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from quantune.engine.result import Result
-from quantune.engine.trial import TrialRecord
+from quantune.engine.outcome.result import Result
+from quantune.engine.trials.trial import TrialRecord
 from quantune.report.plots import loss_scale
 from quantune.report.precision import excluded, plays
 from quantune.report.sections import loss_text

@@ -11,7 +11,7 @@ where it runs. Some pairs are known not to work, and are never run:
   OpenVINO ("dynamic rank", onnxruntime-openvino 1.24.1), and the GPU providers take QDQ only.
 
 What is not known here is learned: a candidate that fails to load on a provider fails with one
-line naming the provider, and ``engine/failures.py`` skips the points sharing that failure.
+line naming the provider, and ``engine/trials/failures.py`` skips the points sharing that failure.
 """
 
 from __future__ import annotations

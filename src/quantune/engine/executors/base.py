@@ -7,8 +7,8 @@ from __future__ import annotations
 from abc import ABC, abstractmethod
 from concurrent.futures import Future
 
-from quantune.engine.runner import TrialRunner
-from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.trial import Trial, TrialRecord
 
 
 class Executor(ABC):

@@ -7,10 +7,10 @@ from pathlib import Path
 
 from quantune.config.schema import ExecutorConfig
 from quantune.engine.executors.base import Executor, InProcessExecutor
-from quantune.engine.executors.limits import TrialLimit, original_evaluation_s, run_cap
 from quantune.engine.executors.process import ProcessExecutor
 from quantune.engine.executors.worker import WorkerSpec
-from quantune.engine.runner import TrialRunner
+from quantune.engine.trials.limits import TrialLimit, original_evaluation_s, run_cap
+from quantune.engine.trials.runner import TrialRunner
 
 
 def eval_threads_for(workers: int) -> int:
@@ -23,7 +23,7 @@ def eval_threads_for(workers: int) -> int:
 def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunner, output_dir: Path) -> Executor:
     if config.kind == "inline":
         return InProcessExecutor(runner)
-    # a default limit, so a metric or loader that never returns cannot hang the run (limits.py)
+    # a default limit, so a metric or loader that never returns cannot hang the run (trials/limits.py)
     limit = TrialLimit(config.trial_timeout_s, lambda: original_evaluation_s(runner), run_cap(spec.loaded.config))
     if config.kind == "ray":
         from quantune.engine.executors.ray_executor import RayExecutor

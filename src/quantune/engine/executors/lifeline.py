@@ -22,7 +22,7 @@ import threading
 import time
 from pathlib import Path
 
-from quantune.engine.trial import TrialRecord
+from quantune.engine.trials.trial import TrialRecord
 from quantune.errors import DiskFull
 from quantune.store.faults import LOW_SPACE_BYTES, free_bytes
 

@@ -24,10 +24,10 @@ from pathlib import Path
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.exits import ExecutorClosed, WorkerStartError
 from quantune.engine.executors.lifeline import storage_fault
-from quantune.engine.executors.limits import TrialLimit
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.executors.worker_process import WorkerProcess
-from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.trials.limits import TrialLimit
+from quantune.engine.trials.trial import Trial, TrialRecord
 
 __all__ = ["ExecutorClosed", "ProcessExecutor", "WorkerStartError"]
 

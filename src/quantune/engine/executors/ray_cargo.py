@@ -9,7 +9,7 @@ figures and outputs. A worker writes them into a scratch folder of its own node 
 there is scratch) and rebuilds the run from them. A finished trial sends its model's files
 back; the engine puts them into its own cache -- the run's one source of truth, which the
 record then names, so results, resume and the final model read only that -- and times the
-model on the target (its own machine, or the target nodes' lane: ray_target.py), so the
+model on the target (its own machine, or the target nodes' lane: trials/ray_target.py), so the
 search never compares timings taken on unlike nodes.
 """
 
@@ -29,9 +29,9 @@ from quantune._version import __version__
 from quantune.config import LoadedConfig
 from quantune.data import Dataset
 from quantune.engine.executors.worker import WorkerSpec, runner_for
-from quantune.engine.runner import TrialRunner
-from quantune.engine.setup import Given
-from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.setup import Given
+from quantune.engine.trials.trial import Trial, TrialRecord
 from quantune.errors import QuantuneError
 from quantune.evaluate.latency import latency_figures
 from quantune.model import ModelHandle

@@ -5,7 +5,7 @@ disk: the model, the data and the original's figures travel through Ray's object
 worker works in a scratch folder of its node, and each trial's model comes back into the
 engine's cache (ray_cargo.py). Every model is timed one at a time on one machine, so the
 search compares timings of one machine whatever nodes built them: the one running the engine,
-or (``executor.target``) a lane on the nodes holding the named resource (ray_target.py). A task whose node is lost is run again on another
+or (``executor.target``) a lane on the nodes holding the named resource (trials/ray_target.py). A task whose node is lost is run again on another
 (Ray's retry; the engine sees one record).
 """
 
@@ -20,10 +20,10 @@ from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
-from quantune.engine.executors.ray_target import DRIVER, check_target
 from quantune.engine.executors.worker import WorkerSpec
-from quantune.engine.runner import TrialRunner
-from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.trials.ray_target import DRIVER, check_target
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.trial import Trial, TrialRecord
 from quantune.errors import DiskFull, QuantuneError
 
 log = logging.getLogger("quantune.ray")

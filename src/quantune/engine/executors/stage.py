@@ -232,13 +232,13 @@ def count_stage_seconds(seconds: float, stage: str = "speed_ceiling") -> None:
 
 
 def _count(stage: str, seconds: float) -> None:
-    if threading.current_thread() is threading.main_thread():  # not the builds beside it (prebuild.py)
+    if threading.current_thread() is threading.main_thread():  # not the builds beside it (measure/prebuild.py)
         _BY_NAME[stage] = _BY_NAME.get(stage, 0.0) + seconds
 
 
 def stage_seconds_by_name() -> dict[str, float]:
     """Wall seconds the main thread has spent in each stage so far (ever): the run's time
-    breakdown (engine/timebook.py) takes the difference over its search."""
+    breakdown (engine/run/timebook.py) takes the difference over its search."""
     return dict(_BY_NAME)
 
 

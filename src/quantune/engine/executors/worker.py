@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from quantune.config import LoadedConfig
-from quantune.engine.runner import TrialRunner
-from quantune.engine.trial import Trial
+from quantune.engine.trials.runner import TrialRunner
+from quantune.engine.trials.trial import Trial
 
 if TYPE_CHECKING:
-    from quantune.engine.setup import Given
+    from quantune.engine.trials.setup import Given
 
 _RUNNERS: dict[str, TrialRunner] = {}
 
@@ -27,7 +27,7 @@ class WorkerSpec:
     loaded: LoadedConfig
     key: str
     eval_threads: int = 0
-    sources: dict[str, dict[str, str]] = field(default_factory=dict)  # the engine's (identity.py); checked here
+    sources: dict[str, dict[str, str]] = field(default_factory=dict)  # the engine's (trials/identity.py); checked here
     run_id: str = ""  # this run of the engine: figures it computed ahead (the first guess) are its own work
 
 
@@ -36,8 +36,8 @@ def runner_for(spec: WorkerSpec, unpack: Callable[[], tuple[LoadedConfig, Given]
     a worker received to build it from (a cluster node without the engine's files)."""
     runner = _RUNNERS.get(spec.key)
     if runner is None:
-        from quantune.engine.identity import check_unchanged
-        from quantune.engine.setup import build_run
+        from quantune.engine.trials.identity import check_unchanged
+        from quantune.engine.trials.setup import build_run
 
         loaded, given = unpack() if unpack is not None else (spec.loaded, None)
         parts = build_run(loaded, eval_threads=spec.eval_threads, given=given)
@@ -45,7 +45,7 @@ def runner_for(spec: WorkerSpec, unpack: Callable[[], tuple[LoadedConfig, Given]
             check_unchanged(spec.sources, parts.context.sources)
         runner = TrialRunner(parts.context)  # its first evaluation reads the baseline the engine cached
         runner.run_id = spec.run_id
-        runner.criterion = parts.criterion  # (the first guess's worker judges its guess: engine/ahead.py)
+        runner.criterion = parts.criterion  # (the first guess's worker judges its guess: engine/measure/ahead.py)
         _RUNNERS[spec.key] = runner
     return runner
 

@@ -27,7 +27,7 @@ from quantune.engine.executors.exits import (
     exit_cause,
 )
 from quantune.engine.executors.worker import WorkerSpec
-from quantune.engine.trial import Trial, TrialRecord
+from quantune.engine.trials.trial import Trial, TrialRecord
 from quantune.forkserver import worker_context
 
 

@@ -4,7 +4,7 @@ By job: :mod:`.stats` (the streaming statistics and the report), :mod:`.capture`
 tensors one run captures, in groups sized to the memory budget), :mod:`.static` (a QDQ
 quantization against its float model), :mod:`.dynamic` (what ``quantize_dynamic`` would do),
 and the probe that runs the flow's passes before a measurement is the engine's
-(:mod:`quantune.engine.sensitivity_probe`): this package only measures.
+(:mod:`quantune.engine.measure.sensitivity_probe`): this package only measures.
 """
 
 from __future__ import annotations

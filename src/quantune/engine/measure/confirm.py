@@ -1,0 +1,302 @@
+"""The last word on latency: the best candidates and the original, timed side by side.
+
+During the search each model is timed once, when its trial ends, while other work shares
+the machine (workers starting up, other trials' accuracy runs, other programs). A drift of
+a few percent between those moments can crown the wrong model, and a baseline timed while
+workers were importing onnxruntime inflates every speed-up. So a latency run ends by timing
+its ``top`` best distinct models and the original again, interleaved round by round, and
+chooses and reports on those figures. The search-time figure stays in ``latency_search_ms``.
+
+The same rounds decide the verdict: each candidate's per-round time over the original's in
+that round is a paired ratio, and only a candidate whose ratio's confidence interval lies
+below 1 is faster (see ``evaluate/paired.py``). The raw rounds are not kept; each re-timed
+model's ratio median and interval are (``latency_confirmation.ratios``).
+"""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from quantune import progress
+from quantune.engine.trials.selection import earliest_as_fast, is_candidate
+from quantune.engine.trials.trial import TrialRecord
+from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
+from quantune.evaluate.latency import latency_figures
+from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN
+from quantune.evaluate.rounds import decided
+from quantune.evaluate.session_file import read_session_settings
+from quantune.model import external_data_files, files_sha256
+
+log = logging.getLogger("quantune.confirm")
+MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
+# Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5 rounds
+# one round disturbed by other work vetoes a real speed-up (all 5 ratios must be below 1); with
+# 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
+VERDICT_ROUNDS = 30
+# ... unless the verdict is settled before (``verdict_settled``: every ratio's 99% interval on one
+# side of the line), asked from the 10th round: a model far faster needs no 50 rounds to say so.
+SETTLED_CONFIDENCE = 0.99
+_FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
+# selection.SEARCH_NOISE: which of many near-equal models makes the top ``confirm_top`` follows
+# the noise (many in-budget models can lie within a few percent), so a stable contender takes the second
+# of the ``confirm_top`` places (default 2) -- the model the strategy settled on by paired timing
+# (``Strategy.answer``), else the earliest trial within this band of the fastest -- and the tie rule
+# (outcome/verdict.py) gives it the win when the re-timing cannot tell it from the fastest: the same run
+# twice then picks the same model.
+
+
+@dataclass
+class Confirmation:
+    """Which trials were re-timed (all trials sharing a re-timed model), and the original's old figure."""
+
+    records: list[TrialRecord]
+    baseline_search_ms: float
+    rounds: int = 0
+    ratios: dict[int, RatioInterval] = field(default_factory=dict)  # trial number -> paired ratio to the original
+    # trial numbers whose model the fastest re-timed one does not beat beyond the noise, side by side
+    # (the fastest's own included): the verdict breaks that tie by a fixed rule, not by the noise
+    ties: list[int] = field(default_factory=list)
+    # the strategy's own answer (``Strategy.answer``) when it was re-timed: it takes a tie (outcome/verdict.py)
+    preferred: int | None = None
+
+    def ratio_of(self, record: TrialRecord) -> RatioInterval | None:
+        return self.ratios.get(record.number)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "trials": sorted(r.number for r in self.records),
+            "baseline_search_ms": self.baseline_search_ms,
+            "rounds": self.rounds,
+            "method": (
+                f"median of per-round paired ratios (candidate / original), {CONFIDENCE:.0%} interval from "
+                "order statistics (sign test); faster only when the interval's upper end is below 0.98; "
+                f"rounds stop once every ratio's {SETTLED_CONFIDENCE:.0%} interval lies on one side of 0.98 "
+                "(and each runner-up's, to the fastest, on one side of 1/0.98)"
+            ),
+            "ratios": {str(number): ratio.to_dict() for number, ratio in sorted(self.ratios.items())},
+            "ties": sorted(self.ties),
+            "preferred": self.preferred,
+        }
+
+
+def confirm_latency(
+    evaluator: Evaluator,
+    original: Path,
+    baseline: dict[str, float],
+    records: list[TrialRecord],
+    top: int,
+    budget_s: float | None = None,
+    deadline: float | None = None,
+    prefer: int | None = None,
+) -> Confirmation | None:
+    """Re-times the ``top`` fastest distinct candidates (meeting the criterion, quantizing
+    something) with the original, updating their figures and the baseline's in place, and
+    measuring each one's paired ratio to the original. ``None`` when there is no candidate.
+
+    ``budget_s`` bounds the re-timing (estimated from the search-time figures): on a large
+    model, fewer interleaved rounds (at least 5) rather than minutes of timing, and no round
+    starts once it is spent (after those 5). ``deadline`` (``time.perf_counter()``) is the run's
+    hard end instead: no round starts after it, whatever ran (the caller judges too few rounds).
+    The rounds also stop once more of them would not change the verdict (:func:`verdict_settled`).
+    ``prefer``: the trial the strategy settled on (:meth:`Strategy.answer`), re-timed as the stable
+    contender and given the tie.
+    """
+    feasible, chosen, stable = _choose(records, top, prefer)
+    if not chosen:
+        return None
+    round_s = _round_s(baseline, feasible, chosen)
+    warmup, repeats = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, round_s, budget_s)
+    # the rounds were planned from search-time figures: under load they can take far longer,
+    # so the budget is also a deadline the rounds loop keeps (beyond the fewest rounds)
+    fewest = 1 if deadline is not None else _MIN_ROUNDS
+    if deadline is None and budget_s is not None:
+        deadline = time.perf_counter() + budget_s
+    try:
+        with progress.stage("confirmation"):
+            timings = evaluator.timings_side_by_side(
+                [original, *(Path(path) for path in chosen)],
+                warmup=warmup,
+                repeats=repeats,
+                deadline=deadline,
+                min_rounds=fewest,
+                settled=verdict_settled,
+            )
+    except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
+        log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)
+        return None
+    baseline_search_ms = baseline.get("latency_search_ms", baseline["latency_ms"])  # kept by a first try
+    _replace(baseline, latency_figures(timings[0]))
+    by_model = dict(zip(chosen, timings[1:], strict=True))
+    confirmed = [r for r in feasible if r.model_path in by_model]
+    ratios: dict[int, RatioInterval] = {}
+    itself = _timed_as(original)
+    for record in confirmed:
+        rounds = by_model[str(record.model_path)]
+        _replace(record.metrics, latency_figures(rounds))
+        record.objective = record.metrics["latency_ms"]
+        same = _timed_as(str(record.model_path)) == itself  # the original itself is not faster than it: ratio 1
+        ratios[record.number] = RatioInterval(1.0, 1.0, 1.0, len(rounds)) if same else paired_ratio(rounds, timings[0])
+    ties = _ties(confirmed, by_model)
+    preferred = stable if prefer is not None and stable is not None else None
+    return Confirmation(
+        confirmed, baseline_search_ms, rounds=int(timings.shape[1]), ratios=ratios, ties=ties, preferred=preferred
+    )
+
+
+def verdict_settled(timings: np.ndarray) -> bool:
+    """Whether more rounds would not change what the confirmation decides (rows: the original, then
+    the candidates): each candidate surely faster than the original beyond ``MIN_GAIN`` or surely
+    not, and each other candidate surely behind the fastest by more than ``MIN_GAIN`` or surely not
+    (the tie rule, :func:`_ties`). "Surely" at ``SETTLED_CONFIDENCE``, stricter than the verdict's own
+    interval, because the rule is asked again every few rounds: a re-timing that stops here would
+    have reached the same verdict at its full length, except by a chance below ``1 - CONFIDENCE``.
+    A model at 0.45x the original's time settles at the 10th round instead of timing 50."""
+    if not all(decided(timings, 1.0 - MIN_GAIN, confidence=SETTLED_CONFIDENCE)):
+        return False
+    if len(timings) < 3:
+        return True
+    fastest = 1 + int(np.argmin([np.median(row) for row in timings[1:]]))
+    candidates = np.delete(timings, 0, axis=0)  # the fastest compared with the others, round by round
+    return all(decided(candidates, 1.0 / (1.0 - MIN_GAIN), reference=fastest - 1, confidence=SETTLED_CONFIDENCE))
+
+
+def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
+    """The trials tied with the fastest re-timed model: the paired ratio of each model to the
+    fastest one, round by round, does not put the fastest ahead beyond the noise (its interval's
+    lower end at most ``1 / (1 - MIN_GAIN)``, the latency stage's rule). Two QDQ models that differ
+    only in int8/uint8 weights swap places from run to run on the noise alone."""
+    if not confirmed:
+        return []
+    fastest = min(confirmed, key=lambda r: (r.metrics["latency_ms"], r.number))
+    reference = by_model[str(fastest.model_path)]
+    tied = []
+    for record in confirmed:
+        ratio = paired_ratio(by_model[str(record.model_path)], reference)
+        if record.model_path == fastest.model_path or ratio.low <= 1.0 / (1.0 - MIN_GAIN):
+            tied.append(record.number)
+    return tied
+
+
+def _choose(
+    records: list[TrialRecord], top: int, prefer: int | None = None
+) -> tuple[list[TrialRecord], list[str], int | None]:
+    """The candidates that can be re-timed, fastest first, the ``top`` distinct models to re-time,
+    and the stable contender's trial number (None when there is none).
+
+    Trials that run the same executed graph (:func:`speed_class`: only calibration settings differ)
+    are one contender: its search-time figure is the median of theirs (one timing each, beside other
+    work, is noise), and its model the most accurate of them, then the earliest. The contenders go
+    fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
+    second place, and the contender of trial ``prefer`` (the model the strategy settled on by paired
+    timing, its ``answer``) is re-timed too, in one more place when it is not among them: the tie
+    rule's stable contenders (outcome/verdict.py): where several in-budget models are within a few percent,
+    which of them are re-timed would otherwise follow the search-time noise, and the same run
+    twice would end at different models."""
+    feasible = sorted(
+        # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
+        (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
+        key=lambda r: (r.metrics["latency_ms"], r.number),
+    )
+    classes: dict[tuple, list[TrialRecord]] = {}
+    for record in feasible:
+        classes.setdefault(speed_class(record), []).append(record)
+    contenders = sorted(
+        (
+            (
+                float(statistics.median(r.metrics["latency_ms"] for r in members)),
+                min(
+                    members, key=lambda r: (r.accuracy_loss if r.accuracy_loss is not None else float("inf"), r.number)
+                ),
+            )
+            for members in classes.values()
+        ),
+        key=lambda contender: (contender[0], contender[1].number),  # equal medians: the earlier trial
+    )
+    order = [record for _, record in contenders]
+    stable: TrialRecord | None = None
+    places = top
+    if len(contenders) > 1 and top > 1:
+        stable = earliest_as_fast(contenders)
+        order = [order[0], stable, *order[1:]]
+        preferred = next((r for r in feasible if r.number == prefer), None) if prefer is not None else None
+        if preferred is not None:  # the strategy's answer: re-timed too, one more place when it needs one
+            key = speed_class(preferred)
+            stable = next(r for _, r in contenders if speed_class(r) == key)
+            if stable not in order[:top]:
+                order.insert(top, stable)
+                places = top + 1
+    chosen: list[str] = []
+    for record in order:
+        if str(record.model_path) not in chosen and len(chosen) < places:
+            chosen.append(str(record.model_path))
+    return feasible, chosen, None if stable is None else stable.number
+
+
+def speed_class(record: TrialRecord) -> tuple[Any, ...]:
+    """What decides a trial's executed graph: its flow, its session settings and each parameter
+    its pass declares as changing the graph (the ``graph_params`` trait; a pass that declares none,
+    or a name no pass answers to: every parameter). Trials of one class differ only in values
+    (calibration, scales), not in what runs."""
+    from quantune.passes import get_pass
+
+    kept = []
+    for key, value in sorted(record.params.items()):
+        name, _, short = key.partition(".")
+        try:
+            declared = get_pass(name).graph_params
+        except Exception:  # not a registered pass name: keep the parameter (conservative)
+            declared = None
+        if declared is None or short in declared:
+            kept.append((key, repr(value)))
+    settings = sorted((record.session_settings or {}).items())
+    return (tuple(record.flow), tuple(kept), repr(settings))
+
+
+def _round_s(baseline: dict[str, float], feasible: list[TrialRecord], chosen: list[str]) -> float:
+    return (baseline["latency_ms"] + sum(_latency_of(feasible, path) for path in chosen)) / 1000.0
+
+
+def retiming_plan(
+    evaluator: Evaluator, baseline: dict[str, float], records: list[TrialRecord], top: int, prefer: int | None = None
+) -> tuple[int, float]:
+    """(models the re-timing would load, the original included, 0 when there is no candidate;
+    seconds its fewest rounds take by the search-time figures)."""
+    feasible, chosen, _ = _choose(records, top, prefer)
+    if not chosen:
+        return 0, 0.0
+    warmup, _ = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, 1.0, 0.0)
+    return 1 + len(chosen), (warmup + _MIN_ROUNDS) * _round_s(baseline, feasible, chosen)
+
+
+def _timed_as(model: str | Path) -> tuple[str, dict[str, Any] | None]:
+    """What timing ``model`` runs: its bytes (external data included) and the session settings beside it;
+    two models alike in both are one model, whatever their file names (as in engine/measure/paired_timing.py)."""
+    return files_sha256(model, external_data_files(model)), read_session_settings(model)
+
+
+def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
+    metrics.setdefault("latency_search_ms", metrics["latency_ms"])  # a second re-timing keeps the search's
+    for name in _FIGURES:
+        metrics[name] = fresh[name]
+
+
+def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
+    """(warm-up, timed) rounds for a re-timing where one round of every model takes ``round_s``:
+    the config's ``repeats`` (at least ``VERDICT_ROUNDS``) when they fit ``budget_s``, else as
+    many as fit, at least 5."""
+    warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
+    if budget_s is None:
+        return warmup, repeats
+    fitting = int(budget_s / max(round_s, 1e-9)) - warmup
+    return warmup, max(_MIN_ROUNDS, min(max(repeats, VERDICT_ROUNDS), fitting))
+
+
+def _latency_of(records: list[TrialRecord], model_path: str) -> float:
+    return next(r.metrics["latency_ms"] for r in records if r.model_path == model_path)

@@ -1,0 +1,315 @@
+"""The speed ceilings' models, built while the original model is evaluated.
+
+A speed-first strategy starts by timing each flow's fully-quantized variants against the
+original (``ceiling_ratios``). Building them (calibration, quantization) needs no figure of
+the original, yet it waited for the original's evaluation, the run's first heavy stage, with
+the machine's other core idle. So before that evaluation the engine asks a throw-away copy of
+the strategy which variants it will time -- the copy's first ``ask`` calls ``ceiling_ratios``,
+which here records the points and stops it; every other probe refuses -- and builds them in a
+stage worker of its own (``ceiling_build``), beside the evaluation's. The models land in the
+pass cache, where the strategy's own ceiling stage finds them and only times them. Nothing
+the strategy sees changes: the same passes with the same configs give the same models (only
+sooner). A strategy that does not start with ceilings gets nothing built.
+
+``QUANTUNE_PREBUILD=0`` turns it off (bench/startup.py times a run both ways).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from functools import partial
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
+from quantune.engine.measure.ahead import GUESS_BUILDS, Queue, build_variants, calibrates, evaluate_ahead
+
+log = logging.getLogger("quantune.prebuild")
+
+STAGE = "ceiling_build"
+Item = tuple[dict[str, Any], tuple[str, ...]]
+Items = list[Item]
+
+
+class _Captured(Exception):
+    def __init__(self, items: Items, budget_s: float | None) -> None:
+        super().__init__("ceiling points captured")
+        self.items = items
+        self.budget_s = budget_s
+
+
+class _Refused(Exception):
+    """A probe the dry run may not use (it would measure models)."""
+
+
+def enabled() -> bool:
+    return os.environ.get("QUANTUNE_PREBUILD", "1").strip().lower() not in ("0", "false", "no", "off")
+
+
+def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
+    """(the points and flows to build: those ``strategy`` will time first, then its ``build_ahead`` --
+    the guess's lighter models --, its build budget, the first guess it evaluates before them or None,
+    its ``evaluate_ahead``: the guess's compute-only model); nothing when it does not start with the
+    speed ceilings (a first guess, then the ceilings). ``make`` builds a fresh strategy of the same kind."""
+    from quantune.strategy.base import Outcome, Proposal
+
+    problem = getattr(strategy, "problem", None)
+    if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
+        return [], None, None, []
+
+    def capture(
+        items: Any, threshold: float, budget_s: float | None, pairs: Any = (), anchor: Any = None
+    ) -> list[float | None]:
+        raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise _Refused
+
+    dry = make()
+    first: Item | None = None
+    try:
+        dry.bind(replace(problem, ceiling_ratios=capture, latency_ratio=refuse, sensitivity=refuse, node_costs=refuse))
+        dry.observe_baseline({})
+        proposal = dry.ask()
+        while isinstance(proposal, Proposal) and proposal.stage.startswith("first guess"):  # and what follows it
+            first = first or (dict(proposal.point), tuple(proposal.flow or ()))
+            dry.tell(proposal, Outcome(None))
+            proposal = dry.ask()
+    except _Captured as captured:
+        if first is None:
+            return captured.items, captured.budget_s, first, []
+        ahead = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "evaluate_ahead", [])]
+        built = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "build_ahead", [])]
+        return captured.items + [item for item in built if item not in captured.items], captured.budget_s, first, ahead
+    except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
+        log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)
+    return [], None, None, []
+
+
+FIRST_GUESS = "first_guess"
+FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's reference outputs
+
+
+class Prebuild:
+    """The ``ceiling_build`` stages running in threads of the engine (their workers are processes).
+
+    With a first guess (the strategy's first trial, before its ceilings) its model is built and
+    evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
+    on the machine's two cores. The builds are one list worked from both ends (:class:`Queue`):
+    the second worker starts once the original's evaluation is done (:meth:`original_done`; its
+    core would sit idle until the guess was done), with the light
+    (uncalibrated) items, then the calibrating ones once a calibrating guess is built (its ranges
+    cached: building is quantizing only); the first once the guess is done (both at once, they slowed it: 4
+    processes on 2 cores). The points to evaluate ahead (``later``) follow the guess in its
+    worker, beside the builds; after a guess in budget, once the ceilings are timed (:meth:`ceilings_timed`).
+    """
+
+    def __init__(
+        self,
+        spec: Any,
+        items: Items,
+        heavy: list[bool],
+        budget_s: float | None,
+        isolation: Isolation,
+        first: Item | None = None,
+        later: Items | None = None,
+        first_calibrates: bool = False,
+    ) -> None:
+        self._tmp = Path(tempfile.mkdtemp(prefix="quantune-prebuild-"))
+        self._isolation = replace(isolation, log_dir=self._tmp, deadline=StageDeadline())
+        self.items = list(items)
+        self.first = first
+        self.first_evaluated = False
+        self.later = list(later or []) if first is not None else []
+        self.later_evaluated: Items = []
+        self._first_done = threading.Event()
+        self._guess_builds = False  # the guess is in budget: its worker takes the first builder's place
+        self._guess_built = threading.Event()  # ... and has built its share
+        self._core_free = threading.Event()  # the original's evaluation or the guess is done: a core builds
+        self._first_calibrates = first_calibrates
+        self._log_dir: Path | None = None  # where the workers' logs go (keep_log)
+        self._marker = self._tmp / f"{FIRST_GUESS}.done"  # the guess's worker's files: .built, .go
+        (claims := self._tmp / "claims").mkdir()
+        self._queue = Queue(str(claims), str(self._tmp / "calibrated"), tuple(heavy))
+        workers = 1 if len(items) < 2 else 2
+        self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(workers)]
+        self._built = [0] * workers
+        self._budget_s = budget_s
+        self._threads = [
+            threading.Thread(
+                target=self._run,
+                args=(index, spec, budget_s),
+                name=f"quantune-{self._stages[index].replace('_', '-')}",
+                daemon=True,
+            )
+            for index in range(workers)
+        ]
+        if first is not None:
+            self._stages.append(FIRST_GUESS)
+            guess = threading.Thread(target=self._guess, args=(spec, first), name="quantune-first-guess", daemon=True)
+            self._threads.append(guess)
+            guess.start()
+        else:
+            self._first_done.set()
+            self._core_free.set()
+        for thread in self._threads[:workers]:
+            thread.start()
+
+    @property
+    def built(self) -> int:
+        return sum(self._built)
+
+    def original_done(self) -> None:
+        """The original's evaluation is over: its core may build (the second worker starts)."""
+        self._core_free.set()
+
+    def _guess(self, spec: Any, first: Item) -> None:
+        marker, outcomes = self._marker, []
+        builds = (self.items, self._budget_s, self._queue) if self.later and self.items else None
+        calibrated = self._queue.calibrated if self._first_calibrates else None  # once the guess is built
+        run = partial(
+            run_stage,
+            FIRST_GUESS,
+            evaluate_ahead,
+            spec,
+            first,
+            self.later,
+            FIRST_GUESS_WAIT_S,
+            str(marker),
+            builds,
+            calibrated,
+        )
+        stage = threading.Thread(target=lambda: outcomes.append(run(isolation=self._isolation)), daemon=True)
+        stage.start()
+        built = Path(f"{marker}.built")
+        try:  # the guess is done once its marker is written (the worker goes on with ``later``)
+            while stage.is_alive() and not marker.exists():
+                stage.join(0.02)
+            word = marker.read_text() if marker.exists() else "0"
+            self.first_evaluated = word in ("1", GUESS_BUILDS)
+            self._guess_builds = word == GUESS_BUILDS
+            if self.first_evaluated and self._first_calibrates:
+                self._queue.mark_calibrated()  # its ranges are cached: the ceilings' builds only quantize
+        finally:
+            self._first_done.set()
+            self._core_free.set()
+        try:  # in budget: its share of the builds, then ``later``
+            while self._guess_builds and stage.is_alive() and not built.exists():
+                stage.join(0.02)
+            if self._guess_builds and built.exists():
+                self._built[0] = int(built.read_text() or 0)
+        finally:
+            self._guess_built.set()
+        stage.join()
+        value = outcomes[0].value if outcomes and outcomes[0].ok else None
+        if value:  # (the guess's answer came with the marker)
+            self.later_evaluated = [item for item, ok in zip(self.later, value[1], strict=False) if ok]
+
+    def _run(self, index: int, spec: Any, budget_s: float | None) -> None:
+        if index == 0:
+            self._first_done.wait()  # the first guess alone beside the original's evaluation
+            if self._guess_builds:  # its worker builds in this one's place (ahead.evaluate_ahead)
+                return
+        else:
+            self._core_free.wait()
+        stage = self._stages[index]
+        queue = replace(self._queue, reverse=index > 0)
+        outcome = run_stage(
+            stage, build_variants, spec, self.items, budget_s, index == 0, queue, isolation=self._isolation
+        )
+        self._built[index] = outcome.value or 0
+
+    @classmethod
+    def start(cls, strategy: Any, make: Callable[[], Any], spec: Any, isolation: Isolation) -> Prebuild | None:
+        """The stage started, or ``None`` (turned off, in-process runs, nothing to build)."""
+        if isolation.inline or spec is None or not enabled():
+            return None
+        items, budget_s, first, later = ceiling_items(strategy, make)
+        if not items:
+            return None
+        problem = getattr(strategy, "problem", None)
+        rest = [item for item in items if item != first and item not in later]  # those are built where evaluated
+        passes = getattr(problem, "step_passes", {})
+        heavy = [calibrates(flow, passes, point) for point, flow in rest]
+        rest = [item for _, item in sorted(zip(heavy, rest, strict=True), key=lambda pair: not pair[0])]  # heavy first
+        heavy.sort(reverse=True)
+        first_calibrates = first is not None and calibrates(first[1], passes, first[0])
+        return cls(spec, rest, heavy, budget_s, isolation, first, later, first_calibrates)
+
+    def wait_first_guess(self, timeout_s: float | None = None) -> bool:
+        """Waits until the first guess is evaluated (or failed); whether it is in the cache."""
+        self._first_done.wait(timeout_s)
+        return self.first_evaluated
+
+    def ceilings_timed(self) -> None:
+        """The speed ceilings are timed: the guess's worker, waiting after a guess in budget, may
+        evaluate ``later`` now (an evaluation beside the timing made it noisy)."""
+        go = Path(f"{self._marker}.go")
+        if self._tmp.is_dir() and not go.exists():
+            go.write_text("1")
+
+    def wait_ahead(self, point: dict[str, Any], flow: tuple[str, ...], timeout_s: float | None = None) -> bool:
+        """Whether ``point`` was evaluated ahead, waiting (at most ``timeout_s``) when it is one of ``later``
+        (its trial then reads the cache: not evaluated twice). Else False, at once."""
+        if (dict(point), tuple(flow)) not in self.later:
+            return False
+        self.ceilings_timed()  # wanted now, whatever the ceilings did
+        for thread in self._threads[len(self._built) :]:  # the first guess's, which evaluates them
+            thread.join(timeout_s)
+        return (dict(point), tuple(flow)) in self.later_evaluated
+
+    def ahead(self) -> list[Item]:
+        """The first guess when it was evaluated ahead (its trial reads the cache), and ``later`` ones so far."""
+        return ([self.first] if self.first_evaluated and self.first is not None else []) + list(self.later_evaluated)
+
+    def join(self, deadline: float | None = None, builds_only: bool = False) -> None:
+        """Waits for the builds (``builds_only``: not for the first guess's worker, which may still be
+        evaluating ``later``); with ``deadline`` (``time.perf_counter()``, the run's limit) no longer
+        than until then: builds still running are stopped (a build on a loaded machine can take far
+        longer than expected, and the speed ceilings would wait for it past the limit)."""
+        threads = self._threads[: len(self._built)] if builds_only else self._threads
+        for thread in threads:
+            thread.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+        if builds_only and self._first_done.is_set() and self._guess_builds:  # the guess's worker builds too
+            self._guess_built.wait(None if deadline is None else max(0.0, deadline - time.perf_counter()))
+            if not self._guess_built.is_set():
+                threads = self._threads  # past the limit: stopped below with the builders
+        if any(thread.is_alive() for thread in threads):
+            self._isolation.deadline.reason = "stopped at the run's time limit (stop.timeout_s) before it was built"
+            self._isolation.deadline.at = time.perf_counter()
+            for thread in threads:
+                thread.join()
+
+    def cancel(self) -> None:
+        """Stops what still runs (the run ended before its ceilings, or before it needed a model
+        evaluated ahead), waits for the workers to go, and keeps the logs where ``keep_log`` said."""
+        if any(thread.is_alive() for thread in self._threads):
+            self._isolation.deadline.reason = "cancelled: the run ended before it was needed"
+            self._isolation.deadline.unneeded = True
+            self._isolation.deadline.at = time.perf_counter()
+            self.join()
+        self.keep_log(self._log_dir, final=True)
+
+    def keep_log(self, log_dir: Path | None, final: bool = False) -> None:
+        """The workers' logs go to ``log_dir`` (the run's workers folder; ``None``: dropped), now and,
+        for a worker still running, again at the end (``final``: then the scratch folder goes)."""
+        if log_dir is not None and not final:
+            log.info("speed ceilings built ahead: %d of %d variants", self.built, len(self.items))
+            self._log_dir = log_dir
+        for stage in self._stages:
+            source = self._tmp / f"{stage}.log"
+            if log_dir is not None and source.is_file():
+                try:
+                    log_dir.mkdir(parents=True, exist_ok=True)
+                    shutil.copyfile(source, log_dir / source.name)
+                except OSError:
+                    pass
+        if final or not any(thread.is_alive() for thread in self._threads):
+            shutil.rmtree(self._tmp, ignore_errors=True)

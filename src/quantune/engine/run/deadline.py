@@ -1,0 +1,183 @@
+"""``stop.timeout_s`` over the whole run, its end included: the clock, and the end's reserve.
+
+A time limit a user (or a fair bench) sets counts from when quantune started, not from when
+the search began: set-up, model preparation and the original's evaluation take a good part of
+a short limit. The CLI starts the clock at the process's start (:func:`process_started`); the
+Python API when ``tune()`` is called. After the search the run still has two things to do:
+time its best models again side by side with the original (``engine/measure/confirm.py``) and write
+its results and report. So the search stops early enough to leave them room
+(:meth:`EndBudget.reserve_s`: no trial starts whose expected end falls inside it, see
+``RunLoop._would_overrun``), and the re-timing gets what is left of the limit -- fewer rounds
+when time is short. Only when even the fewest do not fit (a trial or stage overran its
+estimate) is it skipped, with the reason in ``results.json``, and the verdict is then
+``unconfirmed``, never ``improved``: ``quantune run`` on the same output confirms it.
+
+Under a short limit the report's drawing is what gives way, not the trials or the re-timing:
+the full page (its Optuna views take seconds) is kept only where it leaves the search the larger
+share, and otherwise the page without those views (``least_report_s``, under a second), so every
+run that ends by itself still writes report.html.
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+# Loading one model into a session before its first timed round (a large model's load is what
+# a re-timing of 5 rounds mostly costs).
+SESSION_LOAD_S = 0.5
+# Writing results.json and best/ and stopping the workers.
+WRITE_S = 1.0
+
+
+def process_started() -> float:
+    """The ``time.perf_counter()`` reading at this process's start (Linux), else now."""
+    try:
+        with open("/proc/self/stat") as handle:
+            fields = handle.read().rpartition(")")[2].split()
+        with open("/proc/uptime") as handle:
+            uptime = float(handle.read().split()[0])
+        age = uptime - int(fields[19]) / os.sysconf("SC_CLK_TCK")  # field 22, starttime, in clock ticks
+    except (OSError, ValueError, IndexError):
+        return time.perf_counter()
+    return time.perf_counter() - age if 0.0 <= age < 3600.0 else time.perf_counter()
+
+
+def end_cost_s(listeners: Sequence[Any]) -> float:
+    """What the run's listeners take when it ends (``end_cost_s`` attributes: report.html's drawing)."""
+    return WRITE_S + sum(float(getattr(listener, "end_cost_s", 0.0) or 0.0) for listener in listeners)
+
+
+def least_end_cost_s(listeners: Sequence[Any]) -> float:
+    """The least the run's listeners take when it ends (``least_end_cost_s`` attributes; one without
+    gives way whole under a short limit): report.html without its parameter views."""
+    return sum(float(getattr(listener, "least_end_cost_s", 0.0) or 0.0) for listener in listeners)
+
+
+def write_s(size_bytes: float) -> float:
+    """About what writing results.json and copying the answer's model to best/ takes (the workers are
+    stopped before the confirmation): ``WRITE_S`` at 500 MB, a tenth of a second for a small model."""
+    return 0.1 + WRITE_S * max(0.0, size_bytes) / 500e6
+
+
+def session_load_s(size_bytes: float) -> float:
+    """About what loading a model of ``size_bytes`` into a session costs before its first round
+    (``SESSION_LOAD_S`` at 100 MB; a 600 KB model loads in milliseconds, and reserving half a second
+    per model for it took a third of a 6 s limit from the search)."""
+    return 0.05 + SESSION_LOAD_S * max(0.0, size_bytes) / 100e6
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """The run loop's time, decided before it starts (:meth:`EndBudget.for_loop`); the defaults: no
+    limit to keep anything from."""
+
+    started: float  # the run's clock: ``stop.timeout_s`` counts from here
+    end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results): the search stops there
+    # what a trial may not end inside: the end's reserve less the whole report's drawing (a trial comes
+    # before the report's Optuna views); None: all of end_reserve_s
+    start_reserve_s: float | None = None
+    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then
+    # are abandoned (not recorded: run again to resume them)
+    abandon_at: float | None = None
+    first_trial_s: float = 0.0  # what the first trial is expected to take (the original's evaluation), 0: unknown
+
+
+@dataclass(frozen=True)
+class EndBudget:
+    """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs
+    besides the re-timing: writing the results (``end_s``, always kept), drawing the full report
+    (``report_s``, kept only where it leaves the search the larger share, see :meth:`reserve_s`)
+    and the least report (``least_report_s``, always kept)."""
+
+    timeout_s: float | None
+    started: float
+    end_s: float = WRITE_S
+    report_s: float = 0.0
+    load_s: float = SESSION_LOAD_S  # per model the re-timing loads
+    least_report_s: float = 0.0
+
+    @property
+    def limited(self) -> bool:
+        return bool(self.timeout_s)  # 0 means "stop at the first candidate", not a time limit
+
+    def left_s(self) -> float:
+        """Seconds of the limit left now (infinite without one)."""
+        if not self.limited:
+            return float("inf")
+        return float(self.timeout_s) - (time.perf_counter() - self.started)
+
+    def retiming_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
+        """The fewest re-timing rounds of the original and ``top`` candidates (taken as fast as the
+        original), their sessions' loads included."""
+        models = 1 + max(0, top)
+        return 0.0 if top <= 0 else models * (self.load_s + (warmup + min_rounds) * baseline_ms / 1000.0)
+
+    def reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
+        """What the search leaves for the end, decided once when the search starts: the fewest
+        re-timing rounds and the results' writing always (the confirmation is never what a limit
+        cuts), and the report's drawing when it takes at most half of what the search would then
+        have (under a short limit the search comes first; ``quantune report`` draws the page later)."""
+        if not self.limited:
+            return 0.0
+        needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
+        return needed + (self.report_s if self.report_fits(needed) else min(self.least_report_s, self.report_s))
+
+    def start_reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
+        """What a trial may not end inside: :meth:`reserve_s` with the least report only (a trial that
+        fits beside it is started, and the page is drawn without its Optuna views)."""
+        if not self.limited:
+            return 0.0
+        needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
+        return needed + min(self.least_report_s, self.report_s)
+
+    def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
+        """The latest moment the fewest re-timing rounds and the writing still end within the limit:
+        a trial still running then is abandoned (loop.py), not waited for (the tolerance is left for
+        stopping its worker and for a re-timing slower than its estimate)."""
+        if not self.limited:
+            return None
+        needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
+        return self.started + float(self.timeout_s) - needed
+
+    def for_loop(self, baseline_ms: float, top: int, warmup: int, min_rounds: int, first_trial_s: float) -> TimeBudget:
+        """The run loop's share of this budget: where its search stops, what no trial may end inside,
+        and when a trial still running is left."""
+        return TimeBudget(
+            self.started,
+            end_reserve_s=self.reserve_s(baseline_ms, top, warmup, min_rounds),
+            start_reserve_s=self.start_reserve_s(baseline_ms, top, warmup, min_rounds),
+            abandon_at=self.abandon_at(baseline_ms, top, warmup, min_rounds),
+            first_trial_s=first_trial_s,
+        )
+
+    def report_fits(self, needed_s: float) -> bool:
+        """Whether the report's drawing is kept from the limit besides ``needed_s`` (see :meth:`reserve_s`)."""
+        return self.report_s > 0 and self.report_s <= (self.left_s() - needed_s) / 2
+
+    def retiming_budget(self, wanted_s: float, minimum_s: float, models: int) -> tuple[float | None, str]:
+        """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when the
+        fewest rounds (``minimum_s``, sessions' loads excluded) do not fit what is left of the limit
+        and its 5% tolerance. The re-timing comes before the report: the full report gives way first,
+        then the least one."""
+        if not self.limited:
+            return wanted_s, ""
+        loads = models * self.load_s
+        left = self.left_s() - self.end_s - loads
+        full = (self.report_s,) if self.report_fits(minimum_s + loads + self.end_s) else ()  # a dropped one: none
+        for report_s in (*full, min(self.least_report_s, self.report_s)):
+            if left - report_s >= minimum_s:  # the report keeps its time too
+                return min(wanted_s, left - report_s), ""
+        if left + TOLERANCE * float(self.timeout_s) >= minimum_s:
+            return max(minimum_s, min(wanted_s, left)), ""
+        return None, (
+            f"no time left within stop.timeout_s ({self.timeout_s:g} s): {max(0.0, self.left_s()):.1f} s left, "
+            f"the fewest re-timing rounds need about {minimum_s + loads + self.end_s:.1f} s with the results' writing"
+        )
+
+
+# How far past stop.timeout_s the run's end may go to confirm its answer.
+TOLERANCE = 0.05

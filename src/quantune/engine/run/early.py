@@ -1,0 +1,46 @@
+"""A process executor's trial workers started before the output folder is claimed.
+
+They build the run (imports, the model, the data) while the original is evaluated, not after it
+(0.3-0.6 s before the first trial), logging to a scratch folder until the run takes them
+(``ProcessExecutor.move_logs``); a run that fails before that stops them and removes the folder.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.executors import Executor, WorkerSpec, create_executor
+from quantune.engine.trials.runner import TrialRunner
+from quantune.evaluate._exchange import scratch_root
+
+
+class EarlyWorkers:
+    def __init__(self) -> None:
+        self.executor: Executor | None = None  # started, not yet taken by the run
+        self.scratch: Path | None = None  # their first logs' folder
+
+    def start(self, executor_config: Any, parts: Any, spec: WorkerSpec) -> None:
+        """Starts them now, for a process executor only."""
+        if executor_config.kind != "process":
+            return
+        self.scratch = Path(tempfile.mkdtemp(prefix="quantune-workers-", dir=scratch_root()))
+        self.executor = create_executor(executor_config, spec, TrialRunner(parts.context), self.scratch)
+
+    def take(self, output_dir: Path) -> Executor | None:
+        """The workers, their logs moved to ``output_dir``/workers (``None``: none were started).
+        The scratch folder stays until :meth:`stop` (a worker still starting writes there until told)."""
+        executor, self.executor = self.executor, None
+        if executor is not None:
+            executor.move_logs(output_dir / "workers")  # type: ignore[attr-defined]
+        return executor
+
+    def stop(self) -> None:
+        """The workers stopped, when the run did not take them (it failed first), and their scratch folder gone."""
+        executor, self.executor = self.executor, None
+        if executor is not None:
+            executor.shutdown(kill=True)
+        if self.scratch is not None:  # (the path stays named: a second stop removes nothing)
+            shutil.rmtree(self.scratch, ignore_errors=True)

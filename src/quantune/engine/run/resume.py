@@ -1,0 +1,134 @@
+"""Resuming an interrupted run: finished trials are told again, not run again.
+
+The strategy is deterministic given the same sequence of asks and tells, so the engine
+replays the original sequence: each stored trial records how many tells had happened when
+it was asked (``asked_after``) and its place in the order of tells (``told_index``). Before
+asking trial n, the replay delivers the stored tells that came before it; when the strategy
+proposes what the store holds for n, the stored record stands in for running it. A trial
+that was running when the run died has no record and runs again; if a proposal ever differs
+from the store (a changed sampler, say), replay stops and the rest runs normally.
+
+The run store wins over the cache, never the other way round: a finished trial whose model
+is no longer in the cache (``cache_dir`` cleared between two runs, or during one) is not
+replayed but run again, so its model is rebuilt and every figure of the run belongs to a
+model that exists; replaying it would leave a best trial whose model cannot be copied to
+``best/`` or timed again at the end.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import sys
+from pathlib import Path
+from typing import Any
+
+from quantune.engine.trials.trial import TrialRecord
+from quantune.space import point_key
+from quantune.store import RunStore
+
+log = logging.getLogger("quantune")
+
+SKIP_LOG = "skipped_known_failures"  # run-store meta: [trials asked, trials told] at each skip, in order
+
+
+class Replay:
+    def __init__(self, stored: list[dict[str, Any]]) -> None:
+        gone = [row["number"] for row in stored if not model_present(row)]
+        if gone:  # said on the console too (the run takes longer, and its figures are measured anew)
+            numbers = ", ".join(map(str, gone[:10])) + (", ..." if len(gone) > 10 else "")
+            message = (
+                f"{len(gone)} finished trial(s) run again: their models are no longer in the cache (trials {numbers})"
+            )
+            log.warning(message)
+            print(f"quantune: warning: {message}", file=sys.stderr)
+        self._stored = {row["number"]: row for row in stored if row["number"] not in gone}
+        self._waiting: dict[int, TrialRecord] = {}  # asked again, not yet told again
+        self.active = bool(self._stored)
+        self.replayed = 0
+
+    def __len__(self) -> int:
+        return len(self._stored)
+
+    def asked_after(self, number: int) -> float:
+        """Tells that must be delivered before trial ``number`` is asked. For a trial the store
+        does not hold (the one that was running at the crash, and all after), that is every
+        replayed tell: the original run had told them all by then, or lost nothing by it."""
+        row = self._stored.get(number)
+        return float("inf") if row is None else int(row.get("asked_after", 0))
+
+    def match(self, number: int, flow: list[str], params: dict[str, Any]) -> TrialRecord | None:
+        """The stored record if trial ``number`` was asked with the same flow and params."""
+        if not self.active:
+            return None
+        row = self._stored.get(number)
+        if row is None:
+            return None
+        if row["flow"] != list(flow) or point_key(row["params"]) != point_key(params):
+            self.active = False
+            return None
+        record = TrialRecord.from_dict(row)
+        self._waiting[number] = record
+        self.replayed += 1
+        return record
+
+    def next_tell(self) -> TrialRecord | None:
+        """The waiting replayed record that was told first in the original run."""
+        if not self._waiting:
+            return None
+        number = min(self._waiting, key=lambda n: self._stored[n].get("told_index", n))
+        return self._waiting.pop(number)
+
+    @property
+    def waiting(self) -> int:
+        return len(self._waiting)
+
+
+def model_present(row: dict[str, Any]) -> bool:
+    """Whether a stored trial's model is where its record says, as it was: a successful trial's
+    model file, with the cache entry's recorded hash (meta.json beside it) equal to the record's."""
+    path = row.get("model_path")
+    if row.get("status") != "ok" or not path:
+        return True  # a failed trial has no model to lose
+    model = Path(path)
+    if not model.is_file():
+        return False
+    meta = model.parent / "meta.json"
+    if not meta.is_file() or not row.get("model_sha256"):
+        return True  # not a cache entry (the original, a prepared model): its file is there
+    try:
+        recorded = json.loads(meta.read_text()).get("sha256")
+    except (OSError, ValueError, AttributeError):  # not a cache entry's record (a meta.json of the user's)
+        return True
+    return recorded is None or recorded == row["model_sha256"]
+
+
+class SkipLog:
+    """Proposals not run because they share a known failure (engine/trials/failures.py).
+
+    A skip is no trial (no number, no worker) but it is a tell: the strategy hears the point
+    failed. A resumed run must make each skip at the same moment as the original, before the
+    stored tells that came after it, or the strategy proposes other points. So each skip is
+    logged in the run store with the trials asked and told before it; while replaying,
+    :meth:`tells_before` says how many stored tells to deliver before the next ask.
+    """
+
+    def __init__(self, store: RunStore, *, resuming: bool) -> None:
+        self.store = store
+        self.events: list[list[int]] = list(store.get_meta(SKIP_LOG) or []) if resuming else []
+        self.count = 0  # skips made by this run, replayed ones included
+
+    def tells_before(self, asked: int, trial_tells: float) -> float:
+        """Tells due before the next ask: the next logged skip's, when it came before trial
+        ``asked`` in the original run; else ``trial_tells`` (that trial's)."""
+        if self.count < len(self.events) and self.events[self.count][0] == asked:
+            return self.events[self.count][1]
+        return trial_tells
+
+    def record(self, asked: int, told: int) -> None:
+        event = [asked, told]
+        if not (self.count < len(self.events) and self.events[self.count] == event):  # else: a replayed skip
+            del self.events[self.count :]
+            self.events.append(event)
+            self.store.set_meta(SKIP_LOG, self.events)
+        self.count += 1
