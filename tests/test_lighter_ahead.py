@@ -154,12 +154,12 @@ def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_
     other, compute_only = (0.80, groups[:1], "fewer in float"), (0.81, groups, "compute only")
     for fewer_is_faster in (False, True):
         answers.update({True: fewer_is_faster, False: False})
-        order = [words for _, _, words in strategy._lighter_first(base, [other, compute_only])]
+        order = [words for _, _, words in strategy.latency._lighter_first(base, [other, compute_only])]
         assert order == (["fewer in float", "compute only"] if fewer_is_faster else ["compute only", "fewer in float"])
     # faster beyond the noise, yet by less than a clear gain (0.97x): a tie, the compute-only one first
     answers.update({True: True, False: False})
     median[0] = 0.97
-    order = [words for _, _, words in strategy._lighter_first(base, [other, compute_only])]
+    order = [words for _, _, words in strategy.latency._lighter_first(base, [other, compute_only])]
     assert order == ["compute only", "fewer in float"]
 
 

@@ -63,16 +63,21 @@ def test_one_provider_leaves_the_ceilings_as_they_were(make_config) -> None:
     assert on_providers(problem, variants) == variants and original_points(problem) == []
 
 
-class Rule(ProviderCeilings):
-    """The mixin's rule alone, on ratios as the ceilings' side-by-side session reports them."""
+class _Run:
+    """What the rule reads of its strategy: the problem and the options."""
 
     def __init__(self, problem: SearchProblem) -> None:
         self.problem = problem
         self.options = QuantuneOptions()  # the strategy's defaults (drop_slow: true)
 
 
+def rule_of(problem: SearchProblem) -> ProviderCeilings:
+    """The stage's rule alone, on ratios as the ceilings' side-by-side session reports them."""
+    return ProviderCeilings(_Run(problem))  # type: ignore[arg-type]
+
+
 def test_a_ceiling_an_original_in_budget_beats_cannot_win(make_config) -> None:
-    rule = Rule(axis_problem(make_config, [CPU, OV]))
+    rule = rule_of(axis_problem(make_config, [CPU, OV]))
     rule.original_items()
     rule.note_originals([0.6])  # the original on OpenVINO, side by side with the original on the CPU
     assert rule.beaten_by_original(0.7, 0.03) is None  # not known in budget yet: no ceiling is dropped
@@ -84,7 +89,7 @@ def test_a_ceiling_an_original_in_budget_beats_cannot_win(make_config) -> None:
 
 
 def test_an_original_out_of_budget_or_slower_drops_nothing(make_config) -> None:
-    rule = Rule(axis_problem(make_config, [CPU, OV]))
+    rule = rule_of(axis_problem(make_config, [CPU, OV]))
     rule.original_items()
     rule.note_originals([0.6])
     rule.observe_opening(OV, Outcome({"top1": 0.1}, meets=False))  # OpenVINO scored it lower
@@ -121,7 +126,7 @@ def test_the_quantune_strategy_times_ceilings_per_provider(make_config, tmp_path
 
 
 def test_the_openings_paired_ratio_stands_until_the_ceilings_time_it(make_config) -> None:
-    rule = Rule(axis_problem(make_config, [CPU, OV]))
+    rule = rule_of(axis_problem(make_config, [CPU, OV]))
     rule.observe_opening(OV, Outcome({"top1": 1.0}, meets=True), 0.8)  # timed by its opening
     assert rule.best_original() == (OV, 0.8)
     rule.original_items()

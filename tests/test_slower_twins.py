@@ -32,7 +32,7 @@ def _two_flows(make_config, **fixed: Any) -> dict[str, Any]:
 def _labels(config: dict[str, Any], options: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
     strategy = create_strategy("quantune")
     strategy.bind(accuracy_problem(config, options))
-    return [v.label for v in strategy.ceiling_variants()], list(strategy.skipped)
+    return [v.label for v in strategy.ceilings.ceiling_variants()], list(strategy.ceilings.skipped)
 
 
 def test_the_passes_name_their_slow_kernels_and_only_those() -> None:

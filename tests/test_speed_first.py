@@ -103,7 +103,7 @@ def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_c
     # QDQ/QOperator x uint8/int8, and dynamic int8/mixed x none/extended: timed, not evaluated, but
     # for the slower twins (QOperator/int8 on x86, int8 ConvInteger): never built
     skipped = [line for line in strategy.decisions if " skipped: " in line]
-    assert len(strategy.decisions) == 8 and len(strategy.variants) == 8 - len(skipped)
+    assert len(strategy.decisions) == 8 and len(strategy.ceilings.variants) == 8 - len(skipped)
     for line in skipped:
         assert line.startswith(("dynamic_quant: dynamic int8", "static_quant: QOperator/int8"))
     for line in strategy.decisions:
@@ -111,7 +111,7 @@ def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_c
             continue
         label = line.split(" kept")[0].split(" dropped")[0]
         flow = ("dynamic_quant",) if label.startswith("dynamic") else ("static_quant",)
-        variant = next(v for v in strategy.variants if v.label == label)
+        variant = next(v for v in strategy.ceilings.variants if v.label == label)
         expected = ratio(variant.point, flow)
         assert f"{expected:.2f}x" in line
         assert (" kept" in line) == (expected < 0.97)
@@ -228,8 +228,8 @@ def test_the_fastest_ceiling_displaces_the_preferred_only_by_a_clear_gain(
     ctx = strategy.ctx
     a = Variant(ctx, {"flow": "static_quant", "v": "a"}, "a", side_by_side=0.58)
     b = Variant(ctx, {"flow": "static_quant", "v": "b"}, "b", side_by_side=0.60)
-    strategy._paired = lambda point, reference: {"ratio_median": ratio, "faster": faster, "rounds": 5}
-    kept = strategy._settle_first([a, b], 1.0, {id(a): (1, 1), id(b): (1, 0)})
+    strategy.latency.paired = lambda point, reference: {"ratio_median": ratio, "faster": faster, "rounds": 5}
+    kept = strategy.ceilings.settle_first([a, b], 1.0, {id(a): (1, 1), id(b): (1, 0)})
     assert kept[0].label == first
 
 

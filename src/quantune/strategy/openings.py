@@ -40,21 +40,38 @@ class WithOpenings(Strategy):
     def bind(self, problem: SearchProblem) -> None:
         self.inner.bind(problem)
 
+    # the inner strategy's own, read and written through (settable: they override the base's attributes)
     @property
-    def problem(self) -> SearchProblem:  # type: ignore[override]
+    def problem(self) -> SearchProblem:
         return self.inner.problem
 
+    @problem.setter
+    def problem(self, problem: SearchProblem) -> None:
+        self.inner.problem = problem
+
     @property
-    def baseline(self) -> Mapping[str, float]:  # type: ignore[override]
+    def baseline(self) -> Mapping[str, float]:
         return self.inner.baseline
 
-    @property
-    def finished_reason(self) -> str:  # type: ignore[override]
-        return self.inner.finished_reason
+    @baseline.setter
+    def baseline(self, metrics: Mapping[str, float]) -> None:
+        self.inner.baseline = metrics
 
     @property
-    def original_wins(self) -> str:  # type: ignore[override]
+    def finished_reason(self) -> str:
+        return self.inner.finished_reason
+
+    @finished_reason.setter
+    def finished_reason(self, reason: str) -> None:
+        self.inner.finished_reason = reason
+
+    @property
+    def original_wins(self) -> str:
         return "" if self._won() else self.inner.original_wins
+
+    @original_wins.setter
+    def original_wins(self, reason: str) -> None:
+        self.inner.original_wins = reason
 
     def observe_baseline(self, metrics: Mapping[str, float]) -> None:
         self.inner.observe_baseline(metrics)

@@ -174,10 +174,8 @@ class AccuracyStrategy(StagedStrategy):
     def learned(self) -> dict[str, Any]:
         """Each tuned flow's sensitivity scores per group (the report shows why a group stayed in
         high precision) and the strategy's decisions on flows, in order."""
-        variants = [*getattr(self, "variants", []), *getattr(self, "refined", [])]
-        contexts = [self.ctx, *(v.ctx for v in variants)]
         sensitivity: dict[str, dict[str, Any]] = {}
-        for ctx in contexts:
+        for ctx in self.contexts():
             if ctx.scores:
                 sensitivity.setdefault(ctx.flow_name, {}).update(
                     {name: {**entry, "score": _json_score(entry["score"])} for name, entry in ctx.scores.items()}
@@ -188,6 +186,10 @@ class AccuracyStrategy(StagedStrategy):
             "sensitivity": sensitivity,
             "decisions": list(getattr(self, "decisions", [])),
         }
+
+    def contexts(self) -> list[AccuracyContext]:
+        """The flows' contexts whose sensitivity the report shows."""
+        return [self.ctx]
 
     def remaining(self) -> int:
         """Trials left under ``stop.max_trials`` (a large number when unbounded)."""

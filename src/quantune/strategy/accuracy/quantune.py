@@ -15,18 +15,21 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from quantune.graph.capability import Group, Precision
 from quantune.space import Point
 from quantune.strategy.accuracy.bisect import Bisection
 from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
-from quantune.strategy.accuracy.context import describe
+from quantune.strategy.accuracy.context import AccuracyContext, describe
 from quantune.strategy.accuracy.latency_stage import LatencyStage
+from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings
 from quantune.strategy.accuracy.recover import RecoverStage
 from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, Variant, priced
 from quantune.strategy.accuracy.staged import Stages
-from quantune.strategy.base import Outcome
+from quantune.strategy.accuracy.targeted import TargetedStage
+from quantune.strategy.base import Outcome, Proposal
 from quantune.strategy.options import QuantuneOptions
 from quantune.strategy.registry import register_strategy
 
@@ -34,7 +37,7 @@ log = logging.getLogger("quantune.strategy")
 
 
 @register_strategy("quantune")
-class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrategy):
+class QuantuneStrategy(AccuracyStrategy):
     """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
     Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
@@ -67,64 +70,67 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
 
     def setup(self) -> None:
         super().setup()
+        # what the stages share: the strategy asks and is told for them, and holds the run's state
         self.ranking: list[Group] = []
-        self.variants: list[Variant] = []
         self.settled: Point | None = None  # the model it settled on by paired timing (answer)
-        self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (targeted.py)
-        # the refined flows' variants: their unrefined twin's speed, never built as ceilings
-        self.refined: list[Variant] = []
-        self._ceiling_stage: dict[str, Variant] = {}
         self.decisions: list[str] = []  # why variants were kept or dropped, in order
-        self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)
-        self._screened = False  # the accuracy parameters were screened before the fallback
-        self._guess: Variant | None = None  # the first guess's variant (stage_first_guess)
-        self._tied: set[int] = set()  # variants kept by a tie at the margin (ceilings._ties_at_the_margin)
-        self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
-        self._in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
+        self.recovered: dict[str, Any] | None = None  # what refining recovered, how (recover.py, targeted.py)
+        self.screened = False  # the accuracy parameters were screened before the fallback
+        self.guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
+        self.in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
         self.build_ahead: list[tuple[Point, tuple[str, ...]]] = []  # what the engine may build ahead (prebuild.py)
         self.evaluate_ahead: list[tuple[Point, tuple[str, ...]]] = []  # ... and evaluate ahead
+        self.ceilings = CeilingStage(self)
+        self.providers = ProviderCeilings(self)
+        self.targeted = TargetedStage(self)
+        self.recovery = RecoverStage(self)
+        self.latency = LatencyStage(self)
 
     def stages(self) -> Stages:
-        guess = yield from self.stage_first_guess()
-        kept = yield from self.stage_ceiling()
+        guess = yield from self.ceilings.stage_first_guess()
+        kept = yield from self.ceilings.stage_ceiling()
         for variant in kept:
             self.ctx = variant.ctx
             base = variant.point
-            self._guessed_elsewhere = guess is not None and guess is not variant
+            self.guessed_elsewhere = guess is not None and guess is not variant
             # the only accuracy evaluation a ceiling gets: the fastest kept variant's, first
             outcome = yield from self.try_point(base, f"{CEILING}: {variant.label}")
-            self._measure(variant, outcome)
-            if variant.failed or not self._verdict(variant)[0]:
+            self.ceilings.measure(variant, outcome)
+            if variant.failed or not self.ceilings.verdict(variant)[0]:
                 continue  # untimed variants are judged by their trial's latency
-            self._in_play = variant
+            self.in_play = variant
             lighter: dict[str, Precision] | None = None
             if variant.meets:
                 fallback: dict[str, Precision] | None = {}
-                lighter = yield from self.stage_lighter(base)  # fewer Q/DQ pairs, faster side by side?
+                lighter = yield from self.latency.stage_lighter(base)  # fewer Q/DQ pairs, faster side by side?
                 if lighter is not None:
                     fallback = lighter
-                    variant, base = yield from self.stage_tied(variant, base, fallback, kept)
-                elif self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
+                    variant, base = yield from self.latency.stage_tied(variant, base, fallback, kept)
+                elif self.latency.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
                     return
-            elif (refined := (yield from self.stage_recover(variant))) is not None:  # recover.py
+            elif (refined := (yield from self.recovery.stage_recover(variant))) is not None:  # recover.py
                 base, fallback = refined, {}
-                if self.finished_reason or self.at_ceiling(variant, base):
+                if self.finished_reason or self.latency.at_ceiling(variant, base):
                     return  # the recovered, fully quantized model is at the ceiling
             else:
                 found = yield from self.recover(base, self.known(base))
                 if found is None:
                     continue
-                base, fallback = yield from self.stage_recover_units(variant, *found, self._costs())
-                variant, base = yield from self.stage_tied(variant, base, fallback or {}, kept)
-                if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
+                base, fallback = yield from self.recovery.stage_recover_units(variant, *found, self._costs())
+                variant, base = yield from self.latency.stage_tied(variant, base, fallback or {}, kept)
+                if self.finished_reason or self.latency.at_ceiling(
+                    variant, self.ctx.with_fallback(base, fallback or {})
+                ):
                     return  # a recovery stage's model is at the ceiling
             if fallback and lighter is None:  # a model in budget: can a calibration choice quantize all?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
                     base, fallback = full, {}
-                    if self.at_ceiling(variant, base):
+                    if self.latency.at_ceiling(variant, base):
                         return
-            final = yield from self.everywhere(base, fallback or {}, variant)  # on each provider, then latency
+            final = yield from self.providers.everywhere(
+                base, fallback or {}, variant
+            )  # on each provider, then latency
             if final is not None and self.settled is None:
                 self.settled = self.complete(dict(final))
             return
@@ -134,6 +140,26 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         against it), or the latency stage's incumbent (each change kept only when faster side by side)."""
         outcome = self.known(self.settled) if self.settled is not None else None
         return None if outcome is None or not outcome.meets or outcome.failed else outcome.number
+
+    def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
+        """Told by ``WithOpenings``: the original on another provider (:mod:`.provider_ceilings`)."""
+        self.providers.observe_opening(provider, outcome, paired_ratio)
+
+    def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        return self.ceilings.annotate(proposal, outcome)
+
+    def contexts(self) -> list[AccuracyContext]:
+        return [self.ctx, *(v.ctx for v in [*self.ceilings.variants, *self.ceilings.refined])]
+
+    def learned(self) -> dict[str, Any]:
+        """results.json's ``strategy``, with the originals' ratios from the ceilings' session and what
+        refining recovered."""
+        notes = super().learned()
+        if ratios := self.providers.original_ratio:
+            notes["provider_original_ratios"] = dict(ratios)
+        if self.recovered:
+            notes["recovered"] = self.recovered
+        return notes
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
@@ -152,7 +178,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         others = [g for g in self.ctx.candidates if g.op_type not in COMPUTE_TYPES]
         screen = self._screen_allowance(compute, others)
         if screen > 0:
-            self._screened = True
+            self.screened = True
             base, outcome = yield from self.stage_screen(base, screen)
             if outcome is not None and outcome.meets:
                 return base, {}
@@ -160,19 +186,19 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         if compute and others:
             held = yield from self.stage_op_types(base, compute, others)
             if held is not None:
-                return base, self._assign(held)
+                return base, self.assign(held)
             fallen = others  # no op-type set holds: bisect the compute groups with the rest in fp32
         pool = compute if fallen else list(self.ctx.candidates)
         found = yield from self.bisect(base, pool, fallen)
         if found is None:
             return None
-        if self.at_ceiling(self._in_play, self.fallback(base, [*fallen, *found])):  # no prune can beat it
-            return base, self._assign([*fallen, *found])
+        if self.latency.at_ceiling(self.in_play, self.fallback(base, [*fallen, *found])):  # no prune can beat it
+            return base, self.assign([*fallen, *found])
         assignment = yield from self.prune(base, found, fallen)
         if fallen:  # the op types put in fp32 wholesale: back to int8 those the budget does not need
             inner = {name: p for name, p in assignment.items() if name not in {g.name for g in fallen}}
             still = yield from self.add_back(base, list(fallen), inner)
-            assignment = {**inner, **self._assign(still)}
+            assignment = {**inner, **self.assign(still)}
         return base, assignment
 
     def _screen_allowance(self, compute: Sequence[Group], others: Sequence[Group]) -> int:
@@ -188,14 +214,14 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
             op_types = 2 if risky and len(risky) < len(others) else 1
         pool = len(compute) if op_types else units
         bisect = math.ceil(math.log2(max(pool, 2))) + 1  # the assumed-feasible top may need its own trial
-        guess = int(self._guessed_elsewhere)
+        guess = int(self.guessed_elsewhere)
         return max(0, min(limit, bound - 1 - guess - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
         """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``)
         unless screened before the fallback; the point that meets the criterion with nothing in fp32, or None."""
         limit = self.options.screen_trials
-        if limit <= 0 or self._screened:
+        if limit <= 0 or self.screened:
             return None
         point, outcome = yield from self.stage_screen(base, limit)
         return point if outcome is not None and outcome.meets and point != base else None
@@ -217,7 +243,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 break
         if fallen is None:
             return None
-        if self.at_ceiling(self._in_play, self.fallback(base, fallen)):  # nothing to add back
+        if self.latency.at_ceiling(self.in_play, self.fallback(base, fallen)):  # nothing to add back
             return fallen
         return (yield from self.add_back(base, fallen, {}))
 
@@ -231,11 +257,11 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         compute groups: the smallest k such that its k first in fp32 meet (all of them is known to),
         at most ``op_type_trials`` evaluations; kept when, in a latency run, not slower side by side."""
         ranked = [g for g, _ in priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), self._costs())]
-        before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
+        before = self.ctx.with_fallback(base, {**fixed, **self.assign(fallen)})
         search, trials = Bisection(len(ranked), lo=-1, hi=len(ranked)), self.options.op_type_trials
         point, outcome = before, None
         while (k := search.next_k()) is not None and trials > 0:
-            trial = self.ctx.with_fallback(base, {**fixed, **self._assign(ranked[:k])})
+            trial = self.ctx.with_fallback(base, {**fixed, **self.assign(ranked[:k])})
             if self.known(trial) is None:  # the fully quantized model (k = 0) is often known: free
                 trials -= 1
             stage = (
@@ -248,7 +274,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         if outcome is None or search.hi is None:
             return fallen
         kept = ranked[: search.hi]
-        if not self.keeps_requantized(outcome, point, before, f"op types: {len(fallen) - len(kept)} groups to int8"):
+        if not self.latency.keeps_requantized(
+            outcome, point, before, f"op types: {len(fallen) - len(kept)} groups to int8"
+        ):
             return fallen
         self.note_meeting(len(kept) + sum(1 for p in fixed.values() if p == "fp32"))
         return kept
@@ -369,7 +397,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 limit -= 1
                 stage = f"prune: {group.name} -> {precision}"
                 outcome = yield from self.try_point(point, stage, speed_if_missed=False)
-                if self.keeps_requantized(outcome, point, self.ctx.with_fallback(base, assignment), stage):
+                if self.latency.keeps_requantized(outcome, point, self.ctx.with_fallback(base, assignment), stage):
                     assignment = trial
                     self.note_meeting(sum(1 for p in assignment.values() if p == "fp32"))
                     break
@@ -379,7 +407,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         """Cheaper precisions to try for a fallen group, cheapest first."""
         return ["int8", "int16"] if "int16" in self.ctx.precisions else ["int8"]
 
-    def _assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
+    def assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
         return {g.name: "fp32" for g in groups}
 
     def _costs(self) -> dict[str, float]:

@@ -27,7 +27,7 @@ it to the prune).
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from quantune.graph.capability import Group, Precision
 from quantune.passes.registry import find_pass
@@ -35,7 +35,9 @@ from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext, describe
 from quantune.strategy.accuracy.speed import Variant
-from quantune.strategy.options import QuantuneOptions
+
+if TYPE_CHECKING:
+    from quantune.strategy.accuracy.quantune import QuantuneStrategy
 
 TARGETED = "recover targeted"
 WEIGHTED = frozenset({"Conv", "Gemm", "MatMul"})
@@ -58,16 +60,16 @@ def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
 
 
 class TargetedStage:
-    """Mixin for the quantune strategy: per-channel / fine-tuned worst units before fp32."""
+    """Per-channel / fine-tuned worst units before fp32, for the strategy ``run``."""
 
-    options: QuantuneOptions
-    recovered: dict[str, Any]
-    fitted: set[str]  # the variants whose worst layers were fine-tuned alone
+    def __init__(self, run: QuantuneStrategy) -> None:
+        self.run = run
+        self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (recover.py reads it)
 
     def refining_passes(self, variant: Variant) -> list[str]:
         """The pass names of ``variant``'s steps after its quant step (its refining steps)."""
         ctx = variant.ctx
-        return [str(self.problem.step_passes.get(step)) for step in ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]]  # type: ignore[attr-defined]
+        return [str(self.run.problem.step_passes.get(step)) for step in ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]]
 
     def layer_fit(self, refined: Variant) -> tuple[str, str] | None:
         """(step, pass name) when ``refined``'s only refining step's pass fits named layers (a
@@ -84,7 +86,7 @@ class TargetedStage:
     def _layer_refined(self, variant: Variant) -> tuple[Variant, str, str] | None:
         """A kept refined variant whose only refining step's pass fits named layers; with that step
         and its pass's name."""
-        for refined in self.refined_variants(variant):  # type: ignore[attr-defined]
+        for refined in self.run.recovery.refined_variants(variant):
             if (fit := self.layer_fit(refined)) is not None:
                 return refined, *fit
         return None
@@ -94,22 +96,22 @@ class TargetedStage:
         when one meets, else None."""
         ctx, base = variant.ctx, variant.point
         channel = per_channel_fixable(ctx, base)
-        found = self._layer_refined(variant) if self.recoverable(variant) else None  # type: ignore[attr-defined]
-        if not (channel or found) or self.remaining() <= 1:  # type: ignore[attr-defined]
+        found = self._layer_refined(variant) if self.run.recovery.recoverable(variant) else None
+        if not (channel or found) or self.run.remaining() <= 1:
             return None  # no fix applies: no sensitivity measured for nothing
         ranked = [g for g, score in ctx.ranked(base) if score > 0 and weighted_nodes(ctx, [g])]
-        worst = ranked[: self.options.targeted_units]
+        worst = ranked[: self.run.options.targeted_units]
         nodes = weighted_nodes(ctx, worst)
         if not nodes:
             return None
         names = [g.name for g in worst]
         if channel:
             point = {**base, ctx.key(str(ctx.knobs.channel_nodes)): sorted(nodes)}
-            outcome = yield from self.try_point(point, f"{TARGETED}: per-channel weights on {describe(names)}")  # type: ignore[attr-defined]
+            outcome = yield from self.run.try_point(point, f"{TARGETED}: per-channel weights on {describe(names)}")
             if outcome.meets:
                 self._note(ctx, ["per-channel weights"], names)
                 return point
-        if found is None or self.remaining() <= 1:  # type: ignore[attr-defined]
+        if found is None or self.run.remaining() <= 1:
             return None
         refined, step, fit = found
         self.fitted.add(variant.label)  # the recover stage then fits no whole model of it (recover.py)
@@ -118,9 +120,9 @@ class TargetedStage:
         if channel and per_channel_fixable(refined.ctx, refined.point):
             point[refined.ctx.key(str(refined.ctx.knobs.channel_nodes))] = sorted(nodes)
             how = ["per-channel weights", fit]
-        outcome = yield from self.try_point(point, f"{TARGETED}: {' + '.join(how)} on {describe(names)}")  # type: ignore[attr-defined]
+        outcome = yield from self.run.try_point(point, f"{TARGETED}: {' + '.join(how)} on {describe(names)}")
         if outcome.meets:
-            self.ctx = refined.ctx
+            self.run.ctx = refined.ctx
             self._note(refined.ctx, how, names)
             return point
         return None
@@ -137,14 +139,14 @@ class TargetedStage:
         current, fixed, kept = dict(fallback), list(base.get(ctx.key(str(ctx.knobs.channel_nodes)), [])), []
         for name in order:
             nodes = weighted_nodes(ctx, [groups[name]])
-            if not nodes or self.remaining() <= 1:  # type: ignore[attr-defined]
+            if not nodes or self.run.remaining() <= 1:
                 continue
             trial = {k: v for k, v in current.items() if k != name}
             point = {**ctx.with_fallback(base, trial), ctx.key(str(ctx.knobs.channel_nodes)): sorted({*fixed, *nodes})}
             before = {**ctx.with_fallback(base, current), ctx.key(str(ctx.knobs.channel_nodes)): fixed}
             stage = f"{TARGETED}: {name} -> int8 (per-channel weights)"
-            outcome = yield from self.try_point(point, stage, speed_if_missed=False)  # type: ignore[attr-defined]
-            if self.keeps_requantized(outcome, point, before, stage):  # type: ignore[attr-defined]
+            outcome = yield from self.run.try_point(point, stage, speed_if_missed=False)
+            if self.run.latency.keeps_requantized(outcome, point, before, stage):
                 current, fixed, kept = trial, sorted({*fixed, *nodes}), [*kept, name]
         if not kept:
             return base, dict(fallback)
@@ -153,7 +155,7 @@ class TargetedStage:
 
     def _note(self, ctx: AccuracyContext, how: list[str], units: list[str], fallen: list[str] | None = None) -> None:
         """``fallen`` None: fixed before any fallback; else after it (what still is in fp32)."""
-        self.recovered = {
+        self.run.recovered = {
             "flow": ctx.flow_name,
             "passes": how,
             "units": units,
