@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import quantune
 from quantune.config import load_config
 from quantune.engine.plan import build_plan
+from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers, original_points
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.base import Outcome, SearchProblem
 from quantune.strategy.options import QuantuneOptions
 
@@ -63,17 +66,11 @@ def test_one_provider_leaves_the_ceilings_as_they_were(make_config) -> None:
     assert on_providers(problem, variants) == variants and original_points(problem) == []
 
 
-class _Run:
-    """What the rule reads of its strategy: the problem and the options."""
-
-    def __init__(self, problem: SearchProblem) -> None:
-        self.problem = problem
-        self.options = QuantuneOptions()  # the strategy's defaults (drop_slow: true)
-
-
 def rule_of(problem: SearchProblem) -> ProviderCeilings:
-    """The stage's rule alone, on ratios as the ceilings' side-by-side session reports them."""
-    return ProviderCeilings(_Run(problem))  # type: ignore[arg-type]
+    """The stage's rule alone, on ratios as the ceilings' side-by-side session reports them; of its
+    strategy it reads the problem only (the options: the strategy's defaults, drop_slow: true)."""
+    shared = Shared(SimpleNamespace(problem=problem), QuantuneOptions(), recover=None)  # type: ignore[arg-type]
+    return ProviderCeilings(shared, LatencyStage(shared))
 
 
 def test_a_ceiling_an_original_in_budget_beats_cannot_win(make_config) -> None:

@@ -85,8 +85,8 @@ def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float 
     except _Captured as captured:
         if first is None:
             return captured.items, captured.budget_s, first, []
-        ahead = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "evaluate_ahead", [])]
-        built = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "build_ahead", [])]
+        ahead = [(dict(point), tuple(flow)) for point, flow in getattr(getattr(dry, "shared", None), "evaluate_ahead", [])]
+        built = [(dict(point), tuple(flow)) for point, flow in getattr(getattr(dry, "shared", None), "build_ahead", [])]
         return captured.items + [item for item in built if item not in captured.items], captured.budget_s, first, ahead
     except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
         log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)

@@ -39,24 +39,13 @@ class WithOpenings(Strategy):
 
     def bind(self, problem: SearchProblem) -> None:
         self.inner.bind(problem)
+        self.problem = problem
 
-    # the inner strategy's own, read and written through (settable: they override the base's attributes)
-    @property
-    def problem(self) -> SearchProblem:
-        return self.inner.problem
+    def observe_baseline(self, metrics: Mapping[str, float]) -> None:
+        self.inner.observe_baseline(metrics)
+        self.baseline = self.inner.baseline
 
-    @problem.setter
-    def problem(self, problem: SearchProblem) -> None:
-        self.inner.problem = problem
-
-    @property
-    def baseline(self) -> Mapping[str, float]:
-        return self.inner.baseline
-
-    @baseline.setter
-    def baseline(self, metrics: Mapping[str, float]) -> None:
-        self.inner.baseline = metrics
-
+    # the inner strategy's, read and written through (settable: they override the base's attributes)
     @property
     def finished_reason(self) -> str:
         return self.inner.finished_reason
@@ -72,9 +61,6 @@ class WithOpenings(Strategy):
     @original_wins.setter
     def original_wins(self, reason: str) -> None:
         self.inner.original_wins = reason
-
-    def observe_baseline(self, metrics: Mapping[str, float]) -> None:
-        self.inner.observe_baseline(metrics)
 
     def _out_of_time(self) -> bool:
         return self.deadline is not None and self.deadline.left_s() == 0.0

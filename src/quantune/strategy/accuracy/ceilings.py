@@ -10,11 +10,8 @@ ratio is decided; a strategy without that probe falls back to the variants' own 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
 
 from quantune.evaluate.rounds import UnsureRatio
-from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.strategy.accuracy.ceiling_rules import (
     NEAR,
@@ -26,7 +23,9 @@ from quantune.strategy.accuracy.ceiling_rules import (
 )
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
-from quantune.strategy.accuracy.provider_ceilings import on_providers
+from quantune.strategy.accuracy.latency_stage import LatencyStage
+from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import (
     Variant,
     build_order,
@@ -34,23 +33,19 @@ from quantune.strategy.accuracy.speed import (
     slower_twins,
     speed_variants,
     stand_in,
+    unrefined_flow,
 )
 from quantune.strategy.base import Outcome, Proposal
-
-if TYPE_CHECKING:
-    from quantune.strategy.accuracy.quantune import QuantuneStrategy
 
 log = logging.getLogger("quantune.strategy")
 CEILING = "ceiling"
 
 
 class CeilingStage:
-    """The ceiling stage of the strategy ``run`` and the verdict on each variant."""
+    """The ceiling stage (``shared.variants``, ``shared.refined``) and the verdict on each variant."""
 
-    def __init__(self, run: QuantuneStrategy) -> None:
-        self.run = run
-        self.variants: list[Variant] = []  # the ceilings, in build order
-        self.refined: list[Variant] = []  # the refined flows' variants: their unrefined twin's speed, never built
+    def __init__(self, shared: Shared, latency: LatencyStage, providers: ProviderCeilings) -> None:
+        self.shared, self.run, self.latency, self.providers = shared, shared.run, latency, providers
         self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)
         self.by_stage: dict[str, Variant] = {}  # a ceiling trial's stage -> its variant
         self.guess: Variant | None = None  # the first guess's variant (stage_first_guess)
@@ -58,7 +53,7 @@ class CeilingStage:
 
     def ceiling_variants(self) -> list[Variant]:
         """Every flow's fully-quantized variants, in build order (what is built first is surely timed)."""
-        if not self.variants:
+        if not self.shared.variants:
             contexts = AccuracyContext.all_from_problem(self.run.problem, self.run.name, known=self.run.ctx)
             flows = {ctx.flow for ctx in contexts}
             for ctx in contexts:
@@ -67,17 +62,17 @@ class CeilingStage:
                     point = self.run.complete(point, ctx)
                     variant = Variant(ctx, point, label)
                     if twin_flow is not None and twin_flow in flows:  # its twin's speed (twin_speeds)
-                        self.refined.append(variant)
+                        self.shared.refined.append(variant)
                         continue
-                    self.variants.append(variant)
+                    self.shared.variants.append(variant)
                     self.by_stage[f"{CEILING}: {label}"] = variant
-            self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
-            if self.run.options.skip_slower_twins:
-                for variant, twin, why in slower_twins(self.variants, self.run.problem.provider):
-                    self.variants.remove(variant)
+            self.shared.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
+            if self.shared.options.skip_slower_twins:
+                for variant, twin, why in slower_twins(self.shared.variants, self.run.problem.provider):
+                    self.shared.variants.remove(variant)
                     self.by_stage.pop(f"{CEILING}: {variant.label}", None)
                     self.skipped.append(f"{variant.label} skipped: {why}; {twin.label} is the same quantization there")
-        return self.variants
+        return self.shared.variants
 
     def stage_first_guess(self) -> Step:
         """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
@@ -96,7 +91,7 @@ class CeilingStage:
         the lighter stage's likeliest answer, and, when the guess misses the budget, tried next,
         before the ceilings -- the op-type stage would try it first in that variant anyway.
         """
-        wanted = self.run.options.first_guess
+        wanted = self.shared.options.first_guess
         if wanted is None:
             wanted = self.run.problem.evaluates_ahead
         if not wanted or self.run.problem.objective != "latency":
@@ -107,11 +102,11 @@ class CeilingStage:
         self.guess = guess
         self.run.ctx = guess.ctx
         self._stand_ins(guess)
-        self.run.build_ahead = self.run.latency.lighter_items(guess) if self.run.problem.evaluates_ahead else []
-        self.run.evaluate_ahead = self.run.build_ahead[-1:]  # compute only
+        self.shared.build_ahead = self.latency.lighter_items(guess) if self.run.problem.evaluates_ahead else []
+        self.shared.evaluate_ahead = self.shared.build_ahead[-1:]  # compute only
         outcome = yield from self.run.try_point(guess.point, f"first guess: {guess.label}")
-        if self.run.evaluate_ahead and not outcome.meets and not outcome.failed:
-            yield from self.run.try_point(self.run.evaluate_ahead[0][0], f"first guess: {guess.label}, compute only")
+        if self.shared.evaluate_ahead and not outcome.meets and not outcome.failed:
+            yield from self.run.try_point(self.shared.evaluate_ahead[0][0], f"first guess: {guess.label}, compute only")
         return guess
 
     def _stand_ins(self, guess: Variant) -> None:
@@ -121,12 +116,12 @@ class CeilingStage:
         the search goes on in is calibrated when it is tried. A static guess calibrates beside the
         original's evaluation anyway, and the other static ceilings reuse its ranges: nothing to save.
         Option ``stand_ins: false``: every ceiling is its own model."""
-        if not self.run.options.stand_ins or stand_in(guess.ctx, guess.point) is not None:
+        if not self.shared.options.stand_ins or stand_in(guess.ctx, guess.point) is not None:
             return
         for variant in self.ceiling_variants():
             if variant is not guess:
                 variant.timed = stand_in(variant.ctx, variant.point)
-        if any(variant.timed is not None for variant in self.variants):
+        if any(variant.timed is not None for variant in self.shared.variants):
             log.info(
                 "quantune strategy: the static ceilings are timed on models calibrated on two rows (the same "
                 "graphs: scales only differ); a static variant is calibrated in full when it is tried"
@@ -141,19 +136,21 @@ class CeilingStage:
         0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
         """
         self.ceiling_variants()
-        self.run.decisions.extend(self.skipped)
-        if self._time_ceilings(self.variants):
-            for variant in self.variants:
-                self.run.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
+        self.shared.decisions.extend(self.skipped)
+        if self._time_ceilings(self.shared.variants):
+            for variant in self.shared.variants:
+                self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
         else:  # nothing times models side by side here: each ceiling's trial says how fast it is
-            outcomes = yield from self.run.try_points([(v.point, f"{CEILING}: {v.label}") for v in self.variants])
-            for variant, outcome in zip(self.variants, outcomes, strict=True):
+            outcomes = yield from self.run.try_points(
+                [(v.point, f"{CEILING}: {v.label}") for v in self.shared.variants]
+            )
+            for variant, outcome in zip(self.shared.variants, outcomes, strict=True):
                 self.measure(variant, outcome)
-                self.run.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
+                self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
         self.twin_speeds()
         self._ties_at_the_margin()
-        kept = [v for v in self.variants if self.keeps(v)]
-        order = {id(v): i for i, v in enumerate(self.variants)}
+        kept = [v for v in self.shared.variants if self.keeps(v)]
+        order = {id(v): i for i, v in enumerate(self.shared.variants)}
         baseline = self.run.baseline.get("latency_ms")
         kept.sort(key=lambda v: (or_inf(v.ratio(baseline)), or_inf(v.latency_ms), order[id(v)]))
         # within a tie, a variant already in budget (the first guess) costs no evaluation: it goes first
@@ -162,13 +159,11 @@ class CeilingStage:
         }
         kept = ties_to_the_earlier(kept, baseline, preference)
         kept = self.settle_first(kept, baseline, preference)
-        for line in self.run.decisions:
+        for line in self.shared.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
-            measured = any(v.failed is False for v in self.variants)
-            if (
-                measured and (best := self.run.providers.best_original()) is not None
-            ):  # the original there is the answer
+            measured = any(v.failed is False for v in self.shared.variants)
+            if measured and (best := self.providers.best_original()) is not None:  # the original there is the answer
                 self.run.finished_reason = (
                     f"the original on {best[0]} is in budget at {best[1]:.2f}x fp32 latency, faster than every "
                     f"quantized variant's speed ceiling ({self.ceilings_in_brief()}), so no fallback could win"
@@ -179,9 +174,7 @@ class CeilingStage:
             if measured:
                 # a guess in budget within the margin stands: whether it beats the original is the re-timing's
                 guess = (
-                    self.run.latency.trial_of(self.guess.point)[1]
-                    if within and self.guess and self._guess_met()
-                    else ""
+                    self.latency.trial_of(self.guess.point)[1] if within and self.guess and self._guess_met() else ""
                 )
                 log.info(
                     "quantune strategy: no variant is faster than the original by the margin: %s",
@@ -194,7 +187,7 @@ class CeilingStage:
                 ) + (f"; {guess}, in budget already, is timed against the original at the end" if guess else "")
             else:  # nothing was timed: that says nothing about speed (a short time limit on a loaded machine)
                 self.run.finished_reason = (
-                    f"no speed ceiling was timed: each of the {len(self.variants)} fully quantized variants "
+                    f"no speed ceiling was timed: each of the {len(self.shared.variants)} fully quantized variants "
                     "failed, or was not built within the ceiling stage's share of the time limit (a longer "
                     "stop.timeout_s gives it more), so no fallback was tried"
                 )
@@ -221,7 +214,7 @@ class CeilingStage:
     def _within_the_margin(self, baseline: float | None) -> bool:
         """Whether a ceiling timed faster than the original, though not surely below the margin: then
         "slower" is not what was measured, and its model may well win side by side."""
-        return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.variants if not v.failed)
+        return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.shared.variants if not v.failed)
 
     def _ties_at_the_margin(self) -> None:
         """A ceiling the rounds left unsure at the margin (a :class:`UnsureRatio`), one speed -- within
@@ -229,7 +222,7 @@ class CeilingStage:
         of two equal ceilings is dropped would follow the noise, and the same run twice could recover
         in, and end at, different models."""
         baseline = self.run.baseline.get("latency_ms")
-        every = [*self.variants, *self.refined]
+        every = [*self.shared.variants, *self.shared.refined]
         sure = [(v, r) for v in every if self.keeps(v) and (r := v.ratio(baseline)) is not None]
         for variant in every:
             ratio = variant.ratio(baseline)
@@ -238,7 +231,7 @@ class CeilingStage:
             twin = next((v for v, r in sure if abs(ratio - r) <= TIE * max(ratio, r)), None)
             if twin is not None:
                 self.tied.add(id(variant))
-                self.run.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
+                self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
 
     def ceilings_in_brief(self) -> str:
         """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to
@@ -247,12 +240,12 @@ class CeilingStage:
         a "keep the original" on a text classifier, the ratios lost among them. Every decision is in
         quantune.log and the report (``decisions``)."""
         baseline = self.run.baseline.get("latency_ms")
-        order = sorted(self.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
+        order = sorted(self.shared.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
         parts = []
         for variant in order:
             ratio = None if variant.failed else variant.ratio(baseline)
             parts.append(f"{variant.label} {'failed' if ratio is None else f'{ratio:.2f}x'}")
-        brief = "to fp32 latency: " + ", ".join(parts) + f"; the margin {1.0 - self.run.options.speed_margin:.2f}x"
+        brief = "to fp32 latency: " + ", ".join(parts) + f"; the margin {1.0 - self.shared.options.speed_margin:.2f}x"
         if self.skipped:
             brief += f"; {len(self.skipped)} more not built, slower twins of these where the model runs"
         return brief
@@ -276,7 +269,7 @@ class CeilingStage:
         if not rivals:
             return kept
         rival = min(rivals, key=lambda v: preference[id(v)])
-        result = self.run.latency.paired(
+        result = self.latency.paired(
             kept[0].timing_point, rival.timing_point
         )  # the fastest over the preferred, side by side
         if result is None or clearly_faster(result):
@@ -294,18 +287,19 @@ class CeilingStage:
         takes the speed of its unrefined twin, the same quantization in the flow without those steps:
         they change weights and biases, never the graph, so building and timing it as a ceiling of its
         own only costs time. The recover stage builds one when it tries it."""
-        for variant in self.refined:
+        for variant in self.shared.refined:
             twin_flow = unrefined_flow(self.run.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
             suffix = variant.label.split(": ", 1)[-1]
             twin = next(
-                (v for v in self.variants if v.ctx.flow == twin_flow and v.label.split(": ", 1)[-1] == suffix), None
+                (v for v in self.shared.variants if v.ctx.flow == twin_flow and v.label.split(": ", 1)[-1] == suffix),
+                None,
             )
             if twin is None:  # its twin was never a ceiling (a slower twin skipped): nothing to recover in
                 variant.failed = True
-                self.run.decisions.append(f"{variant.label} dropped: no unrefined twin was timed")
+                self.shared.decisions.append(f"{variant.label} dropped: no unrefined twin was timed")
                 continue
             variant.side_by_side, variant.latency_ms, variant.failed = twin.side_by_side, twin.latency_ms, twin.failed
-            self.run.decisions.append(
+            self.shared.decisions.append(
                 f"{variant.label} {self.verdict(variant)[1]} (the speed of {twin.label}: its refining steps "
                 "keep the graph; built only when the recover stage tries it)"
             )
@@ -315,9 +309,9 @@ class CeilingStage:
         False when nothing here times models (then the ceilings' trials must)."""
         if self.run.problem.objective != "latency" or not variants:
             return False
-        margin, share = self.run.options.speed_margin, self.run.options.ceiling_share
+        margin, share = self.shared.options.speed_margin, self.shared.options.ceiling_share
         budget = share * self.run.problem.timeout_s if self.run.problem.timeout_s else None
-        originals = self.run.providers.original_items()  # the originals on the other providers, in the same session:
+        originals = self.providers.original_items()  # the originals on the other providers, in the same session:
         items = [*originals, *((v.timing_point, v.ctx.flow) for v in variants)]  # first (nothing to build)
         if self.run.problem.ceiling_ratios is not None:
             anchor = self._anchor(variants, len(originals))  # in budget: its margin is the confirmation's
@@ -330,7 +324,7 @@ class CeilingStage:
             ratios = [self.run.problem.latency_ratio(point, flow) for point, flow in items]
         else:
             return False
-        self.run.providers.note_originals(ratios[: len(originals)])
+        self.providers.note_originals(ratios[: len(originals)])
         for variant, ratio in zip(variants, ratios[len(originals) :], strict=True):
             variant.side_by_side = ratio
             variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
@@ -345,7 +339,7 @@ class CeilingStage:
         than opening a session, warming and timing the guess again for each. None for the guess's item: it missed or is not timed."""
         if reference is None or self.guess is None:
             return [], []
-        lighter = self.run.latency.lighter_items(self.guess)
+        lighter = self.latency.lighter_items(self.guess)
         first = offset + len(variants)
         return lighter, [(first + index, reference) for index in range(len(lighter))]
 
@@ -369,14 +363,14 @@ class CeilingStage:
             return True, f"kept (objective: {self.run.problem.objective}, not latency)"
         if ratio is None:
             return True, "kept (no baseline latency to compare)"
-        margin = self.run.options.speed_margin
+        margin = self.shared.options.speed_margin
         if id(variant) in self.tied:
             return True, (
                 f"kept after all: {ratio:.2f}x fp32 latency, unsure at the margin yet one speed with a variant "
                 "kept below it"
             )
         unsure = isinstance(ratio, UnsureRatio) and ratio >= 1.0 - margin - UNSURE
-        if (ratio >= 1.0 - margin or unsure) and not self.run.options.drop_slow:
+        if (ratio >= 1.0 - margin or unsure) and not self.shared.options.drop_slow:
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
@@ -385,7 +379,7 @@ class CeilingStage:
                 f"dropped: {ratio:.2f}x fp32 latency, not surely below {1.0 - margin:.2f}x (the rounds left it "
                 "on both sides: the original's speed within the noise)"
             )
-        if (beaten := self.run.providers.beaten_by_original(ratio, margin)) is not None:
+        if (beaten := self.providers.beaten_by_original(ratio, margin)) is not None:
             return False, beaten
         return True, f"kept: {ratio:.2f}x fp32 latency"
 
@@ -396,11 +390,3 @@ class CeilingStage:
             return None
         self.measure(variant, outcome)
         return self.verdict(variant)[1]
-
-
-def unrefined_flow(step_passes: Mapping[str, str], flow: tuple[str, ...], quant_step: str) -> tuple[str, ...] | None:
-    """``flow`` without the refining steps after its quant step (passes of role ``recover``: bias
-    correction, fast fine-tune), or None when it has none."""
-    after = flow[flow.index(quant_step) + 1 :]
-    refining = {step for step in after if (cls := find_pass(str(step_passes.get(step)))) and cls.role == "recover"}
-    return tuple(step for step in flow if step not in refining) if refining else None

@@ -87,6 +87,9 @@ class AccuracyStrategy(StagedStrategy):
     def fallback(self, base: Point, groups: Sequence[Group], precision: Precision = "fp32") -> Point:
         return self.ctx.with_fallback(base, self.ctx.fallback_of((g.name for g in groups), precision))
 
+    def assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
+        return {g.name: "fp32" for g in groups}
+
     def note_meeting(self, size: int) -> None:
         if self.smallest_meeting_fallback is None or size < self.smallest_meeting_fallback:
             self.smallest_meeting_fallback = size
@@ -184,7 +187,7 @@ class AccuracyStrategy(StagedStrategy):
             "strategy": self.name,
             "quant_step": self.ctx.quant_step,
             "sensitivity": sensitivity,
-            "decisions": list(getattr(self, "decisions", [])),
+            "decisions": [],
         }
 
     def contexts(self) -> list[AccuracyContext]:

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from quantune.evaluate.paired import MIN_GAIN
 from quantune.graph.capability import Group, Precision
@@ -37,6 +37,7 @@ from quantune.space import Point, point_key
 from quantune.strategy.accuracy.ceiling_rules import clearly_faster, not_surely_slower
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
@@ -46,9 +47,6 @@ from quantune.strategy.accuracy.speed import (
     speed_params,
 )
 from quantune.strategy.base import Outcome
-
-if TYPE_CHECKING:
-    from quantune.strategy.accuracy.quantune import QuantuneStrategy
 
 log = logging.getLogger("quantune.strategy")
 # The least gain that counts as faster when no paired timing decides (another objective than
@@ -92,10 +90,10 @@ def within_noise(result: Mapping[str, Any]) -> bool:
 
 
 class LatencyStage:
-    """The ceiling stop and the latency stage of the strategy ``run`` (its ``settled`` model: the answer)."""
+    """The ceiling stop and the latency stage (the ``settled`` model: the strategy's answer)."""
 
-    def __init__(self, run: QuantuneStrategy) -> None:
-        self.run = run
+    def __init__(self, shared: Shared) -> None:
+        self.shared, self.run = shared, shared.run
 
     def faster(self, candidate: Point, reference: Point) -> bool:
         """Whether ``candidate``'s model is faster than ``reference``'s beyond the noise: their paired
@@ -121,8 +119,8 @@ class LatencyStage:
         if result is None or not surely_slower(result):
             return True
         ratio = float(result.get("ratio_median", 1.0))
-        self.run.decisions.append(f"{step}: in budget, but {ratio:.2f}x the model before side by side: not kept")
-        log.info("quantune strategy: %s", self.run.decisions[-1])
+        self.shared.decisions.append(f"{step}: in budget, but {ratio:.2f}x the model before side by side: not kept")
+        log.info("quantune strategy: %s", self.shared.decisions[-1])
         return False
 
     def paired(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
@@ -136,14 +134,14 @@ class LatencyStage:
         then the search ends (``finished_reason`` says why). Its own ceiling always is; another
         model only by paired timing (no paired timing here: not known, so the search goes on).
         Option ``stop_at_ceiling: false`` keeps searching."""
-        if variant is None or not self.run.options.stop_at_ceiling or self.run.problem.objective != "latency":
+        if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return False
         point, ceiling = self.run.complete(dict(point)), self.run.complete(dict(variant.point))
         outcome = self.run.known(point)
         if outcome is None or not outcome.meets or outcome.failed:
             return False
         ratio = variant.ratio(self.run.baseline.get("latency_ms"))
-        margin = self.run.options.speed_margin
+        margin = self.shared.options.speed_margin
         if ratio is not None and ratio >= 1.0 - margin:  # kept by drop_slow: false, no speed-up to bound
             return False
         how = ""
@@ -159,7 +157,7 @@ class LatencyStage:
                 "within the noise)"
             )
         speed = "" if ratio is None else f", {ratio:.2f}x fp32 latency"
-        self.run.settled = point  # the search's answer (answer()): the confirmation's stable contender
+        self.shared.settled = point  # the search's answer (answer()): the confirmation's stable contender
         stage, trial = self.trial_of(point)
         self.run.finished_reason = (
             f"the {stage} stage: {trial} is in budget at the speed ceiling of the "
@@ -173,7 +171,7 @@ class LatencyStage:
         int8 (compute and Add/Mul; compute only), side by side; the fastest lighter one that is
         faster beyond the noise is evaluated. Returns its fallback (group -> precision) when it
         meets the criterion, else None (ties stay with the fully quantized model)."""
-        if not self.run.options.stop_at_ceiling or self.run.problem.objective != "latency":
+        if not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return None
         sets = self.lighter_sets()
         compute = sorted({g.op_type for g in self.run.ctx.candidates if g.op_type in COMPUTE_TYPES})
@@ -188,7 +186,7 @@ class LatencyStage:
             stage = f"lighter: int8 {compute} ({words}), {ratio:.2f}x the full model side by side"
             outcome = yield from self.run.try_point(self.run.fallback(base, fallen), stage)
             if outcome.meets:
-                self.run.decisions.append(f"{stage}: in budget, the search goes on from it")
+                self.shared.decisions.append(f"{stage}: in budget, the search goes on from it")
                 return self.run.assign(fallen)
         return None
 
@@ -227,7 +225,7 @@ class LatencyStage:
         (the likeliest variant to be recovered in), the engine builds them ahead and evaluates the last
         one; none when there is no lighter stage (``stop_at_ceiling: false``, another objective) or no
         variant."""
-        if variant is None or not self.run.options.stop_at_ceiling or self.run.problem.objective != "latency":
+        if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return []
         ctx, self.run.ctx = self.run.ctx, variant.ctx
         try:
@@ -280,12 +278,12 @@ class LatencyStage:
             if not outcome.meets or outcome.failed:
                 continue
             if not self.faster(point, model):
-                self.run.decisions.append(f"{stage}: in budget, not faster side by side: {variant.label} stays")
+                self.shared.decisions.append(f"{stage}: in budget, not faster side by side: {variant.label} stays")
                 continue
-            self.run.decisions.append(f"{stage}: in budget and faster side by side: the search goes on from it")
-            log.info("quantune strategy: %s", self.run.decisions[-1])
+            self.shared.decisions.append(f"{stage}: in budget and faster side by side: the search goes on from it")
+            log.info("quantune strategy: %s", self.shared.decisions[-1])
             variant, base, model = other, moved, point
-            self.run.in_play, self.run.settled, self.run.finished_reason = (
+            self.shared.in_play, self.shared.settled, self.run.finished_reason = (
                 other,
                 None,
                 "",
@@ -302,9 +300,9 @@ class LatencyStage:
             if best is None or self.run.flow_of(best.point) != self.run.ctx.flow:
                 return None
             incumbent = best.point
-        budget = self.run.options.latency_trials
+        budget = self.shared.options.latency_trials
         trials = self.run.remaining() if budget is None else int(budget)
-        patience = self.run.options.latency_patience
+        patience = self.shared.options.latency_patience
         label = f"latency ({sum(1 for p in fallback.values() if p == 'fp32')} groups in fp32)"
         held = set(speed_params(self.run.ctx, incumbent))
         names = [name for name in graph_params(self.run.ctx) if name not in held]

@@ -29,18 +29,16 @@ unbuilt -- no fallback can be faster than its ceiling -- and the stop reason say
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.space.providers import short_provider
 from quantune.strategy.accuracy.common import Step
-from quantune.strategy.accuracy.latency_stage import surely_slower
+from quantune.strategy.accuracy.latency_stage import LatencyStage, surely_slower
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import Variant
 from quantune.strategy.base import Outcome, SearchProblem
-
-if TYPE_CHECKING:
-    from quantune.strategy.accuracy.quantune import QuantuneStrategy
 
 FLOW_KEY = "flow"
 
@@ -101,12 +99,12 @@ def original_points(problem: SearchProblem) -> list[tuple[str, Point, tuple[str,
 
 
 class ProviderCeilings:
-    """The provider axis of the strategy ``run``: the originals on other providers, timed with the
+    """The provider axis: the originals on other providers, timed with the
     ceilings, the rule that drops a ceiling an original in budget already beats, and the model in
     budget carried to every provider."""
 
-    def __init__(self, run: QuantuneStrategy) -> None:
-        self.run = run
+    def __init__(self, shared: Shared, latency: LatencyStage) -> None:
+        self.shared, self.run, self.latency = shared, shared.run, latency
         self.opening_met: dict[str, bool] = {}  # provider -> whether its original met the criterion
         self.original_ratio: dict[str, float | None] = {}  # provider -> its original's paired ratio
         self.originals: list[tuple[str, Point, tuple[str, ...]]] = []  # those timed with the ceilings
@@ -154,7 +152,7 @@ class ProviderCeilings:
 
     def drops_slow(self) -> bool:
         """The ``drop_slow`` option (default true; false keeps every ceiling, ordered by speed)."""
-        return self.run.options.drop_slow
+        return self.shared.options.drop_slow
 
     # -- the model in budget on every provider ----------------------------------------------------
     def everywhere(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
@@ -162,9 +160,9 @@ class ProviderCeilings:
         provider (:meth:`carry`), then the latency stage from the fastest; returns its point."""
         carried = yield from self.carry(base, fallback, variant)
         if carried is None:  # a provider's model is at its ceiling: nothing faster is possible
-            final = self.run.settled
+            final = self.shared.settled
         else:
-            final = yield from self.run.latency.stage_latency(*carried)
+            final = yield from self.latency.stage_latency(*carried)
         if self.carry_notes:
             self.run.finished_reason = "; ".join([r for r in (self.run.finished_reason,) if r] + self.carry_notes)
         return final
@@ -185,7 +183,7 @@ class ProviderCeilings:
             if twin.failed:
                 self.carry_notes.append(f"not tried on {name}: its speed ceiling there failed or was not timed")
                 continue
-            ceiling = self.run.latency.paired(self.run.complete(dict(twin.timing_point)), incumbent)
+            ceiling = self.latency.paired(self.run.complete(dict(twin.timing_point)), incumbent)
             if ceiling is not None and surely_slower(ceiling) and self.drops_slow():
                 ratio = float(ceiling.get("ratio_median", 1.0))
                 self.carry_notes.append(
@@ -199,19 +197,19 @@ class ProviderCeilings:
             if found is None:
                 continue
             point = self.run.complete(self.run.ctx.with_fallback(*found))
-            result = self.run.latency.paired(point, incumbent)
+            result = self.latency.paired(point, incumbent)
             if result is not None and result.get("faster"):
                 ratio = float(result.get("ratio_median", 1.0))
-                self.run.decisions.append(
-                    f"on {name}: {self.run.latency.trial_of(point)[1]} is in budget, {ratio:.2f}x the incumbent side by side: "
+                self.shared.decisions.append(
+                    f"on {name}: {self.latency.trial_of(point)[1]} is in budget, {ratio:.2f}x the incumbent side by side: "
                     "the search goes on from it"
                 )
-                best, incumbent, self.run.in_play = (*found, twin), point, twin
-                if self.run.latency.at_ceiling(twin, point):
+                best, incumbent, self.shared.in_play = (*found, twin), point, twin
+                if self.latency.at_ceiling(twin, point):
                     return None
             else:
                 ratio = float((result or {}).get("ratio_median", float("nan")))
-                self.run.decisions.append(
+                self.shared.decisions.append(
                     f"on {name}: in budget, {ratio:.2f}x the incumbent side by side: not faster beyond the noise"
                 )
         self.run.ctx = best[2].ctx
@@ -231,10 +229,12 @@ class ProviderCeilings:
         if outcome.failed:
             self.carry_notes.append(f"the model in budget failed on {name}")
             return None
-        held = (self.run.in_play, self.run.settled, self.run.finished_reason)
-        self.run.in_play = twin
-        found = yield from self.run.recover(base, self.run.known(base))
-        self.run.in_play, self.run.settled, self.run.finished_reason = held  # its ceiling stop is decided by carry
+        held = (self.shared.in_play, self.shared.settled, self.run.finished_reason)
+        self.shared.in_play = twin
+        found = yield from self.shared.recover(base, self.run.known(base))
+        self.shared.in_play, self.shared.settled, self.run.finished_reason = (
+            held  # its ceiling stop is decided by carry
+        )
         if found is None:
             self.carry_notes.append(f"no model in budget on {name}: its own recovery found none")
             return None
@@ -246,7 +246,7 @@ class ProviderCeilings:
         mine = {k: v for k, v in variant.point.items() if k != key}
         return [
             v
-            for v in self.run.ceilings.variants
+            for v in self.shared.variants
             if v is not variant
             and v.ctx.flow == variant.ctx.flow
             and v.point.get(key) != variant.point.get(key)

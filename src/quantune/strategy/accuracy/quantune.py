@@ -19,14 +19,15 @@ from typing import Any
 
 from quantune.graph.capability import Group, Precision
 from quantune.space import Point
-from quantune.strategy.accuracy.bisect import Bisection
+from quantune.strategy.accuracy.bisect import Bisection, repeated_blocks
 from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import AccuracyContext, describe
 from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings
 from quantune.strategy.accuracy.recover import RecoverStage
-from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, Variant, priced
+from quantune.strategy.accuracy.shared import Shared
+from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, coarse_costs, priced
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.accuracy.targeted import TargetedStage
 from quantune.strategy.base import Outcome, Proposal
@@ -70,21 +71,15 @@ class QuantuneStrategy(AccuracyStrategy):
 
     def setup(self) -> None:
         super().setup()
-        # what the stages share: the strategy asks and is told for them, and holds the run's state
         self.ranking: list[Group] = []
-        self.settled: Point | None = None  # the model it settled on by paired timing (answer)
-        self.decisions: list[str] = []  # why variants were kept or dropped, in order
-        self.recovered: dict[str, Any] | None = None  # what refining recovered, how (recover.py, targeted.py)
         self.screened = False  # the accuracy parameters were screened before the fallback
         self.guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
-        self.in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
-        self.build_ahead: list[tuple[Point, tuple[str, ...]]] = []  # what the engine may build ahead (prebuild.py)
-        self.evaluate_ahead: list[tuple[Point, tuple[str, ...]]] = []  # ... and evaluate ahead
-        self.ceilings = CeilingStage(self)
-        self.providers = ProviderCeilings(self)
-        self.targeted = TargetedStage(self)
-        self.recovery = RecoverStage(self)
-        self.latency = LatencyStage(self)
+        self.shared = Shared(self, self.options, self.recover)
+        self.latency = LatencyStage(self.shared)
+        self.providers = ProviderCeilings(self.shared, self.latency)
+        self.ceilings = CeilingStage(self.shared, self.latency, self.providers)
+        self.targeted = TargetedStage(self.shared, self.latency, self.ceilings)
+        self.recovery = RecoverStage(self.shared, self.latency, self.targeted)
 
     def stages(self) -> Stages:
         guess = yield from self.ceilings.stage_first_guess()
@@ -98,7 +93,7 @@ class QuantuneStrategy(AccuracyStrategy):
             self.ceilings.measure(variant, outcome)
             if variant.failed or not self.ceilings.verdict(variant)[0]:
                 continue  # untimed variants are judged by their trial's latency
-            self.in_play = variant
+            self.shared.in_play = variant
             lighter: dict[str, Precision] | None = None
             if variant.meets:
                 fallback: dict[str, Precision] | None = {}
@@ -116,7 +111,9 @@ class QuantuneStrategy(AccuracyStrategy):
                 found = yield from self.recover(base, self.known(base))
                 if found is None:
                     continue
-                base, fallback = yield from self.recovery.stage_recover_units(variant, *found, self._costs())
+                base, fallback = yield from self.recovery.stage_recover_units(
+                    variant, *found, coarse_costs(self.problem)
+                )
                 variant, base = yield from self.latency.stage_tied(variant, base, fallback or {}, kept)
                 if self.finished_reason or self.latency.at_ceiling(
                     variant, self.ctx.with_fallback(base, fallback or {})
@@ -131,14 +128,14 @@ class QuantuneStrategy(AccuracyStrategy):
             final = yield from self.providers.everywhere(
                 base, fallback or {}, variant
             )  # on each provider, then latency
-            if final is not None and self.settled is None:
-                self.settled = self.complete(dict(final))
+            if final is not None and self.shared.settled is None:
+                self.shared.settled = self.complete(dict(final))
             return
 
     def answer(self) -> int | None:
         """The trial of the model the search ended on, in budget: at the speed ceiling (paired timing
         against it), or the latency stage's incumbent (each change kept only when faster side by side)."""
-        outcome = self.known(self.settled) if self.settled is not None else None
+        outcome = self.known(self.shared.settled) if self.shared.settled is not None else None
         return None if outcome is None or not outcome.meets or outcome.failed else outcome.number
 
     def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
@@ -149,16 +146,16 @@ class QuantuneStrategy(AccuracyStrategy):
         return self.ceilings.annotate(proposal, outcome)
 
     def contexts(self) -> list[AccuracyContext]:
-        return [self.ctx, *(v.ctx for v in [*self.ceilings.variants, *self.ceilings.refined])]
+        return [self.ctx, *(v.ctx for v in [*self.shared.variants, *self.shared.refined])]
 
     def learned(self) -> dict[str, Any]:
         """results.json's ``strategy``, with the originals' ratios from the ceilings' session and what
         refining recovered."""
-        notes = super().learned()
+        notes = {**super().learned(), "decisions": list(self.shared.decisions)}
         if ratios := self.providers.original_ratio:
             notes["provider_original_ratios"] = dict(ratios)
-        if self.recovered:
-            notes["recovered"] = self.recovered
+        if self.shared.recovered:
+            notes["recovered"] = self.shared.recovered
         return notes
 
     # -- recovery inside one variant --------------------------------------------------------------
@@ -192,7 +189,7 @@ class QuantuneStrategy(AccuracyStrategy):
         found = yield from self.bisect(base, pool, fallen)
         if found is None:
             return None
-        if self.latency.at_ceiling(self.in_play, self.fallback(base, [*fallen, *found])):  # no prune can beat it
+        if self.latency.at_ceiling(self.shared.in_play, self.fallback(base, [*fallen, *found])):  # no prune can beat it
             return base, self.assign([*fallen, *found])
         assignment = yield from self.prune(base, found, fallen)
         if fallen:  # the op types put in fp32 wholesale: back to int8 those the budget does not need
@@ -243,7 +240,7 @@ class QuantuneStrategy(AccuracyStrategy):
                 break
         if fallen is None:
             return None
-        if self.latency.at_ceiling(self.in_play, self.fallback(base, fallen)):  # nothing to add back
+        if self.latency.at_ceiling(self.shared.in_play, self.fallback(base, fallen)):  # nothing to add back
             return fallen
         return (yield from self.add_back(base, fallen, {}))
 
@@ -256,7 +253,8 @@ class QuantuneStrategy(AccuracyStrategy):
         residual Add in fp32 with it. So ``fallen`` is ranked by harm per time and bisected like the
         compute groups: the smallest k such that its k first in fp32 meet (all of them is known to),
         at most ``op_type_trials`` evaluations; kept when, in a latency run, not slower side by side."""
-        ranked = [g for g, _ in priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), self._costs())]
+        ranked_scores = priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), coarse_costs(self.problem))
+        ranked = [g for g, _ in ranked_scores]
         before = self.ctx.with_fallback(base, {**fixed, **self.assign(fallen)})
         search, trials = Bisection(len(ranked), lo=-1, hi=len(ranked)), self.options.op_type_trials
         point, outcome = before, None
@@ -284,10 +282,10 @@ class QuantuneStrategy(AccuracyStrategy):
     def bisect(self, base: Point, pool: Sequence[Group], fallen: Sequence[Group]) -> Step:
         """The fewest of ``pool`` (by harm per time) in fp32, with ``fallen`` too, that meet; None if none."""
         start = self.fallback(base, fallen)
-        ranked_scores = priced(self.ctx.ranked(start, pool), self._costs())
+        ranked_scores = priced(self.ctx.ranked(start, pool), coarse_costs(self.problem))
         ranked = [group for group, _ in ranked_scores]
         self.ranking = ranked
-        blocks = self._blocks(ranked_scores)
+        blocks = repeated_blocks(self.ctx.capability.blocks(), ranked_scores)
         if blocks and self.options.bisect_blocks:
             found = yield from self._bisect_blocks(base, ranked, blocks, fallen)
             if found is not None:
@@ -330,24 +328,6 @@ class QuantuneStrategy(AccuracyStrategy):
             self.note_meeting(len(groups) + len(fallen))
         return bool(outcome.meets)
 
-    def _blocks(self, ranked_scores: list[tuple[Group, float]]) -> list[tuple[str, list[Group]]]:
-        """Repeated blocks (transformer layers) with their candidate groups, most sensitive first."""
-        blocks = self.ctx.capability.blocks()
-        if len(blocks) < 2:
-            return []
-        score = {group.name: value for group, value in ranked_scores}
-        order = [group for group, _ in ranked_scores]
-        found = []
-        for block, names in blocks.items():
-            members = set(names)
-            groups = [g for g in order if g.name in members]
-            if groups:
-                found.append((block, groups, sum(score[g.name] for g in groups)))
-        if len(found) < 2:
-            return []
-        found.sort(key=lambda item: -item[2])
-        return [(block, groups) for block, groups, _ in found]
-
     def _bisect_blocks(
         self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]], fallen: Sequence[Group]
     ) -> Step:
@@ -378,7 +358,7 @@ class QuantuneStrategy(AccuracyStrategy):
         assignment: dict[str, Precision] = {g.name: "fp32" for g in [*fallen, *groups]}
         if len(groups) <= 1 and "int16" not in self.ctx.precisions:
             return assignment
-        costs = self._costs()
+        costs = coarse_costs(self.problem)
         order = list(reversed(groups))  # least harmful first when there is no profile
         if costs:
             order.sort(key=lambda g: -sum(costs.get(n, 0.0) for n in g.nodes))
@@ -406,21 +386,3 @@ class QuantuneStrategy(AccuracyStrategy):
     def _lower_precisions(self) -> list[Precision]:
         """Cheaper precisions to try for a fallen group, cheapest first."""
         return ["int8", "int16"] if "int16" in self.ctx.precisions else ["int8"]
-
-    def assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
-        return {g.name: "fp32" for g in groups}
-
-    def _costs(self) -> dict[str, float]:
-        """Each node's share of the original's time, in steps of 25%: shares move a few % from run to run,
-        and the orders taken from them (bisection ranks, groups added back, the prune) must not, so the
-        same run twice tries the same trials. Only a latency run prices groups by time."""
-        costs = self.problem.node_costs if self.problem.objective == "latency" else None
-        return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
-
-
-def _coarse(share: float) -> float:
-    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares become equal, and the
-    sorts that use them fall back to their fixed tie order (sensitivity, graph order)."""
-    if share <= 0.0 or not math.isfinite(share):
-        return 0.0
-    return 1.25 ** round(math.log(share, 1.25))
