@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -197,3 +198,24 @@ def test_the_builds_queue_is_worked_from_both_ends_and_one_worker_calibrates(tmp
     assert log[0] == ("front", 0, False)
     assert [index for name, index, _ in log if name == "back"][:2] == [4, 3]  # light first, from the end
     assert all(ready for name, index, ready in log if name == "back" and heavy[index])  # it never calibrates
+
+
+def test_the_strategy_declares_its_first_requests_without_measuring_anything(make_config) -> None:
+    """Prebuilding asks the strategy what it will ask first (``first_requests``): declared from the bound
+    problem, no probe called and nothing proposed; a strategy that does not start with ceilings
+    declares nothing."""
+
+    def measure(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("declaring the first requests measured something")
+
+    probes = {name: measure for name in ("ceiling_ratios", "latency_ratio", "paired_latency", "sensitivity")}
+    config = _speed_first(make_config, STATIC)
+    options = {"drop_slow": False, "first_guess": True}
+    problem = dataclasses.replace(accuracy_problem(config, options, timed=True), evaluates_ahead=True, **probes)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    items, _, first, _ = strategy.first_requests()
+    assert first is not None and first in items and strategy.stage_log == []
+    joint = create_strategy("joint")
+    joint.bind(accuracy_problem(make_config(passes=DYNAMIC), timed=True))
+    assert joint.first_requests() == ([], None, None, [])

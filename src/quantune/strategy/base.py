@@ -149,6 +149,12 @@ class Strategy(ABC):
         """Takes a proposal's outcome; may return a note on what it decided from it, which the
         engine appends to the trial's ``stage`` (e.g. why a flow was dropped)."""
 
+    def first_requests(self) -> tuple[list[Any], float | None, Any, list[Any]]:
+        """What the strategy asks first, declared before it asks, for the engine to build and evaluate
+        beside the original's evaluation (engine/prebuild.py): (the models to build, their time budget,
+        the first model to evaluate, more to evaluate ahead); nothing by default."""
+        return [], None, None, []
+
     def learned(self) -> dict[str, Any]:
         """What the strategy learned that a report can show (e.g. each fallback group's
         sensitivity score); written to results.json as ``strategy``. Empty by default."""

@@ -29,10 +29,8 @@ from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import (
     Variant,
     build_order,
-    likeliest,
     slower_twins,
     speed_variants,
-    stand_in,
     unrefined_flow,
 )
 from quantune.strategy.base import Outcome, Proposal
@@ -48,7 +46,6 @@ class CeilingStage:
         self.shared, self.run, self.latency, self.providers = shared, shared.run, latency, providers
         self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)
         self.by_stage: dict[str, Variant] = {}  # a ceiling trial's stage -> its variant
-        self.guess: Variant | None = None  # the first guess's variant (stage_first_guess)
         self.tied: set[int] = set()  # ids of variants kept by a tie at the margin (_ties_at_the_margin)
 
     def ceiling_variants(self) -> list[Variant]:
@@ -73,59 +70,6 @@ class CeilingStage:
                     self.by_stage.pop(f"{CEILING}: {variant.label}", None)
                     self.skipped.append(f"{variant.label} skipped: {why}; {twin.label} is the same quantization there")
         return self.shared.variants
-
-    def stage_first_guess(self) -> Step:
-        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
-        returns its variant, or None (option ``first_guess: false``, or no variant).
-
-        A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
-        waits for every variant to be built, late for a first model in budget. When the guess turns out the
-        fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
-        cost one evaluation. The engine builds and evaluates it beside the original's
-        evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
-        there is a first guess only where the engine does that (``first_guess``).
-
-        The guess's lighter models (:meth:`lighter_items`) are built ahead with the ceilings
-        (``build_ahead``: the lighter stage then times them against it in this process, not in a
-        worker of their own), and its compute-only one is evaluated ahead too (``evaluate_ahead``):
-        the lighter stage's likeliest answer, and, when the guess misses the budget, tried next,
-        before the ceilings -- the op-type stage would try it first in that variant anyway.
-        """
-        wanted = self.shared.options.first_guess
-        if wanted is None:
-            wanted = self.run.problem.evaluates_ahead
-        if not wanted or self.run.problem.objective != "latency":
-            return None
-        guess = likeliest(self.ceiling_variants())
-        if guess is None:
-            return None
-        self.guess = guess
-        self.run.ctx = guess.ctx
-        self._stand_ins(guess)
-        self.shared.build_ahead = self.latency.lighter_items(guess) if self.run.problem.evaluates_ahead else []
-        self.shared.evaluate_ahead = self.shared.build_ahead[-1:]  # compute only
-        outcome = yield from self.run.try_point(guess.point, f"first guess: {guess.label}")
-        if self.shared.evaluate_ahead and not outcome.meets and not outcome.failed:
-            yield from self.run.try_point(self.shared.evaluate_ahead[0][0], f"first guess: {guess.label}, compute only")
-        return guess
-
-    def _stand_ins(self, guess: Variant) -> None:
-        """When the first guess does not calibrate (a dynamic variant), each static ceiling is timed on
-        a stand-in (:func:`.speed.stand_in`: the same graph, calibrated on two rows): if the guess is
-        in budget at the fastest ceiling the run ends without a full calibration, and a static variant
-        the search goes on in is calibrated when it is tried. A static guess calibrates beside the
-        original's evaluation anyway, and the other static ceilings reuse its ranges: nothing to save.
-        Option ``stand_ins: false``: every ceiling is its own model."""
-        if not self.shared.options.stand_ins or stand_in(guess.ctx, guess.point) is not None:
-            return
-        for variant in self.ceiling_variants():
-            if variant is not guess:
-                variant.timed = stand_in(variant.ctx, variant.point)
-        if any(variant.timed is not None for variant in self.shared.variants):
-            log.info(
-                "quantune strategy: the static ceilings are timed on models calibrated on two rows (the same "
-                "graphs: scales only differ); a static variant is calibrated in full when it is tried"
-            )
 
     def stage_ceiling(self) -> Step:
         """Stage: each flow's fully-quantized variants timed against the original (no accuracy
@@ -174,7 +118,9 @@ class CeilingStage:
             if measured:
                 # a guess in budget within the margin stands: whether it beats the original is the re-timing's
                 guess = (
-                    self.latency.trial_of(self.guess.point)[1] if within and self.guess and self._guess_met() else ""
+                    self.latency.trial_of(self.shared.guess.point)[1]
+                    if within and self.shared.guess and self._guess_met()
+                    else ""
                 )
                 log.info(
                     "quantune strategy: no variant is faster than the original by the margin: %s",
@@ -202,13 +148,13 @@ class CeilingStage:
 
     def _anchor(self, variants: list[Variant], offset: int) -> int | None:
         """The first guess's item among the ceilings' (after ``offset`` others) when it met the budget."""
-        if self.guess is None or self.guess not in variants or not self._guess_met():
+        if self.shared.guess is None or self.shared.guess not in variants or not self._guess_met():
             return None
-        return offset + variants.index(self.guess)
+        return offset + variants.index(self.shared.guess)
 
     def _guess_met(self) -> bool:
         """Whether the first guess was evaluated and met the budget."""
-        outcome = None if self.guess is None else self.run.known(self.guess.point)
+        outcome = None if self.shared.guess is None else self.run.known(self.shared.guess.point)
         return outcome is not None and bool(outcome.meets) and not outcome.failed
 
     def _within_the_margin(self, baseline: float | None) -> bool:
@@ -337,9 +283,9 @@ class CeilingStage:
         session when the guess is in budget: the lighter stage times each against it next
         (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
         than opening a session, warming and timing the guess again for each. None for the guess's item: it missed or is not timed."""
-        if reference is None or self.guess is None:
+        if reference is None or self.shared.guess is None:
             return [], []
-        lighter = self.latency.lighter_items(self.guess)
+        lighter = self.latency.lighter_items(self.shared.guess)
         first = offset + len(variants)
         return lighter, [(first + index, reference) for index in range(len(lighter))]
 

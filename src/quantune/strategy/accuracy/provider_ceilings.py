@@ -142,17 +142,13 @@ class ProviderCeilings:
         """Why a ceiling at ``ratio`` cannot win (an original in budget on another provider is not
         slower than it by the margin), or None."""
         best = self.best_original()
-        if best is None or ratio < best[1] * (1.0 - margin) or not self.drops_slow():
+        if best is None or ratio < best[1] * (1.0 - margin) or not self.shared.options.drop_slow:
             return None
         provider, theirs = best
         return (
             f"dropped: {ratio:.2f}x fp32 latency, not below {theirs * (1.0 - margin):.2f}x: the original on "
             f"{short_provider(provider)} is in budget at {theirs:.2f}x"
         )
-
-    def drops_slow(self) -> bool:
-        """The ``drop_slow`` option (default true; false keeps every ceiling, ordered by speed)."""
-        return self.shared.options.drop_slow
 
     # -- the model in budget on every provider ----------------------------------------------------
     def everywhere(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
@@ -184,7 +180,7 @@ class ProviderCeilings:
                 self.carry_notes.append(f"not tried on {name}: its speed ceiling there failed or was not timed")
                 continue
             ceiling = self.latency.paired(self.run.complete(dict(twin.timing_point)), incumbent)
-            if ceiling is not None and surely_slower(ceiling) and self.drops_slow():
+            if ceiling is not None and surely_slower(ceiling) and self.shared.options.drop_slow:
                 ratio = float(ceiling.get("ratio_median", 1.0))
                 self.carry_notes.append(
                     f"not built on {name}: its speed ceiling there is {ratio:.2f}x the incumbent side by side, "

@@ -23,10 +23,11 @@ from quantune.strategy.accuracy.bisect import Bisection, repeated_blocks
 from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
 from quantune.strategy.accuracy.context import AccuracyContext, describe
+from quantune.strategy.accuracy.first_guess import FirstGuess
 from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings
 from quantune.strategy.accuracy.recover import RecoverStage
-from quantune.strategy.accuracy.shared import Shared
+from quantune.strategy.accuracy.shared import FirstRequests, Shared
 from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, coarse_costs, priced
 from quantune.strategy.accuracy.staged import Stages
 from quantune.strategy.accuracy.targeted import TargetedStage
@@ -78,11 +79,12 @@ class QuantuneStrategy(AccuracyStrategy):
         self.latency = LatencyStage(self.shared)
         self.providers = ProviderCeilings(self.shared, self.latency)
         self.ceilings = CeilingStage(self.shared, self.latency, self.providers)
+        self.first_guess = FirstGuess(self.shared, self.latency, self.providers, self.ceilings)
         self.targeted = TargetedStage(self.shared, self.latency, self.ceilings)
         self.recovery = RecoverStage(self.shared, self.latency, self.targeted)
 
     def stages(self) -> Stages:
-        guess = yield from self.ceilings.stage_first_guess()
+        guess = yield from self.first_guess.stage()
         kept = yield from self.ceilings.stage_ceiling()
         for variant in kept:
             self.ctx = variant.ctx
@@ -137,6 +139,9 @@ class QuantuneStrategy(AccuracyStrategy):
         against it), or the latency stage's incumbent (each change kept only when faster side by side)."""
         outcome = self.known(self.shared.settled) if self.shared.settled is not None else None
         return None if outcome is None or not outcome.meets or outcome.failed else outcome.number
+
+    def first_requests(self) -> FirstRequests:
+        return self.first_guess.first_requests()
 
     def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
         """Told by ``WithOpenings``: the original on another provider (:mod:`.provider_ceilings`)."""

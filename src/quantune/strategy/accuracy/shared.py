@@ -20,6 +20,8 @@ from quantune.strategy.base import Outcome
 from quantune.strategy.options import QuantuneOptions
 
 Item = tuple[Point, tuple[str, ...]]  # a point and its flow, as the engine builds it
+# (the models to build, their time budget, the first model to evaluate, more to evaluate ahead)
+FirstRequests = tuple[list[Item], float | None, Item | None, list[Item]]
 
 
 @dataclass
@@ -33,6 +35,7 @@ class Shared:
     refined: list[Variant] = field(default_factory=list)  # refined flows' variants: their twin's speed
     decisions: list[str] = field(default_factory=list)  # why variants were kept or dropped, in order
     settled: Point | None = None  # the model the search settled on by paired timing (the answer)
+    guess: Variant | None = None  # the first guess's variant (first_guess.py)
     in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
     recovered: dict[str, Any] | None = None  # what refining recovered, and how (recover.py, targeted.py)
     build_ahead: list[Item] = field(default_factory=list)  # what the engine may build ahead (prebuild.py)
