@@ -76,7 +76,7 @@ def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_sta
     assert tried and json.dumps(tried[0], sort_keys=True) == json.dumps(extra[-1][0], sort_keys=True)
 
 
-def test_the_dry_run_names_the_points_to_build_and_evaluate_ahead(tmp_path: Path) -> None:
+def test_the_declared_first_requests_name_the_points_to_build_and_evaluate_ahead(tmp_path: Path) -> None:
     config = _layernorm(tmp_path, "latency")
     problem = dataclasses.replace(accuracy_problem(config, OPTIONS, timed=True), evaluates_ahead=True)
     strategy = create_strategy("quantune")

@@ -29,7 +29,7 @@ def _speed_first(make_config, passes, **overrides) -> dict:
     )
 
 
-def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> None:
+def test_the_declared_first_requests_are_the_points_the_ceilings_will_time(make_config) -> None:
     config = _speed_first(make_config, STATIC)
     timed: list = []
 
@@ -45,8 +45,8 @@ def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> Non
     assert items and all(flow == ("static_quant",) for _, flow in items)
     assert len(items) == len({json.dumps(point, sort_keys=True) for point, _ in items})  # distinct variants
     assert first in items  # the first guess is one of the ceilings, evaluated before they are timed
-    assert timed == []  # the dry run timed nothing
-    # the real strategy, untouched by the dry run, asks for that guess, then times exactly those points
+    assert timed == []  # declaring them timed nothing
+    # the real strategy, untouched by the fresh one that declared them, asks for that guess, then times exactly those points
     strategy.observe_baseline({"top1": 1.0, "latency_ms": 1.0})
     proposal = strategy.ask()
     assert proposal.stage.startswith("first guess") and (dict(proposal.point), tuple(proposal.flow)) == first

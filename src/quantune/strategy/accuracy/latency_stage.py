@@ -283,11 +283,8 @@ class LatencyStage:
             self.shared.decisions.append(f"{stage}: in budget and faster side by side: the search goes on from it")
             log.info("quantune strategy: %s", self.shared.decisions[-1])
             variant, base, model = other, moved, point
-            self.shared.in_play, self.shared.settled, self.run.finished_reason = (
-                other,
-                None,
-                "",
-            )  # its own ceiling bounds it now
+            self.shared.in_play, self.shared.settled = other, None  # its own ceiling bounds it now
+            self.run.finished_reason = ""
         return variant, base
 
     def stage_latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
