@@ -291,7 +291,7 @@ def test_the_chosen_flows_default_is_not_evaluated_again(tmp_path: Path) -> None
     points = drive(strategy, lambda p: Outcome(1.0, 0.5, False, {}) if p["flow"] == "static_quant" else needs_mm1(p))
     keys = [tuple(sorted((k, str(v)) for k, v in p.items())) for p in points]
     assert len(set(keys)) == len(keys)
-    ceilings = [v.point for v in strategy.variants if v.ctx.flow_name == strategy.ctx.flow_name]
+    ceilings = [v.point for v in strategy.shared.variants if v.ctx.flow_name == strategy.ctx.flow_name]
     assert any(strategy.known(point) is not None for point in ceilings)  # remembered under the new flow
 
 

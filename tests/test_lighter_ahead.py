@@ -57,7 +57,7 @@ def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_sta
     assert seen[0][1].startswith("first guess")
     assert len(timed) == 1
     guess = dict(seen[0][0])
-    extra = [(dict(point), tuple(flow)) for point, flow in strategy.build_ahead]
+    extra = [(dict(point), tuple(flow)) for point, flow in strategy.shared.build_ahead]
     # the guess is in budget: its lighter models are timed with the ceilings, each paired with it
     ceilings = [item for item in timed[0] if not _lighter(item[0])]
     assert timed[0] == ceilings + extra
@@ -65,7 +65,7 @@ def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_sta
     assert companions[0] == [(len(ceilings) + i, at) for i in range(len(extra))]
     assert extra and all(_lighter(point) for point, _ in extra)
     assert all({k: v for k, v in point.items() if k != EXCLUDE} == guess for point, _ in extra)  # the guess's
-    assert [tuple(x) for x in strategy.evaluate_ahead] == [extra[-1]]  # compute only, evaluated ahead
+    assert [tuple(x) for x in strategy.shared.evaluate_ahead] == [extra[-1]]  # compute only, evaluated ahead
     # the lighter stage timed exactly those models against the guess, and evaluated one of them
     lighter_pairs = [(c, r) for c, r in asked if _lighter(c) and not _lighter(r)]
     assert {json.dumps(c, sort_keys=True) for c, _ in lighter_pairs} == {
@@ -76,7 +76,7 @@ def test_the_guess_s_lighter_models_are_built_ahead_and_are_what_the_lighter_sta
     assert tried and json.dumps(tried[0], sort_keys=True) == json.dumps(extra[-1][0], sort_keys=True)
 
 
-def test_the_dry_run_names_the_points_to_build_and_evaluate_ahead(tmp_path: Path) -> None:
+def test_the_declared_first_requests_name_the_points_to_build_and_evaluate_ahead(tmp_path: Path) -> None:
     config = _layernorm(tmp_path, "latency")
     problem = dataclasses.replace(accuracy_problem(config, OPTIONS, timed=True), evaluates_ahead=True)
     strategy = create_strategy("quantune")
@@ -122,7 +122,7 @@ def test_a_guess_out_of_budget_is_followed_by_its_compute_only_model_before_the_
         strategy.tell(proposal, judge(proposal.point))
         if len(seen_before) == 2:
             assert proposal.stage.endswith("compute only") and proposal.stage.startswith("first guess")
-            assert (dict(proposal.point), tuple(proposal.flow)) == tuple(strategy.evaluate_ahead[0])
+            assert (dict(proposal.point), tuple(proposal.flow)) == tuple(strategy.shared.evaluate_ahead[0])
     assert timed == [2]  # the ceilings were timed after the guess and its compute-only model
     # without the engine evaluating it ahead, the guess is followed by the ceilings, as before
     plain = create_strategy("quantune")
@@ -130,7 +130,7 @@ def test_a_guess_out_of_budget_is_followed_by_its_compute_only_model_before_the_
     plain.observe_baseline({"latency_ms": 1.0})
     first = plain.ask()
     plain.tell(first, judge(first.point))
-    assert plain.evaluate_ahead == [] and not plain.ask().stage.startswith("first guess")
+    assert plain.shared.evaluate_ahead == [] and not plain.ask().stage.startswith("first guess")
 
 
 def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_is_faster(tmp_path: Path) -> None:
@@ -154,12 +154,12 @@ def test_of_two_lighter_models_the_compute_only_one_goes_first_unless_the_other_
     other, compute_only = (0.80, groups[:1], "fewer in float"), (0.81, groups, "compute only")
     for fewer_is_faster in (False, True):
         answers.update({True: fewer_is_faster, False: False})
-        order = [words for _, _, words in strategy._lighter_first(base, [other, compute_only])]
+        order = [words for _, _, words in strategy.latency._lighter_first(base, [other, compute_only])]
         assert order == (["fewer in float", "compute only"] if fewer_is_faster else ["compute only", "fewer in float"])
     # faster beyond the noise, yet by less than a clear gain (0.97x): a tie, the compute-only one first
     answers.update({True: True, False: False})
     median[0] = 0.97
-    order = [words for _, _, words in strategy._lighter_first(base, [other, compute_only])]
+    order = [words for _, _, words in strategy.latency._lighter_first(base, [other, compute_only])]
     assert order == ["compute only", "fewer in float"]
 
 

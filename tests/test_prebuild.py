@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def _speed_first(make_config, passes, **overrides) -> dict:
     )
 
 
-def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> None:
+def test_the_declared_first_requests_are_the_points_the_ceilings_will_time(make_config) -> None:
     config = _speed_first(make_config, STATIC)
     timed: list = []
 
@@ -44,8 +45,8 @@ def test_the_dry_run_finds_the_points_the_ceilings_will_time(make_config) -> Non
     assert items and all(flow == ("static_quant",) for _, flow in items)
     assert len(items) == len({json.dumps(point, sort_keys=True) for point, _ in items})  # distinct variants
     assert first in items  # the first guess is one of the ceilings, evaluated before they are timed
-    assert timed == []  # the dry run timed nothing
-    # the real strategy, untouched by the dry run, asks for that guess, then times exactly those points
+    assert timed == []  # declaring them timed nothing
+    # the real strategy, untouched by the fresh one that declared them, asks for that guess, then times exactly those points
     strategy.observe_baseline({"top1": 1.0, "latency_ms": 1.0})
     proposal = strategy.ask()
     assert proposal.stage.startswith("first guess") and (dict(proposal.point), tuple(proposal.flow)) == first
@@ -197,3 +198,24 @@ def test_the_builds_queue_is_worked_from_both_ends_and_one_worker_calibrates(tmp
     assert log[0] == ("front", 0, False)
     assert [index for name, index, _ in log if name == "back"][:2] == [4, 3]  # light first, from the end
     assert all(ready for name, index, ready in log if name == "back" and heavy[index])  # it never calibrates
+
+
+def test_the_strategy_declares_its_first_requests_without_measuring_anything(make_config) -> None:
+    """Prebuilding asks the strategy what it will ask first (``first_requests``): declared from the bound
+    problem, no probe called and nothing proposed; a strategy that does not start with ceilings
+    declares nothing."""
+
+    def measure(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("declaring the first requests measured something")
+
+    probes = {name: measure for name in ("ceiling_ratios", "latency_ratio", "paired_latency", "sensitivity")}
+    config = _speed_first(make_config, STATIC)
+    options = {"drop_slow": False, "first_guess": True}
+    problem = dataclasses.replace(accuracy_problem(config, options, timed=True), evaluates_ahead=True, **probes)
+    strategy = create_strategy("quantune")
+    strategy.bind(problem)
+    items, _, first, _ = strategy.first_requests()
+    assert first is not None and first in items and strategy.stage_log == []
+    joint = create_strategy("joint")
+    joint.bind(accuracy_problem(make_config(passes=DYNAMIC), timed=True))
+    assert joint.first_requests() == ([], None, None, [])

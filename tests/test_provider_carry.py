@@ -102,9 +102,9 @@ def test_the_model_found_on_the_cpu_provider_is_faster_on_openvino_and_is_the_an
     seen = _drive(strategy, _judge(lambda provider, fp32: "conv2" in fp32))
     carried = [(p, s) for p, s in seen if s.startswith("on OpenVINO")]
     assert carried and carried[0][0][KEY] == OV and "conv2" in carried[0][0][EXCLUDE]
-    assert strategy.settled is not None and strategy.settled[KEY] == OV, strategy.finished_reason
-    assert "conv2" in strategy.settled[EXCLUDE]
-    assert any(line.startswith("on OpenVINO: ") and "the search goes on from it" for line in strategy.decisions)
+    assert strategy.shared.settled is not None and strategy.shared.settled[KEY] == OV, strategy.finished_reason
+    assert "conv2" in strategy.shared.settled[EXCLUDE]
+    assert any(line.startswith("on OpenVINO: ") and "the search goes on from it" for line in strategy.shared.decisions)
 
 
 def test_where_openvino_changes_the_numbers_its_own_culprits_are_found_there(make_config) -> None:
@@ -122,8 +122,8 @@ def test_where_openvino_changes_the_numbers_its_own_culprits_are_found_there(mak
     start = next(i for i, (_, stage) in enumerate(seen) if stage.startswith("on OpenVINO"))
     assert not holds(OV, set(seen[start][0][EXCLUDE]))  # the CPU provider's culprits miss there
     assert all(point[KEY] == OV for point, _ in seen[start:])
-    assert strategy.settled is not None and strategy.settled[KEY] == OV
-    assert "conv1" in strategy.settled[EXCLUDE]
+    assert strategy.shared.settled is not None and strategy.shared.settled[KEY] == OV
+    assert "conv1" in strategy.shared.settled[EXCLUDE]
 
 
 def test_a_provider_whose_ceiling_is_surely_slower_is_never_tried(make_config) -> None:
@@ -137,7 +137,7 @@ def test_a_provider_whose_ceiling_is_surely_slower_is_never_tried(make_config) -
     strategy = _strategy(make_config, speed)
     seen = _drive(strategy, _judge(lambda provider, fp32: "conv2" in fp32))
     assert not any(point[KEY] == OV for point, stage in seen if not stage.startswith("ceiling"))
-    assert strategy.settled is None or strategy.settled[KEY] == CPU
+    assert strategy.shared.settled is None or strategy.shared.settled[KEY] == CPU
     assert "not built on OpenVINO: its speed ceiling there is" in strategy.finished_reason
 
 

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
 import quantune
 from quantune.config import load_config
 from quantune.engine.plan.plan import build_plan
+from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers, original_points
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.base import Outcome, SearchProblem
 from quantune.strategy.options import QuantuneOptions
 
@@ -63,16 +66,15 @@ def test_one_provider_leaves_the_ceilings_as_they_were(make_config) -> None:
     assert on_providers(problem, variants) == variants and original_points(problem) == []
 
 
-class Rule(ProviderCeilings):
-    """The mixin's rule alone, on ratios as the ceilings' side-by-side session reports them."""
-
-    def __init__(self, problem: SearchProblem) -> None:
-        self.problem = problem
-        self.options = QuantuneOptions()  # the strategy's defaults (drop_slow: true)
+def rule_of(problem: SearchProblem) -> ProviderCeilings:
+    """The stage's rule alone, on ratios as the ceilings' side-by-side session reports them; of its
+    strategy it reads the problem only (the options: the strategy's defaults, drop_slow: true)."""
+    shared = Shared(SimpleNamespace(problem=problem), QuantuneOptions(), recover=None)  # type: ignore[arg-type]
+    return ProviderCeilings(shared, LatencyStage(shared))
 
 
 def test_a_ceiling_an_original_in_budget_beats_cannot_win(make_config) -> None:
-    rule = Rule(axis_problem(make_config, [CPU, OV]))
+    rule = rule_of(axis_problem(make_config, [CPU, OV]))
     rule.original_items()
     rule.note_originals([0.6])  # the original on OpenVINO, side by side with the original on the CPU
     assert rule.beaten_by_original(0.7, 0.03) is None  # not known in budget yet: no ceiling is dropped
@@ -84,7 +86,7 @@ def test_a_ceiling_an_original_in_budget_beats_cannot_win(make_config) -> None:
 
 
 def test_an_original_out_of_budget_or_slower_drops_nothing(make_config) -> None:
-    rule = Rule(axis_problem(make_config, [CPU, OV]))
+    rule = rule_of(axis_problem(make_config, [CPU, OV]))
     rule.original_items()
     rule.note_originals([0.6])
     rule.observe_opening(OV, Outcome({"top1": 0.1}, meets=False))  # OpenVINO scored it lower
@@ -121,7 +123,7 @@ def test_the_quantune_strategy_times_ceilings_per_provider(make_config, tmp_path
 
 
 def test_the_openings_paired_ratio_stands_until_the_ceilings_time_it(make_config) -> None:
-    rule = Rule(axis_problem(make_config, [CPU, OV]))
+    rule = rule_of(axis_problem(make_config, [CPU, OV]))
     rule.observe_opening(OV, Outcome({"top1": 1.0}, meets=True), 0.8)  # timed by its opening
     assert rule.best_original() == (OV, 0.8)
     rule.original_items()

@@ -154,7 +154,7 @@ def test_the_original_on_a_faster_provider_wins_through_the_ceilings(make_config
     assert asked and asked[0].stage == "provider original"  # evaluated first, on its provider
     assert len(asked) == 1, [p.stage for p in asked]  # no recovery: no fallback could beat it
     assert "the original on OpenVINOExecutionProvider is in budget at 0.60x" in strategy.finished_reason
-    decisions = strategy.inner.decisions
+    decisions = strategy.inner.shared.decisions
     assert decisions and all(
         "dropped" in line and "the original on OpenVINO is in budget" in line for line in decisions
     )
@@ -177,4 +177,4 @@ def test_the_original_on_a_faster_provider_wins_through_the_ceilings(make_config
 
     slower, asked, _ = _drive(make_config, original_ratio=0.95)  # in budget, but slower than the ceilings
     assert len(asked) > 1 and "original on" not in slower.finished_reason
-    assert any("kept" in line for line in slower.inner.decisions)
+    assert any("kept" in line for line in slower.inner.shared.decisions)

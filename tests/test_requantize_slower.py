@@ -56,7 +56,7 @@ def test_a_group_back_in_int8_is_kept_only_when_the_model_is_not_slower(tmp_path
     seen, strategy = _run(tmp_path, ratio)
     added = [stage for point, stage in seen if stage.startswith("op types: +")]
     assert added, [stage for _, stage in seen]  # the op-type stage added op types back, each in budget
-    rejected = [line for line in strategy.decisions if line.endswith("side by side: not kept")]
+    rejected = [line for line in strategy.shared.decisions if line.endswith("side by side: not kept")]
     reason = strategy.finished_reason
     if ratio > 1.0:  # each slower: none kept, the latency stage starts from the op-type stage's model
         assert len(rejected) == len(added) and f"{ratio:.2f}x the model before" in rejected[0]
@@ -98,7 +98,7 @@ def test_the_prune_and_a_unit_back_with_per_channel_weights_are_kept_only_when_n
 
     stages = [stage for _, stage in _drive(strategy, judge)]
     assert "prune: conv1 -> int8" in stages, stages
-    rejected = [line.split(":", 2)[:2] for line in strategy.decisions if line.endswith("side by side: not kept")]
+    rejected = [line.split(":", 2)[:2] for line in strategy.shared.decisions if line.endswith("side by side: not kept")]
     if ratio > 1.0:
         assert [stage for stage, _ in rejected] == ["prune", "recover targeted"], rejected
         assert "from a trial (k=2/3 [conv1, conv2])" in strategy.finished_reason

@@ -32,7 +32,7 @@ def _two_flows(make_config, **fixed: Any) -> dict[str, Any]:
 def _labels(config: dict[str, Any], options: dict[str, Any] | None = None) -> tuple[list[str], list[str]]:
     strategy = create_strategy("quantune")
     strategy.bind(accuracy_problem(config, options))
-    return [v.label for v in strategy.ceiling_variants()], list(strategy.skipped)
+    return [v.label for v in strategy.ceilings.ceiling_variants()], list(strategy.ceilings.skipped)
 
 
 def test_the_passes_name_their_slow_kernels_and_only_those() -> None:
@@ -78,6 +78,6 @@ def test_the_skipped_lines_reach_the_decisions(make_config) -> None:
     strategy.bind(problem)
     strategy.observe_baseline({"latency_ms": 1.0})
     assert strategy.ask() is None  # no accuracy evaluation: timing alone decided
-    assert any("QOperator/int8 skipped: onnxruntime runs S8S8 QOperator" in d for d in strategy.decisions)
-    skipped = sum(1 for d in strategy.decisions if " skipped: " in d)
+    assert any("QOperator/int8 skipped: onnxruntime runs S8S8 QOperator" in d for d in strategy.shared.decisions)
+    skipped = sum(1 for d in strategy.shared.decisions if " skipped: " in d)
     assert f"; {skipped} more not built, slower twins of these" in strategy.finished_reason

@@ -44,7 +44,7 @@ def test_when_every_ceiling_is_slower_the_strategy_stops_and_says_why(make_confi
     strategy.observe_baseline({"latency_ms": 1.0})
     seen = _drive(strategy, lambda point: Outcome(1.3, 0.1, False, {"latency_ms": 1.3}))
     assert seen == []  # timing alone decided: not even a ceiling's accuracy was evaluated
-    timed = [line for line in strategy.decisions if " skipped: " not in line]  # slower twins are never built
+    timed = [line for line in strategy.shared.decisions if " skipped: " not in line]  # slower twins are never built
     assert timed and all("dropped: 1.30x" in line for line in timed)
     assert "no quantized variant was faster" in strategy.finished_reason
     assert "slower than the original side by side" in strategy.original_wins  # measured, so: keep it
@@ -102,16 +102,16 @@ def test_the_ceiling_drops_what_is_not_faster_and_recovers_in_the_fastest(make_c
     seen = _drive(strategy, judge)
     # QDQ/QOperator x uint8/int8, and dynamic int8/mixed x none/extended: timed, not evaluated, but
     # for the slower twins (QOperator/int8 on x86, int8 ConvInteger): never built
-    skipped = [line for line in strategy.decisions if " skipped: " in line]
-    assert len(strategy.decisions) == 8 and len(strategy.variants) == 8 - len(skipped)
+    skipped = [line for line in strategy.shared.decisions if " skipped: " in line]
+    assert len(strategy.shared.decisions) == 8 and len(strategy.shared.variants) == 8 - len(skipped)
     for line in skipped:
         assert line.startswith(("dynamic_quant: dynamic int8", "static_quant: QOperator/int8"))
-    for line in strategy.decisions:
+    for line in strategy.shared.decisions:
         if " skipped: " in line:
             continue
         label = line.split(" kept")[0].split(" dropped")[0]
         flow = ("dynamic_quant",) if label.startswith("dynamic") else ("static_quant",)
-        variant = next(v for v in strategy.variants if v.label == label)
+        variant = next(v for v in strategy.shared.variants if v.label == label)
         expected = ratio(variant.point, flow)
         assert f"{expected:.2f}x" in line
         assert (" kept" in line) == (expected < 0.97)
@@ -228,8 +228,8 @@ def test_the_fastest_ceiling_displaces_the_preferred_only_by_a_clear_gain(
     ctx = strategy.ctx
     a = Variant(ctx, {"flow": "static_quant", "v": "a"}, "a", side_by_side=0.58)
     b = Variant(ctx, {"flow": "static_quant", "v": "b"}, "b", side_by_side=0.60)
-    strategy._paired = lambda point, reference: {"ratio_median": ratio, "faster": faster, "rounds": 5}
-    kept = strategy._settle_first([a, b], 1.0, {id(a): (1, 1), id(b): (1, 0)})
+    strategy.latency.paired = lambda point, reference: {"ratio_median": ratio, "faster": faster, "rounds": 5}
+    kept = strategy.ceilings.settle_first([a, b], 1.0, {id(a): (1, 1), id(b): (1, 0)})
     assert kept[0].label == first
 
 
@@ -264,7 +264,7 @@ def test_a_ceiling_the_rounds_left_at_the_margin_is_a_tie_with_it(make_config) -
     }
 
     strategy, _ = _static_ceilings(make_config, ratios, limit=3)
-    lines = {line.split(" kept")[0].split(" dropped")[0]: line for line in strategy.decisions}
+    lines = {line.split(" kept")[0].split(" dropped")[0]: line for line in strategy.shared.decisions}
     assert (
         "dropped: 0.95x" in lines["static_quant: QDQ/uint8"] and "not surely below" in lines["static_quant: QDQ/uint8"]
     )
@@ -273,7 +273,7 @@ def test_a_ceiling_the_rounds_left_at_the_margin_is_a_tie_with_it(make_config) -
 
     # drop_slow: false keeps every ceiling, an undecided one at the margin too
     strategy, _ = _static_ceilings(make_config, ratios, {"drop_slow": False}, limit=3)
-    unsure = next(line for line in strategy.decisions if line.startswith("static_quant: QDQ/uint8"))
+    unsure = next(line for line in strategy.shared.decisions if line.startswith("static_quant: QDQ/uint8"))
     assert "kept: 0.95x fp32 latency (drop_slow: false)" in unsure
 
 
@@ -292,13 +292,13 @@ def test_a_ceiling_unsure_at_the_margin_is_kept_with_its_sure_twin_of_one_speed(
 
     strategy, seen = _static_ceilings(make_config, ratios)
     assert seen[0][1].startswith("ceiling: static_quant: QDQ/uint8")  # kept, built first: recovered in first
-    kept = [line for line in strategy.decisions if "kept after all" in line]
+    kept = [line for line in strategy.shared.decisions if "kept after all" in line]
     assert sorted(line.split(" kept")[0] for line in kept) == ["static_quant: QDQ/int8", "static_quant: QDQ/uint8"]
     # alone at the margin (its would-be twin far faster), the unsure one is dropped as before
     ratios[("QOperator", "uint8")] = 0.90
     strategy, seen = _static_ceilings(make_config, ratios)
     assert seen[0][1].startswith("ceiling: static_quant: QOperator/uint8")
-    assert not any("kept after all" in line for line in strategy.decisions)
+    assert not any("kept after all" in line for line in strategy.shared.decisions)
 
 
 def test_ceiling_medians_mark_what_the_rounds_left_undecided() -> None:

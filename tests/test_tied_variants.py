@@ -66,10 +66,10 @@ def test_the_fallback_is_tried_in_a_variant_whose_ceiling_ties(
     assert len(tried) == int(tied), stages
     qdq = [point for point, _ in seen if point[FORMAT] == "QDQ" and point.get(EXCLUDE)]
     assert qdq, stages  # recovered in QDQ: the preferred of the tied variants
-    answer = strategy.known(strategy.settled)
+    answer = strategy.known(strategy.shared.settled)
     assert answer is not None and answer.meets
     if not tied:
-        assert all(point[FORMAT] == "QDQ" for point in qdq) and strategy.settled[FORMAT] == "QDQ"
+        assert all(point[FORMAT] == "QDQ" for point in qdq) and strategy.shared.settled[FORMAT] == "QDQ"
         return
     point, stage = tried[0]
     assert stage.endswith("QOperator/uint8"), stage
@@ -77,8 +77,8 @@ def test_the_fallback_is_tried_in_a_variant_whose_ceiling_ties(
     # the same fallback: QDQ's last model in budget before it, its nodes excluded in QOperator
     before = next(p for p, s in reversed(seen[: seen.index(tried[0])]) if p.get(EXCLUDE) and p[FORMAT] == "QDQ")
     assert point[EXCLUDE] == before[EXCLUDE]
-    assert strategy.settled[FORMAT] == ("QOperator" if faster else "QDQ")
+    assert strategy.shared.settled[FORMAT] == ("QOperator" if faster else "QDQ")
     assert ("QOperator" in strategy.finished_reason) is faster, strategy.finished_reason
     # the same inputs, the same trials and the same answer
     again, seen_again = _run(make_config, qoperator, faster)
-    assert seen_again == seen and again.settled == strategy.settled
+    assert seen_again == seen and again.shared.settled == strategy.shared.settled

@@ -82,7 +82,7 @@ class SearchProblem:
     step_fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step id -> params the user fixed
     # (point, flow) -> a score per node of the model (higher: quantizing it does more harm).
     sensitivity: Callable[[Point, tuple[str, ...]], Mapping[str, float]] | None = None
-    # the strategy's options: its validated model (engine/problem.py), or a plain mapping (unchecked)
+    # the strategy's options: its validated model (engine/run/problem.py), or a plain mapping (unchecked)
     options: StrategyOptions | Mapping[str, Any] = field(default_factory=dict)
     # () -> each node's share (0..1) of the original model's kernel time (onnxruntime's profiler),
     # measured once when first asked; empty when unknown.
@@ -106,7 +106,7 @@ class SearchProblem:
     # this CPU's int8 dot products saturate (x86 without VNNI/AMX): 7-bit weights are safer
     int8_saturates: bool = False
     # the engine builds and evaluates a strategy's first proposal beside the original's evaluation
-    # (engine/prebuild.py): a first guess there costs no wall time before the speed ceilings
+    # (engine/measure/prebuild.py): a first guess there costs no wall time before the speed ceilings
     evaluates_ahead: bool = False
     # the execution provider the run's models are for (``target.provider``; the provider axis's points
     # name their own): which of a pass's kernels are slow there (``Pass.faster_twin``)
@@ -149,6 +149,12 @@ class Strategy(ABC):
         """Takes a proposal's outcome; may return a note on what it decided from it, which the
         engine appends to the trial's ``stage`` (e.g. why a flow was dropped)."""
 
+    def first_requests(self) -> tuple[list[Any], float | None, Any, list[Any]]:
+        """What the strategy asks first, declared before it asks, for the engine to build and evaluate
+        beside the original's evaluation (engine/measure/prebuild.py): (the models to build, their time budget,
+        the first model to evaluate, more to evaluate ahead); nothing by default."""
+        return [], None, None, []
+
     def learned(self) -> dict[str, Any]:
         """What the strategy learned that a report can show (e.g. each fallback group's
         sensitivity score); written to results.json as ``strategy``. Empty by default."""
@@ -158,6 +164,6 @@ class Strategy(ABC):
         """The trial number of the model the strategy itself settled on by paired timing (the
         quantune strategy's model at the speed ceiling, or its latency stage's incumbent), or None
         (the default: the confirmation then picks by its own rule). The confirmation re-times it
-        beside the fastest by search-time figures and gives it a tie (engine/confirm.py): which of
+        beside the fastest by search-time figures and gives it a tie (engine/measure/confirm.py): which of
         several near-equal models wins must not follow the search-time noise."""
         return None

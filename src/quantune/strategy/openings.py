@@ -39,25 +39,28 @@ class WithOpenings(Strategy):
 
     def bind(self, problem: SearchProblem) -> None:
         self.inner.bind(problem)
-
-    @property
-    def problem(self) -> SearchProblem:  # type: ignore[override]
-        return self.inner.problem
-
-    @property
-    def baseline(self) -> Mapping[str, float]:  # type: ignore[override]
-        return self.inner.baseline
-
-    @property
-    def finished_reason(self) -> str:  # type: ignore[override]
-        return self.inner.finished_reason
-
-    @property
-    def original_wins(self) -> str:  # type: ignore[override]
-        return "" if self._won() else self.inner.original_wins
+        self.problem = problem
 
     def observe_baseline(self, metrics: Mapping[str, float]) -> None:
         self.inner.observe_baseline(metrics)
+        self.baseline = self.inner.baseline
+
+    # the inner strategy's, read and written through (settable: they override the base's attributes)
+    @property
+    def finished_reason(self) -> str:
+        return self.inner.finished_reason
+
+    @finished_reason.setter
+    def finished_reason(self, reason: str) -> None:
+        self.inner.finished_reason = reason
+
+    @property
+    def original_wins(self) -> str:
+        return "" if self._won() else self.inner.original_wins
+
+    @original_wins.setter
+    def original_wins(self, reason: str) -> None:
+        self.inner.original_wins = reason
 
     def _out_of_time(self) -> bool:
         return self.deadline is not None and self.deadline.left_s() == 0.0

@@ -3,13 +3,12 @@
 A speed-first strategy starts by timing each flow's fully-quantized variants against the
 original (``ceiling_ratios``). Building them (calibration, quantization) needs no figure of
 the original, yet it waited for the original's evaluation, the run's first heavy stage, with
-the machine's other core idle. So before that evaluation the engine asks a throw-away copy of
-the strategy which variants it will time -- the copy's first ``ask`` calls ``ceiling_ratios``,
-which here records the points and stops it; every other probe refuses -- and builds them in a
-stage worker of its own (``ceiling_build``), beside the evaluation's. The models land in the
-pass cache, where the strategy's own ceiling stage finds them and only times them. Nothing
-the strategy sees changes: the same passes with the same configs give the same models (only
-sooner). A strategy that does not start with ceilings gets nothing built.
+the machine's other core idle. So before that evaluation the engine asks a fresh copy of the
+strategy which variants it will time (it declares them: ``Strategy.first_requests``, nothing
+measured) and builds them in a stage worker of its own (``ceiling_build``), beside the
+evaluation's. The models land in the pass cache, where the strategy's own ceiling stage finds
+them and only times them. Nothing the strategy sees changes: the same passes with the same
+configs give the same models (only sooner). A strategy that does not start with ceilings gets nothing built.
 
 ``QUANTUNE_PREBUILD=0`` turns it off (bench/startup.py times a run both ways).
 """
@@ -38,59 +37,21 @@ Item = tuple[dict[str, Any], tuple[str, ...]]
 Items = list[Item]
 
 
-class _Captured(Exception):
-    def __init__(self, items: Items, budget_s: float | None) -> None:
-        super().__init__("ceiling points captured")
-        self.items = items
-        self.budget_s = budget_s
-
-
-class _Refused(Exception):
-    """A probe the dry run may not use (it would measure models)."""
-
-
 def enabled() -> bool:
     return os.environ.get("QUANTUNE_PREBUILD", "1").strip().lower() not in ("0", "false", "no", "off")
 
 
 def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
-    """(the points and flows to build: those ``strategy`` will time first, then its ``build_ahead`` --
-    the guess's lighter models --, its build budget, the first guess it evaluates before them or None,
-    its ``evaluate_ahead``: the guess's compute-only model); nothing when it does not start with the
-    speed ceilings (a first guess, then the ceilings). ``make`` builds a fresh strategy of the same kind."""
-    from quantune.strategy.base import Outcome, Proposal
-
+    """(the points and flows to build: those ``strategy`` will time first, then the first guess's lighter
+    models --, its build budget, the first guess it evaluates before them or None, what it evaluates
+    ahead: the guess's compute-only model), as a fresh strategy of the same kind (``make``) declares them
+    (``Strategy.first_requests``); nothing when it does not start with the speed ceilings."""
     problem = getattr(strategy, "problem", None)
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
         return [], None, None, []
-
-    def capture(
-        items: Any, threshold: float, budget_s: float | None, pairs: Any = (), anchor: Any = None
-    ) -> list[float | None]:
-        raise _Captured([(dict(point), tuple(flow)) for point, flow in items], budget_s)
-
-    def refuse(*args: Any, **kwargs: Any) -> Any:
-        raise _Refused
-
-    dry = make()
-    first: Item | None = None
-    try:
-        dry.bind(replace(problem, ceiling_ratios=capture, latency_ratio=refuse, sensitivity=refuse, node_costs=refuse))
-        dry.observe_baseline({})
-        proposal = dry.ask()
-        while isinstance(proposal, Proposal) and proposal.stage.startswith("first guess"):  # and what follows it
-            first = first or (dict(proposal.point), tuple(proposal.flow or ()))
-            dry.tell(proposal, Outcome(None))
-            proposal = dry.ask()
-    except _Captured as captured:
-        if first is None:
-            return captured.items, captured.budget_s, first, []
-        ahead = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "evaluate_ahead", [])]
-        built = [(dict(point), tuple(flow)) for point, flow in getattr(dry, "build_ahead", [])]
-        return captured.items + [item for item in built if item not in captured.items], captured.budget_s, first, ahead
-    except Exception as exc:  # the strategy wanted something else first: nothing to build ahead
-        log.debug("no speed ceilings to build ahead: %s: %s", type(exc).__name__, exc)
-    return [], None, None, []
+    fresh = make()  # declaring them sets up what its first asks would: the run's own strategy stays as it is
+    fresh.bind(problem)
+    return fresh.first_requests()
 
 
 FIRST_GUESS = "first_guess"

@@ -12,8 +12,10 @@ asks and tells, and tested with a fake feasibility function.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+
+from quantune.graph.capability import Group
 
 
 @dataclass
@@ -56,3 +58,23 @@ def minimal_k(n: int, feasible: Callable[[int], bool]) -> tuple[int | None, list
         order.append(k)
         search.record(k, feasible(k))
     return search.answer, order
+
+
+def repeated_blocks(
+    blocks: Mapping[str, Sequence[str]], ranked_scores: list[tuple[Group, float]]
+) -> list[tuple[str, list[Group]]]:
+    """Repeated blocks (transformer layers) with their candidate groups, most sensitive first."""
+    if len(blocks) < 2:
+        return []
+    score = {group.name: value for group, value in ranked_scores}
+    order = [group for group, _ in ranked_scores]
+    found = []
+    for block, names in blocks.items():
+        members = set(names)
+        groups = [g for g in order if g.name in members]
+        if groups:
+            found.append((block, groups, sum(score[g.name] for g in groups)))
+    if len(found) < 2:
+        return []
+    found.sort(key=lambda item: -item[2])
+    return [(block, groups) for block, groups, _ in found]

@@ -10,10 +10,8 @@ ratio is decided; a strategy without that probe falls back to the variants' own 
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
 
 from quantune.evaluate.rounds import UnsureRatio
-from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.strategy.accuracy.ceiling_rules import (
     NEAR,
@@ -25,14 +23,15 @@ from quantune.strategy.accuracy.ceiling_rules import (
 )
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.latency_stage import LatencyStage
 from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings, on_providers
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import (
     Variant,
     build_order,
-    likeliest,
     slower_twins,
     speed_variants,
-    stand_in,
+    unrefined_flow,
 )
 from quantune.strategy.base import Outcome, Proposal
 
@@ -40,89 +39,37 @@ log = logging.getLogger("quantune.strategy")
 CEILING = "ceiling"
 
 
-class CeilingStage(ProviderCeilings):
-    """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stage
-    and the verdict on each variant (its ``variants``, ``decisions``, ``_guess``, ``_tied`` and
-    ``_ceiling_stage`` are set up by the strategy's ``setup``)."""
+class CeilingStage:
+    """The ceiling stage (``shared.variants``, ``shared.refined``) and the verdict on each variant."""
 
-    _guess: Variant | None
-    _tied: set[int]  # ids of variants kept by a tie at the margin (_ties_at_the_margin)
+    def __init__(self, shared: Shared, latency: LatencyStage, providers: ProviderCeilings) -> None:
+        self.shared, self.run, self.latency, self.providers = shared, shared.run, latency, providers
+        self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)
+        self.by_stage: dict[str, Variant] = {}  # a ceiling trial's stage -> its variant
+        self.tied: set[int] = set()  # ids of variants kept by a tie at the margin (_ties_at_the_margin)
 
     def ceiling_variants(self) -> list[Variant]:
         """Every flow's fully-quantized variants, in build order (what is built first is surely timed)."""
-        if not self.variants:
-            contexts = AccuracyContext.all_from_problem(self.problem, self.name, known=self.ctx)
+        if not self.shared.variants:
+            contexts = AccuracyContext.all_from_problem(self.run.problem, self.run.name, known=self.run.ctx)
             flows = {ctx.flow for ctx in contexts}
             for ctx in contexts:
-                twin_flow = unrefined_flow(self.problem.step_passes, ctx.flow, ctx.quant_step)
-                for point, label in on_providers(self.problem, speed_variants(ctx)):  # each provider's
-                    point = self.complete(point, ctx)
+                twin_flow = unrefined_flow(self.run.problem.step_passes, ctx.flow, ctx.quant_step)
+                for point, label in on_providers(self.run.problem, speed_variants(ctx)):  # each provider's
+                    point = self.run.complete(point, ctx)
                     variant = Variant(ctx, point, label)
                     if twin_flow is not None and twin_flow in flows:  # its twin's speed (twin_speeds)
-                        self.refined.append(variant)
+                        self.shared.refined.append(variant)
                         continue
-                    self.variants.append(variant)
-                    self._ceiling_stage[f"{CEILING}: {label}"] = variant
-            self.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
-            if self.options.skip_slower_twins:
-                for variant, twin, why in slower_twins(self.variants, self.problem.provider):
-                    self.variants.remove(variant)
-                    self._ceiling_stage.pop(f"{CEILING}: {variant.label}", None)
+                    self.shared.variants.append(variant)
+                    self.by_stage[f"{CEILING}: {label}"] = variant
+            self.shared.variants.sort(key=lambda v: build_order(v.ctx, v.point))  # stable: the flows' order within
+            if self.shared.options.skip_slower_twins:
+                for variant, twin, why in slower_twins(self.shared.variants, self.run.problem.provider):
+                    self.shared.variants.remove(variant)
+                    self.by_stage.pop(f"{CEILING}: {variant.label}", None)
                     self.skipped.append(f"{variant.label} skipped: {why}; {twin.label} is the same quantization there")
-        return self.variants
-
-    def stage_first_guess(self) -> Step:
-        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
-        returns its variant, or None (option ``first_guess: false``, or no variant).
-
-        A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
-        waits for every variant to be built, late for a first model in budget. When the guess turns out the
-        fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
-        cost one evaluation. The engine builds and evaluates it beside the original's
-        evaluation (engine/prebuild.py), so its trial is then read from the cache; by default
-        there is a first guess only where the engine does that (``first_guess``).
-
-        The guess's lighter models (:meth:`lighter_items`) are built ahead with the ceilings
-        (``build_ahead``: the lighter stage then times them against it in this process, not in a
-        worker of their own), and its compute-only one is evaluated ahead too (``evaluate_ahead``):
-        the lighter stage's likeliest answer, and, when the guess misses the budget, tried next,
-        before the ceilings -- the op-type stage would try it first in that variant anyway.
-        """
-        wanted = self.options.first_guess
-        if wanted is None:
-            wanted = self.problem.evaluates_ahead
-        if not wanted or self.problem.objective != "latency":
-            return None
-        guess = likeliest(self.ceiling_variants())
-        if guess is None:
-            return None
-        self._guess = guess
-        self.ctx = guess.ctx
-        self._stand_ins(guess)
-        self.build_ahead = self.lighter_items(guess) if self.problem.evaluates_ahead else []
-        self.evaluate_ahead = self.build_ahead[-1:]  # compute only
-        outcome = yield from self.try_point(guess.point, f"first guess: {guess.label}")
-        if self.evaluate_ahead and not outcome.meets and not outcome.failed:
-            yield from self.try_point(self.evaluate_ahead[0][0], f"first guess: {guess.label}, compute only")
-        return guess
-
-    def _stand_ins(self, guess: Variant) -> None:
-        """When the first guess does not calibrate (a dynamic variant), each static ceiling is timed on
-        a stand-in (:func:`.speed.stand_in`: the same graph, calibrated on two rows): if the guess is
-        in budget at the fastest ceiling the run ends without a full calibration, and a static variant
-        the search goes on in is calibrated when it is tried. A static guess calibrates beside the
-        original's evaluation anyway, and the other static ceilings reuse its ranges: nothing to save.
-        Option ``stand_ins: false``: every ceiling is its own model."""
-        if not self.options.stand_ins or stand_in(guess.ctx, guess.point) is not None:
-            return
-        for variant in self.ceiling_variants():
-            if variant is not guess:
-                variant.timed = stand_in(variant.ctx, variant.point)
-        if any(variant.timed is not None for variant in self.variants):
-            log.info(
-                "quantune strategy: the static ceilings are timed on models calibrated on two rows (the same "
-                "graphs: scales only differ); a static variant is calibrated in full when it is tried"
-            )
+        return self.shared.variants
 
     def stage_ceiling(self) -> Step:
         """Stage: each flow's fully-quantized variants timed against the original (no accuracy
@@ -133,60 +80,66 @@ class CeilingStage(ProviderCeilings):
         0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
         """
         self.ceiling_variants()
-        self.decisions.extend(self.skipped)
-        if self._time_ceilings(self.variants):
-            for variant in self.variants:
-                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
+        self.shared.decisions.extend(self.skipped)
+        if self._time_ceilings(self.shared.variants):
+            for variant in self.shared.variants:
+                self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
         else:  # nothing times models side by side here: each ceiling's trial says how fast it is
-            outcomes = yield from self.try_points([(v.point, f"{CEILING}: {v.label}") for v in self.variants])
-            for variant, outcome in zip(self.variants, outcomes, strict=True):
-                self._measure(variant, outcome)
-                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
+            outcomes = yield from self.run.try_points(
+                [(v.point, f"{CEILING}: {v.label}") for v in self.shared.variants]
+            )
+            for variant, outcome in zip(self.shared.variants, outcomes, strict=True):
+                self.measure(variant, outcome)
+                self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
         self.twin_speeds()
         self._ties_at_the_margin()
-        kept = [v for v in self.variants if self._keeps(v)]
-        order = {id(v): i for i, v in enumerate(self.variants)}
-        baseline = self.baseline.get("latency_ms")
+        kept = [v for v in self.shared.variants if self.keeps(v)]
+        order = {id(v): i for i, v in enumerate(self.shared.variants)}
+        baseline = self.run.baseline.get("latency_ms")
         kept.sort(key=lambda v: (or_inf(v.ratio(baseline)), or_inf(v.latency_ms), order[id(v)]))
         # within a tie, a variant already in budget (the first guess) costs no evaluation: it goes first
         preference = {
-            id(v): (int(not ((o := self.known(v.point)) is not None and o.meets)), order[id(v)]) for v in kept
+            id(v): (int(not ((o := self.run.known(v.point)) is not None and o.meets)), order[id(v)]) for v in kept
         }
         kept = ties_to_the_earlier(kept, baseline, preference)
-        kept = self._settle_first(kept, baseline, preference)
-        for line in self.decisions:
+        kept = self.settle_first(kept, baseline, preference)
+        for line in self.shared.decisions:
             log.info("quantune strategy: %s", line)
         if not kept:
-            measured = any(v.failed is False for v in self.variants)
-            if measured and (best := self.best_original()) is not None:  # the original there is the answer
-                self.finished_reason = (
+            measured = any(v.failed is False for v in self.shared.variants)
+            if measured and (best := self.providers.best_original()) is not None:  # the original there is the answer
+                self.run.finished_reason = (
                     f"the original on {best[0]} is in budget at {best[1]:.2f}x fp32 latency, faster than every "
                     f"quantized variant's speed ceiling ({self.ceilings_in_brief()}), so no fallback could win"
                 )
-                log.info("quantune strategy: %s", self.finished_reason)
+                log.info("quantune strategy: %s", self.run.finished_reason)
                 return kept
             within = self._within_the_margin(baseline)
             if measured:
                 # a guess in budget within the margin stands: whether it beats the original is the re-timing's
-                guess = self._trial_of(self._guess.point)[1] if within and self._guess and self._guess_met() else ""
+                guess = (
+                    self.latency.trial_of(self.shared.guess.point)[1]
+                    if within and self.shared.guess and self._guess_met()
+                    else ""
+                )
                 log.info(
                     "quantune strategy: no variant is faster than the original by the margin: %s",
                     "the first guess stands" if guess else "keep the original",
                 )
-                self.finished_reason = (
+                self.run.finished_reason = (
                     f"no quantized variant was faster than the original{' by the margin' if within else ''} "
                     f"(each fully quantized flow's speed ceiling was slower{', within the margin' if within else ''} "
                     f"or failed: {self.ceilings_in_brief()}), so no fallback could win"
                 ) + (f"; {guess}, in budget already, is timed against the original at the end" if guess else "")
             else:  # nothing was timed: that says nothing about speed (a short time limit on a loaded machine)
-                self.finished_reason = (
-                    f"no speed ceiling was timed: each of the {len(self.variants)} fully quantized variants "
+                self.run.finished_reason = (
+                    f"no speed ceiling was timed: each of the {len(self.shared.variants)} fully quantized variants "
                     "failed, or was not built within the ceiling stage's share of the time limit (a longer "
                     "stop.timeout_s gives it more), so no fallback was tried"
                 )
-                log.info("quantune strategy: %s", self.finished_reason)
+                log.info("quantune strategy: %s", self.run.finished_reason)
             if measured:  # measured slower, not only failed
-                self.original_wins = (
+                self.run.original_wins = (
                     f"no quantized variant was faster than the original by the margin side by side ({self.ceilings_in_brief()})"
                     if within
                     else f"every quantized variant was slower than the original side by side ({self.ceilings_in_brief()})"
@@ -195,36 +148,36 @@ class CeilingStage(ProviderCeilings):
 
     def _anchor(self, variants: list[Variant], offset: int) -> int | None:
         """The first guess's item among the ceilings' (after ``offset`` others) when it met the budget."""
-        if self._guess is None or self._guess not in variants or not self._guess_met():
+        if self.shared.guess is None or self.shared.guess not in variants or not self._guess_met():
             return None
-        return offset + variants.index(self._guess)
+        return offset + variants.index(self.shared.guess)
 
     def _guess_met(self) -> bool:
         """Whether the first guess was evaluated and met the budget."""
-        outcome = None if self._guess is None else self.known(self._guess.point)
+        outcome = None if self.shared.guess is None else self.run.known(self.shared.guess.point)
         return outcome is not None and bool(outcome.meets) and not outcome.failed
 
     def _within_the_margin(self, baseline: float | None) -> bool:
         """Whether a ceiling timed faster than the original, though not surely below the margin: then
         "slower" is not what was measured, and its model may well win side by side."""
-        return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.variants if not v.failed)
+        return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.shared.variants if not v.failed)
 
     def _ties_at_the_margin(self) -> None:
         """A ceiling the rounds left unsure at the margin (a :class:`UnsureRatio`), one speed -- within
         ``TIE`` -- with a ceiling kept surely below it, is kept too: one speed, one verdict. Else which
         of two equal ceilings is dropped would follow the noise, and the same run twice could recover
         in, and end at, different models."""
-        baseline = self.baseline.get("latency_ms")
-        every = [*self.variants, *self.refined]
-        sure = [(v, r) for v in every if self._keeps(v) and (r := v.ratio(baseline)) is not None]
+        baseline = self.run.baseline.get("latency_ms")
+        every = [*self.shared.variants, *self.shared.refined]
+        sure = [(v, r) for v in every if self.keeps(v) and (r := v.ratio(baseline)) is not None]
         for variant in every:
             ratio = variant.ratio(baseline)
-            if variant.failed is not False or not isinstance(ratio, UnsureRatio) or self._keeps(variant):
+            if variant.failed is not False or not isinstance(ratio, UnsureRatio) or self.keeps(variant):
                 continue
             twin = next((v for v, r in sure if abs(ratio - r) <= TIE * max(ratio, r)), None)
             if twin is not None:
-                self._tied.add(id(variant))
-                self.decisions.append(f"{variant.label} {self._verdict(variant)[1]}")
+                self.tied.add(id(variant))
+                self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
 
     def ceilings_in_brief(self) -> str:
         """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to
@@ -232,18 +185,18 @@ class CeilingStage(ProviderCeilings):
         variant's refined twin and each slower twin skipped, each with its why): 1,700 characters for
         a "keep the original" on a text classifier, the ratios lost among them. Every decision is in
         quantune.log and the report (``decisions``)."""
-        baseline = self.baseline.get("latency_ms")
-        order = sorted(self.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
+        baseline = self.run.baseline.get("latency_ms")
+        order = sorted(self.shared.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
         parts = []
         for variant in order:
             ratio = None if variant.failed else variant.ratio(baseline)
             parts.append(f"{variant.label} {'failed' if ratio is None else f'{ratio:.2f}x'}")
-        brief = "to fp32 latency: " + ", ".join(parts) + f"; the margin {1.0 - self.options.speed_margin:.2f}x"
+        brief = "to fp32 latency: " + ", ".join(parts) + f"; the margin {1.0 - self.shared.options.speed_margin:.2f}x"
         if self.skipped:
             brief += f"; {len(self.skipped)} more not built, slower twins of these where the model runs"
         return brief
 
-    def _settle_first(
+    def settle_first(
         self, kept: list[Variant], baseline: float | None, preference: dict[int, tuple[int, int]]
     ) -> list[Variant]:
         """The fastest kept variant, checked side by side against the preferred one (in budget already,
@@ -254,8 +207,7 @@ class CeilingStage(ProviderCeilings):
         run to run, and the run would recover in, and end at, a different model each time. The fastest
         displaces the preferred only when faster by ``SETTLE_GAIN`` too: a few rounds can call a
         small gap "faster beyond the noise" now and then."""
-        paired = getattr(self, "_paired", None)
-        if len(kept) < 2 or paired is None:
+        if len(kept) < 2:
             return kept
         fastest = or_inf(kept[0].ratio(baseline))
         near = [v for v in kept[1:] if or_inf(v.ratio(baseline)) <= fastest * (1.0 + NEAR)]
@@ -263,7 +215,9 @@ class CeilingStage(ProviderCeilings):
         if not rivals:
             return kept
         rival = min(rivals, key=lambda v: preference[id(v)])
-        result = paired(kept[0].timing_point, rival.timing_point)  # the fastest over the preferred, side by side
+        result = self.latency.paired(
+            kept[0].timing_point, rival.timing_point
+        )  # the fastest over the preferred, side by side
         if result is None or clearly_faster(result):
             return kept
         log.info(
@@ -279,43 +233,44 @@ class CeilingStage(ProviderCeilings):
         takes the speed of its unrefined twin, the same quantization in the flow without those steps:
         they change weights and biases, never the graph, so building and timing it as a ceiling of its
         own only costs time. The recover stage builds one when it tries it."""
-        for variant in self.refined:
-            twin_flow = unrefined_flow(self.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
+        for variant in self.shared.refined:
+            twin_flow = unrefined_flow(self.run.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
             suffix = variant.label.split(": ", 1)[-1]
             twin = next(
-                (v for v in self.variants if v.ctx.flow == twin_flow and v.label.split(": ", 1)[-1] == suffix), None
+                (v for v in self.shared.variants if v.ctx.flow == twin_flow and v.label.split(": ", 1)[-1] == suffix),
+                None,
             )
             if twin is None:  # its twin was never a ceiling (a slower twin skipped): nothing to recover in
                 variant.failed = True
-                self.decisions.append(f"{variant.label} dropped: no unrefined twin was timed")
+                self.shared.decisions.append(f"{variant.label} dropped: no unrefined twin was timed")
                 continue
             variant.side_by_side, variant.latency_ms, variant.failed = twin.side_by_side, twin.latency_ms, twin.failed
-            self.decisions.append(
-                f"{variant.label} {self._verdict(variant)[1]} (the speed of {twin.label}: its refining steps "
+            self.shared.decisions.append(
+                f"{variant.label} {self.verdict(variant)[1]} (the speed of {twin.label}: its refining steps "
                 "keep the graph; built only when the recover stage tries it)"
             )
 
     def _time_ceilings(self, variants: list[Variant]) -> bool:
         """Each variant's side-by-side ratio, from one session for all (or one timing per variant);
         False when nothing here times models (then the ceilings' trials must)."""
-        if self.problem.objective != "latency" or not variants:
+        if self.run.problem.objective != "latency" or not variants:
             return False
-        margin, share = self.options.speed_margin, self.options.ceiling_share
-        budget = share * self.problem.timeout_s if self.problem.timeout_s else None
-        originals = self.original_items()  # the originals on the other providers, in the same session:
+        margin, share = self.shared.options.speed_margin, self.shared.options.ceiling_share
+        budget = share * self.run.problem.timeout_s if self.run.problem.timeout_s else None
+        originals = self.providers.original_items()  # the originals on the other providers, in the same session:
         items = [*originals, *((v.timing_point, v.ctx.flow) for v in variants)]  # first (nothing to build)
-        if self.problem.ceiling_ratios is not None:
+        if self.run.problem.ceiling_ratios is not None:
             anchor = self._anchor(variants, len(originals))  # in budget: its margin is the confirmation's
             companions, pairs = self._companions(variants, anchor, len(originals))
             more: dict[str, object] = {"pairs": pairs} if pairs else {}
             if anchor is not None:
                 more["anchor"] = anchor
-            ratios = self.problem.ceiling_ratios([*items, *companions], 1.0 - margin, budget, **more)[: len(items)]
-        elif self.problem.latency_ratio is not None:
-            ratios = [self.problem.latency_ratio(point, flow) for point, flow in items]
+            ratios = self.run.problem.ceiling_ratios([*items, *companions], 1.0 - margin, budget, **more)[: len(items)]
+        elif self.run.problem.latency_ratio is not None:
+            ratios = [self.run.problem.latency_ratio(point, flow) for point, flow in items]
         else:
             return False
-        self.note_originals(ratios[: len(originals)])
+        self.providers.note_originals(ratios[: len(originals)])
         for variant, ratio in zip(variants, ratios[len(originals) :], strict=True):
             variant.side_by_side = ratio
             variant.failed = ratio is None  # its passes failed, or the stage's time share ran out first
@@ -328,13 +283,13 @@ class CeilingStage(ProviderCeilings):
         session when the guess is in budget: the lighter stage times each against it next
         (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
         than opening a session, warming and timing the guess again for each. None for the guess's item: it missed or is not timed."""
-        if reference is None or self._guess is None:
+        if reference is None or self.shared.guess is None:
             return [], []
-        lighter = self.lighter_items(self._guess)
+        lighter = self.latency.lighter_items(self.shared.guess)
         first = offset + len(variants)
         return lighter, [(first + index, reference) for index in range(len(lighter))]
 
-    def _measure(self, variant: Variant, outcome: Outcome | None) -> None:
+    def measure(self, variant: Variant, outcome: Outcome | None) -> None:
         if outcome is None or outcome.failed:
             variant.failed = True
             return
@@ -342,26 +297,26 @@ class CeilingStage(ProviderCeilings):
         variant.meets = bool(outcome.meets)
         variant.violation = outcome.violation
 
-    def _keeps(self, variant: Variant) -> bool:
-        return variant.failed is False and self._verdict(variant)[0]
+    def keeps(self, variant: Variant) -> bool:
+        return variant.failed is False and self.verdict(variant)[0]
 
-    def _verdict(self, variant: Variant) -> tuple[bool, str]:
+    def verdict(self, variant: Variant) -> tuple[bool, str]:
         if variant.failed:
             return False, "dropped: failed (or not built within the ceiling stage's share of the time limit)"
-        baseline = self.baseline.get("latency_ms")
+        baseline = self.run.baseline.get("latency_ms")
         ratio = variant.ratio(baseline)
-        if self.problem.objective != "latency":
-            return True, f"kept (objective: {self.problem.objective}, not latency)"
+        if self.run.problem.objective != "latency":
+            return True, f"kept (objective: {self.run.problem.objective}, not latency)"
         if ratio is None:
             return True, "kept (no baseline latency to compare)"
-        margin = self.options.speed_margin
-        if id(variant) in self._tied:
+        margin = self.shared.options.speed_margin
+        if id(variant) in self.tied:
             return True, (
                 f"kept after all: {ratio:.2f}x fp32 latency, unsure at the margin yet one speed with a variant "
                 "kept below it"
             )
         unsure = isinstance(ratio, UnsureRatio) and ratio >= 1.0 - margin - UNSURE
-        if (ratio >= 1.0 - margin or unsure) and not self.options.drop_slow:
+        if (ratio >= 1.0 - margin or unsure) and not self.shared.options.drop_slow:
             return True, f"kept: {ratio:.2f}x fp32 latency (drop_slow: false)"
         if ratio >= 1.0 - margin:
             return False, f"dropped: {ratio:.2f}x fp32 latency, not below {1.0 - margin:.2f}x"
@@ -370,22 +325,14 @@ class CeilingStage(ProviderCeilings):
                 f"dropped: {ratio:.2f}x fp32 latency, not surely below {1.0 - margin:.2f}x (the rounds left it "
                 "on both sides: the original's speed within the noise)"
             )
-        if (beaten := self.beaten_by_original(ratio, margin)) is not None:
+        if (beaten := self.providers.beaten_by_original(ratio, margin)) is not None:
             return False, beaten
         return True, f"kept: {ratio:.2f}x fp32 latency"
 
     def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
         """A ceiling trial's stage says whether its variant was kept or dropped, and why."""
-        variant = self._ceiling_stage.get(proposal.stage)
+        variant = self.by_stage.get(proposal.stage)
         if variant is None:
             return None
-        self._measure(variant, outcome)
-        return self._verdict(variant)[1]
-
-
-def unrefined_flow(step_passes: Mapping[str, str], flow: tuple[str, ...], quant_step: str) -> tuple[str, ...] | None:
-    """``flow`` without the refining steps after its quant step (passes of role ``recover``: bias
-    correction, fast fine-tune), or None when it has none."""
-    after = flow[flow.index(quant_step) + 1 :]
-    refining = {step for step in after if (cls := find_pass(str(step_passes.get(step)))) and cls.role == "recover"}
-    return tuple(step for step in flow if step not in refining) if refining else None
+        self.measure(variant, outcome)
+        return self.verdict(variant)[1]

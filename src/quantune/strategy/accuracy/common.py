@@ -87,6 +87,9 @@ class AccuracyStrategy(StagedStrategy):
     def fallback(self, base: Point, groups: Sequence[Group], precision: Precision = "fp32") -> Point:
         return self.ctx.with_fallback(base, self.ctx.fallback_of((g.name for g in groups), precision))
 
+    def assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
+        return {g.name: "fp32" for g in groups}
+
     def note_meeting(self, size: int) -> None:
         if self.smallest_meeting_fallback is None or size < self.smallest_meeting_fallback:
             self.smallest_meeting_fallback = size
@@ -174,10 +177,8 @@ class AccuracyStrategy(StagedStrategy):
     def learned(self) -> dict[str, Any]:
         """Each tuned flow's sensitivity scores per group (the report shows why a group stayed in
         high precision) and the strategy's decisions on flows, in order."""
-        variants = [*getattr(self, "variants", []), *getattr(self, "refined", [])]
-        contexts = [self.ctx, *(v.ctx for v in variants)]
         sensitivity: dict[str, dict[str, Any]] = {}
-        for ctx in contexts:
+        for ctx in self.contexts():
             if ctx.scores:
                 sensitivity.setdefault(ctx.flow_name, {}).update(
                     {name: {**entry, "score": _json_score(entry["score"])} for name, entry in ctx.scores.items()}
@@ -186,8 +187,12 @@ class AccuracyStrategy(StagedStrategy):
             "strategy": self.name,
             "quant_step": self.ctx.quant_step,
             "sensitivity": sensitivity,
-            "decisions": list(getattr(self, "decisions", [])),
+            "decisions": [],
         }
+
+    def contexts(self) -> list[AccuracyContext]:
+        """The flows' contexts whose sensitivity the report shows."""
+        return [self.ctx]
 
     def remaining(self) -> int:
         """Trials left under ``stop.max_trials`` (a large number when unbounded)."""

@@ -37,6 +37,7 @@ from quantune.space import Point, point_key
 from quantune.strategy.accuracy.ceiling_rules import clearly_faster, not_surely_slower
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import (
     COMPUTE_TYPES,
     SAFE_TYPES,
@@ -89,18 +90,18 @@ def within_noise(result: Mapping[str, Any]) -> bool:
 
 
 class LatencyStage:
-    """Mixin of :class:`~quantune.strategy.accuracy.quantune.QuantuneStrategy`: the ceiling stop and the latency stage."""
+    """The ceiling stop and the latency stage (the ``settled`` model: the strategy's answer)."""
 
-    settled: Point | None  # the model the search ended on (QuantuneStrategy.answer)
-    _in_play: Variant | None  # the variant recovered in (QuantuneStrategy.setup)
+    def __init__(self, shared: Shared) -> None:
+        self.shared, self.run = shared, shared.run
 
     def faster(self, candidate: Point, reference: Point) -> bool:
         """Whether ``candidate``'s model is faster than ``reference``'s beyond the noise: their paired
         ratio when the run times models side by side, else their trials' figures by ``LEAST_GAIN``."""
-        result = self._paired(candidate, reference)
+        result = self.paired(candidate, reference)
         if result is not None:
             return bool(result.get("faster"))
-        mine, theirs = self.known(candidate), self.known(reference)
+        mine, theirs = self.run.known(candidate), self.run.known(reference)
         if mine is None or theirs is None or mine.objective is None or theirs.objective is None:
             return False
         return mine.objective < theirs.objective * (1.0 - LEAST_GAIN)
@@ -114,39 +115,39 @@ class LatencyStage:
         answer would sit behind a model it had passed."""
         if not outcome.meets:
             return False
-        result = self._paired(self.complete(dict(candidate)), self.complete(dict(reference)))
+        result = self.paired(self.run.complete(dict(candidate)), self.run.complete(dict(reference)))
         if result is None or not surely_slower(result):
             return True
         ratio = float(result.get("ratio_median", 1.0))
-        self.decisions.append(f"{step}: in budget, but {ratio:.2f}x the model before side by side: not kept")
-        log.info("quantune strategy: %s", self.decisions[-1])
+        self.shared.decisions.append(f"{step}: in budget, but {ratio:.2f}x the model before side by side: not kept")
+        log.info("quantune strategy: %s", self.shared.decisions[-1])
         return False
 
-    def _paired(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
-        probe = self.problem.paired_latency
-        if probe is None or self.problem.objective != "latency":
+    def paired(self, candidate: Point, reference: Point) -> Mapping[str, Any] | None:
+        probe = self.run.problem.paired_latency
+        if probe is None or self.run.problem.objective != "latency":
             return None
-        return probe(dict(candidate), self.flow_of(candidate), dict(reference), self.flow_of(reference))
+        return probe(dict(candidate), self.run.flow_of(candidate), dict(reference), self.run.flow_of(reference))
 
     def at_ceiling(self, variant: Variant | None, point: Point) -> bool:
         """Whether ``point`` (evaluated, in budget) is as fast as ``variant``'s ceiling within the noise:
         then the search ends (``finished_reason`` says why). Its own ceiling always is; another
         model only by paired timing (no paired timing here: not known, so the search goes on).
         Option ``stop_at_ceiling: false`` keeps searching."""
-        if variant is None or not self.options.stop_at_ceiling or self.problem.objective != "latency":
+        if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return False
-        point, ceiling = self.complete(dict(point)), self.complete(dict(variant.point))
-        outcome = self.known(point)
+        point, ceiling = self.run.complete(dict(point)), self.run.complete(dict(variant.point))
+        outcome = self.run.known(point)
         if outcome is None or not outcome.meets or outcome.failed:
             return False
-        ratio = variant.ratio(self.baseline.get("latency_ms"))
-        margin = self.options.speed_margin
+        ratio = variant.ratio(self.run.baseline.get("latency_ms"))
+        margin = self.shared.options.speed_margin
         if ratio is not None and ratio >= 1.0 - margin:  # kept by drop_slow: false, no speed-up to bound
             return False
         how = ""
         if point_key(point) != point_key(ceiling):
             # the ceiling over this model, side by side (on its stand-in when it was timed on one)
-            result = self._paired(self.complete(dict(variant.timing_point)), point)
+            result = self.paired(self.run.complete(dict(variant.timing_point)), point)
             if result is None or not within_noise(result):
                 return False
             how = (
@@ -156,13 +157,13 @@ class LatencyStage:
                 "within the noise)"
             )
         speed = "" if ratio is None else f", {ratio:.2f}x fp32 latency"
-        self.settled = point  # the search's answer (answer()): the confirmation's stable contender
-        stage, trial = self._trial_of(point)
-        self.finished_reason = (
+        self.shared.settled = point  # the search's answer (answer()): the confirmation's stable contender
+        stage, trial = self.trial_of(point)
+        self.run.finished_reason = (
             f"the {stage} stage: {trial} is in budget at the speed ceiling of the "
             f"fastest variant still in play ({variant.label}{speed}){how}: nothing faster is possible"
         )
-        log.info("quantune strategy: %s", self.finished_reason)
+        log.info("quantune strategy: %s", self.run.finished_reason)
         return True
 
     def stage_lighter(self, base: Point) -> Step:
@@ -170,21 +171,23 @@ class LatencyStage:
         int8 (compute and Add/Mul; compute only), side by side; the fastest lighter one that is
         faster beyond the noise is evaluated. Returns its fallback (group -> precision) when it
         meets the criterion, else None (ties stay with the fully quantized model)."""
-        if not self.options.stop_at_ceiling or self.problem.objective != "latency":
+        if not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return None
         sets = self.lighter_sets()
-        compute = sorted({g.op_type for g in self.ctx.candidates if g.op_type in COMPUTE_TYPES})
+        compute = sorted({g.op_type for g in self.run.ctx.candidates if g.op_type in COMPUTE_TYPES})
         faster: list[tuple[float, list, str]] = []
         for fallen, words in sets:
-            result = self._paired(self.complete(dict(self.fallback(base, fallen))), self.complete(dict(base)))
+            result = self.paired(
+                self.run.complete(dict(self.run.fallback(base, fallen))), self.run.complete(dict(base))
+            )
             if result is not None and result.get("faster"):
                 faster.append((float(result.get("ratio_median", 1.0)), fallen, words))
         for ratio, fallen, words in self._lighter_first(base, faster):
             stage = f"lighter: int8 {compute} ({words}), {ratio:.2f}x the full model side by side"
-            outcome = yield from self.try_point(self.fallback(base, fallen), stage)
+            outcome = yield from self.run.try_point(self.run.fallback(base, fallen), stage)
             if outcome.meets:
-                self.decisions.append(f"{stage}: in budget, the search goes on from it")
-                return self._assign(fallen)
+                self.shared.decisions.append(f"{stage}: in budget, the search goes on from it")
+                return self.run.assign(fallen)
         return None
 
     def _lighter_first(self, base: Point, faster: list[tuple[float, list, str]]) -> list[tuple[float, list, str]]:
@@ -196,10 +199,10 @@ class LatencyStage:
         if len(faster) < 2:
             return faster
         *others, last = faster
-        compute_only = self.complete(dict(self.fallback(base, last[1])))
+        compute_only = self.run.complete(dict(self.run.fallback(base, last[1])))
         ahead = []
         for item in others:  # ahead only by a clear gain: the compute-only one is evaluated ahead already
-            result = self._paired(self.complete(dict(self.fallback(base, item[1]))), compute_only)
+            result = self.paired(self.run.complete(dict(self.run.fallback(base, item[1]))), compute_only)
             if result is not None and clearly_faster(result):
                 ahead.append(item)
         return [*ahead, last, *(item for item in others if item not in ahead)]
@@ -207,7 +210,7 @@ class LatencyStage:
     def lighter_sets(self) -> list[tuple[list[Group], str]]:
         """The groups the lighter models keep in float, with their words: the op types other than
         compute and Add/Mul (when some are), then all but compute; none without both kinds."""
-        groups = list(self.ctx.candidates)
+        groups = list(self.run.ctx.candidates)
         compute = [g for g in groups if g.op_type in COMPUTE_TYPES]
         others = [g for g in groups if g.op_type not in COMPUTE_TYPES]
         if not compute or not others:
@@ -222,20 +225,20 @@ class LatencyStage:
         (the likeliest variant to be recovered in), the engine builds them ahead and evaluates the last
         one; none when there is no lighter stage (``stop_at_ceiling: false``, another objective) or no
         variant."""
-        if variant is None or not self.options.stop_at_ceiling or self.problem.objective != "latency":
+        if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return []
-        ctx, self.ctx = self.ctx, variant.ctx
+        ctx, self.run.ctx = self.run.ctx, variant.ctx
         try:
-            points = [self.complete(self.fallback(variant.point, groups)) for groups, _ in self.lighter_sets()]
-            return [(point, self.flow_of(point)) for point in points]
+            points = [self.run.complete(self.run.fallback(variant.point, groups)) for groups, _ in self.lighter_sets()]
+            return [(point, self.run.flow_of(point)) for point in points]
         finally:
-            self.ctx = ctx
+            self.run.ctx = ctx
 
-    def _trial_of(self, point: Point) -> tuple[str, str]:
+    def trial_of(self, point: Point) -> tuple[str, str]:
         """(the stage that evaluated ``point``, "trial N (what it tried)") for a stop reason a person
         reads: "the first guess stage: trial 1 (static_quant: QDQ/uint8) is in budget at ..."."""
         key = point_key(point)
-        tried = next((t for t in self.history if point_key(t.point) == key), None)
+        tried = next((t for t in self.run.history if point_key(t.point) == key), None)
         if tried is None:
             return "search", "its model"
         stage, _, detail = tried.stage.partition(":")
@@ -257,69 +260,70 @@ class LatencyStage:
         requantizations), and the later stages hold the variant, so a model one format faster was never
         built. Accuracy first (a format can change it), then the paired timing decides."""
         fallen = sum(1 for p in fallback.values() if p == "fp32")
-        if not fallback or self.problem.objective != "latency" or self.problem.paired_latency is None:
+        if not fallback or self.run.problem.objective != "latency" or self.run.problem.paired_latency is None:
             return variant, base
-        rest = [v for v in kept[kept.index(variant) + 1 :] if v.ctx is self.ctx]
-        model = self.complete(self.ctx.with_fallback(base, fallback))
-        for other in not_surely_slower(variant, rest, self.baseline.get("latency_ms")):
-            if self.remaining() <= 0:
+        rest = [v for v in kept[kept.index(variant) + 1 :] if v.ctx is self.run.ctx]
+        model = self.run.complete(self.run.ctx.with_fallback(base, fallback))
+        for other in not_surely_slower(variant, rest, self.run.baseline.get("latency_ms")):
+            if self.run.remaining() <= 0:
                 break
-            held = speed_params(self.ctx, base)
-            moved = {k: v for k, v in base.items() if k not in held} | speed_params(self.ctx, other.point)
-            moved = self.complete(fill_conditionals(self.ctx, moved))
-            point = self.complete(self.ctx.with_fallback(moved, fallback))
-            if not self.ctx.valid(point):
+            held = speed_params(self.run.ctx, base)
+            moved = {k: v for k, v in base.items() if k not in held} | speed_params(self.run.ctx, other.point)
+            moved = self.run.complete(fill_conditionals(self.run.ctx, moved))
+            point = self.run.complete(self.run.ctx.with_fallback(moved, fallback))
+            if not self.run.ctx.valid(point):
                 continue
             stage = f"latency ({fallen} groups in fp32): the same fallback in {other.label}"
-            outcome = yield from self.try_point(point, stage)
+            outcome = yield from self.run.try_point(point, stage)
             if not outcome.meets or outcome.failed:
                 continue
             if not self.faster(point, model):
-                self.decisions.append(f"{stage}: in budget, not faster side by side: {variant.label} stays")
+                self.shared.decisions.append(f"{stage}: in budget, not faster side by side: {variant.label} stays")
                 continue
-            self.decisions.append(f"{stage}: in budget and faster side by side: the search goes on from it")
-            log.info("quantune strategy: %s", self.decisions[-1])
+            self.shared.decisions.append(f"{stage}: in budget and faster side by side: the search goes on from it")
+            log.info("quantune strategy: %s", self.shared.decisions[-1])
             variant, base, model = other, moved, point
-            self._in_play, self.settled, self.finished_reason = other, None, ""  # its own ceiling bounds it now
+            self.shared.in_play, self.shared.settled = other, None  # its own ceiling bounds it now
+            self.run.finished_reason = ""
         return variant, base
 
-    def latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
+    def stage_latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
         """Stage: from the model in budget, one graph-changing parameter at a time (see the module);
         returns the incumbent's point."""
-        incumbent = self.complete(self.ctx.with_fallback(base, fallback))
-        outcome = self.known(incumbent)
+        incumbent = self.run.complete(self.run.ctx.with_fallback(base, fallback))
+        outcome = self.run.known(incumbent)
         if outcome is None or not outcome.meets:
-            best = self.best_meeting()
-            if best is None or self.flow_of(best.point) != self.ctx.flow:
+            best = self.run.best_meeting()
+            if best is None or self.run.flow_of(best.point) != self.run.ctx.flow:
                 return None
             incumbent = best.point
-        budget = self.options.latency_trials
-        trials = self.remaining() if budget is None else int(budget)
-        patience = self.options.latency_patience
+        budget = self.shared.options.latency_trials
+        trials = self.run.remaining() if budget is None else int(budget)
+        patience = self.shared.options.latency_patience
         label = f"latency ({sum(1 for p in fallback.values() if p == 'fp32')} groups in fp32)"
-        held = set(speed_params(self.ctx, incumbent))
-        names = [name for name in graph_params(self.ctx) if name not in held]
-        params = self.ctx.quant_params()
+        held = set(speed_params(self.run.ctx, incumbent))
+        names = [name for name in graph_params(self.run.ctx) if name not in held]
+        params = self.run.ctx.quant_params()
         spent = misses = timed_out = 0
         improved = True
         while improved:  # a new incumbent: its own neighbours, in the same order
             improved = False
             for point, change in self._neighbours(incumbent, names, params):
                 if misses >= patience:
-                    self.finished_reason = (
+                    self.run.finished_reason = (
                         f"the latency stage: {misses} candidates in a row were not faster than "
-                        f"{self._trial_of(incumbent)[1]} beyond the noise, side by side"
+                        f"{self.trial_of(incumbent)[1]} beyond the noise, side by side"
                     )
                     return incumbent
-                if spent >= trials or self.remaining() <= 0:
+                if spent >= trials or self.run.remaining() <= 0:
                     return incumbent
                 # speed first: a candidate not faster side by side costs a timing, not an accuracy evaluation
-                paired = self._paired(point, incumbent)
+                paired = self.paired(point, incumbent)
                 if paired is not None and not paired.get("faster"):
                     timed_out += 1
                     misses += 1
                     continue
-                tried = yield from self.try_point(point, f"{label}: {change}")
+                tried = yield from self.run.try_point(point, f"{label}: {change}")
                 if tried.duplicate_of is not None:  # an earlier trial's model: its timing stands
                     continue
                 spent += 1
@@ -330,9 +334,9 @@ class LatencyStage:
                         return incumbent
                     break
                 misses += 1
-        trial = self._trial_of(incumbent)[1]
+        trial = self.trial_of(incumbent)[1]
         timed = f"; {timed_out} more not faster side by side, never evaluated" if timed_out else ""
-        self.finished_reason = (
+        self.run.finished_reason = (
             f"the latency stage: every setting that changes the executed graph was tried from {trial} "
             f"({spent} latency trials{timed}): none is faster beyond the noise"
             if spent or timed_out
@@ -349,7 +353,7 @@ class LatencyStage:
             for value in preferred_values(params[name], incumbent):
                 if value is None or incumbent.get(name) == value:
                     continue
-                point = self.complete(fill_conditionals(self.ctx, {**incumbent, name: value}))
-                if self.ctx.valid(point) and self.known(point) is None:
+                point = self.run.complete(fill_conditionals(self.run.ctx, {**incumbent, name: value}))
+                if self.run.ctx.valid(point) and self.run.known(point) is None:
                     out.append((point, f"{name.split('.', 1)[1]}={value}"))
         return out

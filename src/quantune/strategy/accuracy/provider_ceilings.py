@@ -1,7 +1,7 @@
 """The provider axis in the speed-first strategy: every provider's ceilings before any accuracy work.
 
 With ``target.providers`` the execution provider is a parameter of every flow
-(``engine/providers.py``), and the fastest int8 model on one provider need not be the fastest on
+(``engine/plan/providers.py``), and the fastest int8 model on one provider need not be the fastest on
 another, and a run whose ceilings were timed on one provider would recover accuracy there
 only. So the ceilings are per provider: each fully quantized variant on
 each provider that can load it (what one cannot is pruned by ``space/providers.py``), timed in the
@@ -35,7 +35,9 @@ from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.space.providers import short_provider
 from quantune.strategy.accuracy.common import Step
-from quantune.strategy.accuracy.latency_stage import surely_slower
+from quantune.strategy.accuracy.latency_stage import LatencyStage, surely_slower
+from quantune.strategy.accuracy.shared import Shared
+from quantune.strategy.accuracy.speed import Variant
 from quantune.strategy.base import Outcome, SearchProblem
 
 FLOW_KEY = "flow"
@@ -97,46 +99,40 @@ def original_points(problem: SearchProblem) -> list[tuple[str, Point, tuple[str,
 
 
 class ProviderCeilings:
-    """Mixin of the ceiling stage (``ceilings.py``): the originals on other providers, timed with
-    the ceilings, and the rule that drops a ceiling an original in budget already beats."""
+    """The provider axis: the originals on other providers, timed with the
+    ceilings, the rule that drops a ceiling an original in budget already beats, and the model in
+    budget carried to every provider."""
 
-    problem: SearchProblem
-    ctx: Any
+    def __init__(self, shared: Shared, latency: LatencyStage) -> None:
+        self.shared, self.run, self.latency = shared, shared.run, latency
+        self.opening_met: dict[str, bool] = {}  # provider -> whether its original met the criterion
+        self.original_ratio: dict[str, float | None] = {}  # provider -> its original's paired ratio
+        self.originals: list[tuple[str, Point, tuple[str, ...]]] = []  # those timed with the ceilings
+        self.carry_notes: list[str] = []  # why a provider was not tried (carry)
 
     def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
         """Told by ``WithOpenings``: whether the original on ``provider`` met the criterion there, and
         its paired ratio (used until the ceilings' session times it with the ceilings)."""
-        self._opening_meets()[provider] = bool(outcome.meets) and not outcome.failed
+        self.opening_met[provider] = bool(outcome.meets) and not outcome.failed
         if paired_ratio is not None:
-            self._originals_ratios().setdefault(provider, paired_ratio)
-
-    def _opening_meets(self) -> dict[str, bool]:
-        if not hasattr(self, "_openings_met"):
-            self._openings_met: dict[str, bool] = {}
-        return self._openings_met
-
-    def _originals_ratios(self) -> dict[str, float | None]:
-        if not hasattr(self, "_original_ratio"):
-            self._original_ratio: dict[str, float | None] = {}
-        return self._original_ratio
+            self.original_ratio.setdefault(provider, paired_ratio)
 
     def original_items(self) -> list[tuple[Point, tuple[str, ...]]]:
         """The originals on the other providers, as items of the ceilings' side-by-side session."""
-        self._originals = original_points(self.problem)
-        return [(point, flow) for _, point, flow in self._originals]
+        self.originals = original_points(self.run.problem)
+        return [(point, flow) for _, point, flow in self.originals]
 
     def note_originals(self, ratios: Sequence[float | None]) -> None:
         """Their side-by-side ratios (in the order of :meth:`original_items`)."""
-        for (provider, _, _), ratio in zip(getattr(self, "_originals", []), ratios, strict=False):
+        for (provider, _, _), ratio in zip(self.originals, ratios, strict=False):
             if ratio is not None:  # else what its opening timed stands
-                self._originals_ratios()[provider] = ratio
+                self.original_ratio[provider] = ratio
 
     def best_original(self) -> tuple[str, float] | None:
         """The fastest original on another provider that met the criterion, side by side with
         the original on the reference provider: (provider, ratio); None when none is known."""
-        met = self._opening_meets()
-        ratios = self._originals_ratios().items()
-        timed = [(ratio, p) for p, ratio in ratios if ratio is not None and ratio < 1.0 and met.get(p)]
+        ratios = self.original_ratio.items()
+        timed = [(ratio, p) for p, ratio in ratios if ratio is not None and ratio < 1.0 and self.opening_met.get(p)]
         if not timed:
             return None
         ratio, provider = min(timed)
@@ -146,7 +142,7 @@ class ProviderCeilings:
         """Why a ceiling at ``ratio`` cannot win (an original in budget on another provider is not
         slower than it by the margin), or None."""
         best = self.best_original()
-        if best is None or ratio < best[1] * (1.0 - margin) or not self._drops_slow():
+        if best is None or ratio < best[1] * (1.0 - margin) or not self.shared.options.drop_slow:
             return None
         provider, theirs = best
         return (
@@ -154,108 +150,99 @@ class ProviderCeilings:
             f"{short_provider(provider)} is in budget at {theirs:.2f}x"
         )
 
-    def _drops_slow(self) -> bool:
-        """The ``drop_slow`` option (default true; false keeps every ceiling, ordered by speed)."""
-        return bool(self.options.drop_slow)  # type: ignore[attr-defined]  # the strategy's typed options
-
-    def learned(self) -> dict[str, Any]:
-        """results.json's ``strategy``, with the originals' ratios from the ceilings' session."""
-        notes = super().learned()  # type: ignore[misc]
-        if ratios := self._originals_ratios():
-            notes["provider_original_ratios"] = dict(ratios)
-        return notes
-
     # -- the model in budget on every provider ----------------------------------------------------
-    def everywhere(self, base: Point, fallback: dict[str, Any], variant: Any) -> Step:
+    def everywhere(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
         """Stage: the model in budget (``base`` with ``fallback``, found in ``variant``) on each other
         provider (:meth:`carry`), then the latency stage from the fastest; returns its point."""
         carried = yield from self.carry(base, fallback, variant)
         if carried is None:  # a provider's model is at its ceiling: nothing faster is possible
-            final = self.settled  # type: ignore[attr-defined]
+            final = self.shared.settled
         else:
-            final = yield from self.latency(*carried)  # type: ignore[attr-defined]
-        if notes := getattr(self, "_carry_notes", []):
-            self.finished_reason = "; ".join([r for r in (self.finished_reason,) if r] + notes)  # type: ignore[has-type]
+            final = yield from self.latency.stage_latency(*carried)
+        if self.carry_notes:
+            self.run.finished_reason = "; ".join([r for r in (self.run.finished_reason,) if r] + self.carry_notes)
         return final
 
-    def carry(self, base: Point, fallback: dict[str, Any], variant: Any) -> Step:
+    def carry(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
         """The model in budget on each provider that loads ``variant``'s quantization, in the axis's
         order; (base, fallback, variant) of the fastest side by side (ties: the incumbent), or None
         when one ended the search at its ceiling."""
-        axis = provider_axis(self.problem)
-        self._carry_notes: list[str] = []
-        if axis is None or self.problem.objective != "latency" or variant is None:
+        axis = provider_axis(self.run.problem)
+        self.carry_notes = []
+        if axis is None or self.run.problem.objective != "latency" or variant is None:
             return base, fallback, variant
         key = f"{axis[0]}.provider"
         best = (base, fallback, variant)
-        incumbent = self.complete(self.ctx.with_fallback(base, fallback))  # type: ignore[attr-defined]
+        incumbent = self.run.complete(self.run.ctx.with_fallback(base, fallback))
         for twin in self._twins(variant, key):
             name = short_provider(str(twin.point[key]))
             if twin.failed:
-                self._carry_notes.append(f"not tried on {name}: its speed ceiling there failed or was not timed")
+                self.carry_notes.append(f"not tried on {name}: its speed ceiling there failed or was not timed")
                 continue
-            ceiling = self._paired(self.complete(dict(twin.timing_point)), incumbent)  # type: ignore[attr-defined]
-            if ceiling is not None and surely_slower(ceiling) and self._drops_slow():
+            ceiling = self.latency.paired(self.run.complete(dict(twin.timing_point)), incumbent)
+            if ceiling is not None and surely_slower(ceiling) and self.shared.options.drop_slow:
                 ratio = float(ceiling.get("ratio_median", 1.0))
-                self._carry_notes.append(
+                self.carry_notes.append(
                     f"not built on {name}: its speed ceiling there is {ratio:.2f}x the incumbent side by side, "
                     "surely slower, so no model there could win"
                 )
                 continue
-            if self.remaining() <= 0:  # type: ignore[attr-defined]
+            if self.run.remaining() <= 0:
                 break
             found = yield from self._on_provider(twin, {**base, key: twin.point[key]}, fallback, name)
             if found is None:
                 continue
-            point = self.complete(self.ctx.with_fallback(*found))  # type: ignore[attr-defined]
-            result = self._paired(point, incumbent)  # type: ignore[attr-defined]
+            point = self.run.complete(self.run.ctx.with_fallback(*found))
+            result = self.latency.paired(point, incumbent)
             if result is not None and result.get("faster"):
                 ratio = float(result.get("ratio_median", 1.0))
-                self.decisions.append(  # type: ignore[attr-defined]
-                    f"on {name}: {self._trial_of(point)[1]} is in budget, {ratio:.2f}x the incumbent side by side: "  # type: ignore[attr-defined]
+                self.shared.decisions.append(
+                    f"on {name}: {self.latency.trial_of(point)[1]} is in budget, {ratio:.2f}x the incumbent side by side: "
                     "the search goes on from it"
                 )
-                best, incumbent, self._in_play = (*found, twin), point, twin
-                if self.at_ceiling(twin, point):  # type: ignore[attr-defined]
+                best, incumbent, self.shared.in_play = (*found, twin), point, twin
+                if self.latency.at_ceiling(twin, point):
                     return None
             else:
                 ratio = float((result or {}).get("ratio_median", float("nan")))
-                self.decisions.append(  # type: ignore[attr-defined]
+                self.shared.decisions.append(
                     f"on {name}: in budget, {ratio:.2f}x the incumbent side by side: not faster beyond the noise"
                 )
-        self.ctx = best[2].ctx
+        self.run.ctx = best[2].ctx
         return best
 
-    def _on_provider(self, twin: Any, base: Point, fallback: dict[str, Any], name: str) -> Step:
+    def _on_provider(self, twin: Variant, base: Point, fallback: dict[str, Any], name: str) -> Step:
         """(base, fallback) of a model in budget on ``twin``'s provider: the one found elsewhere,
         evaluated there; else, when it misses there, a recovery of that provider's own (its
         evaluations there); None when neither is in budget."""
-        self.ctx = twin.ctx
-        point = self.ctx.with_fallback(base, fallback)
+        self.run.ctx = twin.ctx
+        point = self.run.ctx.with_fallback(base, fallback)
         kept = sum(1 for precision in fallback.values() if precision != "int8")
         stage = f"on {name}: the model in budget found on another provider ({kept} groups in higher precision)"
-        outcome = yield from self.try_point(point, stage)  # type: ignore[attr-defined]
+        outcome = yield from self.run.try_point(point, stage)
         if outcome.meets and not outcome.failed:
             return base, fallback
         if outcome.failed:
-            self._carry_notes.append(f"the model in budget failed on {name}")
+            self.carry_notes.append(f"the model in budget failed on {name}")
             return None
-        held = (self._in_play, self.settled, self.finished_reason)  # type: ignore[attr-defined,has-type]
-        self._in_play = twin
-        found = yield from self.recover(base, self.known(base))  # type: ignore[attr-defined]
-        self._in_play, self.settled, self.finished_reason = held  # its ceiling stop is decided by carry
+        held = (self.shared.in_play, self.shared.settled, self.run.finished_reason)
+        self.shared.in_play = twin
+        found = yield from self.shared.recover(base, self.run.known(base))
+        self.shared.in_play, self.shared.settled, self.run.finished_reason = (
+            held  # its ceiling stop is decided by carry
+        )
         if found is None:
-            self._carry_notes.append(f"no model in budget on {name}: its own recovery found none")
+            self.carry_notes.append(f"no model in budget on {name}: its own recovery found none")
             return None
         return found
 
-    def _twins(self, variant: Any, key: str) -> list[Any]:
+    def _twins(self, variant: Variant, key: str) -> list[Variant]:
         """``variant``'s quantization on the other providers: the ceilings of the same flow and point
         but for the provider, in the axis's order."""
         mine = {k: v for k, v in variant.point.items() if k != key}
         return [
             v
-            for v in getattr(self, "variants", [])
+            for v in self.shared.variants
             if v is not variant
             and v.ctx.flow == variant.ctx.flow
             and v.point.get(key) != variant.point.get(key)

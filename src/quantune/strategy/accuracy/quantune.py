@@ -15,18 +15,23 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from quantune.graph.capability import Group, Precision
 from quantune.space import Point
-from quantune.strategy.accuracy.bisect import Bisection
+from quantune.strategy.accuracy.bisect import Bisection, repeated_blocks
 from quantune.strategy.accuracy.ceilings import CEILING, CeilingStage
 from quantune.strategy.accuracy.common import AccuracyStrategy, Step
-from quantune.strategy.accuracy.context import describe
+from quantune.strategy.accuracy.context import AccuracyContext, describe
+from quantune.strategy.accuracy.first_guess import FirstGuess
 from quantune.strategy.accuracy.latency_stage import LatencyStage
+from quantune.strategy.accuracy.provider_ceilings import ProviderCeilings
 from quantune.strategy.accuracy.recover import RecoverStage
-from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, Variant, priced
+from quantune.strategy.accuracy.shared import FirstRequests, Shared
+from quantune.strategy.accuracy.speed import COMPUTE_TYPES, SAFE_TYPES, coarse_costs, priced
 from quantune.strategy.accuracy.staged import Stages
-from quantune.strategy.base import Outcome
+from quantune.strategy.accuracy.targeted import TargetedStage
+from quantune.strategy.base import Outcome, Proposal
 from quantune.strategy.options import QuantuneOptions
 from quantune.strategy.registry import register_strategy
 
@@ -34,7 +39,7 @@ log = logging.getLogger("quantune.strategy")
 
 
 @register_strategy("quantune")
-class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrategy):
+class QuantuneStrategy(AccuracyStrategy):
     """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
     Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
@@ -68,72 +73,95 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     def setup(self) -> None:
         super().setup()
         self.ranking: list[Group] = []
-        self.variants: list[Variant] = []
-        self.settled: Point | None = None  # the model it settled on by paired timing (answer)
-        self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (targeted.py)
-        # the refined flows' variants: their unrefined twin's speed, never built as ceilings
-        self.refined: list[Variant] = []
-        self._ceiling_stage: dict[str, Variant] = {}
-        self.decisions: list[str] = []  # why variants were kept or dropped, in order
-        self.skipped: list[str] = []  # variants never built: a faster twin is among them (speed.slower_twins)
-        self._screened = False  # the accuracy parameters were screened before the fallback
-        self._guess: Variant | None = None  # the first guess's variant (stage_first_guess)
-        self._tied: set[int] = set()  # variants kept by a tie at the margin (ceilings._ties_at_the_margin)
-        self._guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
-        self._in_play: Variant | None = None  # the variant recovered in: its ceiling bounds every later stage
-        self.build_ahead: list[tuple[Point, tuple[str, ...]]] = []  # what the engine may build ahead (prebuild.py)
-        self.evaluate_ahead: list[tuple[Point, tuple[str, ...]]] = []  # ... and evaluate ahead
+        self.screened = False  # the accuracy parameters were screened before the fallback
+        self.guessed_elsewhere = False  # the first guess was another variant: one evaluation spent
+        self.shared = Shared(self, self.options, self.recover)
+        self.latency = LatencyStage(self.shared)
+        self.providers = ProviderCeilings(self.shared, self.latency)
+        self.ceilings = CeilingStage(self.shared, self.latency, self.providers)
+        self.first_guess = FirstGuess(self.shared, self.latency, self.providers, self.ceilings)
+        self.targeted = TargetedStage(self.shared, self.latency, self.ceilings)
+        self.recovery = RecoverStage(self.shared, self.latency, self.targeted)
 
     def stages(self) -> Stages:
-        guess = yield from self.stage_first_guess()
-        kept = yield from self.stage_ceiling()
+        guess = yield from self.first_guess.stage()
+        kept = yield from self.ceilings.stage_ceiling()
         for variant in kept:
             self.ctx = variant.ctx
             base = variant.point
-            self._guessed_elsewhere = guess is not None and guess is not variant
+            self.guessed_elsewhere = guess is not None and guess is not variant
             # the only accuracy evaluation a ceiling gets: the fastest kept variant's, first
             outcome = yield from self.try_point(base, f"{CEILING}: {variant.label}")
-            self._measure(variant, outcome)
-            if variant.failed or not self._verdict(variant)[0]:
+            self.ceilings.measure(variant, outcome)
+            if variant.failed or not self.ceilings.verdict(variant)[0]:
                 continue  # untimed variants are judged by their trial's latency
-            self._in_play = variant
+            self.shared.in_play = variant
             lighter: dict[str, Precision] | None = None
             if variant.meets:
                 fallback: dict[str, Precision] | None = {}
-                lighter = yield from self.stage_lighter(base)  # fewer Q/DQ pairs, faster side by side?
+                lighter = yield from self.latency.stage_lighter(base)  # fewer Q/DQ pairs, faster side by side?
                 if lighter is not None:
                     fallback = lighter
-                    variant, base = yield from self.stage_tied(variant, base, fallback, kept)
-                elif self.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
+                    variant, base = yield from self.latency.stage_tied(variant, base, fallback, kept)
+                elif self.latency.at_ceiling(variant, base):  # the ceiling itself is in budget: nothing faster
                     return
-            elif (refined := (yield from self.stage_recover(variant))) is not None:  # recover.py
+            elif (refined := (yield from self.recovery.stage_recover(variant))) is not None:  # recover.py
                 base, fallback = refined, {}
-                if self.finished_reason or self.at_ceiling(variant, base):
+                if self.finished_reason or self.latency.at_ceiling(variant, base):
                     return  # the recovered, fully quantized model is at the ceiling
             else:
                 found = yield from self.recover(base, self.known(base))
                 if found is None:
                     continue
-                base, fallback = yield from self.stage_recover_units(variant, *found, self._costs())
-                variant, base = yield from self.stage_tied(variant, base, fallback or {}, kept)
-                if self.finished_reason or self.at_ceiling(variant, self.ctx.with_fallback(base, fallback or {})):
+                base, fallback = yield from self.recovery.stage_recover_units(
+                    variant, *found, coarse_costs(self.problem)
+                )
+                variant, base = yield from self.latency.stage_tied(variant, base, fallback or {}, kept)
+                if self.finished_reason or self.latency.at_ceiling(
+                    variant, self.ctx.with_fallback(base, fallback or {})
+                ):
                     return  # a recovery stage's model is at the ceiling
             if fallback and lighter is None:  # a model in budget: can a calibration choice quantize all?
                 full = yield from self.screen_full(variant.point)
                 if full is not None:
                     base, fallback = full, {}
-                    if self.at_ceiling(variant, base):
+                    if self.latency.at_ceiling(variant, base):
                         return
-            final = yield from self.everywhere(base, fallback or {}, variant)  # on each provider, then latency
-            if final is not None and self.settled is None:
-                self.settled = self.complete(dict(final))
+            final = yield from self.providers.everywhere(
+                base, fallback or {}, variant
+            )  # on each provider, then latency
+            if final is not None and self.shared.settled is None:
+                self.shared.settled = self.complete(dict(final))
             return
 
     def answer(self) -> int | None:
         """The trial of the model the search ended on, in budget: at the speed ceiling (paired timing
         against it), or the latency stage's incumbent (each change kept only when faster side by side)."""
-        outcome = self.known(self.settled) if self.settled is not None else None
+        outcome = self.known(self.shared.settled) if self.shared.settled is not None else None
         return None if outcome is None or not outcome.meets or outcome.failed else outcome.number
+
+    def first_requests(self) -> FirstRequests:
+        return self.first_guess.first_requests()
+
+    def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
+        """Told by ``WithOpenings``: the original on another provider (:mod:`.provider_ceilings`)."""
+        self.providers.observe_opening(provider, outcome, paired_ratio)
+
+    def annotate(self, proposal: Proposal, outcome: Outcome) -> str | None:
+        return self.ceilings.annotate(proposal, outcome)
+
+    def contexts(self) -> list[AccuracyContext]:
+        return [self.ctx, *(v.ctx for v in [*self.shared.variants, *self.shared.refined])]
+
+    def learned(self) -> dict[str, Any]:
+        """results.json's ``strategy``, with the originals' ratios from the ceilings' session and what
+        refining recovered."""
+        notes = {**super().learned(), "decisions": list(self.shared.decisions)}
+        if ratios := self.providers.original_ratio:
+            notes["provider_original_ratios"] = dict(ratios)
+        if self.shared.recovered:
+            notes["recovered"] = self.shared.recovered
+        return notes
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
@@ -152,7 +180,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         others = [g for g in self.ctx.candidates if g.op_type not in COMPUTE_TYPES]
         screen = self._screen_allowance(compute, others)
         if screen > 0:
-            self._screened = True
+            self.screened = True
             base, outcome = yield from self.stage_screen(base, screen)
             if outcome is not None and outcome.meets:
                 return base, {}
@@ -160,19 +188,19 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         if compute and others:
             held = yield from self.stage_op_types(base, compute, others)
             if held is not None:
-                return base, self._assign(held)
+                return base, self.assign(held)
             fallen = others  # no op-type set holds: bisect the compute groups with the rest in fp32
         pool = compute if fallen else list(self.ctx.candidates)
         found = yield from self.bisect(base, pool, fallen)
         if found is None:
             return None
-        if self.at_ceiling(self._in_play, self.fallback(base, [*fallen, *found])):  # no prune can beat it
-            return base, self._assign([*fallen, *found])
+        if self.latency.at_ceiling(self.shared.in_play, self.fallback(base, [*fallen, *found])):  # no prune can beat it
+            return base, self.assign([*fallen, *found])
         assignment = yield from self.prune(base, found, fallen)
         if fallen:  # the op types put in fp32 wholesale: back to int8 those the budget does not need
             inner = {name: p for name, p in assignment.items() if name not in {g.name for g in fallen}}
             still = yield from self.add_back(base, list(fallen), inner)
-            assignment = {**inner, **self._assign(still)}
+            assignment = {**inner, **self.assign(still)}
         return base, assignment
 
     def _screen_allowance(self, compute: Sequence[Group], others: Sequence[Group]) -> int:
@@ -188,14 +216,14 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
             op_types = 2 if risky and len(risky) < len(others) else 1
         pool = len(compute) if op_types else units
         bisect = math.ceil(math.log2(max(pool, 2))) + 1  # the assumed-feasible top may need its own trial
-        guess = int(self._guessed_elsewhere)
+        guess = int(self.guessed_elsewhere)
         return max(0, min(limit, bound - 1 - guess - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
         """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``)
         unless screened before the fallback; the point that meets the criterion with nothing in fp32, or None."""
         limit = self.options.screen_trials
-        if limit <= 0 or self._screened:
+        if limit <= 0 or self.screened:
             return None
         point, outcome = yield from self.stage_screen(base, limit)
         return point if outcome is not None and outcome.meets and point != base else None
@@ -217,7 +245,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 break
         if fallen is None:
             return None
-        if self.at_ceiling(self._in_play, self.fallback(base, fallen)):  # nothing to add back
+        if self.latency.at_ceiling(self.shared.in_play, self.fallback(base, fallen)):  # nothing to add back
             return fallen
         return (yield from self.add_back(base, fallen, {}))
 
@@ -230,12 +258,13 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         residual Add in fp32 with it. So ``fallen`` is ranked by harm per time and bisected like the
         compute groups: the smallest k such that its k first in fp32 meet (all of them is known to),
         at most ``op_type_trials`` evaluations; kept when, in a latency run, not slower side by side."""
-        ranked = [g for g, _ in priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), self._costs())]
-        before = self.ctx.with_fallback(base, {**fixed, **self._assign(fallen)})
+        ranked_scores = priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), coarse_costs(self.problem))
+        ranked = [g for g, _ in ranked_scores]
+        before = self.ctx.with_fallback(base, {**fixed, **self.assign(fallen)})
         search, trials = Bisection(len(ranked), lo=-1, hi=len(ranked)), self.options.op_type_trials
         point, outcome = before, None
         while (k := search.next_k()) is not None and trials > 0:
-            trial = self.ctx.with_fallback(base, {**fixed, **self._assign(ranked[:k])})
+            trial = self.ctx.with_fallback(base, {**fixed, **self.assign(ranked[:k])})
             if self.known(trial) is None:  # the fully quantized model (k = 0) is often known: free
                 trials -= 1
             stage = (
@@ -248,7 +277,9 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         if outcome is None or search.hi is None:
             return fallen
         kept = ranked[: search.hi]
-        if not self.keeps_requantized(outcome, point, before, f"op types: {len(fallen) - len(kept)} groups to int8"):
+        if not self.latency.keeps_requantized(
+            outcome, point, before, f"op types: {len(fallen) - len(kept)} groups to int8"
+        ):
             return fallen
         self.note_meeting(len(kept) + sum(1 for p in fixed.values() if p == "fp32"))
         return kept
@@ -256,10 +287,10 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     def bisect(self, base: Point, pool: Sequence[Group], fallen: Sequence[Group]) -> Step:
         """The fewest of ``pool`` (by harm per time) in fp32, with ``fallen`` too, that meet; None if none."""
         start = self.fallback(base, fallen)
-        ranked_scores = priced(self.ctx.ranked(start, pool), self._costs())
+        ranked_scores = priced(self.ctx.ranked(start, pool), coarse_costs(self.problem))
         ranked = [group for group, _ in ranked_scores]
         self.ranking = ranked
-        blocks = self._blocks(ranked_scores)
+        blocks = repeated_blocks(self.ctx.capability.blocks(), ranked_scores)
         if blocks and self.options.bisect_blocks:
             found = yield from self._bisect_blocks(base, ranked, blocks, fallen)
             if found is not None:
@@ -302,24 +333,6 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
             self.note_meeting(len(groups) + len(fallen))
         return bool(outcome.meets)
 
-    def _blocks(self, ranked_scores: list[tuple[Group, float]]) -> list[tuple[str, list[Group]]]:
-        """Repeated blocks (transformer layers) with their candidate groups, most sensitive first."""
-        blocks = self.ctx.capability.blocks()
-        if len(blocks) < 2:
-            return []
-        score = {group.name: value for group, value in ranked_scores}
-        order = [group for group, _ in ranked_scores]
-        found = []
-        for block, names in blocks.items():
-            members = set(names)
-            groups = [g for g in order if g.name in members]
-            if groups:
-                found.append((block, groups, sum(score[g.name] for g in groups)))
-        if len(found) < 2:
-            return []
-        found.sort(key=lambda item: -item[2])
-        return [(block, groups) for block, groups, _ in found]
-
     def _bisect_blocks(
         self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]], fallen: Sequence[Group]
     ) -> Step:
@@ -350,7 +363,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
         assignment: dict[str, Precision] = {g.name: "fp32" for g in [*fallen, *groups]}
         if len(groups) <= 1 and "int16" not in self.ctx.precisions:
             return assignment
-        costs = self._costs()
+        costs = coarse_costs(self.problem)
         order = list(reversed(groups))  # least harmful first when there is no profile
         if costs:
             order.sort(key=lambda g: -sum(costs.get(n, 0.0) for n in g.nodes))
@@ -369,7 +382,7 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
                 limit -= 1
                 stage = f"prune: {group.name} -> {precision}"
                 outcome = yield from self.try_point(point, stage, speed_if_missed=False)
-                if self.keeps_requantized(outcome, point, self.ctx.with_fallback(base, assignment), stage):
+                if self.latency.keeps_requantized(outcome, point, self.ctx.with_fallback(base, assignment), stage):
                     assignment = trial
                     self.note_meeting(sum(1 for p in assignment.values() if p == "fp32"))
                     break
@@ -378,21 +391,3 @@ class QuantuneStrategy(LatencyStage, RecoverStage, CeilingStage, AccuracyStrateg
     def _lower_precisions(self) -> list[Precision]:
         """Cheaper precisions to try for a fallen group, cheapest first."""
         return ["int8", "int16"] if "int16" in self.ctx.precisions else ["int8"]
-
-    def _assign(self, groups: Sequence[Group]) -> dict[str, Precision]:
-        return {g.name: "fp32" for g in groups}
-
-    def _costs(self) -> dict[str, float]:
-        """Each node's share of the original's time, in steps of 25%: shares move a few % from run to run,
-        and the orders taken from them (bisection ranks, groups added back, the prune) must not, so the
-        same run twice tries the same trials. Only a latency run prices groups by time."""
-        costs = self.problem.node_costs if self.problem.objective == "latency" else None
-        return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
-
-
-def _coarse(share: float) -> float:
-    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares become equal, and the
-    sorts that use them fall back to their fixed tie order (sensitivity, graph order)."""
-    if share <= 0.0 or not math.isfinite(share):
-        return 0.0
-    return 1.25 ** round(math.log(share, 1.25))

@@ -26,89 +26,46 @@ from collections.abc import Mapping
 from typing import Any
 
 from quantune.graph.capability import Precision
-from quantune.passes.registry import find_pass
 from quantune.space import Point
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import FLOW_KEY, AccuracyContext
+from quantune.strategy.accuracy.latency_stage import LatencyStage
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import Variant
 from quantune.strategy.accuracy.targeted import TargetedStage, weighted_nodes
 
 log = logging.getLogger("quantune.strategy")
 
 
-def _refining(name: object) -> int | None:
-    """A refining pass's cost rank (its ``recover_cost`` trait: bias correction is one pass over the
-    data, a fine-tune fits every quantized layer), or None for any other pass."""
-    cls = find_pass(str(name))
-    return cls.recover_cost if cls is not None and cls.role == "recover" else None
-
-
 RECOVER = "recover"
 
 
-class RecoverStage(TargetedStage):
-    """Mixin for the quantune strategy: refined flows tried before and after the fallback."""
+class RecoverStage:
+    """Refined flows tried before and after the fallback."""
 
-    recovered: dict[str, Any]
-
-    def refined_variants(self, variant: Variant) -> list[Variant]:
-        """Kept variants of the flows that add refining steps after ``variant``'s quant step: the
-        same speed class first (its label's "QDQ/uint8"), then the fastest ceilings, cheapest
-        refinement first. Another format counts: bias correction refines QDQ models only, and a
-        refined QDQ model with every unit int8 is as fast as the fastest format's ceiling give or
-        take a few percent, where a unit in fp32 costs more."""
-        ctx = variant.ctx
-        steps = ctx.flow[: ctx.flow.index(ctx.quant_step) + 1]
-        suffix = variant.label.split(": ", 1)[-1]
-        keeps = getattr(self, "_keeps", lambda v: not v.failed)
-        baseline = (getattr(self, "baseline", None) or {}).get("latency_ms")
-        found = []
-        for other in [*getattr(self, "variants", []), *getattr(self, "refined", [])]:
-            flow = other.ctx.flow
-            extra = flow[len(steps) :]
-            if other is variant or flow[: len(steps)] != steps or not extra or not keeps(other):
-                continue
-            passes = [self.problem.step_passes.get(step) for step in extra]
-            costs = [_refining(name) for name in passes]
-            if not costs or any(c is None for c in costs):
-                continue
-            ratio = other.ratio(baseline)
-            cost = max(c for c in costs if c is not None)
-            key = (other.label.split(": ", 1)[-1] != suffix, float("inf") if ratio is None else ratio, cost, len(extra))
-            found.append((key, other))
-        return [other for _, other in sorted(found, key=lambda item: item[0])]
-
-    def recoverable(self, variant: Variant) -> bool:
-        """Whether ``variant``'s miss is close enough for the refining passes: its loss over the budget
-        by at most ``recover_within`` budgets (an option). They mend rounding; a model int8 broke (far over
-        the budget) costs a refined build and an evaluation per try for
-        nothing, time the fallback needs."""
-        within = self.options.recover_within
-        tolerable = self.problem.tolerable_loss  # type: ignore[attr-defined]
-        if within is None or tolerable is None or tolerable <= 0:
-            return True
-        return variant.violation <= within * tolerable
+    def __init__(self, shared: Shared, latency: LatencyStage, targeted: TargetedStage) -> None:
+        self.shared, self.run, self.latency, self.targeted = shared, shared.run, latency, targeted
 
     def stage_recover(self, variant: Variant) -> Step:
         """Stage: the worst units fixed in int8 (:mod:`.targeted`), then the fully quantized variant in
-        each refined flow; its point when one meets, else None (``self.ctx`` is then the refined flow's)."""
-        targeted = yield from self.stage_targeted(variant)  # type: ignore[attr-defined]
+        each refined flow; its point when one meets, else None (``self.run.ctx`` is then the refined flow's)."""
+        targeted = yield from self.targeted.stage_targeted(variant)
         if targeted is not None:
             return targeted
-        if not self.recoverable(variant):
+        if not self.targeted.recoverable(variant):
             self._not_recoverable(variant)
             return None
-        for refined in self.refined_variants(variant):
-            if self.remaining() <= 1:  # leave a trial for the fallback
+        for refined in self.targeted.refined_variants(variant):
+            if self.run.remaining() <= 1:  # leave a trial for the fallback
                 return None
-            if variant.label in self.fitted and self.layer_fit(refined) is not None:  # type: ignore[attr-defined]
+            if variant.label in self.targeted.fitted and self.targeted.layer_fit(refined) is not None:
                 continue  # its worst layers were fitted alone and missed: a fit of every layer costs
                 # minutes on a large model and is unlikely to do better
-            passes = self.refining_passes(refined)
-            outcome = yield from self.try_point(refined.point, f"{RECOVER}: {refined.label} (+{', '.join(passes)})")
+            passes = self.targeted.refining_passes(refined)
+            outcome = yield from self.run.try_point(refined.point, f"{RECOVER}: {refined.label} (+{', '.join(passes)})")
             if outcome.meets:
-                self.ctx = refined.ctx
-                self.recovered = {"flow": refined.ctx.flow_name, "passes": passes, "units": "all", "fallen": []}
+                self.run.ctx = refined.ctx
+                self.shared.recovered = {"flow": refined.ctx.flow_name, "passes": passes, "units": "all", "fallen": []}
                 return refined.point
         return None
 
@@ -119,73 +76,67 @@ class RecoverStage(TargetedStage):
         first, kept int8 when the refined model meets (the first refining flow that keeps one wins);
         returns (point, fallback), as given when nothing was recovered."""
         fallen = [name for name, precision in fallback.items() if precision == "fp32"]
-        if not fallen or self.at_ceiling(variant, variant.ctx.with_fallback(base, fallback)):  # type: ignore[attr-defined]
+        if not fallen or self.latency.at_ceiling(variant, variant.ctx.with_fallback(base, fallback)):
             return base, dict(fallback)  # at the ceiling side by side already: no unit back in int8 is faster
         groups = variant.ctx.capability.group_by_name
         order = sorted(fallen, key=lambda name: -sum(costs.get(n, 0.0) for n in groups[name].nodes))
-        before = getattr(self, "recovered", None)
-        base, fallback = yield from self.stage_targeted_units(variant, base, fallback, order)  # type: ignore[attr-defined]
-        after = getattr(self, "recovered", None)
+        before = self.shared.recovered
+        base, fallback = yield from self.targeted.stage_targeted_units(variant, base, fallback, order)
+        after = self.shared.recovered
         targeted = dict(after) if after is not None and after is not before else {}  # units it kept int8
         order = [name for name in order if fallback.get(name) == "fp32"]
-        for refined in self.refined_variants(variant) if self.recoverable(variant) else []:
-            ctx, passes = refined.ctx, self.refining_passes(refined)
+        for refined in self.targeted.refined_variants(variant) if self.targeted.recoverable(variant) else []:
+            ctx, passes = refined.ctx, self.targeted.refining_passes(refined)
             start = {**refined.point, **_quant_values(base, variant.ctx, ctx.quant_step)}
             current = dict(fallback)
-            fit = self.layer_fit(refined)  # type: ignore[attr-defined]
+            fit = self.targeted.layer_fit(refined)
             last = variant.ctx.with_fallback(base, current)  # the model before a step (refining keeps the graph)
             if fit is None:  # a whole-model refinement must hold the budget with the fallback first
                 point = last = ctx.with_fallback(start, current)
-                outcome = yield from self.try_point(point, f"{RECOVER}: {refined.label} with the fallback")
+                outcome = yield from self.run.try_point(point, f"{RECOVER}: {refined.label} with the fallback")
                 if not outcome.meets:
                     continue
             kept: list[str] = []
-            units = self.options.targeted_units
+            units = self.shared.options.targeted_units
             for name in order[:units] if fit is not None else order:  # a fit per try: the costliest few
-                if self.remaining() <= 1:
+                if self.run.remaining() <= 1:
                     break
                 trial = {k: v for k, v in current.items() if k != name}
                 point = ctx.with_fallback(start, trial)
                 if fit is not None:  # fine-tune only the layers back in int8 (seconds, not a fit of every layer)
                     point[f"{fit[0]}.nodes"] = sorted(weighted_nodes(ctx, [groups[n] for n in [*kept, name]]))
                 stage = f"{RECOVER}: {name} -> int8 (+{', '.join(passes)})"
-                outcome = yield from self.try_point(point, stage)
-                if self.keeps_requantized(outcome, point, last, stage):  # type: ignore[attr-defined]
+                outcome = yield from self.run.try_point(point, stage)
+                if self.latency.keeps_requantized(outcome, point, last, stage):
                     current, kept, last = trial, [*kept, name], point
                     if fit is not None:
                         start = {**start, f"{fit[0]}.nodes": point[f"{fit[0]}.nodes"]}
             if not kept:  # the same fallback, refined: no faster, try the next refining flow
                 continue
-            self.ctx = ctx
+            self.run.ctx = ctx
             how = {name: " + ".join(passes) for name in kept}
             if targeted:  # units kept int8 by per-channel weights first, in the same quant step
                 how = {**{name: " + ".join(targeted["passes"]) for name in targeted["units"]}, **how}
                 kept = [*targeted["units"], *kept]
-            self.recovered = {"flow": ctx.flow_name, "passes": passes, "units": kept, "fallen": sorted(current)}
+            self.shared.recovered = {"flow": ctx.flow_name, "passes": passes, "units": kept, "fallen": sorted(current)}
             if targeted:
-                self.recovered["how"] = how
+                self.shared.recovered["how"] = how
             return ctx.with_fallback(start, current), current
         return base, dict(fallback)
 
     def _not_recoverable(self, variant: Variant) -> None:
-        refined = self.refined_variants(variant)
+        refined = self.targeted.refined_variants(variant)
         if refined:  # asked once per variant (stage_recover)
-            tolerable = self.problem.tolerable_loss  # type: ignore[attr-defined]
+            tolerable = self.run.problem.tolerable_loss
             over = variant.violation / tolerable if tolerable else float("inf")
             log.info(
                 "quantune strategy: %s misses by %.1f budgets (recover_within: %s): its refined flows (%s) "
                 "are not tried, a fallback is",
                 variant.label,
                 over,
-                self.options.recover_within,
+                self.shared.options.recover_within,
                 ", ".join(r.ctx.flow_name for r in refined),
             )
-
-    def learned(self) -> dict[str, Any]:
-        notes = super().learned()  # type: ignore[misc]
-        if getattr(self, "recovered", None):
-            notes["recovered"] = self.recovered
-        return notes
 
 
 def _quant_values(point: Mapping[str, Any], ctx: AccuracyContext, into: str) -> Point:

@@ -18,13 +18,16 @@ but costly group behind harmless cheap ones).
 from __future__ import annotations
 
 import itertools
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from quantune.graph.capability import Group
+from quantune.passes.registry import find_pass
 from quantune.space import Conditional, Point
 from quantune.strategy.accuracy.context import AccuracyContext
+from quantune.strategy.base import SearchProblem
 
 # Op types whose quantized kernels carry the speed: a candidate keeps at least one of them int8.
 COMPUTE_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU"})
@@ -282,3 +285,27 @@ def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(param.choices_given(point))
     except (KeyError, AttributeError, TypeError):
         return ()
+
+
+def coarse_costs(problem: SearchProblem) -> dict[str, float]:
+    """Each node's share of the original's time, in steps of 25%: shares move a few % from run to run,
+    and the orders taken from them (bisection ranks, groups added back, the prune) must not, so the
+    same run twice tries the same trials. Only a latency run prices groups by time."""
+    costs = problem.node_costs if problem.objective == "latency" else None
+    return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
+
+
+def _coarse(share: float) -> float:
+    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares become equal, and the
+    sorts that use them fall back to their fixed tie order (sensitivity, graph order)."""
+    if share <= 0.0 or not math.isfinite(share):
+        return 0.0
+    return 1.25 ** round(math.log(share, 1.25))
+
+
+def unrefined_flow(step_passes: Mapping[str, str], flow: tuple[str, ...], quant_step: str) -> tuple[str, ...] | None:
+    """``flow`` without the refining steps after its quant step (passes of role ``recover``: bias
+    correction, fast fine-tune), or None when it has none."""
+    after = flow[flow.index(quant_step) + 1 :]
+    refining = {step for step in after if (cls := find_pass(str(step_passes.get(step)))) and cls.role == "recover"}
+    return tuple(step for step in flow if step not in refining) if refining else None

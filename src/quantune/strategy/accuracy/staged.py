@@ -120,4 +120,4 @@ class StagedStrategy(Strategy):
     def best_meeting(self) -> Tried | None:
         """The told proposal that meets the criterion with the lowest objective."""
         meeting = [t for t in self.history if t.outcome.meets and t.outcome.objective is not None]
-        return min(meeting, key=lambda t: t.outcome.objective) if meeting else None  # type: ignore[arg-type, return-value]
+        return min(meeting, key=lambda t: t.outcome.objective or 0.0) if meeting else None

@@ -32,10 +32,12 @@ from typing import Any
 from quantune.graph.capability import Group, Precision
 from quantune.passes.registry import find_pass
 from quantune.space import Point
+from quantune.strategy.accuracy.ceilings import CeilingStage
 from quantune.strategy.accuracy.common import Step
 from quantune.strategy.accuracy.context import AccuracyContext, describe
+from quantune.strategy.accuracy.latency_stage import LatencyStage
+from quantune.strategy.accuracy.shared import Shared
 from quantune.strategy.accuracy.speed import Variant
-from quantune.strategy.options import QuantuneOptions
 
 TARGETED = "recover targeted"
 WEIGHTED = frozenset({"Conv", "Gemm", "MatMul"})
@@ -57,17 +59,61 @@ def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
     return not per_channel and (knobs.layout is None or ctx.value(point, knobs.layout) == knobs.qdq)
 
 
-class TargetedStage:
-    """Mixin for the quantune strategy: per-channel / fine-tuned worst units before fp32."""
+def _refining(name: object) -> int | None:
+    """A refining pass's cost rank (its ``recover_cost`` trait: bias correction is one pass over the
+    data, a fine-tune fits every quantized layer), or None for any other pass."""
+    cls = find_pass(str(name))
+    return cls.recover_cost if cls is not None and cls.role == "recover" else None
 
-    options: QuantuneOptions
-    recovered: dict[str, Any]
-    fitted: set[str]  # the variants whose worst layers were fine-tuned alone
+
+class TargetedStage:
+    """Per-channel / fine-tuned worst units before fp32; the refined flows a variant may recover in."""
+
+    def __init__(self, shared: Shared, latency: LatencyStage, ceilings: CeilingStage) -> None:
+        self.shared, self.run, self.latency, self.ceilings = shared, shared.run, latency, ceilings
+        self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (recover.py reads it)
+
+    def refined_variants(self, variant: Variant) -> list[Variant]:
+        """Kept variants of the flows that add refining steps after ``variant``'s quant step: the
+        same speed class first (its label's "QDQ/uint8"), then the fastest ceilings, cheapest
+        refinement first. Another format counts: bias correction refines QDQ models only, and a
+        refined QDQ model with every unit int8 is as fast as the fastest format's ceiling give or
+        take a few percent, where a unit in fp32 costs more."""
+        ctx = variant.ctx
+        steps = ctx.flow[: ctx.flow.index(ctx.quant_step) + 1]
+        suffix = variant.label.split(": ", 1)[-1]
+        baseline = self.run.baseline.get("latency_ms")
+        found = []
+        for other in [*self.shared.variants, *self.shared.refined]:
+            flow = other.ctx.flow
+            extra = flow[len(steps) :]
+            if other is variant or flow[: len(steps)] != steps or not extra or not self.ceilings.keeps(other):
+                continue
+            passes = [self.run.problem.step_passes.get(step) for step in extra]
+            costs = [_refining(name) for name in passes]
+            if not costs or any(c is None for c in costs):
+                continue
+            ratio = other.ratio(baseline)
+            cost = max(c for c in costs if c is not None)
+            key = (other.label.split(": ", 1)[-1] != suffix, float("inf") if ratio is None else ratio, cost, len(extra))
+            found.append((key, other))
+        return [other for _, other in sorted(found, key=lambda item: item[0])]
+
+    def recoverable(self, variant: Variant) -> bool:
+        """Whether ``variant``'s miss is close enough for the refining passes: its loss over the budget
+        by at most ``recover_within`` budgets (an option). They mend rounding; a model int8 broke (far over
+        the budget) costs a refined build and an evaluation per try for
+        nothing, time the fallback needs."""
+        within = self.shared.options.recover_within
+        tolerable = self.run.problem.tolerable_loss
+        if within is None or tolerable is None or tolerable <= 0:
+            return True
+        return variant.violation <= within * tolerable
 
     def refining_passes(self, variant: Variant) -> list[str]:
         """The pass names of ``variant``'s steps after its quant step (its refining steps)."""
         ctx = variant.ctx
-        return [str(self.problem.step_passes.get(step)) for step in ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]]  # type: ignore[attr-defined]
+        return [str(self.run.problem.step_passes.get(step)) for step in ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]]
 
     def layer_fit(self, refined: Variant) -> tuple[str, str] | None:
         """(step, pass name) when ``refined``'s only refining step's pass fits named layers (a
@@ -84,7 +130,7 @@ class TargetedStage:
     def _layer_refined(self, variant: Variant) -> tuple[Variant, str, str] | None:
         """A kept refined variant whose only refining step's pass fits named layers; with that step
         and its pass's name."""
-        for refined in self.refined_variants(variant):  # type: ignore[attr-defined]
+        for refined in self.refined_variants(variant):
             if (fit := self.layer_fit(refined)) is not None:
                 return refined, *fit
         return None
@@ -94,22 +140,22 @@ class TargetedStage:
         when one meets, else None."""
         ctx, base = variant.ctx, variant.point
         channel = per_channel_fixable(ctx, base)
-        found = self._layer_refined(variant) if self.recoverable(variant) else None  # type: ignore[attr-defined]
-        if not (channel or found) or self.remaining() <= 1:  # type: ignore[attr-defined]
+        found = self._layer_refined(variant) if self.recoverable(variant) else None
+        if not (channel or found) or self.run.remaining() <= 1:
             return None  # no fix applies: no sensitivity measured for nothing
         ranked = [g for g, score in ctx.ranked(base) if score > 0 and weighted_nodes(ctx, [g])]
-        worst = ranked[: self.options.targeted_units]
+        worst = ranked[: self.shared.options.targeted_units]
         nodes = weighted_nodes(ctx, worst)
         if not nodes:
             return None
         names = [g.name for g in worst]
         if channel:
             point = {**base, ctx.key(str(ctx.knobs.channel_nodes)): sorted(nodes)}
-            outcome = yield from self.try_point(point, f"{TARGETED}: per-channel weights on {describe(names)}")  # type: ignore[attr-defined]
+            outcome = yield from self.run.try_point(point, f"{TARGETED}: per-channel weights on {describe(names)}")
             if outcome.meets:
                 self._note(ctx, ["per-channel weights"], names)
                 return point
-        if found is None or self.remaining() <= 1:  # type: ignore[attr-defined]
+        if found is None or self.run.remaining() <= 1:
             return None
         refined, step, fit = found
         self.fitted.add(variant.label)  # the recover stage then fits no whole model of it (recover.py)
@@ -118,9 +164,9 @@ class TargetedStage:
         if channel and per_channel_fixable(refined.ctx, refined.point):
             point[refined.ctx.key(str(refined.ctx.knobs.channel_nodes))] = sorted(nodes)
             how = ["per-channel weights", fit]
-        outcome = yield from self.try_point(point, f"{TARGETED}: {' + '.join(how)} on {describe(names)}")  # type: ignore[attr-defined]
+        outcome = yield from self.run.try_point(point, f"{TARGETED}: {' + '.join(how)} on {describe(names)}")
         if outcome.meets:
-            self.ctx = refined.ctx
+            self.run.ctx = refined.ctx
             self._note(refined.ctx, how, names)
             return point
         return None
@@ -137,14 +183,14 @@ class TargetedStage:
         current, fixed, kept = dict(fallback), list(base.get(ctx.key(str(ctx.knobs.channel_nodes)), [])), []
         for name in order:
             nodes = weighted_nodes(ctx, [groups[name]])
-            if not nodes or self.remaining() <= 1:  # type: ignore[attr-defined]
+            if not nodes or self.run.remaining() <= 1:
                 continue
             trial = {k: v for k, v in current.items() if k != name}
             point = {**ctx.with_fallback(base, trial), ctx.key(str(ctx.knobs.channel_nodes)): sorted({*fixed, *nodes})}
             before = {**ctx.with_fallback(base, current), ctx.key(str(ctx.knobs.channel_nodes)): fixed}
             stage = f"{TARGETED}: {name} -> int8 (per-channel weights)"
-            outcome = yield from self.try_point(point, stage, speed_if_missed=False)  # type: ignore[attr-defined]
-            if self.keeps_requantized(outcome, point, before, stage):  # type: ignore[attr-defined]
+            outcome = yield from self.run.try_point(point, stage, speed_if_missed=False)
+            if self.latency.keeps_requantized(outcome, point, before, stage):
                 current, fixed, kept = trial, sorted({*fixed, *nodes}), [*kept, name]
         if not kept:
             return base, dict(fallback)
@@ -153,7 +199,7 @@ class TargetedStage:
 
     def _note(self, ctx: AccuracyContext, how: list[str], units: list[str], fallen: list[str] | None = None) -> None:
         """``fallen`` None: fixed before any fallback; else after it (what still is in fp32)."""
-        self.recovered = {
+        self.shared.recovered = {
             "flow": ctx.flow_name,
             "passes": how,
             "units": units,
