@@ -54,7 +54,7 @@ def test_ray_trial_timeout_cancels_a_hanging_trial(tmp_path: Path, make_config, 
     config = make_config(
         passes=[{"name": "faulty", "params": {"mode": {"search": ["hang", "ok"]}}}],
         plugins=[_plugin(tmp_path)],
-        executor={"kind": "ray", "workers": 2, "cpus_per_trial": 2, "trial_timeout_s": 20},
+        executor={"kind": "ray", "workers": 2, "cpus_per_trial": 2, "trial_timeout_s": 10},
     )
     result = quantune.tune(config, output=tmp_path / "out")
     by_mode = {t.params["faulty.mode"]: t for t in result.trials}
