@@ -18,7 +18,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from conftest import accuracy_problem, save_graph
-from quantune.evaluate.latency import LatencySpec, TimingRequest, time_side_by_side
+from quantune.evaluate.latency import LatencySpec, TimingRequest
 from quantune.evaluate.rounds import time_until_decided
 from quantune.space import Point
 from quantune.strategy import WAIT, Outcome, create_strategy
@@ -40,14 +40,17 @@ def in_batches(timings: Any) -> Any:
     return batch
 
 
-def build_chain(path: Path, layers: int, width: int, seed: int = 0) -> Path:
-    """``x[N, width]`` through ``layers`` MatMul -> Relu pairs: one fallback unit per MatMul."""
+def build_chain(path: Path, layers: int, width: int, seed: int = 0, shared: bool = False) -> Path:
+    """``x[N, width]`` through ``layers`` MatMul -> Relu pairs: one fallback unit per MatMul.
+    ``shared``: every MatMul multiplies by one weight (the work of many layers, the file of one)."""
     rng = np.random.default_rng(seed)
     nodes, inits, current = [], [], "x"
     for index in range(layers):
-        weight = rng.normal(0, 1 / np.sqrt(width), (width, width)).astype(np.float32)
-        inits.append(numpy_helper.from_array(weight, f"w{index}"))
-        nodes.append(helper.make_node("MatMul", [current, f"w{index}"], [f"m{index}"], name=f"mm{index}"))
+        name = "w0" if shared else f"w{index}"
+        if not shared or not index:
+            weight = rng.normal(0, 1 / np.sqrt(width), (width, width)).astype(np.float32)
+            inits.append(numpy_helper.from_array(weight, name))
+        nodes.append(helper.make_node("MatMul", [current, name], [f"m{index}"], name=f"mm{index}"))
         nodes.append(helper.make_node("Relu", [f"m{index}"], [f"r{index}"], name=f"relu{index}"))
         current = f"r{index}"
     graph = helper.make_graph(
@@ -183,17 +186,30 @@ def test_a_decided_candidate_sits_out_later_rounds(tmp_path: Path) -> None:
         assert np.isnan(timings[1, first_gap:]).all()  # once out, out for good
 
 
+def made_up(seconds: dict[Path, float]) -> Any:
+    """Rounds as a backend's batches (``rounds.Timings``) of made-up seconds a call: each model's own
+    figure, 1% apart round by round (a rule's answer, certain however busy the machine is)."""
+
+    def batch(models: list[Path | None], spec: LatencySpec, first: int) -> np.ndarray:
+        jitter = 1.0 + 0.01 * (np.arange(first, first + spec.repeats) % 3 - 1)
+        return np.array([np.full(spec.repeats, np.nan) if m is None else seconds[m] * jitter for m in models])
+
+    return batch
+
+
 def test_a_candidate_far_slower_sits_out_after_two_rounds_only_for_the_ceilings(tmp_path: Path) -> None:
-    """A variant four times slower than an original of over 10 ms a call is no speed ceiling after
+    """A variant eight times slower than an original of over 10 ms a call is no speed ceiling after
     two rounds: with ``early`` (the ceilings) it sits out from the third, and the rounds end there
     when it is the only candidate; its ratio is a decided one (no "unsure" mark). Without ``early``
     (paired timings, which need their five rounds) it runs the five; so does every candidate of an
-    original of microseconds."""
+    original of microseconds. Timed for real, the models are far apart by construction (eight times
+    the work, a quarter of it), so a busy machine cannot bring a round near the rule's 15%; the rule
+    is also asked with made-up seconds, batch by batch, as a target's rounds ask it."""
     from quantune.evaluate.rounds import EARLY_ROUNDS, UnsureRatio, ceiling_medians, decide_in_chunks, far_above
 
-    light = build_chain(tmp_path / "light.onnx", 16, 512)  # about 30 ms a call on one AVX2 core
-    twin = build_chain(tmp_path / "twin.onnx", 16, 512)
-    heavy = build_chain(tmp_path / "heavy.onnx", 64, 512)
+    light = build_chain(tmp_path / "light.onnx", 16, 512, shared=True)  # about 30 ms a call on one AVX2 core
+    heavy = build_chain(tmp_path / "heavy.onnx", 128, 512, shared=True)
+    lighter = build_chain(tmp_path / "lighter.onnx", 4, 512, shared=True)  # surely below the threshold
     feeds = {"x": np.ones((256, 512), np.float32)}
     spec = LatencySpec(warmup=1, repeats=20, threads=1)
     alone = time_until_decided(TimingRequest((light, heavy), feeds, spec, threshold=0.97, max_rounds=14, early=True))
@@ -201,22 +217,32 @@ def test_a_candidate_far_slower_sits_out_after_two_rounds_only_for_the_ceilings(
     medians = ceiling_medians(alone, 0.97)
     assert medians[0] is not None and medians[0] > 0.97 * 1.15 and not isinstance(medians[0], UnsureRatio)
     mixed = time_until_decided(
-        TimingRequest((light, heavy, twin), feeds, spec, threshold=0.97, max_rounds=8, early=True)
+        TimingRequest((light, heavy, lighter), feeds, spec, threshold=0.97, max_rounds=8, early=True)
     )
     assert not np.isnan(mixed[:, :EARLY_ROUNDS]).any()
-    assert np.isnan(mixed[1, EARLY_ROUNDS:]).all() and not np.isnan(mixed[2, :5]).any()  # the twin goes on
+    assert np.isnan(mixed[1, EARLY_ROUNDS:]).all() and not np.isnan(mixed[2, :5]).any()  # the lighter goes on
     assert mixed.shape[1] >= 5
-    chunks = decide_in_chunks(  # a target's rounds, batch by batch: the same rule
-        in_batches(lambda models, s: time_side_by_side(models, feeds, s)),
-        TimingRequest((light, heavy, twin), feeds, spec, threshold=0.97, max_rounds=8, early=True),
-    )
-    assert np.isnan(chunks[1, EARLY_ROUNDS:]).all() and not np.isnan(chunks[2, :5]).any()
     plain = time_until_decided(TimingRequest((light, heavy), feeds, spec, threshold=0.97, max_rounds=14))
     assert plain.shape == (2, 5) and not np.isnan(plain).any()
     tiny, tiny_heavy = build_chain(tmp_path / "tiny.onnx", 1, 64), build_chain(tmp_path / "tiny4.onnx", 24, 64)
     small = {"x": np.ones((8, 64), np.float32)}
     quick = time_until_decided(
         TimingRequest((tiny, tiny_heavy), small, spec, threshold=0.97, max_rounds=14, early=True)
+    )
+    assert quick.shape[1] >= 5  # microseconds a call: no early rule
+    # a target's rounds, batch by batch: the same rule, on made-up seconds (the twin: the original's speed)
+    twin = tmp_path / "twin.onnx"
+    seconds = made_up({light: 0.03, heavy: 0.12, twin: 0.03})
+    chunks = decide_in_chunks(
+        seconds, TimingRequest((light, heavy, twin), feeds, spec, threshold=0.97, max_rounds=8, early=True)
+    )
+    assert np.isnan(chunks[1, EARLY_ROUNDS:]).all() and not np.isnan(chunks[2, :5]).any()
+    assert chunks.shape[1] >= 5
+    plain = decide_in_chunks(seconds, TimingRequest((light, heavy), feeds, spec, threshold=0.97, max_rounds=14))
+    assert plain.shape == (2, 5) and not np.isnan(plain).any()
+    fast = made_up({tiny: 2e-5, tiny_heavy: 8e-5})
+    quick = decide_in_chunks(
+        fast, TimingRequest((tiny, tiny_heavy), small, spec, threshold=0.97, max_rounds=14, early=True)
     )
     assert quick.shape[1] >= 5  # microseconds a call: no early rule
     # the rule itself: two rounds, each at least 15% above the threshold; one round is not enough

@@ -185,10 +185,10 @@ def test_a_node_with_another_quantune_builds_nothing_and_says_what_to_install(tm
     runner = TrialRunner(build_run(loaded).context)
     spec = WorkerSpec(loaded, uuid.uuid4().hex)  # (a key no worker has built a run for)
     cargo = dataclasses.replace(pack(runner, loaded), quantune="0.0.0")
-    task = ray.remote(run_shipped).options(num_cpus=1, max_retries=0)
+    task = ray.remote(run_shipped).options(num_returns="streaming", num_cpus=1, max_retries=0)
     trial = Trial(0, ("spy", "dynamic_quant"), {"dynamic_quant.weight_type": "int8"})
     with pytest.raises(ray.exceptions.RayTaskError, match=r"has quantune \S+, the engine 0\.0\.0: install"):
-        ray.get(task.remote(for_nodes(spec), [ray.put(cargo)], trial))
+        ray.get(next(task.remote(for_nodes(spec), [ray.put(cargo)], trial)))
     assert not (tmp_path / "ray-notes.jsonl").exists()  # nothing ran
 
 

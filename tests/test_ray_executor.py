@@ -17,7 +17,7 @@ ray = pytest.importorskip("ray")
 
 @pytest.fixture(scope="module")
 def local_ray():
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False)
     yield
     node = ray.get_runtime_context().get_node_id()
     ray.shutdown()
@@ -47,15 +47,19 @@ def test_ray_executor_runs_trials_on_a_local_ray(tmp_path: Path, make_config, lo
 
 
 def test_ray_trial_timeout_cancels_a_hanging_trial(tmp_path: Path, make_config, local_ray: Any) -> None:
+    """Two trials in flight, the Ray node's CPUs for one (``cpus_per_trial: 2``): the "ok" trial waits
+    for the hanging one's CPUs, then for a fresh worker (the cancel kills the hanging one's). Its
+    limit counts from its start on its worker, not from its submission: the wait was the hanging
+    trial's whole limit, and a cold worker's start-up on a busy machine once took all of it too."""
     config = make_config(
         passes=[{"name": "faulty", "params": {"mode": {"search": ["hang", "ok"]}}}],
         plugins=[_plugin(tmp_path)],
-        executor={"kind": "ray", "workers": 2, "trial_timeout_s": 20},
+        executor={"kind": "ray", "workers": 2, "cpus_per_trial": 2, "trial_timeout_s": 10},
     )
     result = quantune.tune(config, output=tmp_path / "out")
     by_mode = {t.params["faulty.mode"]: t for t in result.trials}
     assert by_mode["hang"].status == "failed" and by_mode["hang"].error.startswith("timeout")
-    assert by_mode["ok"].status == "ok"
+    assert by_mode["ok"].status == "ok", by_mode["ok"].error
     # the "ok" trial copies the model: it meets the criterion but is no candidate
     assert by_mode["ok"].meets_criterion
     assert result.best is None and f"trial(s) {by_mode['ok'].number} met it" in result.verdict_reason
@@ -69,7 +73,10 @@ def test_rays_own_warnings_go_to_the_run_log_not_the_console(tmp_path: Path, mak
 
     config = tmp_path / "config.json"
     config.write_text(json.dumps(make_config(executor={"kind": "ray", "workers": 1})))
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path)}
+    # a cluster this machine knows of (RAY_ADDRESS, or one another program started here) is not the
+    # run's: without executor.address it starts a Ray of its own (it failed with a traceback, once
+    # another session's test cluster was up on the machine)
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(sys.path), "RAY_ADDRESS": "127.0.0.1:1"}
     command = [sys.executable, "-m", "quantune", "run", str(config), "--output", str(tmp_path / "out"), "--quiet"]
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=600)  # (a local Ray of its own)
     assert done.returncode == 0, done.stderr

@@ -41,6 +41,19 @@ class SlowCopy(Pass):
 '''
 
 
+def timed_in_full(result: quantune.Result) -> None:
+    """The answer was re-timed side by side with its rounds, not cut short by the limit. Whether
+    those rounds decide is the machine's noise (a loaded machine can leave the interval wide): then
+    the verdict says so, never that time ran out."""
+    from quantune.engine.ending import MIN_ROUNDS
+
+    assert result.latency_confirmation is not None and result.latency_confirmation["rounds"] >= MIN_ROUNDS
+    if result.verdict == "unconfirmed":
+        assert "too wide to tell the gain from the noise" in result.verdict_reason, result.verdict_reason
+    else:
+        assert result.verdict in {"improved", "keep_original"}, result.verdict_reason
+
+
 def _record(number: int, latency_ms: float, size: float = 100.0) -> TrialRecord:
     return TrialRecord(
         number=number,
@@ -133,8 +146,7 @@ def test_a_slow_trial_is_not_started_into_the_reserve(make_config, tmp_path) -> 
     assert len(result.trials) == 1, ([t.durations for t in result.trials], result.time_spent_s)
     assert result.stop_reason.startswith("timeout (1000 s)")
     assert result.trials[0].meets_criterion
-    assert result.latency_confirmation is not None  # the reserve kept its time
-    assert result.verdict in {"improved", "keep_original"}
+    timed_in_full(result)  # the reserve kept its time
     assert "trials (joint)" in result.time_spent_s
 
 
@@ -205,8 +217,7 @@ def test_a_limit_of_a_few_seconds_runs_trials_and_confirms(make_config, tmp_path
     assert " in the " in result.stop_reason and " stage" in result.stop_reason  # where the search was
     assert (tmp_path / "out" / "report.html").is_file()  # the page without its slow views, at least
     assert any(t.meets_criterion for t in result.trials)
-    assert result.latency_confirmation is not None, result.stop_reason
-    assert result.verdict != "unconfirmed"
+    timed_in_full(result)
     assert wall <= 8 * 1.05 + 2.0, (wall, result.time_spent_s)
     assert {"set-up", "original", "confirmation", "writing", "report"} <= set(result.time_spent_s)
 
@@ -267,8 +278,7 @@ def test_a_retiming_cut_short_by_its_own_budget_tries_again_within_the_limit(tmp
     monkeypatch.setattr(ending, "confirm_latency", first_cut_short)
     result = quantune.tune(config, output=tmp_path / "out")
     assert calls[0] < ending.MIN_ROUNDS <= calls[1], calls
-    assert result.latency_confirmation is not None and result.latency_confirmation["rounds"] >= ending.MIN_ROUNDS
-    assert result.verdict in {"improved", "keep_original"}, result.verdict_reason
+    timed_in_full(result)
 
 
 def test_a_retiming_with_enough_rounds_is_not_tried_again(tmp_path, monkeypatch) -> None:

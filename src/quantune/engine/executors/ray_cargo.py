@@ -21,6 +21,7 @@ import os
 import socket
 import tempfile
 import uuid
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -203,11 +204,15 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
     return LoadedConfig(config, root, spec.loaded.source), given  # the scripts' copies are under root
 
 
-def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> dict[str, Any]:
-    """A Ray task's body: the trial run in this node's scratch, its record and its model's files.
-    ``box`` holds the cargo's object reference (fetched only by a worker's first trial)."""
+def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> Iterator[dict[str, Any] | None]:
+    """A Ray task's body (a streaming generator): ``None`` once this worker has the run built and
+    the trial starts -- the trial's clock starts there, as a worker process's does, not while the
+    task waited for a free CPU or a fresh worker imported and unpacked the run -- then the trial
+    run in this node's scratch, its record and its model's files. ``box`` holds the cargo's object
+    reference (fetched only by a worker's first trial)."""
     runner = runner_for(spec, lambda: _unpack(spec, box))
     runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
+    yield None
     record = runner.run(trial)
     returned: dict[str, Any] = {"record": record.to_dict(), "node": node_name()}
     entry = Path(record.model_path).parent if record.model_path else None
@@ -215,7 +220,7 @@ def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> dict[str, Any
         files = [path for path in entry.rglob("*") if path.is_file()]
         returned["key"] = entry.name
         returned["files"] = {path.relative_to(entry).as_posix(): path.read_bytes() for path in files}
-    return returned
+    yield returned
 
 
 def receive(runner: TrialRunner, returned: dict[str, Any]) -> TrialRecord:

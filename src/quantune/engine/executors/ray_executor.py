@@ -70,8 +70,8 @@ class RayExecutor(Executor):
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
             if address:
                 kwargs["address"] = address
-            else:
-                kwargs["num_cpus"] = max(1, int(workers * cpus_per_trial))
+            else:  # a Ray of its own: not a cluster another program started on this machine ("local")
+                kwargs.update(address="local", num_cpus=max(1, int(workers * cpus_per_trial)))
             with warnings.catch_warnings(record=True) as caught:
                 warnings.simplefilter("always")
                 ray.init(**kwargs)
@@ -84,6 +84,7 @@ class RayExecutor(Executor):
         self.capacity = workers
         self.trial_timeout_s = trial_timeout_s
         self._remote = ray.remote(run_shipped).options(
+            num_returns="streaming",
             num_cpus=cpus_per_trial,
             num_gpus=gpus_per_trial,
             resources=resources or {},
@@ -106,14 +107,11 @@ class RayExecutor(Executor):
         return self._cargo
 
     def submit(self, trial: Trial) -> Future[TrialRecord]:
+        """The trial as a task; ``trial_timeout_s`` counts from the task's word that its trial
+        started (:func:`run_shipped`), as a worker process's clock starts once it has the run."""
         ray = self._ray
-        ref = self._remote.remote(self._spec, [self._cargo_ref()], trial)
+        task = self._remote.remote(self._spec, [self._cargo_ref()], trial)
         result: Future[TrialRecord] = Future()
-        timer = None
-        if self.trial_timeout_s is not None:
-            timer = threading.Timer(self.trial_timeout_s, lambda: ray.cancel(ref, force=True))
-            timer.daemon = True
-            timer.start()
 
         def settle(returned: dict[str, Any]) -> None:
             try:
@@ -126,11 +124,15 @@ class RayExecutor(Executor):
                 )
                 result.set_result(failed_record(trial, error))
 
-        def finish(done: Future) -> None:
-            if timer is not None:
-                timer.cancel()
+        def follow() -> None:
+            timer = None
             try:
-                returned = done.result()
+                ray.get(next(task))  # the trial started on its node
+                if self.trial_timeout_s is not None:
+                    timer = threading.Timer(self.trial_timeout_s, lambda: ray.cancel(task, force=True))
+                    timer.daemon = True
+                    timer.start()
+                returned = ray.get(next(task))
             except ray.exceptions.TaskCancelledError:
                 result.set_result(
                     failed_record(trial, f"timeout: the trial ran longer than {self.trial_timeout_s:g} s")
@@ -142,8 +144,11 @@ class RayExecutor(Executor):
                 result.set_result(failed_record(trial, f"ray task failed: {type(cause).__name__}: {cause}"))
             else:
                 self._lane.submit(settle, returned)
+            finally:
+                if timer is not None:
+                    timer.cancel()
 
-        ref.future().add_done_callback(finish)
+        threading.Thread(target=follow, name=f"quantune-ray-trial-{trial.number}", daemon=True).start()
         return result
 
     def shutdown(self, *, kill: bool = False) -> None:
