@@ -45,7 +45,7 @@ def timed_in_full(result: quantune.Result) -> None:
     """The answer was re-timed side by side with its rounds, not cut short by the limit. Whether
     those rounds decide is the machine's noise (a loaded machine can leave the interval wide): then
     the verdict says so, never that time ran out."""
-    from quantune.engine.ending import MIN_ROUNDS
+    from quantune.engine.run.ending import MIN_ROUNDS
 
     assert result.latency_confirmation is not None and result.latency_confirmation["rounds"] >= MIN_ROUNDS
     if result.verdict == "unconfirmed":
