@@ -29,7 +29,7 @@ ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
 
 # A pass that copies its model and notes where it ran, which paths it was given and where its file is; with a gate
-# folder, it first says it started and waits until the test creates the folder's "go" file.
+# folder, it first says it started and waits until the test creates the folder's "go" file (or "go-NODE" for its node).
 SPY_PLUGIN = """
 import json, os, shutil, time
 from pathlib import Path
@@ -53,7 +53,7 @@ class Spy(Pass):
         if config.gate:
             gate = Path(config.gate)
             (gate / f"started-{os.getpid()}").write_text(node)
-            while not (gate / "go").exists():  # the test opens the gate once it removed a node
+            while not (gate / "go").exists() and not (gate / f"go-{node}").exists():  # opened by the test
                 time.sleep(0.05)
         shutil.copyfile(model_in, model_out)
 """
@@ -152,7 +152,10 @@ def test_a_trial_on_a_removed_node_runs_again_elsewhere_and_counts_once(tmp_path
     done = threading.Event()
 
     def remove_a_busy_node() -> None:
-        """Once both trials wait at the gate (one on each node), the node of one of them goes."""
+        """Once both trials wait at the gate (one on each node), the node of one of them goes; the gate
+        opens for the other nodes only, so the lost node's trial can never finish there (a worker may
+        outlive its node's raylet for a moment), only again elsewhere."""
+        opened = False
         try:
             while len(list(gate.glob("started-*"))) < 2 and not done.wait(0.05):
                 pass
@@ -160,8 +163,13 @@ def test_a_trial_on_a_removed_node_runs_again_elsewhere_and_counts_once(tmp_path
                 lost = next(gate.glob("started-*")).read_text()
                 made.remove_node(next(node for node in workers if node.node_id == lost), allow_graceful=False)
                 removed.append(lost)
+                for node in workers:
+                    if node.node_id != lost:
+                        (gate / f"go-{node.node_id}").write_text("")
+                opened = True
         finally:
-            (gate / "go").write_text("")
+            if not opened:
+                (gate / "go").write_text("")
 
     remover = threading.Thread(target=remove_a_busy_node)
     remover.start()
@@ -170,6 +178,7 @@ def test_a_trial_on_a_removed_node_runs_again_elsewhere_and_counts_once(tmp_path
     finally:
         done.set()
         remover.join()
+        (gate / "go").write_text("")  # nothing waits at the gate after the run
     workers[:] = [node for node in workers if node.node_id not in removed]
     workers.append(made.add_node(num_cpus=1))  # (the cluster as the fixture made it, for any later test)
     assert removed, "the trials did not both reach the gate"
