@@ -1,0 +1,108 @@
+"""What one evaluation of the original and one batch-1 run cost, per zoo model: which ones are heavy.
+
+    python bench/eval_cost.py [--cases NAME,...] [--out bench/results]
+
+Issue 41 calls a model heavy when a single batch-1 run takes >= 0.3 s or one evaluation of the
+original takes >= 30 s, each as its zoo config runs it. Per bench case (default: every zoo case
+of ``bench/cases.py``), in one process, one model after another:
+
+- *batch-1 run*: the first evaluation row (or feed) on the bench's timing session (CPU provider,
+  one thread, sequential), median of ``--repeats`` runs after one warm-up;
+- *evaluation*: every evaluation batch at the config's batch size on the default session
+  (``bench/common.run_model``), then the config's metric, timed once; the metric is called once
+  before (an agreement metric computes and caches the fp32 reference on its first call).
+
+Prints a markdown table and writes ``eval-cost-<date>.md`` under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import time
+from pathlib import Path
+
+import numpy as np
+from cases import CASES, ZOO_CASES
+from common import batches, load_data, load_metric, open_model, run_model, view
+from run import ensure_built
+
+HEAVY_RUN_S, HEAVY_EVALUATION_S = 0.3, 30.0
+
+
+def first_row(data, names: list[str]) -> dict[str, np.ndarray]:
+    return next(batches(data, names, batch_size=1))
+
+
+def cost(name: str, repeats: int) -> dict:
+    case = CASES[name]
+    ensure_built(case)  # links the zoo model's metric script beside its data
+    data = load_data(case.folder / case.evaluation_file)
+    run, names, _ = open_model(case.model)
+    row = first_row(data, names)
+    run(row)
+    seconds = []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        run(row)
+        seconds.append(time.perf_counter() - started)
+    metric = load_metric(case.metric_spec())
+    outputs = run_model(case.model, data, case.batch_size)
+    metric(outputs, view(data))  # an agreement metric's first call computes its fp32 reference
+    started = time.perf_counter()
+    outputs = run_model(case.model, data, case.batch_size)
+    ran = time.perf_counter() - started
+    value = metric(outputs, view(data))
+    evaluation = time.perf_counter() - started
+    rows = len(data) if isinstance(data, list) else len(data[names[0]])
+    batch_1 = float(np.median(seconds))
+    return {
+        "case": name,
+        "rows": rows,
+        "batch_size": case.batch_size,
+        "batch1_s": batch_1,
+        "run_s": ran,
+        "evaluation_s": evaluation,
+        "metric": value,
+        "heavy": batch_1 >= HEAVY_RUN_S or evaluation >= HEAVY_EVALUATION_S,
+    }
+
+
+def table(rows: list[dict]) -> str:
+    lines = [
+        "| model | evaluation rows (batch) | batch-1 run (s, 1 thread) | evaluation: runs (s) | evaluation with metric (s) | heavy |",
+        "| --- | --- | --- | --- | --- | --- |",
+    ]
+    for r in rows:
+        lines.append(
+            f"| `{r['case']}` | {r['rows']} ({r['batch_size']}) | {r['batch1_s']:.3f} | {r['run_s']:.1f} "
+            f"| {r['evaluation_s']:.1f} | {'**yes**' if r['heavy'] else 'no'} |"
+        )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--cases", default=",".join(ZOO_CASES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--out", type=Path, default=None)
+    args = parser.parse_args()
+    rows = []
+    for name in args.cases.split(","):
+        rows.append(cost(name, args.repeats))
+        print(f"{name}: batch-1 {rows[-1]['batch1_s']:.3f} s, evaluation {rows[-1]['evaluation_s']:.1f} s", flush=True)
+    text = table(rows)
+    print(text)
+    if args.out:
+        path = args.out / f"eval-cost-{time.strftime('%Y-%m-%d-%H%M', time.gmtime())}.md"
+        command = f"python bench/eval_cost.py --cases {args.cases} --repeats {args.repeats} --out {args.out}"
+        header = f"# One evaluation of the original and one batch-1 run, per zoo model\n\n```sh\n{command}\n```\n\n"
+        note = (
+            f"Heavy (issue 41): batch-1 run >= {HEAVY_RUN_S} s or evaluation >= {HEAVY_EVALUATION_S:.0f} s. "
+            "Measured under load (other engineers' tests and a bench run on this 2-core machine).\n\n"
+        )
+        path.write_text(header + note + text + "\n")
+        print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()
