@@ -92,7 +92,7 @@ def case_lines(report: Path, case: dict, checks: Path | None) -> list[str]:
     goal = GOALS["fallback" if kind else "plain"]
     lines.append(
         f"| whole run <= {goal:g} E ({answer}) | {q['process_s']:.0f} s = {whole:.2f} E, "
-        f"{len(results['trials'])} trials | {verdict(whole, goal)} |"
+        f"{len(results['trials'])} trial(s) | {verdict(whole, goal)} |"
     )
     for tool, row in rows.items():
         if not tool.startswith("inc"):
@@ -102,6 +102,8 @@ def case_lines(report: Path, case: dict, checks: Path | None) -> list[str]:
         shown = f"{ratio:.2f}x" if ratio else "-"
         longer = q["process_s"] <= row["process_s"] if worse else None
         status = "met" if longer else "**missed**" if longer is False else "n/a (NC's answer is better)"
+        if not row.get("model"):  # a worse answer, but say which: a crash reads differently from a miss
+            status += f" (NC made no model: {row.get('stop') or row.get('status')})"
         lines.append(
             f"| not longer than {tool} (answer {shown}, in budget: {row.get('meets')}) | quantune {q['process_s']:.0f} s "
             f"vs {row['process_s']:.0f} s | {status} |"
