@@ -14,6 +14,9 @@ of ``bench/cases.py``), in one process, one model after another:
   before (an agreement metric computes and caches the fp32 reference on its first call).
 
 Each row notes the machine's 1-minute load average when it ended: the figures are wall times.
+``--relative A,B,...``: the batch-1 runs of those cases instead, one of each per round for
+``--repeats`` rounds in one process, as multiples of the first case's (a load that slows every
+model alike cancels out of the ratio).
 
 Prints a markdown table and writes ``eval-cost-<date>.md`` under ``--out``.
 """
@@ -73,6 +76,29 @@ def cost(name: str, repeats: int) -> dict:
     }
 
 
+def relative(names: list[str], rounds: int) -> str:
+    runs = {}
+    for name in names:
+        case = CASES[name]
+        ensure_built(case)
+        run, inputs, _ = open_model(case.model)
+        row = first_row(load_data(case.folder / case.evaluation_file), inputs)
+        run(row)
+        runs[name] = (run, row)
+    seconds: dict[str, list[float]] = {name: [] for name in names}
+    for _ in range(rounds):
+        for name, (run, row) in runs.items():
+            started = time.perf_counter()
+            run(row)
+            seconds[name].append(time.perf_counter() - started)
+    first = float(np.median(seconds[names[0]]))
+    lines = [f"| model | batch-1 run (s, 1 thread): fastest / median | median vs `{names[0]}` |", "| --- | --- | --- |"]
+    for name, values in seconds.items():
+        median = float(np.median(values))
+        lines.append(f"| `{name}` | {min(values):.3f} / {median:.3f} | {median / first:.2f}x |")
+    return "\n".join([*lines, "", f"{rounds} interleaved rounds; load average {os.getloadavg()[0]:.1f} at the end."])
+
+
 def table(rows: list[dict]) -> str:
     lines = [
         "| model | evaluation rows (batch) | batch-1 run (s, 1 thread): fastest / median | evaluation: runs (s) "
@@ -92,7 +118,11 @@ def main() -> None:
     parser.add_argument("--cases", default=",".join(ZOO_CASES))
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--relative", default="", help="cases whose batch-1 runs are timed interleaved, vs the first")
     args = parser.parse_args()
+    if args.relative:
+        print(relative(args.relative.split(","), args.repeats))
+        return
     rows = []
     for name in args.cases.split(","):
         rows.append(cost(name, args.repeats))
