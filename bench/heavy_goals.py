@@ -78,6 +78,8 @@ def case_lines(report: Path, case: dict, checks: Path | None) -> list[str]:
     q, fp32 = rows["quantune"], rows["fp32"]["latency_ms"]
     kind = fallback(results)
     answer = "fallback" if kind else "plain int8" if kind is not None else "none"
+    if not results.get("best"):
+        answer = f"none in budget (closest miss: {answer})"
     whole = q["process_s"] / e
     lines = [
         f"### {name}",
@@ -111,9 +113,10 @@ def case_lines(report: Path, case: dict, checks: Path | None) -> list[str]:
         first, theirs = q.get("first_feasible_s"), row.get("first_feasible_s")
         met = first is not None and (theirs is None or first <= theirs)
         shown_first = f"{first:.0f} s" if first is not None else "none"
+        status = "met" if met else "n/a (neither found one)" if first is None and theirs is None else "**missed**"
         lines.append(
             f"| first in budget before {tool} | quantune {shown_first} vs {f'{theirs:.0f} s' if theirs else 'none'} "
-            f"| {'met' if met else '**missed**'} |"
+            f"| {status} |"
         )
     spent = results.get("time_spent_s") or {}
     sensitivity = sum(v for k, v in spent.items() if k.startswith("sensitivity"))
