@@ -73,6 +73,9 @@ def case_lines(report: Path, case: dict, checks: Path | None) -> list[str]:
 
     name, rows = case["case"], {row["tool"]: row for row in case["rows"]}
     work = CACHE / "runs" / report.stem / name / "quantune"
+    if not (work / "run" / "results.json").is_file():
+        stops = "; ".join(f"{tool}: {row.get('status')}" for tool, row in rows.items() if tool != "fp32")
+        return [f"### {name}", "", f"quantune's row left no results.json ({stops}).", ""]
     results = json.loads((work / "run" / "results.json").read_text())
     e = original_evaluation_s(work / "cache")
     q, fp32 = rows["quantune"], rows["fp32"]["latency_ms"]
@@ -94,7 +97,7 @@ def case_lines(report: Path, case: dict, checks: Path | None) -> list[str]:
     goal = GOALS["fallback" if kind else "plain"]
     lines.append(
         f"| whole run <= {goal:g} E ({answer}) | {q['process_s']:.0f} s = {whole:.2f} E, "
-        f"{len(results['trials'])} trial(s) | {verdict(whole, goal)} |"
+        f"{len(results['trials'])} trial(s) | {verdict(whole, goal) if results.get('best') else 'n/a: no answer'} |"
     )
     for tool, row in rows.items():
         if not tool.startswith("inc"):
