@@ -98,6 +98,7 @@ ZOO_CASES = (
     "ddddocr_det",
     "dnsmos_p835",
     "ppocrv6_det_1024",
+    "minilm_l6_512",
 )
 
 
