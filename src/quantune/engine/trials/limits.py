@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from quantune import progress
 from quantune.userexit import REAL_EXIT as _REAL_EXIT
 
 TRIAL_FLOOR_S = 600.0
@@ -89,16 +90,35 @@ def original_evaluation_s(runner: Any) -> float | None:
     return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def check_watchdog(config: Any) -> contextlib.AbstractContextManager[None]:
-    """:func:`watchdog` for ``quantune check``: its loader and metric run in this process."""
+@contextlib.contextmanager
+def check_watchdog(config: Any) -> Iterator[None]:
+    """:func:`watchdog` for ``quantune check``: its loader and metric run in this process. Its line
+    names the step it stopped in (a slow model's timing is not a loader that never returns)."""
     limit = original_limit(config)
-    return watchdog(
-        limit, f"check stopped after {limit:g} s ({limit_source(config)}); do the data loader and the metric return?"
-    )
+    last: list[progress.Step] = []
+
+    def message() -> str:
+        head = f"check stopped after {limit:g} s ({limit_source(config)})"
+        if not last:
+            return f"{head}; do the data loader and the metric return?"
+        step = last[-1]
+        where = f"after {step.stage}" if step.done < 0 else f"while {step.stage}"
+        if step.done >= 0 and step.total:
+            where += f" ({step.done}/{step.total} {step.unit})"
+        return (
+            f"{head} {where}: give a model this slow more time (--set stop.timeout_s=SECONDS), "
+            "or see whether the data loader and the metric return"
+        )
+
+    def keep(step: progress.Step) -> None:
+        last[:] = [step]
+
+    with progress.listening(keep), watchdog(limit, message):
+        yield
 
 
 @contextlib.contextmanager
-def watchdog(seconds: float, message: str) -> Iterator[None]:
+def watchdog(seconds: float, message: str | Callable[[], str]) -> Iterator[None]:
     """Ends this process with exit code 2 and ``message`` (one line) if the block runs longer than
     ``seconds``: for user code run in the main process (``quantune check``'s loader and metric),
     where no worker can be killed in its place. Only the artifact cache may be written meanwhile,
@@ -106,7 +126,7 @@ def watchdog(seconds: float, message: str) -> Iterator[None]:
 
     def expire() -> None:
         with contextlib.suppress(OSError):
-            sys.stderr.write(f"quantune: error: {message}\n")
+            sys.stderr.write(f"quantune: error: {message if isinstance(message, str) else message()}\n")
             sys.stderr.flush()
         _REAL_EXIT(2)
 
