@@ -42,6 +42,9 @@ def test_a_run_without_a_terminal_prints_each_stage_in_plain_lines(tmp_path: Pat
     assert run.returncode == 0, run.stderr
     err = run.stdout
     assert not [line for line in run.stderr.splitlines() if line.startswith("tuning: ")]  # stderr: errors only
+    preparing = _lines(err, "preparing the model")  # the set-up says so before the original's evaluation
+    assert preparing[0] == "preparing the model: started" and preparing[-1].startswith("preparing the model: done")
+    assert err.index("preparing the model: started") < err.index("baseline evaluation: started")
     original = _lines(err, "baseline evaluation")
     assert original[0] == "baseline evaluation: started" and original[-1].startswith("baseline evaluation: done")
     assert any("2/2 evaluation batches" in line for line in original)  # the worker's events, forwarded

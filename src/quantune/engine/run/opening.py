@@ -16,6 +16,7 @@ import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
+from quantune import progress
 from quantune.config import Config, LoadedConfig
 from quantune.engine.executors import WorkerSpec
 from quantune.engine.executors.contexts import check_main_importable
@@ -79,7 +80,8 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
     if not isolation.inline:  # the workers' fork server imports beside the set-up (quantune/forkserver.py)
         check_main_importable()
         warm_up()
-    parts = build_run(loaded, eval_threads=eval_threads_for(workers))
+    with progress.stage("preparing the model"):  # a heavy model's preparation takes minutes: say so
+        parts = build_run(loaded, eval_threads=eval_threads_for(workers))
     log.info("set-up (model, data, preparation): %.1f s", time.perf_counter() - begun)
     config_hash = run_hash(config, parts)
     run_id = uuid.uuid4().hex
