@@ -339,7 +339,7 @@ class RunLoop:
         self.best = better(record, self.best, self.judge.objectives)
         self.failed += record.status == "failed"
         status = RunStatus(
-            done=len(self.records),
+            done=len(self.records) - self.duplicates,  # as max_trials counts them
             running=len(self.pending),
             failed=self.failed,
             max_trials=self.stop.max_trials,
