@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import quantune
+from quantune.engine import RunStatus
 
 
 def test_identical_models_are_duplicates_not_trials(make_config, tmp_path: Path) -> None:
@@ -16,7 +17,16 @@ def test_identical_models_are_duplicates_not_trials(make_config, tmp_path: Path)
         }
     ]
     config = make_config(passes, stop={"max_trials": 2})
-    result = quantune.tune(config, output=tmp_path / "run")
+    counts: list[int] = []
+
+    class Counts:  # what a progress display is told after each trial
+        def on_start(self, max_trials: int | None, baseline: dict[str, float]) -> None: ...
+        def on_trial(self, record: object, status: RunStatus) -> None:
+            counts.append(status.done)
+
+        def on_end(self, result: object) -> None: ...
+
+    result = quantune.tune(config, output=tmp_path / "run", listeners=[Counts()])
     trials = sorted(result.trials, key=lambda t: t.number)
     shas = [t.model_sha256 for t in trials]
     assert all(shas), "every ok trial records its model's hash"
@@ -30,3 +40,4 @@ def test_identical_models_are_duplicates_not_trials(make_config, tmp_path: Path)
             assert "duplicate" not in trial.stage
     assert len(set(shas)) == 1
     assert len(trials) == 3, "max_trials (2) counts distinct models only: all three settings ran"
+    assert counts[-1] == len(set(shas)), counts  # the display counts as max_trials does, duplicates apart
