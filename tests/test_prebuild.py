@@ -12,6 +12,7 @@ import pytest
 
 import quantune
 from conftest import accuracy_problem
+from quantune.engine.measure.ahead import GUESS_BUILDS
 from quantune.engine.measure.prebuild import ceiling_items
 from quantune.strategy import create_strategy
 from quantune.strategy.base import Outcome
@@ -165,19 +166,19 @@ def test_the_builds_queue_is_worked_from_both_ends_and_one_worker_calibrates(tmp
     import threading
 
     from quantune.engine.measure.ahead import Queue, calibrates
+    from quantune.forkserver import worker_context
 
     passes = {"s": "static_quant", "d": "dynamic_quant", "t": "transformer_opt"}
     flows = [("s",), ("s",), ("s",), ("d",), ("t", "d")]
     heavy = tuple(calibrates(flow, passes) for flow in flows)
     assert heavy == (True, True, True, False, False)
-    (tmp_path / "claims").mkdir()
-    queue = Queue(str(tmp_path / "claims"), str(tmp_path / "calibrated"), heavy)
+    queue = Queue.open(heavy, worker_context())
     log: list[tuple[str, int, bool]] = []
     calibrating, light_done = threading.Event(), threading.Event()
 
     def front() -> None:
         for index in queue.take():
-            log.append(("front", index, Path(queue.calibrated).exists()))
+            log.append(("front", index, queue.calibrated.is_set()))
             if index == 0:  # calibrating while the other worker builds the light items
                 calibrating.set()
                 assert light_done.wait(600)  # the bound only ends a broken test
@@ -185,7 +186,7 @@ def test_the_builds_queue_is_worked_from_both_ends_and_one_worker_calibrates(tmp
     def back() -> None:
         calibrating.wait(600)
         for index in dataclasses.replace(queue, reverse=True).take():
-            log.append(("back", index, Path(queue.calibrated).exists()))
+            log.append(("back", index, queue.calibrated.is_set()))
             if index == 3:
                 light_done.set()
 
@@ -219,3 +220,55 @@ def test_the_strategy_declares_its_first_requests_without_measuring_anything(mak
     joint = create_strategy("joint")
     joint.bind(accuracy_problem(make_config(passes=DYNAMIC), timed=True))
     assert joint.first_requests() == ([], None, None, [])
+
+
+def _guess_in_budget_then_dies(spec: Any, first: Any, later: Any, wait_s: float, line: Any, *rest: Any) -> None:
+    """Stands in for evaluate_ahead in the first guess's worker: a guess in budget, then killed mid-build."""
+    import os
+    import signal
+
+    line.say("guess", GUESS_BUILDS)
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _guess_in_budget_waits_for_the_ceilings(spec: Any, first: Any, later: Any, wait_s: float, line: Any, *rest: Any):
+    """Stands in for evaluate_ahead: a guess in budget, three models built, then ``later`` evaluated
+    only if the engine said the ceilings are timed."""
+    line.say("guess", GUESS_BUILDS)
+    line.say("built", 3)
+    return True, [line.go.wait(wait_s)] * len(later)
+
+
+def _builds_nothing(*args: Any) -> int:
+    return 0
+
+
+def _prebuild(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, guess: Any) -> Any:
+    from quantune.engine.executors.stage import Isolation
+    from quantune.engine.measure import prebuild
+
+    monkeypatch.setattr(prebuild, "evaluate_ahead", guess)
+    monkeypatch.setattr(prebuild, "build_variants", _builds_nothing)
+    item = ({"d.x": 1}, ("d",))
+    return prebuild.Prebuild(None, [item], [False], None, Isolation(log_dir=tmp_path), ({}, ("s",)), [({}, ("t",))])
+
+
+def test_a_first_guess_worker_that_dies_is_noticed_and_leaves_no_files(tmp_path: Path, monkeypatch) -> None:
+    """The engine hears the guess's worker on a line it made (no marker files, nothing polled): a
+    worker that dies after saying its guess is in budget does not leave the builds waiting for it."""
+    ahead = _prebuild(tmp_path, monkeypatch, _guess_in_budget_then_dies)
+    assert ahead.wait_first_guess(600)  # the bound only ends a broken test
+    ahead.join(builds_only=True)  # returns: the dead worker's share is counted as none built
+    assert ahead.built == 0 and ahead.ahead() == [({}, ("s",))]
+    assert {path.suffix for path in ahead._tmp.iterdir()} <= {".log"}  # its work folder holds logs only
+    ahead.cancel()
+
+
+def test_the_guess_s_worker_evaluates_later_once_the_engine_says_the_ceilings_are_timed(tmp_path, monkeypatch) -> None:
+    ahead = _prebuild(tmp_path, monkeypatch, _guess_in_budget_waits_for_the_ceilings)
+    assert ahead.wait_first_guess(600)
+    ahead.join(builds_only=True)
+    assert ahead.built == 3  # its share, as it said
+    assert ahead.wait_ahead({}, ("t",))  # says the ceilings are timed, then waits for ``later``
+    assert ahead.ahead() == [({}, ("s",)), ({}, ("t",))]
+    ahead.cancel()

@@ -247,7 +247,8 @@ def test_the_original_on_another_provider_is_a_candidate_that_can_win() -> None:
 
 
 def test_session_search_groups_keep_the_providers_threads() -> None:
-    from quantune.engine.measure.session_search import _merged, option_groups
+    from quantune.engine.measure.session_search import option_groups
+    from quantune.passes.onnx.session_tuning import merge_settings as _merged
 
     groups = option_groups(OV)
     assert [next(iter(group[0])) for group in groups] == [
@@ -259,9 +260,9 @@ def test_session_search_groups_keep_the_providers_threads() -> None:
     assert option_groups(CPU)[-1][0] == {"execution_mode": "sequential"}  # no provider options on the CPU provider
     assert all("num_of_threads" not in o["provider_options"] for group in groups[2:] for o in group)  # threads stay
     start = {"provider": OV, "provider_options": {"num_of_threads": "1"}}
-    hinted = _merged(start, {"provider_options": {"precision": "ACCURACY"}})
+    hinted = _merged(start, {"provider_options": {"precision": "ACCURACY"}}, {"precision"})
     assert hinted["provider_options"] == {"num_of_threads": "1", "precision": "ACCURACY"}
-    assert _merged(hinted, {"provider_options": {}})["provider_options"] == {"num_of_threads": "1"}
+    assert _merged(hinted, {"provider_options": {}}, {"precision"})["provider_options"] == {"num_of_threads": "1"}
     # a later group's choice keeps the earlier group's: each replaces only its own keys
     pinned = _merged(hinted, {"provider_options": {"load_config": "{}"}}, {"load_config"})
     assert pinned["provider_options"] == {"num_of_threads": "1", "precision": "ACCURACY", "load_config": "{}"}

@@ -16,7 +16,7 @@ from conftest import cnn_inputs
 from quantune.data import load_dataset
 from quantune.errors import QuantuneError, TrialError
 from quantune.evaluate import EvaluationSpec, Evaluator, LatencySpec
-from quantune.evaluate.latency import time_side_by_side
+from quantune.evaluate.latency import TimingRequest, time_side_by_side
 from quantune.evaluate.session_file import read_session_settings, session_file, write_session_settings
 from quantune.passes import PassContext
 from quantune.passes.onnx.session_tuning import SessionTuning, SessionTuningConfig, thread_options
@@ -162,3 +162,47 @@ def test_session_tuning_must_end_its_flows(make_config, tmp_path):
     config = make_config(passes=[{"name": "session_tuning"}, {"name": "dynamic_quant"}])
     with pytest.raises(QuantuneError, match=r"flows: 'session_tuning' \(session_tuning\) must be the last step"):
         quantune.tune(config, output=tmp_path / "run")
+
+
+def _fake_timer(requests: list[TimingRequest]):
+    """Timings that follow each model copy's own settings (its sidecar): the basic graph level
+    takes 0.8 of the time, the memory pattern off 0.9, anything else 1.0; each round's load
+    scales every row alike, so the ratios are paired."""
+
+    def time_request(request: TimingRequest) -> np.ndarray:
+        requests.append(request)
+        factors = []
+        for model in request.models:
+            settings = read_session_settings(model) or {}
+            factor = 0.8 if settings.get("graph_optimization_level") == "basic" else 1.0
+            factors.append(factor * (0.9 if settings.get("enable_mem_pattern") is False else 1.0))
+        load = 1.0 + np.random.default_rng(0).random(request.spec.repeats)
+        return np.outer(factors, load) * 1e-3
+
+    return time_request
+
+
+def test_the_pass_and_the_post_verdict_search_choose_through_one_routine(cnn_model, tmp_path, monkeypatch):
+    """Both search session settings with ``search_groups``, asking for timings as a
+    ``TimingRequest`` (so a target can time them) and keeping a value only when it is faster
+    side by side: from the same timings they choose the same graph level."""
+    from types import SimpleNamespace
+
+    from quantune.engine.measure.session_search import search_session
+    from quantune.passes.onnx import session_tuning
+
+    requests: list[TimingRequest] = []
+    monkeypatch.setattr(session_tuning, "time_here", _fake_timer(requests))
+    settings = _run(SessionTuningConfig(rounds=5), cnn_model, tmp_path)
+    assert settings["graph_optimization_level"] == "basic" and settings["enable_mem_pattern"] is False
+    assert settings["enable_cpu_mem_arena"] is True  # no faster value: the default stays
+    assert all(r.spec.repeats == 5 and len(r.models) > 1 for r in requests)
+    passed = len(requests)
+    spec = SimpleNamespace(latency=LatencySpec(warmup=1, repeats=5, threads=1), runner=None)
+    evaluator = SimpleNamespace(
+        spec=spec, latency_feed={"input": cnn_inputs(8, 0)}, backend=SimpleNamespace(time=_fake_timer(requests))
+    )
+    found = search_session(evaluator, cnn_model, {}, "CPUExecutionProvider")
+    assert found["settings"] == {"graph_optimization_level": "basic"}  # the execution mode: not faster
+    assert [entry["chosen"] for entry in found["tried"]] == [{"graph_optimization_level": "basic"}, {}]
+    assert len(requests) > passed  # timed through the backend's Backend.time

@@ -2,26 +2,49 @@
 beside the original's evaluation, and the speed ceilings' models built from one shared list.
 
 Split from prebuild.py, which runs them from the engine's threads: these functions run in the
-stage workers' processes and share nothing with the engine but files (the pass and evaluation
-caches, the queue's claims, the guess's marker).
+stage workers' processes. They share the pass and evaluation caches with the engine, and talk to it
+and to each other through what the engine made and handed them at their start (:class:`GuessLine`,
+:class:`Queue`): a worker waits on them, never on the file system.
 """
 
 from __future__ import annotations
 
 import contextlib
-import os
 import threading
 import time
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
 Item = tuple[dict[str, Any], tuple[str, ...]]
 Items = list[Item]
 
 
-GUESS_BUILDS = "2"  # the marker's word when the guess is in budget and its worker builds before ``later``
+GUESS_BUILDS = "builds"  # the guess's word when it is in budget and its worker builds before ``later``
+
+
+@dataclass(frozen=True)
+class GuessLine:
+    """The engine's line with the first guess's worker, made by the engine and handed to the worker
+    at its start: the worker says how its guess went (``guess``: ``GUESS_BUILDS``, ``ok`` or
+    ``failed``) and how many models it built (``built``); the engine's stage thread says ``ended``
+    once the worker is gone, so a worker that dies is noticed at once; the engine sets ``go`` once
+    the ceilings are timed. Each side blocks on it; nothing polls."""
+
+    reader: Any  # multiprocessing Connection
+    writer: Any
+    go: Any  # multiprocessing Event
+
+    @classmethod
+    def open(cls, context: Any) -> GuessLine:
+        reader, writer = context.Pipe(duplex=False)
+        return cls(reader, writer, context.Event())
+
+    def say(self, kind: str, value: Any = None) -> None:
+        self.writer.send((kind, value))
+
+    def hear(self) -> tuple[str, Any]:
+        return self.reader.recv()
 
 
 def evaluate_ahead(
@@ -29,28 +52,27 @@ def evaluate_ahead(
     first: Item,
     later: Items,
     wait_s: float,
-    marker: str,
+    line: GuessLine,
     builds: tuple[Items, float | None, Queue] | None = None,
-    calibrated: str | None = None,
+    calibrated: Any = None,
 ) -> tuple[bool, list[bool]]:
-    """In the first guess's stage worker: the guess, a ``marker`` file saying so to the engine (its search
-    starts then), then each of ``later`` (``evaluate_ahead``) the same way, beside the builds; (the guess cached, each of ``later`` cached).
+    """In the first guess's stage worker: the guess, then saying so to the engine on ``line`` (its search
+    starts then), then each of ``later`` the same way, beside the builds; (the guess cached, each of ``later`` cached).
 
     ``builds`` (the ceilings' items, their budget, the queue): when the guess is in budget, ``later``
     is wanted only if the lighter stage finds it faster, after the ceilings -- so this worker first
-    builds ``later``'s models and takes the first builder's place on the queue (the marker says
-    ``GUESS_BUILDS``; ``{marker}.built`` once its builds are done), then waits until the ceilings are
-    timed (``{marker}.go``, written by the engine) and evaluates ``later``: evaluating it at once, or
+    builds ``later``'s models and takes the first builder's place on the queue (it says
+    ``GUESS_BUILDS``, then ``built`` once its builds are done), then waits until the ceilings are
+    timed (``line.go``, set by the engine) and evaluates ``later``: evaluating it at once, or
     beside the ceilings' timing, would crowd the cores and slow both. A guess that misses the budget
     goes on to ``later`` first: the likeliest next model in budget.
-    ``calibrated``: the queue's file saying the ranges are cached, created once a calibrating guess is
+    ``calibrated``: the queue's event saying the ranges are cached, set once a calibrating guess is
     built -- the other builder quantizes the static ceilings while the guess is measured (it waited
     for the guess's evaluation, idle)."""
-    figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built_marker=calibrated)
+    figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)
-    (written := Path(f"{marker}.tmp")).write_text(GUESS_BUILDS if builder else "1" if ok else "0")
-    written.replace(marker)  # whole, or not there
+    line.say("guess", GUESS_BUILDS if builder else "ok" if ok else "failed")
     if not ok:  # no reference to compare with: built only, as the ceilings (they are timed with them)
         return ok, [False] * build_variants(spec, later, None, False)
     if builder and builds is not None:
@@ -58,15 +80,10 @@ def evaluate_ahead(
         build_variants(spec, later, None, False)  # the lighter stage times them with the guess
         # no node profile: a guess in budget ends most runs at the ceilings, and a run that goes on to
         # recover asks for it then (cached); the ceilings would wait for it
-        count = build_variants(spec, items, budget_s, False, queue)
-        (done := Path(f"{marker}.built.tmp")).write_text(str(count))
-        done.replace(f"{marker}.built")
-        # evaluated once the ceilings are timed (``{marker}.go``): beside their timing, on the other
-        # core, the evaluation would slow their rounds
-        go = Path(f"{marker}.go")
-        waited = time.perf_counter()
-        while not go.exists() and time.perf_counter() - waited < wait_s:
-            time.sleep(0.02)
+        line.say("built", build_variants(spec, items, budget_s, False, queue))
+        # evaluated once the ceilings are timed: beside their timing, on the other core, the
+        # evaluation would slow their rounds
+        line.go.wait(wait_s)
         print(f"ceilings timed at {time.time():.3f}: evaluating {len(later)} ahead", flush=True)
     return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") is not None for point, flow in later]
 
@@ -95,14 +112,14 @@ def evaluate_first_guess(
     flow: tuple[str, ...],
     wait_s: float,
     label: str = "first guess",
-    built_marker: str | None = None,
+    built: Any = None,
 ) -> dict[str, float] | None:
     """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
     then compared with the original's outputs once they are in the cache (the baseline's stage,
     beside this one, writes them); the figures land in the evaluation cache, where the trial reads
     them, and are returned. None when the reference did not come within ``wait_s`` or the model
-    failed (its trial then runs as any other, and says why). ``built_marker``: a file created once
-    the model is built (a calibrating guess's ranges are cached then: the queue's ``calibrated``)."""
+    failed (its trial then runs as any other, and says why). ``built``: an event set once the model
+    is built (a calibrating guess's ranges are cached then: the queue's ``calibrated``)."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.measure.baseline import shared_cores
     from quantune.engine.measure.probes import variant_model
@@ -120,9 +137,9 @@ def evaluate_first_guess(
     try:
         with _sessions_without_spinning():
             path, sha = variant_model(context, context.plan, point, flow, label=f" ({label})")
-        built = time.perf_counter()
-        if built_marker is not None:  # the other builder quantizes with these ranges beside the measuring
-            Path(built_marker).touch()
+        if built is not None:  # the other builder quantizes with these ranges beside the measuring
+            built.set()
+        built_at = time.perf_counter()
         key = context.eval_key(sha)
         if (cached := context.cache.get_json("evals", key)) is not None:
             reference.cancel()
@@ -139,8 +156,8 @@ def evaluate_first_guess(
     figures = context.evaluator.figures(measured, outputs)
     context.cache.put_json("evals", key, {"metrics": figures, "ahead": spec.run_id})
     print(
-        f"{label}: run set up in {ready - started:.1f} s, built in {built - ready:.1f} s, measured in "
-        f"{done - built:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "
+        f"{label}: run set up in {ready - started:.1f} s, built in {built_at - ready:.1f} s, measured in "
+        f"{done - built_at:.1f} s, the original's reference waited for {waited - done:.1f} s, compared in "
         f"{time.perf_counter() - waited:.1f} s",
         flush=True,
     )
@@ -178,22 +195,28 @@ class _Reference(threading.Thread):
 
 @dataclass(frozen=True)
 class Queue:
-    """The builds' shared list, worked from both ends by two stage workers (processes): each item is
-    claimed by creating a file in ``claims`` (whoever creates it builds it). The second worker
-    (``reverse``) takes the light items first and a calibrating one only once ``calibrated`` exists
-    -- the ranges are then cached and building is quantizing only --, so two processes never
-    calibrate at once (the calibration's memory bound is per process)."""
+    """The builds' shared list, worked from both ends by two stage workers (processes), made by the
+    engine (:meth:`open`) and handed to them at their start: each item is claimed by setting its flag
+    in ``claims`` under the array's lock (whoever sets it builds it). The second worker (``reverse``)
+    takes the light items first and a calibrating one only once ``calibrated`` is set -- the ranges
+    are then cached and building is quantizing only --, so two processes never calibrate at once
+    (the calibration's memory bound is per process)."""
 
-    claims: str
-    calibrated: str
+    claims: Any  # multiprocessing Array of flags
+    calibrated: Any  # multiprocessing Event
     heavy: tuple[bool, ...]
     reverse: bool = False
 
+    @classmethod
+    def open(cls, heavy: Iterable[bool], context: Any) -> Queue:
+        heavy = tuple(heavy)
+        return cls(context.Array("b", max(1, len(heavy))), context.Event(), heavy)
+
     def claim(self, index: int) -> bool:
-        try:
-            os.close(os.open(os.path.join(self.claims, str(index)), os.O_CREAT | os.O_EXCL | os.O_WRONLY))
-        except FileExistsError:
-            return False
+        with self.claims.get_lock():
+            if self.claims[index]:
+                return False
+            self.claims[index] = 1
         return True
 
     def order(self) -> list[int]:
@@ -201,18 +224,14 @@ class Queue:
         return indices[::-1] if self.reverse else indices
 
     def mark_calibrated(self) -> None:
-        Path(self.calibrated).touch()
+        self.calibrated.set()
 
     def wait_calibrated(self, deadline: float | None) -> bool:
-        while not os.path.exists(self.calibrated):
-            if deadline is not None and time.perf_counter() >= deadline:
-                return False
-            time.sleep(0.05)
-        return True
+        return bool(self.calibrated.wait(None if deadline is None else max(0.0, deadline - time.perf_counter())))
 
     def take(self, deadline: float | None = None) -> Iterator[int]:
         """The indices this worker builds, in its order, each claimed first (a calibrating one, in the
-        second worker, once ``calibrated`` exists; none after ``deadline`` while waiting for it)."""
+        second worker, once ``calibrated`` is set; none after ``deadline`` while waiting for it)."""
         for index in self.order():
             if self.reverse and self.heavy[index] and not self.wait_calibrated(deadline):
                 return

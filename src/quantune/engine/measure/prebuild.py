@@ -28,7 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from quantune.engine.executors.stage import Isolation, StageDeadline, run_stage
-from quantune.engine.measure.ahead import GUESS_BUILDS, Queue, build_variants, calibrates, evaluate_ahead
+from quantune.engine.measure.ahead import GUESS_BUILDS, GuessLine, Queue, build_variants, calibrates, evaluate_ahead
+from quantune.forkserver import worker_context
 
 log = logging.getLogger("quantune.prebuild")
 
@@ -96,9 +97,8 @@ class Prebuild:
         self._core_free = threading.Event()  # the original's evaluation or the guess is done: a core builds
         self._first_calibrates = first_calibrates
         self._log_dir: Path | None = None  # where the workers' logs go (keep_log)
-        self._marker = self._tmp / f"{FIRST_GUESS}.done"  # the guess's worker's files: .built, .go
-        (claims := self._tmp / "claims").mkdir()
-        self._queue = Queue(str(claims), str(self._tmp / "calibrated"), tuple(heavy))
+        self._line = GuessLine.open(worker_context())  # the guess's worker's line to this engine
+        self._queue = Queue.open(heavy, worker_context())
         workers = 1 if len(items) < 2 else 2
         self._stages = [STAGE if index == 0 else f"{STAGE}_{index + 1}" for index in range(workers)]
         self._built = [0] * workers
@@ -132,43 +132,34 @@ class Prebuild:
         self._core_free.set()
 
     def _guess(self, spec: Any, first: Item) -> None:
-        marker, outcomes = self._marker, []
+        line, outcomes = self._line, []
         builds = (self.items, self._budget_s, self._queue) if self.later and self.items else None
         calibrated = self._queue.calibrated if self._first_calibrates else None  # once the guess is built
-        run = partial(
-            run_stage,
-            FIRST_GUESS,
-            evaluate_ahead,
-            spec,
-            first,
-            self.later,
-            FIRST_GUESS_WAIT_S,
-            str(marker),
-            builds,
-            calibrated,
-        )
-        stage = threading.Thread(target=lambda: outcomes.append(run(isolation=self._isolation)), daemon=True)
-        stage.start()
-        built = Path(f"{marker}.built")
-        try:  # the guess is done once its marker is written (the worker goes on with ``later``)
-            while stage.is_alive() and not marker.exists():
-                stage.join(0.02)
-            word = marker.read_text() if marker.exists() else "0"
-            self.first_evaluated = word in ("1", GUESS_BUILDS)
-            self._guess_builds = word == GUESS_BUILDS
+        run = partial(run_stage, FIRST_GUESS, evaluate_ahead, spec, first, self.later, FIRST_GUESS_WAIT_S, line)
+
+        def stage() -> None:
+            try:
+                outcomes.append(run(builds, calibrated, isolation=self._isolation))
+            finally:  # the worker is gone (done, dead or stopped): what it did not say, it will not
+                line.say("ended")
+
+        thread = threading.Thread(target=stage, daemon=True)
+        thread.start()
+        try:  # the guess is done once its worker says so (it goes on with ``later``)
+            kind, word = line.hear()
+            self.first_evaluated = kind == "guess" and word in ("ok", GUESS_BUILDS)
+            self._guess_builds = kind == "guess" and word == GUESS_BUILDS
             if self.first_evaluated and self._first_calibrates:
                 self._queue.mark_calibrated()  # its ranges are cached: the ceilings' builds only quantize
         finally:
             self._first_done.set()
             self._core_free.set()
         try:  # in budget: its share of the builds, then ``later``
-            while self._guess_builds and stage.is_alive() and not built.exists():
-                stage.join(0.02)
-            if self._guess_builds and built.exists():
-                self._built[0] = int(built.read_text() or 0)
+            if self._guess_builds and (heard := line.hear())[0] == "built":
+                self._built[0] = int(heard[1] or 0)
         finally:
             self._guess_built.set()
-        stage.join()
+        thread.join()
         value = outcomes[0].value if outcomes and outcomes[0].ok else None
         if value:  # (the guess's answer came with the marker)
             self.later_evaluated = [item for item, ok in zip(self.later, value[1], strict=False) if ok]
@@ -212,9 +203,7 @@ class Prebuild:
     def ceilings_timed(self) -> None:
         """The speed ceilings are timed: the guess's worker, waiting after a guess in budget, may
         evaluate ``later`` now (an evaluation beside the timing made it noisy)."""
-        go = Path(f"{self._marker}.go")
-        if self._tmp.is_dir() and not go.exists():
-            go.write_text("1")
+        self._line.go.set()
 
     def wait_ahead(self, point: dict[str, Any], flow: tuple[str, ...], timeout_s: float | None = None) -> bool:
         """Whether ``point`` was evaluated ahead, waiting (at most ``timeout_s``) when it is one of ``later``

@@ -5,10 +5,8 @@ for a fixed thread count are tried one group at a time, as ``passes/onnx/session
 does for a flow's model: graph optimization level, execution mode, and the provider's own
 options (OpenVINO's precision hint; its own properties through ``load_config``: CPU pinning, and
 the bf16 inference precision where the CPU has bf16 instructions -- onnxruntime-openvino runs an
-fp32 model in f32 unless told). Each value is timed interleaved with the current choice
-on the target (``Backend.time``: every copy of the model carries its settings beside it, so
-a target environment times it too) and replaces it only when its median paired ratio's 90%
-interval lies below 1 (``evaluate/paired.py``). Threads stay ``evaluation.latency.threads``.
+fp32 model in f32 unless told). The search is the pass's (``session_tuning.search_groups``), timed
+on the target (``Backend.time``). Threads stay ``evaluation.latency.threads``.
 A setting may change the numbers (a precision hint), so the chosen settings are evaluated again
 on the whole evaluation data and kept only when they still meet the criterion.
 
@@ -22,9 +20,6 @@ the chosen model's session creation alone with fresh caches, first open against 
 from __future__ import annotations
 
 import json
-import logging
-import os
-import shutil
 import tempfile
 import time
 from dataclasses import replace
@@ -32,12 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from quantune.evaluate.latency import TimingRequest
-from quantune.evaluate.paired import paired_ratio
-from quantune.evaluate.session_file import write_session_settings
-from quantune.model import external_data_files
-from quantune.passes.onnx.session_tuning import LEVELS, MAX_WARMUP, copy_model
-
-log = logging.getLogger("quantune.session_search")
+from quantune.passes.onnx.session_tuning import LEVELS, MAX_WARMUP, merge_settings, search_groups, settings_copy
 
 ROUNDS = 20
 # Provider options that change speed for a fixed thread count, per provider (the first: its default).
@@ -88,90 +78,14 @@ def search_session(
     """The settings for ``model`` (its own ``settings`` as the start), and per group what was timed.
     ``deadline`` (``time.perf_counter()``, what ``stop.timeout_s`` leaves): no group starts after it,
     and a group's rounds stop there (after the fewest), so the refinement never outlasts the limit."""
-    chosen = dict(settings)
-    tried: list[dict[str, Any]] = []
     spec = evaluator.spec.latency
     spec = replace(spec, warmup=min(spec.warmup, MAX_WARMUP), repeats=ROUNDS)
+    request = TimingRequest((), evaluator.latency_feed, spec, evaluator.spec.runner, deadline=deadline)
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:
-        for options in option_groups(provider):
-            # the current settings first (a value equal to them is not timed twice), then each other value
-            group, candidates = [{}], [chosen]
-            keys = {key for option in options for key in option.get("provider_options", {})}
-            for option in options:
-                if (merged := _merged(chosen, option, keys)) not in candidates and not _same(chosen, option):
-                    group.append(option)
-                    candidates.append(merged)
-            if len(candidates) == 1:
-                continue
-            if deadline is not None and time.perf_counter() >= deadline:
-                tried.append({"group": group, "skipped": "no time left within stop.timeout_s"})
-                break
-            paths = [_copy(model, Path(folder) / f"{len(tried)}-{i}", s) for i, s in enumerate(candidates)]
-            try:
-                request = TimingRequest(
-                    tuple(paths), evaluator.latency_feed, spec, evaluator.spec.runner, deadline=deadline
-                )
-                timings = evaluator.backend.time(request)
-            except Exception as exc:  # a setting the provider refuses: the group keeps its default
-                log.warning("session search: %s failed (%s)", group, " ".join(str(exc).split())[:200])
-                tried.append({"group": group, "error": " ".join(str(exc).split())[:200]})
-                chosen = candidates[0]
-                continue
-            best, best_median, ratios = 0, 1.0, []
-            for index, row in enumerate(timings[1:], start=1):
-                ratio = paired_ratio(row, timings[0])
-                ratios.append({"option": group[index], **ratio.to_dict()})
-                if ratio.faster and ratio.median < best_median:
-                    best, best_median = index, ratio.median
-            tried.append({"group": group, "chosen": group[best], "vs_first": ratios})
-            chosen = candidates[best]
+        chosen, tried = search_groups(
+            model, option_groups(provider), settings, request, evaluator.backend.time, Path(folder)
+        )
     return {"settings": chosen, "tried": tried}
-
-
-def _same(settings: dict[str, Any], option: dict[str, Any]) -> bool:
-    """Whether ``option`` is what ``settings`` already run with (absent keys: onnxruntime's defaults)."""
-    defaults = {"graph_optimization_level": "all", "execution_mode": "sequential"}
-    if any(key not in defaults for key in option):
-        return False
-    return all(settings.get(key, defaults.get(key)) == value for key, value in option.items() if key in defaults)
-
-
-def _merged(settings: dict[str, Any], option: dict[str, Any], keys: set[str] | None = None) -> dict[str, Any]:
-    """``settings`` with ``option``; a provider option of the group (``keys``) replaces the group's
-    value, the provider's other options (its thread count, another group's choice) stay."""
-    merged = dict(settings)
-    group = PROVIDER_OPTIONS_KEYS if keys is None else keys
-    for key, value in option.items():
-        if key == "provider_options":
-            base = {k: v for k, v in dict(merged.get(key) or {}).items() if k not in group}
-            merged[key] = {**base, **value}
-            if not merged[key]:
-                merged.pop(key)
-        else:
-            merged[key] = value
-    return merged
-
-
-PROVIDER_OPTIONS_KEYS = {key for options in PROVIDER_OPTIONS.values() for option in options for key in option}
-
-
-def _copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
-    """``model`` (and its external data) in ``folder`` with ``settings`` beside it: hard links where
-    the file system allows (a large model is not copied once per setting), else copies."""
-    folder.mkdir(parents=True)
-    path = folder / model.name
-    try:
-        os.link(model, path)
-        for data in external_data_files(model):
-            destination = folder / data.relative_to(model.parent)
-            destination.parent.mkdir(parents=True, exist_ok=True)
-            os.link(data, destination)
-    except OSError:
-        shutil.rmtree(folder)
-        folder.mkdir(parents=True)
-        copy_model(model, path)
-    write_session_settings(path, settings)
-    return path
 
 
 CACHE_PAIRS = 2  # fresh caches: a first open (compiles, writes) then a cached one (reads), each
@@ -191,15 +105,15 @@ def cache_effect(
     threads = evaluator.spec.latency.threads
     firsts, cached_opens, written = [], [], 0
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:
-        evaluator.backend.open_s(_copy(model, Path(folder) / "warm", settings), threads)
+        evaluator.backend.open_s(settings_copy(model, Path(folder) / "warm", settings), threads)
         for pair in range(CACHE_PAIRS):
             if pair and deadline is not None and time.perf_counter() >= deadline:
                 break
             cache = Path(folder) / f"ov_cache-{pair}"
-            cached = _merged(settings, {"provider_options": {"cache_dir": str(cache)}}, {"cache_dir"})
+            cached = merge_settings(settings, {"provider_options": {"cache_dir": str(cache)}}, {"cache_dir"})
             took = []
             for index in range(2):  # two copies: a target that keeps a session per path opens each anew
-                path = _copy(model, Path(folder) / f"cache-{pair}-{index}", cached)
+                path = settings_copy(model, Path(folder) / f"cache-{pair}-{index}", cached)
                 took.append(evaluator.backend.open_s(path, threads))
             firsts.append(took[0])
             cached_opens.append(took[1])
@@ -217,6 +131,6 @@ def cache_effect(
 def evaluate_settings(evaluator: Any, model: Path, settings: dict[str, Any], reference: Any) -> dict[str, float]:
     """``model``'s figures with ``settings`` (all of them, on the whole evaluation data)."""
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:
-        path = _copy(model, Path(folder) / "chosen", settings)
+        path = settings_copy(model, Path(folder) / "chosen", settings)
         figures, _ = evaluator.evaluate(path, reference)
     return figures

@@ -5,11 +5,8 @@ slower with another graph optimization level, execution mode, thread split or me
 planning. The pass starts from onnxruntime's defaults (level ``all``, sequential, every thread
 of the budget ``evaluation.latency.threads`` intra-op, memory pattern and arena on) and tries
 one group of settings at a time -- threads and execution mode, then the graph optimization
-level, then the memory pattern, then the arena -- timing every value of the group interleaved
-with the current choice on the run's timed feed (``evaluate.latency.time_side_by_side``). A
-value replaces the current one only when its median paired ratio's 90% interval lies below 1
-(``evaluate.paired``): a setting is changed because it was faster beyond the noise, never by
-chance. A parameter given a value is fixed (and may be searched like any other).
+level, then the memory pattern, then the arena -- on the run's timed feed, by :func:`search_groups`
+(the post-verdict session search uses it too). A parameter given a value is fixed.
 
 The output is the input model, unchanged, with the chosen settings beside it in
 ``<model>.session.json`` (``evaluate.session_file``): evaluations apply them, the cache hashes
@@ -20,21 +17,25 @@ their input without its side files.
 from __future__ import annotations
 
 import logging
+import os
 import shutil
+import tempfile
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Literal
 
+import numpy as np
 from pydantic import Field
 
 from quantune.errors import TrialError
-from quantune.evaluate.latency import time_side_by_side
+from quantune.evaluate.latency import TimingRequest, time_side_by_side
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.session_file import write_session_settings
 from quantune.model import external_data_files
 from quantune.passes.base import Pass, PassConfig, PassContext
 from quantune.passes.registry import register_pass
-from quantune.passes.timing import PassTiming
 
 log = logging.getLogger("quantune.passes.session_tuning")
 
@@ -123,43 +124,114 @@ class SessionTuning(Pass):
                 raise TrialError(
                     f"session_tuning.{key}: {value} exceeds the thread budget evaluation.latency.threads ({budget})"
                 )
-        chosen: dict[str, Any] = {}
-        for group in option_groups(budget, config):
-            chosen |= group[0]
-            if len(group) > 1:
-                chosen |= self._fastest(model_in, group, chosen, config.rounds, timing)
+        groups = option_groups(budget, config)
+        start = {key: value for group in groups for key, value in group[0].items()}  # every key set
+        spec = replace(timing.spec, warmup=min(timing.spec.warmup, MAX_WARMUP), repeats=config.rounds)
+        request = TimingRequest((), timing.feed, spec, timing.runner)
+        with tempfile.TemporaryDirectory(prefix="quantune-session-", dir=context.work_dir.parent) as folder:
+            chosen, _ = search_groups(model_in, groups, start, request, time_here, Path(folder))
         copy_model(model_in, model_out)
         write_session_settings(model_out, chosen)
         log.info("session_tuning chose %s", chosen)
 
-    @staticmethod
-    def _fastest(
-        model: Path, group: list[dict[str, Any]], current: dict[str, Any], rounds: int, timing: PassTiming
-    ) -> dict[str, Any]:
-        """The option of ``group`` faster than its first beyond the noise (the fastest such), else the first."""
-        spec = replace(timing.spec, warmup=min(timing.spec.warmup, MAX_WARMUP), repeats=rounds)
-        settings = [current | option for option in group]
+
+def time_here(request: TimingRequest) -> np.ndarray:
+    """``request`` timed in this process on onnxruntime's default provider, each model with its own settings."""
+    return time_side_by_side(
+        list(request.models), request.feed, request.spec, runner=request.runner, deadline=request.deadline
+    )
+
+
+def search_groups(
+    model: Path,
+    groups: Sequence[Sequence[dict[str, Any]]],
+    start: dict[str, Any],
+    request: TimingRequest,
+    time_request: Callable[[TimingRequest], np.ndarray],
+    folder: Path,
+) -> tuple[dict[str, Any], list[dict[str, Any]]]:
+    """The settings for ``model`` searched one group at a time from ``start``, and per group what was timed.
+
+    Each group's values other than the current settings are timed interleaved with them: copies of
+    ``model`` in ``folder`` carry their settings beside them, so ``time_request`` (this process, or a
+    target) opens them as they will run. A value replaces the current one only when its median paired
+    ratio's 90% interval lies below 1 (``evaluate.paired``; the fastest such): faster beyond the noise,
+    never by chance. A group that fails to time keeps the current settings; past ``request.deadline``
+    no group starts."""
+    chosen, tried = dict(start), []
+    for options in groups:
+        # the current settings first (a value equal to them is not timed twice), then each other value
+        group, candidates = [{}], [chosen]
+        keys = {key for option in options for key in option.get("provider_options", {})}
+        for option in options:
+            if (merged := merge_settings(chosen, option, keys)) not in candidates and not _same(chosen, option):
+                group.append(option)
+                candidates.append(merged)
+        if len(candidates) == 1:
+            continue
+        if request.deadline is not None and time.perf_counter() >= request.deadline:
+            tried.append({"group": group, "skipped": "no time left within stop.timeout_s"})
+            break
+        paths = [settings_copy(model, folder / f"{len(tried)}-{i}", s) for i, s in enumerate(candidates)]
         try:
-            timings = time_side_by_side(
-                [model] * len(group), timing.feed, spec, runner=timing.runner, settings=settings
-            )
-        except Exception as exc:  # a setting onnxruntime refuses for this model: keep the defaults' group
-            log.warning("session_tuning: timing %s failed (%s); kept %s", group, exc, group[0])
-            return group[0]
-        best, best_median = group[0], 1.0
-        for option, row in zip(group[1:], timings[1:], strict=True):
+            timings = time_request(replace(request, models=tuple(paths)))
+        except Exception as exc:  # a setting onnxruntime or the provider refuses: the group keeps the current
+            error = " ".join(str(exc).split())[:200]
+            log.warning("session settings: timing %s failed (%s); kept %s", group, error, chosen)
+            tried.append({"group": group, "error": error})
+            continue
+        best, best_median, ratios = 0, 1.0, []
+        for index, row in enumerate(timings[1:], start=1):
             ratio = paired_ratio(row, timings[0])
-            log.info(
-                "session_tuning: %s vs %s: ratio %.3f (90%% %.3f-%.3f)",
-                option,
-                group[0],
-                ratio.median,
-                ratio.low,
-                ratio.high,
-            )
+            ratios.append({"option": group[index], **ratio.to_dict()})
             if ratio.faster and ratio.median < best_median:
-                best, best_median = option, ratio.median
-        return best
+                best, best_median = index, ratio.median
+        log.info("session settings: %s chosen of %s (ratios %s)", group[best], group, ratios)
+        tried.append({"group": group, "chosen": group[best], "vs_first": ratios})
+        chosen = candidates[best]
+    return chosen, tried
+
+
+def _same(settings: dict[str, Any], option: dict[str, Any]) -> bool:
+    """Whether ``option`` is what ``settings`` already run with (absent keys: onnxruntime's defaults)."""
+    defaults = {"graph_optimization_level": "all", "execution_mode": "sequential"}
+    if any(key not in defaults for key in option):
+        return False
+    return all(settings.get(key, defaults.get(key)) == value for key, value in option.items() if key in defaults)
+
+
+def merge_settings(settings: dict[str, Any], option: dict[str, Any], keys: set[str]) -> dict[str, Any]:
+    """``settings`` with ``option``; a provider option of the group (``keys``) replaces the group's
+    value, the provider's other options (its thread count, another group's choice) stay."""
+    merged = dict(settings)
+    for key, value in option.items():
+        if key == "provider_options":
+            base = {k: v for k, v in dict(merged.get(key) or {}).items() if k not in keys}
+            merged[key] = {**base, **value}
+            if not merged[key]:
+                merged.pop(key)
+        else:
+            merged[key] = value
+    return merged
+
+
+def settings_copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
+    """``model`` (and its external data) in ``folder`` with ``settings`` beside it: hard links where
+    the file system allows (a large model is not copied once per setting), else copies."""
+    folder.mkdir(parents=True)
+    path = folder / model.name
+    try:
+        os.link(model, path)
+        for data in external_data_files(model):
+            destination = folder / data.relative_to(model.parent)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            os.link(data, destination)
+    except OSError:
+        shutil.rmtree(folder)
+        folder.mkdir(parents=True)
+        copy_model(model, path)
+    write_session_settings(path, settings)
+    return path
 
 
 def copy_model(source: Path, target: Path) -> None:
