@@ -163,3 +163,24 @@ def test_openvino_and_the_cpu_provider_rank_the_same_model_otherwise(tmp_path: P
     assert scores[CPU]["mm2"] > scores[CPU]["mm1"], scores
     assert scores[OV]["mm1"] > scores[OV]["mm2"], scores
     assert scores[OV]["mm2"] == pytest.approx(scores[CPU]["mm2"], rel=1e-3)  # the 8-bit MatMul: the same numbers
+
+
+def test_the_exposed_tensors_come_back_a_few_feeds_at_a_time(tmp_path: Path, monkeypatch) -> None:
+    """Every float tensor of both models comes back from the provider: the calls hold at most
+    ``HELD_BYTES`` of them (one feed a call where one feed is more), and the scores do not change."""
+    from quantune.evaluate.sensitivity import provider
+
+    float_path, quant_path, feeds = _two_convs(tmp_path)
+    backend, calls = LocalBackend(), []
+
+    def run(model: Path, batch: list[dict[str, np.ndarray]]) -> list[Any]:
+        calls.append(len(batch))
+        return backend.outputs(model, batch, threads=1, runner=None, settings={"provider": CPU})
+
+    whole = measure_on_provider(float_path, quant_path, feeds, run, tmp_path / "whole")
+    assert calls == [1, 1, len(feeds) - 1, len(feeds) - 1]  # the first feed sizes the rest
+    calls.clear()
+    monkeypatch.setattr(provider, "HELD_BYTES", 1)
+    piecewise = measure_on_provider(float_path, quant_path, feeds, run, tmp_path / "pieces")
+    assert calls == [1] * (2 * len(feeds))
+    assert piecewise == pytest.approx(whole, rel=1e-9)

@@ -19,6 +19,7 @@ import onnx
 from onnx import TensorProto, helper
 
 Feeds = list[dict[str, np.ndarray]]
+HELD_BYTES = 256 * 2**20  # the exposed tensors of both models a call may return: memory stays bounded
 RunOutputs = Callable[[Path, Feeds], list[Mapping[str, np.ndarray]]]  # (model, feeds) -> outputs per feed
 
 
@@ -48,25 +49,31 @@ def measure_on_provider(
     """Each float node's score: the relative squared error of its output in the quantized model, as
     ``run`` runs both models, less the largest of its inputs' (at least zero). Nodes the quantized
     model no longer has (its tensor names gone) score nothing."""
-    fmodel = onnx.load(str(float_path))
-    qmodel = onnx.load(str(quant_path))
+    fmodel, qmodel = onnx.load(str(float_path)), onnx.load(str(quant_path))
     qnames = {out for node in qmodel.graph.node for out in node.output}
     produced = float_tensors(fmodel)
     names = [name for name in produced if name in qnames]
-    qnames_gone = set(produced) - qnames
+    gone = set(produced) - qnames  # fused away by the quantizer
     folder.mkdir(parents=True, exist_ok=True)
     paths = folder / "float.onnx", folder / "quant.onnx"
     for path, model in zip(paths, (fmodel, qmodel), strict=True):
-        onnx.save(exposed(model, names), str(path))
-    reference, quantized = run(paths[0], feeds), run(paths[1], feeds)
+        onnx.save(exposed(model, names), str(path), save_as_external_data=True, location=f"{path.name}.data")
     error = dict.fromkeys(names, 0.0)
     power = dict.fromkeys(names, 0.0)
-    for want, got in zip(reference, quantized, strict=True):
-        for name in names:
-            if name in want and name in got:
-                f = np.asarray(want[name], np.float64)
-                error[name] += float(np.sum((np.asarray(got[name], np.float64) - f) ** 2))
-                power[name] += float(np.sum(f**2))
+    size, start = 1, 0  # the first feed alone: its outputs' size sets how many feeds a call may hold
+    while start < len(feeds):
+        chunk = feeds[start : start + size]
+        reference, quantized = run(paths[0], chunk), run(paths[1], chunk)
+        held = 0
+        for want, got in zip(reference, quantized, strict=True):
+            for name in names:
+                if name in want and name in got:
+                    f = np.asarray(want[name], np.float64)
+                    error[name] += float(np.sum((np.asarray(got[name], np.float64) - f) ** 2))
+                    power[name] += float(np.sum(f**2))
+                    held += 2 * f.nbytes
+        start += len(chunk)
+        size = max(1, int(HELD_BYTES * len(chunk) // max(1, held)))
     relative = {name: error[name] / power[name] if power[name] > 0 else 0.0 for name in names}
     producer = {out: node for node in fmodel.graph.node for out in node.output}
 
@@ -86,7 +93,7 @@ def measure_on_provider(
             continue
         added = max(0.0, max(outs) - max((level(i) for i in node.input if i), default=0.0))
         # what the quantizer fused into this node (a Conv's output folded into its Relu) did the work
-        fused = [producer[i].name for i in node.input if i in producer and i not in relative and i in qnames_gone]
+        fused = [producer[i].name for i in node.input if i in gone]
         for name in fused or [node.name]:
             scores[name] = scores.get(name, 0.0) + added / max(1, len(fused))
     return scores
