@@ -9,6 +9,8 @@ quantization is forced to QDQ (the same numbers as QOperator, but every tensor s
 visible) and measured against the float model before it; a dynamic one is measured from the
 float model alone. Reports are cached under (float model hash, quantized model hash, data
 fingerprint, rows): the quantized model's hash covers the whole quantization config.
+On another provider than the CPU's, the same QDQ model is scored as that provider runs it
+(:func:`run_provider_probe`): the culprits may differ where a kernel runs otherwise there.
 """
 
 from __future__ import annotations
@@ -57,8 +59,10 @@ class ProbeJob:
     )
 
 
-def _flow_runner(job: ProbeJob, cache: ArtifactCache) -> Callable[..., tuple[Path, str]]:
-    """Runs steps of ``job``'s flow through the artifact cache, with the trials' keys."""
+def _float_model(job: ProbeJob, cache: ArtifactCache) -> tuple[Callable[..., tuple[Path, str]], Any, Path, str]:
+    """(a runner of flow steps through the artifact cache with the trials' keys, the quant step as
+    (id, pass class, config), the float model it reads and its hash)."""
+    index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
 
     def run(steps: list[tuple[str, type, PassConfig]], model: Path, sha: str) -> tuple[Path, str]:
         return run_flow_cached(
@@ -72,7 +76,7 @@ def _flow_runner(job: ProbeJob, cache: ArtifactCache) -> Callable[..., tuple[Pat
             label_suffix=" (sensitivity)",
         )
 
-    return run
+    return run, job.steps[index], *run(job.steps[:index], job.model_path, job.model_sha)
 
 
 def _qdq(config: PassConfig, pass_cls: type) -> PassConfig:
@@ -85,10 +89,7 @@ def _qdq(config: PassConfig, pass_cls: type) -> PassConfig:
 def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, Any]:
     """The :class:`SensitivityReport` of ``job`` as JSON data (through the artifact cache)."""
     cache = cache or ArtifactCache(job.cache_root)
-    index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
-    prefix, (step_id, pass_cls, config) = job.steps[:index], job.steps[index]
-    run = _flow_runner(job, cache)
-    float_path, float_sha = run(prefix, job.model_path, job.model_sha)
+    run, (step_id, pass_cls, config), float_path, float_sha = _float_model(job, cache)
 
     def batches():
         return job.calibration.batches(job.input_names, job.batch_size, job.rows)
@@ -147,10 +148,7 @@ def run_provider_probe(
 ) -> dict[str, float]:
     """Each node's score as ``provider`` runs ``job``'s static quantization (QDQ, as :func:`run_probe`
     measures it): :func:`measure_on_provider`, cached per provider and backend (``fingerprint``)."""
-    index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
-    prefix, (step_id, pass_cls, config) = job.steps[:index], job.steps[index]
-    run = _flow_runner(job, cache)
-    float_path, float_sha = run(prefix, job.model_path, job.model_sha)
+    run, (step_id, pass_cls, config), float_path, float_sha = _float_model(job, cache)
     quant_path, quant_sha = run([(step_id, pass_cls, _qdq(config, pass_cls))], float_path, float_sha)
     key = cache_key(
         "sensitivity-provider",
