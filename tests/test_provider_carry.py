@@ -42,7 +42,7 @@ def _config(make_config) -> dict[str, Any]:
     return make_config(passes, search={"strategy": "quantune", "strategy_options": options})
 
 
-def _strategy(make_config, speed) -> Any:
+def _strategy(make_config, speed, **fields: Any) -> Any:
     """The quantune strategy over the plan, timing by ``speed(point)`` (latency over the original's)."""
 
     def paired(candidate: Point, cflow: Any, reference: Point, rflow: Any) -> dict[str, Any]:
@@ -53,6 +53,7 @@ def _strategy(make_config, speed) -> Any:
         accuracy_problem(_config(make_config)),
         latency_ratio=lambda point, flow: speed(point),
         paired_latency=paired,
+        **fields,
     )
     strategy = create_strategy("quantune")
     strategy.bind(problem)
@@ -124,6 +125,33 @@ def test_where_openvino_changes_the_numbers_its_own_culprits_are_found_there(mak
     assert all(point[KEY] == OV for point, _ in seen[start:])
     assert strategy.shared.settled is not None and strategy.shared.settled[KEY] == OV
     assert "conv1" in strategy.shared.settled[EXCLUDE]
+
+
+def test_openvino_own_recovery_ranks_the_culprits_as_openvino_runs_the_model(make_config) -> None:
+    """Where OpenVINO misses with the CPU provider's model, its recovery asks for the ranking of
+    points on OpenVINO (the engine measures those there: test_sensitivity_provider.py), never
+    reuses the CPU provider's, and each of its trials' stages says whose ranking it follows."""
+
+    def speed(point: Point) -> float:
+        return _speed(point, {CPU: 0.5, OV: 0.55}, {CPU: 0.2, OV: 0.005})
+
+    def holds(provider: str, fp32: set[str]) -> bool:
+        return "conv2" in fp32 if provider == CPU else "conv1" in fp32
+
+    asked: list[str] = []
+
+    def sensitivity(point: Point, flow: Any) -> dict[str, float]:
+        asked.append(point.get(KEY, CPU))  # a second ranking: each provider's culprit first
+        return {"conv2": 1.0, "conv1": 0.1} if point.get(KEY, CPU) == CPU else {"conv1": 1.0, "conv2": 0.1}
+
+    strategy = _strategy(make_config, speed, sensitivity=sensitivity)
+    seen = _drive(strategy, _judge(holds))
+    own = [(p, s) for p, s in seen if s.startswith("on OpenVINO, culprits ranked as OpenVINO runs it: ")]
+    assert own and all(point[KEY] == OV for point, _ in own)
+    assert OV in asked and asked.index(OV) > asked.index(CPU)  # the CPU provider's first, OpenVINO's for its own
+    first_fallback = next(point for point, _ in own if point.get(EXCLUDE))
+    assert "conv1" in first_fallback[EXCLUDE] and "conv2" not in first_fallback[EXCLUDE]
+    assert strategy.shared.settled is not None and strategy.shared.settled[KEY] == OV
 
 
 def test_a_provider_whose_ceiling_is_surely_slower_is_never_tried(make_config) -> None:

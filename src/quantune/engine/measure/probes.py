@@ -20,7 +20,8 @@ from quantune import progress
 from quantune.engine.measure.baseline import RETIME_ROUNDS
 from quantune.engine.measure.paired_timing import MIN_ROUNDS as PAIRED_MIN_ROUNDS
 from quantune.engine.measure.paired_timing import store_pairs
-from quantune.engine.measure.sensitivity_probe import SensitivityProbe
+from quantune.engine.measure.sensitivity_probe import CPU, SensitivityProbe
+from quantune.engine.plan.providers import provider_step
 from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.paired import paired_ratio
 from quantune.evaluate.profile import node_time_shares
@@ -65,7 +66,11 @@ def accuracy_fields(
             capabilities[key] = ModelCapability.from_model(_quant_input(context, plan, steps), op_types, mode)
         return capabilities[key]
 
+    axis = provider_step(plan.steps)  # a run that searches providers ranks on each its own way
+    reference = plan.steps[axis].fixed.get("reference", CPU) if axis else CPU
+
     def sensitivity(point: Point, flow: tuple[str, ...]) -> Mapping[str, float]:
+        """Node scores for the flow's quantization at ``point``, as the provider it runs on runs it."""
         quant = next((s for s in flow if _trait(step_classes, s, "quantizes")), None)
         if quant is None or context.calibration is None:
             return {}
@@ -86,7 +91,9 @@ def accuracy_fields(
                 isolation=isolation,
                 eval_rows=len(context.evaluator.dataset),
             )
-        return probe(point)
+        backend = context.evaluator.backend
+        provider = str(point.get(f"{axis}.provider", reference) if axis else backend.provider)
+        return probe.on_provider(point, provider, backend, context.evaluator.threads)
 
     costs: dict[str, float] | None = None
 

@@ -9,11 +9,14 @@ quantization is forced to QDQ (the same numbers as QOperator, but every tensor s
 visible) and measured against the float model before it; a dynamic one is measured from the
 float model alone. Reports are cached under (float model hash, quantized model hash, data
 fingerprint, rows): the quantized model's hash covers the whole quantization config.
+On another provider than the CPU's, the same QDQ model is scored as that provider runs it
+(:func:`run_provider_probe`): the culprits may differ where a kernel runs otherwise there.
 """
 
 from __future__ import annotations
 
 import logging
+import tempfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +24,7 @@ from typing import Any
 
 from quantune.data import Dataset
 from quantune.evaluate.sensitivity.dynamic import measure_dynamic
+from quantune.evaluate.sensitivity.provider import RunOutputs, measure_on_provider
 from quantune.evaluate.sensitivity.static import measure
 from quantune.evaluate.sensitivity.stats import SensitivityReport
 from quantune.memory import note_stage_peak, peak_tracker
@@ -32,6 +36,7 @@ log = logging.getLogger("quantune.sensitivity")
 
 VERSION = 10  # 10: rows bounded by row_runs; 9: float32 elementwise, float64 sums (NodeStats.add); 4: per-sample error counts too (NodeStats.nmse); 5: the head measured at the outputs; 6: amplified nodes too; 7: measured in batches of up to MEASURE_BATCH rows; 8: the lead-in measured at the outputs
 
+CPU = "CPUExecutionProvider"  # the provider the in-process measurement runs on
 StepConfigs = Callable[[Mapping[str, Any], tuple[str, ...]], list[tuple[Any, PassConfig]]]
 
 
@@ -54,11 +59,10 @@ class ProbeJob:
     )
 
 
-def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, Any]:
-    """The :class:`SensitivityReport` of ``job`` as JSON data (through the artifact cache)."""
-    cache = cache or ArtifactCache(job.cache_root)
+def _float_model(job: ProbeJob, cache: ArtifactCache) -> tuple[Callable[..., tuple[Path, str]], Any, Path, str]:
+    """(a runner of flow steps through the artifact cache with the trials' keys, the quant step as
+    (id, pass class, config), the float model it reads and its hash)."""
     index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
-    prefix, (step_id, pass_cls, config) = job.steps[:index], job.steps[index]
 
     def run(steps: list[tuple[str, type, PassConfig]], model: Path, sha: str) -> tuple[Path, str]:
         return run_flow_cached(
@@ -72,7 +76,20 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
             label_suffix=" (sensitivity)",
         )
 
-    float_path, float_sha = run(prefix, job.model_path, job.model_sha)
+    return run, job.steps[index], *run(job.steps[:index], job.model_path, job.model_sha)
+
+
+def _qdq(config: PassConfig, pass_cls: type) -> PassConfig:
+    """``config`` forced to QDQ: the same numbers as QOperator, but every tensor stays visible."""
+    knobs = pass_cls.knobs
+    dumped = config.model_dump()
+    return type(config).model_validate({**dumped, **({knobs.layout: knobs.qdq} if knobs.layout else {})})
+
+
+def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, Any]:
+    """The :class:`SensitivityReport` of ``job`` as JSON data (through the artifact cache)."""
+    cache = cache or ArtifactCache(job.cache_root)
+    run, (step_id, pass_cls, config), float_path, float_sha = _float_model(job, cache)
 
     def batches():
         return job.calibration.batches(job.input_names, job.batch_size, job.rows)
@@ -97,9 +114,7 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
                 row_runs=job.row_runs,
             )
     else:
-        # QDQ: the same numbers as QOperator, but every tensor stays visible
-        qdq = type(config).model_validate({**dumped, **({knobs.layout: knobs.qdq} if knobs.layout else {})})
-        quant_path, quant_sha = run([(step_id, pass_cls, qdq)], float_path, float_sha)
+        quant_path, quant_sha = run([(step_id, pass_cls, _qdq(config, pass_cls))], float_path, float_sha)
         key = cache_key(
             "sensitivity", VERSION, float_sha, quant_sha, job.calibration.fingerprint, job.rows, job.row_runs
         )
@@ -126,6 +141,33 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
     data = report.to_json()
     cache.put_json("sensitivity", key, data)
     return data
+
+
+def run_provider_probe(
+    job: ProbeJob, cache: ArtifactCache, provider: str, fingerprint: Any, run_outputs: RunOutputs
+) -> dict[str, float]:
+    """Each node's score as ``provider`` runs ``job``'s static quantization (QDQ, as :func:`run_probe`
+    measures it): :func:`measure_on_provider`, cached per provider and backend (``fingerprint``)."""
+    run, (step_id, pass_cls, config), float_path, float_sha = _float_model(job, cache)
+    quant_path, quant_sha = run([(step_id, pass_cls, _qdq(config, pass_cls))], float_path, float_sha)
+    key = cache_key(
+        "sensitivity-provider",
+        VERSION,
+        provider,
+        fingerprint,
+        float_sha,
+        quant_sha,
+        job.calibration.fingerprint,
+        job.rows,
+    )
+    cached = cache.get_json("sensitivity", key)
+    if cached is not None:
+        return cached
+    feeds = list(job.calibration.batches(job.input_names, job.batch_size, job.rows))
+    with tempfile.TemporaryDirectory(prefix="quantune-provider-sensitivity-") as folder:
+        scores = measure_on_provider(float_path, quant_path, feeds, run_outputs, Path(folder))
+    cache.put_json("sensitivity", key, scores)
+    return scores
 
 
 # The measurement's budget, in evaluations of the original: the rows it measures are what this
@@ -189,24 +231,29 @@ class SensitivityProbe:
     def __call__(self, point: Mapping[str, Any]) -> dict[str, float]:
         return dict(self.report(point).scores)
 
+    def on_provider(self, point: Mapping[str, Any], provider: str, backend: Any, threads: int) -> dict[str, float]:
+        """Node scores as ``provider`` runs the quantized model: the CPU provider's by :meth:`__call__`,
+        another's by :func:`run_provider_probe` through ``backend`` (a target environment's too), in
+        this process. A dynamic quantization runs on the CPU provider alone, and a measurement that
+        fails there leaves the CPU provider's ranking standing in (a ranking guides, it decides nothing)."""
+        if provider == CPU or self.dynamic:
+            return self(point)
+
+        def run(model: Path, feeds: list[dict[str, Any]]) -> list[Mapping[str, Any]]:
+            return backend.outputs(model, feeds, threads=threads, runner=None, settings={"provider": provider})
+
+        self.calls += 1
+        try:
+            return run_provider_probe(self._job(point), self.cache, provider, backend.fingerprint(), run)
+        except Exception as exc:
+            log.warning("sensitivity on %s failed (%s); ranked as the CPU provider runs the model", provider, exc)
+            return self(point)
+
     def report(self, point: Mapping[str, Any]) -> SensitivityReport:
         self.calls += 1
         if self.failed is not None:
             return SensitivityReport(scores={})
-        steps = self.flow[: self.flow.index(self.quant_step) + 1]
-        job = ProbeJob(
-            model_path=self.model_path,
-            model_sha=self.model_sha,
-            steps=[(step.id, step.pass_cls, config) for step, config in self.configs_for(point, steps)],
-            quant_step=self.quant_step,
-            calibration=self.calibration,
-            input_names=list(self.input_names),
-            batch_size=self.batch_size,
-            cache_root=self.cache.root,
-            rows=self.rows,
-            dynamic=self.dynamic,
-            row_runs=None if not self.eval_rows else EVALUATIONS * self.eval_rows,
-        )
+        job = self._job(point)
         if self.isolation is None:
             data = run_probe(job, self.cache)
         else:
@@ -221,3 +268,19 @@ class SensitivityProbe:
             data = outcome.value
         self.last = SensitivityReport.from_json(data)
         return self.last
+
+    def _job(self, point: Mapping[str, Any]) -> ProbeJob:
+        steps = self.flow[: self.flow.index(self.quant_step) + 1]
+        return ProbeJob(
+            model_path=self.model_path,
+            model_sha=self.model_sha,
+            steps=[(step.id, step.pass_cls, config) for step, config in self.configs_for(point, steps)],
+            quant_step=self.quant_step,
+            calibration=self.calibration,
+            input_names=list(self.input_names),
+            batch_size=self.batch_size,
+            cache_root=self.cache.root,
+            rows=self.rows,
+            dynamic=self.dynamic,
+            row_runs=None if not self.eval_rows else EVALUATIONS * self.eval_rows,
+        )

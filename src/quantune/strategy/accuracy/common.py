@@ -28,6 +28,7 @@ class AccuracyStrategy(StagedStrategy):
     def setup(self) -> None:
         self.ctx = AccuracyContext.from_problem(self.problem, self.name)
         self.smallest_meeting_fallback: int | None = None  # groups kept in high precision
+        self.where = ""  # said before every stage while a stage works on one provider ("on OpenVINO, ...: ")
 
     # -- evaluation -----------------------------------------------------------------------------
     def try_points(self, items: Sequence[tuple[Point, str]], speed_if_missed: bool = True) -> Step:
@@ -39,7 +40,7 @@ class AccuracyStrategy(StagedStrategy):
         outcomes: list[Outcome] = [Outcome(None)] * len(items)
         if valid:
             told = yield [
-                Proposal(point, flow=self.flow_of(point), stage=stage, speed_if_missed=speed_if_missed)
+                Proposal(point, flow=self.flow_of(point), stage=self.where + stage, speed_if_missed=speed_if_missed)
                 for _, point, stage in valid
             ]
             for (index, _, _), outcome in zip(valid, told, strict=True):

@@ -20,7 +20,9 @@ Recovery runs in one variant, on one provider; yet the model it finds may be fas
 before the latency stage the model in budget is a candidate on every other provider that loads
 its quantization (:meth:`ProviderCeilings.everywhere`): its accuracy measured there, its speed
 judged side by side with the incumbent. Where it misses there, that provider's culprits are found
-by a recovery of its own, each evaluation on that provider. A provider whose ceiling (the same
+by a recovery of its own, each evaluation on that provider, its units ranked by their error as that
+provider runs the quantized model (a kernel one provider runs in int8 another may run in float), and
+each of its trials' stages says so. A provider whose ceiling (the same
 quantization, fully quantized) is surely slower than the incumbent side by side is skipped
 unbuilt -- no fallback can be faster than its ceiling -- and the stop reason says so
 (``drop_slow: false``: none is).
@@ -226,8 +228,11 @@ class ProviderCeilings:
             self.carry_notes.append(f"the model in budget failed on {name}")
             return None
         held = (self.shared.in_play, self.shared.settled, self.run.finished_reason)
-        self.shared.in_play = twin
-        found = yield from self.shared.recover(base, self.run.known(base))
+        self.shared.in_play, self.run.where = twin, f"on {name}, culprits ranked as {name} runs it: "
+        try:
+            found = yield from self.shared.recover(base, self.run.known(base))
+        finally:
+            self.run.where = ""
         self.shared.in_play, self.shared.settled, self.run.finished_reason = (
             held  # its ceiling stop is decided by carry
         )
