@@ -241,7 +241,14 @@ def time_until_decided(
         interleaved(guarded_calls, 0, warmup=timing_spec.warmup, warmup_s=warmup_s, active=active, between=between)
         share_end = timing_end(timing_spec, len(calls))
         timings = interleaved(
-            guarded_calls, max_rounds, end=share_end, fewest=min_rounds, active=active, between=between, after=after
+            guarded_calls,
+            max_rounds,
+            end=share_end,
+            fewest=min_rounds,
+            share_s=timing_spec.seconds * len(calls),
+            active=active,
+            between=between,
+            after=after,
         )
     if timings.shape[1] < request.original_rounds:  # the original alone goes on in its warm session
         end = min((end for end in (deadline, limit, share_end) if end is not None), default=None)

@@ -102,7 +102,7 @@ def confirm_end(
             evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline, prefer=prefer
         )
         if confirmation is not None and (
-            (confirmation.rounds < MIN_ROUNDS and end.limited)
+            confirmation.rounds < MIN_ROUNDS
             or (_undecided(confirmation) and confirmation.rounds < max(evaluator.spec.latency.repeats, VERDICT_ROUNDS))
         ):
             # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
