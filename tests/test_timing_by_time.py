@@ -197,3 +197,16 @@ def test_rounds_stop_when_the_share_is_spent_at_the_measured_cost_of_a_round(
     )
     assert timings.shape == (1, rounds)
     assert np.allclose(timings, cost_s)
+
+
+def test_the_ceilings_rounds_stand_for_the_originals_timing_when_its_own_would_run_no_more() -> None:
+    """The original is timed alone again after the speed ceilings only when their rounds of it are
+    fewer than its own timing would run: ten for a fast model, one for a model of 45 s a run (its
+    own timing is one round in its share, and repeating it alone cost two more runs)."""
+    from quantune.engine.run.original import RETIME_ROUNDS, stand_in_rounds
+    from quantune.evaluate import LatencySpec
+
+    spec = LatencySpec(warmup=10, repeats=50, seconds=10.0)
+    assert stand_in_rounds(spec, np.full(3, 0.001)) == RETIME_ROUNDS
+    assert stand_in_rounds(spec, np.full(3, 4.0)) == 3
+    assert stand_in_rounds(spec, np.array([45.0])) == 1

@@ -102,9 +102,15 @@ def timing_cost_s(
     if round_s <= 0.0:
         return 0.0
     share_s = seconds * max(1, models)
-    passes = warmup_passes(warmup, share_s, round_s)
-    rounds = min(repeats, max(fewest_within(fewest, share_s, round_s), math.ceil(share_s / round_s)))
-    return (passes + rounds) * round_s
+    return (warmup_passes(warmup, share_s, round_s) + rounds_within(repeats, share_s, round_s, fewest)) * round_s
+
+
+def rounds_within(repeats: int, share_s: float, round_s: float, fewest: int = FEWEST_ROUNDS) -> int:
+    """The rounds a timing runs at ``round_s`` a round in a share of ``share_s`` (unsettled): until the
+    share is spent, at least ``fewest`` or as many as the share holds, at most ``repeats``."""
+    if round_s <= 0.0:
+        return repeats
+    return min(repeats, max(fewest_within(fewest, share_s, round_s), math.ceil(share_s / round_s)))
 
 
 def warmup_passes(warmup: int, share_s: float, round_s: float) -> int:
