@@ -1,7 +1,8 @@
 """The search phase: what the run's end keeps from the limit, then the loop until it stops.
 
 The end's budget (deadline.py) is decided once, as the search starts: the fewest re-timing
-rounds of the best candidates and the results' writing are always kept from ``stop.timeout_s``
+rounds of the original and the best candidate, as the re-timing will run them, and the results'
+writing are always kept from ``stop.timeout_s``
 (and the report's drawing where it fits), so the loop stops -- and abandons a trial still
 running -- in time for them. On Ctrl-C the loop stops asking, running trials are abandoned and
 what finished is kept.
@@ -68,11 +69,14 @@ def search(
     not_retimed = retimes(objectives, config.evaluation.latency.confirm_top)
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
     spec, original_s = config.evaluation.latency, baseline.get("latency_ms", 0.0) / 1000
-    warmup = retiming_warmup(spec.warmup, spec.seconds, 1 + top, (1 + top) * original_s)  # as it will run
+    # the end keeps the fewest re-timing rounds of the original and the best candidate, with the warm-up
+    # as it will run (ending.py re-times the best alone when the others do not fit what is left)
+    kept = min(top, 1)
+    warmup = retiming_warmup(spec.warmup, spec.seconds, 1 + kept, (1 + kept) * original_s)
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
     timing_s = timing_cost_s(spec.warmup, spec.repeats, spec.seconds, original_s)
     first_trial_s = 2 * evaluation_seconds(parts.context) + timing_s
-    budget = end.for_loop(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS, first_trial_s)
+    budget = end.for_loop(baseline.get("latency_ms", 0.0), kept, warmup, MIN_ROUNDS, first_trial_s)
     prebuild = opening.prebuild
     loop = RunLoop(
         judge,
