@@ -210,3 +210,29 @@ def test_the_ceilings_rounds_stand_for_the_originals_timing_when_its_own_would_r
     assert stand_in_rounds(spec, np.full(3, 0.001)) == RETIME_ROUNDS
     assert stand_in_rounds(spec, np.full(3, 4.0)) == 3
     assert stand_in_rounds(spec, np.array([45.0])) == 1
+
+
+def test_a_targets_rounds_in_batches_stop_at_the_share_by_the_same_rule(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A backend that times batches of rounds elsewhere (a target's server) follows the same rule:
+    after the first batch (two rounds, the ceilings' early ones), rounds of 125 s against a 30 s
+    share stop there -- not at the five rounds of a paired decision."""
+    import time as clock_module
+
+    from quantune.evaluate.rounds import decide_in_chunks
+
+    clock = FakeClock()
+    monkeypatch.setattr(clock_module, "perf_counter", clock)
+    costs = np.array([45.0, 30.0, 50.0])
+    batches: list[int] = []
+
+    def timings(models, spec, first):
+        rows = np.array([np.nan if m is None else cost for m, cost in zip(models, costs, strict=True)])
+        jitter = np.array([[1.0 + 0.2 * ((first + r) % 2)] for r in range(spec.repeats)]).T  # never decided
+        clock.now += float(np.nansum(rows)) * spec.repeats
+        batches.append(spec.repeats)
+        return rows[:, None] * jitter
+
+    models = (Path("original.onnx"), Path("a.onnx"), Path("b.onnx"))
+    request = TimingRequest(models, {}, LatencySpec(seconds=10.0), threshold=0.97, early=True, max_rounds=20)
+    done = decide_in_chunks(timings, request)
+    assert done.shape == (3, 2) and batches == [2]
