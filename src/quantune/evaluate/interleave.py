@@ -81,7 +81,6 @@ def interleaved(
             if on[row] and call is not None:
                 call()
     timings = np.full((len(calls), rounds), np.nan)
-    started = clock()
     for index, order in enumerate(round_orders(first + rounds, len(calls))[first:]):
         if index >= fewest and end is not None and clock() >= end:
             return timings[:, :index]
@@ -93,8 +92,8 @@ def interleaved(
                 calls[row]()
                 if on[row]:
                     timings[row, index] = clock() - start
-        if index == 0 and share_s is not None:
-            fewest = fewest_within(fewest, share_s, clock() - started)
+        if index == 0 and share_s is not None:  # the round's own calls: not a wait for the lane
+            fewest = fewest_within(fewest, share_s, float(np.nansum(timings[:, 0])))
         if after is not None and after(timings[:, : index + 1]):
             return timings[:, : index + 1]
     return timings
