@@ -126,3 +126,35 @@ def test_provider_openings_past_the_limit_are_skipped_with_a_note() -> None:
         "A": {"skipped": "no time left within stop.timeout_s"},
         "B": {"skipped": "no time left within stop.timeout_s"},
     }
+
+
+def test_where_only_the_best_fits_the_end_re_times_it_alone(tmp_path: Path) -> None:
+    """The search keeps time for the fewest re-timing rounds of the original and its best candidate
+    (a heavy model's five rounds of three models would end it with time left unused): when the
+    second candidate's rounds do not fit what is left, the best is re-timed alone, not skipped."""
+    original = build_mlp(tmp_path / "original.onnx")
+    evaluator = Evaluator(EvaluationSpec(metric="cosine", batch_size=4), Dataset({"x": mlp_inputs(4, 0)}, "t"), ["x"])
+
+    def candidate(number: int, flow: str, latency_ms: float) -> TrialRecord:
+        model = build_mlp(tmp_path / f"c{number}.onnx", seed=number + 1)
+        metrics = {"cosine": 1.0, "latency_ms": latency_ms, "size_bytes": 1.0, "quantized_ops": 3}
+        return TrialRecord(
+            number=number,
+            flow=[flow],
+            params={},
+            status="ok",
+            metrics=metrics,
+            meets_criterion=True,
+            accuracy_loss=0.0,
+            objective=latency_ms,
+            model_path=str(model),
+        )
+
+    records = [candidate(0, "dynamic_quant", 900.0), candidate(1, "static_quant", 1000.0)]
+    baseline = {"latency_ms": 1000.0, "size_bytes": 2.0}
+    # by the search-time figures: 7 rounds of 2.9 s for three models (20.3 s), of 1.9 s for two (13.3 s)
+    end = EndBudget(100.0, time.perf_counter() - 85.0, end_s=0.0, report_s=0.0, load_s=0.0)
+    ending = confirm_end(evaluator, original, baseline, records, 2, end, "max_trials reached")
+    assert not ending.skipped, ending.skipped
+    assert ending.confirmation is not None and ending.confirmation.rounds >= MIN_ROUNDS
+    assert sorted(ending.confirmation.ratios) == [0]  # the best, alone beside the original

@@ -30,6 +30,17 @@ def round_orders(rounds: int, models: int) -> list[list[int]]:
     return orders[:rounds]
 
 
+def fewest_within(fewest: int, share_s: float, round_s: float) -> int:
+    """The fewest rounds a timing runs when one round costs ``round_s`` (measured: the first) and its
+    time share is ``share_s``: ``fewest``, or as many as the share holds, at least one. Fixed by the
+    cost of a round, not by how long the run is: a model of seconds a call is timed in about its share
+    (a heavy model's five rounds cost as much as its whole evaluation), and its figures, or a paired
+    ratio left undecided, say how few rounds they rest on."""
+    if round_s <= 0.0:
+        return fewest
+    return max(1, min(fewest, int(share_s / round_s)))
+
+
 def interleaved(
     calls: Sequence[Callable[[], object] | None],
     rounds: int,
@@ -39,6 +50,7 @@ def interleaved(
     warmup_s: float | None = None,
     end: float | None = None,
     fewest: int = 0,
+    share_s: float | None = None,
     active: list[bool] | None = None,
     between: Callable[[], object] | None = None,
     after: Callable[[np.ndarray], bool] | None = None,
@@ -49,8 +61,9 @@ def interleaved(
     allocates), none started ``warmup_s`` after warm-up began. Then ``rounds`` rounds, each running
     every call once in the order :func:`round_orders` gives round ``first`` onwards -- a timing
     done in batches (a target's) passes the rounds already run, so its batches continue the order.
-    No round starts past ``end`` (a ``time.perf_counter()`` value) once ``fewest`` ran; a caller
-    whose end counts from warm-up's end warms up first (``rounds=0``).
+    No round starts past ``end`` (a ``time.perf_counter()`` value) once ``fewest`` ran -- or, with a
+    time share ``share_s``, once as many ran as it holds at the first round's cost
+    (:func:`fewest_within`); a caller whose end counts from warm-up's end warms up first (``rounds=0``).
     ``active``: a list of flags the caller may change between rounds (or a call may clear for its
     own row, its figure then dropped); a ``None`` call never runs. ``between``: called before each
     warm-up pass and round (the latency lane). ``after``: asked with the rounds so far after each
@@ -79,6 +92,8 @@ def interleaved(
                 calls[row]()
                 if on[row]:
                     timings[row, index] = clock() - start
+        if index == 0 and share_s is not None:  # the round's own calls: not a wait for the lane
+            fewest = fewest_within(fewest, share_s, float(np.nansum(timings[:, 0])))
         if after is not None and after(timings[:, : index + 1]):
             return timings[:, : index + 1]
     return timings

@@ -16,6 +16,7 @@ evaluation server runs too.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import tempfile
 import threading
@@ -31,7 +32,7 @@ import numpy as np
 import onnxruntime as ort
 
 from quantune import progress
-from quantune.evaluate.interleave import interleaved
+from quantune.evaluate.interleave import fewest_within, interleaved
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 
@@ -90,11 +91,34 @@ class TimingRequest:
     anchor: int | None = None
 
 
-def own_timing_s(warmup: int, repeats: int, seconds: float, latency_s: float) -> float:
-    """About how long one model's own timing takes at ``latency_s`` a run: its warm-up and rounds,
-    cut by its time share (``seconds``, warm-up within a quarter of it) once the fewest rounds ran."""
-    cut = max(FEWEST_ROUNDS * latency_s, seconds) + latency_s + max(seconds / 4, latency_s)
-    return min((warmup + repeats) * latency_s, cut)
+def timing_cost_s(
+    warmup: int, repeats: int, seconds: float, round_s: float, models: int = 1, fewest: int = FEWEST_ROUNDS
+) -> float:
+    """About how long a timing of ``models`` models takes at ``round_s`` a round (each model once):
+    by the rule the rounds follow (:func:`.interleave.interleaved`) -- warm-up passes while within
+    ``WARMUP_SHARE`` of the share (``seconds`` per model), at least one; then rounds until the
+    share is spent, at least ``fewest`` or as many as the share holds (:func:`.interleave.fewest_within`),
+    at most ``repeats``. What a run keeps for a timing it will do is this, not a count of rounds."""
+    if round_s <= 0.0:
+        return 0.0
+    share_s = seconds * max(1, models)
+    return (warmup_passes(warmup, share_s, round_s) + rounds_within(repeats, share_s, round_s, fewest)) * round_s
+
+
+def rounds_within(repeats: int, share_s: float, round_s: float, fewest: int = FEWEST_ROUNDS) -> int:
+    """The rounds a timing runs at ``round_s`` a round in a share of ``share_s`` (unsettled): until the
+    share is spent, at least ``fewest`` or as many as the share holds, at most ``repeats``."""
+    if round_s <= 0.0:
+        return repeats
+    return min(repeats, max(fewest_within(fewest, share_s, round_s), math.ceil(share_s / round_s)))
+
+
+def warmup_passes(warmup: int, share_s: float, round_s: float) -> int:
+    """The warm-up passes a timing runs at ``round_s`` a pass when its share is ``share_s``: each model
+    once (its first run allocates), more only while within ``WARMUP_SHARE`` of the share."""
+    if round_s <= 0.0:
+        return warmup
+    return max(1, min(warmup, math.ceil(WARMUP_SHARE * share_s / round_s)))
 
 
 def timing_end(spec: LatencySpec, models: int, deadline: float | None = None) -> float:
@@ -335,7 +359,8 @@ def time_side_by_side(
         warmup_s = WARMUP_SHARE * spec.seconds * max(1, len(calls))
         interleaved(calls, 0, warmup=spec.warmup, warmup_s=warmup_s, between=between)
         end, fewest = timing_end(spec, len(calls), deadline), min(min_rounds, spec.repeats)
-        return interleaved(calls, spec.repeats, end=end, fewest=fewest, between=between, after=after)
+        share_s = spec.seconds * max(1, len(calls))
+        return interleaved(calls, spec.repeats, end=end, fewest=fewest, share_s=share_s, between=between, after=after)
 
 
 def settle_now(done: int) -> bool:

@@ -27,7 +27,7 @@ from pathlib import Path
 import numpy as np
 
 from quantune import progress
-from quantune.evaluate.interleave import interleaved
+from quantune.evaluate.interleave import fewest_within, interleaved
 from quantune.evaluate.latency import (
     WARMUP_SHARE,
     LatencySpec,
@@ -241,7 +241,14 @@ def time_until_decided(
         interleaved(guarded_calls, 0, warmup=timing_spec.warmup, warmup_s=warmup_s, active=active, between=between)
         share_end = timing_end(timing_spec, len(calls))
         timings = interleaved(
-            guarded_calls, max_rounds, end=share_end, fewest=min_rounds, active=active, between=between, after=after
+            guarded_calls,
+            max_rounds,
+            end=share_end,
+            fewest=min_rounds,
+            share_s=timing_spec.seconds * len(calls),
+            active=active,
+            between=between,
+            after=after,
         )
     if timings.shape[1] < request.original_rounds:  # the original alone goes on in its warm session
         end = min((end for end in (deadline, limit, share_end) if end is not None), default=None)
@@ -336,14 +343,16 @@ def decide_in_chunks(timings: Timings, request: TimingRequest) -> np.ndarray:
     first = min(EARLY_ROUNDS, min_rounds) if request.early else min_rounds
     share_end = timing_end(spec, len(models))
     columns = [batch(list(range(len(models))), max(1, min(first, max_rounds)), 0)]
+    # the fewest rounds cut to what the share holds at the first round's cost, as in-process (interleaved)
+    fewest = fewest_within(min_rounds, spec.seconds * len(models), float(np.nansum(columns[0][:, 0])))
     while (done := sum(c.shape[1] for c in columns)) < max_rounds:
         progress.tick(done, max_rounds, "rounds")
-        if _past(limit) or (done >= min_rounds and _past(deadline, share_end)):
+        if _past(limit) or (done >= fewest and _past(deadline, share_end)):
             break
         active, finished = _still_timed(np.concatenate(columns, axis=1), request, usable)
         if finished:
             break
-        size = min_rounds - done if done < min_rounds else request.chunk  # to ``min_rounds`` after the early ones
+        size = fewest - done if done < fewest else request.chunk  # to the fewest after the early ones
         columns.append(batch([row for row, on in enumerate(active) if on], min(size, max_rounds - done), done))
     if (done := sum(c.shape[1] for c in columns)) < request.original_rounds and not _past(deadline, limit, share_end):
         columns.append(batch([0], request.original_rounds - done, done))  # the original alone, as above

@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import statistics
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -28,7 +28,7 @@ from quantune import progress
 from quantune.engine.trials.selection import earliest_as_fast, is_candidate
 from quantune.engine.trials.trial import TrialRecord
 from quantune.evaluate import Evaluator, RatioInterval, paired_ratio
-from quantune.evaluate.latency import latency_figures
+from quantune.evaluate.latency import TimingRequest, latency_figures, warmup_passes
 from quantune.evaluate.paired import CONFIDENCE, MIN_GAIN
 from quantune.evaluate.rounds import decided
 from quantune.evaluate.session_file import read_session_settings
@@ -112,22 +112,26 @@ def confirm_latency(
     if not chosen:
         return None
     round_s = _round_s(baseline, feasible, chosen)
-    warmup, repeats = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, round_s, budget_s)
+    latency = evaluator.spec.latency
+    models = [original, *(Path(path) for path in chosen)]
+    _, repeats = timing_rounds(latency.warmup, latency.repeats, round_s, budget_s)
+    warmup = retiming_warmup(latency.warmup, latency.seconds, len(models), round_s)
     # the rounds were planned from search-time figures: under load they can take far longer,
     # so the budget is also a deadline the rounds loop keeps (beyond the fewest rounds)
     fewest = 1 if deadline is not None else _MIN_ROUNDS
     if deadline is None and budget_s is not None:
         deadline = time.perf_counter() + budget_s
+    # its time share (latency.interleaved cuts the fewest rounds to what it holds): the budget, and
+    # at least the fewest rounds a verdict rests on at the planned cost of a round
+    share_s = max(latency.seconds * len(models), budget_s or 0.0, _MIN_ROUNDS * round_s)
+    spec = replace(latency, warmup=warmup, repeats=repeats, seconds=share_s / len(models))
+    feed, runner = evaluator.latency_feed, evaluator.spec.runner
+    request = TimingRequest(
+        tuple(models), feed, spec, runner, deadline=deadline, min_rounds=fewest, settled=verdict_settled
+    )
     try:
         with progress.stage("confirmation"):
-            timings = evaluator.timings_side_by_side(
-                [original, *(Path(path) for path in chosen)],
-                warmup=warmup,
-                repeats=repeats,
-                deadline=deadline,
-                min_rounds=fewest,
-                settled=verdict_settled,
-            )
+            timings = evaluator.backend.time(request)
     except Exception as exc:  # onnxruntime refused a model it ran before: keep the search's figures
         log.warning("latency re-timing skipped: %s: %s", type(exc).__name__, exc)
         return None
@@ -271,8 +275,15 @@ def retiming_plan(
     feasible, chosen, _ = _choose(records, top, prefer)
     if not chosen:
         return 0, 0.0
-    warmup, _ = timing_rounds(evaluator.spec.latency.warmup, evaluator.spec.latency.repeats, 1.0, 0.0)
-    return 1 + len(chosen), (warmup + _MIN_ROUNDS) * _round_s(baseline, feasible, chosen)
+    latency, models, round_s = evaluator.spec.latency, 1 + len(chosen), _round_s(baseline, feasible, chosen)
+    return models, (retiming_warmup(latency.warmup, latency.seconds, models, round_s) + _MIN_ROUNDS) * round_s
+
+
+def retiming_warmup(warmup: int, seconds: float, models: int, round_s: float) -> int:
+    """The warm-up passes a re-timing of ``models`` models runs at ``round_s`` a round (``warmup``,
+    ``seconds``: the config's): at most two, cut by the config's share like any timing's -- a heavy
+    model's second pass costs a round and warms nothing more. What the run keeps for it counts these."""
+    return warmup_passes(min(warmup, 2), seconds * models, round_s)
 
 
 def _timed_as(model: str | Path) -> tuple[str, dict[str, Any] | None]:

@@ -78,7 +78,8 @@ def confirm_end(
     prefer: int | None = None,
 ) -> Ending:
     """Re-times the ``top`` best candidates with the original within what is left of the limit
-    (at most a tenth of the run so far, at least 3 s: a few interleaved rounds suffice); ``prefer``:
+    (at most a tenth of the run so far, at least 3 s: a few interleaved rounds suffice), or the best
+    alone where only its fewest rounds fit (what the search kept: a heavy model's); ``prefer``:
     the strategy's own answer (:meth:`~quantune.strategy.Strategy.answer`), the stable contender."""
     if stop_reason.startswith("interrupted"):
         return Ending(unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}")
@@ -88,6 +89,10 @@ def confirm_end(
             return Ending(unconfirmed=f"its model could not be re-timed side by side (not in the cache); {RERUN}")
         wanted_s = max(3.0, 0.1 * (time.perf_counter() - end.started))
         budget_s, skipped = end.retiming_budget(wanted_s, minimum_s, models)
+        if budget_s is None and top > 1:  # the best alone, as the search kept time for (search_phase.py)
+            top = 1
+            models, minimum_s = retiming_plan(evaluator, baseline, records, top)
+            budget_s, skipped = end.retiming_budget(wanted_s, minimum_s, models)
         if budget_s is None:
             log.warning("latency re-timing skipped: %s", skipped)
             return Ending(
@@ -102,7 +107,7 @@ def confirm_end(
             evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline, prefer=prefer
         )
         if confirmation is not None and (
-            (confirmation.rounds < MIN_ROUNDS and end.limited)
+            confirmation.rounds < MIN_ROUNDS
             or (_undecided(confirmation) and confirmation.rounds < max(evaluator.spec.latency.repeats, VERDICT_ROUNDS))
         ):
             # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'

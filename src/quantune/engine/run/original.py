@@ -13,6 +13,8 @@ import logging
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from quantune.engine.executors import Executor
 from quantune.engine.executors.stage import Isolation
 from quantune.engine.measure.baseline import (
@@ -27,6 +29,7 @@ from quantune.engine.run.loop import RunListener
 from quantune.engine.run.timebook import ORIGINAL, TimeBook
 from quantune.engine.trials.runner import TrialRunner
 from quantune.engine.trials.setup import RunParts
+from quantune.evaluate.latency import LatencySpec, rounds_within
 from quantune.strategy import Strategy
 
 log = logging.getLogger("quantune")
@@ -81,12 +84,12 @@ def ceilings_ready(
     """What the speed ceilings' timing waits for (it times the models built ahead): the builds;
     then the original's latency, timed beside the builds, is taken again from the ceilings'
     rounds, which time it first in each (``RunContext.original_timed``), or timed again alone
-    when they did not (their ratios were cached, or fewer than ``RETIME_ROUNDS`` rounds ran) --
+    when they did not (their ratios were cached, or fewer rounds ran than :func:`stand_in_rounds`) --
     into the figures the run and its strategy hold (once), rather than timing it alone first."""
 
     def timed(timings_s: Any) -> None:
         ctx = parts.context
-        if timings_s is not None and len(timings_s) >= RETIME_ROUNDS:
+        if timings_s is not None and len(timings_s) >= stand_in_rounds(ctx.evaluator.spec.latency, timings_s):
             fresh = store_original_latency(ctx, timings_s)
         else:
             fresh = retime_original(ctx, isolation.deadline.at)  # the re-timing stops at the run's limit
@@ -106,6 +109,14 @@ def ceilings_ready(
             parts.context.original_timed = timed
 
     return ready
+
+
+def stand_in_rounds(spec: LatencySpec, timings_s: Any) -> int:
+    """The fewest of the ceilings' rounds whose timings of the original stand for its latency:
+    ``RETIME_ROUNDS``, or as many as its own timing would run at its cost (``latency.rounds_within``):
+    a heavy model's own timing is a round or two, and timing it alone again would repeat them."""
+    run_s = float(np.nanmedian(timings_s)) if len(timings_s) else 0.0
+    return min(RETIME_ROUNDS, rounds_within(spec.repeats, spec.seconds, run_s))
 
 
 def announce_preparation(parts: RunParts, listeners: Sequence[RunListener]) -> None:

@@ -1,7 +1,8 @@
 """The search phase: what the run's end keeps from the limit, then the loop until it stops.
 
 The end's budget (deadline.py) is decided once, as the search starts: the fewest re-timing
-rounds of the best candidates and the results' writing are always kept from ``stop.timeout_s``
+rounds of the original and the best candidate, as the re-timing will run them, and the results'
+writing are always kept from ``stop.timeout_s``
 (and the report's drawing where it fits), so the loop stops -- and abandons a trial still
 running -- in time for them. On Ctrl-C the loop stops asking, running trials are abandoned and
 what finished is kept.
@@ -20,7 +21,7 @@ from quantune.config import Config
 from quantune.engine.executors import Executor
 from quantune.engine.executors.stage import Isolation
 from quantune.engine.measure.baseline import evaluation_seconds
-from quantune.engine.measure.confirm import MIN_ROUNDS, timing_rounds
+from quantune.engine.measure.confirm import MIN_ROUNDS, retiming_warmup
 from quantune.engine.run.deadline import WRITE_S, EndBudget, end_cost_s, least_end_cost_s, session_load_s, write_s
 from quantune.engine.run.ending import retimes
 from quantune.engine.run.interrupts import stop_cause, stop_taken
@@ -28,7 +29,7 @@ from quantune.engine.run.loop import Judge, RunListener, RunLoop
 from quantune.engine.run.resume import Replay
 from quantune.engine.run.timebook import TimeBook
 from quantune.engine.trials.identity import check_model_unchanged
-from quantune.evaluate.latency import own_timing_s
+from quantune.evaluate.latency import timing_cost_s
 from quantune.store import RunStore
 
 log = logging.getLogger("quantune")
@@ -67,12 +68,15 @@ def search(
     end = EndBudget(config.stop.timeout_s, started, write_s(size), report_s, session_load_s(size), least)
     not_retimed = retimes(objectives, config.evaluation.latency.confirm_top)
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
-    warmup, _ = timing_rounds(config.evaluation.latency.warmup, 1, 1.0, 0.0)
+    spec, original_s = config.evaluation.latency, baseline.get("latency_ms", 0.0) / 1000
+    # the end keeps the fewest re-timing rounds of the original and the best candidate, with the warm-up
+    # as it will run (ending.py re-times the best alone when the others do not fit what is left)
+    kept = min(top, 1)
+    warmup = retiming_warmup(spec.warmup, spec.seconds, 1 + kept, (1 + kept) * original_s)
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing
-    spec = config.evaluation.latency
-    timing_s = own_timing_s(spec.warmup, spec.repeats, spec.seconds, baseline.get("latency_ms", 0.0) / 1000)
+    timing_s = timing_cost_s(spec.warmup, spec.repeats, spec.seconds, original_s)
     first_trial_s = 2 * evaluation_seconds(parts.context) + timing_s
-    budget = end.for_loop(baseline.get("latency_ms", 0.0), top, warmup, MIN_ROUNDS, first_trial_s)
+    budget = end.for_loop(baseline.get("latency_ms", 0.0), kept, warmup, MIN_ROUNDS, first_trial_s)
     prebuild = opening.prebuild
     loop = RunLoop(
         judge,
