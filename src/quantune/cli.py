@@ -275,10 +275,9 @@ def one_line(message: str) -> str:
 
 
 class _OneLineWarnings(logging.Handler):
-    """Python's last resort for a warning logged while no handler is attached (before the run's
-    ``quantune.log`` exists), kept as one line each -- the log tail or traceback after a worker's
-    first line belongs in a log, not on a user's console -- and said when the command ends: a
-    command that fails says only its one error line (such a warning is a step towards it)."""
+    """Python's last-resort warning output (before ``quantune.log`` exists) as one line each, said
+    when the command ends: a worker's log tail belongs in a log, not on a user's console.
+    """
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -295,13 +294,10 @@ class _OneLineWarnings(logging.Handler):
 
 
 def entry() -> None:
-    """The ``quantune`` command (and ``python -m quantune``): :func:`main`, then the process ends
-    without the interpreter's teardown once everything it owes is written.
+    """The ``quantune`` command: :func:`main`, then the process ends without the interpreter's teardown.
 
-    Tearing down a run's objects (sessions, arrays, thousands of modules) takes noticeable time
-    after the verdict is printed and every file written, time a user waits for. The exit handlers still run (log files flushed and closed, worker
-    processes and scratch folders cleaned up), and the streams are flushed; only when no other
-    thread is left, else the usual exit, which waits for them.
+    Tearing down a run's objects takes time a user waits for after the verdict. The exit handlers
+    still run and the streams are flushed; with other threads left, the usual exit waits for them.
     """
     import atexit
     import threading

@@ -1,11 +1,8 @@
 """Progress of long stages as events: a stage says how far it is, whoever listens shows it.
 
-A heavy model makes single stages long (a sensitivity analysis, the speed ceilings' rounds, the
-end's re-timing): a person, or a CI log without a terminal, must see that the run is alive and
-how far it is. The stages only :func:`report` (stage, done, total); the console shows the events
-(a rich bar on a terminal, plain lines without one, ``report/console.py``), and a stage worker
-sends them to the main process through its pipe (``engine/executors/stage.py``), so a stage
-reports the same way wherever it runs. Nothing listens by default: reporting costs a call.
+Stages only :func:`report` (stage, done, total); the console shows the events and a stage
+worker forwards them through its pipe, so a stage reports alike wherever it runs. Nothing
+listens by default.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """A crash of user code in quantune's own process, said in one line by a witness process.
 
-A data loader (or a PyTorch model builder) runs in the main process; one that crashes Python
-(a segmentation fault in native code it calls) kills it on the spot, and no handler in that
-process can say anything afterwards. While such a function runs, faulthandler writes its
-report into a pipe read by a tiny witness process (``python -I -S``, the standard library
-only): when the function returns, the pipe closes empty and the witness exits without a word;
-when the process dies, the witness reads the report and prints one line naming the script, the
-line and the function. The exit status stays the crash's (139 for a segmentation fault).
+No handler survives a segmentation fault in the main process, so while user code runs,
+faulthandler writes into a pipe read by a tiny witness process that prints one line naming
+the script when the process dies. The exit status stays the crash's.
 """
 
 from __future__ import annotations

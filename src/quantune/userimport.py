@@ -1,13 +1,8 @@
 """Importing user code named in a config: ``path/to/script.py:function`` and plugin modules.
 
-User code runs only when a config names it. Scripts are imported by path (relative to the
-config's folder) under a stable module name, so every worker process imports the same file
-the same way. A script's folder is importable while and after it loads (as ``python
-script.py`` would make it), so a metric can ``from helper import SCALE``; the modules it so
-imports from its folder, transitively (userlocal.py), are part of its fingerprint. A script
-whose file or any of those modules changed since it was imported is imported again, those
-modules with it, so a process that runs several configs (tests, notebooks) never runs an old
-version of a script (the run's identity, engine/trials/identity.py, fingerprints the new one).
+Scripts are imported by path under a stable module name, so every worker imports them alike,
+with their folder importable as ``python script.py`` would make it. A script whose file or
+local imports changed is imported again, so a long-lived process never runs an old version.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
 """A dataset is either a table (a dict of equal-length arrays, sliced into batches) or a list of feeds.
 
-Sources are `.npz` files (keys = model input names, plus the label key) or a Python function
-named as ``path/to/script.py:function``. The function runs only when a config names it; it
-may return a dict of equal-length arrays (a table, sliced into batches of the configured batch
-size like an .npz file), or a list/iterable of such dicts: **feeds**, each run as it is. Feeds
-may differ in shape (variable sequence length, line width): they are never concatenated, padded
-or re-sliced, because padding changes what the model computes and re-slicing mixes lengths.
+Feeds may differ in shape and are run as they are: padding changes what the model computes and
+re-slicing mixes lengths.
 """
 
 from __future__ import annotations

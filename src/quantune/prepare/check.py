@@ -1,10 +1,7 @@
 """The equivalence check: a prepared model must give the original's outputs on real rows.
 
-Preparation only rewrites the graph's form, so outputs may move by float rounding (a folded
-BatchNorm rounds differently) and no more. Float outputs agree when every element is within
-``atol * scale + rtol * |reference|``, ``scale`` being the output's largest magnitude (so the
-tolerance follows the output's own units); integer and boolean outputs (argmax, decoded ids)
-agree when at most ``max_flips`` of their elements differ (rounding can flip a near tie).
+Float outputs may move by rounding only, relative to the output's own scale; integer and boolean
+outputs may flip at most ``max_flips`` elements (a near tie).
 """
 
 from __future__ import annotations

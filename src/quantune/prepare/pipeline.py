@@ -1,12 +1,7 @@
 """Model preparation: the steps in order, each checked, the result cached.
 
-Each step rewrites the model's form, never its function: Constant weights to initializers,
-the opset raised to what the passes need, onnxruntime's basic clean-up, shape inference.
-A step that changes something is checked at once against the original's outputs on a few
-evaluation rows (:mod:`quantune.prepare.check`); a step that fails or changes the outputs
-is dropped with a warning naming it, and the steps after it start from the model before it.
-The outcome is cached under the input model's hash, the preparation version, the options
-and the checked rows, so a second run does no work.
+Each step rewrites the model's form, never its function; a step that fails or changes the
+outputs is dropped with a warning, and the outcome is cached so a second run does no work.
 """
 
 from __future__ import annotations

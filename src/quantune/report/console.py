@@ -60,11 +60,9 @@ def metric_label(metric: str) -> str:
 
 
 class ConsoleListener:
-    """Progress: trials done / running / failed, best so far, elapsed and time left, and the long
-    stages' progress events (:meth:`showing_stages`) -- bars on a terminal, plain lines otherwise.
-
-    The bars go to ``console`` (stderr); the plain lines to ``lines`` (stdout), where a CI log or
-    ``| tee`` reads them and which an error's one line on stderr does not share."""
+    """Progress of trials and long stages: bars to ``console`` (stderr) on a terminal, plain lines to
+    ``lines`` (stdout) otherwise, where a CI log reads them apart from an error's line.
+    """
 
     def __init__(self, console: Console | None = None, lines: Console | None = None) -> None:
         self.console = console or Console(stderr=True)

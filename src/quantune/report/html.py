@@ -1,15 +1,7 @@
 """``report.html``: one self-contained, interactive page a person can open offline or send.
 
-Built from the run folder's ``results.json`` (and, when they are still there, the chosen
-model and ``config.json``), so it works for any finished or interrupted run. plotly.js is
-inlined once (no CDN: the page works without a network); the parameter views come from
-``optuna.visualization`` on the run written as an Optuna study (``optuna.journal`` beside it,
-which ``optuna-dashboard`` also opens). Sections: the verdict and why; every trial (failed
-ones marked with their failure class, the original, the budget, the best or the closest
-miss); the Pareto front of accuracy loss, latency and size; the best so far; parameter
-importance, parallel coordinates and slices; the chosen model's per-operator precision map
-with each fallback's reason; the accuracy-recovering steps; the sortable trial table; the
-machine and library versions.
+Built from the run folder's ``results.json``, so it works for any finished or interrupted run;
+plotly.js is inlined once so the page needs no network.
 """
 
 from __future__ import annotations
@@ -243,10 +235,9 @@ def _views_left_out(run_dir: Path) -> tuple[dict[str, str], str]:
 
 
 def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
-    """The parameters the views show and how many trials they cover: those of the chosen
-    trial (else the most common set) that took at least two values among the finished trials
-    that have all of them. Optuna's views take only trials having every parameter shown, so
-    one flow's conditional parameters are shown with that flow's trials."""
+    """The parameters the views show and how many trials they cover: the chosen trial's (else the
+    most common set) that took at least two values, since Optuna's views need every shown parameter.
+    """
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if not complete:
         return [], 0

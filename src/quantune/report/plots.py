@@ -1,10 +1,7 @@
 """The report's plotly figures drawn from results.json: every trial, the Pareto front, the best so far.
 
-The importance, parallel-coordinate and slice views are Optuna's own (``optuna.visualization``
-on the run's study, :mod:`quantune.report.study`); these are the views Optuna has no notion
-of: the original, the accuracy budget, failed trials with their failure class, the closest
-miss. Latency goes on a log axis when the trials span more than a decade, where a linear
-axis would pile most of them on top of each other.
+These are the views Optuna has no notion of (the original, the budget, failure classes, the
+closest miss); latency goes on a log axis when trials span more than a decade.
 """
 
 from __future__ import annotations

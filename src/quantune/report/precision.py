@@ -1,16 +1,8 @@
 """Which precision each compute op of the chosen model runs in, and why a fallen one stayed float.
 
-The precision is read from the produced model itself (not from what the trial asked for):
-QOperator and integer kernels (``QLinearConv``, ``MatMulInteger``, ``MatMulNBits``, ...) by
-the types of their zero points and weights; QDQ ops by the ``DequantizeLinear`` nodes that
-feed them; float ops by their weights' type (fp32, fp16, bf16).
-
-Why a node kept a higher precision comes from the run's own records: the node is in the
-chosen trial's ``nodes_to_exclude`` (``tensor_overrides`` for int16), its group's
-sensitivity score and rank are in results.json's ``strategy`` (accuracy-driven strategies),
-and the trial that showed it was needed is the finished trial that quantized it, with the
-fewest other differences from the chosen fallback, and missed the budget (a ``prune: X ->
-int8`` trial when there was one).
+The precision is read from the produced model itself, not from what the trial asked for; the
+reason comes from the run's own records (the excluded nodes, the group's sensitivity, and the
+closest finished trial that quantized it and missed the budget).
 """
 
 from __future__ import annotations

@@ -21,10 +21,9 @@ log = logging.getLogger("quantune")
 
 
 def write_page(folder: Path, parameter_views: bool = True) -> None:
-    """``report.html`` (and ``optuna.journal``) for the run just written; a page that cannot be
-    drawn is logged, never costs the run its results. ``QUANTUNE_REPORT=0`` skips it (the test
-    suite sets it: drawing takes seconds per run). ``parameter_views=False``: the page without
-    its Optuna views (a fraction of a second instead of seconds, for a run short of time)."""
+    """``report.html`` (and ``optuna.journal``) for the run just written; a page that cannot be drawn
+    is logged, never costs the run its results. ``QUANTUNE_REPORT=0`` skips it.
+    """
     if not _drawn():
         return
     from quantune.errors import DiskFull

@@ -1,10 +1,7 @@
 """What ``quantune init`` reads from a model: its inputs and outputs, and what kind of model it is.
 
-A starter config and loader are only useful when they match the model: the input names,
-element types and shapes (which dimensions are free, and which free dimensions are the same
-one, e.g. ``batch`` and ``sequence`` shared by ``input_ids`` and ``attention_mask``), and
-the op mix, which decides what is worth searching (a conv net: static int8 first; a MatMul
-net or a recurrent one: dynamic quantization is a strong candidate too).
+A starter config only helps when it matches the model: input names, types and shared free
+dimensions, and the op mix, which decides what is worth searching.
 """
 
 from __future__ import annotations

@@ -1,12 +1,8 @@
 """A content-addressed cache of pass outputs, evaluations and reference outputs.
 
-Keys are hashes of everything that determines the result (input model bytes, pass name,
-version and config, data fingerprints), so a repeated run or a repeated point never
-recomputes, and a changed input can never hit a stale entry. Entries are written to a
-temporary name and renamed into place, so a crash leaves either nothing or a whole entry;
-models are verified against their recorded hash when read, and a corrupt entry is dropped.
-A cache deleted while a run uses it is made again as entries are put (a missing entry is a
-miss, recomputed), so trials after the deletion do not fail for want of its folders.
+Keys hash everything that determines a result, so a changed input never hits a stale entry.
+Entries are written then renamed (a crash leaves nothing or a whole entry), models are checked
+against their hash on read, and a deleted cache is made again as entries are put.
 """
 
 from __future__ import annotations
@@ -61,10 +57,8 @@ class ArtifactCache:
         return self.root / "models" / key
 
     def get_model(self, key: str) -> tuple[Path, str] | None:
-        """The cached model for ``key`` and its sha256, or ``None`` (also when the entry was corrupt).
-
-        An entry is hashed in full the first time this process reads it; later reads trust it
-        while its model file keeps the size and modification time it had then.
+        """The cached model for ``key`` and its sha256, or ``None`` (also when the entry was corrupt);
+        hashed in full on first read, then trusted while its size and modification time hold.
         """
         folder = self._model_dir(key)
         meta_path = folder / "meta.json"
@@ -95,10 +89,8 @@ class ArtifactCache:
             return Path(tempfile.mkdtemp(dir=self.root / "tmp"))
 
     def put_model(self, key: str, work_dir: Path, meta: dict[str, Any]) -> tuple[Path, str]:
-        """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``.
-
-        A full file system fails the put (:class:`DiskFull`) before the entry exists: a model
-        writer in native code may have stopped short without saying so.
+        """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``; a full
+        file system fails the put before the entry exists.
         """
         try:
             with storage_errors(work_dir, _FIELD):

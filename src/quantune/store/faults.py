@@ -1,10 +1,6 @@
 """Storage faults in words: a full disk or a read-only folder becomes one line naming the path.
 
-Writes to the output folder and the cache go through :func:`storage_errors`, so a full disk
-surfaces as :class:`~quantune.errors.DiskFull` (exit 1: the machine, not the config) and a
-folder that cannot be written as a :class:`~quantune.errors.QuantuneError` naming the field
-that chose it (exit 2) -- never as a traceback, and never as a trial that "failed" for a
-reason no later trial can escape.
+Never a traceback, and never a trial that "failed" for a reason no later trial can escape.
 """
 
 from __future__ import annotations

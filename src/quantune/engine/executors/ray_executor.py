@@ -1,12 +1,8 @@
 """Trials as Ray tasks, on a cluster (``address``) or on a local Ray started for you.
 
-Each task declares its resources (CPUs, GPUs, custom resources). No node needs the engine's
-disk: the model, the data and the original's figures travel through Ray's object store, a
-worker works in a scratch folder of its node, and each trial's model comes back into the
-engine's cache (ray_cargo.py). Every model is timed one at a time on one machine, so the
-search compares timings of one machine whatever nodes built them: the one running the engine,
-or (``executor.target``) a lane on the nodes holding the named resource (trials/ray_target.py). A task whose node is lost is run again on another
-(Ray's retry; the engine sees one record).
+No node needs the engine's disk (ray_cargo.py), and every model is timed on one machine (the
+engine's, or the target lane), so the search compares timings of one machine. A task whose
+node is lost is retried by Ray.
 """
 
 from __future__ import annotations

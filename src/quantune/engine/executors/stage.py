@@ -1,13 +1,7 @@
 """Heavy stages outside the main process: one spawned worker per stage run, like a trial's.
 
-The accuracy-driven strategies' sensitivity analysis runs the flow's passes (calibration
-included) and both models over calibration data; in the main process it was killed by the
-kernel's out-of-memory killer (even small models can need tens of GB), taking the whole run with it.
-Here a stage runs in a fresh spawned process under the trial workers' limits (address space
-``executor.memory_limit_mb``, ``executor.trial_timeout_s``), its output in a log file beside
-theirs; when it dies, hangs or raises, the caller gets the cause instead of a value, the
-cause is logged and recorded for ``results.json`` (``stage_errors``), and the run goes on.
-Each stage's peak resident memory is recorded too (``stage_peak_rss_mb``).
+A stage such as a sensitivity analysis can blow up memory; in a worker under the trials'
+limits its death, hang or error becomes a recorded cause (``stage_errors``) and the run goes on.
 """
 
 from __future__ import annotations
@@ -253,10 +247,8 @@ def run_stage(
 ) -> StageOutcome:
     """``fn(*args)`` in a worker (in-process when ``isolation.inline``); never raises for the stage's faults.
 
-    ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
-    and any failure are recorded in ``isolation.stages`` under ``stage``. ``reported``: the
-    caller ends the run with the failure in one line of its own, so it is only logged to the
-    run's log (quantune.log), not warned about on the console too.
+    ``fn`` and ``args`` must pickle. The peak and any failure are recorded under ``stage``;
+    ``reported``: the caller reports the failure itself, so it is only logged, not warned about.
     """
     global _STAGE_SECONDS
     started = time.perf_counter()

@@ -85,10 +85,8 @@ def _log_to(path: str) -> None:
 
 
 class WorkerProcess:
-    """One worker process, started and stopped by its slot thread or (at shutdown) by the engine.
-
-    ``_lock`` guards swapping the process; once ``closed`` no new process starts, so a
-    shutdown racing a start-up leaves nothing running.
+    """One worker process, started and stopped by its slot thread or (at shutdown) by the engine;
+    once ``closed`` no new process starts, so a racing shutdown leaves nothing running.
     """
 
     def __init__(self, index: int, spec: WorkerSpec, log_dir: Path, memory_limit_mb: int | None) -> None:

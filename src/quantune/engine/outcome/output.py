@@ -63,12 +63,9 @@ def open_output(
 ) -> RunStore:
     """Opens (or creates) the run store in ``folder``.
 
-    A folder holding a run of a different config is refused unless ``restart``; a folder
-    holding files quantune did not write is refused always; ``protected`` files (the input
-    model, the data) may never lie inside the parts quantune rewrites. ``sources`` (see
-    trials/identity.py) are kept in the store, so a refusal names the data or script that changed.
-    ``cache``: the run's cache folder, quantune's own wherever the config puts it (inside
-    ``folder`` too: it was made before the folder is claimed, and no run takes it back).
+    A folder holding another config's run is refused unless ``restart``, one holding files quantune
+    did not write always; ``protected`` files may never lie inside what quantune rewrites. ``sources``
+    are kept so a refusal names what changed. ``cache``: the run's cache folder.
     """
     folder = folder.resolve()
     ours = set(_OURS)

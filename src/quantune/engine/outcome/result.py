@@ -1,12 +1,7 @@
 """The result of a run and the files that record it.
 
-``results.json`` is the machine-readable record other tools read. Its top level is stable:
-``verdict`` (improved, unconfirmed, keep_original or no_candidate_in_budget) and ``verdict_reason``,
-``baseline`` (the original model's metrics), ``trials`` (every trial: number, flow, params,
-status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null:
-the best candidate, which is the result only when the verdict is ``improved``), and
-``time_spent_s`` (seconds per phase of the run: set-up, original, the search's stages,
-confirmation, writing; see engine/run/timebook.py).
+``results.json`` is the machine-readable record other tools read; its top level (``verdict``,
+``verdict_reason``, ``baseline``, ``trials``, ``best``, ``time_spent_s``) is stable.
 """
 
 from __future__ import annotations
@@ -214,15 +209,13 @@ def write_outputs(
     before_json: Callable[[], None] | None = None,
     rebuild: Callable[[TrialRecord], Path | None] | None = None,
 ) -> None:
-    """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
-    parameters that made it) only when the verdict is ``improved``; ``unconfirmed/`` when the
-    candidate was faster by the search's figures but not yet timed side by side (a user deploying
-    ``best/`` gets only confirmed models); ``closest_miss/`` when no candidate met the criterion;
-    none when the original should be kept (the best candidate is in ``results.json`` and the
-    cache, for information, not dressed up as a win). ``before_json`` is called once the models
-    are saved (the engine closes its time breakdown there). ``rebuild``: the chosen model built
-    again when it left the cache during the run (``TrialRunner.rebuild``). ``report.html`` is the
-    report package's (a run listener draws it, see ``quantune.report``)."""
+    """Writes ``results.json`` and the model that answers the run.
+
+    ``best/`` only when ``improved``, ``unconfirmed/`` for a candidate not yet timed side by side,
+    ``closest_miss/`` when nothing met the criterion, none when the original should stay (a user
+    deploying ``best/`` gets only confirmed wins). ``before_json`` runs once the models are saved;
+    ``rebuild`` builds the chosen model again when it left the cache during the run.
+    """
     folder = result.output_dir
     folder.mkdir(parents=True, exist_ok=True)
     result.model_not_saved = None  # this pass's finding (an earlier pass over the run may have had one)

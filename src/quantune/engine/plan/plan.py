@@ -1,14 +1,8 @@
 """From config to plan: the steps, the flows through them, and one search space over all.
 
-Parameter names in the space are ``<step id>.<parameter>``. With several flows the space has
-a ``flow`` parameter, and each step's parameters are active only in the flows that contain
-the step. Flows that share a prefix share its work through the content-addressed cache: the
-same input model and pass config is one cache entry, however many flows pass through it.
-
-Invalid points are pruned four ways, all as constraints of the space so none is ever run:
-each pass's config validators (what onnxruntime cannot do), the target execution provider's
-rules, what the prepared model allows (``Pass.supports`` reads the model's facts, e.g. its
-opset), and the user's ``rules``.
+Parameters are ``<step id>.<parameter>``, active only in the flows holding the step; flows
+sharing a prefix share work through the content-addressed cache. Invalid points are pruned as
+space constraints (pass validators, provider rules, model facts, the user's ``rules``) so none runs.
 """
 
 from __future__ import annotations

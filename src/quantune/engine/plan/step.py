@@ -18,11 +18,8 @@ NodeLister = Callable[[], list[tuple[str, str]]]
 
 @dataclass(frozen=True)
 class Step:
-    """One pass instance with the parameter values the user fixed.
-
-    ``subsets`` maps a list-valued parameter (e.g. ``nodes_to_exclude``) to the elements
-    searched one boolean each: the point holds ``<step>.<param>[<element>]`` flags, and the
-    pass receives the list of elements whose flag is set.
+    """One pass instance with the parameter values the user fixed; ``subsets`` maps a list-valued
+    parameter to the elements searched one boolean flag each.
     """
 
     id: str

@@ -1,14 +1,8 @@
 """A run's identity: the config plus the content of everything it names that changes a score.
 
-The same config text can mean another run: the evaluation data edited in place, a metric or
-loader script changed, a plugin's pass rewritten. Each such *source* gets a fingerprint of its
-content (a data set by what it holds, whatever file or loader produced it; a script by its
-file's bytes and those of the modules it imports from its folder, userlocal.py). Resuming
-compares them with those the run store kept, so a changed source is named and refused instead of scoring new trials against old ones; worker processes compare
-them again after loading, so a file edited while the run goes on is never mixed into it (the
-model, which trials and timings read all through the run: again at each trial and before the
-end's timing, a ``stat`` each); and
-the evaluation cache key holds the sources that change an evaluation.
+The same config text can mean another run (data edited in place, a script changed), so each
+source gets a content fingerprint. Resume refuses a changed source instead of mixing scores,
+workers check again after loading, and the evaluation cache key holds what changes an evaluation.
 """
 
 from __future__ import annotations

@@ -1,13 +1,8 @@
 """How long a trial or the original's evaluation may run before its worker is killed.
 
-A metric, loader or runner that never returns hung a run for ever: ``executor.trial_timeout_s``
-had no default. Without it a trial now gets a limit derived from the original model's own
-evaluation (the same data through the same metric, timing included), with a floor generous
-enough for the passes a trial runs first (a calibration, a quantizer, a fine-tune):
-``max(TRIAL_FLOOR_S, PER_ORIGINAL x the original's evaluation)``. The original's evaluation,
-which has nothing to be measured against, gets ``ORIGINAL_LIMIT_S``. Neither runs past
-``stop.timeout_s`` when that is set: no single trial can take longer than the whole run may.
-A configured ``executor.trial_timeout_s`` is used as given, for both.
+A hung metric or loader must not hang the run, so without ``executor.trial_timeout_s`` a trial
+gets a limit scaled from the original's own evaluation (with a floor for the passes it runs
+first), and no trial runs past ``stop.timeout_s``.
 """
 
 from __future__ import annotations
@@ -119,10 +114,9 @@ def check_watchdog(config: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def watchdog(seconds: float, message: str | Callable[[], str]) -> Iterator[None]:
-    """Ends this process with exit code 2 and ``message`` (one line) if the block runs longer than
-    ``seconds``: for user code run in the main process (``quantune check``'s loader and metric),
-    where no worker can be killed in its place. Only the artifact cache may be written meanwhile,
-    and its entries appear whole or not at all."""
+    """Ends this process with exit code 2 and ``message`` if the block runs longer than ``seconds``:
+    for user code run in the main process, where no worker can be killed in its place.
+    """
 
     def expire() -> None:
         with contextlib.suppress(OSError):

@@ -1,19 +1,9 @@
 """Timings on the Ray nodes the user names as the target (``executor.target``).
 
-A cluster's nodes are rarely alike: a search that compares a timing taken on one CPU with
-another taken on a second CPU compares the machines, not the models. When the model is meant
-for other machines than the one running quantune, the user gives those machines a Ray custom
-resource; every timing that decides anything then runs there, in a Ray actor that holds the
-node's resource whole -- a lane, one model timed at a time, nothing else of the run beside it.
-:class:`RayTargetBackend` forwards the backend's timing requests to that actor (as
-``TargetBackend`` forwards to a target interpreter) and keeps the rest (accuracy outputs, memory,
-session opens) where it runs. The models travel through the object store, each once. Every
-forwarded request is noted with the node that took it, for ``results.json``'s ``target``.
-
-The lane is a named actor, so the engine's stage processes (which connect to the same cluster)
-find the same lane instead of waiting for the resource; it ends with the process that made it,
-and a request to a lane that ended (or whose node was lost) opens the next one. A target node whose quantune,
-onnxruntime or CPU flags differ from the first target node's never times.
+Timings taken on unlike nodes compare machines, not models, so every deciding timing runs in a
+named Ray actor holding the target resource whole (a lane); accuracy, memory and session opens
+stay where they run. A lost lane is replaced, and a node whose versions or CPU flags differ
+from the first target node's never times.
 """
 
 from __future__ import annotations

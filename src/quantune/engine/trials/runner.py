@@ -104,9 +104,8 @@ class TrialRunner:
     def baseline(self, *, quick_timing: bool = False) -> tuple[dict[str, float], str]:
         """The original model's figures (cached), and whether they came from the cache.
 
-        ``quick_timing``: timed in a few rounds (beside the first guess's evaluation); the cached
-        figures say so, and the engine times the original again before it uses its latency
-        (``baseline.timed_quickly``)."""
+        ``quick_timing``: timed in a few rounds; the engine times the original again before using it.
+        """
         ctx = self.context
         key, reference_key, metric_key = ctx.baseline_keys()
         cached = ctx.cache.get_json("evals", key)
@@ -188,11 +187,10 @@ class TrialRunner:
         return record
 
     def time_closest_misses(self, records: list[TrialRecord], original_ms: float | None) -> list[TrialRecord]:
-        """With no candidate in budget, the untimed misses timed now, the most accurate first, until the
-        closest miss is known (the most accurate miss faster than the original, ``selection.miss_front``):
-        one less accurate than a faster miss timed cannot be it, so it stays untimed (as do all when a
-        candidate is in budget). The same closest miss as timing every trial, for one timing or a few.
-        Returns the records timed (their figures added, ``untimed`` cleared)."""
+        """With no candidate in budget, the untimed misses timed now, most accurate first, until the
+        closest miss is known: a miss less accurate than a faster timed one cannot be it. Returns the
+        records timed.
+        """
         if any(is_candidate(r) for r in records):
             return []
         timed = []

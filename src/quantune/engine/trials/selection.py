@@ -1,13 +1,8 @@
 """Choosing the result: the best trial that meets the criterion, the Pareto front, or the
 closest miss.
 
-Objectives are minimised: ``latency`` (median ms) and ``size`` (bytes) as measured, and
-``accuracy`` as the loss against the original model.
-
-A *candidate* is a trial that meets the criterion and runs some compute quantized: a model
-with no quantized compute op is the original in disguise (every group excluded, a quantizer
-that skipped everything, graph optimisation alone, which onnxruntime does anyway when it
-loads a model), so it is never the result (nor, when it meets the criterion, the closest miss).
+A model with no quantized compute op is the original in disguise, so it is never a candidate
+(nor the closest miss).
 """
 
 from __future__ import annotations
@@ -118,11 +113,9 @@ def _evaluated_misses(records: Iterable[TrialRecord]) -> list[TrialRecord]:
 def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None) -> list[TrialRecord]:
     """The accuracy--latency Pareto front of the quantized trials faster than the original.
 
-    When nothing meets the budget, this is what a user can choose from: each point is a speed
-    bought with some accuracy, and no other tried model is both faster and more accurate. A
-    trial not faster than the original beyond the search-time noise (``SEARCH_NOISE``) is no
-    choice at all (the original is better on both, or may be), so it is left out: else the
-    closest miss would change with the noise from run to run. Most accurate first.
+    What a user can choose from when nothing meets the budget. A trial not faster beyond the
+    search-time noise (``SEARCH_NOISE``) is left out, so the closest miss does not follow the
+    noise. Most accurate first.
     """
     if not original_latency_ms or original_latency_ms <= 0:
         return []
@@ -151,10 +144,10 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
 def closest_miss(
     records: Iterable[TrialRecord], objectives: Sequence[str], original_latency_ms: float | None = None
 ) -> TrialRecord | None:
-    """The most accurate point of :func:`miss_front` (with ``original_latency_ms``); when no
-    tried model is faster than the original, the evaluated trial with the smallest accuracy
-    loss (then the best objective; a measured one, within ``SEARCH_NOISE``, the earlier trial).
-    A model that quantizes nothing yet meets the criterion is the original in disguise, not a miss."""
+    """The most accurate point of :func:`miss_front`; when no tried model is faster than the
+    original, the evaluated trial with the smallest accuracy loss. A model that quantizes
+    nothing is the original in disguise, not a miss.
+    """
     records = list(records)
     front = miss_front(records, original_latency_ms)
     if front:

@@ -43,10 +43,9 @@ log = logging.getLogger("quantune.setup")
 
 @dataclass(frozen=True)
 class Given:
-    """Parts a worker receives instead of computing them again: the data the engine loaded and
-    checked, the preparation it did (its model beside the worker's copy of the original), and
-    the names the engine's run gives its metric and runner (the config's text there: a worker
-    loads its own copies of their scripts, named otherwise, and must report the same figures)."""
+    """Parts a worker receives instead of computing them again: the engine's checked data, its
+    preparation, and the names the engine gives its metric and runner (so figures match).
+    """
 
     calibration: Dataset | None
     evaluation: Dataset
@@ -233,11 +232,10 @@ def check_run_data(
 
 
 def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
-    """The original model evaluated before the output folder is claimed: the data runs through it
-    (a runner too), the criterion's metric is a finite number and the budget makes sense against it
-    (``check_budget``, for ``check`` and ``run`` alike). The figures are cached, so the
-    run's baseline reuses them. Returns the original's figures. ``baseline`` computes them
-    (the engine's runs it in a stage worker); by default, here."""
+    """The original model evaluated before the output folder is claimed: the data runs through it,
+    the metric is a finite number and the budget makes sense. The figures are cached for the
+    run's baseline. ``baseline`` computes them; by default, here.
+    """
     metrics = baseline() if baseline is not None else TrialRunner(parts.context).baseline()[0]
     metric = parts.context.evaluator.spec.metric
     value = metrics.get(metric)
