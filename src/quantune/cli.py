@@ -276,8 +276,7 @@ def one_line(message: str) -> str:
 
 class _OneLineWarnings(logging.Handler):
     """Python's last-resort warning output (before ``quantune.log`` exists) as one line each, said
-    when the command ends: a worker's log tail belongs in a log, not on a user's console.
-    """
+    when the command ends: a worker's log tail belongs in a log, not on a user's console."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)

@@ -23,8 +23,7 @@ class ConfigError(QuantuneError):
 
 class EnvironmentFault(Exception):
     """The machine, not the user's input, stopped the run (a full disk): one line, exit 1; the same
-    run succeeds once the cause is gone.
-    """
+    run succeeds once the cause is gone."""
 
 
 class DiskFull(EnvironmentFault):

@@ -40,8 +40,7 @@ def worker_context() -> BaseContext:
 
 def will_fork(config: Any, executor: str | None = None, overrides: Mapping[str, Any] | None = None) -> bool:
     """Whether a run of ``config`` forks its workers, read before validation so the fork server starts
-    early. A hint only: a config it cannot read says yes, and validation then says what is wrong.
-    """
+    early. A hint only: a config it cannot read says yes, and validation then says what is wrong."""
     if executor is not None:
         return executor == "process"
     if overrides and "executor.kind" in overrides:

@@ -61,8 +61,7 @@ def is_x86() -> bool:
 
 def int8_saturates() -> bool:
     """Whether this CPU's int8 dot products can saturate (x86 with neither VNNI nor AMX), where
-    ``vpmaddubsw``'s 16-bit sums saturate unless weights use 7 bits (``reduce_range``).
-    """
+    ``vpmaddubsw``'s 16-bit sums saturate unless weights use 7 bits (``reduce_range``)."""
     if not is_x86():
         return False
     flags = set(_cpuinfo().get("flags", "").split())

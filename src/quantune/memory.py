@@ -52,8 +52,7 @@ def total_memory_mb() -> float:
 
 def memory_budget_mb() -> float:
     """Memory a stage may fill with its data: under an address-space limit, half of what is left of
-    it (for allocator and onnxruntime overhead); without one, a quarter of the machine's memory.
-    """
+    it (for allocator and onnxruntime overhead); without one, a quarter of the machine's memory."""
     override = os.environ.get(_ENV_BUDGET)
     if override:
         return max(1.0, float(override))

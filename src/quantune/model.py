@@ -205,8 +205,7 @@ def stripped(
 ) -> onnx.ModelProto:
     """A copy of ``model`` whose initializers picked by ``strip(index, tensor)`` keep every field but
     their values, built without copying those values (copying a large model per shape costs seconds).
-    ``external``: they are marked external data, as onnx's shape inference shows them.
-    """
+    ``external``: they are marked external data, as onnx's shape inference shows them."""
     light = onnx.ModelProto()
     copy_fields(model, light, skip="graph")
     copy_fields(model.graph, light.graph, skip="initializer")

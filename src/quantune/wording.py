@@ -18,8 +18,7 @@ def format_loss(loss: float | None, kind: str | None) -> str:
 
 def format_ratio(candidate: float, original: float, *, less: str = "faster", more: str = "slower") -> str:
     """``candidate`` against ``original`` as people read it: "2.10x faster", "1.50x slower", never
-    "0.66x faster" (``less`` / ``more`` name the sides, e.g. "smaller" / "larger").
-    """
+    "0.66x faster" (``less`` / ``more`` name the sides, e.g. "smaller" / "larger")."""
     if not (candidate > 0 and original > 0):
         return "no ratio"
     ratio = candidate / original

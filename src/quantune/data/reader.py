@@ -17,7 +17,6 @@ class CalibrationReader(CalibrationDataReader):
 
     def __init__(self, dataset: Dataset, input_names: list[str], batch_size: int, limit: int | None) -> None:
         self._batches = list(dataset.batches(input_names, batch_size, limit))
-        self._start = 0
         self._stop = len(self._batches)
         self._next = 0
 
@@ -26,7 +25,7 @@ class CalibrationReader(CalibrationDataReader):
 
     def set_range(self, start_index: int, end_index: int) -> None:
         """Restricts ``get_next`` to batches ``start_index:end_index`` (onnxruntime's strided calibration)."""
-        self._start, self._stop = start_index, min(end_index, len(self._batches))
+        self._stop = min(end_index, len(self._batches))
         self._next = start_index
 
     def get_next(self) -> dict | None:
@@ -34,6 +33,3 @@ class CalibrationReader(CalibrationDataReader):
             return None
         self._next += 1
         return self._batches[self._next - 1]
-
-    def rewind(self) -> None:
-        self._next = self._start

@@ -196,8 +196,7 @@ class ModelCapability:
         self, precisions: Mapping[str, Precision], *, base_excluded: Sequence[str] = ()
     ) -> tuple[list[str], dict[str, str]]:
         """Pass parameters for a group -> precision map: (nodes_to_exclude, tensor_overrides); groups
-        not in ``precisions`` stay int8, ``base_excluded`` stay fp32 whatever the search does.
-        """
+        not in ``precisions`` stay int8, ``base_excluded`` stay fp32 whatever the search does."""
         excluded: dict[str, None] = dict.fromkeys(base_excluded)
         overrides: dict[str, str] = {}
         for name, precision in precisions.items():

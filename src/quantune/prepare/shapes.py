@@ -49,8 +49,7 @@ def _symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 def symbolic_infer(model: onnx.ModelProto, *, guess_output_rank: bool) -> onnx.ModelProto:
     """onnxruntime's symbolic shape inference of ``model``, run in a scratch folder: on failure it
-    saves temporary files into the working directory, which would be the user's folder.
-    """
+    saves temporary files into the working directory, which would be the user's folder."""
     previous = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="quantune-shapes-") as scratch:
         os.chdir(scratch)

@@ -61,8 +61,7 @@ def metric_label(metric: str) -> str:
 
 class ConsoleListener:
     """Progress of trials and long stages: bars to ``console`` (stderr) on a terminal, plain lines to
-    ``lines`` (stdout) otherwise, where a CI log reads them apart from an error's line.
-    """
+    ``lines`` (stdout) otherwise, where a CI log reads them apart from an error's line."""
 
     def __init__(self, console: Console | None = None, lines: Console | None = None) -> None:
         self.console = console or Console(stderr=True)

@@ -236,8 +236,7 @@ def _views_left_out(run_dir: Path) -> tuple[dict[str, str], str]:
 
 def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
     """The parameters the views show and how many trials they cover: the chosen trial's (else the
-    most common set) that took at least two values, since Optuna's views need every shown parameter.
-    """
+    most common set) that took at least two values, since Optuna's views need every shown parameter."""
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if not complete:
         return [], 0

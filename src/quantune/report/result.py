@@ -22,8 +22,7 @@ log = logging.getLogger("quantune")
 
 def write_page(folder: Path, parameter_views: bool = True) -> None:
     """``report.html`` (and ``optuna.journal``) for the run just written; a page that cannot be drawn
-    is logged, never costs the run its results. ``QUANTUNE_REPORT=0`` skips it.
-    """
+    is logged, never costs the run its results. ``QUANTUNE_REPORT=0`` skips it."""
     if not _drawn():
         return
     from quantune.errors import DiskFull

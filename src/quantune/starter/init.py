@@ -209,8 +209,7 @@ def _metric_comment(metric: str, source: DataSource) -> str:
 
 def _pass_lines(info: ModelInfo) -> list[str]:
     """Both quantizers in the order that suits the op mix, and a fine-tune after static int8 (the
-    recover stage tries it before any fallback). Bias correction is left out: it is too slow.
-    """
+    recover stage tries it before any fallback). Bias correction is left out: it is too slow."""
     static = _c("  - {name: static_quant, search: true}", "int8 with calibration: the usual win on conv nets")
     dynamic = _c("  - {name: dynamic_quant, search: true}", "int8 weights, activations on the fly: MatMul/LSTM")
     refine = _c("  - {name: fast_finetune}", "AdaRound of the worst layers, tried on a close miss")

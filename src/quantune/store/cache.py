@@ -58,8 +58,7 @@ class ArtifactCache:
 
     def get_model(self, key: str) -> tuple[Path, str] | None:
         """The cached model for ``key`` and its sha256, or ``None`` (also when the entry was corrupt);
-        hashed in full on first read, then trusted while its size and modification time hold.
-        """
+        hashed in full on first read, then trusted while its size and modification time hold."""
         folder = self._model_dir(key)
         meta_path = folder / "meta.json"
         model_path = folder / "model.onnx"

@@ -1,7 +1,6 @@
 """What a worker process starts from besides the fork server (``quantune/forkserver.py``): the
 parent's environment as it is when the worker starts (the fork server's is its own, older), and
-the check that the script that started the run can be imported by the workers at all.
-"""
+the check that the script that started the run can be imported by the workers at all."""
 
 from __future__ import annotations
 

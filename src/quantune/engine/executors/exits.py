@@ -2,8 +2,7 @@
 while starting (no trial can run: the run stops), and a user's script that calls
 ``quantune.tune()`` at its top level (the workers import it: the worker exits with a code its
 parent turns into advice). Shared by the trial workers (worker_process.py) and the stage
-workers (stage.py).
-"""
+workers (stage.py)."""
 
 from __future__ import annotations
 

@@ -83,8 +83,7 @@ def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -
 
 def enter_worker(log_path: str, memory_limit_mb: int | None, parent_pid: int | None) -> None:
     """What every child process of a run does first: die with the run, log to its own file, leave
-    Ctrl-C and SIGTERM to the engine, stay within the memory limit, and return large freed blocks.
-    """
+    Ctrl-C and SIGTERM to the engine, stay within the memory limit, and return large freed blocks."""
     import faulthandler
     import logging
 

@@ -199,8 +199,7 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
 
 def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> Iterator[dict[str, Any] | None]:
     """A Ray task's body (a streaming generator): ``None`` once the run is built and the trial starts
-    (the trial's clock starts there, not while the task waited), then the record and the model's files.
-    """
+    (the trial's clock starts there, not while the task waited), then the record and the model's files."""
     runner = runner_for(spec, lambda: _unpack(spec, box))
     runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
     yield None

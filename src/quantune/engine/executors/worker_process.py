@@ -1,7 +1,6 @@
 """One trial worker process: spawned with its own log file (stdout, stderr, faulthandler's report
 of a segfault) and memory limit, it rebuilds the run once, then serves one trial at a time over
-a pipe; its slot (process.py) starts a fresh one after a crash, a hang or a memory blow-up.
-"""
+a pipe; its slot (process.py) starts a fresh one after a crash, a hang or a memory blow-up."""
 
 from __future__ import annotations
 

@@ -52,19 +52,12 @@ class Result:
     stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
     strategy_notes: dict[str, Any] = field(default_factory=dict)  # Strategy.learned(): sensitivity scores
     environment: dict[str, Any] = field(default_factory=machine_info)  # the machine and library versions
-    # where models were evaluated: python, onnxruntime version, provider (+ options), CPU (evaluate/backend.py)
-    target: dict[str, Any] | None = None
-    # why the run's end did not re-time its best models (no time left within stop.timeout_s), else None
-    latency_confirmation_skipped: str | None = None
-    # the accuracy--latency Pareto front of the quantized trials faster than the original (numbers,
-    # most accurate first); the closest miss is its first point (engine/trials/selection.py miss_front)
-    miss_front: list[int] = field(default_factory=list)
+    target: dict[str, Any] | None = None  # where models were evaluated: versions, provider, CPU
+    latency_confirmation_skipped: str | None = None  # why the run's end did not re-time its best models
+    miss_front: list[int] = field(default_factory=list)  # selection.miss_front: the closest miss first
     time_spent_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds (engine/run/timebook.py)
-    # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
-    time_left_s: float | None = field(default=None, repr=False)
-    # why the chosen model's folder (best/, unconfirmed/, closest_miss/) was not written: its model
-    # left the cache during the run (the next run rebuilds it); None when it was, or none was chosen
-    model_not_saved: str | None = None
+    time_left_s: float | None = field(default=None, repr=False)  # of stop.timeout_s; not in results.json
+    model_not_saved: str | None = None  # why the chosen model's folder was not written (it left the cache)
 
     @property
     def failure_classes(self) -> dict[str, int]:

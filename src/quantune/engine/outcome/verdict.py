@@ -149,8 +149,7 @@ def _tie_rule(
     best: TrialRecord, pool: Sequence[TrialRecord], ties: Sequence[int], preferred: int | None = None
 ) -> TrialRecord:
     """Among the models tied with the fastest side by side, the strategy's own answer when it is one
-    of them, else the earliest trial, so the same run twice picks the same model despite noise.
-    """
+    of them, else the earliest trial, so the same run twice picks the same model despite noise."""
     tied = [r for r in pool if r.number in ties]
     if best.number not in ties or len(tied) < 2:
         return best

@@ -19,8 +19,7 @@ NodeLister = Callable[[], list[tuple[str, str]]]
 @dataclass(frozen=True)
 class Step:
     """One pass instance with the parameter values the user fixed; ``subsets`` maps a list-valued
-    parameter to the elements searched one boolean flag each.
-    """
+    parameter to the elements searched one boolean flag each."""
 
     id: str
     pass_cls: type[Pass]

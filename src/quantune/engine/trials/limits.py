@@ -115,8 +115,7 @@ def check_watchdog(config: Any) -> Iterator[None]:
 @contextlib.contextmanager
 def watchdog(seconds: float, message: str | Callable[[], str]) -> Iterator[None]:
     """Ends this process with exit code 2 and ``message`` if the block runs longer than ``seconds``:
-    for user code run in the main process, where no worker can be killed in its place.
-    """
+    for user code run in the main process, where no worker can be killed in its place."""
 
     def expire() -> None:
         with contextlib.suppress(OSError):

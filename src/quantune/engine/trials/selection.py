@@ -146,8 +146,7 @@ def closest_miss(
 ) -> TrialRecord | None:
     """The most accurate point of :func:`miss_front`; when no tried model is faster than the
     original, the evaluated trial with the smallest accuracy loss. A model that quantizes
-    nothing is the original in disguise, not a miss.
-    """
+    nothing is the original in disguise, not a miss."""
     records = list(records)
     front = miss_front(records, original_latency_ms)
     if front:

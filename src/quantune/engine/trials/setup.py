@@ -44,8 +44,7 @@ log = logging.getLogger("quantune.setup")
 @dataclass(frozen=True)
 class Given:
     """Parts a worker receives instead of computing them again: the engine's checked data, its
-    preparation, and the names the engine gives its metric and runner (so figures match).
-    """
+    preparation, and the names the engine gives its metric and runner (so figures match)."""
 
     calibration: Dataset | None
     evaluation: Dataset
