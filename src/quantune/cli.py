@@ -32,10 +32,7 @@ EXIT_ENVIRONMENT = 1
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if _forks_workers(args):
-        # the workers' fork server starts now, importing onnxruntime and the quantizers on the
-        # other core while this process validates the config and imports the engine, so the
-        # original's evaluation starts sooner (bench/startup.py); tune() starts it too, for API
-        # users (a no-op here then)
+        # the fork server imports the heavy modules while this process validates the config
         from quantune.forkserver import warm_up
 
         warm_up()
@@ -89,7 +86,6 @@ def _cmd_space(args: argparse.Namespace) -> int:
     from quantune.space.report import describe_space
 
     loaded = _load(args)
-    # The run's own plan: the model prepared (cached) and the points it cannot run pruned.
     parts = build_run(loaded)
     plan = parts.plan
     preparation = parts.context.preparation

@@ -59,8 +59,7 @@ def will_fork(config: Any, executor: str | None = None, overrides: Mapping[str, 
 
 
 def warm_up() -> None:
-    """Starts the fork server now (it imports in its own process, beside the run's set-up); a
-    no-op when it runs already or workers are spawned."""
+    """Starts the fork server now (a no-op when it runs already or workers are spawned)."""
     if not uses_fork_server():
         return
     worker_context()
@@ -77,7 +76,6 @@ def refuse_in_starting_worker() -> None:
     unguarded call would start a second run inside the worker and hang both.
     """
     if getattr(mp.current_process(), "_inheriting", False):
-        # at once, with the code: a worker forked by the fork server turns a SystemExit raised
-        # while it prepares into exit code 1 (multiprocessing's forkserver), losing the advice
+        # at once: the fork server would turn a SystemExit into exit code 1, losing the advice
         sys.stderr.flush()
         os._exit(EXIT_UNGUARDED_MAIN)

@@ -161,8 +161,7 @@ def rows_in_budget(
     return max(1, int(_FILL * room // per_row)), result
 
 
-# Stage peaks measured inside this process (e.g. calibration inside a trial); the trial
-# runner and the stage workers hand them over with their results.
+# Stage peaks measured inside this process, handed over with the trial's or stage's result.
 _stage_peaks: dict[str, float] = {}
 
 

@@ -40,10 +40,8 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     module.__quantune_sha256__ = content  # type: ignore[attr-defined]
     sys.modules[module_name] = module
     folder = str(path.parent)
-    # its helper modules import as they would beside ``python script.py``: first while it loads,
-    # last afterwards (an import inside its functions still finds them, and a file of the user's
-    # named like a module quantune imports later never stands in for it)
-    # (a folder already on the path goes back where it was; another script's folder never comes first)
+    # its helpers import as beside ``python script.py``: its folder first while it loads, last
+    # afterwards, so a user file named like a later quantune import never stands in for it
     was_at = sys.path.index(folder) if folder in sys.path else None
     if was_at is not None:
         del sys.path[was_at]

@@ -94,9 +94,7 @@ def script_fingerprint(script: Path) -> str:
 
 
 def forget_stale_local_modules(imports: dict[str, Path]) -> None:
-    """Drops from ``sys.modules`` each remembered user module the script about to be imported
-    imports (``imports``: it runs afresh with the script, so a helper holding what an edited
-    module gave it is never reused), and each whose file changed since."""
+    """Drops from ``sys.modules`` each remembered user module the script imports, and each whose file changed."""
     for name, (file, sha) in list(_REMEMBERED.items()):
         try:
             stale = name in imports or _sha256(file) != sha
@@ -105,8 +103,7 @@ def forget_stale_local_modules(imports: dict[str, Path]) -> None:
         if stale:
             sys.modules.pop(name, None)
             del _REMEMBERED[name]
-            # its bytecode is checked by the source's mtime in whole seconds and its size: an
-            # edit in the same second to the same length would load the old code
+            # bytecode is checked by mtime in whole seconds and size: a same-second edit would load old code
             with contextlib.suppress(OSError, ValueError, NotImplementedError):
                 Path(importlib.util.cache_from_source(str(file))).unlink(missing_ok=True)
 

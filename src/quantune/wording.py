@@ -29,9 +29,9 @@ def format_ratio(candidate: float, original: float, *, less: str = "faster", mor
 
 
 def speed_words(results: dict[str, Any], trial: dict[str, Any]) -> str:
-    """A trial's speed against the original as people read it, from a results.json dict: the
-    median paired ratio when the trial was re-timed side by side (what the verdict used),
-    else the ratio of the two medians."""
+    """A trial's speed against the original from a results.json dict: the median paired ratio when it was
+    re-timed side by side, else the ratio of the medians.
+    """
     ratio = ((results.get("latency_confirmation") or {}).get("ratios") or {}).get(str(trial["number"]))
     if ratio:
         return f"{format_ratio(ratio['ratio_median'], 1.0)} side by side"

@@ -42,9 +42,8 @@ FOLLOWER_TYPES = frozenset(
         "Split",
     }
 )
-# Ops that only move or reshape data: quantizing them adds no arithmetic error of their own (they
-# pass quantized values through), so a fallback of them alone fixes nothing; never candidates.
-# A Gather of a constant table (an embedding) is not among them: its table is quantized.
+# Ops that only move or reshape data: they add no arithmetic error, so falling them back fixes nothing
+# (a Gather of a constant table is not among them: its table is quantized).
 SHAPE_TYPES = frozenset(
     {
         "Gather",
@@ -141,8 +140,7 @@ class ModelCapability:
             first = len(node.input) > 0 and node.input[0] in constants
             second = len(node.input) > 1 and node.input[1] in constants
             nodes.append(NodeInfo(name, node.op_type, inputs, tuple(node.output), weights, first, second))
-        # An unnamed node cannot be named in nodes_to_exclude (onnxruntime matches node.name), so
-        # it is no fallback candidate: it stays in the graph for grouping and is quantized as is.
+        # An unnamed node cannot be in nodes_to_exclude: grouped, but no fallback candidate.
         quantizable = frozenset(
             n.name for n in nodes if n.op_type in allowed and n.op_type != "Constant" and n.name not in unnamed
         )

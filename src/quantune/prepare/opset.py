@@ -24,8 +24,8 @@ def raise_opset(model: onnx.ModelProto, wanted: int) -> tuple[onnx.ModelProto, l
     if not wanted or current >= wanted or current == 0:
         return model, []
     try:
-        # on the model without its weights' values (far faster on a large model): the
-        # converter rewrites ops, not weights; one that touched a weight is converted whole
+        # without the weights' values (faster): the converter rewrites ops; one that touched a weight
+        # is converted whole
         converted = with_weights(version_converter.convert_version(without_weights(model), wanted), model)
         if converted is None:
             converted = version_converter.convert_version(model, wanted)

@@ -135,8 +135,7 @@ def _prepare(
         warning = f"not prepared: the original model does not run on the evaluation data ({type(exc).__name__})"
         return Preparation(model.path, model.sha256, [], [warning], unprepared(model).facts, "miss")
     final = cache.new_work_dir()
-    # Usually every step keeps the outputs: all of them, then one check of the result (saved
-    # where the cache takes it from); only when that check fails is each step checked on its own.
+    # All steps, then one check; only when it fails is each step checked on its own.
     try:
         at_once = _all_steps(onnx.load(str(model.path)), options, steps, work, final / "model.onnx", reference, feeds)
         if at_once is None:

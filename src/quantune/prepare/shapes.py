@@ -23,9 +23,7 @@ log = logging.getLogger("quantune.prepare")
 
 
 def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    # Both inferences run on the model without its weights' values (they read only their types
-    # and dims), then the weights go back: each copies and serializes the whole model, a large
-    # share of a run's set-up on a large model.
+    # Both inferences run without the weights' values (they read types and dims only): cheaper copies.
     light = without_weights(model)
     baseline = _shaped(_onnx(light) or light)  # what the quantizers will see anyway
     if baseline >= len(_intermediates(light)):  # nothing left to shape

@@ -63,9 +63,7 @@ def check_lines(parts: Any, metrics: dict[str, float]) -> list[str]:
 
 
 def cost_lines(config: Any, evaluation_s: float, timing_s: float) -> list[str]:
-    """What one evaluation and one timing of the original cost, and what a run of the config's
-    trials is estimated to take from them: each trial calibrates (about an evaluation), evaluates
-    and times, after the original's own evaluation and timing. An estimate, said as one."""
+    """What one evaluation and one timing of the original cost, and the run's estimated time from them."""
     if evaluation_s <= 0.0:
         return []  # the original's figures came from an older cache: no costs known
     trial_s = 2.0 * evaluation_s + timing_s

@@ -168,9 +168,9 @@ _STOPS = (  # the run's stop reasons (engine/run/loop.py) as a person would say 
 
 
 def heading(result: Result) -> str:
-    """The table's title: the trials counted against ``stop.max_trials``, those that made a model an
-    earlier trial had made (not counted: one model, one candidate), and why the search stopped.
-    "17 trials (max_trials (16) reached)" read as a miscount."""
+    """The table's title: the trials counted against ``stop.max_trials`` (those that made an earlier
+    trial's model again are not), and why the search stopped.
+    """
     duplicates = sum("(duplicate of trial" in (trial.stage or "") for trial in result.trials)
     counted = len(result.trials) - duplicates
     text = f"quantune: {counted} trial{'' if counted == 1 else 's'}"
@@ -189,7 +189,6 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     base = result.baseline
     table = Table(title=escape(heading(result)))
     label = metric_label(metric)
-    # a long metric name (the summary line below names it) would squeeze the params column
     header = label if len(label) <= 10 else "metric"
     for column in ("#", "params", header, "loss", "ms", "KB", "ok", "cache"):
         # params wraps at words; at least as wide as a pass name, so "static_quant" is never cut in two

@@ -25,17 +25,14 @@ from quantune.store.faults import storage_errors
 
 log = logging.getLogger("quantune")
 _TEMPLATE = Path(__file__).with_name("template.html")
-# The fewest finished trials the parameter views are drawn for: a parameter's importance over two to
-# four points says nothing, and drawing them (Optuna's plotting and importance imports, scikit-learn
-# and matplotlib with them where installed) takes seconds, a large share of a short run.
+# The fewest finished trials the parameter views are drawn for: fewer say nothing, and drawing takes seconds.
 VIEW_TRIALS = 5
 
 
 def write_report(run_dir: str | Path, output: str | Path | None = None, *, parameter_views: bool = True) -> Path:
-    """Writes ``report.html`` (and ``optuna.journal``) for the run in ``run_dir`` (the page to
-    ``output`` when given) and returns the page's path. ``parameter_views=False`` leaves out the
-    Optuna views and optuna.journal: they are most of the drawing's seconds (Optuna's importance and
-    plotting imports), which a run under a short ``stop.timeout_s`` does not have."""
+    """Writes ``report.html`` (and ``optuna.journal``) for the run in ``run_dir`` and returns its path;
+    ``parameter_views=False`` leaves out the Optuna views, most of the drawing's seconds.
+    """
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
     try:
@@ -76,9 +73,7 @@ def render_html(
     page_dir: str | Path | None = None,
     parameter_views: bool = True,
 ) -> str:
-    """The page for one run's :class:`Result` (or its results.json, read with ``Result.from_json``;
-    ``run_dir``: where its models and config.json are); ``parameter_views=False`` leaves out the
-    Optuna views (the light page a short limit keeps)."""
+    """The page for one run's :class:`Result` (or results.json); ``run_dir`` holds its models and config."""
     from plotly.offline import get_plotlyjs
 
     from quantune.report import plots, sections
@@ -145,8 +140,7 @@ def _figure(name: str, build: Callable[[], Any]) -> str:
 
 @functools.cache
 def white_template() -> dict[str, Any]:
-    """plotly's ``plotly_white`` theme as its JSON (the file plotly ships it in; through plotly's
-    template registry if that file ever moves): the same dict, without plotly's validation."""
+    """plotly's ``plotly_white`` theme as its JSON, without plotly's validation."""
     import pkgutil
 
     with contextlib.suppress(OSError, ValueError, TypeError):
@@ -172,8 +166,7 @@ def _no_views(text: str) -> dict[str, str]:
 
 
 def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
-    """Importance, parallel-coordinate and slice plots from ``optuna.visualization``, for the
-    objective and for the accuracy loss, drawn on the run's study (written to optuna.journal)."""
+    """Importance, parallel-coordinate and slice plots from ``optuna.visualization`` on the run's study."""
     from quantune.report.plots import loss_scale
     from quantune.report.study import STUDY_FILE, STUDY_NAME, objective_name, run_space, write_study
 
@@ -209,9 +202,7 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
         note = f"{len(study.trials)} trials as an Optuna study ({why})."
         return _no_views(f"No parameter view: {why} in the chosen trial's flow."), note
     with warnings.catch_warnings():
-        # Optuna's notes to its own users (PED-ANOVA, the evaluator without scikit-learn, says it
-        # ranks for low targets -- ours are latency and loss, both minimised -- and that its quantiles
-        # coincide; experimental APIs): three warning blocks above a new user's results table
+        # Optuna's notes to its own users (experimental APIs, PED-ANOVA's targets) are not ours to show
         warnings.simplefilter("ignore", UserWarning)
         views = _views(study, params, targets)
     note = (

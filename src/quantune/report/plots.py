@@ -355,9 +355,7 @@ def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool
 
 
 def styled(figure: Spec, height: int = 420) -> Spec:
-    """The page's figure layout; the theme (plotly_white) is added as the page writes the figure
-    (report/html.py: ``_figure``): assigned to each figure through plotly, it was validated and
-    deep-copied every time, at the end of every run."""
+    """The page's figure layout (the theme is added as the page writes the figure, unvalidated)."""
     figure.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 60, "b": 50},

@@ -245,8 +245,7 @@ def evidence(results: Result, chosen: TrialRecord, node: str) -> dict[str, Any] 
         fallen = set(excluded(trial.params))
         if node in fallen:
             continue
-        # the same quantization settings first (a trial of another variant proves less), then the fewest
-        # other fallback differences, then the latest
+        # the same quantization settings first, then the fewest other fallback differences, then the latest
         key = (int(_variant(trial.params) != variant), len(fallen ^ target), -trial.number)
         if best is None or key < best:
             best, found = key, trial
@@ -262,9 +261,9 @@ def evidence(results: Result, chosen: TrialRecord, node: str) -> dict[str, Any] 
 
 
 def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]]:
-    """What the refining passes kept in int8 in the chosen trial (the quantune strategy's recover
-    stage, ``strategy.recovered``): a sentence for the whole model ("" when nothing was recovered
-    in the chosen trial's flow) and node -> how, for the units the fallback had put in fp32."""
+    """What the refining passes kept in int8 in the chosen trial: a sentence for the whole model and
+    node -> how, for the units the fallback had put in fp32.
+    """
     notes = (results.strategy_notes or {}).get("recovered") or {}
     flow = (chosen.params or {}).get("flow")
     if not notes or (flow is not None and flow != notes.get("flow")):

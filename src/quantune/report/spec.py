@@ -36,9 +36,7 @@ def titled(text: str) -> dict[str, Any]:
 
 
 class Spec:
-    """One figure: its traces and layout. ``columns`` > 1: plots side by side in one row, as
-    ``plotly.subplots.make_subplots(rows=1, cols=columns, subplot_titles=titles)`` lays them out
-    (axes ``x``/``y`` for the first, ``x2``/``y2`` for the second, ...; 0.1 of the width between them)."""
+    """One figure: its traces and layout; ``columns`` > 1 lays plots side by side as ``make_subplots`` does."""
 
     def __init__(self, columns: int = 1, titles: tuple[str, ...] = ()) -> None:
         self.data: list[dict[str, Any]] = []

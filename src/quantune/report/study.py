@@ -177,8 +177,7 @@ def _distribution(domain: Any) -> Any:
 
 
 def _distributions(mapped: list[dict[str, tuple[Any, Any]]]) -> dict[str, Any]:
-    """One distribution per Optuna name (Optuna requires it): the space's when every trial agrees
-    on it and every value fits, else one made from the values seen."""
+    """One distribution per Optuna name: the space's when every value fits it, else one from the values seen."""
     import optuna.distributions as d
 
     seen: dict[str, list[tuple[Any, Any]]] = {}

@@ -105,8 +105,7 @@ class ArtifactCache:
                 target.parent.mkdir(parents=True, exist_ok=True)
         existing = self.get_model(key)  # (a corrupt entry is removed by get_model)
         if existing is not None:
-            # Another worker put the same entry first. Theirs is as good as ours, and it may
-            # be in use right now by that worker's next pass: keep it, never replace it.
+            # Another worker put the same entry first, and may be using it: keep theirs.
             shutil.rmtree(work_dir, ignore_errors=True)
             return existing
         if target.exists():  # a partial entry (no meta.json yet, or no model): not in use
@@ -199,8 +198,7 @@ def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
 
 
 def _in_folder(folder: Path, write: Callable[[], None]) -> None:
-    """``write()``, making ``folder`` first only when it is missing (the first entry of its kind, or
-    a cache deleted during the run): one failed write then, not a ``mkdir`` before every put."""
+    """``write()``, making ``folder`` only when missing: one failed write then, not a ``mkdir`` every put."""
     try:
         write()
     except FileNotFoundError:

@@ -18,8 +18,7 @@ FULL = {errno.ENOSPC, errno.EDQUOT}
 READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
 # A path that cannot be a folder: a file in the way, a missing or unwritable parent (/proc/nope)
 IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG, errno.ELOOP}
-# Below this many free bytes the cache's file system counts as full: native code (onnxruntime's
-# model writers) may not report a short write, and leaves a truncated model behind instead.
+# Below this many free bytes the file system counts as full: native writers may not report a short write.
 LOW_SPACE_BYTES = 64 * 1024
 
 
@@ -104,8 +103,9 @@ def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[
 
 
 def probe_writable(folder: Path, field: str) -> None:
-    """Creates and removes a file in ``folder``: a read-only mount or folder fails here, with its
-    name, rather than later in a worker (``os.access`` is no proof: root passes it on any mode)."""
+    """Creates and removes a file in ``folder``, so a read-only folder fails here with its name
+    (``os.access`` is no proof: root passes it).
+    """
     with storage_errors(folder, field):
         probe = folder / f".quantune-probe-{os.getpid()}"
         try:

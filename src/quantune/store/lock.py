@@ -44,8 +44,7 @@ class RunLock:
                         f"{field}: '{folder}' is in use by another quantune run ({who}); wait for it to end "
                         "or choose another --output folder"
                     ) from None
-                # The file may have been removed (a failed run cleaning up) between open and lock:
-                # a lock on an unlinked file guards nothing, so lock the file that is there now.
+                # A file removed between open and lock guards nothing: lock the one there now.
                 try:
                     same = os.stat(path).st_ino == os.fstat(fd).st_ino
                 except FileNotFoundError:

@@ -39,8 +39,7 @@ class RunStore:
         with storage_errors(self.path, "--output"):
             self._conn = sqlite3.connect(self.path)
             self._conn.execute("PRAGMA journal_mode=WAL")
-            # In WAL mode NORMAL syncs at checkpoints, not at every commit: a killed process loses
-            # nothing committed (only an OS crash or power cut could lose the last trials).
+            # In WAL mode NORMAL still loses nothing committed when the process is killed.
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
 

@@ -33,8 +33,7 @@ def die_with_parent(parent_pid: int) -> None:
             libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (OSError, AttributeError):
             pass  # the watchdog below still notices
-    # A worker forked by the fork server (quantune/forkserver.py) is the server's child: the kernel kills it
-    # with the server, which exits when the run's process is gone; the run's PID is watched too.
+    # A forked worker is the fork server's child: killed with it; the run's PID is watched too.
     if not _alive(parent_pid):  # the parent died before the request took effect
         os._exit(1)
 

@@ -29,9 +29,7 @@ NODE_RETRIES = 1
 
 
 def ray_logs_to_run_log() -> None:
-    """Ray's loggers stop at the ``ray`` logger, which has no handler unless Ray configures
-    logging itself: Python's last resort would print their warnings on the console as if they
-    were quantune's. They go where the run's log goes (the root logger's handlers) instead."""
+    """Ray's warnings go to the run's log, not to the console as Python's last resort would print them."""
     ray_log = logging.getLogger("ray")
     ray_log.propagate = True
     if not any(isinstance(handler, logging.NullHandler) for handler in ray_log.handlers):
@@ -89,8 +87,7 @@ class RayExecutor(Executor):
         self._runner = runner
         self._loaded = spec.loaded
         self._spec = ray.put(for_nodes(spec))
-        # the cargo's object reference, put by the first trial (the original's outputs are cached by
-        # then; if not yet, put again until they are)
+        # the cargo's object reference, put again until the original's outputs are cached
         self._cargo: Any = None
         self._cargo_whole = False
         # the engine's timing lane: one model timed at a time, never beside another timing

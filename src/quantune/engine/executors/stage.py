@@ -46,14 +46,13 @@ class StageLog:
 
 @dataclass
 class StageDeadline:
-    """The ``time.perf_counter()`` reading by which every stage must be done (``None``: none), set
-    by the engine from ``stop.timeout_s`` once the run's end is budgeted: a stage a strategy asks
-    for late in the run (a sensitivity analysis) is stopped there rather than overrun the limit."""
+    """The ``time.perf_counter()`` reading by which every stage must be done (``None``: none), so a stage
+    asked for late in the run is stopped rather than overrun ``stop.timeout_s``.
+    """
 
     at: float | None = None
     reason: str = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"
-    # the run stopped the stage because it no longer needs it (work started ahead, then not
-    # wanted): not a failure, so not warned about nor listed among the run's failed stages
+    # the run stopped the stage because it no longer needs it: not a failure
     unneeded: bool = False
 
     def left_s(self) -> float | None:
@@ -147,8 +146,7 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
     return outcome
 
 
-# how often a waiting stage looks at the run's deadline (which may move, or be now: a run that is
-# over cancels its builds ahead, and its exit should not wait)
+# how often a waiting stage looks at the run's deadline (which may move, or be now)
 _POLL_S = 0.05
 
 
@@ -231,14 +229,12 @@ def _count(stage: str, seconds: float) -> None:
 
 
 def stage_seconds_by_name() -> dict[str, float]:
-    """Wall seconds the main thread has spent in each stage so far (ever): the run's time
-    breakdown (engine/run/timebook.py) takes the difference over its search."""
+    """Wall seconds the main thread has spent in each stage so far, for the run's time breakdown."""
     return dict(_BY_NAME)
 
 
 def stage_seconds() -> float:
-    """Wall seconds this process has spent running stages so far: the run loop subtracts the
-    ones it saw from the per-trial work it expects (a one-off ceiling stage is not per trial)."""
+    """Wall seconds this process has spent running stages so far."""
     return _STAGE_SECONDS
 
 

@@ -51,8 +51,7 @@ def runner_for(spec: WorkerSpec, unpack: Callable[[], tuple[LoadedConfig, Given]
 
 
 def launch_memory_probe(runner: TrialRunner) -> None:
-    """In a worker that evaluates: the memory probe's server started beside its first evaluation
-    (see ``LocalBackend.launch_memory_probe``; other backends measure in their own process)."""
+    """In a worker that evaluates: the memory probe's server started beside its first evaluation."""
     launch = getattr(runner.context.evaluator.backend, "launch_memory_probe", None)
     if launch is not None:
         launch()

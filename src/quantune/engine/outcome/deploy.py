@@ -76,8 +76,7 @@ CACHE_DIR = "ov_cache"  # OpenVINO's compiled-model cache, relative to best/ (ru
 
 
 def deploy_settings(settings: Mapping[str, Any] | None, target: Mapping[str, Any]) -> dict[str, Any]:
-    """The full session of a measured candidate: its own settings (provider, tuned options) over
-    what every evaluation session had (``target_server.build_session_options`` with ``timing``)."""
+    """The full session of a measured candidate: its own settings over every evaluation session's."""
     own = dict(settings or {})
     provider = own.pop("provider", None) or target.get("provider") or CPU
     options = own.pop("provider_options", None)

@@ -93,8 +93,7 @@ def open_output(
                 f"--output: '{folder}' already holds files quantune did not write ({', '.join(foreign[:3])}...); "
                 "choose an empty or new folder"
             )
-        # the names quantune writes, but no run store: not a run of ours (or one whose record is
-        # gone), so what they hold may be the user's and is never replaced without being asked
+        # quantune's names but no run store: what they hold may be the user's, never replaced unasked
         results = sorted(p.name for p in folder.iterdir() if p.name in _OURS and p.name not in _HARMLESS)
         if results and not (folder / RUN_DB).exists() and not restart:
             raise QuantuneError(
@@ -156,8 +155,7 @@ def _claim(
         store.clear()
         for stale in ("best", "closest_miss", "unconfirmed"):  # another config's models
             shutil.rmtree(folder / stale, ignore_errors=True)
-    # Same config: the stored trials are resumed (see engine/run/resume.py); best/ stays until the
-    # end of the run rewrites it (its model may be gone from a cleared cache: keep what we have).
+    # Same config: the stored trials are resumed; best/ stays until the run's end rewrites it.
     (folder / "results.json").unlink(missing_ok=True)
     store.set_meta("config_hash", config_hash)
     if sources is not None:
@@ -166,9 +164,9 @@ def _claim(
 
 
 def close_output(store: RunStore, *, failed: bool) -> None:
-    """Closes the run store and releases the folder. A ``failed`` run with no finished trial
-    takes back what it created (its store, config.json, log, worker logs; the folder itself
-    when it made it), so a fixed config runs next time without ``--restart``."""
+    """Closes the run store and releases the folder; a ``failed`` run with no finished trial takes back
+    what it created, so a fixed config runs next time without ``--restart``.
+    """
     folder = store.path.parent
     claim = _CLAIMS.pop(id(store), _Claim(False, set(_OURS)))
     cleanup = False

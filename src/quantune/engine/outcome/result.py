@@ -84,9 +84,7 @@ class Result:
 
     @property
     def provider_front(self) -> dict[str, int]:
-        """The front across providers (``target.providers``): each provider's fastest trial in budget by
-        its objective figure (the trial's own measurement), provider -> trial number; the provider a
-        trial was judged on is its session's (the reference one without a session setting)."""
+        """Per provider (``target.providers``), the trial number of its fastest trial in budget by its own figure."""
         target = self.target or {}
         if not target.get("providers"):
             return {}
@@ -120,16 +118,13 @@ class Result:
 
     @property
     def unconfirmed_model_path(self) -> Path | None:
-        """``unconfirmed/model.onnx``: the candidate faster by the search's figures, not yet timed side
-        by side (``quantune run`` on the same output confirms it, then it moves to ``best/``)."""
+        """``unconfirmed/model.onnx``: the candidate faster by the search's figures, not yet timed side by side."""
         unconfirmed = self.verdict == "unconfirmed" and self.best is not None and not self.model_not_saved
         return self.output_dir / "unconfirmed" / "model.onnx" if unconfirmed else None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], output_dir: str | Path) -> Result:
-        """The run a results.json records (:meth:`to_dict` read back, typed: the criterion a
-        :class:`Criterion`, each trial a :class:`TrialRecord`); ``output_dir`` is its folder.
-        Keys an older results.json lacks take their defaults."""
+        """The run a results.json records (typed), ``output_dir`` its folder; missing keys take their defaults."""
         trials = [TrialRecord.from_dict(t) for t in data["trials"]]
         objective = data.get("objective", "latency")
         return cls(
@@ -232,8 +227,7 @@ def write_outputs(
 
 
 def _say_lost_models(result: Result) -> None:
-    """Says, on the console too, which finished trials' models left the cache during the run:
-    they could not be timed again or chosen, so the verdict is over the others."""
+    """Says, on the console too, which finished trials' models left the cache during the run."""
     lost = [r.number for r in result.trials if r.status == "ok" and r.model_path and not Path(r.model_path).is_file()]
     if lost:
         numbers = ", ".join(map(str, lost[:10])) + (", ..." if len(lost) > 10 else "")
@@ -257,8 +251,7 @@ def _save_model(
             source = rebuilt
             chosen.model_path = str(rebuilt)
     if not source.is_file():
-        # The cache was cleared during the run: no earlier pair may stand in for the model, and
-        # results.json says the folder is missing (the next run rebuilds the model, engine/run/resume.py).
+        # The cache was cleared during the run: no earlier pair may stand in for the model.
         shutil.rmtree(target, ignore_errors=True)
         result.model_not_saved = (
             f"trial {chosen.number}'s model left the cache during the run ({source}): {target.name}/ is not "

@@ -157,8 +157,7 @@ def _tie_rule(
     return chosen if chosen is not None else min(tied, key=lambda r: r.number)
 
 
-# Peak memory measured twice in fresh processes differs by up to a few percent: a smaller figure
-# counts only beyond that.
+# Peak memory differs by a few percent between fresh processes: a smaller figure counts beyond that.
 MEMORY_NOISE = 0.05
 
 

@@ -80,8 +80,9 @@ def with_provider_axis(loaded: LoadedConfig, backend: Backend) -> tuple[LoadedCo
 def provider_rule(
     steps: Mapping[str, Step], flows: Mapping[str, tuple[str, ...]], reference: str
 ) -> Callable[[Mapping[str, Any]], bool]:
-    """A plan rule: a point whose flow makes a model its provider cannot load never runs (see
-    ``space/providers.py``), nor the original on the reference provider (that is the original)."""
+    """A plan rule: a point whose flow makes a model its provider cannot load never runs, nor the
+    original on the reference provider (that is the original).
+    """
     step_id = provider_step(steps)
     assert step_id is not None
 

@@ -48,8 +48,7 @@ def _plugin_sha(plugin: str, loaded: LoadedConfig) -> str:
 
 
 def run_sources(loaded: LoadedConfig, context: Any) -> Sources:
-    """The fingerprint of every source of ``loaded``'s run, by the config field naming it.
-    ``context``: the run's ``RunContext`` (runner.py, which imports this module: not named here)."""
+    """The fingerprint of every source of ``loaded``'s run, by the config field naming it."""
     config = loaded.config
     label = config.model if isinstance(config.model, str) else config.model.label
     sources: Sources = {"model": {"label": label, "fingerprint": context.model.sha256}}
@@ -97,9 +96,9 @@ def changed_sources(stored: Mapping[str, Mapping[str, str]], current: Mapping[st
 
 
 def check_model_unchanged(context: Any) -> None:
-    """Refuses to go on once the user's model file (or its external data) no longer holds what the
-    run hashed at its start (``context``: the run's ``RunContext``): trials and timings read that
-    file all through the run, so a file replaced meanwhile would be mixed into it."""
+    """Refuses to go on once the user's model file no longer holds what the run hashed at its start:
+    trials and timings read it all through the run.
+    """
     expected = context.sources.get("model")
     if expected is not None:
         now = context.model.current_sha256() or "missing"

@@ -47,8 +47,7 @@ def limit_source(config: Any) -> str:
 
 @dataclass
 class TrialLimit:
-    """A trial's time limit: ``configured`` (``executor.trial_timeout_s``), else the default,
-    read when the first trial starts (after the original was evaluated)."""
+    """A trial's time limit: ``configured``, else the default, read when the first trial starts."""
 
     configured: float | None = None
     original_s: Callable[[], float | None] = lambda: None  # the original's evaluation time, when known
@@ -87,8 +86,7 @@ def original_evaluation_s(runner: Any) -> float | None:
 
 @contextlib.contextmanager
 def check_watchdog(config: Any) -> Iterator[None]:
-    """:func:`watchdog` for ``quantune check``: its loader and metric run in this process. Its line
-    names the step it stopped in (a slow model's timing is not a loader that never returns)."""
+    """:func:`watchdog` for ``quantune check``, whose line names the step it stopped in."""
     limit = original_limit(config)
     last: list[progress.Step] = []
 

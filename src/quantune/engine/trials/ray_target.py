@@ -29,8 +29,7 @@ from quantune.model import external_data_files
 
 DRIVER = "driver"  # executor.target's default: time on the machine running quantune
 NAMESPACE = "quantune"
-# how the engine's stage processes find the engine's cluster (not RAY_ADDRESS: a later local Ray of
-# this process would join a cluster that is gone)
+# how stage processes find the engine's cluster (not RAY_ADDRESS: a later local Ray would join a dead one)
 ADDRESS_VARIABLE = "QUANTUNE_RAY_ADDRESS"
 
 Files = dict[str, bytes]
@@ -125,8 +124,7 @@ class RayTargetBackend:
         return {**self._local.fingerprint(), "timed_on": f"ray:{self.resource}"}
 
     def describe(self) -> dict[str, Any]:
-        """The local one's, with the lane's node and every timing it took (those the engine's stage
-        processes asked for too; this process's own when the lane is gone)."""
+        """The local one's, with the lane's node and every timing it took."""
         import ray
 
         timed = list(self.timed)
@@ -221,8 +219,7 @@ def check_target(resource: str) -> None:
 def open_lane(
     resource: str, provider: str, options: dict[str, str], like: dict[str, Any] | None = None
 ) -> tuple[Any, dict[str, Any]]:
-    """The lane actor on the first target node (whose quantune, onnxruntime and CPU flags are
-    ``like``'s, when given: the node that timed before it), and its identity."""
+    """The lane actor on the first target node (like ``like``'s node, when given) and its identity."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -13,9 +13,7 @@ from collections.abc import Iterable, Sequence
 from quantune.engine.trials.trial import TrialRecord
 
 OBJECTIVE_METRICS = {"latency": "latency_ms", "size": "size_bytes", "memory": "peak_memory_mb"}
-# How far apart two models' search-time latencies (each timed once, beside other work) may be and
-# still be the same speed: a choice between them by those figures follows the noise, so it goes
-# to the earlier trial (the closest miss here; the confirmation's second contender, measure/confirm.py).
+# How far apart two search-time latencies may be and still be the same speed: within it, the earlier trial.
 SEARCH_NOISE = 0.10
 MEASURED = frozenset({"latency", "memory"})  # objectives read from a measurement, not from the model's bytes
 
@@ -41,9 +39,8 @@ def ranking(objectives: Sequence[str]) -> list[str]:
 
 
 def quantizes_nothing(record: TrialRecord) -> bool:
-    """Whether the trial's model runs no compute op quantized nor in float16 (``False`` when not
-    measured, as in a run store written before the count existed) on the original's provider
-    (the same model on another provider, ``target.providers``, is a candidate of its own)."""
+    """Whether the trial's model runs no compute op quantized nor in float16 on the original's
+    provider (``False`` when not measured; on another provider it is a candidate of its own)."""
     return (
         record.status == "ok"
         and record.metrics.get("quantized_ops", 1) == 0
@@ -135,8 +132,7 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
         if fastest >= fastest_so_far:
             continue  # more loss than every point before it, so it must be faster to count
         fastest_so_far = fastest
-        # equally accurate models within the search-time noise of each other: the earliest trial, not
-        # the one a single timing favoured (which changes from run to run)
+        # within the noise, the earliest trial, not the one a single timing favoured
         front.append(earliest_as_fast(timed))
     return front
 
