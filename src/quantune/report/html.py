@@ -78,7 +78,8 @@ def render_html(
 
     from quantune.report import plots, sections
     from quantune.report.precision import precision_bars
-    from quantune.report.table import node_types, trial_table
+    from quantune.report.summarize import node_op_types
+    from quantune.report.table import trial_table
 
     run_dir = Path(run_dir) if run_dir is not None else Path(".")
     page_dir = Path(page_dir) if page_dir is not None else run_dir
@@ -86,7 +87,7 @@ def render_html(
         results = Result.from_json(results, run_dir)
     chosen_path, _, chosen_kind = sections.chosen_model(results, run_dir)
     start = (results.preparation or {}).get("model")
-    types = {**node_types(chosen_path), **node_types(start)}
+    types = {**node_op_types(chosen_path), **node_op_types(start)}
     precision, counts = sections.precision_section(results, run_dir, types)
     views, note = _optuna_views(results, run_dir) if parameter_views else _views_left_out(run_dir)
     fields = {

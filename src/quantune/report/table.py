@@ -42,19 +42,6 @@ _COLUMNS = (
 )
 
 
-def node_types(model_path: str | Path | None) -> dict[str, str]:
-    """Node name -> op type of a model (empty when it cannot be read)."""
-    if not model_path or not Path(model_path).is_file():
-        return {}
-    try:
-        import onnx
-
-        model = onnx.load(str(model_path), load_external_data=False)
-    except Exception:
-        return {}
-    return {node.name: node.op_type for node in model.graph.node}
-
-
 def summarize_nodes(names: list[str], types: Mapping[str, str]) -> str:
     """ "37 nodes: 12 Add, 9 Mul, ..." (op types from ``types``, else guessed from the name)."""
     counts = Counter(types.get(name) or _guess_type(name) for name in names)
