@@ -76,7 +76,10 @@ def _read_file(config: str | Path) -> tuple[Path, dict[str, Any]]:
     except OSError as exc:
         raise ConfigError(f"cannot be read ({exc.strerror or exc})", source=str(path)) from None
     try:
-        raw = json.loads(text, object_pairs_hook=_unique_json) if path.suffix == ".json" else _yaml_load(text)
+        if path.suffix == ".json":
+            raw = json.loads(text, object_pairs_hook=_unique_json)
+        else:
+            raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except (ValueError, yaml.YAMLError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise ConfigError(f"not valid {kind}: {_one_line(exc)}", source=str(path)) from None
@@ -108,10 +111,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: PyYAML's own error follows
                 continue
         return super().construct_mapping(node, deep=deep)
-
-
-def _yaml_load(text: str) -> Any:
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
 
 
 def _unique_json(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

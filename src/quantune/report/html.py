@@ -78,6 +78,7 @@ def render_html(
 
     from quantune.report import plots, sections
     from quantune.report.precision import precision_bars
+    from quantune.report.study import objective_name
     from quantune.report.summarize import node_op_types
     from quantune.report.table import trial_table
 
@@ -99,7 +100,7 @@ def render_html(
         "progress": _figure("progress", lambda: plots.progress(results)),
         "pareto": _figure("pareto", lambda: plots.pareto(results)),
         "study_note": html.escape(note),
-        "objective": html.escape(_objective_label(results)),
+        "objective": html.escape(objective_name(results)),
         "chosen_kind": html.escape(chosen_kind or "chosen model"),
         "precision": precision,
         "precision_plot": _figure("precision", lambda: precision_bars(counts)) if counts else "",
@@ -110,12 +111,6 @@ def render_html(
     }
     raise_if_stopped()  # a signal a view's drawing caught as an error: no page, the run stops
     return Template(_TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
-
-
-def _objective_label(results: Result) -> str:
-    from quantune.report.study import objective_name
-
-    return objective_name(results)
 
 
 def _figure(name: str, build: Callable[[], Any]) -> str:

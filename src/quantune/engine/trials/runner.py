@@ -179,7 +179,8 @@ class TrialRunner:
         if any(is_candidate(r) for r in records):
             return []
         timed = []
-        for record in sorted((r for r in records if r.untimed and r.accuracy_loss is not None), key=_by_loss):
+        misses = (r for r in records if r.untimed and r.accuracy_loss is not None)
+        for record in sorted(misses, key=lambda r: (r.accuracy_loss, r.number)):
             front = miss_front(records, original_ms)
             if front and front[0].accuracy_loss < record.accuracy_loss:  # (a tie: the tie rule reads its speed)
                 break
@@ -284,7 +285,3 @@ def original_metric(context: RunContext, metric: str, wait_s: float) -> float | 
         if time.perf_counter() >= deadline:
             return None
         time.sleep(0.05)
-
-
-def _by_loss(record: TrialRecord) -> tuple[float, int]:
-    return (record.accuracy_loss if record.accuracy_loss is not None else float("inf"), record.number)
