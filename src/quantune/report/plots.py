@@ -91,17 +91,9 @@ def trade_off(results: Result) -> Spec:
     figure = Spec()
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
         group = [t for t in trials if bool(t.meets_criterion) is meets]
-        figure.add_trace(
-            scatter(
-                x=[x_of(t) for t in group],
-                y=[scale * t.accuracy_loss for t in group],
-                mode="markers",
-                marker={"color": color, "size": 9, "line": {"width": 0.5, "color": "#333"}},
-                name=f"{name} ({len(group)})",
-                text=[_hover(t) for t in group],
-                hoverinfo="text",
-            )
-        )
+        x, y = [x_of(t) for t in group], [scale * t.accuracy_loss for t in group]
+        line = {"width": 0.5, "color": "#333"}
+        figure.add_trace(_points(group, x, y, f"{name} ({len(group)})", color=color, size=9, line=line))
     xs = [x_of(t) for t in trials]
     base = objective_value(results, results.baseline)
     if base is not None:
@@ -129,17 +121,9 @@ def trade_off(results: Result) -> Spec:
     failed = failed_trials(results)
     if failed:
         top = max(losses) + 0.08 * (max(losses) - min(losses) or 1.0)
-        figure.add_trace(
-            scatter(
-                x=[base if base is not None else (min(xs) if xs else 0.0)] * len(failed),
-                y=[top] * len(failed),
-                mode="markers",
-                marker={"symbol": "x", "size": 10, "color": RED},
-                name=f"failed ({len(failed)}, no figures: drawn at the top)",
-                text=[_hover(t) for t in failed],
-                hoverinfo="text",
-            )
-        )
+        x = [base if base is not None else (min(xs) if xs else 0.0)] * len(failed)
+        name = f"failed ({len(failed)}, no figures: drawn at the top)"
+        figure.add_trace(_points(failed, x, [top] * len(failed), name, symbol="x", size=10, color=RED))
     figure.update_layout(title={"text": "every trial"}, xaxis=titled(objective_name(results)), yaxis=titled(loss_label))
     if log_axis(xs):
         figure.update_xaxes(**log_ticks(xs))
@@ -153,21 +137,23 @@ def _mark_chosen(figure: Spec, results: Result, at: Callable[[TrialRecord], tupl
     x, y = at(chosen)
     star = kind != "closest miss"
     figure.add_trace(
-        scatter(
-            x=[x],
-            y=[y],
-            mode="markers",
-            marker={
-                "symbol": "star" if star else "diamond-open",
-                "size": 20 if star else 16,
-                "color": GOLD if star else ORANGE,
-                "line": {"width": 1.5, "color": "#000" if star else ORANGE},
-            },
-            name=f"{kind} (trial {chosen.number})",
-            text=[_hover(chosen)],
-            hoverinfo="text",
+        _points(
+            [chosen],
+            [x],
+            [y],
+            f"{kind} (trial {chosen.number})",
+            symbol="star" if star else "diamond-open",
+            size=20 if star else 16,
+            color=GOLD if star else ORANGE,
+            line={"width": 1.5, "color": "#000" if star else ORANGE},
         )
     )
+
+
+def _points(trials: Sequence[TrialRecord], x: list[Any], y: list[Any], name: str, **marker: Any) -> dict[str, Any]:
+    """Markers for ``trials``, each with its hover text."""
+    text = [_hover(t) for t in trials]
+    return scatter(x=x, y=y, mode="markers", marker=marker, name=name, text=text, hoverinfo="text")
 
 
 def pareto_numbers(results: Result) -> list[int]:
@@ -206,18 +192,8 @@ def pareto(results: Result) -> Spec:
     outline = [{"width": 2.5, "color": "#000"} if t.number in front else {"width": 0} for t in trials]
     lat = [t.metrics.get("latency_ms") for t in trials]
     loss = [scale * t.accuracy_loss for t in trials]
-    figure.add_trace(
-        scatter(
-            x=lat,
-            y=loss,
-            mode="markers",
-            name="trials (outlined: Pareto front)",
-            marker={"color": [GREEN if t.meets_criterion else GRAY for t in trials], "size": 9},
-            text=hover,
-            hoverinfo="text",
-        ),
-        col=1,
-    )
+    colors = [GREEN if t.meets_criterion else GRAY for t in trials]
+    figure.add_trace(_points(trials, lat, loss, "trials (outlined: Pareto front)", color=colors, size=9), col=1)
     figure.add_trace(
         scatter(
             x=[t.metrics.get("latency_ms") for t in stair],
@@ -293,17 +269,8 @@ def progress(results: Result) -> Spec:
         steps.append(current)
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
         group = [t for t in trials if t.status == "ok" and bool(t.meets_criterion) is meets]
-        figure.add_trace(
-            scatter(
-                x=[t.number for t in group],
-                y=[value(t) for t in group],
-                mode="markers",
-                marker={"color": color, "size": 7, "opacity": 0.7},
-                name=name,
-                text=[_hover(t) for t in group],
-                hoverinfo="text",
-            )
-        )
+        x, y = [t.number for t in group], [value(t) for t in group]
+        figure.add_trace(_points(group, x, y, name, color=color, size=7, opacity=0.7))
     figure.add_trace(
         scatter(
             x=numbers,
@@ -316,17 +283,8 @@ def progress(results: Result) -> Spec:
     failed = failed_trials(results)
     finite = [v for v in steps if v is not None] + [v for t in trials if (v := value(t)) is not None]
     if failed and finite:
-        figure.add_trace(
-            scatter(
-                x=[t.number for t in failed],
-                y=[min(finite)] * len(failed),
-                mode="markers",
-                marker={"symbol": "x", "size": 10, "color": RED},
-                name="failed",
-                text=[_hover(t) for t in failed],
-                hoverinfo="text",
-            )
-        )
+        x, y = [t.number for t in failed], [min(finite)] * len(failed)
+        figure.add_trace(_points(failed, x, y, "failed", symbol="x", size=10, color=RED))
     if met:
         base = objective_value(results, results.baseline)
         if base is not None and numbers:  # a line trace: shapes on a log axis take log10 coordinates
