@@ -188,8 +188,6 @@ def pareto(results: Result) -> Spec:
         if t.accuracy_loss < best_loss:
             best_loss = t.accuracy_loss
             stair.append(t)
-    hover = [_hover(t) for t in trials]
-    outline = [{"width": 2.5, "color": "#000"} if t.number in front else {"width": 0} for t in trials]
     lat = [t.metrics.get("latency_ms") for t in trials]
     loss = [scale * t.accuracy_loss for t in trials]
     colors = [GREEN if t.meets_criterion else GRAY for t in trials]
@@ -204,26 +202,11 @@ def pareto(results: Result) -> Spec:
         ),
         col=1,
     )
-    figure.add_trace(
-        scatter(
-            x=lat,
-            y=[t.metrics.get("size_bytes", 0.0) / 1024 for t in trials],
-            mode="markers",
-            name="trials by size",
-            marker={
-                "color": loss,
-                "colorscale": "Viridis",
-                "size": 10,
-                "line": {"width": [o["width"] for o in outline], "color": "#000"},
-                "colorbar": {"title": "loss"},
-                "showscale": True,
-            },
-            text=hover,
-            hoverinfo="text",
-            showlegend=False,
-        ),
-        col=2,
-    )
+    sizes = [t.metrics.get("size_bytes", 0.0) / 1024 for t in trials]
+    outline = {"width": [2.5 if t.number in front else 0 for t in trials], "color": "#000"}
+    marker = {"color": loss, "colorscale": "Viridis", "colorbar": {"title": "loss"}, "showscale": True}
+    by_size = _points(trials, lat, sizes, "trials by size", size=10, line=outline, **marker)
+    figure.add_trace({**by_size, "showlegend": False}, col=2)
     base = results.baseline
     if base.get("latency_ms") is not None:
         for col, y in ((1, 0.0), (2, base.get("size_bytes", 0.0) / 1024)):
