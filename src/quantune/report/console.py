@@ -190,9 +190,8 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
     table = Table(title=escape(heading(result)))
     label = metric_label(metric)
     header = label if len(label) <= 10 else "metric"
+    widths = {"#": 4, "params": 16}  # params wraps at words, never cutting a pass name in two
     for column in ("#", "params", header, "loss", "ms", "KB", "ok", "cache"):
-        # params wraps at words; at least as wide as a pass name, so "static_quant" is never cut in two
-        widths = {"#": 4, "params": 16}
         table.add_column(column, overflow="fold", no_wrap=column != "params", min_width=widths.get(column))
     table.add_row(
         "orig",
@@ -210,17 +209,8 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         style = "bold green" if record.number == chosen else None
         if record.status != "ok":
             reason = escape((record.failure_class or record.error or "failed")[:80])
-            table.add_row(
-                str(record.number),
-                f"{_fmt_params(record.params, op_types)}: {reason}",
-                "failed",
-                "",
-                "",
-                "",
-                "",
-                "",
-                style="red",
-            )
+            params = f"{_fmt_params(record.params, op_types)}: {reason}"
+            table.add_row(str(record.number), params, "failed", *[""] * 5, style="red")
             continue
         m = record.metrics
         retimed = "*" if "latency_search_ms" in m else ""
