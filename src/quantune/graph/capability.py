@@ -146,7 +146,7 @@ class ModelCapability:
         )
         if mode == "dynamic":
             by_name = {n.name: n for n in nodes}
-            quantizable = frozenset(name for name in quantizable if _dynamic_quantizes(by_name[name], constants))
+            quantizable = frozenset(name for name in quantizable if _dynamic_quantizes(by_name[name]))
         floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
         inputs = tuple(
             i.name for i in graph.input if i.name not in constants and i.type.tensor_type.elem_type in floats
@@ -206,7 +206,7 @@ class ModelCapability:
         return sorted(excluded), dict(sorted(overrides.items()))
 
 
-def _dynamic_quantizes(node: NodeInfo, constants: set[str]) -> bool:
+def _dynamic_quantizes(node: NodeInfo) -> bool:
     """Whether ``quantize_dynamic`` quantizes this node (MatMul: constant B; Gather: constant table)."""
     if node.op_type in ("MatMul", "Gather"):
         return node.first_constant if node.op_type == "Gather" else node.second_constant

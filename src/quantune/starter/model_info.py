@@ -111,7 +111,7 @@ def read_model(path: Path) -> ModelInfo:
         for node in graph.node
         if node.op_type == "Softmax" and _fed_by_matmul(node, producers, set(initializers) | set(constants))
     )
-    vocab = _vocabularies(graph, initializers, constants)
+    vocab = _vocabularies(graph, initializers)
     inputs = [_tensor(v, vocab.get(v.name)) for v in graph.input if v.name not in initializers]
     outputs = [_tensor(v, None) for v in graph.output]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -138,7 +138,7 @@ def _fed_by_matmul(
     return False
 
 
-def _vocabularies(graph: onnx.GraphProto, initializers: dict, constants: dict) -> dict[str, int]:
+def _vocabularies(graph: onnx.GraphProto, initializers: dict) -> dict[str, int]:
     """Integer graph inputs used as Gather indices into a weight table: input -> the table's rows."""
     found: dict[str, int] = {}
     for node in graph.node:
