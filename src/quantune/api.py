@@ -79,8 +79,7 @@ def check(
 ) -> dict[str, float]:
     """The preflight alone: the config, its data checked against the model, and the original evaluated.
     Returns the original's figures; a mistake raises :class:`~quantune.errors.QuantuneError` naming
-    the file or field. ``overrides`` as for :func:`tune`.
-    """
+    the file or field. ``overrides`` as for :func:`tune`."""
     from quantune.engine.trials.limits import check_watchdog
     from quantune.engine.trials.setup import build_run, preflight
 

@@ -1,9 +1,7 @@
 """The ``quantune`` command: run, check, report, schema, passes, space.
 
-User mistakes (a bad config, a missing file, a read-only folder) print one line naming the
-field or file and exit with code 2; a fault of the machine (a full disk) prints one line and
-exits with 1; SIGINT and SIGTERM stop a run as Ctrl-C does (exit 130 and 143). None of these
-show a traceback.
+A user mistake prints one line naming the field or file (exit 2), a machine fault one line (exit
+1); SIGINT and SIGTERM stop a run as Ctrl-C does (130, 143). None shows a traceback.
 """
 
 from __future__ import annotations

@@ -73,8 +73,7 @@ def warm_up() -> None:
 
 def refuse_in_starting_worker() -> None:
     """Stops a worker that, while importing the user's script, reached ``quantune.tune()``: an
-    unguarded call would start a second run inside the worker and hang both.
-    """
+    unguarded call would start a second run inside the worker and hang both."""
     if getattr(mp.current_process(), "_inheriting", False):
         # at once: the fork server would turn a SystemExit into exit code 1, losing the advice
         sys.stderr.flush()

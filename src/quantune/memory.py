@@ -185,8 +185,7 @@ _fixed_threshold = False  # return_large_blocks() set this process's threshold
 
 def return_large_blocks() -> bool:
     """Makes glibc map every block of 128 KB or more on its own, so freeing it returns it: otherwise
-    the raised mmap threshold keeps freed batches in a fragmented heap that grows batch after batch.
-    """
+    the raised mmap threshold keeps freed batches in a fragmented heap that grows batch after batch."""
     global _fixed_threshold
     try:
         import ctypes
@@ -200,8 +199,7 @@ def return_large_blocks() -> bool:
 @contextlib.contextmanager
 def reused_blocks(largest_mb: int = 64) -> Iterator[None]:
     """Blocks up to ``largest_mb`` come from the heap meanwhile (mapped, every temporary of a loop over
-    equal blocks would fault in fresh zeroed pages); returned to the system at the end.
-    """
+    equal blocks would fault in fresh zeroed pages); returned to the system at the end."""
     if not _fixed_threshold:  # glibc's own dynamic thresholds already reuse such blocks
         yield
         return

@@ -34,8 +34,7 @@ if text.strip():
 @contextlib.contextmanager
 def crash_witness(prefix: str, source_file: str) -> Iterator[None]:
     """While the block runs, a crash of this process is reported as ``prefix`` plus where in
-    ``source_file`` it happened (one line on stderr). Without faulthandler free to use, or when
-    no witness can start, the block just runs."""
+    ``source_file`` it happened; without faulthandler or a witness, the block just runs."""
     if faulthandler.is_enabled():
         yield
         return

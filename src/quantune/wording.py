@@ -1,8 +1,5 @@
-"""Figures as people read them: losses in percent, ratios as "2.10x faster", never "0.66x faster".
-
-Shared by the engine (its verdict reason) and the reports (console, HTML), so a figure reads
-the same wherever it is printed.
-"""
+"""Figures as people read them: losses in percent, ratios as "2.10x faster", never "0.66x faster";
+shared by the engine and the reports, so a figure reads the same wherever it is printed."""
 
 from __future__ import annotations
 
@@ -30,8 +27,7 @@ def format_ratio(candidate: float, original: float, *, less: str = "faster", mor
 
 def speed_words(results: dict[str, Any], trial: dict[str, Any]) -> str:
     """A trial's speed against the original from a results.json dict: the median paired ratio when it was
-    re-timed side by side, else the ratio of the medians.
-    """
+    re-timed side by side, else the ratio of the medians."""
     ratio = ((results.get("latency_confirmation") or {}).get("ratios") or {}).get(str(trial["number"]))
     if ratio:
         return f"{format_ratio(ratio['ratio_median'], 1.0)} side by side"

@@ -22,10 +22,8 @@ Feed = Mapping[str, np.ndarray]
 
 @dataclass(frozen=True)
 class Dataset:
-    """A table (``arrays``, sharing their first axis) or, when ``feeds`` is set, a list of feeds.
-
-    ``fingerprint`` identifies the content (either form) for caching and run identity.
-    """
+    """A table (``arrays``, sharing their first axis) or, when ``feeds`` is set, a list of feeds;
+    ``fingerprint`` identifies the content for caching and run identity."""
 
     arrays: Mapping[str, np.ndarray]
     source: str

@@ -60,9 +60,8 @@ def matmul_weights(model: onnx.ModelProto) -> list[list[Any]]:
 def quantized_among(
     nodes: Iterable[Sequence[str]], op_types_to_quantize: Iterable[str] | None, nodes_to_exclude: Iterable[str]
 ) -> list[str]:
-    """The names of ``nodes`` ([name, op_type]) a quantizer with these options would touch.
-
-    An unnamed node cannot be excluded (onnxruntime matches ``nodes_to_exclude`` by name)."""
+    """The names of ``nodes`` ([name, op_type]) a quantizer with these options would touch (named ones
+    only: onnxruntime excludes nodes by name)."""
     wanted = None if op_types_to_quantize is None else set(op_types_to_quantize)
     excluded = set(nodes_to_exclude)
     return [

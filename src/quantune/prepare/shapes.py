@@ -59,8 +59,7 @@ def symbolic_infer(model: onnx.ModelProto, *, guess_output_rank: bool) -> onnx.M
 
 def symbolic_shape_inference() -> type:
     """onnxruntime's ``SymbolicShapeInference``, loaded from its file: the ``onnxruntime.tools``
-    package's ``__init__`` imports torch whenever it is installed.
-    """
+    package's ``__init__`` imports torch whenever it is installed."""
     name = "onnxruntime.tools.symbolic_shape_infer"
     with _LOADING:  # one load, whole, though a thread loads it ahead (``load_in_background``)
         module = sys.modules.get(name) or sys.modules.get("_quantune_symbolic_shape_infer")
@@ -86,8 +85,7 @@ _LOADING = threading.Lock()
 
 def load_in_background() -> None:
     """Starts loading the symbolic shape inference (and sympy) in a thread of a worker that will need
-    it, so the load overlaps the worker's set-up; the fork server does not, as it would delay every run.
-    """
+    it, so the load overlaps the worker's set-up; the fork server does not, as it would delay every run."""
     if "_quantune_symbolic_shape_infer" in sys.modules or "onnxruntime.tools.symbolic_shape_infer" in sys.modules:
         return
 

@@ -1,9 +1,5 @@
 """What ``quantune check`` found, in a few lines: the model, the data as quantune reads it, what
-preparation changed, the original's figures and the size of the search space.
-
-A passing check used to print one line; a user writing a first config wants to see that the
-loader returned what they meant (rows, feeds, labels) and how big the search is before a run.
-"""
+preparation changed, the original's figures and the size of the search space."""
 
 from __future__ import annotations
 

@@ -169,8 +169,7 @@ _STOPS = (  # the run's stop reasons (engine/run/loop.py) as a person would say 
 
 def heading(result: Result) -> str:
     """The table's title: the trials counted against ``stop.max_trials`` (those that made an earlier
-    trial's model again are not), and why the search stopped.
-    """
+    trial's model again are not), and why the search stopped."""
     duplicates = sum("(duplicate of trial" in (trial.stage or "") for trial in result.trials)
     counted = len(result.trials) - duplicates
     text = f"quantune: {counted} trial{'' if counted == 1 else 's'}"

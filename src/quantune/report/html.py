@@ -31,8 +31,7 @@ VIEW_TRIALS = 5
 
 def write_report(run_dir: str | Path, output: str | Path | None = None, *, parameter_views: bool = True) -> Path:
     """Writes ``report.html`` (and ``optuna.journal``) for the run in ``run_dir`` and returns its path;
-    ``parameter_views=False`` leaves out the Optuna views, most of the drawing's seconds.
-    """
+    ``parameter_views=False`` leaves out the Optuna views, most of the drawing's seconds."""
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
     try:

@@ -262,8 +262,7 @@ def evidence(results: Result, chosen: TrialRecord, node: str) -> dict[str, Any] 
 
 def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]]:
     """What the refining passes kept in int8 in the chosen trial: a sentence for the whole model and
-    node -> how, for the units the fallback had put in fp32.
-    """
+    node -> how, for the units the fallback had put in fp32."""
     notes = (results.strategy_notes or {}).get("recovered") or {}
     flow = (chosen.params or {}).get("flow")
     if not notes or (flow is not None and flow != notes.get("flow")):

@@ -1,6 +1,5 @@
 """The run's record (re-exported from the engine, which writes it) and :class:`PageWriter`, the run
-listener that draws ``report.html`` at the end of a run.
-"""
+listener that draws ``report.html`` at the end of a run."""
 
 from __future__ import annotations
 
@@ -54,8 +53,7 @@ def _drawn() -> bool:
 
 class PageWriter:
     """A run listener that draws ``report.html`` once the results are written: without its Optuna views
-    when the limit leaves no time for them (``quantune report`` draws them later).
-    """
+    when the limit leaves no time for them (``quantune report`` draws them later)."""
 
     @property
     def end_cost_s(self) -> float:

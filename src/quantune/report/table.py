@@ -1,8 +1,7 @@
 """The report's trial table: every trial, sortable and filterable in the page (plain inline JS).
 
-Long lists are summarized in a cell ("37 nodes: 12 Add, 9 Mul, ...") with the full list in
-an expandable ``<details>``; each trial links to its model file by a path relative to the
-page, so the link works wherever the run folder and the cache are opened together.
+Long lists are summarized with the full list expandable; model links are relative to the page,
+so they work wherever the run folder and the cache are opened together.
 """
 
 from __future__ import annotations

@@ -89,8 +89,7 @@ class ArtifactCache:
 
     def put_model(self, key: str, work_dir: Path, meta: dict[str, Any]) -> tuple[Path, str]:
         """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``; a full
-        file system fails the put before the entry exists.
-        """
+        file system fails the put before the entry exists."""
         try:
             with storage_errors(work_dir, _FIELD):
                 check_space(work_dir)

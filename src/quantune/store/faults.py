@@ -104,8 +104,7 @@ def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[
 
 def probe_writable(folder: Path, field: str) -> None:
     """Creates and removes a file in ``folder``, so a read-only folder fails here with its name
-    (``os.access`` is no proof: root passes it).
-    """
+    (``os.access`` is no proof: root passes it)."""
     with storage_errors(folder, field):
         probe = folder / f".quantune-probe-{os.getpid()}"
         try:

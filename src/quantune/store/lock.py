@@ -1,8 +1,7 @@
 """One run per output folder: an exclusive ``fcntl`` lock on ``run.lock``, held while the run lives.
 
-The kernel drops the lock when its holder dies (even by SIGKILL), so a lock file left by a dead
-run is simply taken over; a live holder's PID, written into the file, names it in the refusal.
-Worker processes never hold it (spawned children inherit no descriptors but their pipes).
+The kernel drops the lock when its holder dies, so a dead run's lock is simply taken over; the
+holder's PID in the file names it in the refusal.
 """
 
 from __future__ import annotations

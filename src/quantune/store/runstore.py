@@ -1,8 +1,7 @@
 """The run's own record: an SQLite database in the output folder, one row per finished trial.
 
-Written as each trial finishes (WAL mode), so a crash loses at most the trials in flight; it
-is the source from which a run can later be inspected or resumed. A full disk raises
-:class:`~quantune.errors.DiskFull` (SQLite rolls the transaction back: no half-written trial).
+Written as each trial finishes (WAL mode), so a crash loses at most the trials in flight; a full
+disk raises :class:`~quantune.errors.DiskFull` and SQLite rolls the transaction back.
 """
 
 from __future__ import annotations

@@ -1,6 +1,5 @@
 """What a worker process starts from besides the fork server: the parent's current environment, and
-the check that the workers can import the script that started the run.
-"""
+the check that the workers can import the script that started the run."""
 
 from __future__ import annotations
 
@@ -9,8 +8,7 @@ import os
 
 def check_main_importable() -> None:
     """Raises, before any work, when the script that started the run has no file (standard input,
-    ``-c``): every worker imports it and would die starting.
-    """
+    ``-c``): every worker imports it and would die starting."""
     import sys
 
     from quantune.errors import QuantuneError

@@ -86,9 +86,8 @@ class ProcessExecutor(Executor):
                 future.set_result(failed_record(trial, f"executor error: {type(exc).__name__}: {exc}"))
 
     def move_logs(self, log_dir: Path) -> None:
-        """The workers' logs continue in ``log_dir``: the engine starts its workers before the
-        run's output folder is claimed (they build the run meanwhile), logging to a scratch
-        folder until then."""
+        """The workers' logs continue in ``log_dir`` (they log to a scratch folder until the output folder
+        is claimed)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
         for worker in self._workers:

@@ -47,8 +47,7 @@ class StageLog:
 @dataclass
 class StageDeadline:
     """The ``time.perf_counter()`` reading by which every stage must be done (``None``: none), so a stage
-    asked for late in the run is stopped rather than overrun ``stop.timeout_s``.
-    """
+    asked for late in the run is stopped rather than overrun ``stop.timeout_s``."""
 
     at: float | None = None
     reason: str = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"

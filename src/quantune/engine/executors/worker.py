@@ -1,8 +1,5 @@
-"""The worker side: build the trial runner once per process, then run trials.
-
-Used by the process pool and by Ray tasks alike, so both run trials exactly as the
-in-process executor does.
-"""
+"""The worker side: build the trial runner once per process, then run trials, for the process pool
+and Ray tasks alike."""
 
 from __future__ import annotations
 

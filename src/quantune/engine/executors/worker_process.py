@@ -1,6 +1,5 @@
 """One trial worker process: its own log file and memory limit, the run rebuilt once, then one trial
-at a time over a pipe.
-"""
+at a time over a pipe."""
 
 from __future__ import annotations
 
@@ -85,8 +84,7 @@ def _log_to(path: str) -> None:
 
 class WorkerProcess:
     """One worker process, started and stopped by its slot thread or (at shutdown) by the engine;
-    once ``closed`` no new process starts, so a racing shutdown leaves nothing running.
-    """
+    once ``closed`` no new process starts, so a racing shutdown leaves nothing running."""
 
     def __init__(self, index: int, spec: WorkerSpec, log_dir: Path, memory_limit_mb: int | None) -> None:
         self.index = index
@@ -101,8 +99,7 @@ class WorkerProcess:
 
     def ensure_started(self) -> None:
         """Starts the worker unless it runs; one killed by a signal while starting is started again, up to
-        ``START_ATTEMPTS`` times, one that exits by itself fails the start at once.
-        """
+        ``START_ATTEMPTS`` times, one that exits by itself fails the start at once."""
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self._start()

@@ -1,9 +1,5 @@
-"""The run's output folder: claimed safely, never clobbering what a user put there.
-
-One run at a time holds a folder (``run.lock``, see store/lock.py). A run that fails before
-any trial finished removes what it created there, so the next run starts as if it had never
-been (no ``--restart`` needed after fixing the cause).
-"""
+"""The run's output folder: claimed safely (``run.lock``), never clobbering what a user put there.
+A run that fails before any trial finished removes what it created, so no ``--restart`` is needed."""
 
 from __future__ import annotations
 
@@ -165,8 +161,7 @@ def _claim(
 
 def close_output(store: RunStore, *, failed: bool) -> None:
     """Closes the run store and releases the folder; a ``failed`` run with no finished trial takes back
-    what it created, so a fixed config runs next time without ``--restart``.
-    """
+    what it created, so a fixed config runs next time without ``--restart``."""
     folder = store.path.parent
     claim = _CLAIMS.pop(id(store), _Claim(False, set(_OURS)))
     cleanup = False

@@ -56,8 +56,7 @@ class Plan:
 
     def _rules_allow(self, point: Mapping[str, Any], configs: list[tuple[Step, PassConfig]]) -> bool:
         """Each pass must accept what the steps before it made and support the model the flow starts from;
-        then the user's rules, which read the resolved pass configs.
-        """
+        then the user's rules, which read the resolved pass configs."""
         for index, (step, config) in enumerate(configs):
             upstream = [(earlier.pass_cls.name, earlier_config) for earlier, earlier_config in configs[:index]]
             if upstream and not step.pass_cls.accepts(config, upstream):

@@ -81,8 +81,7 @@ def provider_rule(
     steps: Mapping[str, Step], flows: Mapping[str, tuple[str, ...]], reference: str
 ) -> Callable[[Mapping[str, Any]], bool]:
     """A plan rule: a point whose flow makes a model its provider cannot load never runs, nor the
-    original on the reference provider (that is the original).
-    """
+    original on the reference provider (that is the original)."""
     step_id = provider_step(steps)
     assert step_id is not None
 

@@ -1,6 +1,5 @@
 """A step: one pass instance in the plan, with the values the user fixed (apart from the plan, so the
-modules that build steps and flows need not import it).
-"""
+modules that build steps and flows need not import it)."""
 
 from __future__ import annotations
 

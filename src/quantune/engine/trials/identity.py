@@ -97,8 +97,7 @@ def changed_sources(stored: Mapping[str, Mapping[str, str]], current: Mapping[st
 
 def check_model_unchanged(context: Any) -> None:
     """Refuses to go on once the user's model file no longer holds what the run hashed at its start:
-    trials and timings read it all through the run.
-    """
+    trials and timings read it all through the run."""
     expected = context.sources.get("model")
     if expected is not None:
         now = context.model.current_sha256() or "missing"

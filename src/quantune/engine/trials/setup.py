@@ -151,8 +151,7 @@ QUANTIZED_INPUT_OPS = QUANTIZED_COMPUTE_OPS | {"QuantizeLinear", "DequantizeLine
 
 def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
     """A quantized model given as input is refused when a pass would quantize it again: onnxruntime's
-    quantizers do not take their own output.
-    """
+    quantizers do not take their own output."""
     found = Counter(op for _, op in model.nodes() if op in QUANTIZED_INPUT_OPS)
     quantizers = sorted({step.pass_cls.name for step in plan.steps.values() if step.pass_cls.quantizes})
     if not found or not quantizers:
@@ -229,8 +228,7 @@ def check_run_data(
 def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
     """The original model evaluated before the output folder is claimed: the data runs through it,
     the metric is a finite number and the budget makes sense. The figures are cached for the
-    run's baseline. ``baseline`` computes them; by default, here.
-    """
+    run's baseline. ``baseline`` computes them; by default, here."""
     metrics = baseline() if baseline is not None else TrialRunner(parts.context).baseline()[0]
     metric = parts.context.evaluator.spec.metric
     value = metrics.get(metric)
@@ -249,8 +247,7 @@ CHECK_BATCHES = 4
 
 def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cache: ArtifactCache) -> Preparation:
     """The model trials start from: prepared (``prepare: auto``) and checked at the evaluation batch size,
-    or the original as it is (``prepare: off``).
-    """
+    or the original as it is (``prepare: off``)."""
     if config.prepare == "off":
         return unprepared(model)
     passes = [get_pass(entry.name, field_name=f"passes[{i}].name") for i, entry in enumerate(config.passes)]
