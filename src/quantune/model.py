@@ -106,7 +106,6 @@ class ModelHandle:
 
     @classmethod
     def from_path(cls, path: str | Path, *, field_name: str = "model") -> ModelHandle:
-        """Checks that *path* is a loadable ONNX file and returns its handle."""
         resolved = Path(path).expanduser().resolve()
         if not resolved.is_file():
             raise QuantuneError(f"{field_name}: no file at '{path}' (expected an .onnx model file)")
@@ -146,7 +145,6 @@ class ModelHandle:
 
     @cached_property
     def sha256(self) -> str:
-        """Content hash of the model file and its external-data files."""
         self.__dict__["_hashed_stamp"] = self._file_stamp()  # before the bytes are read: a change meanwhile shows later
         return files_sha256(self.path, self.external_data)
 
@@ -178,11 +176,9 @@ class ModelHandle:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes on disk, including external-data files stored beside the model."""
         return self.path.stat().st_size + sum(data.stat().st_size for data in self.external_data)
 
     def nodes(self) -> list[tuple[str, str]]:
-        """(name, op type) of every node of the main graph, in graph order."""
         return list(self._graph.nodes)
 
     def input_names(self) -> list[str]:

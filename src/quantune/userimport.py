@@ -63,7 +63,6 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
 
 
 def load_function(spec: str, field_name: str, base_dir: Path) -> Any:
-    """Imports ``path/to/script.py:function`` and returns the function."""
     script, _, func_name = spec.rpartition(":")
     func = getattr(import_script(script, field_name, base_dir), func_name, None)
     if not callable(func):

@@ -46,7 +46,6 @@ class Dataset:
         return list(self.feeds[0]) if self.feeds else []
 
     def has(self, key: str) -> bool:
-        """Whether array ``key`` exists (in every feed)."""
         if self.feeds is None:
             return key in self.arrays
         return all(key in feed for feed in self.feeds)

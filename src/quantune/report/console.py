@@ -127,7 +127,6 @@ class ConsoleListener:
             self._progress.update(bar, total=step.total, completed=step.done, status=step.unit)
 
     def on_prepared(self, preparation: Any) -> None:
-        """One line per change model preparation made, and per step it dropped."""
         for line in preparation.steps:
             self.console.print(f"prepared: {escape(line)}")
         for line in preparation.warnings:
@@ -182,7 +181,6 @@ def heading(result: Result) -> str:
 
 
 def render_result(result: Result, console: Console | None = None, max_rows: int = 40) -> None:
-    """The final table (one row per trial) and a summary of the best model."""
     console = console or Console()
     metric = result.metric
     base = result.baseline
@@ -338,7 +336,6 @@ def _saved_as(result: Result) -> str:
 
 
 def session_line(result: Result) -> str:
-    """The best candidate's session settings and how to deploy with them."""
     settings = ", ".join(f"{key}={value}" for key, value in sorted(result.best.session_settings.items()))
     where = f"{result.best_model_path}.session.json" if result.improved else "its .session.json in the cache"
     return (

@@ -17,7 +17,6 @@ EVENT_GAP_S = 5.0  # a stage's events print at most this often (its start, its e
 
 
 def describe(step: Step, elapsed_s: float) -> str:
-    """``stage: done/total unit, elapsed`` in words."""
     name = step.stage.replace("_", " ")
     if step.done == -1:
         return f"{name}: done ({elapsed_s:.0f} s)"

@@ -156,7 +156,6 @@ VIEW_NAMES = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice")
 
 
 def _no_views(text: str) -> dict[str, str]:
-    """Every parameter view's place holding the note ``text`` instead."""
     return dict.fromkeys(VIEW_NAMES, f"<p class=note>{html.escape(text)}</p>")
 
 
@@ -237,7 +236,6 @@ def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
 
 
 def _views(study: Any, params: list[str], targets: dict[str, Any]) -> dict[str, str]:
-    """The importance, parallel-coordinate and slice views of each target."""
     import optuna.visualization as vis
 
     evaluator = _evaluator()

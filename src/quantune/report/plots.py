@@ -151,7 +151,6 @@ def _mark_chosen(figure: Spec, results: Result, at: Callable[[TrialRecord], tupl
 
 
 def _points(trials: Sequence[TrialRecord], x: list[Any], y: list[Any], name: str, **marker: Any) -> dict[str, Any]:
-    """Markers for ``trials``, each with its hover text."""
     text = [_hover(t) for t in trials]
     return scatter(x=x, y=y, mode="markers", marker=marker, name=name, text=text, hoverinfo="text")
 

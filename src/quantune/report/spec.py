@@ -11,12 +11,10 @@ from typing import Any
 
 
 def scatter(**properties: Any) -> dict[str, Any]:
-    """A ``scatter`` trace (plotly's ``go.Scatter`` properties, as keyword arguments)."""
     return {"type": "scatter", **properties}
 
 
 def bar(**properties: Any) -> dict[str, Any]:
-    """A ``bar`` trace (plotly's ``go.Bar`` properties)."""
     return {"type": "bar", **properties}
 
 
@@ -31,7 +29,6 @@ def merged(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def titled(text: str) -> dict[str, Any]:
-    """An axis or figure title."""
     return {"title": {"text": text}}
 
 

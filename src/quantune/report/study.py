@@ -28,7 +28,6 @@ _PLAIN = (str, int, float, bool, type(None))
 
 
 def journal_storage(path: str | Path) -> Any:
-    """Optuna's journal storage on the file ``path``."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 

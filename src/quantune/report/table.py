@@ -54,7 +54,6 @@ def _guess_type(name: str) -> str:
 
 
 def nodes_cell(names: list[str], types: Mapping[str, str], label: str = "") -> str:
-    """A summary with the full list expandable."""
     items = "".join(
         f"<li>{html.escape(n)} <span class=dim>({html.escape(types.get(n, '?'))})</span></li>" for n in names
     )

@@ -34,7 +34,6 @@ class TensorInfo:
 
     @property
     def batch_fixed(self) -> int | None:
-        """The first dimension when it is a fixed number, else None."""
         return self.dims[0] if self.dims and isinstance(self.dims[0], int) else None
 
     def describe(self) -> str:

@@ -233,7 +233,6 @@ def stage_seconds_by_name() -> dict[str, float]:
 
 
 def stage_seconds() -> float:
-    """Wall seconds this process has spent running stages so far."""
     return _STAGE_SECONDS
 
 

@@ -81,7 +81,6 @@ class Plan:
         return SearchSpace(params, [lambda point: self.is_runnable({**fixed, **point}, steps)])
 
     def flow_space(self, name: str) -> SearchSpace:
-        """The space of one flow, for reports (``quantune space``)."""
         return self.subspace(list(self.flows[name]), {FLOW: name} if len(self.flows) > 1 else {})
 
 

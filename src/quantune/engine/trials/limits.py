@@ -37,7 +37,6 @@ def original_limit(config: Any) -> float:
 
 
 def limit_source(config: Any) -> str:
-    """Where the original's limit came from, in words."""
     if config.executor.trial_timeout_s is not None:
         return "executor.trial_timeout_s"
     if run_cap(config) and run_cap(config) < ORIGINAL_LIMIT_S:
@@ -67,7 +66,6 @@ class TrialLimit:
         return limit
 
     def note(self) -> str:
-        """What the limit was, for a trial it killed."""
         if self.configured is not None:
             return " (executor.trial_timeout_s)"
         return (

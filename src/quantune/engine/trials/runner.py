@@ -134,7 +134,6 @@ class TrialRunner:
         return metrics, "miss"
 
     def reference(self) -> dict[str, Any]:
-        """The original's packed outputs."""
         if self._reference is None:
             self.baseline()
         assert self._reference is not None

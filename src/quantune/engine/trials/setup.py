@@ -167,7 +167,6 @@ def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
 
 
 def _load_data(loaded: LoadedConfig) -> tuple[Dataset | None, Dataset]:
-    """The calibration data (``None`` when not given) and the evaluation data."""
     data = loaded.config.data
     evaluation = _load(loaded, data.evaluation, "data.evaluation")
     calibration = None
