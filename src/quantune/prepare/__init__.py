@@ -7,7 +7,6 @@
 
 from __future__ import annotations
 
-from quantune.prepare.check import check_equivalent
 from quantune.prepare.facts import model_facts
 from quantune.prepare.pipeline import DEFAULT_STEPS, Preparation, PrepareOptions, PrepareStep, prepare_model, unprepared
 
@@ -16,7 +15,6 @@ __all__ = [
     "Preparation",
     "PrepareOptions",
     "PrepareStep",
-    "check_equivalent",
     "model_facts",
     "prepare_model",
     "unprepared",
