@@ -108,7 +108,6 @@ class ModelCapability:
     nodes: list[NodeInfo]
     quantizable: frozenset[str]  # node names
     groups: list[Group] = field(default_factory=list)
-    mode: Mode = "static"
     float_inputs: tuple[str, ...] = ()  # the graph's float inputs, where a lead-in starts (graph/head.py)
 
     @classmethod
@@ -151,7 +150,7 @@ class ModelCapability:
         inputs = tuple(
             i.name for i in graph.input if i.name not in constants and i.type.tensor_type.elem_type in floats
         )
-        capability = cls(nodes, quantizable, mode=mode, float_inputs=inputs)
+        capability = cls(nodes, quantizable, float_inputs=inputs)
         if mode == "dynamic":
             capability.groups = [
                 Group(n.name, n.op_type, (n.name,), n.inputs + n.outputs) for n in nodes if n.name in quantizable
