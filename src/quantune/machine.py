@@ -64,10 +64,15 @@ def int8_saturates() -> bool:
     ``vpmaddubsw``'s 16-bit sums saturate unless weights use 7 bits (``reduce_range``)."""
     if not is_x86():
         return False
-    flags = set(_cpuinfo().get("flags", "").split())
+    flags = set(cpu_flags().split())
     if not flags:
         return False  # cannot tell: assume a modern CPU
     return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
+def cpu_flags() -> str:
+    """The first processor's flags as /proc/cpuinfo lists them ("" where there is none)."""
+    return _cpuinfo().get("flags", "")
 
 
 def _version(package: str) -> str | None:

@@ -25,6 +25,7 @@ from quantune.errors import QuantuneError
 from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.session_file import session_file
+from quantune.machine import cpu_flags
 from quantune.model import external_data_files
 
 DRIVER = "driver"  # executor.target's default: time on the machine running quantune
@@ -33,14 +34,6 @@ NAMESPACE = "quantune"
 ADDRESS_VARIABLE = "QUANTUNE_RAY_ADDRESS"
 
 Files = dict[str, bytes]
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("flags")), "")
-    except OSError:
-        return ""
 
 
 class TimingLane:
@@ -60,7 +53,7 @@ class TimingLane:
 
     def identity(self) -> dict[str, Any]:
         """What makes two nodes' timings comparable, and what results.json says of the target."""
-        return {**self._backend.describe(), "quantune": __version__, "cpu_flags": _cpu_flags(), "node": self.node}
+        return {**self._backend.describe(), "quantune": __version__, "cpu_flags": cpu_flags(), "node": self.node}
 
     def missing(self, keys: list[str]) -> list[str]:
         return [key for key in keys if not (self._folder / key / "done").is_file()]
