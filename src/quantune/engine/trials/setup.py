@@ -169,9 +169,7 @@ def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
 def _load_data(loaded: LoadedConfig) -> tuple[Dataset | None, Dataset]:
     data = loaded.config.data
     evaluation = _load(loaded, data.evaluation, "data.evaluation")
-    calibration = None
-    if data.calibration:
-        calibration = _load(loaded, data.calibration, "data.calibration")
+    calibration = _load(loaded, data.calibration, "data.calibration") if data.calibration else None
     return calibration, evaluation
 
 
