@@ -17,10 +17,9 @@ from quantune.store.faults import storage_errors
 from quantune.store.lock import LOCK_NAME, RunLock
 
 RUN_DB = "run.db"
+_STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
 _OURS = {
-    RUN_DB,
-    f"{RUN_DB}-wal",
-    f"{RUN_DB}-shm",
+    *_STORE_FILES,
     "results.json",
     "quantune.log",
     "config.json",
@@ -33,7 +32,6 @@ _OURS = {
     "optuna.journal",
     "optuna.db",  # an earlier version's study file
 }
-_STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
 _HARMLESS = {LOCK_NAME, "workers", "quantune.log"}  # left by a run stopped before its store existed
 
 
