@@ -27,10 +27,10 @@ from quantune.prepare import (
     DEFAULT_STEPS,
     PrepareOptions,
     PrepareStep,
-    check_equivalent,
     model_facts,
     prepare_model,
 )
+from quantune.prepare.check import outputs_differ, run_feeds
 from quantune.report.console import ConsoleListener
 from quantune.store import ArtifactCache
 
@@ -201,13 +201,13 @@ def test_the_baseline_is_the_original_model(tmp_path, make_config):
 # -- the equivalence check ----------------------------------------------------------------------
 
 
-def test_check_equivalent_tells_different_models_apart(tmp_path):
+def test_outputs_differ_tells_different_models_apart(tmp_path):
     first = build_variant(tmp_path / "a.onnx", seed=0)
     other = build_variant(tmp_path / "b.onnx", seed=1)
     folded = build_variant(tmp_path / "c.onnx", seed=0, computed_bias=False, opset=13)
-    assert check_equivalent(first, other, FEEDS) is not None
-    assert "max difference" in check_equivalent(first, other, FEEDS)
-    assert check_equivalent(first, folded, FEEDS) is None
+    assert outputs_differ(run_feeds(first, FEEDS), run_feeds(other, FEEDS)) is not None
+    assert "max difference" in outputs_differ(run_feeds(first, FEEDS), run_feeds(other, FEEDS))
+    assert outputs_differ(run_feeds(first, FEEDS), run_feeds(folded, FEEDS)) is None
 
 
 def _breaks_outputs(model: onnx.ModelProto, options: PrepareOptions, work: Path):
@@ -229,7 +229,7 @@ def test_a_step_that_changes_the_outputs_is_dropped_with_a_warning(tmp_path):
     )
     assert preparation.steps == ["opset 12 -> 13"]  # the step before it stands
     assert len(preparation.warnings) == 1 and "'breaker'" in preparation.warnings[0]
-    assert check_equivalent(model, preparation.model, FEEDS) is None
+    assert outputs_differ(run_feeds(model, FEEDS), run_feeds(preparation.model, FEEDS)) is None
 
 
 def test_a_step_that_raises_is_skipped_with_a_warning(tmp_path):

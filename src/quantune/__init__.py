@@ -5,8 +5,7 @@ that keeps its accuracy.
 >>> result = quantune.tune("examples/digits/config.yaml")  # doctest: +SKIP
 >>> result.best_model_path  # doctest: +SKIP
 
-Public names are imported on first use (PEP 562), so ``import quantune`` stays cheap and a
-worker process loads only what it runs (no Optuna, no console code).
+Public names are imported on first use (PEP 562), so ``import quantune`` stays cheap.
 """
 
 from __future__ import annotations

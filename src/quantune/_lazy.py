@@ -1,5 +1,4 @@
-"""Lazy re-exports (PEP 562): a package names its public objects and where they live; each
-is imported on first use. Keeps ``import quantune`` cheap and worker processes lean."""
+"""Lazy re-exports (PEP 562): each public name is imported on first use, so ``import quantune`` stays cheap."""
 
 from __future__ import annotations
 

@@ -41,9 +41,7 @@ def tune(
     """
     refuse_in_starting_worker()
     if will_fork(config, executor, overrides):
-        # the workers' fork server imports onnxruntime and the engine in its own process while this
-        # one validates the config and imports the engine (0.6 s): the original's evaluation, in a
-        # worker, starts sooner
+        # the fork server imports the heavy modules while this process validates the config
         warm_up()
     from pydantic import ValidationError
 
@@ -79,10 +77,9 @@ def tune(
 def check(
     config: str | Path | dict[str, Any] | Config | LoadedConfig, overrides: dict[str, Any] | None = None
 ) -> dict[str, float]:
-    """The preflight alone: the config, its data checked against the model's inputs, and the
-    original model evaluated (its metric must be a finite number). Returns the original's
-    figures; a mistake raises :class:`~quantune.errors.QuantuneError` naming the file or field.
-    Nothing is written but the artifact cache. ``overrides`` as for :func:`tune`."""
+    """The preflight alone: the config, its data checked against the model, and the original evaluated.
+    Returns the original's figures; a mistake raises :class:`~quantune.errors.QuantuneError` naming
+    the file or field. ``overrides`` as for :func:`tune`."""
     from quantune.engine.trials.limits import check_watchdog
     from quantune.engine.trials.setup import build_run, preflight
 

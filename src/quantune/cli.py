@@ -1,9 +1,7 @@
 """The ``quantune`` command: run, check, report, schema, passes, space.
 
-User mistakes (a bad config, a missing file, a read-only folder) print one line naming the
-field or file and exit with code 2; a fault of the machine (a full disk) prints one line and
-exits with 1; SIGINT and SIGTERM stop a run as Ctrl-C does (exit 130 and 143). None of these
-show a traceback.
+A user mistake prints one line naming the field or file (exit 2), a machine fault one line (exit
+1); SIGINT and SIGTERM stop a run as Ctrl-C does (130, 143). None shows a traceback.
 """
 
 from __future__ import annotations
@@ -32,10 +30,7 @@ EXIT_ENVIRONMENT = 1
 
 def _cmd_run(args: argparse.Namespace) -> int:
     if _forks_workers(args):
-        # the workers' fork server starts now, importing onnxruntime and the quantizers on the
-        # other core while this process validates the config and imports the engine, so the
-        # original's evaluation starts sooner (bench/startup.py); tune() starts it too, for API
-        # users (a no-op here then)
+        # the fork server imports the heavy modules while this process validates the config
         from quantune.forkserver import warm_up
 
         warm_up()
@@ -89,7 +84,6 @@ def _cmd_space(args: argparse.Namespace) -> int:
     from quantune.space.report import describe_space
 
     loaded = _load(args)
-    # The run's own plan: the model prepared (cached) and the points it cannot run pruned.
     parts = build_run(loaded)
     plan = parts.plan
     preparation = parts.context.preparation
@@ -275,10 +269,8 @@ def one_line(message: str) -> str:
 
 
 class _OneLineWarnings(logging.Handler):
-    """Python's last resort for a warning logged while no handler is attached (before the run's
-    ``quantune.log`` exists), kept as one line each -- the log tail or traceback after a worker's
-    first line belongs in a log, not on a user's console -- and said when the command ends: a
-    command that fails says only its one error line (such a warning is a step towards it)."""
+    """Python's last-resort warning output (before ``quantune.log`` exists) as one line each, said
+    when the command ends: a worker's log tail belongs in a log, not on a user's console."""
 
     def __init__(self) -> None:
         super().__init__(logging.WARNING)
@@ -295,13 +287,10 @@ class _OneLineWarnings(logging.Handler):
 
 
 def entry() -> None:
-    """The ``quantune`` command (and ``python -m quantune``): :func:`main`, then the process ends
-    without the interpreter's teardown once everything it owes is written.
+    """The ``quantune`` command: :func:`main`, then the process ends without the interpreter's teardown.
 
-    Tearing down a run's objects (sessions, arrays, thousands of modules) takes noticeable time
-    after the verdict is printed and every file written, time a user waits for. The exit handlers still run (log files flushed and closed, worker
-    processes and scratch folders cleaned up), and the streams are flushed; only when no other
-    thread is left, else the usual exit, which waits for them.
+    Tearing down a run's objects takes time a user waits for after the verdict. The exit handlers
+    still run and the streams are flushed; with other threads left, the usual exit waits for them.
     """
     import atexit
     import threading

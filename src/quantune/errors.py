@@ -22,11 +22,8 @@ class ConfigError(QuantuneError):
 
 
 class EnvironmentFault(Exception):
-    """The machine, not the user's input, stopped the run (a full disk): one line, exit 1.
-
-    Not a :class:`QuantuneError` (exit 2): the config was right, and the same run succeeds
-    once the cause is gone -- the finished trials are kept for that resume.
-    """
+    """The machine, not the user's input, stopped the run (a full disk): one line, exit 1; the same
+    run succeeds once the cause is gone."""
 
 
 class DiskFull(EnvironmentFault):

@@ -1,20 +1,9 @@
 """The fork server every worker of a run is forked from, with the heavy imports done.
 
-A spawned worker starts a fresh interpreter and imports onnxruntime, onnx, numpy, the
-quantizers and quantune before its first line of work: half a second to a second each on this
-machine, for every stage worker and trial worker of a run (the original's evaluation, the first
-guess, the ceiling builds, the sensitivity, the trial workers). A fork server imports them
-once, in its own process, while the engine sets the run up on the other core; each worker is
-then forked from it with those modules loaded. It forks from a process that holds no run state
-(no sessions, no threads of the engine), so a worker starts as clean as a spawned one: the same preparation (``sys.path``, working folder, main module) and, passed by
-its parent, the parent's environment as it is when the worker starts.
-
-Where there is no fork server (not POSIX), or ``QUANTUNE_FORKSERVER=0``, workers are spawned.
-
-It is started as soon as a run is known to use worker processes (``quantune run``, ``quantune.tune``,
-the engine's set-up), which is why this module imports nothing of quantune: started from inside
-``quantune.engine`` (whose package imports the engine itself, 0.2-0.4 s) it began importing that
-much later, on the critical path of a small model's first answer.
+Importing onnxruntime, onnx and the quantizers costs every spawned worker its first second; a
+fork server imports them once, from a process holding no run state, so a forked worker starts
+as clean as a spawned one. Not POSIX, or ``QUANTUNE_FORKSERVER=0``: workers are spawned. This
+module imports nothing of quantune so it can start before the engine is imported.
 """
 
 from __future__ import annotations
@@ -50,11 +39,8 @@ def worker_context() -> BaseContext:
 
 
 def will_fork(config: Any, executor: str | None = None, overrides: Mapping[str, Any] | None = None) -> bool:
-    """Whether a run of ``config`` (a YAML/JSON path, a dict, a ``Config`` or ``LoadedConfig``) forks its
-    workers (``executor.kind: process``, the default), read before the config is validated:
-    a fork server started after the validation would be that much later ready for the original's
-    evaluation. A hint only:
-    a config it cannot read says yes, and the validation then says what is wrong."""
+    """Whether a run of ``config`` forks its workers, read before validation so the fork server starts
+    early. A hint only: a config it cannot read says yes, and validation then says what is wrong."""
     if executor is not None:
         return executor == "process"
     if overrides and "executor.kind" in overrides:
@@ -73,8 +59,7 @@ def will_fork(config: Any, executor: str | None = None, overrides: Mapping[str, 
 
 
 def warm_up() -> None:
-    """Starts the fork server now (it imports in its own process, beside the run's set-up); a
-    no-op when it runs already or workers are spawned."""
+    """Starts the fork server now (a no-op when it runs already or workers are spawned)."""
     if not uses_fork_server():
         return
     worker_context()
@@ -87,14 +72,9 @@ def warm_up() -> None:
 
 
 def refuse_in_starting_worker() -> None:
-    """Stops a worker that, while importing the user's script, reached ``quantune.tune()``.
-
-    Spawned workers import the main module first (so passes defined in a script exist in
-    them too); a script that calls ``tune()`` unguarded would start a second run inside the
-    worker and hang both. The worker exits with a code its parent turns into advice.
-    """
+    """Stops a worker that, while importing the user's script, reached ``quantune.tune()``: an
+    unguarded call would start a second run inside the worker and hang both."""
     if getattr(mp.current_process(), "_inheriting", False):
-        # at once, with the code: a worker forked by the fork server turns a SystemExit raised
-        # while it prepares into exit code 1 (multiprocessing's forkserver), losing the advice
+        # at once: the fork server would turn a SystemExit into exit code 1, losing the advice
         sys.stderr.flush()
         os._exit(EXIT_UNGUARDED_MAIN)

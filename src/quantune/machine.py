@@ -60,19 +60,19 @@ def is_x86() -> bool:
 
 
 def int8_saturates() -> bool:
-    """Whether this CPU's int8 dot products can saturate (x86 with neither VNNI nor AMX).
-
-    Without VNNI, onnxruntime multiplies uint8 activations by int8 weights with
-    ``vpmaddubsw``, whose 16-bit pair sums saturate; 7-bit weights (``reduce_range``) avoid it.
-    Neural Compressor sets ``reduce_range`` on exactly these machines; so do quantune's
-    dynamic speed ceilings.
-    """
+    """Whether this CPU's int8 dot products can saturate (x86 with neither VNNI nor AMX), where
+    ``vpmaddubsw``'s 16-bit sums saturate unless weights use 7 bits (``reduce_range``)."""
     if not is_x86():
         return False
-    flags = set(_cpuinfo().get("flags", "").split())
+    flags = set(cpu_flags().split())
     if not flags:
         return False  # cannot tell: assume a modern CPU
     return not flags & {"avx512_vnni", "avx_vnni", "amx_int8"}
+
+
+def cpu_flags() -> str:
+    """The first processor's flags as /proc/cpuinfo lists them ("" where there is none)."""
+    return _cpuinfo().get("flags", "")
 
 
 def _version(package: str) -> str | None:

@@ -1,20 +1,9 @@
 """Memory: the budget a stage chunks its work by, and the peak resident memory it reached.
 
-A stage (calibration, sensitivity, a trial) must fit the memory it is given by *chunking*,
-not by failing, so it needs a number to chunk by: :func:`memory_budget_mb` is the address
-space left under the worker's limit (``executor.memory_limit_mb``, set with ``RLIMIT_AS``)
-when there is one, else a quarter of the machine's memory.
-
-Work is sized by *measurement*, not by estimate: :func:`rows_in_budget` runs one row, reads
-the peak it added to this process, and gives how many rows fit what is left of the budget --
-a model's working memory (its kernels' scratch, an arena, a calibrator's copies) is what it
-is, whatever shape inference would add up.
-
-Peaks are measured per stage, also in long-lived workers: ``ru_maxrss`` is a process-lifetime
-maximum, so on Linux :func:`peak_tracker` resets the kernel's high-water mark (``VmHWM``,
-by writing 5 to ``/proc/self/clear_refs``) when a stage starts and reads it when it ends.
-Trackers nest: a reset inside an outer tracker first folds the mark reached so far into it.
-Where the reset is refused, a thread samples ``VmRSS`` every 5 ms instead.
+A stage must fit its memory by chunking, not by failing, and work is sized by measurement
+(one row's peak) rather than estimate, since a model's working memory is what it is. Peaks are
+per stage, also in long-lived workers: ``VmHWM`` is reset when a stage starts (``ru_maxrss`` is
+a lifetime maximum), with a ``VmRSS`` sampling thread where the reset is refused.
 """
 
 from __future__ import annotations
@@ -62,12 +51,8 @@ def total_memory_mb() -> float:
 
 
 def memory_budget_mb() -> float:
-    """Memory a stage may fill with its data, which it chunks its work to fit.
-
-    Under an address-space limit (the process executor's ``memory_limit_mb``) it is what is
-    left of it, halved for the allocator's and onnxruntime's own overhead; without one, a
-    quarter of the machine's memory (several workers may run at once).
-    """
+    """Memory a stage may fill with its data: under an address-space limit, half of what is left of
+    it (for allocator and onnxruntime overhead); without one, a quarter of the machine's memory."""
     override = os.environ.get(_ENV_BUDGET)
     if override:
         return max(1.0, float(override))
@@ -162,18 +147,10 @@ def rows_in_budget(
     run_one_row: Callable[[], _T], budget_mb: float | None = None, held_per_row_mb: Callable[[_T], float] | None = None
 ) -> tuple[int, _T]:
     """``(rows, result)``: how many rows one piece of work may take so that this process's peak
-    stays within the budget (:func:`memory_budget_mb`, or ``budget_mb``), and what the one row
-    that measured it gave.
+    stays within the budget, and what the one measuring row gave.
 
-    The row runs twice: onnxruntime plans a shape's memory pattern on its first run and holds
-    that block on top of its arena from the second on, which doubled the first run's figure.
-    The row's footprint is the peak both runs added over the resident memory before them, plus
-    ``held_per_row_mb(result)`` for what the caller keeps of each row afterwards (copies a
-    calibrator stacks); the room is the budget less what the process already holds, of which
-    pieces fill :data:`_FILL`: in a session with a CPU arena (a calibrator's), the arena grows
-    by regions of doubling size, so many rows may take more than as many times one row. A
-    session whose pieces must stay bounded runs without an arena. At least one row: a single
-    row over the budget cannot be cut further.
+    The row runs twice, because onnxruntime holds a shape's memory pattern from the second run on.
+    Pieces fill only :data:`_FILL` of the room, as an arena grows by doubling regions. At least one row.
     """
     before, room = rss_mb(), room_mb(budget_mb)
     with peak_tracker() as peak:
@@ -184,8 +161,7 @@ def rows_in_budget(
     return max(1, int(_FILL * room // per_row)), result
 
 
-# Stage peaks measured inside this process (e.g. calibration inside a trial); the trial
-# runner and the stage workers hand them over with their results.
+# Stage peaks measured inside this process, handed over with the trial's or stage's result.
 _stage_peaks: dict[str, float] = {}
 
 
@@ -208,13 +184,8 @@ _fixed_threshold = False  # return_large_blocks() set this process's threshold
 
 
 def return_large_blocks() -> bool:
-    """Makes glibc map every block of 128 KB or more on its own, so freeing it returns it.
-
-    glibc raises its mmap threshold each time a large mapped block is freed, after which
-    blocks up to 32 MB come from the heap, where fragmentation keeps them: a stage that
-    allocates a batch's tensors, frees them and allocates the next batch's then grows batch
-    after batch. Called in stage workers, whose work is exactly that loop.
-    """
+    """Makes glibc map every block of 128 KB or more on its own, so freeing it returns it: otherwise
+    the raised mmap threshold keeps freed batches in a fragmented heap that grows batch after batch."""
     global _fixed_threshold
     try:
         import ctypes
@@ -227,16 +198,8 @@ def return_large_blocks() -> bool:
 
 @contextlib.contextmanager
 def reused_blocks(largest_mb: int = 64) -> Iterator[None]:
-    """Blocks up to ``largest_mb`` come from the heap and go back to it meanwhile, in a process
-    whose blocks are otherwise mapped one by one (:func:`return_large_blocks`); returned to the
-    system at the end.
-
-    For a loop over equal blocks that frees each one before the next (the agreement metrics'
-    row blocks): mapped, every temporary would be a fresh mapping whose pages fault in and are
-    zeroed, several times slower. The
-    heap keeps what a few blocks in flight need, no more; this process's other work keeps
-    the bounded blocks.
-    """
+    """Blocks up to ``largest_mb`` come from the heap meanwhile (mapped, every temporary of a loop over
+    equal blocks would fault in fresh zeroed pages); returned to the system at the end."""
     if not _fixed_threshold:  # glibc's own dynamic thresholds already reuse such blocks
         yield
         return

@@ -46,11 +46,7 @@ def file_sha256(path: str | Path) -> str:
 
 
 def external_data_files(path: str | Path) -> list[Path]:
-    """The files holding ``path``'s external data (weights saved beside the model), sorted.
-
-    They are part of the model: its identity in the cache hashes them, its size counts them,
-    and copying the model copies them.
-    """
+    """The files holding ``path``'s external data, sorted: part of the model for hashing, size and copies."""
     path = Path(path)
     if all(entry.name in (path.name, "meta.json") for entry in os.scandir(path.parent)):
         return []  # alone in its folder (every cache entry of a single-file model): nothing to parse
@@ -110,7 +106,6 @@ class ModelHandle:
 
     @classmethod
     def from_path(cls, path: str | Path, *, field_name: str = "model") -> ModelHandle:
-        """Checks that *path* is a loadable ONNX file and returns its handle."""
         resolved = Path(path).expanduser().resolve()
         if not resolved.is_file():
             raise QuantuneError(f"{field_name}: no file at '{path}' (expected an .onnx model file)")
@@ -150,7 +145,6 @@ class ModelHandle:
 
     @cached_property
     def sha256(self) -> str:
-        """Content hash of the model file and its external-data files."""
         self.__dict__["_hashed_stamp"] = self._file_stamp()  # before the bytes are read: a change meanwhile shows later
         return files_sha256(self.path, self.external_data)
 
@@ -182,11 +176,9 @@ class ModelHandle:
 
     @property
     def size_bytes(self) -> int:
-        """Bytes on disk, including external-data files stored beside the model."""
         return self.path.stat().st_size + sum(data.stat().st_size for data in self.external_data)
 
     def nodes(self) -> list[tuple[str, str]]:
-        """(name, op type) of every node of the main graph, in graph order."""
         return list(self._graph.nodes)
 
     def input_names(self) -> list[str]:
@@ -207,15 +199,9 @@ VALUE_FIELDS = frozenset(
 def stripped(
     model: onnx.ModelProto, strip: Callable[[int, TensorProto], bool], *, external: bool = False
 ) -> onnx.ModelProto:
-    """A copy of ``model`` whose main-graph initializers picked by ``strip(index, tensor)`` keep
-    every field but their values (name, type, dims: what shape inference reads of a weight),
-    built without copying those values: copying and serializing a 100 MB model once per input
-    shape, or per restart of an inference, costs seconds. ``external``: they are marked external
-    data (as onnx's ``save_and_reload_model_with_shape_infer`` shows them to its inference).
-
-    The one weight-stripping helper: :func:`without_weights` here, ``passes/onnx/skeleton.py``
-    and ``passes/onnx/fast_shapes.py`` differ only in which initializers they pick.
-    """
+    """A copy of ``model`` whose initializers picked by ``strip(index, tensor)`` keep every field but
+    their values, built without copying those values (copying a large model per shape costs seconds).
+    ``external``: they are marked external data, as onnx's shape inference shows them."""
     light = onnx.ModelProto()
     copy_fields(model, light, skip="graph")
     copy_fields(model.graph, light.graph, skip="initializer")

@@ -1,11 +1,8 @@
 """Progress of long stages as events: a stage says how far it is, whoever listens shows it.
 
-A heavy model makes single stages long (a sensitivity analysis, the speed ceilings' rounds, the
-end's re-timing): a person, or a CI log without a terminal, must see that the run is alive and
-how far it is. The stages only :func:`report` (stage, done, total); the console shows the events
-(a rich bar on a terminal, plain lines without one, ``report/console.py``), and a stage worker
-sends them to the main process through its pipe (``engine/executors/stage.py``), so a stage
-reports the same way wherever it runs. Nothing listens by default: reporting costs a call.
+Stages only :func:`tick` (done, total); the console shows the events and a stage worker
+forwards them through its pipe, so a stage reports alike wherever it runs. Nothing listens by
+default.
 """
 
 from __future__ import annotations
@@ -53,35 +50,26 @@ def stage(name: str) -> Iterator[None]:
     """Names the stage that :func:`tick` reports for (a timing loop does not know whose rounds it
     times); its clock starts here. The stage reports its start and its end."""
     token = _STAGE.set((name, time.perf_counter()))
-    report(name, 0, None)
+    if _LISTENERS:
+        forward(Step(name, 0, None, 0.0))
     try:
         yield
     finally:
         current = _STAGE.get()
         _STAGE.reset(token)
         if current is not None:
-            _emit(Step(name, -1, None, time.perf_counter() - current[1]))
+            forward(Step(name, -1, None, time.perf_counter() - current[1]))
 
 
 def tick(done: int, total: int | None, unit: str = "") -> None:
     """``done`` of ``total`` units of the current :func:`stage` (none named: no event)."""
     current = _STAGE.get()
     if current is not None and _LISTENERS:
-        _emit(Step(current[0], done, total, time.perf_counter() - current[1], unit))
-
-
-def report(name: str, done: int, total: int | None, unit: str = "", elapsed_s: float = 0.0, note: str = "") -> None:
-    """An event of stage ``name`` (``done`` 0 and no ``total``: it began; -1: it ended)."""
-    if _LISTENERS:
-        _emit(Step(name, done, total, elapsed_s, unit, note))
+        forward(Step(current[0], done, total, time.perf_counter() - current[1], unit))
 
 
 def forward(step: Step) -> None:
-    """An event from elsewhere (a stage worker's), to this process's listeners."""
-    _emit(step)
-
-
-def _emit(step: Step) -> None:
+    """An event (``done`` 0 and no ``total``: the stage began; -1: it ended) to this process's listeners."""
     with _LOCK:
         listeners = list(_LISTENERS)
     for listener in listeners:

@@ -1,27 +1,9 @@
 """One shape for every "find it by name" table: passes, samplers, strategies and metrics.
 
-Each kind has a :class:`Registry`. A name is written once -- the decorator's argument, or the
-class's ``name`` attribute -- and things come from two places:
-
-1. Code, with the kind's decorator, before the run starts::
-
-       @register_pass                    # name from the class: Mine.name
-       class Mine(Pass): ...
-
-       @register_sampler("annealing")    # or the name given
-       class Annealing(Sampler): ...
-
-2. An installed package, with no import needed: an entry point in the kind's group
-   (``quantune.passes``, ``quantune.samplers``, ``quantune.strategies``, ``quantune.metrics``)
-   whose name is the thing's name and whose object is the class (or, for a metric, the
-   function)::
-
-       [project.entry-points."quantune.passes"]
-       prune = "my_plugin.passes:PrunePass"
-
-Entry points are looked up only when a name is not registered, and loaded then, so a broken
-plugin never slows down or breaks a run that does not ask for it. Names registered in code
-win over entry points of the same name. ``names()`` lists both without loading any plugin.
+A name comes from code (the kind's decorator, or the class's ``name``) or from an installed
+package's entry point in the kind's group (``quantune.passes``, ``quantune.samplers``,
+``quantune.strategies``, ``quantune.metrics``). Entry points load only when a name is not
+registered, so a broken plugin never breaks a run that does not ask for it; code wins.
 """
 
 from __future__ import annotations

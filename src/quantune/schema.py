@@ -1,8 +1,5 @@
-"""The config's JSON Schema with every registered strategy's options (``quantune schema``, editors).
-
-It sits above both halves it joins -- the config's pydantic schema and the strategies' typed
-options -- so the config package never imports the strategies (imports point down).
-"""
+"""The config's JSON Schema with every registered strategy's options (``quantune schema``, editors);
+above both halves it joins, so the config package never imports the strategies."""
 
 from __future__ import annotations
 

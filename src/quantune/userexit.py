@@ -1,13 +1,9 @@
 """User code that ends the process instead of returning: one line naming the script, not a silent exit.
 
-A loader, metric or runner that calls ``sys.exit(0)`` or ``os._exit(0)`` ended ``quantune run``
-with exit code 0 and nothing said (in a worker: a trial failed by "worker exited with code 0").
-Each function loaded from a user's script is called through :class:`Guarded`: ``SystemExit``
-becomes a :class:`~quantune.errors.QuantuneError` naming the script, and so does ``os._exit``,
-which is replaced by a version that raises while (and only while) the calling thread of this
-process runs user code -- every other caller (the workers' lifeline, multiprocessing's
-children) exits as before. A segmentation fault cannot be caught in the process it happens in:
-``faulthandler`` is on while user code runs, so the report names the script's file and line.
+Functions from user scripts are called through :class:`Guarded`: ``SystemExit``, and
+``os._exit`` while (and only while) the calling thread runs user code, become a
+:class:`~quantune.errors.QuantuneError` naming the script; ``faulthandler`` is on meanwhile so
+a segmentation fault's report names the script's line.
 """
 
 from __future__ import annotations

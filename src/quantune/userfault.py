@@ -1,12 +1,8 @@
 """A crash of user code in quantune's own process, said in one line by a witness process.
 
-A data loader (or a PyTorch model builder) runs in the main process; one that crashes Python
-(a segmentation fault in native code it calls) kills it on the spot, and no handler in that
-process can say anything afterwards. While such a function runs, faulthandler writes its
-report into a pipe read by a tiny witness process (``python -I -S``, the standard library
-only): when the function returns, the pipe closes empty and the witness exits without a word;
-when the process dies, the witness reads the report and prints one line naming the script, the
-line and the function. The exit status stays the crash's (139 for a segmentation fault).
+No handler survives a segmentation fault in the main process, so while user code runs,
+faulthandler writes into a pipe read by a tiny witness process that prints one line naming
+the script when the process dies. The exit status stays the crash's.
 """
 
 from __future__ import annotations
@@ -38,8 +34,7 @@ if text.strip():
 @contextlib.contextmanager
 def crash_witness(prefix: str, source_file: str) -> Iterator[None]:
     """While the block runs, a crash of this process is reported as ``prefix`` plus where in
-    ``source_file`` it happened (one line on stderr). Without faulthandler free to use, or when
-    no witness can start, the block just runs."""
+    ``source_file`` it happened; without faulthandler or a witness, the block just runs."""
     if faulthandler.is_enabled():
         yield
         return

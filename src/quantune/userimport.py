@@ -1,13 +1,8 @@
 """Importing user code named in a config: ``path/to/script.py:function`` and plugin modules.
 
-User code runs only when a config names it. Scripts are imported by path (relative to the
-config's folder) under a stable module name, so every worker process imports the same file
-the same way. A script's folder is importable while and after it loads (as ``python
-script.py`` would make it), so a metric can ``from helper import SCALE``; the modules it so
-imports from its folder, transitively (userlocal.py), are part of its fingerprint. A script
-whose file or any of those modules changed since it was imported is imported again, those
-modules with it, so a process that runs several configs (tests, notebooks) never runs an old
-version of a script (the run's identity, engine/trials/identity.py, fingerprints the new one).
+Scripts are imported by path under a stable module name, so every worker imports them alike,
+with their folder importable as ``python script.py`` would make it. A script whose file or
+local imports changed is imported again, so a long-lived process never runs an old version.
 """
 
 from __future__ import annotations
@@ -45,10 +40,8 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     module.__quantune_sha256__ = content  # type: ignore[attr-defined]
     sys.modules[module_name] = module
     folder = str(path.parent)
-    # its helper modules import as they would beside ``python script.py``: first while it loads,
-    # last afterwards (an import inside its functions still finds them, and a file of the user's
-    # named like a module quantune imports later never stands in for it)
-    # (a folder already on the path goes back where it was; another script's folder never comes first)
+    # its helpers import as beside ``python script.py``: its folder first while it loads, last
+    # afterwards, so a user file named like a later quantune import never stands in for it
     was_at = sys.path.index(folder) if folder in sys.path else None
     if was_at is not None:
         del sys.path[was_at]
@@ -70,7 +63,6 @@ def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
 
 
 def load_function(spec: str, field_name: str, base_dir: Path) -> Any:
-    """Imports ``path/to/script.py:function`` and returns the function."""
     script, _, func_name = spec.rpartition(":")
     func = getattr(import_script(script, field_name, base_dir), func_name, None)
     if not callable(func):

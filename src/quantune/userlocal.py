@@ -1,16 +1,8 @@
 """The modules a user script imports from its own folder, and a fingerprint that covers them.
 
-A metric split into ``metric.py`` and ``helper.py`` scores with both: a changed helper must
-count as a changed metric, or a resumed run mixes old and new scores and the evaluation cache
-hands back figures the new helper would not give. The script's imports are read from its
-source (every ``import``/``from ... import`` anywhere in it, functions included), resolved
-against its folder, and followed transitively; only files in that folder count (installed
-packages have their own versions). Reading the source rather than watching imports gives the
-same answer in every process, before anything runs and whatever was imported earlier.
-
-The modules loaded from users' folders are remembered by name with the hash they had, so a
-process that imports a script again (tests, notebooks, a changed file) drops a stale helper
-first instead of reusing it from ``sys.modules``.
+A changed helper must count as a changed metric, or a resume mixes old and new scores. Imports
+are read from the source (not watched), so every process gets the same answer before anything
+runs; loaded modules are remembered with their hash, so a stale helper is dropped on re-import.
 """
 
 from __future__ import annotations
@@ -102,9 +94,7 @@ def script_fingerprint(script: Path) -> str:
 
 
 def forget_stale_local_modules(imports: dict[str, Path]) -> None:
-    """Drops from ``sys.modules`` each remembered user module the script about to be imported
-    imports (``imports``: it runs afresh with the script, so a helper holding what an edited
-    module gave it is never reused), and each whose file changed since."""
+    """Drops from ``sys.modules`` each remembered user module the script imports, and each whose file changed."""
     for name, (file, sha) in list(_REMEMBERED.items()):
         try:
             stale = name in imports or _sha256(file) != sha
@@ -113,8 +103,7 @@ def forget_stale_local_modules(imports: dict[str, Path]) -> None:
         if stale:
             sys.modules.pop(name, None)
             del _REMEMBERED[name]
-            # its bytecode is checked by the source's mtime in whole seconds and its size: an
-            # edit in the same second to the same length would load the old code
+            # bytecode is checked by mtime in whole seconds and size: a same-second edit would load old code
             with contextlib.suppress(OSError, ValueError, NotImplementedError):
                 Path(importlib.util.cache_from_source(str(file))).unlink(missing_ok=True)
 

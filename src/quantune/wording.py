@@ -1,8 +1,5 @@
-"""Figures as people read them: losses in percent, ratios as "2.10x faster", never "0.66x faster".
-
-Shared by the engine (its verdict reason) and the reports (console, HTML), so a figure reads
-the same wherever it is printed.
-"""
+"""Figures as people read them: losses in percent, ratios as "2.10x faster", never "0.66x faster";
+shared by the engine and the reports, so a figure reads the same wherever it is printed."""
 
 from __future__ import annotations
 
@@ -17,11 +14,8 @@ def format_loss(loss: float | None, kind: str | None) -> str:
 
 
 def format_ratio(candidate: float, original: float, *, less: str = "faster", more: str = "slower") -> str:
-    """``candidate`` against ``original`` as people read it: "2.10x faster", "1.50x slower"
-    (``less`` / ``more`` name the smaller / larger side: "smaller" / "larger" for sizes).
-
-    The factor is always >= 1 and the word says the direction, never "0.66x faster".
-    """
+    """``candidate`` against ``original`` as people read it: "2.10x faster", "1.50x slower", never
+    "0.66x faster" (``less`` / ``more`` name the sides, e.g. "smaller" / "larger")."""
     if not (candidate > 0 and original > 0):
         return "no ratio"
     ratio = candidate / original
@@ -32,9 +26,8 @@ def format_ratio(candidate: float, original: float, *, less: str = "faster", mor
 
 
 def speed_words(results: dict[str, Any], trial: dict[str, Any]) -> str:
-    """A trial's speed against the original as people read it, from a results.json dict: the
-    median paired ratio when the trial was re-timed side by side (what the verdict used),
-    else the ratio of the two medians."""
+    """A trial's speed against the original from a results.json dict: the median paired ratio when it was
+    re-timed side by side, else the ratio of the medians."""
     ratio = ((results.get("latency_confirmation") or {}).get("ratios") or {}).get(str(trial["number"]))
     if ratio:
         return f"{format_ratio(ratio['ratio_median'], 1.0)} side by side"

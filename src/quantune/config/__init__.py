@@ -3,34 +3,6 @@
 from __future__ import annotations
 
 from quantune.config.loader import LoadedConfig, load_config
-from quantune.config.schema import (
-    Config,
-    CriterionConfig,
-    DataConfig,
-    EvaluationConfig,
-    ExecutorConfig,
-    LatencyConfig,
-    PassEntry,
-    PyTorchModelConfig,
-    Rule,
-    SearchConfig,
-    StopConfig,
-    TargetConfig,
-)
+from quantune.config.schema import Config, PassEntry, PyTorchModelConfig
 
-__all__ = [
-    "Config",
-    "CriterionConfig",
-    "DataConfig",
-    "EvaluationConfig",
-    "ExecutorConfig",
-    "LatencyConfig",
-    "LoadedConfig",
-    "PassEntry",
-    "PyTorchModelConfig",
-    "Rule",
-    "SearchConfig",
-    "StopConfig",
-    "TargetConfig",
-    "load_config",
-]
+__all__ = ["Config", "LoadedConfig", "PassEntry", "PyTorchModelConfig", "load_config"]

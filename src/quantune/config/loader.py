@@ -39,36 +39,26 @@ def load_config(
     ``overrides`` (dotted field -> value, e.g. ``{"stop.max_trials": 5}``) are set on the raw
     config before it is validated (config/overrides.py); ``cli`` names them ``--set KEY`` in
     messages rather than ``overrides['KEY']``."""
-    if overrides:
-        return _load_with_overrides(config, overrides, cli)
     if isinstance(config, LoadedConfig):
-        return config
-    if isinstance(config, Config):
-        return LoadedConfig(config, Path.cwd(), "config")
-    if isinstance(config, dict):
-        return LoadedConfig(_validate(config, "config"), Path.cwd(), "config")
-    path, raw = _read_file(config)
-    return LoadedConfig(_validate(raw, str(path)), path.resolve().parent, str(path))
-
-
-def _load_with_overrides(
-    config: str | Path | dict[str, Any] | Config | LoadedConfig, overrides: dict[str, Any], cli: bool
-) -> LoadedConfig:
-    if isinstance(config, LoadedConfig):
+        if not overrides:
+            return config
         raw, base_dir, source = (
             config.config.model_dump(mode="json", exclude_unset=True),
             config.base_dir,
             config.source,
         )
     elif isinstance(config, Config):
+        if not overrides:
+            return LoadedConfig(config, Path.cwd(), "config")
         raw, base_dir, source = config.model_dump(mode="json", exclude_unset=True), Path.cwd(), "config"
     elif isinstance(config, dict):
         raw, base_dir, source = config, Path.cwd(), "config"
     else:
         path, raw = _read_file(config)
         base_dir, source = path.resolve().parent, str(path)
-    changed = apply_overrides(raw, overrides, cli=cli)
-    return LoadedConfig(_validate(changed, source, overrides, cli), base_dir, source)
+    if overrides:
+        raw = apply_overrides(raw, overrides, cli=cli)
+    return LoadedConfig(_validate(raw, source, overrides, cli), base_dir, source)
 
 
 def _read_file(config: str | Path) -> tuple[Path, dict[str, Any]]:
@@ -86,7 +76,10 @@ def _read_file(config: str | Path) -> tuple[Path, dict[str, Any]]:
     except OSError as exc:
         raise ConfigError(f"cannot be read ({exc.strerror or exc})", source=str(path)) from None
     try:
-        raw = json.loads(text, object_pairs_hook=_unique_json) if path.suffix == ".json" else _yaml_load(text)
+        if path.suffix == ".json":
+            raw = json.loads(text, object_pairs_hook=_unique_json)
+        else:
+            raw = yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
     except (ValueError, yaml.YAMLError) as exc:
         kind = "JSON" if path.suffix == ".json" else "YAML"
         raise ConfigError(f"not valid {kind}: {_one_line(exc)}", source=str(path)) from None
@@ -118,10 +111,6 @@ class _UniqueKeyLoader(yaml.SafeLoader):
             except TypeError:  # an unhashable key: PyYAML's own error follows
                 continue
         return super().construct_mapping(node, deep=deep)
-
-
-def _yaml_load(text: str) -> Any:
-    return yaml.load(text, Loader=_UniqueKeyLoader)  # a SafeLoader subclass: no arbitrary objects
 
 
 def _unique_json(pairs: list[tuple[str, Any]]) -> dict[str, Any]:

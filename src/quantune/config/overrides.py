@@ -1,11 +1,7 @@
 """Overriding fields of a config file without editing it: ``--set stop.max_trials=5``.
 
-An override is applied to the file's *raw* mapping before validation, so the result is
-checked exactly like the file (a wrong type, an unknown key, a value out of range) and the
-file's relative paths stay relative to the file's folder -- which a dict built from the YAML
-and passed to ``tune`` would lose. A mistake is one line naming the override as the user
-wrote it (``--set stop.max_trials`` on the command line, ``overrides['stop.max_trials']`` in
-Python) and what would be right.
+Overrides apply to the file's raw mapping before validation, so the result is checked exactly
+like the file and its relative paths stay relative to the file's folder.
 """
 
 from __future__ import annotations

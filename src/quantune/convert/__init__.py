@@ -2,6 +2,6 @@
 
 from __future__ import annotations
 
-from quantune.convert.pytorch import describe_export, dynamic_axes, export_pytorch, weights_sha256
+from quantune.convert.pytorch import describe_export, dynamic_axes, export_pytorch
 
-__all__ = ["describe_export", "dynamic_axes", "export_pytorch", "weights_sha256"]
+__all__ = ["describe_export", "dynamic_axes", "export_pytorch"]

@@ -1,18 +1,8 @@
 """A PyTorch model as a run's input: exported to ONNX once, then tuned as any ONNX model.
 
-``model: {pytorch: script.py:build, example_inputs: script.py:inputs}`` names a function that
-builds the ``torch.nn.Module`` (weights loaded) and one that returns example inputs
-``{input name: tensor}``; ``pytorch: program.pt2`` names a saved ``torch.export`` program.
-The model is exported with ``torch.onnx.export`` -- the dynamo exporter where it works, the
-TorchScript one otherwise -- and the export is checked: onnxruntime must give PyTorch's
-outputs on the example and on the first evaluation batch, or the exporter is not used.
-
-Axes are dynamic where the data says they vary: the batch axis (0) of every input always,
-and any axis whose size differs between the example and the data's feeds (a sequence length,
-an image width). The ONNX model is cached under the run's cache by what decides it: the
-weights (every ``state_dict`` tensor's bytes), the scripts' sources and the module's
-structure, the example inputs' shapes, the dynamic axes, the exporter settings and torch's
-version. A second run builds the module (to hash its weights) but does not export again.
+The export (dynamo where it works, else TorchScript) is checked against PyTorch's outputs, with
+axes dynamic where the data says they vary. It is cached by everything that decides it
+(weights, scripts, structure, example shapes, axes, exporter settings, torch's version).
 """
 
 from __future__ import annotations

@@ -4,7 +4,6 @@ feeds, checked against the model's inputs before a run."""
 from __future__ import annotations
 
 from quantune.data.dataset import Dataset, load_dataset
-from quantune.data.preflight import DataChecks, InputSpec, check_data, model_inputs
 from quantune.data.reader import CalibrationReader
 
-__all__ = ["CalibrationReader", "DataChecks", "Dataset", "InputSpec", "check_data", "load_dataset", "model_inputs"]
+__all__ = ["CalibrationReader", "Dataset", "load_dataset"]

@@ -1,11 +1,7 @@
 """A dataset is either a table (a dict of equal-length arrays, sliced into batches) or a list of feeds.
 
-Sources are `.npz` files (keys = model input names, plus the label key) or a Python function
-named as ``path/to/script.py:function``. The function runs only when a config names it; it
-may return a dict of equal-length arrays (a table, sliced into batches of the configured batch
-size like an .npz file), or a list/iterable of such dicts: **feeds**, each run as it is. Feeds
-may differ in shape (variable sequence length, line width): they are never concatenated, padded
-or re-sliced, because padding changes what the model computes and re-slicing mixes lengths.
+Feeds may differ in shape and are run as they are: padding changes what the model computes and
+re-slicing mixes lengths.
 """
 
 from __future__ import annotations
@@ -26,10 +22,8 @@ Feed = Mapping[str, np.ndarray]
 
 @dataclass(frozen=True)
 class Dataset:
-    """A table (``arrays``, sharing their first axis) or, when ``feeds`` is set, a list of feeds.
-
-    ``fingerprint`` identifies the content (either form) for caching and run identity.
-    """
+    """A table (``arrays``, sharing their first axis) or, when ``feeds`` is set, a list of feeds;
+    ``fingerprint`` identifies the content for caching and run identity."""
 
     arrays: Mapping[str, np.ndarray]
     source: str
@@ -52,7 +46,6 @@ class Dataset:
         return list(self.feeds[0]) if self.feeds else []
 
     def has(self, key: str) -> bool:
-        """Whether array ``key`` exists (in every feed)."""
         if self.feeds is None:
             return key in self.arrays
         return all(key in feed for feed in self.feeds)

@@ -1,12 +1,8 @@
 """Data checked against the model's inputs before anything runs.
 
-Bad calibration data (wrong rank, a dtype the model does not take, zero rows) used to fail
-every trial inside onnxruntime, and the run ended with "no trial met the criterion", exit 0;
-bad evaluation data failed with a traceback. Here every array that feeds the model is checked
-for name, dtype, rank, fixed dimensions, emptiness and finite values, and every mistake is one
-line naming the data source and what the model expects. Arrays whose dtype converts without
-changing kind (float64 -> float32, int32 -> int64) are converted, as a user would expect; another
-kind (int64 pixels for a float32 input, the data not yet scaled as in training) is refused.
+Bad data would otherwise fail every trial inside onnxruntime; here each mistake is one line
+naming the source and what the model expects. Dtypes that convert within a kind are converted;
+another kind (int64 pixels for a float input) is refused, as it likely was not preprocessed.
 """
 
 from __future__ import annotations

@@ -1,24 +1,9 @@
 """What onnxruntime's static quantizer can quantize in a model, and how nodes fall back together.
 
-A per-operator precision search needs three facts about the graph, all read from the model
-and from onnxruntime's own registries (never from a hand-kept list of op types):
-
-* **capability**: which nodes ``quantize_static`` would touch (their op type is in
-  ``QLinearOpsRegistry`` or ``QDQRegistry``, exactly the union ``quantize_static`` uses when
-  ``op_types_to_quantize`` is not given);
-* **groups**: the units a fallback moves. A Conv/MatMul/Gemm and the activation, pooling or
-  reshaping ops that follow it form one group, because onnxruntime fuses them (Conv+Relu
-  becomes one quantized Conv) and quantizes a pooling op only when its input is quantized:
-  excluding the Conv alone would leave a Q/DQ pair around the Relu, costing time and fixing
-  nothing. A bias ``Add`` with a constant input joins its MatMul. An ``Add``/``Mul`` of two
-  activations (a residual) is a group of its own;
-* **blocks**: repeated structures (transformer layers ``layer.0``, ``layer.1``, ...) found
-  from node names, for Neural Compressor's block-wise fallback.
-
-A :class:`Precision` per group turns into pass parameters: ``fp32`` puts the group's node
-names in ``nodes_to_exclude``; ``int16`` sets the group's activation tensors to int16 through
-``tensor_overrides`` (QDQ only). fp16 is not offered: onnxruntime's CPU provider has no fp16
-kernels for most ops, so on CPU an fp16 island only adds casts.
+Capability comes from onnxruntime's own registries, never a hand-kept list. Nodes fall back in
+groups because onnxruntime fuses a Conv/MatMul with the ops after it: excluding the Conv alone
+would leave Q/DQ pairs that cost time and fix nothing. Blocks (repeated layers found from node
+names) serve block-wise fallback. fp16 is not offered: the CPU provider lacks fp16 kernels.
 """
 
 from __future__ import annotations
@@ -57,9 +42,8 @@ FOLLOWER_TYPES = frozenset(
         "Split",
     }
 )
-# Ops that only move or reshape data: quantizing them adds no arithmetic error of their own (they
-# pass quantized values through), so a fallback of them alone fixes nothing; never candidates.
-# A Gather of a constant table (an embedding) is not among them: its table is quantized.
+# Ops that only move or reshape data: they add no arithmetic error, so falling them back fixes nothing
+# (a Gather of a constant table is not among them: its table is quantized).
 SHAPE_TYPES = frozenset(
     {
         "Gather",
@@ -124,7 +108,6 @@ class ModelCapability:
     nodes: list[NodeInfo]
     quantizable: frozenset[str]  # node names
     groups: list[Group] = field(default_factory=list)
-    mode: Mode = "static"
     float_inputs: tuple[str, ...] = ()  # the graph's float inputs, where a lead-in starts (graph/head.py)
 
     @classmethod
@@ -136,10 +119,8 @@ class ModelCapability:
     ) -> ModelCapability:
         """``op_types`` restricts what may be quantized (a user's ``op_types_to_quantize``).
 
-        ``mode="dynamic"`` reads what ``quantize_dynamic`` touches: a MatMul only with a constant
-        B (its default ``MatMulConstBOnly``), a Gather only of a constant table; every such node
-        is a group of its own (activations are quantized inside each op at run time, so nothing
-        fuses across ops).
+        ``mode="dynamic"`` reads what ``quantize_dynamic`` touches, each node a group of its own
+        (activations are quantized inside each op, so nothing fuses across ops).
         """
         proto = model if isinstance(model, onnx.ModelProto) else onnx.load(str(model), load_external_data=False)
         graph = proto.graph
@@ -158,19 +139,18 @@ class ModelCapability:
             first = len(node.input) > 0 and node.input[0] in constants
             second = len(node.input) > 1 and node.input[1] in constants
             nodes.append(NodeInfo(name, node.op_type, inputs, tuple(node.output), weights, first, second))
-        # An unnamed node cannot be named in nodes_to_exclude (onnxruntime matches node.name), so
-        # it is no fallback candidate: it stays in the graph for grouping and is quantized as is.
+        # An unnamed node cannot be in nodes_to_exclude: grouped, but no fallback candidate.
         quantizable = frozenset(
             n.name for n in nodes if n.op_type in allowed and n.op_type != "Constant" and n.name not in unnamed
         )
         if mode == "dynamic":
             by_name = {n.name: n for n in nodes}
-            quantizable = frozenset(name for name in quantizable if _dynamic_quantizes(by_name[name], constants))
+            quantizable = frozenset(name for name in quantizable if _dynamic_quantizes(by_name[name]))
         floats = (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16, onnx.TensorProto.BFLOAT16, onnx.TensorProto.DOUBLE)
         inputs = tuple(
             i.name for i in graph.input if i.name not in constants and i.type.tensor_type.elem_type in floats
         )
-        capability = cls(nodes, quantizable, mode=mode, float_inputs=inputs)
+        capability = cls(nodes, quantizable, float_inputs=inputs)
         if mode == "dynamic":
             capability.groups = [
                 Group(n.name, n.op_type, (n.name,), n.inputs + n.outputs) for n in nodes if n.name in quantizable
@@ -212,11 +192,8 @@ class ModelCapability:
     def assignment(
         self, precisions: Mapping[str, Precision], *, base_excluded: Sequence[str] = ()
     ) -> tuple[list[str], dict[str, str]]:
-        """Pass parameters for a group -> precision map: (nodes_to_exclude, tensor_overrides).
-
-        Groups not in ``precisions`` stay int8 (the pass's own types). ``base_excluded`` are
-        nodes the user keeps in fp32 whatever the search does.
-        """
+        """Pass parameters for a group -> precision map: (nodes_to_exclude, tensor_overrides); groups
+        not in ``precisions`` stay int8, ``base_excluded`` stay fp32 whatever the search does."""
         excluded: dict[str, None] = dict.fromkeys(base_excluded)
         overrides: dict[str, str] = {}
         for name, precision in precisions.items():
@@ -228,7 +205,7 @@ class ModelCapability:
         return sorted(excluded), dict(sorted(overrides.items()))
 
 
-def _dynamic_quantizes(node: NodeInfo, constants: set[str]) -> bool:
+def _dynamic_quantizes(node: NodeInfo) -> bool:
     """Whether ``quantize_dynamic`` quantizes this node (MatMul: constant B; Gather: constant table)."""
     if node.op_type in ("MatMul", "Gather"):
         return node.first_constant if node.op_type == "Gather" else node.second_constant

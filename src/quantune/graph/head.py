@@ -1,17 +1,9 @@
 """The model's output head: the ops between the last compute op and the outputs.
 
-A detector's decode head (a DFL head: ``Softmax`` over distance bins -> a fixed 1x1 ``Conv``
-with weights 0..15 -> ``Mul`` by the stride, ``Add`` of the anchors -> ``Concat`` of boxes and
-sigmoid scores) is where int8 breaks such models: one per-tensor scale for coordinates in the
-hundreds and scores in 0..1 rounds every score to 0 or one step, and nothing upstream of it
-is to blame. Its ops carry little compute, so a sensitivity made of local noise and harm per
-unit of time ranks them last; quantune ranks them by their measured effect on the outputs
-instead (:mod:`quantune.evaluate.sensitivity.head`), and a shape-only op of the head (the
-``Concat``) becomes a fallback unit (it is none elsewhere: :data:`.capability.SHAPE_TYPES`).
-
-The head is found from the graph alone: walk back from every output through non-compute ops
-and stop at a compute op -- except a compute op fed through a ``Softmax`` (the DFL decode conv,
-an attention-like decoder), which is part of the head, and the walk goes on through it.
+A detector's decode head is where int8 breaks such models (one scale for coordinates and
+scores), yet its ops carry little compute, so they are ranked by their measured effect on the
+outputs instead. The head is found from the graph alone: walk back from every output through
+non-compute ops, continuing through a compute op fed by a ``Softmax``.
 """
 
 from __future__ import annotations
@@ -45,10 +37,7 @@ def _fed_by_softmax(node: NodeInfo, producer: dict[str, NodeInfo]) -> bool:
 
 
 def head_nodes(nodes: Sequence[NodeInfo], outputs: Iterable[str] | None = None) -> list[str]:
-    """Names of the head's nodes, in graph order.
-
-    ``outputs``: the graph's output names (default: tensors no node reads).
-    """
+    """Names of the head's nodes, in graph order (``outputs`` defaults to tensors no node reads)."""
     producer = {tensor: node for node in nodes for tensor in node.outputs}
     if outputs is None:
         read = {t for node in nodes for t in node.inputs}
@@ -74,17 +63,12 @@ def head_groups(groups: Sequence[Group], head: Iterable[str]) -> list[Group]:
 
 
 def lead_in_nodes(nodes: Sequence[NodeInfo], inputs: Iterable[str] | None = None) -> list[str]:
-    """Names of the lead-in's nodes, in graph order: the ops on the paths from the graph's inputs
-    to the first compute ops, every activation input of which comes from an input or the lead-in.
+    """Names of the lead-in's nodes, in graph order: the ops from the graph's inputs to the first
+    compute ops.
 
-    An audio model's constant-Q framing (``Pad -> Reshape -> Slice -> Concat`` of the raw
-    waveform) is the mirror of the head: shape-only ops that quantize a tensor whose values span
-    orders of magnitude (quiet samples ~1e-3, a few loud ones ~1e2) with one uint8 scale, so the
-    quiet signal rounds to zero before any conv sees it. Shape-only ops are no fallback unit
-    elsewhere (:data:`.capability.SHAPE_TYPES`); the lead-in's are, like the head's, or no
-    fallback could keep the input path float. ``inputs``: the graph's float inputs
-    (:attr:`.ModelCapability.float_inputs`; default: tensors no node makes): token ids feed
-    no lead-in, their embedding Gather is a unit of its own.
+    The mirror of the head: shape-only ops (an audio framing) that quantize an input spanning
+    orders of magnitude with one scale, so they are fallback units here too. ``inputs``: the
+    graph's float inputs (default: tensors no node makes).
     """
     if inputs is None:
         made = {t for node in nodes for t in node.outputs}

@@ -13,9 +13,8 @@ def save_model(model: onnx.ModelProto, path: Path) -> None:
     """``model`` at ``path``; weights beyond protobuf's 2 GB limit go to ``<name>.data`` beside it."""
     path.parent.mkdir(parents=True, exist_ok=True)
     if _initializer_bytes(model) < _SINGLE_FILE_LIMIT // 2:
-        # far below the limit by its weights: saved at once (``ByteSize`` walks the whole model
-        # and costs as much as the save itself); protobuf refuses a message over 2 GB with a
-        # ValueError before writing anything, and the exact size then decides
+        # far below the limit: saved at once (``ByteSize`` costs as much as the save); protobuf refuses
+        # a message over 2 GB before writing anything, and the exact size then decides
         try:
             onnx.save(model, str(path))
             return

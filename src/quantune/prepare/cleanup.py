@@ -1,13 +1,8 @@
 """Step: onnxruntime's basic graph optimizations, saved: the graph the quantizers assume.
 
-onnxruntime's quantizers expect weights and biases as initializers. An export that computes
-a Conv bias (an unfolded Add of Constants) makes QOperator fail in ``quantize_bias_static``
-("'NoneType' object has no attribute 'data_type'"), and an unfused BatchNormalization after
-a Conv is quantized as an op of its own. onnxruntime's ``ORT_ENABLE_BASIC`` level folds
-constants, removes redundant nodes and folds BatchNormalization into the Conv before it,
-using only standard ONNX ops; it is what an onnxruntime session does to the graph anyway.
-One basic fusion is left out: MatMul+Add -> Gemm, because ``quantize_dynamic`` quantizes
-MatMul but not Gemm (an MLP would lose its quantized layers).
+The quantizers expect weights and biases as initializers and BatchNorm folded; the basic level
+does that with standard ops only, as a session would anyway. MatMul+Add -> Gemm is left out,
+because ``quantize_dynamic`` quantizes MatMul but not Gemm.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Step: ``Constant`` nodes of the main graph become initializers.
-
-Some exporters emit weights as ``Constant`` nodes; onnxruntime's
-quantizers look for weights among the initializers only, and fail on the others. A Constant is the same tensor either way, so outputs do not change.
-"""
+"""Step: ``Constant`` nodes of the main graph become initializers, where onnxruntime's quantizers
+look for weights; the tensor is the same either way."""
 
 from __future__ import annotations
 

@@ -1,21 +1,8 @@
 """Facts about the model a flow starts from, which passes read to prune points that cannot work.
 
-Preparation fixes what it can (Constant weights, a low opset, computed biases); what it
-could not fix, or what ``prepare: off`` left as it was, is written down here, so a pass can
-say beforehand that a point would fail (:meth:`quantune.passes.Pass.supports`) and the
-search never spends a trial on it. Keys (all JSON values, so they travel in cache records):
-
-* ``opset``: the default-domain opset of the model;
-* ``computed_weights``: ``[name, op_type]`` of each Conv/ConvTranspose whose weight is not an
-  initializer (``quantize_dynamic`` fails on it: "Expected ... to be an initializer");
-* ``computed_biases``: ``[name, op_type]`` of each Conv/ConvTranspose/Gemm whose bias is not
-  an initializer (QOperator's bias quantization fails on it);
-* ``matmul_weights``: ``[name, K, N]`` of each MatMul whose second input is a constant
-  initializer of rank 2 (or higher with leading 1s): what weight-only quantization can touch;
-* ``op_types``: how many nodes of each op type the main graph holds (``{op_type: count}``),
-  e.g. to tell a transformer (Softmax attention between MatMuls, LayerNorm) from a CNN.
-
-Records written before a key existed lack it: a pass reading a missing key prunes nothing.
+What preparation could not fix is written down here (all JSON values, so they travel in cache
+records), so :meth:`quantune.passes.Pass.supports` can refuse a point before a trial is spent
+on it. A pass reading a key an older record lacks prunes nothing.
 """
 
 from __future__ import annotations
@@ -73,9 +60,8 @@ def matmul_weights(model: onnx.ModelProto) -> list[list[Any]]:
 def quantized_among(
     nodes: Iterable[Sequence[str]], op_types_to_quantize: Iterable[str] | None, nodes_to_exclude: Iterable[str]
 ) -> list[str]:
-    """The names of ``nodes`` ([name, op_type]) a quantizer with these options would touch.
-
-    An unnamed node cannot be excluded (onnxruntime matches ``nodes_to_exclude`` by name)."""
+    """The names of ``nodes`` ([name, op_type]) a quantizer with these options would touch (named ones
+    only: onnxruntime excludes nodes by name)."""
     wanted = None if op_types_to_quantize is None else set(op_types_to_quantize)
     excluded = set(nodes_to_exclude)
     return [

@@ -1,9 +1,7 @@
 """Step: the default-domain opset raised to what the run's passes need.
 
-Per-channel QDQ quantization writes ``DequantizeLinear`` with an ``axis``, which exists from
-opset 13; on an opset-12 model every such trial fails. onnx's version converter rewrites the
-ops whose signature changed (Split, Squeeze, ReduceSum: attributes that became inputs).
-A model at or above the needed opset is left alone: raising is never done for its own sake.
+Per-channel QDQ needs ``DequantizeLinear``'s ``axis`` (opset 13); onnx's version converter
+rewrites the ops whose signature changed. A model at or above the needed opset is left alone.
 """
 
 from __future__ import annotations
@@ -24,8 +22,8 @@ def raise_opset(model: onnx.ModelProto, wanted: int) -> tuple[onnx.ModelProto, l
     if not wanted or current >= wanted or current == 0:
         return model, []
     try:
-        # on the model without its weights' values (far faster on a large model): the
-        # converter rewrites ops, not weights; one that touched a weight is converted whole
+        # without the weights' values (faster): the converter rewrites ops; one that touched a weight
+        # is converted whole
         converted = with_weights(version_converter.convert_version(without_weights(model), wanted), model)
         if converted is None:
             converted = version_converter.convert_version(model, wanted)

@@ -1,12 +1,7 @@
 """Model preparation: the steps in order, each checked, the result cached.
 
-Each step rewrites the model's form, never its function: Constant weights to initializers,
-the opset raised to what the passes need, onnxruntime's basic clean-up, shape inference.
-A step that changes something is checked at once against the original's outputs on a few
-evaluation rows (:mod:`quantune.prepare.check`); a step that fails or changes the outputs
-is dropped with a warning naming it, and the steps after it start from the model before it.
-The outcome is cached under the input model's hash, the preparation version, the options
-and the checked rows, so a second run does no work.
+Each step rewrites the model's form, never its function; a step that fails or changes the
+outputs is dropped with a warning, and the outcome is cached so a second run does no work.
 """
 
 from __future__ import annotations
@@ -140,8 +135,7 @@ def _prepare(
         warning = f"not prepared: the original model does not run on the evaluation data ({type(exc).__name__})"
         return Preparation(model.path, model.sha256, [], [warning], unprepared(model).facts, "miss")
     final = cache.new_work_dir()
-    # Usually every step keeps the outputs: all of them, then one check of the result (saved
-    # where the cache takes it from); only when that check fails is each step checked on its own.
+    # All steps, then one check; only when it fails is each step checked on its own.
     try:
         at_once = _all_steps(onnx.load(str(model.path)), options, steps, work, final / "model.onnx", reference, feeds)
         if at_once is None:

@@ -1,11 +1,7 @@
 """Step: symbolic shape inference, where onnx's own inference leaves tensors without a shape.
 
-onnxruntime's quantizers run onnx's ``infer_shapes`` on every model they read, so a model
-that it shapes fully needs nothing here (and is left as it is). onnxruntime's symbolic shape
-inference (what its ``quant_pre_process`` uses) follows symbolic dimensions through Reshape,
-Slice and friends where onnx's gives up; its result is kept only when it shapes more tensors.
-When it raises (it needs sympy, and fails on ops it does not know), the fallback is onnx's
-inference, which the quantizers apply themselves, so the model is kept as it is.
+onnxruntime's symbolic inference follows symbolic dimensions where onnx's gives up; its result
+is kept only when it shapes more tensors, and when it raises the model is kept as it is.
 """
 
 from __future__ import annotations
@@ -27,9 +23,7 @@ log = logging.getLogger("quantune.prepare")
 
 
 def infer_shapes(model: onnx.ModelProto) -> tuple[onnx.ModelProto, list[str]]:
-    # Both inferences run on the model without its weights' values (they read only their types
-    # and dims), then the weights go back: each copies and serializes the whole model, a large
-    # share of a run's set-up on a large model.
+    # Both inferences run without the weights' values (they read types and dims only): cheaper copies.
     light = without_weights(model)
     baseline = _shaped(_onnx(light) or light)  # what the quantizers will see anyway
     if baseline >= len(_intermediates(light)):  # nothing left to shape
@@ -52,13 +46,8 @@ def _symbolic(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def symbolic_infer(model: onnx.ModelProto, *, guess_output_rank: bool) -> onnx.ModelProto:
-    """onnxruntime's symbolic shape inference of ``model``, run in a scratch folder.
-
-    When it cannot shape every tensor it saves ``sym_shape_infer_temp.onnx`` and a weights file
-    into the *working directory* before raising -- the user's folder. The
-    working directory is a scratch folder for the call instead (the processes that call this
-    run no other thread that resolves relative paths meanwhile).
-    """
+    """onnxruntime's symbolic shape inference of ``model``, run in a scratch folder: on failure it
+    saves temporary files into the working directory, which would be the user's folder."""
     previous = os.getcwd()
     with tempfile.TemporaryDirectory(prefix="quantune-shapes-") as scratch:
         os.chdir(scratch)
@@ -69,12 +58,8 @@ def symbolic_infer(model: onnx.ModelProto, *, guess_output_rank: bool) -> onnx.M
 
 
 def symbolic_shape_inference() -> type:
-    """onnxruntime's ``SymbolicShapeInference``, loaded without the ``onnxruntime.tools`` package.
-
-    That package's ``__init__`` imports torch whenever torch is installed (for an export helper
-    nothing here uses), seconds on a loaded machine. The module itself needs only
-    numpy, onnx, sympy and packaging, so it is loaded from its file.
-    """
+    """onnxruntime's ``SymbolicShapeInference``, loaded from its file: the ``onnxruntime.tools``
+    package's ``__init__`` imports torch whenever it is installed."""
     name = "onnxruntime.tools.symbolic_shape_infer"
     with _LOADING:  # one load, whole, though a thread loads it ahead (``load_in_background``)
         module = sys.modules.get(name) or sys.modules.get("_quantune_symbolic_shape_infer")
@@ -99,14 +84,8 @@ _LOADING = threading.Lock()
 
 
 def load_in_background() -> None:
-    """Starts loading the symbolic shape inference (and sympy, 0.3-0.4 s) in a thread of this
-    worker, which will need it (engine/measure/ahead.py asks the passes: ``Pass.needs_symbolic_shapes``,
-    e.g. dynamic quantization's ``extended`` pre-optimization), so the load overlaps the worker's
-    set-up and its model's first steps instead of preceding its first use.
-
-    The workers' fork server does not load it for every worker: it would hold back the first
-    worker of every run (the original's evaluation) by that much.
-    """
+    """Starts loading the symbolic shape inference (and sympy) in a thread of a worker that will need
+    it, so the load overlaps the worker's set-up; the fork server does not, as it would delay every run."""
     if "_quantune_symbolic_shape_infer" in sys.modules or "onnxruntime.tools.symbolic_shape_infer" in sys.modules:
         return
 

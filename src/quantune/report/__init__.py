@@ -3,6 +3,6 @@
 from __future__ import annotations
 
 from quantune.report.html import write_report
-from quantune.report.result import PageWriter, Result, format_ratio, write_outputs
+from quantune.report.result import Result
 
-__all__ = ["PageWriter", "Result", "format_ratio", "write_outputs", "write_report"]
+__all__ = ["Result", "write_report"]

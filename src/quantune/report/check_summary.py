@@ -1,9 +1,5 @@
 """What ``quantune check`` found, in a few lines: the model, the data as quantune reads it, what
-preparation changed, the original's figures and the size of the search space.
-
-A passing check used to print one line; a user writing a first config wants to see that the
-loader returned what they meant (rows, feeds, labels) and how big the search is before a run.
-"""
+preparation changed, the original's figures and the size of the search space."""
 
 from __future__ import annotations
 
@@ -63,9 +59,7 @@ def check_lines(parts: Any, metrics: dict[str, float]) -> list[str]:
 
 
 def cost_lines(config: Any, evaluation_s: float, timing_s: float) -> list[str]:
-    """What one evaluation and one timing of the original cost, and what a run of the config's
-    trials is estimated to take from them: each trial calibrates (about an evaluation), evaluates
-    and times, after the original's own evaluation and timing. An estimate, said as one."""
+    """What one evaluation and one timing of the original cost, and the run's estimated time from them."""
     if evaluation_s <= 0.0:
         return []  # the original's figures came from an older cache: no costs known
     trial_s = 2.0 * evaluation_s + timing_s

@@ -60,11 +60,8 @@ def metric_label(metric: str) -> str:
 
 
 class ConsoleListener:
-    """Progress: trials done / running / failed, best so far, elapsed and time left, and the long
-    stages' progress events (:meth:`showing_stages`) -- bars on a terminal, plain lines otherwise.
-
-    The bars go to ``console`` (stderr); the plain lines to ``lines`` (stdout), where a CI log or
-    ``| tee`` reads them and which an error's one line on stderr does not share."""
+    """Progress of trials and long stages: bars to ``console`` (stderr) on a terminal, plain lines to
+    ``lines`` (stdout) otherwise, where a CI log reads them apart from an error's line."""
 
     def __init__(self, console: Console | None = None, lines: Console | None = None) -> None:
         self.console = console or Console(stderr=True)
@@ -130,7 +127,6 @@ class ConsoleListener:
             self._progress.update(bar, total=step.total, completed=step.done, status=step.unit)
 
     def on_prepared(self, preparation: Any) -> None:
-        """One line per change model preparation made, and per step it dropped."""
         for line in preparation.steps:
             self.console.print(f"prepared: {escape(line)}")
         for line in preparation.warnings:
@@ -171,9 +167,8 @@ _STOPS = (  # the run's stop reasons (engine/run/loop.py) as a person would say 
 
 
 def heading(result: Result) -> str:
-    """The table's title: the trials counted against ``stop.max_trials``, those that made a model an
-    earlier trial had made (not counted: one model, one candidate), and why the search stopped.
-    "17 trials (max_trials (16) reached)" read as a miscount."""
+    """The table's title: the trials counted against ``stop.max_trials`` (those that made an earlier
+    trial's model again are not), and why the search stopped."""
     duplicates = sum("(duplicate of trial" in (trial.stage or "") for trial in result.trials)
     counted = len(result.trials) - duplicates
     text = f"quantune: {counted} trial{'' if counted == 1 else 's'}"
@@ -186,17 +181,14 @@ def heading(result: Result) -> str:
 
 
 def render_result(result: Result, console: Console | None = None, max_rows: int = 40) -> None:
-    """The final table (one row per trial) and a summary of the best model."""
     console = console or Console()
     metric = result.metric
     base = result.baseline
     table = Table(title=escape(heading(result)))
     label = metric_label(metric)
-    # a long metric name (the summary line below names it) would squeeze the params column
     header = label if len(label) <= 10 else "metric"
+    widths = {"#": 4, "params": 16}  # params wraps at words, never cutting a pass name in two
     for column in ("#", "params", header, "loss", "ms", "KB", "ok", "cache"):
-        # params wraps at words; at least as wide as a pass name, so "static_quant" is never cut in two
-        widths = {"#": 4, "params": 16}
         table.add_column(column, overflow="fold", no_wrap=column != "params", min_width=widths.get(column))
     table.add_row(
         "orig",
@@ -214,17 +206,8 @@ def render_result(result: Result, console: Console | None = None, max_rows: int 
         style = "bold green" if record.number == chosen else None
         if record.status != "ok":
             reason = escape((record.failure_class or record.error or "failed")[:80])
-            table.add_row(
-                str(record.number),
-                f"{_fmt_params(record.params, op_types)}: {reason}",
-                "failed",
-                "",
-                "",
-                "",
-                "",
-                "",
-                style="red",
-            )
+            params = f"{_fmt_params(record.params, op_types)}: {reason}"
+            table.add_row(str(record.number), params, "failed", *[""] * 5, style="red")
             continue
         m = record.metrics
         retimed = "*" if "latency_search_ms" in m else ""
@@ -353,7 +336,6 @@ def _saved_as(result: Result) -> str:
 
 
 def session_line(result: Result) -> str:
-    """The best candidate's session settings and how to deploy with them."""
     settings = ", ".join(f"{key}={value}" for key, value in sorted(result.best.session_settings.items()))
     where = f"{result.best_model_path}.session.json" if result.improved else "its .session.json in the cache"
     return (

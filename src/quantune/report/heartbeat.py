@@ -1,10 +1,7 @@
 """Progress events (:mod:`quantune.progress`) as plain lines, for a console that is no terminal.
 
-A CI log, ``| tee`` or a notebook shows no progress bar: a heavy model's run printed nothing for
-minutes between its preparation and its end. Here every stage prints when it starts and ends,
-its events at most every ``EVENT_GAP_S``, and while a stage runs a line at least every
-``HEARTBEAT_S`` even when it reports nothing (one long unit: a capture group, a trial): the
-stage, how far it is, how long it has run.
+A CI log shows no progress bar, so every stage prints when it starts and ends, its events at most
+every ``EVENT_GAP_S``, and a line at least every ``HEARTBEAT_S`` so a long unit still shows life.
 """
 
 from __future__ import annotations
@@ -20,7 +17,6 @@ EVENT_GAP_S = 5.0  # a stage's events print at most this often (its start, its e
 
 
 def describe(step: Step, elapsed_s: float) -> str:
-    """``stage: done/total unit, elapsed`` in words."""
     name = step.stage.replace("_", " ")
     if step.done == -1:
         return f"{name}: done ({elapsed_s:.0f} s)"

@@ -1,15 +1,7 @@
 """``report.html``: one self-contained, interactive page a person can open offline or send.
 
-Built from the run folder's ``results.json`` (and, when they are still there, the chosen
-model and ``config.json``), so it works for any finished or interrupted run. plotly.js is
-inlined once (no CDN: the page works without a network); the parameter views come from
-``optuna.visualization`` on the run written as an Optuna study (``optuna.journal`` beside it,
-which ``optuna-dashboard`` also opens). Sections: the verdict and why; every trial (failed
-ones marked with their failure class, the original, the budget, the best or the closest
-miss); the Pareto front of accuracy loss, latency and size; the best so far; parameter
-importance, parallel coordinates and slices; the chosen model's per-operator precision map
-with each fallback's reason; the accuracy-recovering steps; the sortable trial table; the
-machine and library versions.
+Built from the run folder's ``results.json``, so it works for any finished or interrupted run;
+plotly.js is inlined once so the page needs no network.
 """
 
 from __future__ import annotations
@@ -33,17 +25,13 @@ from quantune.store.faults import storage_errors
 
 log = logging.getLogger("quantune")
 _TEMPLATE = Path(__file__).with_name("template.html")
-# The fewest finished trials the parameter views are drawn for: a parameter's importance over two to
-# four points says nothing, and drawing them (Optuna's plotting and importance imports, scikit-learn
-# and matplotlib with them where installed) takes seconds, a large share of a short run.
+# The fewest finished trials the parameter views are drawn for: fewer say nothing, and drawing takes seconds.
 VIEW_TRIALS = 5
 
 
 def write_report(run_dir: str | Path, output: str | Path | None = None, *, parameter_views: bool = True) -> Path:
-    """Writes ``report.html`` (and ``optuna.journal``) for the run in ``run_dir`` (the page to
-    ``output`` when given) and returns the page's path. ``parameter_views=False`` leaves out the
-    Optuna views and optuna.journal: they are most of the drawing's seconds (Optuna's importance and
-    plotting imports), which a run under a short ``stop.timeout_s`` does not have."""
+    """Writes ``report.html`` (and ``optuna.journal``) for the run in ``run_dir`` and returns its path;
+    ``parameter_views=False`` leaves out the Optuna views, most of the drawing's seconds."""
     run_dir = Path(run_dir)
     path = run_dir / "results.json"
     try:
@@ -84,14 +72,14 @@ def render_html(
     page_dir: str | Path | None = None,
     parameter_views: bool = True,
 ) -> str:
-    """The page for one run's :class:`Result` (or its results.json, read with ``Result.from_json``;
-    ``run_dir``: where its models and config.json are); ``parameter_views=False`` leaves out the
-    Optuna views (the light page a short limit keeps)."""
+    """The page for one run's :class:`Result` (or results.json); ``run_dir`` holds its models and config."""
     from plotly.offline import get_plotlyjs
 
     from quantune.report import plots, sections
     from quantune.report.precision import precision_bars
-    from quantune.report.table import node_types, trial_table
+    from quantune.report.study import objective_name
+    from quantune.report.summarize import node_op_types
+    from quantune.report.table import trial_table
 
     run_dir = Path(run_dir) if run_dir is not None else Path(".")
     page_dir = Path(page_dir) if page_dir is not None else run_dir
@@ -99,7 +87,7 @@ def render_html(
         results = Result.from_json(results, run_dir)
     chosen_path, _, chosen_kind = sections.chosen_model(results, run_dir)
     start = (results.preparation or {}).get("model")
-    types = {**node_types(chosen_path), **node_types(start)}
+    types = {**node_op_types(chosen_path), **node_op_types(start)}
     precision, counts = sections.precision_section(results, run_dir, types)
     views, note = _optuna_views(results, run_dir) if parameter_views else _views_left_out(run_dir)
     fields = {
@@ -111,7 +99,7 @@ def render_html(
         "progress": _figure("progress", lambda: plots.progress(results)),
         "pareto": _figure("pareto", lambda: plots.pareto(results)),
         "study_note": html.escape(note),
-        "objective": html.escape(_objective_label(results)),
+        "objective": html.escape(objective_name(results)),
         "chosen_kind": html.escape(chosen_kind or "chosen model"),
         "precision": precision,
         "precision_plot": _figure("precision", lambda: precision_bars(counts)) if counts else "",
@@ -122,12 +110,6 @@ def render_html(
     }
     raise_if_stopped()  # a signal a view's drawing caught as an error: no page, the run stops
     return Template(_TEMPLATE.read_text(encoding="utf-8")).substitute(fields)
-
-
-def _objective_label(results: Result) -> str:
-    from quantune.report.study import objective_name
-
-    return objective_name(results)
 
 
 def _figure(name: str, build: Callable[[], Any]) -> str:
@@ -153,8 +135,7 @@ def _figure(name: str, build: Callable[[], Any]) -> str:
 
 @functools.cache
 def white_template() -> dict[str, Any]:
-    """plotly's ``plotly_white`` theme as its JSON (the file plotly ships it in; through plotly's
-    template registry if that file ever moves): the same dict, without plotly's validation."""
+    """plotly's ``plotly_white`` theme as its JSON, without plotly's validation."""
     import pkgutil
 
     with contextlib.suppress(OSError, ValueError, TypeError):
@@ -175,13 +156,11 @@ VIEW_NAMES = [f"{kind}_{target}" for kind in ("importance", "parallel", "slice")
 
 
 def _no_views(text: str) -> dict[str, str]:
-    """Every parameter view's place holding the note ``text`` instead."""
     return dict.fromkeys(VIEW_NAMES, f"<p class=note>{html.escape(text)}</p>")
 
 
 def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
-    """Importance, parallel-coordinate and slice plots from ``optuna.visualization``, for the
-    objective and for the accuracy loss, drawn on the run's study (written to optuna.journal)."""
+    """Importance, parallel-coordinate and slice plots from ``optuna.visualization`` on the run's study."""
     from quantune.report.plots import loss_scale
     from quantune.report.study import STUDY_FILE, STUDY_NAME, objective_name, run_space, write_study
 
@@ -217,9 +196,7 @@ def _optuna_views(results: Result, run_dir: Path) -> tuple[dict[str, str], str]:
         note = f"{len(study.trials)} trials as an Optuna study ({why})."
         return _no_views(f"No parameter view: {why} in the chosen trial's flow."), note
     with warnings.catch_warnings():
-        # Optuna's notes to its own users (PED-ANOVA, the evaluator without scikit-learn, says it
-        # ranks for low targets -- ours are latency and loss, both minimised -- and that its quantiles
-        # coincide; experimental APIs): three warning blocks above a new user's results table
+        # Optuna's notes to its own users (experimental APIs, PED-ANOVA's targets) are not ours to show
         warnings.simplefilter("ignore", UserWarning)
         views = _views(study, params, targets)
     note = (
@@ -243,10 +220,8 @@ def _views_left_out(run_dir: Path) -> tuple[dict[str, str], str]:
 
 
 def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
-    """The parameters the views show and how many trials they cover: those of the chosen
-    trial (else the most common set) that took at least two values among the finished trials
-    that have all of them. Optuna's views take only trials having every parameter shown, so
-    one flow's conditional parameters are shown with that flow's trials."""
+    """The parameters the views show and how many trials they cover: the chosen trial's (else the
+    most common set) that took at least two values, since Optuna's views need every shown parameter."""
     complete = [t for t in study.trials if t.state.name == "COMPLETE"]
     if not complete:
         return [], 0
@@ -261,7 +236,6 @@ def view_params(study: Any, chosen: int | None) -> tuple[list[str], int]:
 
 
 def _views(study: Any, params: list[str], targets: dict[str, Any]) -> dict[str, str]:
-    """The importance, parallel-coordinate and slice views of each target."""
     import optuna.visualization as vis
 
     evaluator = _evaluator()

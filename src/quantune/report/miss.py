@@ -1,10 +1,7 @@
 """The closest miss in words a user can act on: how far from the budget, what it buys in speed.
 
-When no model meets the budget, the run's answer is a choice the user makes: keep the original,
-or relax the budget to accept a faster model. The lines here give what that choice needs: the
-most accurate point of the accuracy--latency front of what was tried (faster than the original
-only, see :func:`quantune.engine.trials.selection.miss_front`), the budget it misses and by how much,
-its speed, the ``tolerable_loss`` that would accept it, and the rest of the front.
+When no model meets the budget the user chooses between the original and a relaxed budget; these
+lines give the ``tolerable_loss`` that would accept each faster point of the front.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """``quantune passes``: every pass, its parameters, defaults and default search values.
 
-Readable at any terminal width: a parameter name is never cut. The table is printed when its
-name and parameter columns fit whole with room for the values (which wrap); on a narrower
-terminal each parameter gets a line of its own, values wrapped under it.
+A parameter name is never cut: on a terminal too narrow for the table each parameter gets a
+line of its own.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """The report's plotly figures drawn from results.json: every trial, the Pareto front, the best so far.
 
-The importance, parallel-coordinate and slice views are Optuna's own (``optuna.visualization``
-on the run's study, :mod:`quantune.report.study`); these are the views Optuna has no notion
-of: the original, the accuracy budget, failed trials with their failure class, the closest
-miss. Latency goes on a log axis when the trials span more than a decade, where a linear
-axis would pile most of them on top of each other.
+These are the views Optuna has no notion of (the original, the budget, failure classes, the
+closest miss); latency goes on a log axis when trials span more than a decade.
 """
 
 from __future__ import annotations
@@ -94,17 +91,9 @@ def trade_off(results: Result) -> Spec:
     figure = Spec()
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
         group = [t for t in trials if bool(t.meets_criterion) is meets]
-        figure.add_trace(
-            scatter(
-                x=[x_of(t) for t in group],
-                y=[scale * t.accuracy_loss for t in group],
-                mode="markers",
-                marker={"color": color, "size": 9, "line": {"width": 0.5, "color": "#333"}},
-                name=f"{name} ({len(group)})",
-                text=[_hover(t) for t in group],
-                hoverinfo="text",
-            )
-        )
+        x, y = [x_of(t) for t in group], [scale * t.accuracy_loss for t in group]
+        line = {"width": 0.5, "color": "#333"}
+        figure.add_trace(_points(group, x, y, f"{name} ({len(group)})", color=color, size=9, line=line))
     xs = [x_of(t) for t in trials]
     base = objective_value(results, results.baseline)
     if base is not None:
@@ -132,17 +121,9 @@ def trade_off(results: Result) -> Spec:
     failed = failed_trials(results)
     if failed:
         top = max(losses) + 0.08 * (max(losses) - min(losses) or 1.0)
-        figure.add_trace(
-            scatter(
-                x=[base if base is not None else (min(xs) if xs else 0.0)] * len(failed),
-                y=[top] * len(failed),
-                mode="markers",
-                marker={"symbol": "x", "size": 10, "color": RED},
-                name=f"failed ({len(failed)}, no figures: drawn at the top)",
-                text=[_hover(t) for t in failed],
-                hoverinfo="text",
-            )
-        )
+        x = [base if base is not None else (min(xs) if xs else 0.0)] * len(failed)
+        name = f"failed ({len(failed)}, no figures: drawn at the top)"
+        figure.add_trace(_points(failed, x, [top] * len(failed), name, symbol="x", size=10, color=RED))
     figure.update_layout(title={"text": "every trial"}, xaxis=titled(objective_name(results)), yaxis=titled(loss_label))
     if log_axis(xs):
         figure.update_xaxes(**log_ticks(xs))
@@ -156,21 +137,22 @@ def _mark_chosen(figure: Spec, results: Result, at: Callable[[TrialRecord], tupl
     x, y = at(chosen)
     star = kind != "closest miss"
     figure.add_trace(
-        scatter(
-            x=[x],
-            y=[y],
-            mode="markers",
-            marker={
-                "symbol": "star" if star else "diamond-open",
-                "size": 20 if star else 16,
-                "color": GOLD if star else ORANGE,
-                "line": {"width": 1.5, "color": "#000" if star else ORANGE},
-            },
-            name=f"{kind} (trial {chosen.number})",
-            text=[_hover(chosen)],
-            hoverinfo="text",
+        _points(
+            [chosen],
+            [x],
+            [y],
+            f"{kind} (trial {chosen.number})",
+            symbol="star" if star else "diamond-open",
+            size=20 if star else 16,
+            color=GOLD if star else ORANGE,
+            line={"width": 1.5, "color": "#000" if star else ORANGE},
         )
     )
+
+
+def _points(trials: Sequence[TrialRecord], x: list[Any], y: list[Any], name: str, **marker: Any) -> dict[str, Any]:
+    text = [_hover(t) for t in trials]
+    return scatter(x=x, y=y, mode="markers", marker=marker, name=name, text=text, hoverinfo="text")
 
 
 def pareto_numbers(results: Result) -> list[int]:
@@ -205,22 +187,10 @@ def pareto(results: Result) -> Spec:
         if t.accuracy_loss < best_loss:
             best_loss = t.accuracy_loss
             stair.append(t)
-    hover = [_hover(t) for t in trials]
-    outline = [{"width": 2.5, "color": "#000"} if t.number in front else {"width": 0} for t in trials]
     lat = [t.metrics.get("latency_ms") for t in trials]
     loss = [scale * t.accuracy_loss for t in trials]
-    figure.add_trace(
-        scatter(
-            x=lat,
-            y=loss,
-            mode="markers",
-            name="trials (outlined: Pareto front)",
-            marker={"color": [GREEN if t.meets_criterion else GRAY for t in trials], "size": 9},
-            text=hover,
-            hoverinfo="text",
-        ),
-        col=1,
-    )
+    colors = [GREEN if t.meets_criterion else GRAY for t in trials]
+    figure.add_trace(_points(trials, lat, loss, "trials (outlined: Pareto front)", color=colors, size=9), col=1)
     figure.add_trace(
         scatter(
             x=[t.metrics.get("latency_ms") for t in stair],
@@ -231,26 +201,11 @@ def pareto(results: Result) -> Spec:
         ),
         col=1,
     )
-    figure.add_trace(
-        scatter(
-            x=lat,
-            y=[t.metrics.get("size_bytes", 0.0) / 1024 for t in trials],
-            mode="markers",
-            name="trials by size",
-            marker={
-                "color": loss,
-                "colorscale": "Viridis",
-                "size": 10,
-                "line": {"width": [o["width"] for o in outline], "color": "#000"},
-                "colorbar": {"title": "loss"},
-                "showscale": True,
-            },
-            text=hover,
-            hoverinfo="text",
-            showlegend=False,
-        ),
-        col=2,
-    )
+    sizes = [t.metrics.get("size_bytes", 0.0) / 1024 for t in trials]
+    outline = {"width": [2.5 if t.number in front else 0 for t in trials], "color": "#000"}
+    marker = {"color": loss, "colorscale": "Viridis", "colorbar": {"title": "loss"}, "showscale": True}
+    by_size = _points(trials, lat, sizes, "trials by size", size=10, line=outline, **marker)
+    figure.add_trace({**by_size, "showlegend": False}, col=2)
     base = results.baseline
     if base.get("latency_ms") is not None:
         for col, y in ((1, 0.0), (2, base.get("size_bytes", 0.0) / 1024)):
@@ -296,17 +251,8 @@ def progress(results: Result) -> Spec:
         steps.append(current)
     for meets, color, name in ((True, GREEN, "meets the budget"), (False, GRAY, "misses it")):
         group = [t for t in trials if t.status == "ok" and bool(t.meets_criterion) is meets]
-        figure.add_trace(
-            scatter(
-                x=[t.number for t in group],
-                y=[value(t) for t in group],
-                mode="markers",
-                marker={"color": color, "size": 7, "opacity": 0.7},
-                name=name,
-                text=[_hover(t) for t in group],
-                hoverinfo="text",
-            )
-        )
+        x, y = [t.number for t in group], [value(t) for t in group]
+        figure.add_trace(_points(group, x, y, name, color=color, size=7, opacity=0.7))
     figure.add_trace(
         scatter(
             x=numbers,
@@ -319,17 +265,8 @@ def progress(results: Result) -> Spec:
     failed = failed_trials(results)
     finite = [v for v in steps if v is not None] + [v for t in trials if (v := value(t)) is not None]
     if failed and finite:
-        figure.add_trace(
-            scatter(
-                x=[t.number for t in failed],
-                y=[min(finite)] * len(failed),
-                mode="markers",
-                marker={"symbol": "x", "size": 10, "color": RED},
-                name="failed",
-                text=[_hover(t) for t in failed],
-                hoverinfo="text",
-            )
-        )
+        x, y = [t.number for t in failed], [min(finite)] * len(failed)
+        figure.add_trace(_points(failed, x, y, "failed", symbol="x", size=10, color=RED))
     if met:
         base = objective_value(results, results.baseline)
         if base is not None and numbers:  # a line trace: shapes on a log axis take log10 coordinates
@@ -358,9 +295,7 @@ def _line(x: list[float], y: list[float], color: str, name: str, *, legend: bool
 
 
 def styled(figure: Spec, height: int = 420) -> Spec:
-    """The page's figure layout; the theme (plotly_white) is added as the page writes the figure
-    (report/html.py: ``_figure``): assigned to each figure through plotly, it was validated and
-    deep-copied every time, at the end of every run."""
+    """The page's figure layout (the theme is added as the page writes the figure, unvalidated)."""
     figure.update_layout(
         height=height,
         margin={"l": 60, "r": 20, "t": 60, "b": 50},

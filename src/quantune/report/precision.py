@@ -1,16 +1,8 @@
 """Which precision each compute op of the chosen model runs in, and why a fallen one stayed float.
 
-The precision is read from the produced model itself (not from what the trial asked for):
-QOperator and integer kernels (``QLinearConv``, ``MatMulInteger``, ``MatMulNBits``, ...) by
-the types of their zero points and weights; QDQ ops by the ``DequantizeLinear`` nodes that
-feed them; float ops by their weights' type (fp32, fp16, bf16).
-
-Why a node kept a higher precision comes from the run's own records: the node is in the
-chosen trial's ``nodes_to_exclude`` (``tensor_overrides`` for int16), its group's
-sensitivity score and rank are in results.json's ``strategy`` (accuracy-driven strategies),
-and the trial that showed it was needed is the finished trial that quantized it, with the
-fewest other differences from the chosen fallback, and missed the budget (a ``prune: X ->
-int8`` trial when there was one).
+The precision is read from the produced model itself, not from what the trial asked for; the
+reason comes from the run's own records (the excluded nodes, the group's sensitivity, and the
+closest finished trial that quantized it and missed the budget).
 """
 
 from __future__ import annotations
@@ -253,8 +245,7 @@ def evidence(results: Result, chosen: TrialRecord, node: str) -> dict[str, Any] 
         fallen = set(excluded(trial.params))
         if node in fallen:
             continue
-        # the same quantization settings first (a trial of another variant proves less), then the fewest
-        # other fallback differences, then the latest
+        # the same quantization settings first, then the fewest other fallback differences, then the latest
         key = (int(_variant(trial.params) != variant), len(fallen ^ target), -trial.number)
         if best is None or key < best:
             best, found = key, trial
@@ -270,9 +261,8 @@ def evidence(results: Result, chosen: TrialRecord, node: str) -> dict[str, Any] 
 
 
 def recovered(results: Result, chosen: TrialRecord) -> tuple[str, dict[str, str]]:
-    """What the refining passes kept in int8 in the chosen trial (the quantune strategy's recover
-    stage, ``strategy.recovered``): a sentence for the whole model ("" when nothing was recovered
-    in the chosen trial's flow) and node -> how, for the units the fallback had put in fp32."""
+    """What the refining passes kept in int8 in the chosen trial: a sentence for the whole model and
+    node -> how, for the units the fallback had put in fp32."""
     notes = (results.strategy_notes or {}).get("recovered") or {}
     flow = (chosen.params or {}).get("flow")
     if not notes or (flow is not None and flow != notes.get("flow")):

@@ -1,9 +1,5 @@
-"""The run's record (re-exported from the engine, which writes it) and the page drawn from it.
-
-``results.json``, ``best/`` and ``closest_miss/`` are written by the engine
-(:mod:`quantune.engine.outcome.result`); ``report.html`` is drawn here at the end of a run by
-:class:`PageWriter`, a run listener that :func:`quantune.tune` adds.
-"""
+"""The run's record (re-exported from the engine, which writes it) and :class:`PageWriter`, the run
+listener that draws ``report.html`` at the end of a run."""
 
 from __future__ import annotations
 
@@ -21,10 +17,8 @@ log = logging.getLogger("quantune")
 
 
 def write_page(folder: Path, parameter_views: bool = True) -> None:
-    """``report.html`` (and ``optuna.journal``) for the run just written; a page that cannot be
-    drawn is logged, never costs the run its results. ``QUANTUNE_REPORT=0`` skips it (the test
-    suite sets it: drawing takes seconds per run). ``parameter_views=False``: the page without
-    its Optuna views (a fraction of a second instead of seconds, for a run short of time)."""
+    """``report.html`` (and ``optuna.journal``) for the run just written; a page that cannot be drawn
+    is logged, never costs the run its results. ``QUANTUNE_REPORT=0`` skips it."""
     if not _drawn():
         return
     from quantune.errors import DiskFull
@@ -45,8 +39,7 @@ def write_page(folder: Path, parameter_views: bool = True) -> None:
 
 
 def _not_drawn(why: str, folder: Path) -> None:
-    """Says on the console and in the log that the page is missing and how to draw it: results.json,
-    written before, is all ``quantune report`` needs."""
+    """Says on the console and in the log that the page is missing and how to draw it."""
     import sys
 
     message = f"report.html not written: {why}; results.json is kept: `quantune report {folder}` draws the page"
@@ -59,9 +52,8 @@ def _drawn() -> bool:
 
 
 class PageWriter:
-    """A run listener that draws ``report.html`` once the run's results are written: the whole page
-    when the limit leaves time for it, else the page without its Optuna views (always: a run that
-    ends by itself has a report; ``quantune report`` draws the views later)."""
+    """A run listener that draws ``report.html`` once the results are written: without its Optuna views
+    when the limit leaves no time for them (``quantune report`` draws them later)."""
 
     @property
     def end_cost_s(self) -> float:
@@ -80,8 +72,7 @@ class PageWriter:
         pass
 
     def on_end(self, result: Result) -> None:
-        """Draws the page; its seconds join the run's time breakdown (``report``) and duration for the
-        console's last lines (results.json, written before, holds them without the page)."""
+        """Draws the page; its seconds join the run's time breakdown and duration."""
         began = time.perf_counter()
         self._draw(result)
         spent = time.perf_counter() - began

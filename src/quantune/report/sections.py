@@ -9,10 +9,9 @@ from typing import Any
 
 from quantune.engine.outcome.result import Result
 from quantune.engine.trials.trial import TrialRecord
-from quantune.report.plots import chosen_trial, loss_scale
+from quantune.report.plots import chosen_trial
 from quantune.report.precision import (
     Fallback,
-    OpPrecision,
     fallbacks,
     op_precisions,
     overridden,
@@ -142,11 +141,10 @@ def precision_section(
     by_node = {f.node: f for f in falls}
     recovery, recovered_nodes = recovered(results, chosen)
     int16 = set(overridden(chosen.params))
-    scale, _ = loss_scale(results)
     tolerable = results.criterion.tolerable_loss
     rows = []
     for op in ops:
-        why = _why(by_node.get(op.original) or by_node.get(op.name), results, scale, tolerable)
+        why = _why(by_node.get(op.original) or by_node.get(op.name), results, tolerable)
         if not why and op.precision in ("fp32", "fp16", "bf16"):
             why = "not quantized by the flow's passes (not excluded by the search)"
         if not why and (op.original in recovered_nodes or op.name in recovered_nodes):
@@ -170,10 +168,10 @@ def precision_section(
         + "".join(rows)
         + "</tbody></table></div></details>"
     )
-    return head + table + _fallback_table(falls, ops, results, scale, tolerable, types), counts
+    return head + table + _fallback_table(falls, results, tolerable, types), counts
 
 
-def _why(fall: Fallback | None, results: Result, scale: float, tolerable: float | None) -> str:
+def _why(fall: Fallback | None, results: Result, tolerable: float | None) -> str:
     if fall is None:
         return ""
     parts = ["kept in fp32 by the search"]
@@ -199,9 +197,7 @@ def _why(fall: Fallback | None, results: Result, scale: float, tolerable: float 
 
 def _fallback_table(
     falls: list[Fallback],
-    ops: list[OpPrecision],
     results: Result,
-    scale: float,
     tolerable: float | None,
     types: Mapping[str, str],
 ) -> str:
@@ -209,7 +205,7 @@ def _fallback_table(
         return "<p>The search kept no node in higher precision (no fallback).</p>"
     rows = "".join(
         f"<tr><td>{e(f.node)}</td><td>{e(types.get(f.node, ''))}</td><td>{e(f.group or '')}</td>"
-        f"<td>{_why(f, results, scale, tolerable)}</td></tr>"
+        f"<td>{_why(f, results, tolerable)}</td></tr>"
         for f in falls
     )
     return (

@@ -1,11 +1,7 @@
 """A plotly figure as the JSON plotly.js reads, built as plain dicts.
 
-plotly's ``graph_objects`` validate every property as it is set and copy the figure on each
-update: most of the report's time at the end of every run, for figures whose properties are fixed in this package.
-:class:`Spec` keeps the few calls the report makes (add a trace, a horizontal line, update the
-layout or every x axis, two plots side by side) and writes the same JSON; the tests build each
-figure through ``plotly.graph_objects.Figure`` once, which fails on any property plotly does not
-know, so nothing here goes unvalidated -- only not at run time.
+``graph_objects`` validates and copies on every update, which dominated the report's time; the
+tests build each figure through ``plotly.graph_objects.Figure`` once, so nothing goes unvalidated.
 """
 
 from __future__ import annotations
@@ -15,12 +11,10 @@ from typing import Any
 
 
 def scatter(**properties: Any) -> dict[str, Any]:
-    """A ``scatter`` trace (plotly's ``go.Scatter`` properties, as keyword arguments)."""
     return {"type": "scatter", **properties}
 
 
 def bar(**properties: Any) -> dict[str, Any]:
-    """A ``bar`` trace (plotly's ``go.Bar`` properties)."""
     return {"type": "bar", **properties}
 
 
@@ -35,14 +29,11 @@ def merged(base: dict[str, Any], update: Mapping[str, Any]) -> dict[str, Any]:
 
 
 def titled(text: str) -> dict[str, Any]:
-    """An axis or figure title."""
     return {"title": {"text": text}}
 
 
 class Spec:
-    """One figure: its traces and layout. ``columns`` > 1: plots side by side in one row, as
-    ``plotly.subplots.make_subplots(rows=1, cols=columns, subplot_titles=titles)`` lays them out
-    (axes ``x``/``y`` for the first, ``x2``/``y2`` for the second, ...; 0.1 of the width between them)."""
+    """One figure: its traces and layout; ``columns`` > 1 lays plots side by side as ``make_subplots`` does."""
 
     def __init__(self, columns: int = 1, titles: tuple[str, ...] = ()) -> None:
         self.data: list[dict[str, Any]] = []

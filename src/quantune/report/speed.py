@@ -1,9 +1,4 @@
-"""A trial's speed against the original in words, from the typed :class:`Result`.
-
-:func:`quantune.wording.speed_words` (the base floor: it cannot import the engine's types)
-reads the two parts of results.json it needs as plain dicts; the console, the closest-miss
-lines and the page all have a :class:`Result` and a :class:`TrialRecord`, so they ask here.
-"""
+"""A trial's speed against the original in words, for the reports that hold a typed :class:`Result`."""
 
 from __future__ import annotations
 

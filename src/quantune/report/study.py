@@ -1,23 +1,8 @@
 """A run as an Optuna study (``DIR/optuna.journal``), so Optuna's own tools read it as it is.
 
-``quantune.report.study.load_run_study(DIR)`` (``optuna.load_study(study_name="quantune",
-storage=JournalStorage(JournalFileBackend("DIR/optuna.journal")))``) and ``optuna-dashboard
-DIR/optuna.journal`` open the run; :mod:`quantune.report.plots` asks ``optuna.visualization`` for
-the parameter importance, parallel-coordinate and slice plots rather than drawing its own.
-
-Optuna's journal file, not its SQLite storage: the RDB storage imports SQLAlchemy and Alembic
-and creates its schema, a large share of a short run's end; the journal is a file of JSON lines, written in milliseconds, that Optuna and optuna-dashboard
-read alike.
-
-Each trial becomes a frozen Optuna trial with two values to minimize, the run's objective
-(latency in ms or size in KB) and the accuracy loss, and the accuracy budget as a constraint
-(loss minus tolerable loss: <= 0 is feasible), so Pareto plots and the dashboard mark the
-trials that miss it. Failed trials are ``FAIL`` with their failure class. Parameters map as
-the Optuna samplers map them (:mod:`quantune.search._optuna_space`): ranges become int/float
-distributions, categoricals categorical ones, and a conditional parameter is named by its
-parents' values (``percentile|calibrate_method='Percentile'``). Parameters a strategy sets
-that are not in the space (``nodes_to_exclude``: a list of node names) are counted
-(``nodes_to_exclude (count)``), so the plots can show how many fell back.
+The journal file, not the SQLite storage, because the RDB storage's imports and schema cost a
+large share of a short run's end. Each trial is a frozen trial minimizing the objective and the
+accuracy loss, with the budget as a constraint, so Optuna's Pareto plots mark the misses.
 """
 
 from __future__ import annotations
@@ -43,7 +28,6 @@ _PLAIN = (str, int, float, bool, type(None))
 
 
 def journal_storage(path: str | Path) -> Any:
-    """Optuna's journal storage on the file ``path``."""
     from optuna.storages import JournalStorage
     from optuna.storages.journal import JournalFileBackend
 
@@ -58,11 +42,10 @@ def load_run_study(run_dir: str | Path) -> Any:
 
 
 def write_study(results: Result, run_dir: str | Path, space: Any = None) -> Any:
-    """Writes ``run_dir/optuna.journal`` (replacing an earlier one) and returns the same study in
-    memory (for drawing: Optuna's plots read it without another round trip through the file).
+    """Writes ``run_dir/optuna.journal`` and returns the same study in memory for drawing.
 
-    ``space``: the run's :class:`~quantune.space.SearchSpace` (its domains give the Optuna
-    distributions); without it, each parameter's distribution is made from the values seen.
+    ``space``: the run's search space (its domains give the distributions); without it, each
+    parameter's distribution is made from the values seen.
     """
     import optuna
 
@@ -193,8 +176,7 @@ def _distribution(domain: Any) -> Any:
 
 
 def _distributions(mapped: list[dict[str, tuple[Any, Any]]]) -> dict[str, Any]:
-    """One distribution per Optuna name (Optuna requires it): the space's when every trial agrees
-    on it and every value fits, else one made from the values seen."""
+    """One distribution per Optuna name: the space's when every value fits it, else one from the values seen."""
     import optuna.distributions as d
 
     seen: dict[str, list[tuple[Any, Any]]] = {}

@@ -1,9 +1,6 @@
 """Long parameter values said in a few words for the console: "37 nodes excluded: 12 Add, 9 Mul, ...".
 
-The accuracy-driven strategies keep hundreds of nodes in float; printing every name would make
-the console table thousands of lines long. The console shows a count
-and the op types; the full lists stay in ``results.json`` (each trial's ``params``) and the
-HTML report.
+The full lists stay in ``results.json`` and the HTML report; the console would be thousands of lines.
 """
 
 from __future__ import annotations

@@ -1,8 +1,7 @@
 """The report's trial table: every trial, sortable and filterable in the page (plain inline JS).
 
-Long lists are summarized in a cell ("37 nodes: 12 Add, 9 Mul, ...") with the full list in
-an expandable ``<details>``; each trial links to its model file by a path relative to the
-page, so the link works wherever the run folder and the cache are opened together.
+Long lists are summarized with the full list expandable; model links are relative to the page,
+so they work wherever the run folder and the cache are opened together.
 """
 
 from __future__ import annotations
@@ -42,19 +41,6 @@ _COLUMNS = (
 )
 
 
-def node_types(model_path: str | Path | None) -> dict[str, str]:
-    """Node name -> op type of a model (empty when it cannot be read)."""
-    if not model_path or not Path(model_path).is_file():
-        return {}
-    try:
-        import onnx
-
-        model = onnx.load(str(model_path), load_external_data=False)
-    except Exception:
-        return {}
-    return {node.name: node.op_type for node in model.graph.node}
-
-
 def summarize_nodes(names: list[str], types: Mapping[str, str]) -> str:
     """ "37 nodes: 12 Add, 9 Mul, ..." (op types from ``types``, else guessed from the name)."""
     counts = Counter(types.get(name) or _guess_type(name) for name in names)
@@ -68,7 +54,6 @@ def _guess_type(name: str) -> str:
 
 
 def nodes_cell(names: list[str], types: Mapping[str, str], label: str = "") -> str:
-    """A summary with the full list expandable."""
     items = "".join(
         f"<li>{html.escape(n)} <span class=dim>({html.escape(types.get(n, '?'))})</span></li>" for n in names
     )

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from quantune.starter.init import InitResult, init_project
-from quantune.starter.model_info import ModelInfo, TensorInfo, read_model
+from quantune.starter.init import init_project
+from quantune.starter.model_info import read_model
 
-__all__ = ["InitResult", "ModelInfo", "TensorInfo", "init_project", "read_model"]
+__all__ = ["init_project", "read_model"]

@@ -1,10 +1,5 @@
-"""What ``quantune init --data ...`` was given, and how the starter config will read it.
-
-Only ``.npz`` files whose arrays are named after every model input are read by quantune as
-they are; anything else (a folder of images, ``.npy`` files, an ``.npz`` with other array
-names, nothing at all) gets a ``data.py`` loader written for it, whose body this module
-decides: which files, which array feeds which input, whether there are labels.
-"""
+"""What ``quantune init --data ...`` was given, and how the starter config will read it: ``.npz``
+files named after every input as they are, anything else through a written ``data.py`` loader."""
 
 from __future__ import annotations
 

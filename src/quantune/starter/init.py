@@ -1,11 +1,7 @@
 """``quantune init MODEL.onnx [--data ...] [--metric ...]``: a starter config that fits the model.
 
-Writing a first working config by hand meant guessing what the ``.npz`` must hold, what a
-custom metric receives and which passes suit the model. ``init`` reads the model (inputs,
-outputs, op mix) and the data it is given, and writes ``quantune.yaml`` -- plus a ``data.py``
-loader and a ``metric.py`` template when quantune cannot read the data as it is -- so that
-``quantune check`` passes when the data fits, and prints the next commands. It never
-overwrites a file.
+Writes ``quantune.yaml`` (plus ``data.py`` and ``metric.py`` templates when the data cannot be
+read as it is) so that ``quantune check`` passes when the data fits. It never overwrites a file.
 """
 
 from __future__ import annotations
@@ -212,11 +208,8 @@ def _metric_comment(metric: str, source: DataSource) -> str:
 
 
 def _pass_lines(info: ModelInfo) -> list[str]:
-    """Both quantizers, in the order that suits the op mix (flows are tried in this order), and a
-    fine-tune after static int8: on a close miss the quantune strategy's recover stage fits the worst
-    layers alone before it moves any op to fp32 (and each of the costliest ops it moved, after);
-    where int8 holds it is never built (a refined flow takes its unrefined twin's speed). Bias
-    correction is left out: it runs the whole model twice per layer."""
+    """Both quantizers in the order that suits the op mix, and a fine-tune after static int8 (the
+    recover stage tries it before any fallback). Bias correction is left out: it is too slow."""
     static = _c("  - {name: static_quant, search: true}", "int8 with calibration: the usual win on conv nets")
     dynamic = _c("  - {name: dynamic_quant, search: true}", "int8 weights, activations on the fly: MatMul/LSTM")
     refine = _c("  - {name: fast_finetune}", "AdaRound of the worst layers, tried on a close miss")

@@ -1,10 +1,7 @@
 """The ``data.py`` that ``quantune init`` writes when quantune cannot read the data as it is.
 
-The file is plain Python the user owns and edits: constants at the top filled from the model
-(input names, dtypes, layout, fixed sizes) and from ``--data`` (which files, which array feeds
-which input, class folders), the preprocessing marked ``EDIT``, and two functions named in the
-config, ``calibration()`` and ``evaluation()``, returning what quantune's loaders take (a
-table: a dict of equal-length arrays, or feeds: a list of such dicts).
+Plain Python the user owns and edits: constants filled from the model and ``--data``, the
+preprocessing marked ``EDIT``, and ``calibration()`` and ``evaluation()`` named in the config.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """What ``quantune init`` reads from a model: its inputs and outputs, and what kind of model it is.
 
-A starter config and loader are only useful when they match the model: the input names,
-element types and shapes (which dimensions are free, and which free dimensions are the same
-one, e.g. ``batch`` and ``sequence`` shared by ``input_ids`` and ``attention_mask``), and
-the op mix, which decides what is worth searching (a conv net: static int8 first; a MatMul
-net or a recurrent one: dynamic quantization is a strong candidate too).
+A starter config only helps when it matches the model: input names, types and shared free
+dimensions, and the op mix, which decides what is worth searching.
 """
 
 from __future__ import annotations
@@ -37,7 +34,6 @@ class TensorInfo:
 
     @property
     def batch_fixed(self) -> int | None:
-        """The first dimension when it is a fixed number, else None."""
         return self.dims[0] if self.dims and isinstance(self.dims[0], int) else None
 
     def describe(self) -> str:
@@ -114,7 +110,7 @@ def read_model(path: Path) -> ModelInfo:
         for node in graph.node
         if node.op_type == "Softmax" and _fed_by_matmul(node, producers, set(initializers) | set(constants))
     )
-    vocab = _vocabularies(graph, initializers, constants)
+    vocab = _vocabularies(graph, initializers)
     inputs = [_tensor(v, vocab.get(v.name)) for v in graph.input if v.name not in initializers]
     outputs = [_tensor(v, None) for v in graph.output]
     opset = next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
@@ -141,7 +137,7 @@ def _fed_by_matmul(
     return False
 
 
-def _vocabularies(graph: onnx.GraphProto, initializers: dict, constants: dict) -> dict[str, int]:
+def _vocabularies(graph: onnx.GraphProto, initializers: dict) -> dict[str, int]:
     """Integer graph inputs used as Gather indices into a weight table: input -> the table's rows."""
     found: dict[str, int] = {}
     for node in graph.node:

@@ -1,12 +1,8 @@
 """A content-addressed cache of pass outputs, evaluations and reference outputs.
 
-Keys are hashes of everything that determines the result (input model bytes, pass name,
-version and config, data fingerprints), so a repeated run or a repeated point never
-recomputes, and a changed input can never hit a stale entry. Entries are written to a
-temporary name and renamed into place, so a crash leaves either nothing or a whole entry;
-models are verified against their recorded hash when read, and a corrupt entry is dropped.
-A cache deleted while a run uses it is made again as entries are put (a missing entry is a
-miss, recomputed), so trials after the deletion do not fail for want of its folders.
+Keys hash everything that determines a result, so a changed input never hits a stale entry.
+Entries are written then renamed (a crash leaves nothing or a whole entry), models are checked
+against their hash on read, and a deleted cache is made again as entries are put.
 """
 
 from __future__ import annotations
@@ -61,11 +57,8 @@ class ArtifactCache:
         return self.root / "models" / key
 
     def get_model(self, key: str) -> tuple[Path, str] | None:
-        """The cached model for ``key`` and its sha256, or ``None`` (also when the entry was corrupt).
-
-        An entry is hashed in full the first time this process reads it; later reads trust it
-        while its model file keeps the size and modification time it had then.
-        """
+        """The cached model for ``key`` and its sha256, or ``None`` (also when the entry was corrupt);
+        hashed in full on first read, then trusted while its size and modification time hold."""
         folder = self._model_dir(key)
         meta_path = folder / "meta.json"
         model_path = folder / "model.onnx"
@@ -95,11 +88,8 @@ class ArtifactCache:
             return Path(tempfile.mkdtemp(dir=self.root / "tmp"))
 
     def put_model(self, key: str, work_dir: Path, meta: dict[str, Any]) -> tuple[Path, str]:
-        """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``.
-
-        A full file system fails the put (:class:`DiskFull`) before the entry exists: a model
-        writer in native code may have stopped short without saying so.
-        """
+        """Moves ``work_dir`` (holding ``model.onnx``) into the cache as the entry for ``key``; a full
+        file system fails the put before the entry exists."""
         try:
             with storage_errors(work_dir, _FIELD):
                 check_space(work_dir)
@@ -114,8 +104,7 @@ class ArtifactCache:
                 target.parent.mkdir(parents=True, exist_ok=True)
         existing = self.get_model(key)  # (a corrupt entry is removed by get_model)
         if existing is not None:
-            # Another worker put the same entry first. Theirs is as good as ours, and it may
-            # be in use right now by that worker's next pass: keep it, never replace it.
+            # Another worker put the same entry first, and may be using it: keep theirs.
             shutil.rmtree(work_dir, ignore_errors=True)
             return existing
         if target.exists():  # a partial entry (no meta.json yet, or no model): not in use
@@ -208,8 +197,7 @@ def _arrays_sha256(arrays: dict[str, np.ndarray]) -> str:
 
 
 def _in_folder(folder: Path, write: Callable[[], None]) -> None:
-    """``write()``, making ``folder`` first only when it is missing (the first entry of its kind, or
-    a cache deleted during the run): one failed write then, not a ``mkdir`` before every put."""
+    """``write()``, making ``folder`` only when missing: one failed write then, not a ``mkdir`` every put."""
     try:
         write()
     except FileNotFoundError:

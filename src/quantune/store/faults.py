@@ -1,10 +1,6 @@
 """Storage faults in words: a full disk or a read-only folder becomes one line naming the path.
 
-Writes to the output folder and the cache go through :func:`storage_errors`, so a full disk
-surfaces as :class:`~quantune.errors.DiskFull` (exit 1: the machine, not the config) and a
-folder that cannot be written as a :class:`~quantune.errors.QuantuneError` naming the field
-that chose it (exit 2) -- never as a traceback, and never as a trial that "failed" for a
-reason no later trial can escape.
+Never a traceback, and never a trial that "failed" for a reason no later trial can escape.
 """
 
 from __future__ import annotations
@@ -22,8 +18,7 @@ FULL = {errno.ENOSPC, errno.EDQUOT}
 READ_ONLY = {errno.EROFS, errno.EACCES, errno.EPERM}
 # A path that cannot be a folder: a file in the way, a missing or unwritable parent (/proc/nope)
 IN_THE_WAY = {errno.ENOTDIR, errno.EEXIST, errno.EISDIR, errno.ENOENT, errno.ENAMETOOLONG, errno.ELOOP}
-# Below this many free bytes the cache's file system counts as full: native code (onnxruntime's
-# model writers) may not report a short write, and leaves a truncated model behind instead.
+# Below this many free bytes the file system counts as full: native writers may not report a short write.
 LOW_SPACE_BYTES = 64 * 1024
 
 
@@ -108,8 +103,8 @@ def storage_errors(path: Path, field: str, *, refused: bool = True) -> Iterator[
 
 
 def probe_writable(folder: Path, field: str) -> None:
-    """Creates and removes a file in ``folder``: a read-only mount or folder fails here, with its
-    name, rather than later in a worker (``os.access`` is no proof: root passes it on any mode)."""
+    """Creates and removes a file in ``folder``, so a read-only folder fails here with its name
+    (``os.access`` is no proof: root passes it)."""
     with storage_errors(folder, field):
         probe = folder / f".quantune-probe-{os.getpid()}"
         try:

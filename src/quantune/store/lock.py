@@ -1,8 +1,7 @@
 """One run per output folder: an exclusive ``fcntl`` lock on ``run.lock``, held while the run lives.
 
-The kernel drops the lock when its holder dies (even by SIGKILL), so a lock file left by a dead
-run is simply taken over; a live holder's PID, written into the file, names it in the refusal.
-Worker processes never hold it (spawned children inherit no descriptors but their pipes).
+The kernel drops the lock when its holder dies, so a dead run's lock is simply taken over; the
+holder's PID in the file names it in the refusal.
 """
 
 from __future__ import annotations
@@ -44,8 +43,7 @@ class RunLock:
                         f"{field}: '{folder}' is in use by another quantune run ({who}); wait for it to end "
                         "or choose another --output folder"
                     ) from None
-                # The file may have been removed (a failed run cleaning up) between open and lock:
-                # a lock on an unlinked file guards nothing, so lock the file that is there now.
+                # A file removed between open and lock guards nothing: lock the one there now.
                 try:
                     same = os.stat(path).st_ino == os.fstat(fd).st_ino
                 except FileNotFoundError:

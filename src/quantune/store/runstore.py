@@ -1,8 +1,7 @@
 """The run's own record: an SQLite database in the output folder, one row per finished trial.
 
-Written as each trial finishes (WAL mode), so a crash loses at most the trials in flight; it
-is the source from which a run can later be inspected or resumed. A full disk raises
-:class:`~quantune.errors.DiskFull` (SQLite rolls the transaction back: no half-written trial).
+Written as each trial finishes (WAL mode), so a crash loses at most the trials in flight; a full
+disk raises :class:`~quantune.errors.DiskFull` and SQLite rolls the transaction back.
 """
 
 from __future__ import annotations
@@ -39,8 +38,7 @@ class RunStore:
         with storage_errors(self.path, "--output"):
             self._conn = sqlite3.connect(self.path)
             self._conn.execute("PRAGMA journal_mode=WAL")
-            # In WAL mode NORMAL syncs at checkpoints, not at every commit: a killed process loses
-            # nothing committed (only an OS crash or power cut could lose the last trials).
+            # In WAL mode NORMAL still loses nothing committed when the process is killed.
             self._conn.execute("PRAGMA synchronous=NORMAL")
             self._conn.executescript(_SCHEMA)
 

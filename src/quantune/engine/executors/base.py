@@ -1,6 +1,5 @@
 """The executor seam: the engine submits trials and waits on futures; an executor decides
-whether a trial runs in this process, in a worker process, or on a cluster node.
-"""
+whether a trial runs in this process, in a worker process, or on a cluster node."""
 
 from __future__ import annotations
 

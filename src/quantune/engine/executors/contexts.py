@@ -1,7 +1,5 @@
-"""What a worker process starts from besides the fork server (``quantune/forkserver.py``): the
-parent's environment as it is when the worker starts (the fork server's is its own, older), and
-the check that the script that started the run can be imported by the workers at all.
-"""
+"""What a worker process starts from besides the fork server: the parent's current environment, and
+the check that the workers can import the script that started the run."""
 
 from __future__ import annotations
 
@@ -9,9 +7,8 @@ import os
 
 
 def check_main_importable() -> None:
-    """Workers import the script that started the run (so what it defines exists in them too);
-    a script read from standard input or ``-c`` has no file to import, and every worker would
-    die starting. Raises the error that says so, before any work."""
+    """Raises, before any work, when the script that started the run has no file (standard input,
+    ``-c``): every worker imports it and would die starting."""
     import sys
 
     from quantune.errors import QuantuneError

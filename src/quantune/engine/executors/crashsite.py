@@ -1,10 +1,7 @@
 """Where a worker crashed, from faulthandler's report in its log: the user's file and line.
 
-A metric or loader that crashes Python (a segmentation fault in native code it calls) killed
-its worker with "worker crashed: segmentation fault (SIGSEGV)", naming nothing the user wrote;
-the report faulthandler left in the worker's log lists the crashing thread's frames, innermost
-first. The innermost frame outside Python's own files, installed packages and quantune is the
-user's code that made the call: naming it turns the crash into one line the user can act on.
+The innermost frame outside Python, installed packages and quantune is the user's call that
+crashed: naming it turns the crash into a line the user can act on.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""How a worker process ends, in words: the signal or exit code that ended it, a worker that died
-while starting (no trial can run: the run stops), and a user's script that calls
-``quantune.tune()`` at its top level (the workers import it: the worker exits with a code its
-parent turns into advice). Shared by the trial workers (worker_process.py) and the stage
-workers (stage.py).
-"""
+"""How a worker process ends, in words (a signal, an exit code, a death while starting, a script
+calling ``quantune.tune()`` at its top level), for the trial and stage workers alike."""
 
 from __future__ import annotations
 

@@ -1,14 +1,8 @@
 """Worker processes never outlive the run, and a full disk stops the run instead of failing trials.
 
-A worker asks the kernel for SIGKILL when its parent dies (Linux ``prctl(PR_SET_PDEATHSIG)``)
-and, where that is not available or misses (the parent died before the call), a watchdog
-thread checks the parent's PID once a second. So a run killed with SIGKILL leaves no worker
-behind (and with them gone, multiprocessing's resource tracker sees its pipe close and exits).
-
-A trial that failed because the cache's disk is full is no failure of its parameters: every
-later trial would fail the same way. :func:`storage_fault` recognises it, and the executor
-hands the engine :class:`~quantune.errors.DiskFull` instead of a failed record: the run stops
-with one line, the trial is not recorded, and a resume runs it again.
+A worker asks for SIGKILL when its parent dies, with a watchdog thread where that is missing.
+A full disk is no failure of a trial's parameters (every later trial would fail alike), so
+:func:`storage_fault` lets the executor raise :class:`~quantune.errors.DiskFull` instead.
 """
 
 from __future__ import annotations
@@ -39,8 +33,7 @@ def die_with_parent(parent_pid: int) -> None:
             libc.prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
         except (OSError, AttributeError):
             pass  # the watchdog below still notices
-    # A worker forked by the fork server (quantune/forkserver.py) is the server's child: the kernel kills it
-    # with the server, which exits when the run's process is gone; the run's PID is watched too.
+    # A forked worker is the fork server's child: killed with it; the run's PID is watched too.
     if not _alive(parent_pid):  # the parent died before the request took effect
         os._exit(1)
 
@@ -69,10 +62,8 @@ def _alive(pid: int) -> bool:
 def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -> DiskFull | None:
     """The :class:`DiskFull` behind a failed trial, or ``None`` when the disk is not the cause.
 
-    Either the trial's error says so, or the cache's file system is (all but) full: native
-    model writers may stop short silently, and the trial then fails on a truncated model
-    ("Wire format was corrupt") instead. ``others``: more folders whose full disk fails trials
-    (the worker logs in the output folder).
+    The cache's file system being (all but) full counts too: native model writers may stop short
+    silently, and the trial then fails on a truncated model. ``others``: more folders to check.
     """
     if record.status != "failed":
         return None
@@ -90,11 +81,8 @@ def storage_fault(record: TrialRecord, cache_root: Path | None, *others: Path) -
 
 
 def enter_worker(log_path: str, memory_limit_mb: int | None, parent_pid: int | None) -> None:
-    """What every child process of a run does first (trial workers, stage workers): die with the
-    run, write its output and faults to its own log, leave Ctrl-C and SIGTERM to the engine (which
-    stops its workers itself), stay within the memory limit (address space), and hand large
-    blocks back when they are freed (batch after batch of large tensors: the heap would keep
-    them, and a piece's room is what the budget leaves of this process's resident memory)."""
+    """What every child process of a run does first: die with the run, log to its own file, leave
+    Ctrl-C and SIGTERM to the engine, stay within the memory limit, and return large freed blocks."""
     import faulthandler
     import logging
 

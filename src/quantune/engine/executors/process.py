@@ -1,17 +1,9 @@
 """Isolated worker processes: a crash, a hang or a memory blow-up fails one trial, not the run.
 
-Each worker is a spawned process serving one trial at a time over a pipe, with its stdout
-and stderr (including onnxruntime's native logs and faulthandler's report of a segfault)
-going to its own log file, and an address-space limit when ``memory_limit_mb`` is set.
-A thread per worker waits on the pipe and the process at once: when the process dies or
-the trial's time runs out, the trial is recorded as failed with its cause and the tail of
-the log, and a fresh worker takes the next trial. Workers die with the run (lifeline.py), ignore
-SIGINT and SIGTERM (stopping them is the engine's job: a signal to the whole process group
-must not turn running trials into failed ones), and a trial failed by a full disk stops the
-run with :class:`~quantune.errors.DiskFull` rather than being recorded.
-
-By job: this module is the pool (slot threads, the queue of trials); one worker process is
-worker_process.py, and how a worker ends, in words, is exits.py.
+Each worker serves one trial at a time over a pipe with its own log file; a thread per worker
+waits on the pipe and the process, so a death or a timeout becomes a failed record and a fresh
+worker. Workers ignore SIGINT and SIGTERM (stopping them is the engine's job), and a full disk
+stops the run with :class:`~quantune.errors.DiskFull` instead of failing trials.
 """
 
 from __future__ import annotations
@@ -94,9 +86,8 @@ class ProcessExecutor(Executor):
                 future.set_result(failed_record(trial, f"executor error: {type(exc).__name__}: {exc}"))
 
     def move_logs(self, log_dir: Path) -> None:
-        """The workers' logs continue in ``log_dir``: the engine starts its workers before the
-        run's output folder is claimed (they build the run meanwhile), logging to a scratch
-        folder until then."""
+        """The workers' logs continue in ``log_dir`` (they log to a scratch folder until the output folder
+        is claimed)."""
         log_dir.mkdir(parents=True, exist_ok=True)
         self.log_dir = log_dir
         for worker in self._workers:

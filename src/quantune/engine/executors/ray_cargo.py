@@ -1,16 +1,9 @@
 """What a Ray task needs to run trials on a node that shares no disk with the engine, and what
 it sends back.
 
-A cluster node (a cloud autoscaler's machine, a Kubernetes pod) sees none of the engine's
-files. The engine sends, once, through Ray's object store: the user's model, the model trials
-start from, the data it loaded and checked, the scripts the config names (plugins, metric,
-runner, loaders, with the modules they import from their folders) and the original's cached
-figures and outputs. A worker writes them into a scratch folder of its own node (its cache
-there is scratch) and rebuilds the run from them. A finished trial sends its model's files
-back; the engine puts them into its own cache -- the run's one source of truth, which the
-record then names, so results, resume and the final model read only that -- and times the
-model on the target (its own machine, or the target nodes' lane: trials/ray_target.py), so the
-search never compares timings taken on unlike nodes.
+The model, data, scripts and the original's figures travel once through the object store; a
+finished trial's model comes back into the engine's cache, the run's one source of truth, and
+is timed on the target so the search never compares timings taken on unlike nodes.
 """
 
 from __future__ import annotations
@@ -205,11 +198,8 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
 
 
 def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> Iterator[dict[str, Any] | None]:
-    """A Ray task's body (a streaming generator): ``None`` once this worker has the run built and
-    the trial starts -- the trial's clock starts there, as a worker process's does, not while the
-    task waited for a free CPU or a fresh worker imported and unpacked the run -- then the trial
-    run in this node's scratch, its record and its model's files. ``box`` holds the cargo's object
-    reference (fetched only by a worker's first trial)."""
+    """A Ray task's body (a streaming generator): ``None`` once the run is built and the trial starts
+    (the trial's clock starts there, not while the task waited), then the record and the model's files."""
     runner = runner_for(spec, lambda: _unpack(spec, box))
     runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
     yield None

@@ -1,12 +1,8 @@
 """Trials as Ray tasks, on a cluster (``address``) or on a local Ray started for you.
 
-Each task declares its resources (CPUs, GPUs, custom resources). No node needs the engine's
-disk: the model, the data and the original's figures travel through Ray's object store, a
-worker works in a scratch folder of its node, and each trial's model comes back into the
-engine's cache (ray_cargo.py). Every model is timed one at a time on one machine, so the
-search compares timings of one machine whatever nodes built them: the one running the engine,
-or (``executor.target``) a lane on the nodes holding the named resource (trials/ray_target.py). A task whose node is lost is run again on another
-(Ray's retry; the engine sees one record).
+No node needs the engine's disk (ray_cargo.py), and every model is timed on one machine (the
+engine's, or the target lane), so the search compares timings of one machine. A task whose
+node is lost is retried by Ray.
 """
 
 from __future__ import annotations
@@ -33,9 +29,7 @@ NODE_RETRIES = 1
 
 
 def ray_logs_to_run_log() -> None:
-    """Ray's loggers stop at the ``ray`` logger, which has no handler unless Ray configures
-    logging itself: Python's last resort would print their warnings on the console as if they
-    were quantune's. They go where the run's log goes (the root logger's handlers) instead."""
+    """Ray's warnings go to the run's log, not to the console as Python's last resort would print them."""
     ray_log = logging.getLogger("ray")
     ray_log.propagate = True
     if not any(isinstance(handler, logging.NullHandler) for handler in ray_log.handlers):
@@ -93,8 +87,7 @@ class RayExecutor(Executor):
         self._runner = runner
         self._loaded = spec.loaded
         self._spec = ray.put(for_nodes(spec))
-        # the cargo's object reference, put by the first trial (the original's outputs are cached by
-        # then; if not yet, put again until they are)
+        # the cargo's object reference, put again until the original's outputs are cached
         self._cargo: Any = None
         self._cargo_whole = False
         # the engine's timing lane: one model timed at a time, never beside another timing

@@ -1,13 +1,7 @@
 """Heavy stages outside the main process: one spawned worker per stage run, like a trial's.
 
-The accuracy-driven strategies' sensitivity analysis runs the flow's passes (calibration
-included) and both models over calibration data; in the main process it was killed by the
-kernel's out-of-memory killer (even small models can need tens of GB), taking the whole run with it.
-Here a stage runs in a fresh spawned process under the trial workers' limits (address space
-``executor.memory_limit_mb``, ``executor.trial_timeout_s``), its output in a log file beside
-theirs; when it dies, hangs or raises, the caller gets the cause instead of a value, the
-cause is logged and recorded for ``results.json`` (``stage_errors``), and the run goes on.
-Each stage's peak resident memory is recorded too (``stage_peak_rss_mb``).
+A stage such as a sensitivity analysis can blow up memory; in a worker under the trials'
+limits its death, hang or error becomes a recorded cause (``stage_errors``) and the run goes on.
 """
 
 from __future__ import annotations
@@ -52,14 +46,12 @@ class StageLog:
 
 @dataclass
 class StageDeadline:
-    """The ``time.perf_counter()`` reading by which every stage must be done (``None``: none), set
-    by the engine from ``stop.timeout_s`` once the run's end is budgeted: a stage a strategy asks
-    for late in the run (a sensitivity analysis) is stopped there rather than overrun the limit."""
+    """The ``time.perf_counter()`` reading by which every stage must be done (``None``: none), so a stage
+    asked for late in the run is stopped rather than overrun ``stop.timeout_s``."""
 
     at: float | None = None
     reason: str = "stopped at the run's time limit (stop.timeout_s, less what the run's end needs)"
-    # the run stopped the stage because it no longer needs it (work started ahead, then not
-    # wanted): not a failure, so not warned about nor listed among the run's failed stages
+    # the run stopped the stage because it no longer needs it: not a failure
     unneeded: bool = False
 
     def left_s(self) -> float | None:
@@ -153,8 +145,7 @@ def _run_inline(fn: Callable[..., Any], args: tuple) -> StageOutcome:
     return outcome
 
 
-# how often a waiting stage looks at the run's deadline (which may move, or be now: a run that is
-# over cancels its builds ahead, and its exit should not wait)
+# how often a waiting stage looks at the run's deadline (which may move, or be now)
 _POLL_S = 0.05
 
 
@@ -237,14 +228,11 @@ def _count(stage: str, seconds: float) -> None:
 
 
 def stage_seconds_by_name() -> dict[str, float]:
-    """Wall seconds the main thread has spent in each stage so far (ever): the run's time
-    breakdown (engine/run/timebook.py) takes the difference over its search."""
+    """Wall seconds the main thread has spent in each stage so far, for the run's time breakdown."""
     return dict(_BY_NAME)
 
 
 def stage_seconds() -> float:
-    """Wall seconds this process has spent running stages so far: the run loop subtracts the
-    ones it saw from the per-trial work it expects (a one-off ceiling stage is not per trial)."""
     return _STAGE_SECONDS
 
 
@@ -253,10 +241,8 @@ def run_stage(
 ) -> StageOutcome:
     """``fn(*args)`` in a worker (in-process when ``isolation.inline``); never raises for the stage's faults.
 
-    ``fn`` and ``args`` must pickle (a module-level function, plain data). The outcome's peak
-    and any failure are recorded in ``isolation.stages`` under ``stage``. ``reported``: the
-    caller ends the run with the failure in one line of its own, so it is only logged to the
-    run's log (quantune.log), not warned about on the console too.
+    ``fn`` and ``args`` must pickle. The peak and any failure are recorded under ``stage``;
+    ``reported``: the caller reports the failure itself, so it is only logged, not warned about.
     """
     global _STAGE_SECONDS
     started = time.perf_counter()

@@ -1,8 +1,5 @@
-"""The worker side: build the trial runner once per process, then run trials.
-
-Used by the process pool and by Ray tasks alike, so both run trials exactly as the
-in-process executor does.
-"""
+"""The worker side: build the trial runner once per process, then run trials, for the process pool
+and Ray tasks alike."""
 
 from __future__ import annotations
 
@@ -51,8 +48,7 @@ def runner_for(spec: WorkerSpec, unpack: Callable[[], tuple[LoadedConfig, Given]
 
 
 def launch_memory_probe(runner: TrialRunner) -> None:
-    """In a worker that evaluates: the memory probe's server started beside its first evaluation
-    (see ``LocalBackend.launch_memory_probe``; other backends measure in their own process)."""
+    """In a worker that evaluates: the memory probe's server started beside its first evaluation."""
     launch = getattr(runner.context.evaluator.backend, "launch_memory_probe", None)
     if launch is not None:
         launch()

@@ -1,7 +1,5 @@
-"""One trial worker process: spawned with its own log file (stdout, stderr, faulthandler's report
-of a segfault) and memory limit, it rebuilds the run once, then serves one trial at a time over
-a pipe; its slot (process.py) starts a fresh one after a crash, a hang or a memory blow-up.
-"""
+"""One trial worker process: its own log file and memory limit, the run rebuilt once, then one trial
+at a time over a pipe."""
 
 from __future__ import annotations
 
@@ -85,11 +83,8 @@ def _log_to(path: str) -> None:
 
 
 class WorkerProcess:
-    """One worker process, started and stopped by its slot thread or (at shutdown) by the engine.
-
-    ``_lock`` guards swapping the process; once ``closed`` no new process starts, so a
-    shutdown racing a start-up leaves nothing running.
-    """
+    """One worker process, started and stopped by its slot thread or (at shutdown) by the engine;
+    once ``closed`` no new process starts, so a racing shutdown leaves nothing running."""
 
     def __init__(self, index: int, spec: WorkerSpec, log_dir: Path, memory_limit_mb: int | None) -> None:
         self.index = index
@@ -103,9 +98,8 @@ class WorkerProcess:
         self._lock = threading.Lock()
 
     def ensure_started(self) -> None:
-        """Starts the worker unless it runs. A worker killed by a signal while starting (the
-        out-of-memory killer, a stray kill) is started again, up to ``START_ATTEMPTS`` times in a
-        row; one that exits by itself (a broken plugin, say) fails the start at once."""
+        """Starts the worker unless it runs; one killed by a signal while starting is started again, up to
+        ``START_ATTEMPTS`` times, one that exits by itself fails the start at once."""
         for attempt in range(1, START_ATTEMPTS + 1):
             try:
                 self._start()
@@ -133,8 +127,7 @@ class WorkerProcess:
             child.close()
             self.process, self.conn = process, parent
             self._moved_log = None  # started on the current path
-        # Wait for the worker to import and build the run (slow under load; not part of any trial's time).
-        # A worker that cannot build the run says why again when it is given its trial.
+        # Wait for the worker to build the run (not part of any trial's time); a failure says why later.
         try:
             ready = wait([parent, process.sentinel], timeout=STARTUP_TIMEOUT_S)
         except (OSError, ValueError):  # the pipe was closed under us: only a shutdown does that
@@ -182,8 +175,7 @@ class WorkerProcess:
         self.stop(kill=kill)
 
     def move_log(self, path: Path) -> None:
-        """The log continues at ``path``: what it holds is copied there now, and the process is
-        told before its next trial (it is idle until then)."""
+        """The log continues at ``path``: copied there now, the process told before its next trial."""
         with self._lock:
             with contextlib.suppress(OSError):
                 shutil.copyfile(self.log_path, path)

@@ -6,8 +6,6 @@ Names are imported on first use (see ``quantune.engine``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from quantune._lazy import lazy_exports
 
 _EXPORTS = {
@@ -19,7 +17,3 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_exports("quantune.engine.outcome", _EXPORTS, globals())
-
-if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
-    from quantune.engine.outcome.result import Result, write_outputs  # noqa: F401
-    from quantune.engine.outcome.verdict import decide  # noqa: F401

@@ -1,16 +1,8 @@
 """What to deploy: ``best/session.json`` (where and how the model was measured) and ``best/run.py``.
 
-A candidate was measured on one provider with one set of session settings (its
-``<model>.session.json``, ``evaluate/session_file.py``) and the run's thread count; a model
-opened otherwise runs at another speed, and on another provider may score otherwise. So
-``best/`` says all of it in one file -- provider, its options, graph optimization level,
-execution mode, threads -- and ``run.py`` opens the session exactly so (numpy and onnxruntime
-only: it runs in the target environment), as the evaluation did: idle threads sleep, one
-inter-op thread unless the settings chose more. On OpenVINO, when every session opened from the
-model cache was created faster than every first one (``session_search.cache_effect``: session
-creation alone), ``session.json`` adds
-``cache_dir: ov_cache`` (beside it): the first ``run.py`` compiles and writes it, later ones start
-from it; inference is the same.
+A model opened with other session settings runs at another speed, and on another provider may
+score otherwise, so ``best/`` records them all and ``run.py`` (numpy and onnxruntime only)
+opens the session exactly as the evaluation did.
 """
 
 from __future__ import annotations
@@ -84,8 +76,7 @@ CACHE_DIR = "ov_cache"  # OpenVINO's compiled-model cache, relative to best/ (ru
 
 
 def deploy_settings(settings: Mapping[str, Any] | None, target: Mapping[str, Any]) -> dict[str, Any]:
-    """The full session of a measured candidate: its own settings (provider, tuned options) over
-    what every evaluation session had (``target_server.build_session_options`` with ``timing``)."""
+    """The full session of a measured candidate: its own settings over every evaluation session's."""
     own = dict(settings or {})
     provider = own.pop("provider", None) or target.get("provider") or CPU
     options = own.pop("provider_options", None)

@@ -1,9 +1,5 @@
-"""The run's output folder: claimed safely, never clobbering what a user put there.
-
-One run at a time holds a folder (``run.lock``, see store/lock.py). A run that fails before
-any trial finished removes what it created there, so the next run starts as if it had never
-been (no ``--restart`` needed after fixing the cause).
-"""
+"""The run's output folder: claimed safely (``run.lock``), never clobbering what a user put there.
+A run that fails before any trial finished removes what it created, so no ``--restart`` is needed."""
 
 from __future__ import annotations
 
@@ -21,10 +17,9 @@ from quantune.store.faults import storage_errors
 from quantune.store.lock import LOCK_NAME, RunLock
 
 RUN_DB = "run.db"
+_STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
 _OURS = {
-    RUN_DB,
-    f"{RUN_DB}-wal",
-    f"{RUN_DB}-shm",
+    *_STORE_FILES,
     "results.json",
     "quantune.log",
     "config.json",
@@ -37,7 +32,6 @@ _OURS = {
     "optuna.journal",
     "optuna.db",  # an earlier version's study file
 }
-_STORE_FILES = (RUN_DB, f"{RUN_DB}-wal", f"{RUN_DB}-shm")
 _HARMLESS = {LOCK_NAME, "workers", "quantune.log"}  # left by a run stopped before its store existed
 
 
@@ -63,12 +57,9 @@ def open_output(
 ) -> RunStore:
     """Opens (or creates) the run store in ``folder``.
 
-    A folder holding a run of a different config is refused unless ``restart``; a folder
-    holding files quantune did not write is refused always; ``protected`` files (the input
-    model, the data) may never lie inside the parts quantune rewrites. ``sources`` (see
-    trials/identity.py) are kept in the store, so a refusal names the data or script that changed.
-    ``cache``: the run's cache folder, quantune's own wherever the config puts it (inside
-    ``folder`` too: it was made before the folder is claimed, and no run takes it back).
+    A folder holding another config's run is refused unless ``restart``, one holding files quantune
+    did not write always; ``protected`` files may never lie inside what quantune rewrites. ``sources``
+    are kept so a refusal names what changed. ``cache``: the run's cache folder.
     """
     folder = folder.resolve()
     ours = set(_OURS)
@@ -96,8 +87,7 @@ def open_output(
                 f"--output: '{folder}' already holds files quantune did not write ({', '.join(foreign[:3])}...); "
                 "choose an empty or new folder"
             )
-        # the names quantune writes, but no run store: not a run of ours (or one whose record is
-        # gone), so what they hold may be the user's and is never replaced without being asked
+        # quantune's names but no run store: what they hold may be the user's, never replaced unasked
         results = sorted(p.name for p in folder.iterdir() if p.name in _OURS and p.name not in _HARMLESS)
         if results and not (folder / RUN_DB).exists() and not restart:
             raise QuantuneError(
@@ -159,8 +149,7 @@ def _claim(
         store.clear()
         for stale in ("best", "closest_miss", "unconfirmed"):  # another config's models
             shutil.rmtree(folder / stale, ignore_errors=True)
-    # Same config: the stored trials are resumed (see engine/run/resume.py); best/ stays until the
-    # end of the run rewrites it (its model may be gone from a cleared cache: keep what we have).
+    # Same config: the stored trials are resumed; best/ stays until the run's end rewrites it.
     (folder / "results.json").unlink(missing_ok=True)
     store.set_meta("config_hash", config_hash)
     if sources is not None:
@@ -169,9 +158,8 @@ def _claim(
 
 
 def close_output(store: RunStore, *, failed: bool) -> None:
-    """Closes the run store and releases the folder. A ``failed`` run with no finished trial
-    takes back what it created (its store, config.json, log, worker logs; the folder itself
-    when it made it), so a fixed config runs next time without ``--restart``."""
+    """Closes the run store and releases the folder; a ``failed`` run with no finished trial takes back
+    what it created, so a fixed config runs next time without ``--restart``."""
     folder = store.path.parent
     claim = _CLAIMS.pop(id(store), _Claim(False, set(_OURS)))
     cleanup = False

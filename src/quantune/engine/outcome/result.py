@@ -1,12 +1,7 @@
 """The result of a run and the files that record it.
 
-``results.json`` is the machine-readable record other tools read. Its top level is stable:
-``verdict`` (improved, unconfirmed, keep_original or no_candidate_in_budget) and ``verdict_reason``,
-``baseline`` (the original model's metrics), ``trials`` (every trial: number, flow, params,
-status, metrics, meets_criterion, durations, ...), and ``best`` (one of ``trials``, or null:
-the best candidate, which is the result only when the verdict is ``improved``), and
-``time_spent_s`` (seconds per phase of the run: set-up, original, the search's stages,
-confirmation, writing; see engine/run/timebook.py).
+``results.json`` is the machine-readable record other tools read; its top level (``verdict``,
+``verdict_reason``, ``baseline``, ``trials``, ``best``, ``time_spent_s``) is stable.
 """
 
 from __future__ import annotations
@@ -57,19 +52,12 @@ class Result:
     stage_errors: list[dict[str, Any]] = field(default_factory=list)  # stages that died, with their cause
     strategy_notes: dict[str, Any] = field(default_factory=dict)  # Strategy.learned(): sensitivity scores
     environment: dict[str, Any] = field(default_factory=machine_info)  # the machine and library versions
-    # where models were evaluated: python, onnxruntime version, provider (+ options), CPU (evaluate/backend.py)
-    target: dict[str, Any] | None = None
-    # why the run's end did not re-time its best models (no time left within stop.timeout_s), else None
-    latency_confirmation_skipped: str | None = None
-    # the accuracy--latency Pareto front of the quantized trials faster than the original (numbers,
-    # most accurate first); the closest miss is its first point (engine/trials/selection.py miss_front)
-    miss_front: list[int] = field(default_factory=list)
+    target: dict[str, Any] | None = None  # where models were evaluated: versions, provider, CPU
+    latency_confirmation_skipped: str | None = None  # why the run's end did not re-time its best models
+    miss_front: list[int] = field(default_factory=list)  # selection.miss_front: the closest miss first
     time_spent_s: dict[str, float] = field(default_factory=dict)  # phase -> seconds (engine/run/timebook.py)
-    # seconds of stop.timeout_s left once results.json is written (None: no limit); not in results.json
-    time_left_s: float | None = field(default=None, repr=False)
-    # why the chosen model's folder (best/, unconfirmed/, closest_miss/) was not written: its model
-    # left the cache during the run (the next run rebuilds it); None when it was, or none was chosen
-    model_not_saved: str | None = None
+    time_left_s: float | None = field(default=None, repr=False)  # of stop.timeout_s; not in results.json
+    model_not_saved: str | None = None  # why the chosen model's folder was not written (it left the cache)
 
     @property
     def failure_classes(self) -> dict[str, int]:
@@ -96,9 +84,7 @@ class Result:
 
     @property
     def provider_front(self) -> dict[str, int]:
-        """The front across providers (``target.providers``): each provider's fastest trial in budget by
-        its objective figure (the trial's own measurement), provider -> trial number; the provider a
-        trial was judged on is its session's (the reference one without a session setting)."""
+        """Per provider (``target.providers``), the trial number of its fastest trial in budget by its own figure."""
         target = self.target or {}
         if not target.get("providers"):
             return {}
@@ -132,16 +118,13 @@ class Result:
 
     @property
     def unconfirmed_model_path(self) -> Path | None:
-        """``unconfirmed/model.onnx``: the candidate faster by the search's figures, not yet timed side
-        by side (``quantune run`` on the same output confirms it, then it moves to ``best/``)."""
+        """``unconfirmed/model.onnx``: the candidate faster by the search's figures, not yet timed side by side."""
         unconfirmed = self.verdict == "unconfirmed" and self.best is not None and not self.model_not_saved
         return self.output_dir / "unconfirmed" / "model.onnx" if unconfirmed else None
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any], output_dir: str | Path) -> Result:
-        """The run a results.json records (:meth:`to_dict` read back, typed: the criterion a
-        :class:`Criterion`, each trial a :class:`TrialRecord`); ``output_dir`` is its folder.
-        Keys an older results.json lacks take their defaults."""
+        """The run a results.json records (typed), ``output_dir`` its folder; missing keys take their defaults."""
         trials = [TrialRecord.from_dict(t) for t in data["trials"]]
         objective = data.get("objective", "latency")
         return cls(
@@ -214,15 +197,13 @@ def write_outputs(
     before_json: Callable[[], None] | None = None,
     rebuild: Callable[[TrialRecord], Path | None] | None = None,
 ) -> None:
-    """Writes ``results.json`` and the model that answers the run: ``best/`` (model + the
-    parameters that made it) only when the verdict is ``improved``; ``unconfirmed/`` when the
-    candidate was faster by the search's figures but not yet timed side by side (a user deploying
-    ``best/`` gets only confirmed models); ``closest_miss/`` when no candidate met the criterion;
-    none when the original should be kept (the best candidate is in ``results.json`` and the
-    cache, for information, not dressed up as a win). ``before_json`` is called once the models
-    are saved (the engine closes its time breakdown there). ``rebuild``: the chosen model built
-    again when it left the cache during the run (``TrialRunner.rebuild``). ``report.html`` is the
-    report package's (a run listener draws it, see ``quantune.report``)."""
+    """Writes ``results.json`` and the model that answers the run.
+
+    ``best/`` only when ``improved``, ``unconfirmed/`` for a candidate not yet timed side by side,
+    ``closest_miss/`` when nothing met the criterion, none when the original should stay (a user
+    deploying ``best/`` gets only confirmed wins). ``before_json`` runs once the models are saved;
+    ``rebuild`` builds the chosen model again when it left the cache during the run.
+    """
     folder = result.output_dir
     folder.mkdir(parents=True, exist_ok=True)
     result.model_not_saved = None  # this pass's finding (an earlier pass over the run may have had one)
@@ -246,8 +227,7 @@ def write_outputs(
 
 
 def _say_lost_models(result: Result) -> None:
-    """Says, on the console too, which finished trials' models left the cache during the run:
-    they could not be timed again or chosen, so the verdict is over the others."""
+    """Says, on the console too, which finished trials' models left the cache during the run."""
     lost = [r.number for r in result.trials if r.status == "ok" and r.model_path and not Path(r.model_path).is_file()]
     if lost:
         numbers = ", ".join(map(str, lost[:10])) + (", ..." if len(lost) > 10 else "")
@@ -271,8 +251,7 @@ def _save_model(
             source = rebuilt
             chosen.model_path = str(rebuilt)
     if not source.is_file():
-        # The cache was cleared during the run: no earlier pair may stand in for the model, and
-        # results.json says the folder is missing (the next run rebuilds the model, engine/run/resume.py).
+        # The cache was cleared during the run: no earlier pair may stand in for the model.
         shutil.rmtree(target, ignore_errors=True)
         result.model_not_saved = (
             f"trial {chosen.number}'s model left the cache during the run ({source}): {target.name}/ is not "

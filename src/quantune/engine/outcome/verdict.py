@@ -1,23 +1,9 @@
 """The verdict: does the run's best candidate beat the original, or should the original stay?
 
-The original model is always a candidate. The verdict is one of
-
-* ``improved``: a candidate beats the original on the first objective — for latency, side by
-  side beyond the timing noise (its paired-ratio interval from the end-of-run re-timing lies
-  below 0.98, see ``evaluate/paired.py``); for size, strictly smaller (sizes are exact); for
-  accuracy, a smaller loss than the original's (below 0), beyond the evaluation's sampling noise
-  where the metric scores rows right or wrong (``evaluate/rows.py``);
-* ``unconfirmed``: for latency, a candidate was faster during the search, but the run could
-  not time it side by side with the original (stopped first, ``confirm_top: 0``): search-time
-  figures drift by more than the gains they would crown, so this is no ``improved``; or the
-  side-by-side timing measured it faster but its interval was too wide to decide (see
-  ``RatioInterval.undecided``): that is no evidence of "no faster candidate" either;
-* ``keep_original``: candidates met the criterion but none beats the original;
-* ``no_candidate_in_budget``: no trial met the criterion with a model that quantizes something.
-
-Only ``improved`` writes ``best/``; ``unconfirmed`` writes its candidate to ``unconfirmed/``;
-the others say so in one sentence (``verdict_reason``) and keep the best candidate in
-``results.json`` for information.
+``improved`` needs evidence beyond the noise (a side-by-side timing, an exact size, a loss below
+the sampling noise); ``unconfirmed`` is a candidate faster in the search that could not be
+confirmed side by side, since search-time figures drift by more than the gains they would crown;
+``keep_original`` and ``no_candidate_in_budget`` say why in ``verdict_reason``.
 """
 
 from __future__ import annotations
@@ -60,12 +46,10 @@ def decide(
 ) -> Verdict:
     """The verdict on ``records`` (every trial of the run) against the original's ``baseline``.
 
-    ``original_wins``: the strategy's reason, when it measured side by side that nothing it could
-    propose beats the original (then no trial may have run, and the original is the answer).
-    ``unconfirmed``: why a latency run has no side-by-side re-timing (the run's words: "the run was
-    stopped ..."); a candidate faster by the search's figures is then ``unconfirmed``, never ``improved``.
-    A chosen candidate whose accuracy loss is within the evaluation's sampling noise is said to be
-    (evaluate/rows.py): the evaluation cannot tell it from the original."""
+    ``original_wins``: the strategy's reason when it measured that nothing beats the original.
+    ``unconfirmed``: why a latency run has no side-by-side re-timing; a candidate faster by the
+    search's figures is then ``unconfirmed``, never ``improved``.
+    """
     verdict = _decide(records, objectives, baseline, confirmation, loss_kind, original_wins, unconfirmed)
     note = noise_note(verdict.best.metrics) if verdict.best is not None else ""
     return Verdict(verdict.kind, f"{verdict.reason}; {note}", verdict.best) if note else verdict
@@ -164,10 +148,8 @@ def _latency_side_by_side(confirmation: Confirmation, objectives: Sequence[str])
 def _tie_rule(
     best: TrialRecord, pool: Sequence[TrialRecord], ties: Sequence[int], preferred: int | None = None
 ) -> TrialRecord:
-    """Among the models tied with the fastest side by side (``Confirmation.ties``), the strategy's own
-    answer when it is one of them (``preferred``), else the earliest trial: the re-timing's stable
-    contender (engine/measure/confirm.py), so the same run twice picks the same model where the fastest
-    median -- or a byte fewer -- would follow the noise."""
+    """Among the models tied with the fastest side by side, the strategy's own answer when it is one
+    of them, else the earliest trial, so the same run twice picks the same model despite noise."""
     tied = [r for r in pool if r.number in ties]
     if best.number not in ties or len(tied) < 2:
         return best
@@ -175,8 +157,7 @@ def _tie_rule(
     return chosen if chosen is not None else min(tied, key=lambda r: r.number)
 
 
-# Peak memory measured twice in fresh processes differs by up to a few percent: a smaller figure
-# counts only beyond that.
+# Peak memory differs by a few percent between fresh processes: a smaller figure counts beyond that.
 MEMORY_NOISE = 0.05
 
 

@@ -1,25 +1,9 @@
 """``flows: auto``: the flows a zero-knowledge config should try, from the passes it lists.
 
-A user who knows nothing about the model lists the passes (each with ``search: true``) and
-lets quantune place them, the way Olive's recipes do:
-
-* every int8 quantizer (``auto_place = "quantize"``: ``static_quant``, ``dynamic_quant``) alone;
-* a fusion (``"fuse"``: ``transformer_opt``) alone (fused fp32) and before each quantizer and
-  weight pass (fusion, then quantization) -- only when the model is a transformer;
-* a weight pass (``"weights"``: ``weight_only``) alone, and before each dynamic quantizer
-  (``quantizes = "dynamic"``: ``dynamic_quant``; the MatMuls it leaves float may still go
-  int8) -- only when the model has MatMuls with constant weights;
-* a half-precision pass (``"half"``: ``fp16``) alone (and after a fusion) -- only when size is
-  an objective: on a CPU it rarely makes a model faster, so a latency run would spend its
-  trials on it for nothing;
-* a refining pass (``"refine"``: ``bias_correction``, ``fast_finetune``) after each static
-  quantizer (``quantizes = "static"``): the flows the ``quantune`` strategy's recover stage tries
-  before any fallback.
-
-Where a pass goes is its ``auto_place`` trait (:mod:`quantune.passes.base`). "Only when" is
-each pass's own :meth:`~quantune.passes.Pass.supports` on the model's facts, for its default
-config: a flow the model cannot run is never built (and never sampled). Passes without a
-place (graph_opt, cle, smooth_quant, most plugins) need flows written by hand.
+Where a pass goes is its ``auto_place`` trait (quantizers alone; a fusion alone and before
+them; a weight pass before dynamic quantizers; half precision only when size is an objective;
+refining passes after static quantizers), and each pass's ``supports`` on the model's facts
+keeps a flow the model cannot run from being built. Passes without a place need hand-written flows.
 """
 
 from __future__ import annotations

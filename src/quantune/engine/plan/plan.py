@@ -1,14 +1,8 @@
 """From config to plan: the steps, the flows through them, and one search space over all.
 
-Parameter names in the space are ``<step id>.<parameter>``. With several flows the space has
-a ``flow`` parameter, and each step's parameters are active only in the flows that contain
-the step. Flows that share a prefix share its work through the content-addressed cache: the
-same input model and pass config is one cache entry, however many flows pass through it.
-
-Invalid points are pruned four ways, all as constraints of the space so none is ever run:
-each pass's config validators (what onnxruntime cannot do), the target execution provider's
-rules, what the prepared model allows (``Pass.supports`` reads the model's facts, e.g. its
-opset), and the user's ``rules``.
+Parameters are ``<step id>.<parameter>``, active only in the flows holding the step; flows
+sharing a prefix share work through the content-addressed cache. Invalid points are pruned as
+space constraints (pass validators, provider rules, model facts, the user's ``rules``) so none runs.
 """
 
 from __future__ import annotations
@@ -61,9 +55,8 @@ class Plan:
         return self._rules_allow(point, configs)
 
     def _rules_allow(self, point: Mapping[str, Any], configs: list[tuple[Step, PassConfig]]) -> bool:
-        """Each pass must accept what the steps before it made and support the model the flow
-        starts from; then the user's rules, which read the resolved pass configs, so they see
-        fixed, default and joint values too."""
+        """Each pass must accept what the steps before it made and support the model the flow starts from;
+        then the user's rules, which read the resolved pass configs."""
         for index, (step, config) in enumerate(configs):
             upstream = [(earlier.pass_cls.name, earlier_config) for earlier, earlier_config in configs[:index]]
             if upstream and not step.pass_cls.accepts(config, upstream):
@@ -88,7 +81,6 @@ class Plan:
         return SearchSpace(params, [lambda point: self.is_runnable({**fixed, **point}, steps)])
 
     def flow_space(self, name: str) -> SearchSpace:
-        """The space of one flow, for reports (``quantune space``)."""
         return self.subspace(list(self.flows[name]), {FLOW: name} if len(self.flows) > 1 else {})
 
 

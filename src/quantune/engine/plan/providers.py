@@ -1,13 +1,8 @@
 """``target.providers``: the execution provider as a search axis, resolved and wired into the plan.
 
-``auto`` becomes the providers the target environment has that run here: each one listed by
-onnxruntime there is opened on a tiny model, and one that does not take it (a GPU provider
-without a device: onnxruntime falls back to the CPU) is skipped with its reason, never faked.
-The resolved list becomes an ``execution_provider`` step (``passes/onnx/execution_provider.py``)
-searched like any pass parameter: ``flows.py`` appends it to every flow and adds the flow of it
-alone (the original on each provider), and :func:`provider_rule` prunes the pairs a provider is
-known not to load (``space/providers.py``). The original on ``target.provider`` stays the
-reference every ratio is taken against.
+``auto`` becomes the providers that really run here (each opened on a tiny model; one that
+falls back to the CPU is skipped with its reason). The list becomes an ``execution_provider``
+step searched like any parameter; the original on ``target.provider`` stays the reference.
 """
 
 from __future__ import annotations
@@ -85,8 +80,8 @@ def with_provider_axis(loaded: LoadedConfig, backend: Backend) -> tuple[LoadedCo
 def provider_rule(
     steps: Mapping[str, Step], flows: Mapping[str, tuple[str, ...]], reference: str
 ) -> Callable[[Mapping[str, Any]], bool]:
-    """A plan rule: a point whose flow makes a model its provider cannot load never runs (see
-    ``space/providers.py``), nor the original on the reference provider (that is the original)."""
+    """A plan rule: a point whose flow makes a model its provider cannot load never runs, nor the
+    original on the reference provider (that is the original)."""
     step_id = provider_step(steps)
     assert step_id is not None
 

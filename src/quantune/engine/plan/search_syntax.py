@@ -60,7 +60,8 @@ def build_step(index: int, entry: Any, provider: str, nodes: NodeLister | None) 
     context = {**{name: field.default for name, field in fields.items()}, **fixed}
     params: dict[str, Param] = {}
     for name, param in searched.items():
-        _check_choices(pass_cls, fixed, name, param, f"{where}.params.{name}")
+        for value in _values(param):  # each searched value valid on its own (combinations may be pruned)
+            _check_values(pass_cls, fixed, {name: value}, f"{where}.params.{name}")
         resolved = _resolve(_restrict(param, allowed.get(name)), entry.step_id, context, searched)
         if resolved is not None:
             params[f"{entry.step_id}.{name}"] = resolved
@@ -180,12 +181,6 @@ def _check_values(pass_cls: type[Pass], fixed: dict[str, Any], values: dict[str,
         if own:
             shown = values if len(values) > 1 else next(iter(values.values()))
             raise ConfigError(f"{where}: value {shown!r} is not allowed: {own[0]['msg']}") from None
-
-
-def _check_choices(pass_cls: type[Pass], fixed: dict[str, Any], name: str, param: Param, where: str) -> None:
-    """Each searched value must be valid for its field on its own (combinations may still be pruned)."""
-    for value in _values(param):
-        _check_values(pass_cls, fixed, {name: value}, where)
 
 
 def _restrict(param: Param, allowed: tuple[Any, ...] | None) -> Param:

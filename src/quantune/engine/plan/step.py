@@ -1,8 +1,5 @@
-"""A step: one pass instance in the plan, with the values the user fixed.
-
-Kept apart from the plan so the modules that build steps (search syntax) and flows can use it
-without importing the plan that assembles them.
-"""
+"""A step: one pass instance in the plan, with the values the user fixed (apart from the plan, so the
+modules that build steps and flows need not import it)."""
 
 from __future__ import annotations
 
@@ -18,12 +15,8 @@ NodeLister = Callable[[], list[tuple[str, str]]]
 
 @dataclass(frozen=True)
 class Step:
-    """One pass instance with the parameter values the user fixed.
-
-    ``subsets`` maps a list-valued parameter (e.g. ``nodes_to_exclude``) to the elements
-    searched one boolean each: the point holds ``<step>.<param>[<element>]`` flags, and the
-    pass receives the list of elements whose flag is set.
-    """
+    """One pass instance with the parameter values the user fixed; ``subsets`` maps a list-valued
+    parameter to the elements searched one boolean flag each."""
 
     id: str
     pass_cls: type[Pass]

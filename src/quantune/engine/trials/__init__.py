@@ -7,8 +7,6 @@ Names are imported on first use (see ``quantune.engine``).
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
-
 from quantune._lazy import lazy_exports
 
 _EXPORTS = {
@@ -28,11 +26,3 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 __getattr__ = lazy_exports("quantune.engine.trials", _EXPORTS, globals())
-
-if TYPE_CHECKING:  # names for type checkers and IDEs; loaded lazily above
-    from quantune.engine.trials.failures import KnownFailures, classify_failure  # noqa: F401
-    from quantune.engine.trials.identity import run_sources  # noqa: F401
-    from quantune.engine.trials.limits import TrialLimit  # noqa: F401
-    from quantune.engine.trials.runner import RunContext, TrialRunner  # noqa: F401
-    from quantune.engine.trials.setup import RunParts, build_run, preflight  # noqa: F401
-    from quantune.engine.trials.trial import Trial, TrialRecord  # noqa: F401

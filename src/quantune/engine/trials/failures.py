@@ -1,22 +1,10 @@
 """Failures that teach: a failed trial's cause as a class, and the points that share it.
 
-A failed trial's error names where it failed (a pass, the evaluation, or the worker process)
-and why. :func:`classify` turns it into a *failure class*: the place plus the kind of error,
-with what varies from point to point (node names, paths, numbers) replaced by placeholders, so
-the same cause on different nodes is one class::
-
-    >>> classify("TrialError: pass 'dynamic_quant' failed: ValueError: Expected conv2d_157.w_0 to be an initializer")
-    'dynamic_quant: ValueError: Expected <name> to be an initializer'
-
-:class:`KnownFailures` learns, per class, a *signature*: the steps run up to the place that
-failed, and the searched values of those steps' parameters shared by every failing point of
-that class (a parameter whose value differed between two failures, or that one of them did
-not search, as a conditional parameter whose parent took another value, did not cause them;
-values the config fixes are the same for every point). A proposal matching
-a signature is not run: it would fail the same way. A signature is never widened so far that
-it covers a point which ran without failing; the failures are then kept as separate signatures.
-Everything is learnt from the trials in the order they were told, so a resumed run (which
-tells the stored trials again in that order) skips exactly what the original run skipped.
+:func:`classify` turns an error into the place plus the kind of error, with names and numbers
+replaced by placeholders, so the same cause on different nodes is one class.
+:class:`KnownFailures` learns per class the steps and shared searched values of the failing
+points, and skips proposals that match (never covering a point that ran fine). It learns in
+the order trials were told, so a resumed run skips exactly what the original run skipped.
 """
 
 from __future__ import annotations

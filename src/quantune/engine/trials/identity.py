@@ -1,14 +1,8 @@
 """A run's identity: the config plus the content of everything it names that changes a score.
 
-The same config text can mean another run: the evaluation data edited in place, a metric or
-loader script changed, a plugin's pass rewritten. Each such *source* gets a fingerprint of its
-content (a data set by what it holds, whatever file or loader produced it; a script by its
-file's bytes and those of the modules it imports from its folder, userlocal.py). Resuming
-compares them with those the run store kept, so a changed source is named and refused instead of scoring new trials against old ones; worker processes compare
-them again after loading, so a file edited while the run goes on is never mixed into it (the
-model, which trials and timings read all through the run: again at each trial and before the
-end's timing, a ``stat`` each); and
-the evaluation cache key holds the sources that change an evaluation.
+The same config text can mean another run (data edited in place, a script changed), so each
+source gets a content fingerprint. Resume refuses a changed source instead of mixing scores,
+workers check again after loading, and the evaluation cache key holds what changes an evaluation.
 """
 
 from __future__ import annotations
@@ -54,8 +48,7 @@ def _plugin_sha(plugin: str, loaded: LoadedConfig) -> str:
 
 
 def run_sources(loaded: LoadedConfig, context: Any) -> Sources:
-    """The fingerprint of every source of ``loaded``'s run, by the config field naming it.
-    ``context``: the run's ``RunContext`` (runner.py, which imports this module: not named here)."""
+    """The fingerprint of every source of ``loaded``'s run, by the config field naming it."""
     config = loaded.config
     label = config.model if isinstance(config.model, str) else config.model.label
     sources: Sources = {"model": {"label": label, "fingerprint": context.model.sha256}}
@@ -103,9 +96,8 @@ def changed_sources(stored: Mapping[str, Mapping[str, str]], current: Mapping[st
 
 
 def check_model_unchanged(context: Any) -> None:
-    """Refuses to go on once the user's model file (or its external data) no longer holds what the
-    run hashed at its start (``context``: the run's ``RunContext``): trials and timings read that
-    file all through the run, so a file replaced meanwhile would be mixed into it."""
+    """Refuses to go on once the user's model file no longer holds what the run hashed at its start:
+    trials and timings read it all through the run."""
     expected = context.sources.get("model")
     if expected is not None:
         now = context.model.current_sha256() or "missing"

@@ -1,13 +1,8 @@
 """How long a trial or the original's evaluation may run before its worker is killed.
 
-A metric, loader or runner that never returns hung a run for ever: ``executor.trial_timeout_s``
-had no default. Without it a trial now gets a limit derived from the original model's own
-evaluation (the same data through the same metric, timing included), with a floor generous
-enough for the passes a trial runs first (a calibration, a quantizer, a fine-tune):
-``max(TRIAL_FLOOR_S, PER_ORIGINAL x the original's evaluation)``. The original's evaluation,
-which has nothing to be measured against, gets ``ORIGINAL_LIMIT_S``. Neither runs past
-``stop.timeout_s`` when that is set: no single trial can take longer than the whole run may.
-A configured ``executor.trial_timeout_s`` is used as given, for both.
+A hung metric or loader must not hang the run, so without ``executor.trial_timeout_s`` a trial
+gets a limit scaled from the original's own evaluation (with a floor for the passes it runs
+first), and no trial runs past ``stop.timeout_s``.
 """
 
 from __future__ import annotations
@@ -42,7 +37,6 @@ def original_limit(config: Any) -> float:
 
 
 def limit_source(config: Any) -> str:
-    """Where the original's limit came from, in words."""
     if config.executor.trial_timeout_s is not None:
         return "executor.trial_timeout_s"
     if run_cap(config) and run_cap(config) < ORIGINAL_LIMIT_S:
@@ -52,8 +46,7 @@ def limit_source(config: Any) -> str:
 
 @dataclass
 class TrialLimit:
-    """A trial's time limit: ``configured`` (``executor.trial_timeout_s``), else the default,
-    read when the first trial starts (after the original was evaluated)."""
+    """A trial's time limit: ``configured``, else the default, read when the first trial starts."""
 
     configured: float | None = None
     original_s: Callable[[], float | None] = lambda: None  # the original's evaluation time, when known
@@ -73,7 +66,6 @@ class TrialLimit:
         return limit
 
     def note(self) -> str:
-        """What the limit was, for a trial it killed."""
         if self.configured is not None:
             return " (executor.trial_timeout_s)"
         return (
@@ -92,8 +84,7 @@ def original_evaluation_s(runner: Any) -> float | None:
 
 @contextlib.contextmanager
 def check_watchdog(config: Any) -> Iterator[None]:
-    """:func:`watchdog` for ``quantune check``: its loader and metric run in this process. Its line
-    names the step it stopped in (a slow model's timing is not a loader that never returns)."""
+    """:func:`watchdog` for ``quantune check``, whose line names the step it stopped in."""
     limit = original_limit(config)
     last: list[progress.Step] = []
 
@@ -119,10 +110,8 @@ def check_watchdog(config: Any) -> Iterator[None]:
 
 @contextlib.contextmanager
 def watchdog(seconds: float, message: str | Callable[[], str]) -> Iterator[None]:
-    """Ends this process with exit code 2 and ``message`` (one line) if the block runs longer than
-    ``seconds``: for user code run in the main process (``quantune check``'s loader and metric),
-    where no worker can be killed in its place. Only the artifact cache may be written meanwhile,
-    and its entries appear whole or not at all."""
+    """Ends this process with exit code 2 and ``message`` if the block runs longer than ``seconds``:
+    for user code run in the main process, where no worker can be killed in its place."""
 
     def expire() -> None:
         with contextlib.suppress(OSError):

@@ -1,19 +1,9 @@
 """Timings on the Ray nodes the user names as the target (``executor.target``).
 
-A cluster's nodes are rarely alike: a search that compares a timing taken on one CPU with
-another taken on a second CPU compares the machines, not the models. When the model is meant
-for other machines than the one running quantune, the user gives those machines a Ray custom
-resource; every timing that decides anything then runs there, in a Ray actor that holds the
-node's resource whole -- a lane, one model timed at a time, nothing else of the run beside it.
-:class:`RayTargetBackend` forwards the backend's timing requests to that actor (as
-``TargetBackend`` forwards to a target interpreter) and keeps the rest (accuracy outputs, memory,
-session opens) where it runs. The models travel through the object store, each once. Every
-forwarded request is noted with the node that took it, for ``results.json``'s ``target``.
-
-The lane is a named actor, so the engine's stage processes (which connect to the same cluster)
-find the same lane instead of waiting for the resource; it ends with the process that made it,
-and a request to a lane that ended (or whose node was lost) opens the next one. A target node whose quantune,
-onnxruntime or CPU flags differ from the first target node's never times.
+Timings taken on unlike nodes compare machines, not models, so every deciding timing runs in a
+named Ray actor holding the target resource whole (a lane); accuracy, memory and session opens
+stay where they run. A lost lane is replaced, and a node whose versions or CPU flags differ
+from the first target node's never times.
 """
 
 from __future__ import annotations
@@ -35,23 +25,15 @@ from quantune.errors import QuantuneError
 from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.latency import TimingRequest
 from quantune.evaluate.session_file import session_file
+from quantune.machine import cpu_flags
 from quantune.model import external_data_files
 
 DRIVER = "driver"  # executor.target's default: time on the machine running quantune
 NAMESPACE = "quantune"
-# how the engine's stage processes find the engine's cluster (not RAY_ADDRESS: a later local Ray of
-# this process would join a cluster that is gone)
+# how stage processes find the engine's cluster (not RAY_ADDRESS: a later local Ray would join a dead one)
 ADDRESS_VARIABLE = "QUANTUNE_RAY_ADDRESS"
 
 Files = dict[str, bytes]
-
-
-def _cpu_flags() -> str:
-    try:
-        with open("/proc/cpuinfo") as handle:
-            return next((line.split(":", 1)[1].strip() for line in handle if line.startswith("flags")), "")
-    except OSError:
-        return ""
 
 
 class TimingLane:
@@ -71,7 +53,7 @@ class TimingLane:
 
     def identity(self) -> dict[str, Any]:
         """What makes two nodes' timings comparable, and what results.json says of the target."""
-        return {**self._backend.describe(), "quantune": __version__, "cpu_flags": _cpu_flags(), "node": self.node}
+        return {**self._backend.describe(), "quantune": __version__, "cpu_flags": cpu_flags(), "node": self.node}
 
     def missing(self, keys: list[str]) -> list[str]:
         return [key for key in keys if not (self._folder / key / "done").is_file()]
@@ -135,8 +117,7 @@ class RayTargetBackend:
         return {**self._local.fingerprint(), "timed_on": f"ray:{self.resource}"}
 
     def describe(self) -> dict[str, Any]:
-        """The local one's, with the lane's node and every timing it took (those the engine's stage
-        processes asked for too; this process's own when the lane is gone)."""
+        """The local one's, with the lane's node and every timing it took."""
         import ray
 
         timed = list(self.timed)
@@ -231,8 +212,7 @@ def check_target(resource: str) -> None:
 def open_lane(
     resource: str, provider: str, options: dict[str, str], like: dict[str, Any] | None = None
 ) -> tuple[Any, dict[str, Any]]:
-    """The lane actor on the first target node (whose quantune, onnxruntime and CPU flags are
-    ``like``'s, when given: the node that timed before it), and its identity."""
+    """The lane actor on the first target node (like ``like``'s node, when given) and its identity."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 

@@ -33,17 +33,13 @@ from quantune.store import ArtifactCache, cache_key
 
 log = logging.getLogger("quantune.runner")
 
-# a miss's speed matters only to the closest miss (no candidate in budget): timed at the run's end if it may be it
 UNTIMED = "misses the accuracy budget: timed only if it may be the closest miss, at the run's end"
 
 
 @dataclass
 class RunContext:
-    """Everything shared by the trials of one run.
-
-    ``model`` is the user's original: the baseline, always the thing to beat. Trials start
-    from ``prepared`` (see :mod:`quantune.prepare`), which is the original when preparation
-    is off or changed nothing; ``start`` is whichever trials start from."""
+    """Everything shared by the trials of one run: ``model`` is the original, the thing to beat;
+    trials start from ``prepared`` when preparation changed it."""
 
     model: ModelHandle
     plan: Plan
@@ -51,29 +47,25 @@ class RunContext:
     evaluator: Evaluator
     cache: ArtifactCache
     batch_size: int  # rows per calibration batch
-    # "miss" once this process computed the baseline (the preflight does, before the run), so the
-    # run's own baseline() -- then a cache hit -- still reports where the figures came from.
+    # "miss" once this process computed the baseline, so a later cache hit still reports it
     baseline_status: str | None = None
     # config field -> {"label", "fingerprint"}: the content of the model, data and scripts (identity.py)
     sources: dict[str, dict[str, str]] = field(default_factory=dict)
     prepared: ModelHandle | None = None
     preparation: Preparation | None = None
-    # called once before the speed ceilings are timed (the engine's: wait for the models built ahead)
+    # called once before / after the speed ceilings are timed
     before_ceilings: Callable[[], None] | None = None
-    # called once after the speed ceilings are timed (the engine's: the guess's worker may evaluate on)
     after_ceilings: Callable[[], None] | None = None
-    # set until the speed ceilings have timed the original (each round times it first): takes those
-    # runs' seconds as its fresh latency figures, or None when they did not time it here
+    # set until the speed ceilings have timed the original: takes those runs' seconds as its latency
     original_timed: Callable[[Any], None] | None = None
 
     @property
     def start(self) -> ModelHandle:
-        """The model every flow starts from."""
         return self.prepared or self.model
 
     def eval_key(self, model_sha: str) -> str:
-        """The evaluation cache key: the model evaluated, how, on which data, against which original,
-        with which user scripts (an edited metric, runner or loader never reuses old figures)."""
+        """The evaluation cache key: model, evaluation, data, original and user scripts (an edited
+        metric never reuses old figures)."""
         from quantune.engine.trials.identity import fingerprints
 
         spec = self.evaluator.spec
@@ -88,8 +80,7 @@ class RunContext:
         )
 
     def baseline_keys(self) -> tuple[str, str, str]:
-        """The original's cache keys: its figures (``evals``), its outputs (arrays) and its metric
-        (``evals``), which every candidate's evaluation compares with."""
+        """The original's cache keys: its figures, its outputs and its metric."""
         key = self.eval_key(self.model.sha256)
         return key, cache_key("reference", key), cache_key("reference-metric", key)
 
@@ -104,9 +95,8 @@ class TrialRunner:
     def baseline(self, *, quick_timing: bool = False) -> tuple[dict[str, float], str]:
         """The original model's figures (cached), and whether they came from the cache.
 
-        ``quick_timing``: timed in a few rounds (beside the first guess's evaluation); the cached
-        figures say so, and the engine times the original again before it uses its latency
-        (``baseline.timed_quickly``)."""
+        ``quick_timing``: timed in a few rounds; the engine times the original again before using it.
+        """
         ctx = self.context
         key, reference_key, metric_key = ctx.baseline_keys()
         cached = ctx.cache.get_json("evals", key)
@@ -115,15 +105,13 @@ class TrialRunner:
             self._reference = reference
             return cached["metrics"], ctx.baseline_status or "hit"
         try:
-            # the reference cached before the original is timed: a first guess evaluated beside it
-            # compares meanwhile (engine/measure/prebuild.py); the figures follow, and only both are a hit
+            # the reference is cached before the original is timed, so a first guess can compare meanwhile
             started = time.perf_counter()
             evaluated: list[float] = []
 
             def keep(packed: dict[str, Any], metric: dict[str, float]) -> None:
                 evaluated.append(time.perf_counter() - started)  # outputs and metric, before timing and memory
-                # its metric first, then its outputs (their file is what a guess beside it waits for):
-                # the guess's worker judges the guess with it (engine/measure/ahead.py in_budget)
+                # the metric first: the outputs' file is what a guess beside it waits for
                 ctx.cache.put_json("evals", metric_key, {"metrics": metric})
                 ctx.cache.put_arrays(reference_key, packed)
 
@@ -133,10 +121,7 @@ class TrialRunner:
             raise QuantuneError(f"evaluating the original model failed: {exc}") from None
         finally:
             ctx.evaluator.quick_timing = False
-        # how long running the data through the model takes (not the timing, nor the memory probe's
-        # one-off start): the run's first trial is expected from it (run/engine.py, run/loop.py), and the
-        # trials' default time limit derives from it (trials/limits.py)
-        # and its timing's (``quantune check`` estimates a run from both)
+        # the evaluation's and the timing's seconds: trial limits and run estimates derive from them
         seconds = {
             "evaluation_s": evaluated[0] if evaluated else time.perf_counter() - started,
             "timing_s": ctx.evaluator.last_timing_s,
@@ -149,7 +134,6 @@ class TrialRunner:
         return metrics, "miss"
 
     def reference(self) -> dict[str, Any]:
-        """The original's packed outputs (every agreement figure compares with them)."""
         if self._reference is None:
             self.baseline()
         assert self._reference is not None
@@ -188,15 +172,14 @@ class TrialRunner:
         return record
 
     def time_closest_misses(self, records: list[TrialRecord], original_ms: float | None) -> list[TrialRecord]:
-        """With no candidate in budget, the untimed misses timed now, the most accurate first, until the
-        closest miss is known (the most accurate miss faster than the original, ``selection.miss_front``):
-        one less accurate than a faster miss timed cannot be it, so it stays untimed (as do all when a
-        candidate is in budget). The same closest miss as timing every trial, for one timing or a few.
-        Returns the records timed (their figures added, ``untimed`` cleared)."""
+        """With no candidate in budget, the untimed misses timed now, most accurate first, until the
+        closest miss is known: a miss less accurate than a faster timed one cannot be it. Returns the
+        records timed."""
         if any(is_candidate(r) for r in records):
             return []
         timed = []
-        for record in sorted((r for r in records if r.untimed and r.accuracy_loss is not None), key=_by_loss):
+        misses = (r for r in records if r.untimed and r.accuracy_loss is not None)
+        for record in sorted(misses, key=lambda r: (r.accuracy_loss, r.number)):
             front = miss_front(records, original_ms)
             if front and front[0].accuracy_loss < record.accuracy_loss:  # (a tie: the tie rule reads its speed)
                 break
@@ -210,8 +193,8 @@ class TrialRunner:
         return timed
 
     def rebuild(self, record: TrialRecord) -> Path | None:
-        """A finished trial's model built again through the pass cache, when it left the cache (a
-        cache miss rebuilds); ``None`` when the passes fail or do not give the same bytes."""
+        """A finished trial's model built again when it left the cache; ``None`` when the passes fail
+        or do not give the same bytes."""
         scratch = TrialRecord(number=record.number, flow=list(record.flow), params=dict(record.params), status="ok")
         try:
             path, sha = self._run_passes(Trial(record.number, tuple(record.flow), dict(record.params)), scratch)
@@ -257,7 +240,7 @@ class TrialRunner:
         cached = ctx.cache.get_json("evals", key)
         timed = partial(self._timed, untimed_if_missed)
         if cached is not None:
-            # computed ahead by this very run (its first guess, engine/measure/prebuild.py): its work, not a hit
+            # computed ahead by this very run: its work, not a hit
             ahead = bool(self.run_id) and cached.get("ahead") == self.run_id
             record.cache["evaluation"] = "miss" if ahead else "hit"
             metrics = cached["metrics"]
@@ -289,9 +272,8 @@ class TrialRunner:
 
 
 def original_metric(context: RunContext, metric: str, wait_s: float) -> float | None:
-    """The original's ``metric``: cached with its outputs for a label or user metric (the original
-    may still be timed then), else with its figures, polled for up to ``wait_s`` (written by another
-    process; its timing and memory probe are all that is left once its outputs are in)."""
+    """The original's ``metric`` from the cache (with its outputs, else its figures), polled for up
+    to ``wait_s`` while another process writes it."""
     key, _, metric_key = context.baseline_keys()
     deadline = time.perf_counter() + wait_s
     while True:
@@ -302,7 +284,3 @@ def original_metric(context: RunContext, metric: str, wait_s: float) -> float | 
         if time.perf_counter() >= deadline:
             return None
         time.sleep(0.05)
-
-
-def _by_loss(record: TrialRecord) -> tuple[float, int]:
-    return (record.accuracy_loss if record.accuracy_loss is not None else float("inf"), record.number)

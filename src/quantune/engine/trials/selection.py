@@ -1,13 +1,8 @@
 """Choosing the result: the best trial that meets the criterion, the Pareto front, or the
 closest miss.
 
-Objectives are minimised: ``latency`` (median ms) and ``size`` (bytes) as measured, and
-``accuracy`` as the loss against the original model.
-
-A *candidate* is a trial that meets the criterion and runs some compute quantized: a model
-with no quantized compute op is the original in disguise (every group excluded, a quantizer
-that skipped everything, graph optimisation alone, which onnxruntime does anyway when it
-loads a model), so it is never the result (nor, when it meets the criterion, the closest miss).
+A model with no quantized compute op is the original in disguise, so it is never a candidate
+(nor the closest miss).
 """
 
 from __future__ import annotations
@@ -18,9 +13,7 @@ from collections.abc import Iterable, Sequence
 from quantune.engine.trials.trial import TrialRecord
 
 OBJECTIVE_METRICS = {"latency": "latency_ms", "size": "size_bytes", "memory": "peak_memory_mb"}
-# How far apart two models' search-time latencies (each timed once, beside other work) may be and
-# still be the same speed: a choice between them by those figures follows the noise, so it goes
-# to the earlier trial (the closest miss here; the confirmation's second contender, measure/confirm.py).
+# How far apart two search-time latencies may be and still be the same speed: within it, the earlier trial.
 SEARCH_NOISE = 0.10
 MEASURED = frozenset({"latency", "memory"})  # objectives read from a measurement, not from the model's bytes
 
@@ -46,9 +39,8 @@ def ranking(objectives: Sequence[str]) -> list[str]:
 
 
 def quantizes_nothing(record: TrialRecord) -> bool:
-    """Whether the trial's model runs no compute op quantized nor in float16 (``False`` when not
-    measured, as in a run store written before the count existed) on the original's provider
-    (the same model on another provider, ``target.providers``, is a candidate of its own)."""
+    """Whether the trial's model runs no compute op quantized nor in float16 on the original's
+    provider (``False`` when not measured; on another provider it is a candidate of its own)."""
     return (
         record.status == "ok"
         and record.metrics.get("quantized_ops", 1) == 0
@@ -118,11 +110,9 @@ def _evaluated_misses(records: Iterable[TrialRecord]) -> list[TrialRecord]:
 def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None) -> list[TrialRecord]:
     """The accuracy--latency Pareto front of the quantized trials faster than the original.
 
-    When nothing meets the budget, this is what a user can choose from: each point is a speed
-    bought with some accuracy, and no other tried model is both faster and more accurate. A
-    trial not faster than the original beyond the search-time noise (``SEARCH_NOISE``) is no
-    choice at all (the original is better on both, or may be), so it is left out: else the
-    closest miss would change with the noise from run to run. Most accurate first.
+    What a user can choose from when nothing meets the budget. A trial not faster beyond the
+    search-time noise (``SEARCH_NOISE``) is left out, so the closest miss does not follow the
+    noise. Most accurate first.
     """
     if not original_latency_ms or original_latency_ms <= 0:
         return []
@@ -142,8 +132,7 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
         if fastest >= fastest_so_far:
             continue  # more loss than every point before it, so it must be faster to count
         fastest_so_far = fastest
-        # equally accurate models within the search-time noise of each other: the earliest trial, not
-        # the one a single timing favoured (which changes from run to run)
+        # within the noise, the earliest trial, not the one a single timing favoured
         front.append(earliest_as_fast(timed))
     return front
 
@@ -151,10 +140,9 @@ def miss_front(records: Iterable[TrialRecord], original_latency_ms: float | None
 def closest_miss(
     records: Iterable[TrialRecord], objectives: Sequence[str], original_latency_ms: float | None = None
 ) -> TrialRecord | None:
-    """The most accurate point of :func:`miss_front` (with ``original_latency_ms``); when no
-    tried model is faster than the original, the evaluated trial with the smallest accuracy
-    loss (then the best objective; a measured one, within ``SEARCH_NOISE``, the earlier trial).
-    A model that quantizes nothing yet meets the criterion is the original in disguise, not a miss."""
+    """The most accurate point of :func:`miss_front`; when no tried model is faster than the
+    original, the evaluated trial with the smallest accuracy loss. A model that quantizes
+    nothing is the original in disguise, not a miss."""
     records = list(records)
     front = miss_front(records, original_latency_ms)
     if front:

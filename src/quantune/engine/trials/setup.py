@@ -43,10 +43,8 @@ log = logging.getLogger("quantune.setup")
 
 @dataclass(frozen=True)
 class Given:
-    """Parts a worker receives instead of computing them again: the data the engine loaded and
-    checked, the preparation it did (its model beside the worker's copy of the original), and
-    the names the engine's run gives its metric and runner (the config's text there: a worker
-    loads its own copies of their scripts, named otherwise, and must report the same figures)."""
+    """Parts a worker receives instead of computing them again: the engine's checked data, its
+    preparation, and the names the engine gives its metric and runner (so figures match)."""
 
     calibration: Dataset | None
     evaluation: Dataset
@@ -69,7 +67,6 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0, given: Given | Non
     load_plugins(config.plugins, loaded.base_dir)
     if isinstance(config.model, str):
         model = ModelHandle.from_path(loaded.resolve(config.model), field_name="model")
-        # a config mistake is reported before preparation's work, and so is a model quantized already
         check_not_quantized(config.model, model, build_plan(config, nodes=model.nodes))
         cache = ArtifactCache(loaded.resolve(config.cache_dir) if config.cache_dir else default_cache_dir())
         calibration, evaluation = (given.calibration, given.evaluation) if given else _load_data(loaded)
@@ -80,7 +77,6 @@ def build_run(loaded: LoadedConfig, *, eval_threads: int = 0, given: Given | Non
         exported = export_pytorch(config.model, loaded.base_dir, cache, datasets, config.data.batch_size)
         model = ModelHandle.from_path(exported, field_name="model")
     input_names = model.input_names()
-    # checked (and converted) before preparation runs the evaluation data through the model
     calibration, evaluation = check_run_data(config, model, calibration, evaluation)
     preparation = given.preparation if given else prepare_for_run(config, model, evaluation, cache)
     if not isinstance(config.model, str):  # the export is the first change made to what the user gave
@@ -154,9 +150,8 @@ QUANTIZED_INPUT_OPS = QUANTIZED_COMPUTE_OPS | {"QuantizeLinear", "DequantizeLine
 
 
 def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
-    """A quantized model given as the input is refused when a pass would quantize it again:
-    onnxruntime's quantizers do not take their own output (every trial would fail on the nodes
-    they already added), so the user is told what the model is and what to give instead."""
+    """A quantized model given as input is refused when a pass would quantize it again: onnxruntime's
+    quantizers do not take their own output."""
     found = Counter(op for _, op in model.nodes() if op in QUANTIZED_INPUT_OPS)
     quantizers = sorted({step.pass_cls.name for step in plan.steps.values() if step.pass_cls.quantizes})
     if not found or not quantizers:
@@ -172,12 +167,9 @@ def check_not_quantized(label: str, model: ModelHandle, plan: Plan) -> None:
 
 
 def _load_data(loaded: LoadedConfig) -> tuple[Dataset | None, Dataset]:
-    """The calibration data (``None`` when not given) and the evaluation data."""
     data = loaded.config.data
     evaluation = _load(loaded, data.evaluation, "data.evaluation")
-    calibration = None
-    if data.calibration:
-        calibration = _load(loaded, data.calibration, "data.calibration")
+    calibration = _load(loaded, data.calibration, "data.calibration") if data.calibration else None
     return calibration, evaluation
 
 
@@ -197,8 +189,7 @@ def _load(loaded: LoadedConfig, spec: str, field_name: str) -> Dataset:
 
 
 def for_workers(loaded: LoadedConfig, parts: RunParts) -> LoadedConfig:
-    """The config workers rebuild the run from: a PyTorch model replaced by its ONNX export, so
-    workers neither import torch nor build the module again (same content, same fingerprint)."""
+    """The config workers rebuild the run from: a PyTorch model replaced by its ONNX export."""
     if isinstance(loaded.config.model, str):
         return loaded
     config = loaded.config.model_copy(update={"model": str(parts.context.model.path)})
@@ -208,8 +199,7 @@ def for_workers(loaded: LoadedConfig, parts: RunParts) -> LoadedConfig:
 def check_run_data(
     config: Config, model: ModelHandle, calibration: Dataset | None, evaluation: Dataset
 ) -> tuple[Dataset | None, Dataset]:
-    """Both data sources checked against the model's inputs (see ``data.preflight``), converted
-    where a dtype converts without changing kind."""
+    """Both data sources checked against the model's inputs, converted where a dtype allows."""
     data = config.data
     inputs = model_inputs(model.path)
 
@@ -233,11 +223,9 @@ def check_run_data(
 
 
 def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None = None) -> dict[str, float]:
-    """The original model evaluated before the output folder is claimed: the data runs through it
-    (a runner too), the criterion's metric is a finite number and the budget makes sense against it
-    (``check_budget``, for ``check`` and ``run`` alike). The figures are cached, so the
-    run's baseline reuses them. Returns the original's figures. ``baseline`` computes them
-    (the engine's runs it in a stage worker); by default, here."""
+    """The original model evaluated before the output folder is claimed: the data runs through it,
+    the metric is a finite number and the budget makes sense. The figures are cached for the
+    run's baseline. ``baseline`` computes them; by default, here."""
     metrics = baseline() if baseline is not None else TrialRunner(parts.context).baseline()[0]
     metric = parts.context.evaluator.spec.metric
     value = metrics.get(metric)
@@ -249,16 +237,14 @@ def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None =
     return metrics
 
 
-# Evaluation rows the prepared model is checked on: enough to catch a broken step, few enough
-# to cost a fraction of one evaluation.
+# Evaluation rows the prepared model is checked on: enough to catch a broken step, yet cheap.
 CHECK_ROWS = 8
 CHECK_BATCHES = 4
 
 
 def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cache: ArtifactCache) -> Preparation:
-    """The model trials start from: prepared for the config's passes (``prepare: auto``), checked
-    on the first evaluation batches at the evaluation batch size (a model with a fixed batch
-    dimension runs only at that size), or the original as it is (``prepare: off``)."""
+    """The model trials start from: prepared (``prepare: auto``) and checked at the evaluation batch size,
+    or the original as it is (``prepare: off``)."""
     if config.prepare == "off":
         return unprepared(model)
     passes = [get_pass(entry.name, field_name=f"passes[{i}].name") for i, entry in enumerate(config.passes)]
@@ -267,8 +253,7 @@ def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cac
     batches = max(1, min(CHECK_BATCHES, -(-CHECK_ROWS // batch)))
     present = [name for name in model.input_names() if evaluation.has(name)]
     feeds = list(evaluation.batches(present, batch, limit=batches * batch))
-    # Inputs a runner supplies (a recurrent state) are not in the data: the check feeds them zeros,
-    # a state's usual start; the check compares two forms of one graph, any real input will do.
+    # Inputs a runner supplies (a recurrent state) are not in the data: zeros will do for the check.
     missing = [spec for spec in model_inputs(model.path) if not evaluation.has(spec.name)]
     if not missing:
         return prepare_model(model, feeds, cache, PrepareOptions(opset=opset))

@@ -50,8 +50,7 @@ def target_backend(loaded: LoadedConfig) -> Backend:
 
 
 def _interpreter(loaded: LoadedConfig, python: str) -> str:
-    """An absolute path, relative to the config's folder -- symlinks kept: a virtual environment's
-    ``bin/python`` is a link to the base interpreter, and only the link starts that environment."""
+    """An absolute path relative to the config's folder, symlinks kept: only a venv's link starts that venv."""
     if "/" not in python:  # a command name: found on PATH
         return shutil.which(python) or python
     return os.path.abspath(loaded.base_dir / os.path.expanduser(python))

@@ -15,8 +15,7 @@ class Trial:
     number: int
     flow: tuple[str, ...]
     params: Point
-    # a model that misses the criterion is not timed (nor its memory probed): the strategy reads nothing
-    # of a miss's speed, and the closest miss is timed at the run's end (TrialRunner.time_closest_misses)
+    # a miss is not timed: only the closest miss's speed matters, timed at the run's end
     untimed_if_missed: bool = False
 
 
@@ -43,17 +42,12 @@ class TrialRecord:
     model_sha256: str | None = None  # content hash of the candidate model (same hash: same model)
     failure_class: str | None = None  # a failed trial's cause: where it failed + the kind of error (failures.py)
     peak_rss_mb: float | None = None  # the trial's peak resident memory, measured where it ran
-    session_settings: dict[str, Any] | None = (
-        None  # onnxruntime session settings the candidate runs with (session_tuning)
-    )
-    # why its latency and memory were not measured (a miss that cannot be the closest miss); None: measured
-    untimed: str | None = None
-    # where a trial ran on a cluster: {"built": the node that built and evaluated it, "timed": the
-    # node whose timing the search decides on}, each "hostname (Ray node id)"; None on one machine
+    session_settings: dict[str, Any] | None = None  # onnxruntime session settings it runs with
+    untimed: str | None = None  # why its latency and memory were not measured; None: measured
+    # on a cluster: {"built": node that built and evaluated it, "timed": node that timed it}
     nodes: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        """A shallow dict of the record (its values are plain JSON data already)."""
         return {name: getattr(self, name) for name in self.__dataclass_fields__}
 
     @classmethod
