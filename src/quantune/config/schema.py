@@ -63,8 +63,9 @@ class LatencyConfig(_Strict):
         default=10.0,  # evaluate.latency.TIME_SHARE_S
         gt=0,
         le=86_400,
-        description="A timing's time share per model timed: after its fewest rounds no round starts past it, "
-        "and warm-up takes at most a quarter of it (timing is sized by time: repeats is the most, not the count).",
+        description="A timing's time share per model timed: no round starts past it, and its fewest rounds are cut to "
+        "what it holds at one round's cost; warm-up takes at most a quarter of it (timing is sized by time: "
+        "repeats is the most, not the count).",
     )
     confirm_top: int = Field(
         default=2,
