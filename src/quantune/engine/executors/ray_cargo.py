@@ -176,6 +176,14 @@ def _write(folder: Path, files: Files) -> None:
         os.replace(tmp, path)
 
 
+def run_root(spec: WorkerSpec) -> Path:
+    """This node's folder for the run of ``spec``: per run identity, so a later run of the same
+    config on a long-lived node finds its models there."""
+    import ray
+
+    return scratch_folder(ray.get_runtime_context().get_node_id()) / spec.key[:16]
+
+
 def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
     """The worker's side: the cargo written into this node's scratch folder, the original's
     figures and outputs into its scratch cache, and the config that rebuilds the run there."""
@@ -187,8 +195,7 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
             f"Ray node {node_name()} has quantune {__version__}, the engine {cargo.quantune}: install the "
             "engine's version on every node (the same package, e.g. in the cluster's image)"
         )
-    # per run identity: a later run of the same config on a long-lived node finds its models there
-    root = scratch_folder(ray.get_runtime_context().get_node_id()) / spec.key[:16]
+    root = run_root(spec)
     for part, files in cargo.files.items():
         _write(root / part, files)
     cache = ArtifactCache(root / "cache")
@@ -204,14 +211,20 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
     return LoadedConfig(config, root, spec.loaded.source), given  # the scripts' copies are under root
 
 
+def node_runner(spec: WorkerSpec, box: list[Any]) -> TrialRunner:
+    """The run rebuilt on this node from the cargo in ``box`` (once per worker process)."""
+    runner = runner_for(spec, lambda: _unpack(spec, box))
+    runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
+    return runner
+
+
 def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> Iterator[dict[str, Any] | None]:
     """A Ray task's body (a streaming generator): ``None`` once this worker has the run built and
     the trial starts -- the trial's clock starts there, as a worker process's does, not while the
     task waited for a free CPU or a fresh worker imported and unpacked the run -- then the trial
     run in this node's scratch, its record and its model's files. ``box`` holds the cargo's object
     reference (fetched only by a worker's first trial)."""
-    runner = runner_for(spec, lambda: _unpack(spec, box))
-    runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
+    runner = node_runner(spec, box)
     yield None
     record = runner.run(trial)
     returned: dict[str, Any] = {"record": record.to_dict(), "node": node_name()}
