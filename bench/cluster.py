@@ -21,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import re
 import shutil
 import sys
@@ -35,6 +36,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+# and for the processes it starts (Ray's workers, stage workers), which do not see sys.path
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
 
 import quantune  # noqa: E402
 from quantune.engine.executors.ray_cargo import scratch_folder  # noqa: E402
@@ -76,6 +79,7 @@ def tune(config: dict[str, Any], output: Path) -> dict[str, Any]:
         "built_on": sorted({(t.nodes or {}).get("built", "engine") for t in result.trials}),
         "timed_on": sorted(timed_on),
         "stages_s": saved["time_spent_s"],
+        "stage_errors": [f"{error['stage']}: {error['error']}" for error in saved.get("stage_errors", [])],
         "trial_stages": [t.stage.split(":")[0] if t.stage else "" for t in result.trials],
         # the stages sent to the nodes (engine/executors/ray_stage.py), as the run's log names them
         "stages_on": dict(
