@@ -321,3 +321,17 @@ def test_an_accuracy_runs_sensitivity_stage_runs_on_a_worker_node_and_gives_a_lo
     assert on_ray.verdict == local.verdict == "improved"
     assert [t.params for t in on_ray.trials] == [t.params for t in local.trials]
     assert on_ray.best.model_sha256 == local.best.model_sha256
+
+
+def test_a_stage_that_times_or_names_another_of_the_engines_files_stays_here(tmp_path: Path, cluster: Any) -> None:
+    from quantune.engine.executors.ray_stage import RayStages
+    from quantune.engine.executors.stage import Isolation
+
+    loaded = load_config(_config(tmp_path, "ray"))
+    runner = TrialRunner(build_run(loaded).context)
+    sent: list[Any] = []
+    stages = RayStages(ray, {"num_cpus": 1}, None, lambda: sent.append("cargo"), runner)
+    isolation = Isolation(log_dir=tmp_path)
+    assert stages("speed_ceiling", str, (runner.context.model.path,), isolation) is None  # it times: the target's
+    assert stages("sensitivity", str, (tmp_path / "calib.npz",), isolation) is None  # a file the nodes lack
+    assert not sent  # nothing was sent to the cluster
