@@ -13,7 +13,7 @@ before a run). The nodes share this machine's cores, so the wall times are illus
 
 A scale-on-paper table follows: from the cluster run's measured stage times (results.json's
 ``time_spent_s``), what 8, 32 and 128 nodes would do for a model whose evaluation takes ten
-minutes -- which stages are sequential, and which parallelise over nodes.
+minutes -- which stages are sequential, which run on the nodes, and which parallelise over them.
 """
 
 from __future__ import annotations
@@ -21,6 +21,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import shutil
 import sys
 import tempfile
@@ -34,6 +36,8 @@ import yaml
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
+# and for the processes it starts (Ray's workers, stage workers), which do not see sys.path
+os.environ["PYTHONPATH"] = os.pathsep.join(filter(None, [str(ROOT / "src"), os.environ.get("PYTHONPATH")]))
 
 import quantune  # noqa: E402
 from quantune.engine.executors.ray_cargo import scratch_folder  # noqa: E402
@@ -75,7 +79,12 @@ def tune(config: dict[str, Any], output: Path) -> dict[str, Any]:
         "built_on": sorted({(t.nodes or {}).get("built", "engine") for t in result.trials}),
         "timed_on": sorted(timed_on),
         "stages_s": saved["time_spent_s"],
+        "stage_errors": [f"{error['stage']}: {error['error']}" for error in saved.get("stage_errors", [])],
         "trial_stages": [t.stage.split(":")[0] if t.stage else "" for t in result.trials],
+        # the stages sent to the nodes (engine/executors/ray_stage.py), as the run's log names them
+        "stages_on": dict(
+            re.findall(r"(\w+) stage ran on Ray node .* \((\w+)\)", (output / "quantune.log").read_text())
+        ),
     }
 
 
@@ -93,28 +102,31 @@ def remove_a_working_node(made: Any, workers: list[Any], done: threading.Event, 
 def paper(run: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
     """Hours a run like ``run`` would take on n nodes when one evaluation takes EVALUATION_S.
 
-    The measured "original" stage is one evaluation (its time, e, sets the scale E/e). Sequential
-    whatever the nodes: the original's evaluation (E), sensitivity (measured x E/e: it runs the
-    passes and both models over calibration data on the engine's machine), the speed ceilings and
-    the confirmation (timings on the one target lane; not evaluation-bound: as measured). Parallel:
-    each trial phase's trials run as Ray tasks, one evaluation each, ceil(trials / n) waves, and
-    the phases follow one another (each asks from what the last one told)."""
+    The measured "original" stage is one evaluation (its time, e, sets the scale E/e). On the
+    engine's machine (or the target lane), whatever the nodes: the original's evaluation (E), the
+    speed ceilings and the confirmation (timings, not evaluation-bound: as measured). On a node:
+    sensitivity (measured x E/e: the passes and both models over calibration data), one Ray task
+    the strategy waits for, so one wave whatever the nodes. Parallel: each trial phase's trials run
+    as Ray tasks, one evaluation each, ceil(trials / n) waves, and the phases follow one another
+    (each asks from what the last one told)."""
     stages = run["stages_s"]
     scale = EVALUATION_S / max(stages.get("original", 0.0), 1e-3)
     phases: dict[str, int] = {}
     for stage in run["trial_stages"]:
         phases[stage] = phases.get(stage, 0) + 1
-    sequential = EVALUATION_S + stages.get("sensitivity", 0.0) * scale
-    sequential += sum(stages.get(name, 0.0) for name in ("set-up", "ceilings", "confirmation", "writing"))
+    on_engine = EVALUATION_S + sum(stages.get(name, 0.0) for name in ("set-up", "ceilings", "confirmation", "writing"))
+    on_a_node = stages.get("sensitivity", 0.0) * scale
     rows = []
     for nodes in NODES:
         waves = sum(math.ceil(count / nodes) for count in phases.values())
-        total = sequential + waves * EVALUATION_S
+        total = on_engine + on_a_node + waves * EVALUATION_S
         joint = EVALUATION_S * (1 + math.ceil(JOINT_TRIALS / nodes))  # the original, then the trials' waves
         rows.append(
             {
                 "nodes": nodes,
                 "trial_waves": waves,
+                "engine_hours": round(on_engine / 3600, 2),
+                "sensitivity_hours": round(on_a_node / 3600, 2),
                 "hours": round(total / 3600, 2),
                 "joint_hours": round(joint / 3600, 2),
             }
@@ -184,18 +196,20 @@ def write(rows: dict[str, Any], table: list[dict[str, Any]], scale: float, out: 
         "fresh caches. **The nodes share this machine's 2 cores (shared with other work): wall times are "
         "illustrative, not a speed-up measurement.**",
         "",
-        "| run | wall s | verdict | best (flow) | best model = local's | trials (failed) | built on | timed on |",
-        "|---|---|---|---|---|---|---|---|",
+        "| run | wall s | verdict | best (flow) | best model = local's | trials (failed) | built on | timed on "
+        "| stages on nodes |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, row in rows.items():
         same = row.get("same_as_local", "")
         built = ", ".join(node.split(" ")[-1] for node in row["built_on"])
         timed = ", ".join(node.split(" ")[-1] for node in row["timed_on"]) or "engine"
         extra = f" (removed: {row['removed_node']})" if "removed_node" in row else ""
+        stages = ", ".join(f"{stage} ({node})" for stage, node in row["stages_on"].items()) or "none"
         lines.append(
             f"| {name}{extra} | {row['wall_s']} | {row['verdict']} | {(row['best_params'] or {}).get('flow')} "
             f"| {same} | {row['trials']} ({row['failed']}) "
-            f"| {built} | {timed} |"
+            f"| {built} | {timed} | {stages} |"
         )
     cluster = rows["scaled_cnn cluster"]["stages_s"]
     lines += [
@@ -208,18 +222,25 @@ def write(rows: dict[str, Any], table: list[dict[str, Any]], scale: float, out: 
         "",
         f"## On paper: one evaluation takes {EVALUATION_S / 60:g} minutes (x{scale:.0f} the measured original stage)",
         "",
-        "Sequential whatever the nodes: the original's evaluation, sensitivity (on the engine's machine today), "
-        "the speed ceilings and the confirmation (timings on the one target lane). Parallel: each trial phase's "
-        "trials, one evaluation each, in ceil(trials / nodes) waves; the phases follow one another.",
+        "On the engine's machine (or the target lane) whatever the nodes: the original's evaluation, the speed "
+        "ceilings and the confirmation (timings). On a node: sensitivity, one Ray task the strategy waits for "
+        "(one wave whatever the nodes). Parallel: each trial phase's trials (first guess, op-type and bisection "
+        "trials, recovery fits), one evaluation each, in ceil(trials / nodes) waves; the phases follow one another.",
         "",
-        f"| nodes | trial waves | hours (this run's strategy) | hours (a joint search of {JOINT_TRIALS} trials) |",
-        "|---|---|---|---|",
-        *[f"| {row['nodes']} | {row['trial_waves']} | {row['hours']} | {row['joint_hours']} |" for row in table],
+        f"| nodes | trial waves | engine h | sensitivity h (a node) | hours (this run's strategy) "
+        f"| hours (a joint search of {JOINT_TRIALS} trials) |",
+        "|---|---|---|---|---|---|",
+        *[
+            f"| {row['nodes']} | {row['trial_waves']} | {row['engine_hours']} | {row['sensitivity_hours']} "
+            f"| {row['hours']} | {row['joint_hours']} |"
+            for row in table
+        ],
         "",
-        "The accuracy-driven strategy asks few trials per phase, so nodes past that number idle: its "
-        "sequential stages (sensitivity, ceilings, recovery steps) would have to become Ray tasks of their "
-        "own (per-unit sensitivity probes, ceiling builds) before more nodes shorten it. A sampler-driven "
-        "search parallelises its trials up to the number of trials.",
+        "The accuracy-driven strategy asks few trials per phase, so nodes past that number idle. Its "
+        "sensitivity now runs on a node, off the engine's machine, but as one task: more nodes shorten it "
+        "only once it is split per unit. The ceilings' builds ahead stay on the engine's machine (they feed "
+        "its timing through its own cache). A sampler-driven search parallelises its trials up to the number "
+        "of trials.",
         "",
     ]
     text = "\n".join(lines)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import pickle
+import re
 import shutil
 import threading
 import uuid
@@ -27,6 +28,8 @@ from quantune.engine.trials.trial import Trial
 
 ray = pytest.importorskip("ray")
 cluster_utils = pytest.importorskip("ray.cluster_utils")
+
+ROOT = Path(__file__).resolve().parents[1]
 
 # A pass that copies its model and notes where it ran, which paths it was given and where its file is; with a gate
 # folder, it first says it started and waits until the test creates the folder's "go" file (or "go-NODE" for its node).
@@ -258,3 +261,77 @@ def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Pat
     assert first.shape[0] == second.shape[0] == 1 and np.isfinite(second).all()
     nodes = [entry["node"] for entry in backend.timed]
     assert targets[0].node_id[:12] in nodes[0] and targets[1].node_id[:12] in nodes[1]
+
+
+_ONE_CEILING = {"quant_format": "QDQ", "activation_type": "int8", "calibrate_method": "MinMax"}
+
+
+def _accuracy_config(tmp_path: Path, kind: str, spy: bool = True) -> dict[str, Any]:
+    """An accuracy-driven run that reaches its sensitivity stage, the spy's step before its quantization."""
+    plugin = tmp_path / "spy.py"
+    plugin.write_text(SPY_PLUGIN)
+    digits = ROOT / "examples" / "digits"
+    return {
+        "model": str(ROOT / "examples" / "scaled_cnn" / "model.onnx"),
+        "data": {"calibration": str(digits / "calib.npz"), "evaluation": str(digits / "eval.npz"), "batch_size": 64},
+        "evaluation": {"metric": "top1", "latency": {"warmup": 1, "repeats": 2, "threads": 1}},
+        "criterion": {"type": "relative", "tolerable_loss": 0.01},
+        "objective": "size",  # exact: the same answer wherever the stages ran
+        "passes": [
+            *([{"name": "spy", "params": {"notes": str(tmp_path / f"{kind}-notes.jsonl")}}] if spy else []),
+            # one ceiling: which flow the strategy builds on rests on no timing
+            {"name": "static_quant", "search": True, "params": {**_ONE_CEILING, "per_channel": False}},
+        ],
+        "plugins": [str(plugin)],
+        "search": {"sampler": "random", "seed": 0, "strategy": "quantune", "strategy_options": {"drop_slow": False}},
+        "stop": {"max_trials": 6},
+        "cache_dir": str(tmp_path / f"cache-{kind}"),
+        # one trial at a time: the strategy is told its trials in the same order as the local run's
+        "executor": {"kind": kind, "workers": 1, "trial_timeout_s": 300},
+    }
+
+
+def test_an_accuracy_runs_sensitivity_stage_runs_on_a_worker_node_and_gives_a_local_runs_answer(
+    tmp_path: Path, cluster: Any
+) -> None:
+    on_ray = quantune.tune(_accuracy_config(tmp_path, "ray"), output=tmp_path / "out-ray")
+    # (the spy copies its model, so the same quantized models; a local stage worker cannot import a plugin's class)
+    local = quantune.tune(_accuracy_config(tmp_path, "process", spy=False), output=tmp_path / "out-local")
+
+    workers = {node.node_id[:12]: node.node_id for node in cluster[1]}
+    log = (tmp_path / "out-ray" / "quantune.log").read_text()
+    ran_on = re.findall(r"sensitivity stage ran on Ray node .* \((\w+)\)", log)
+    assert ran_on and set(ran_on) <= set(workers)  # a worker node, not the driver (the head runs no task)
+    assert not json.loads((tmp_path / "out-ray" / "results.json").read_text())["stage_errors"]
+    # its report is in that node's scratch cache, none in the engine's: the node worked on its own copies
+    assert not (tmp_path / "cache-ray" / "sensitivity").exists()
+    reports = {
+        path.name: path.read_text()
+        for node in ran_on
+        for path in scratch_folder(workers[node]).rglob("cache/sensitivity/*.json")
+    }
+    # the spy's step (its class from the node's copy of the plugin) ran on the nodes' files only, in the
+    # sensitivity stage as in the trials
+    driver = str(tmp_path)
+    notes = _notes(tmp_path / "ray-notes.jsonl")
+    assert {note["node"][:12] for note in notes} <= set(workers)
+    assert all(not path.startswith(driver) for note in notes for path in note["paths"])
+    # the same report and answer as stages run here
+    assert reports == {path.name: path.read_text() for path in (tmp_path / "cache-process" / "sensitivity").iterdir()}
+    assert on_ray.verdict == local.verdict == "improved"
+    assert [t.params for t in on_ray.trials] == [t.params for t in local.trials]
+    assert on_ray.best.model_sha256 == local.best.model_sha256
+
+
+def test_a_stage_that_times_or_names_another_of_the_engines_files_stays_here(tmp_path: Path, cluster: Any) -> None:
+    from quantune.engine.executors.ray_stage import RayStages
+    from quantune.engine.executors.stage import Isolation
+
+    loaded = load_config(_config(tmp_path, "ray"))
+    runner = TrialRunner(build_run(loaded).context)
+    sent: list[Any] = []
+    stages = RayStages(ray, {"num_cpus": 1}, None, lambda: sent.append("cargo"), runner)
+    isolation = Isolation(log_dir=tmp_path)
+    assert stages("speed_ceiling", str, (runner.context.model.path,), isolation) is None  # it times: the target's
+    assert stages("sensitivity", str, (tmp_path / "calib.npz",), isolation) is None  # a file the nodes lack
+    assert not sent  # nothing was sent to the cluster

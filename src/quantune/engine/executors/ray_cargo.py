@@ -169,6 +169,14 @@ def _write(folder: Path, files: Files) -> None:
         os.replace(tmp, path)
 
 
+def run_root(spec: WorkerSpec) -> Path:
+    """This node's folder for the run of ``spec``: per run identity, so a later run of the same
+    config on a long-lived node finds its models there."""
+    import ray
+
+    return scratch_folder(ray.get_runtime_context().get_node_id()) / spec.key[:16]
+
+
 def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
     """The worker's side: the cargo written into this node's scratch folder, the original's
     figures and outputs into its scratch cache, and the config that rebuilds the run there."""
@@ -180,8 +188,7 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
             f"Ray node {node_name()} has quantune {__version__}, the engine {cargo.quantune}: install the "
             "engine's version on every node (the same package, e.g. in the cluster's image)"
         )
-    # per run identity: a later run of the same config on a long-lived node finds its models there
-    root = scratch_folder(ray.get_runtime_context().get_node_id()) / spec.key[:16]
+    root = run_root(spec)
     for part, files in cargo.files.items():
         _write(root / part, files)
     cache = ArtifactCache(root / "cache")
@@ -197,11 +204,17 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
     return LoadedConfig(config, root, spec.loaded.source), given  # the scripts' copies are under root
 
 
+def node_runner(spec: WorkerSpec, box: list[Any]) -> TrialRunner:
+    """The run rebuilt on this node from the cargo in ``box`` (once per worker process)."""
+    runner = runner_for(spec, lambda: _unpack(spec, box))
+    runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
+    return runner
+
+
 def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> Iterator[dict[str, Any] | None]:
     """A Ray task's body (a streaming generator): ``None`` once the run is built and the trial starts
     (the trial's clock starts there, not while the task waited), then the record and the model's files."""
-    runner = runner_for(spec, lambda: _unpack(spec, box))
-    runner.context.evaluator.quick_timing = True  # the engine times every model again, where it decides
+    runner = node_runner(spec, box)
     yield None
     record = runner.run(trial)
     returned: dict[str, Any] = {"record": record.to_dict(), "node": node_name()}

@@ -16,6 +16,7 @@ from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
+from quantune.engine.executors.ray_stage import RayStages, send_stages
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trials.ray_target import DRIVER, check_target
 from quantune.engine.trials.runner import TrialRunner
@@ -77,19 +78,17 @@ class RayExecutor(Executor):
             check_target(target)
         self.capacity = workers
         self.trial_timeout_s = trial_timeout_s
-        self._remote = ray.remote(run_shipped).options(
-            num_returns="streaming",
-            num_cpus=cpus_per_trial,
-            num_gpus=gpus_per_trial,
-            resources=resources or {},
-            max_retries=NODE_RETRIES,
-        )
+        # each task's resources: a trial's, and a stage's sent to the cluster (ray_stage.py)
+        options = {"num_cpus": cpus_per_trial, "num_gpus": gpus_per_trial, "resources": resources or {}}
+        self._remote = ray.remote(run_shipped).options(num_returns="streaming", max_retries=NODE_RETRIES, **options)
         self._runner = runner
         self._loaded = spec.loaded
         self._spec = ray.put(for_nodes(spec))
         # the cargo's object reference, put again until the original's outputs are cached
         self._cargo: Any = None
         self._cargo_whole = False
+        # the stages whose answer rests on no timing go to the nodes too (ray_stage.py)
+        send_stages(RayStages(ray, {**options, "max_retries": NODE_RETRIES}, self._spec, self._cargo_ref, runner))
         # the engine's timing lane: one model timed at a time, never beside another timing
         self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantune-ray-timing")
 
@@ -145,6 +144,7 @@ class RayExecutor(Executor):
         return result
 
     def shutdown(self, *, kill: bool = False) -> None:
+        send_stages(None)
         self._lane.shutdown(wait=not kill, cancel_futures=kill)
         if self._started_here:
             node = self._ray.get_runtime_context().get_node_id()

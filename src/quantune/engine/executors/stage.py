@@ -236,6 +236,10 @@ def stage_seconds() -> float:
     return _STAGE_SECONDS
 
 
+# where a run's executor takes the stages it can run elsewhere (ray_stage.py): their outcome, or None: here
+remote: Callable[[str, Callable[..., Any], tuple, Isolation], StageOutcome | None] | None = None
+
+
 def run_stage(
     stage: str, fn: Callable[..., Any], *args: Any, isolation: Isolation, reported: bool = False
 ) -> StageOutcome:
@@ -248,7 +252,9 @@ def run_stage(
     started = time.perf_counter()
     try:
         with progress.stage(stage):
-            outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
+            outcome = None if remote is None or isolation.inline else remote(stage, fn, args, isolation)
+            if outcome is None:
+                outcome = _run_inline(fn, args) if isolation.inline else _run_spawned(stage, fn, args, isolation)
     finally:
         _STAGE_SECONDS += time.perf_counter() - started
         _count(stage, time.perf_counter() - started)
