@@ -1,10 +1,7 @@
 """onnxruntime static quantization with calibration, over its whole option surface.
 
-The default search covers the choices that decide speed on a CPU: int8 activations (S8S8) can
-make a model slower than fp32 where uint8 activations (U8S8) make it faster, so both are
-searched and latency is measured.
-Combinations onnxruntime cannot run (16-bit types in QOperator format) fail validation and
-are never run.
+The default search covers the choices that decide speed on a CPU (S8S8 can be slower than fp32
+where U8S8 is faster); combinations onnxruntime cannot run fail validation and are never run.
 """
 
 from __future__ import annotations
@@ -121,16 +118,11 @@ class StaticQuantization(Pass):
     leaves_quantized = frozenset({"QLinearConv", "QLinearMatMul", "QGemm", "QAttention"})
     rewrites_weights = True
     auto_place = "quantize"
-    # 2: excluded Conv/Gemm stay float at session load (float_fallback.py)
-    # 3: records the float model each output came from (float_source.py), for the refining passes
-    version = 4  # 4: a model onnx refuses is made again with plain tensor names (tensor_names.py)
+    version = 4
     Config = StaticQuantizationConfig
     needs_calibration = True
     limits = "never follows graph_opt at level 'extended' or 'all', and per-channel QDQ needs opset 13"
-    # Parameters that change the executed graph (op and tensor types, which nodes are quantized,
-    # how Q/DQ pairs are laid out), so they can change speed; the rest (calibrate_method,
-    # percentile, reduce_range, weight_symmetric, ...) only move scales and zero points. The
-    # quantune strategy's latency stage samples only these (a trait the strategy reads).
+    # The rest (calibrate_method, percentile, reduce_range, ...) only move scales and zero points.
     graph_params = frozenset(
         {
             "quant_format",
@@ -179,9 +171,8 @@ class StaticQuantization(Pass):
         "QNNExecutionProvider": {"quant_format": ("QDQ",)},
         "OpenVINOExecutionProvider": {"quant_format": ("QDQ",)},
     }
-    # Priors (weights): exhaustive search visits the heavier values first and Optuna samplers
-    # start from the all-heaviest point: QDQ and uint8 activations are usually the fast ones on a
-    # CPU; per-channel weights cost nothing and hold accuracy.
+    # Priors: QDQ and uint8 activations are usually the fast ones on a CPU; per-channel weights
+    # cost nothing and hold accuracy.
     search_space = {
         "quant_format": Categorical(("QDQ", "QOperator"), weights=(2, 1)),
         "calibrate_method": Categorical(("MinMax", "Entropy", "Percentile"), weights=(2, 1, 1)),
@@ -191,20 +182,16 @@ class StaticQuantization(Pass):
         "per_channel": Boolean(weights=(1, 2)),
         "reduce_range": Boolean(weights=(2, 1)),
     }
-    # The calibration knobs (calib_moving_average, ...) are not searched by default: they rarely
-    # change accuracy, and on one calibration batch the moving average gives the very model
-    # plain MinMax gives (a wasted duplicate trial).
-
-    # Per-channel QDQ writes DequantizeLinear with an axis, which opset 13 introduced.
-    min_opset = 13
+    # The calibration knobs are not searched by default: they rarely change accuracy, and on one
+    # calibration batch the moving average gives plain MinMax's model (a duplicate trial).
+    min_opset = 13  # per-channel QDQ writes DequantizeLinear with an axis
 
     @classmethod
     def faster_twin(
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:
-        """S8S8 in QOperator format on the CPU provider of an x86 machine: onnxruntime's documentation
-        calls it slow there and its quantizer warns "use QuantFormat.QDQ for activation type QInt8 and
-        weight type QInt8"; the QDQ model has the same scales and runs on the fast kernels."""
+        """S8S8 QOperator on an x86 CPU: onnxruntime's documentation calls it slow; the QDQ model has
+        the same scales and runs on the fast kernels."""
         s8s8 = config.get("activation_type") == "int8" and config.get("weight_type", "int8") == "int8"
         if provider == CPU_PROVIDER and is_x86() and config.get("quant_format") == "QOperator" and s8s8:
             return {"quant_format": "QDQ"}, "onnxruntime runs S8S8 QOperator models slowly on x86 (its docs)"
@@ -212,8 +199,7 @@ class StaticQuantization(Pass):
 
     @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Per-channel QDQ needs opset 13; QOperator needs the weights and biases of the
-        Conv/Gemm nodes it quantizes as initializers (else ``quantize_bias_static`` fails)."""
+        """Per-channel QDQ needs opset 13; QOperator needs the weights and biases it quantizes as initializers."""
         assert isinstance(config, StaticQuantizationConfig)
         if config.quant_format == "QDQ" and config.per_channel and facts.get("opset", 13) < 13:
             return False
@@ -225,8 +211,8 @@ class StaticQuantization(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Not after graph_opt at extended or all: levels 'extended' and 'all' fuse into com.microsoft ops without inferred types; calibration and bias quantization then fail."""
-        if not quantizer_accepts(cls.name, config, upstream):  # after transformer_opt, fp16 (compat.py)
+        """Not after graph_opt 'extended' or 'all': their fused ops have no inferred types to calibrate."""
+        if not quantizer_accepts(cls.name, config, upstream):
             return False
         return not any(name == "graph_opt" and getattr(c, "level", None) in ("extended", "all") for name, c in upstream)
 
@@ -257,11 +243,10 @@ class StaticQuantization(Pass):
             if weights:
                 extra["TensorQuantOverrides"] = {**dict(extra.get("TensorQuantOverrides") or {}), **weights}
         ranges, fresh = self._calibration_cache(config, context)
-        # the quantizer's shape inference on the model's skeleton, not through its file (fast_shapes.py)
         shapes = in_memory_shapes() if fits_in_memory(model_in) else contextlib.nullcontext()
         with shapes, tempfile.TemporaryDirectory(prefix="quantune-ranges-") as tmp:
             source = ranges if ranges is not None and fresh is None else None  # a cache hit
-            if source is None:  # calibrate here, in chunks of bounded memory (calibration.py)
+            if source is None:  # calibrate here, in chunks of bounded memory
                 source = fresh or Path(tmp) / "ranges.json"
                 options = {key: extra[name] for name, key in _CALIB_OPTIONS if name in extra}
                 computed = calibrate_ranges(
@@ -283,9 +268,8 @@ class StaticQuantization(Pass):
 
     @staticmethod
     def _quantize(config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path) -> None:
-        """onnxruntime's quantize_static from ranges already computed (never its own calibration), its
-        per-channel weights quantized every channel at once (byte-identical: fast_channels.py)."""
-        with fast_per_channel(), fast_lookups():  # and its graph edits without full scans (fast_lookups.py)
+        """onnxruntime's quantize_static from ranges already computed (never its own calibration)."""
+        with fast_per_channel(), fast_lookups():
             _quantize_static(config, model_in, model_out, extra, ranges)
         if config.nodes_to_exclude:
             _keep_fallback_float(model_out, list(config.nodes_to_exclude))
@@ -294,8 +278,7 @@ class StaticQuantization(Pass):
     def _quantize_plain(
         cls, config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path, tmp: Path
     ) -> None:
-        """The model quantized again from a copy with plain tensor names (tensor_names.py); kept
-        when onnx accepts that one, else the first result stands (its trial says why it fails)."""
+        """The model quantized again from a copy with plain tensor names; kept when onnx accepts it."""
         model = onnx.load(str(model_in))
         names = plain_names(model)
         if names is None:
@@ -316,18 +299,15 @@ class StaticQuantization(Pass):
 
     @staticmethod
     def _calibration_cache(config: StaticQuantizationConfig, context: PassContext) -> tuple[Path | None, Path | None]:
-        """Where the activation ranges for this (model, data, calibration settings) live.
+        """(cache path, temporary path to write when it does not exist yet) of the activation ranges.
 
-        Ranges depend on the input model, the calibration rows, the method and its options, and
-        which op types are calibrated -- not on format, types or symmetry, which only change how
-        ranges become scales. So trials that differ only in those reuse one calibration.
-        Returns (cache path, temporary path to write to when the cache does not exist yet).
+        Ranges do not depend on format, types or symmetry, so trials differing only there share them.
         """
         if context.cache_dir is None or context.calibration is None or not context.model_sha256:
             return None, None
         key = cache_key(
             "calibration",
-            "chunked",  # ranges computed by calibration.py (chunks of bounded memory), not onnxruntime's one collection
+            "chunked",
             context.model_sha256,
             context.calibration.fingerprint,
             context.batch_size,
@@ -366,7 +346,6 @@ def _quantize_static(
 
 
 def _keep_fallback_float(model_out: Path, excluded: list[str]) -> None:
-    """Excluded weighted nodes run in float when onnxruntime loads the model (see float_fallback.py)."""
     model = onnx.load(str(model_out), load_external_data=False)
     if keep_excluded_float(model, excluded):
         onnx.save(model, str(model_out))
