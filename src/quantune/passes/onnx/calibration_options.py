@@ -1,10 +1,7 @@
 """``static_quant``'s onnxruntime knobs: calibration options and model-changing ``extra_options``.
 
-Each config field maps to one ``quantize_static`` extra option (onnxruntime 1.32 reads every
-one of these). The calibration ones (moving-average MinMax, strides, symmetric ranges) are
-applied by quantune's chunked calibration exactly as onnxruntime's one-call calibration would
-(:mod:`.calibration_average`); the others go to ``quantize_static`` and change the model it
-writes. A field at its default adds nothing, so default configs quantize as before.
+Each config field maps to one ``quantize_static`` extra option; the calibration ones are applied
+by quantune's chunked calibration as onnxruntime's would. A field at its default adds nothing.
 """
 
 from __future__ import annotations

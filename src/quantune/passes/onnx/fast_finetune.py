@@ -1,20 +1,10 @@
 """Fast fine-tuning of a static QDQ model's weights: AdaRound or AdaQuant, layer by layer.
 
-The lever Quark's auto search (FastFinetune) and AIMET (AdaRound) pull before falling back
-to float: round-to-nearest is not the best rounding for a layer's *output*, and a layer
-can also absorb the error its quantized predecessors and its quantized input make. Runs after
-``static_quant`` (QDQ format) in a flow::
-
-    passes:
-      - {name: static_quant, params: {quant_format: QDQ}}
-      - {name: fast_finetune, search: true}   # optim x (iterations, learning_rate)
-
-Each quantized Conv/Gemm/MatMul, in graph order, is fitted on calibration data: its input
-taken from the quantized model as refined so far, its target the float model's output of the
-same layer (the float model ``static_quant`` read, see :mod:`.float_source`). Scales, zero
-points and graph stay as static_quant made them, so the model keeps its int8 speed; a layer
-whose fit does not lower its output error on a fixed sample keeps its rounding. Written in
-numpy (:mod:`.rounding`) on one BLAS thread (`bench/finetune.py`); a PyTorch step was no faster.
+Round-to-nearest is not the best rounding for a layer's output, and a layer can absorb the
+error of its quantized input too (Quark's FastFinetune, AIMET's AdaRound). After ``static_quant``
+(QDQ), each quantized Conv/Gemm/MatMul is fitted in graph order to the float model's output of
+the same layer (:mod:`.float_source`); scales and graph stay, so the model keeps its int8 speed,
+and a layer whose fit does not lower its error keeps its rounding.
 """
 
 from __future__ import annotations

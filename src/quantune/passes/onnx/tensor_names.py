@@ -1,15 +1,9 @@
 """Plain tensor names for onnxruntime's static quantizer, when the model's own names break it.
 
-Exporters from TensorFlow name tensors after every op they fused (``a/conv1d_25;a/conv1d_25``,
-``a/conv1d_25;a/conv1d_252``, ...). On Spotify's Basic Pitch, onnxruntime's QDQ quantizer wired a
-Neg to the DequantizeLinear of a [36] initializer instead of the Conv output it read, and
-onnxruntime refused the model ("Invalid attribute perm ... input shape = {36}"); the same
-model with its tensors renamed ``t0``, ``t1``, ... quantizes into one that loads.
-
-So a static model that onnx's own strict shape inference refuses is made again from a copy
-with plain names (the calibration ranges and tensor overrides renamed with it), and the names
-are put back afterwards wherever that keeps every name unique. A model onnx accepts is left
-exactly as the quantizer made it.
+Names made of fused op names (``a/conv1d_25;a/conv1d_25``) can make onnxruntime's QDQ quantizer
+wire a node to the wrong tensor, giving a model onnxruntime refuses. So a static model that
+onnx's strict shape inference refuses is made again from a copy with plain names (ranges and
+overrides renamed with it), and the names are put back where that keeps every name unique.
 """
 
 from __future__ import annotations
