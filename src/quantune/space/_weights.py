@@ -1,9 +1,5 @@
-"""Weights (priorities) on a list of values, shared by :class:`Categorical` and :class:`Joint`.
-
-A weight does two things, as AMD Quark's priorities do: random sampling draws a value with
-probability proportional to its weight, and exhaustive enumeration visits values in order of
-decreasing weight (ties keep the declared order), so the values a user trusts most run first.
-"""
+"""Weights (priorities) on a list of values, as AMD Quark's: random sampling draws in proportion to
+them, exhaustive enumeration visits higher weights first (ties keep the declared order)."""
 
 from __future__ import annotations
 
@@ -23,8 +19,7 @@ def check_weights(weights: Sequence[float] | None, count: int, what: str) -> tup
         raise ValueError(f"{what}: {len(values)} weights for {count} values; give one weight per value")
     for weight in values:
         if not math.isfinite(weight) or weight <= 0:
-            # A zero weight would make a value unreachable by random sampling while exhaustive still
-            # visits it; leaving the value out says that more clearly.
+            # a zero weight: unreachable by random sampling, still visited by exhaustive search
             raise ValueError(f"{what}: weights must be finite and > 0, got {weight!r}; leave a value out instead")
     return values
 
