@@ -48,22 +48,17 @@ def check_calibration_options(config: Any) -> None:
         raise ValueError("activation_restricted_asymmetric applies to activation_type 'uint8' only")
 
 
-def model_options(config: Any) -> dict[str, Any]:
-    """The model-changing extra options whose field is not at its default."""
+def model_options(config: Any, table: dict[str, tuple[str, Any]] = MODEL_OPTIONS) -> dict[str, Any]:
+    """The extra options of ``table`` (the model-changing ones by default) whose field is not at its default."""
     return {
         option: getattr(config, field)
-        for field, (option, default) in MODEL_OPTIONS.items()
+        for field, (option, default) in table.items()
         if getattr(config, field) != default
     }
 
 
 def calibration_options(config: Any) -> dict[str, Any]:
-    """The calibration extra options whose field is not at its default."""
-    return {
-        option: getattr(config, field)
-        for field, (option, default) in CALIBRATION_OPTIONS.items()
-        if getattr(config, field) != default
-    }
+    return model_options(config, CALIBRATION_OPTIONS)
 
 
 def calibration_key(config: Any) -> list[Any]:
