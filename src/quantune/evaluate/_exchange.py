@@ -26,8 +26,7 @@ _ROOT_ENV = "QUANTUNE_SCRATCH_ROOT"
 
 
 def scratch_root() -> Path:
-    """One scratch folder for this process and every worker it starts (through the environment),
-    removed when it exits: a killed worker cleans nothing up itself."""
+    """One scratch folder for this process and its workers, removed at exit (a killed worker cleans nothing)."""
     root = os.environ.get(_ROOT_ENV)
     if root and Path(root).is_dir():
         return Path(root)

@@ -93,8 +93,7 @@ Block = tuple[np.ndarray, np.ndarray, np.ndarray | None, float]
 
 
 def _block(pair: tuple[np.ndarray, np.ndarray]) -> Block:
-    """One block's per-position agreement, per-row cosines, per-row distances (``None``: not finite)
-    and largest difference."""
+    """One block's agreement, cosines, distances (``None``: not finite) and largest difference."""
     out, ref = pair
     agree = top1_agree(out, ref).reshape(-1)
     a, b = flat_outputs(out), flat_outputs(ref)

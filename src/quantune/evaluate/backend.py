@@ -31,8 +31,7 @@ from quantune.evaluate.target_server import chosen_provider, cpu_name
 
 
 class Backend(Protocol):
-    """Where models run. ``settings``: session settings (``evaluate.session.session_options``) a
-    candidate carries, applied to its sessions alike here and on a target."""
+    """Where models run; ``settings``: a candidate's session settings, applied alike here and on a target."""
 
     provider: str
 

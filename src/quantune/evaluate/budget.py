@@ -16,15 +16,13 @@ from quantune.memory import rows_in_budget
 
 
 def batch_follows_rows(session) -> bool:
-    """Whether every input and output of ``session`` has the same symbolic first dimension, so
-    outputs of pieces join back along it."""
+    """Whether all inputs and outputs share one symbolic first dimension, so pieces' outputs join back."""
     dims = [arg.shape[0] if arg.shape else None for arg in [*session.get_inputs(), *session.get_outputs()]]
     return bool(dims) and isinstance(dims[0], str) and all(dim == dims[0] for dim in dims)
 
 
 def run_in_pieces(session: Any, names: list[str], feed: dict, sized: dict[tuple, int]) -> list:
-    """``session.run`` on ``feed``, in pieces of as many rows as the memory budget holds; ``sized``:
-    the rows per piece measured with this session, by a row's shapes (filled here)."""
+    """``session.run`` on ``feed`` in pieces the memory budget holds; ``sized``: rows per piece, by shape."""
     total = len(next(iter(feed.values()))) if feed else 0
     if total <= 1:
         return session.run(names, feed)

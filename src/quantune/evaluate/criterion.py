@@ -15,8 +15,7 @@ _EPS = 1e-12
 
 @dataclass(frozen=True)
 class CriterionCheck:
-    """``loss`` is measured in the criterion's units (a fraction when relative); ``violation``
-    is how much of it is over the budget (0 when the criterion is met)."""
+    """``loss`` in the criterion's units; ``violation``: how much of it is over the budget (0: met)."""
 
     meets: bool
     loss: float
@@ -75,8 +74,7 @@ RELATIVE_WARN = 0.5  # a relative budget above this allows losing more than half
 
 
 def check_budget(criterion: Criterion, metric: str, baseline: dict[str, float]) -> None:
-    """A relative criterion against a baseline of 0 can never be met (an error); one above 50%, or
-    finer than one evaluation row, is allowed but said on stderr."""
+    """A relative budget against a baseline of 0 is an error; one above 50% or finer than a row, a warning."""
     from quantune.errors import ConfigError
     from quantune.evaluate.rows import resolution_warning
 

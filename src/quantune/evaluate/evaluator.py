@@ -126,8 +126,7 @@ class Evaluator:
         min_rounds: int = 5,
         settled: Settled | None = None,
     ) -> np.ndarray:
-        """Seconds per round of ``models`` timed interleaved on the latency batch (one row per model);
-        no new round starts after ``deadline`` once ``min_rounds`` ran, nor once ``settled``."""
+        """Seconds per round of ``models`` timed interleaved (a row each), bounded by ``deadline`` and ``settled``."""
         spec = self.spec.latency
         spec = replace(
             spec,
@@ -182,8 +181,7 @@ class Evaluator:
         on_outputs: Callable[[dict[str, np.ndarray], dict[str, float]], None] | None = None,
         speed: bool = True,
     ) -> Measured:
-        """Every figure of ``model`` that needs no reference, so it can be measured while the
-        original's reference is still being computed; :meth:`figures` adds the rest."""
+        """Every figure of ``model`` that needs no reference (:meth:`figures` adds the rest)."""
         # Only a user metric reads more than the first output: the rest are not held.
         outputs = self.outputs(model, every_output=self.spec.user_metric is not None)
         first = [next(iter(feed.values())) for feed in outputs]

@@ -20,8 +20,7 @@ MIN_GAIN = 0.02
 
 @dataclass(frozen=True)
 class RatioInterval:
-    """The median paired ratio (candidate / original; below 1 = faster) and its confidence
-    interval; ``high`` is ``inf`` (``low`` 0) when too few rounds bound it."""
+    """The median paired ratio (below 1: faster) and its interval (``inf`` when too few rounds bound it)."""
 
     median: float
     low: float

@@ -52,8 +52,7 @@ def node_time_shares(
 
 
 def spread_by_work(totals: Mapping[str, float], work: Mapping[str, tuple[str, float]]) -> dict[str, float]:
-    """Each node's share of the summed time: its kind's measured share split by work (a kind with a
-    node of unknown work keeps its nodes' own timings)."""
+    """Each node's share: its kind's measured share split by work (unknown work: the nodes' own timings)."""
     total = sum(totals.values())
     if total <= 0:
         return {}
@@ -72,8 +71,7 @@ def spread_by_work(totals: Mapping[str, float], work: Mapping[str, tuple[str, fl
 
 
 def node_work(args: Mapping[str, object]) -> tuple[str, float]:
-    """(kind, work) of one profiled node from its shapes: multiply-accumulates for Conv (depthwise a
-    kind apart), Gemm and MatMul; elements read and written otherwise; (op, 0) without shapes."""
+    """(kind, work) of a profiled node: multiply-accumulates for Conv, Gemm, MatMul; else elements moved."""
     op = str(args.get("op_name", "?"))
     inputs = [_dims(entry) for entry in args.get("input_type_shape") or []]  # type: ignore[union-attr]
     outputs = [_dims(entry) for entry in args.get("output_type_shape") or []]  # type: ignore[union-attr]

@@ -59,8 +59,7 @@ _WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Attenti
 
 
 def count_quantized(model: onnx.ModelProto, also: frozenset[str] = frozenset()) -> tuple[int, int]:
-    """(quantized compute ops, all compute ops) of ``model``, subgraphs included; ``also``: op
-    types the run's passes leave quantized."""
+    """(quantized compute ops, all compute ops), subgraphs included; ``also``: what the passes leave quantized."""
     kernels = QUANTIZED_COMPUTE_OPS | (also - FLOAT_COMPUTE_OPS)
     weight_only = also & FLOAT_COMPUTE_OPS
     quantized = total = 0
@@ -82,8 +81,7 @@ def count_quantized(model: onnx.ModelProto, also: frozenset[str] = frozenset()) 
 
 
 def count_float16(model: onnx.ModelProto) -> int:
-    """Float compute ops whose weight is a float16 initializer: reduced precision, so not the
-    original in disguise although it quantizes nothing."""
+    """Float compute ops with a float16 weight: reduced precision, though nothing is quantized."""
     count = 0
     for graph in graphs(model.graph):
         half = {init.name for init in graph.initializer if init.data_type == onnx.TensorProto.FLOAT16}

@@ -119,8 +119,7 @@ def resolution_warning(kind: str, tolerable_loss: float, metric: str, baseline: 
 
 
 def noise_note(metrics: dict[str, float]) -> str:
-    """The words for a candidate whose accuracy differs from the original's within the sampling noise
-    (or ``""``)."""
+    """The words for an accuracy change within the sampling noise (or ``""``)."""
     worse, better, p = metrics.get("rows_worse"), metrics.get("rows_better"), metrics.get("loss_p_value")
     if worse is None or better is None or p is None or worse + better == 0 or p < NOISE_P:
         return ""

@@ -18,8 +18,7 @@ DEFAULT_PROVIDER = "CPUExecutionProvider"
 def session_options(
     *, threads: int, timing: bool = False, settings: Mapping[str, Any] | None = None
 ) -> ort.SessionOptions:
-    """onnxruntime options for ``threads`` intra-op threads, with ``settings`` applied on top;
-    ``timing`` fixes what makes timings comparable (one inter-op thread, sequential execution)."""
+    """onnxruntime options: ``threads``, ``settings`` on top, and with ``timing`` what makes timings comparable."""
     return build_session_options(ort, threads, timing, settings)
 
 
@@ -32,8 +31,7 @@ def open_session(
     provider: str = DEFAULT_PROVIDER,
     provider_options: Mapping[str, Any] | None = None,
 ) -> ort.InferenceSession:
-    """A session for ``model`` (a path or serialized bytes) on ``provider`` -- or on the provider
-    its ``settings`` name (a candidate of ``target.providers``), with that provider's options."""
+    """A session for ``model`` (path or bytes) on ``provider``, or on the provider its ``settings`` name."""
     provider, provider_options = chosen_provider(provider, provider_options, settings)
     options = session_options(threads=threads, timing=timing, settings=settings)
     source = model if isinstance(model, bytes) else str(model)

@@ -74,8 +74,7 @@ class TargetClient:
         self.lock = threading.RLock()
 
     def _environment(self) -> dict[str, str]:
-        """This process's environment; for another interpreter without PYTHONPATH and user site
-        packages, so nothing of quantune's environment leaks into the target's."""
+        """This environment; for another interpreter without PYTHONPATH and user site packages."""
         if self.python == sys.executable:
             return dict(os.environ)
         return {**os.environ, "PYTHONNOUSERSITE": "1", "PYTHONPATH": ""}
@@ -119,8 +118,7 @@ class TargetClient:
         self._greeted = True
 
     def launch(self) -> None:
-        """Starts the server without waiting for it, so its start overlaps the caller's work; the
-        first request reads its hello (and says why, if it could not start)."""
+        """Starts the server without waiting, so its start overlaps the caller's work."""
         if self.process is None or self.process.poll() is not None:
             with contextlib.suppress(OSError):
                 self._respawn()

@@ -113,8 +113,7 @@ def run_pass_cached(
 
 
 def _short_of_room(folder: Path, model: Path, external_data: list[Path] | None) -> bool:
-    """Whether a failed pass may have failed for want of space: onnxruntime does not notice a short
-    write of its model copies. Less room than three copies of the model counts as full."""
+    """Whether a failed pass may have lacked space (onnxruntime misses short writes): under 3 model copies free."""
     free = free_bytes(folder)
     if free is None:
         return False
@@ -123,8 +122,7 @@ def _short_of_room(folder: Path, model: Path, external_data: list[Path] | None) 
 
 
 def user_code(pass_cls: type[Pass]) -> list[str]:
-    """The sha256 of the file defining a plugin pass, so an edited one never reuses old outputs
-    (built-in passes have ``version``)."""
+    """The sha256 of a plugin pass's file, so an edited one never reuses old outputs."""
     if pass_cls.__module__.split(".")[0] == "quantune":
         return []
     module = sys.modules.get(pass_cls.__module__)

@@ -45,8 +45,7 @@ def weights_rewritten(upstream: list[tuple[str, object]]) -> bool:
 
 
 def facts_apply(facts: Mapping[str, Any], upstream: Sequence[tuple[str, Any]]) -> bool:
-    """Whether the graph facts (:mod:`quantune.prepare.facts`) still describe a step's input: while
-    every pass of ``upstream`` kept the graph (the opset is kept by every pass)."""
+    """Whether the prepared graph's facts still describe a step's input (every upstream pass kept the graph)."""
     return bool(facts) and all(
         (found := find_pass(name)) is not None and found.keeps_graph(config) for name, config in upstream
     )
@@ -58,8 +57,7 @@ def knob_names(pick: Callable[[Knobs], str | None]) -> frozenset[str]:
 
 
 def qdq_quantized(upstream: Sequence[tuple[str, object]]) -> bool:
-    """Whether the last static quantizer of ``upstream`` wrote the Q/DQ layout, whose integer
-    weights the refining passes rewrite."""
+    """Whether the last static quantizer of ``upstream`` wrote the Q/DQ layout."""
     found = [(cls, config) for name, config in upstream if (cls := find_pass(name)) and cls.quantizes == "static"]
     if not found:
         return False

@@ -73,8 +73,7 @@ class SearchSpace:
         return not self.continuous_params()
 
     def raw_size(self) -> int | float:
-        """Number of points before constraints: an exact ``int``, or ``math.inf`` when a continuous
-        parameter is active in some point. Never enumerates."""
+        """Points before constraints: an exact ``int``, or ``math.inf`` (a continuous parameter). Never enumerates."""
         names = self.names
         last_use: dict[str, int] = {}
         for index, name in enumerate(names):

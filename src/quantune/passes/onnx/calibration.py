@@ -98,8 +98,7 @@ def _batch_dim_free(session) -> bool:
 
 
 def _rows_per_chunk(session, feed: Feed, splittable: bool, budget_mb: float, keeps_tensors: bool) -> int:
-    """Rows a chunk may hold within the budget, from one row (or unsplittable batch) run in the
-    session, plus the tensor copies a calibrator that ``keeps_tensors`` holds."""
+    """Rows a chunk may hold within the budget, measured on one row (plus a histogram's tensor copies)."""
     rows = _rows(feed)
     probe = {name: value[:1] for name, value in feed.items()} if splittable and rows > 1 else feed
     probe_rows = _rows(probe) if probe else 1

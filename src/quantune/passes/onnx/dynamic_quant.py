@@ -235,8 +235,7 @@ def plan_calls(config: DynamicQuantizationConfig, present: set[str]) -> list[tup
 
 
 def present_op_types(model_path: Path, nodes_to_exclude: list[str]) -> set[str]:
-    """Op types of the nodes (subgraphs included) not excluded; a Gemm counts as a MatMul too, as
-    every dynamic onnxruntime call rewrites Gemms into MatMul + Add first."""
+    """Op types of the nodes not excluded (subgraphs included; a Gemm counts as a MatMul: it becomes one)."""
     return _present(onnx.load(str(model_path), load_external_data=False), nodes_to_exclude)
 
 

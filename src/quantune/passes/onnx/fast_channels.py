@@ -37,7 +37,7 @@ def quantize_channels(
 
 
 def quantize_with(weights: np.ndarray, zero: np.ndarray, scale: np.ndarray, axis: int, q_type: int) -> np.ndarray:
-    """``weights`` quantized with one (zero point, scale) per slice along ``axis`` (``quantize_nparray``'s arithmetic)."""
+    """``weights`` quantized with one (zero point, scale) per slice along ``axis``, as ``quantize_nparray`` does."""
     from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType
 
     low, high = get_qmin_qmax_for_qType(q_type, reduce_range=False, symmetric=False)

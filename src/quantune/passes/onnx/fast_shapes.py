@@ -82,8 +82,7 @@ def fits_in_memory(path: Path) -> bool:
 
 
 def infer_like_file(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """What ``save_and_reload_model_with_shape_infer(model)`` returns, as a new model without files
-    (None: not here)."""
+    """``save_and_reload_model_with_shape_infer(model)``'s result, without files (None: not here)."""
     if _has_external(model):
         return None
     tensors = list(_all_initializers(model))
@@ -128,8 +127,7 @@ def infer_loaded(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def _skeleton(model: onnx.ModelProto, hidden: set[int], *, external: bool) -> onnx.ModelProto | None:
-    """``model`` without the bytes of its main-graph initializers at ``hidden``, built without copying
-    them (marked external data when ``external``); None if a tensor has fields this does not know."""
+    """``model`` without the bytes of its initializers at ``hidden``; None for unknown tensor fields."""
     if {f.name for f in TensorProto.DESCRIPTOR.fields} != _TENSOR_FIELDS:
         return None
     tensors = model.graph.initializer
@@ -151,8 +149,7 @@ def _take_all_but_initializers(model: onnx.ModelProto, inferred: onnx.ModelProto
 
 
 def _infer_copying(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx.ModelProto | None:
-    """onnx's inference of a serialized copy of ``model`` without the bytes of the initializers at
-    ``hidden`` (subgraphs' included), hidden as external data when ``external``."""
+    """onnx's inference of a serialized copy of ``model`` without the bytes of the initializers at ``hidden``."""
     skeleton = onnx.ModelProto()
     skeleton.CopyFrom(model)
     tensors = list(_all_initializers(skeleton))

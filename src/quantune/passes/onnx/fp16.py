@@ -64,8 +64,7 @@ class Float16Conversion(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Not after a quantizer (int8/4-bit graphs, QDQ scales), nor twice: no pass that rewrote
-        the weights (they hold no float32 compute to halve, or run QDQ math that fp16 breaks)."""
+        """Not after a pass that rewrote the weights (no float32 compute to halve, or QDQ math fp16 breaks)."""
         return not weights_rewritten(upstream)
 
     @classmethod

@@ -65,8 +65,7 @@ def paired_tensors(
     calibration: Calibration,
     budget_mb: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(``quantized_name`` from the quantized model, ``reference_name`` from the float model),
-    stacked over the calibration batches until a quarter of the budget is filled."""
+    """The two tensors over the calibration batches, stacked until a quarter of the budget is filled."""
     limit = (memory_budget_mb() if budget_mb is None else budget_mb) * _MB / 4
     left: list[np.ndarray] = []
     right: list[np.ndarray] = []

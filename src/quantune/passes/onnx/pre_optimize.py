@@ -28,15 +28,13 @@ CONV_FUSIONS = ("ConvActivationFusion", "ConvAddFusion", "ConvAddActivationFusio
 
 
 def optimize_extended(model_in: Path, model_out: Path) -> list[str]:
-    """``model_in`` optimized at onnxruntime's extended level (no Conv fusions), typed, at ``model_out``;
-    returns the names of the tensors whose types were added (see :func:`drop_types`)."""
+    """``model_in`` at onnxruntime's extended level, typed, at ``model_out``; the names of the added types."""
     save_optimized(model_in, model_out, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, CONV_FUSIONS)
     return _add_types(model_out)
 
 
 def optimize_extended_model(model_in: Path, model_out: Path) -> tuple[onnx.ModelProto, list[str]]:
-    """:func:`optimize_extended` for a model without external data, the typed model returned
-    instead of written back."""
+    """:func:`optimize_extended` for a model without external data, the typed model kept in memory."""
     save_optimized(model_in, model_out, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, CONV_FUSIONS)
     model = onnx.load(str(model_out))
     return model, add_types(model)
@@ -89,8 +87,7 @@ def _add_types(path: Path) -> list[str]:
 
 
 def add_types(model: onnx.ModelProto) -> list[str]:
-    """Value infos from onnxruntime's symbolic shape inference, when it follows the whole graph,
-    added to ``model``; returns their names."""
+    """Value infos from symbolic shape inference added to ``model`` (where it follows the graph); their names."""
     try:  # on the model's skeleton: the same value infos, without copying its weights (skeleton.py)
         typed = symbolic_infer(without_weights(model, UNREAD_BY_SYMBOLIC), guess_output_rank=True)
     except Exception as exc:  # an op it cannot follow: the quantizer's DefaultTensorType stands

@@ -190,8 +190,7 @@ class StaticQuantization(Pass):
     def faster_twin(
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:
-        """S8S8 QOperator on an x86 CPU: onnxruntime's documentation calls it slow; the QDQ model has
-        the same scales and runs on the fast kernels."""
+        """S8S8 QOperator on x86 is slow (onnxruntime's docs); the QDQ model has the same scales."""
         s8s8 = config.get("activation_type") == "int8" and config.get("weight_type", "int8") == "int8"
         if provider == CPU_PROVIDER and is_x86() and config.get("quant_format") == "QOperator" and s8s8:
             return {"quant_format": "QDQ"}, "onnxruntime runs S8S8 QOperator models slowly on x86 (its docs)"

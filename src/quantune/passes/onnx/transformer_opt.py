@@ -137,8 +137,7 @@ def is_transformer(op_types: Mapping[str, int]) -> bool:
 
 
 def detect_model_type(path: Path) -> str:
-    """``gpt2`` for decoders carrying past key/values, ``vit`` for image input, else ``bert``
-    (onnxruntime's general pattern set)."""
+    """``gpt2`` with past key/values, ``vit`` for image input, else ``bert`` (the general pattern set)."""
     model = onnx.load(str(path), load_external_data=False)
     names = [value.name.lower() for value in model.graph.input]
     if any("past" in name for name in names):

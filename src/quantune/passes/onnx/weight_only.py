@@ -119,8 +119,7 @@ class WeightOnlyQuantization(Pass):
 def blocks_fit(
     block_size: int, nodes_to_exclude: list[str], facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]
 ) -> bool:
-    """Whether the model has a constant MatMul weight not excluded (else nothing changes), and
-    half of ``block_size`` is below the largest such K (else it is the next smaller size's model)."""
+    """Whether an unexcluded constant MatMul weight exists, with half of ``block_size`` below its largest K."""
     if not facts_apply(facts, upstream) or "matmul_weights" not in facts:
         return True
     excluded = set(nodes_to_exclude)
