@@ -80,8 +80,7 @@ class Evaluator:
     ) -> None:
         self.spec = spec
         self.threads = threads
-        # Short timings beside another evaluation: the two share the cores, so more rounds buy no
-        # precision, and both are timed again side by side before any decision rests on their speed.
+        # Short timings beside another evaluation: sharing the cores, more rounds buy no precision.
         self.quick_timing = False
         self.last_timing_s = 0.0  # what the last model's timing took (the run's cost estimate reads it)
         self.backend: Backend = backend if backend is not None else LocalBackend()

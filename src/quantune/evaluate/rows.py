@@ -25,8 +25,7 @@ def row_figures(
     reference: list[np.ndarray] | None,
     labels: list[np.ndarray] | None,
 ) -> dict[str, float]:
-    """``rows_scored`` and, against the original's first outputs ``reference`` (``None``: this is the
-    original), ``rows_worse``, ``rows_better`` and ``loss_p_value``; empty where rows cannot be read."""
+    """``rows_scored``; against ``reference`` (None: the original) ``rows_worse``, ``rows_better``, ``loss_p_value``."""
     if metric not in ROW_METRICS or not first or any(np.ndim(out) < 1 for out in first):
         return {}
     rows = sum(out.size // max(1, out.shape[-1]) for out in first)

@@ -48,8 +48,7 @@ def cpu_name() -> str:
 
 
 def build_session_options(ort, threads, timing, settings):
-    """onnxruntime session options; quantune's ``evaluate.session.session_options`` is this very
-    function, so a target and this process open sessions alike."""
+    """onnxruntime session options: quantune's ``session_options`` is this function, so both open sessions alike."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = int(threads)

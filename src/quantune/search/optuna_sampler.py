@@ -133,12 +133,9 @@ class OptunaSampler(Sampler):
                 continue
             self._patience = min(self.max_duplicate_asks, 2 * self._patience)
             return self._accept(trial, point, key)
-        # Optuna keeps proposing points it cannot use (TPE ignores failed trials, so it may
-        # return to the same invalid point forever; near the end of a small space nearly every
-        # proposal is a repeat). Hand it an unseen valid point instead, as a trial it can learn
-        # from, and give up only when the space has none left. Patience halves while this
-        # goes on (and doubles back as Optuna finds new points again), so a saturated search does
-        # not pay for many wasted Optuna asks per point.
+        # Optuna keeps proposing points it cannot use (TPE may return to an invalid point forever):
+        # hand it an unseen valid point as a trial it can learn from. Patience halves meanwhile (and
+        # doubles back), so a saturated search does not pay for many wasted asks per point.
         self._patience = max(1, self._patience // 2)
         point = self._unseen.next()
         if point is None:

@@ -131,8 +131,7 @@ class Strategy(ABC):
 
     @abstractmethod
     def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
-        """Takes a proposal's outcome; may return a note on what it decided from it, which the
-        engine appends to the trial's ``stage`` (e.g. why a flow was dropped)."""
+        """Takes a proposal's outcome; may return a note the engine appends to the trial's ``stage``."""
 
     def first_requests(self) -> tuple[list[Any], float | None, Any, list[Any]]:
         """What the strategy asks first, for the engine to build and evaluate beside the original's:

@@ -43,15 +43,13 @@ log = logging.getLogger("quantune.passes")
 
 class FastFinetuneConfig(PassConfig):
     optim: Literal["adaround", "adaquant"] = "adaround"
-    # With ``search: true`` these two are searched together as Quark's NumIterLR (the joint
-    # parameter ``<step>.num_iter_lr``); search ``learning_rate`` alone over a log range with
-    # ``{search: {float: [0.001, 0.1], log: true}}``.
+    # With ``search: true`` these two are searched together (``<step>.num_iter_lr``, Quark's NumIterLR);
+    # search ``learning_rate`` alone with ``{search: {float: [0.001, 0.1], log: true}}``.
     iterations: int = Field(default=500, gt=0, le=100_000)
     learning_rate: float = Field(default=0.01, gt=0, le=1.0)
     op_types: list[Literal["Conv", "Gemm", "MatMul"]] = list(LAYER_TYPES)
-    # Only these layers (node names) are fitted, when given: the quantune strategy's targeted
-    # recovery of the units the sensitivity ranks worst (a fit of every layer costs minutes on a
-    # large model; the other layers keep static_quant's rounding).
+    # Only these layers (node names) are fitted, when given: the quantune strategy's targeted recovery
+    # of the worst units (the other layers keep static_quant's rounding).
     nodes: list[str] | None = None
     calibration_samples: int | None = Field(default=256, gt=0)
     seed: int = 0

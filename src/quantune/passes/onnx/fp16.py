@@ -20,10 +20,8 @@ from quantune.passes.onnx.weight_only import save_model
 from quantune.passes.registry import register_pass, weights_rewritten
 from quantune.space import Categorical
 
-# Ops whose result fp16 cannot hold well: large sums, exponentials and variances. Not the fused
-# contrib norms (SkipLayerNormalization, EmbedLayerNormalization): the converter cannot type
-# their inputs when they stay float32 (the model then fails to load: "bound to different
-# types"), and their fp16 kernels accumulate in float32 anyway.
+# Ops whose result fp16 cannot hold well. Not the fused contrib norms: the converter cannot type
+# their float32 inputs (the model fails to load), and their fp16 kernels accumulate in float32.
 NUMERIC_OPS = (
     "Softmax",
     "LogSoftmax",

@@ -20,8 +20,7 @@ PREFIX = "quantune_t"
 
 
 def inference_error(path: Path) -> str | None:
-    """Why onnx's strict shape inference refuses the model at ``path`` (its weights' values aside),
-    or ``None`` (also for a model with external data, which it does not check)."""
+    """Why onnx's strict shape inference refuses the model at ``path``, or ``None`` (also with external data)."""
     if external_data_files(path):
         return None
     model = without_weights(onnx.load(str(path)))
@@ -33,8 +32,7 @@ def inference_error(path: Path) -> str | None:
 
 
 def plain_names(model: onnx.ModelProto) -> dict[str, str] | None:
-    """Renames every tensor but the graph's inputs and outputs in ``model`` (in place); returns
-    old -> new, or ``None`` (nothing changed) for a model with subgraphs, whose names reach inside."""
+    """Renames the inner tensors of ``model`` in place: old -> new, or ``None`` for a model with subgraphs."""
     if any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in model.graph.node for a in n.attribute
     ):

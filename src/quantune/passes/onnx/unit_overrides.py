@@ -18,8 +18,7 @@ _WEIGHTED = ("Conv", "Gemm", "MatMul")
 
 
 def per_channel_overrides(model_path: Path, nodes: Iterable[str]) -> dict[str, list[dict[str, int]]]:
-    """``TensorQuantOverrides`` entries (weight name -> [{"axis": a}]) for the named Conv/Gemm/MatMul
-    nodes whose weight is an initializer; other names are ignored (a unit's non-weighted ops)."""
+    """``TensorQuantOverrides`` axis entries for the named Conv/Gemm/MatMul nodes with an initializer weight."""
     wanted = set(nodes)
     if not wanted:
         return {}
