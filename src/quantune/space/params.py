@@ -11,17 +11,33 @@ samplers use: ``parents``, ``finite``, ``size`` (``math.inf`` if not finite), ``
 
 from __future__ import annotations
 
+import bisect
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, ClassVar
 
-from quantune.space._weights import check_weights, cumulative, draw_index, priority_order
 from quantune.space.ranges import FloatRange, IntRange
 
 
+def check_weights(weights: Sequence[float] | None, count: int, what: str) -> tuple[float, ...] | None:
+    """Validates weights against ``count`` values; ``None`` stays ``None`` (all values equal)."""
+    if weights is None:
+        return None
+    values = tuple(float(weight) for weight in weights)
+    if len(values) != count:
+        raise ValueError(f"{what}: {len(values)} weights for {count} values; give one weight per value")
+    for weight in values:
+        if not math.isfinite(weight) or weight <= 0:
+            # a zero weight: unreachable by random sampling, still visited by exhaustive search
+            raise ValueError(f"{what}: weights must be finite and > 0, got {weight!r}; leave a value out instead")
+    return values
+
+
 class _Listed:
-    """What a domain listing its values (``_items``) in priority order does."""
+    """A domain listing its values (``_items``) by priority (weights: see :class:`Categorical`)."""
 
     finite: ClassVar[bool] = True
     _items: tuple[Any, ...]
@@ -31,8 +47,9 @@ class _Listed:
     def _list(self, items: tuple[Any, ...], weights: tuple[float, ...] | None) -> None:
         object.__setattr__(self, "weights", weights)
         object.__setattr__(self, "_items", items)
-        object.__setattr__(self, "_order", tuple(items[i] for i in priority_order(len(items), weights)))
-        object.__setattr__(self, "_cum", cumulative(weights))
+        order = range(len(items)) if weights is None else sorted(range(len(items)), key=lambda i: -weights[i])
+        object.__setattr__(self, "_order", tuple(items[i] for i in order))
+        object.__setattr__(self, "_cum", None if weights is None else tuple(accumulate(weights)))
 
     @property
     def size(self) -> int:
@@ -42,7 +59,9 @@ class _Listed:
         return self._order
 
     def draw(self, rng: random.Random) -> Any:
-        return self._items[draw_index(rng, len(self._items), self._cum)]
+        if self._cum is None:
+            return self._items[rng.randrange(len(self._items))]
+        return self._items[min(bisect.bisect_right(self._cum, rng.random() * self._cum[-1]), len(self._items) - 1)]
 
     def choices_given(self, point: Mapping[str, Any]) -> tuple[Any, ...]:
         return self._items
