@@ -30,7 +30,7 @@ from quantune.passes.onnx.fast_lookups import fast_lookups
 from quantune.passes.onnx.fast_shapes import ModelStore, fits_in_memory, in_memory_shapes
 from quantune.passes.onnx.gather_int8 import quantize_gathers
 from quantune.passes.onnx.pre_optimize import drop_types, drop_value_infos, optimize_extended, optimize_extended_model
-from quantune.passes.onnx.quant_types import QUANT_TYPES
+from quantune.passes.onnx.static_quant import QUANT_TYPES
 from quantune.passes.onnx.weight_only import save_model
 from quantune.passes.registry import facts_apply, register_pass
 from quantune.prepare.facts import quantized_among

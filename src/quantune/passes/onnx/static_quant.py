@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import onnx
-from onnxruntime.quantization import quantize_static
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.calibrate import save_tensors_data
 from pydantic import Field, model_validator
 
@@ -37,7 +37,6 @@ from quantune.passes.onnx.fast_lookups import fast_lookups
 from quantune.passes.onnx.fast_shapes import fits_in_memory, in_memory_shapes
 from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.float_source import remember_float_source
-from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.onnx.tensor_names import inference_error, plain_names, renamed_ranges, restore_names
 from quantune.passes.onnx.unit_overrides import per_channel_overrides
 from quantune.passes.registry import facts_apply, register_pass
@@ -49,6 +48,13 @@ CPU_PROVIDER = "CPUExecutionProvider"
 
 log = logging.getLogger("quantune.passes")
 
+QuantTypeName = Literal["int8", "uint8", "int16", "uint16"]
+QUANT_TYPES = {
+    "int8": QuantType.QInt8,
+    "uint8": QuantType.QUInt8,
+    "int16": QuantType.QInt16,
+    "uint16": QuantType.QUInt16,
+}
 _WIDE = {"int16", "uint16"}
 # quantize_static's extra_options that configure its calibrator, and the calibrator's names for them.
 _CALIB_OPTIONS = (
@@ -251,7 +257,7 @@ class StaticQuantization(Pass):
                 computed = calibrate_ranges(
                     model_in,
                     reader,
-                    CALIBRATION_METHODS[config.calibrate_method],
+                    CalibrationMethod[config.calibrate_method],
                     op_types=config.op_types_to_quantize,
                     options=options,
                     stride=config.calib_strided_minmax,
@@ -331,14 +337,14 @@ def _quantize_static(
         str(model_in),
         str(model_out),
         None,
-        quant_format=QUANT_FORMATS[config.quant_format],
+        quant_format=QuantFormat[config.quant_format],
         op_types_to_quantize=config.op_types_to_quantize,
         per_channel=config.per_channel,
         reduce_range=config.reduce_range,
         activation_type=QUANT_TYPES[config.activation_type],
         weight_type=QUANT_TYPES[config.weight_type],
         nodes_to_exclude=list(config.nodes_to_exclude),
-        calibrate_method=CALIBRATION_METHODS[config.calibrate_method],
+        calibrate_method=CalibrationMethod[config.calibrate_method],
         extra_options=extra,
         calibration_cache_path=str(ranges),
     )
