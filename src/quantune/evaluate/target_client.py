@@ -67,7 +67,6 @@ class TargetClient:
         self.timeout_s = timeout_s
         self.memory_limit_mb = memory_limit_mb
         self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
         self._greeted = False  # the running server's hello was read
         self._offset = 0  # its log's length when it started
         # one caller's sequence of requests at a time (load, time, free)
@@ -96,7 +95,6 @@ class TargetClient:
         self.stop()
         self._offset = self.log_offset()
         self.process = self._spawn()
-        self.starts += 1
         self._greeted = False
 
     def start(self) -> None:

@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -142,7 +142,9 @@ class DynamicQuantization(Pass):
                 optimized = Path(scratch) / "extended.onnx"
                 added = optimize_extended(model_in, optimized)
                 model_in = optimized
-            calls = plan_calls(config, present_op_types(model_in, config.nodes_to_exclude))
+            unweighted = onnx.load(str(model_in), load_external_data=False)
+            calls = plan_calls(config, present_op_types(unweighted, config.nodes_to_exclude))
+            del unweighted  # a large model's weights are not held through the quantizer's calls
             for step, (weight_type, per_channel, op_types) in enumerate(calls):
                 out = model_out if step == len(calls) - 1 else Path(scratch) / f"step{step}.onnx"
                 self._quantize(config, model_in, out, weight_type, op_types, per_channel)
@@ -150,7 +152,9 @@ class DynamicQuantization(Pass):
             if not calls:  # nothing for onnxruntime (the Gathers alone, or every node excluded)
                 _copy_model(model_in, model_out)
             if int8_gathers(config):
-                _rewrite_gathers(model_out, config)
+                model = onnx.load(str(model_out))
+                if quantize_gathers(model, config.nodes_to_exclude, reduce_range=config.reduce_range):
+                    save_model(model, model_out)
             drop_types(model_out, added)
 
     def _run_in_memory(self, config: DynamicQuantizationConfig, model_in: Path, model_out: Path) -> None:
@@ -164,7 +168,7 @@ class DynamicQuantization(Pass):
                 model_in = optimized
             else:
                 model = onnx.load(str(model_in))
-            calls = plan_calls(config, _present(model, config.nodes_to_exclude))
+            calls = plan_calls(config, present_op_types(model, config.nodes_to_exclude))
             store.put(model_in, model)
             for step, (weight_type, per_channel, op_types) in enumerate(calls):
                 out = model_out if step == len(calls) - 1 else Path(scratch) / f"step{step}.onnx"
@@ -234,14 +238,10 @@ def plan_calls(config: DynamicQuantizationConfig, present: set[str]) -> list[tup
     return [group for group in groups if any(t in present and t not in FOLLOWERS for t in group[2])]
 
 
-def present_op_types(model_path: Path, nodes_to_exclude: list[str]) -> set[str]:
+def present_op_types(model: onnx.ModelProto, nodes_to_exclude: list[str]) -> set[str]:
     """Op types of the nodes not excluded (subgraphs included; a Gemm counts as a MatMul: it becomes one)."""
-    return _present(onnx.load(str(model_path), load_external_data=False), nodes_to_exclude)
-
-
-def _present(model: onnx.ModelProto, nodes_to_exclude: list[str]) -> set[str]:
     excluded = set(nodes_to_exclude)
-    present = {node.op_type for node in _nodes(model.graph) if not node.name or node.name not in excluded}
+    present = {n.op_type for g in graphs(model.graph) for n in g.node if not n.name or n.name not in excluded}
     return present | {"MatMul"} if "Gemm" in present else present
 
 
@@ -250,11 +250,6 @@ def excluded_names(nodes_to_exclude: list[str]) -> list[str]:
     before it reads the exclusions, so without it an excluded Gemm would be quantized."""
     names = list(nodes_to_exclude)
     return names + [f"{name}_MatMul" for name in names if f"{name}_MatMul" not in names]
-
-
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for each in graphs(graph):
-        yield from each.node
 
 
 def _copy_model(model_in: Path, model_out: Path) -> None:
@@ -275,12 +270,6 @@ def _write(model: onnx.ModelProto, path: Path) -> None:
         save_model(model, path)
         return
     path.write_bytes(data)
-
-
-def _rewrite_gathers(path: Path, config: DynamicQuantizationConfig) -> None:
-    model = onnx.load(str(path))
-    if quantize_gathers(model, config.nodes_to_exclude, reduce_range=config.reduce_range):
-        save_model(model, path)
 
 
 def _among(op_types: list[str], wanted: tuple[str, ...]) -> list[str]:

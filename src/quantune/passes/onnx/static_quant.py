@@ -275,9 +275,25 @@ class StaticQuantization(Pass):
     def _quantize(config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path) -> None:
         """onnxruntime's quantize_static from ranges already computed (never its own calibration)."""
         with fast_per_channel(), fast_lookups():
-            _quantize_static(config, model_in, model_out, extra, ranges)
-        if config.nodes_to_exclude:
-            _keep_fallback_float(model_out, list(config.nodes_to_exclude))
+            quantize_static(
+                str(model_in),
+                str(model_out),
+                None,
+                quant_format=QuantFormat[config.quant_format],
+                op_types_to_quantize=config.op_types_to_quantize,
+                per_channel=config.per_channel,
+                reduce_range=config.reduce_range,
+                activation_type=QUANT_TYPES[config.activation_type],
+                weight_type=QUANT_TYPES[config.weight_type],
+                nodes_to_exclude=list(config.nodes_to_exclude),
+                calibrate_method=CalibrationMethod[config.calibrate_method],
+                extra_options=extra,
+                calibration_cache_path=str(ranges),
+            )
+        if config.nodes_to_exclude:  # excluded weighted nodes stay float when onnxruntime loads the model
+            model = onnx.load(str(model_out), load_external_data=False)
+            if keep_excluded_float(model, list(config.nodes_to_exclude)):
+                onnx.save(model, str(model_out))
 
     @classmethod
     def _quantize_plain(
@@ -328,29 +344,3 @@ class StaticQuantization(Pass):
         if path.is_file():
             return path, None
         return path, context.cache_dir / f".{key}.{uuid.uuid4().hex}.json"
-
-
-def _quantize_static(
-    config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path
-) -> None:
-    quantize_static(
-        str(model_in),
-        str(model_out),
-        None,
-        quant_format=QuantFormat[config.quant_format],
-        op_types_to_quantize=config.op_types_to_quantize,
-        per_channel=config.per_channel,
-        reduce_range=config.reduce_range,
-        activation_type=QUANT_TYPES[config.activation_type],
-        weight_type=QUANT_TYPES[config.weight_type],
-        nodes_to_exclude=list(config.nodes_to_exclude),
-        calibrate_method=CalibrationMethod[config.calibrate_method],
-        extra_options=extra,
-        calibration_cache_path=str(ranges),
-    )
-
-
-def _keep_fallback_float(model_out: Path, excluded: list[str]) -> None:
-    model = onnx.load(str(model_out), load_external_data=False)
-    if keep_excluded_float(model, excluded):
-        onnx.save(model, str(model_out))
