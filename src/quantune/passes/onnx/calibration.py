@@ -51,10 +51,6 @@ def _rows(feed: Feed) -> int:
     return len(next(iter(feed.values())))
 
 
-def _shape_key(feed: Feed) -> tuple:
-    return tuple((name, value.shape, value.dtype.str) for name, value in sorted(feed.items()))
-
-
 class ChunkPlanner:
     """Groups feeds into chunks of at most ``max_rows`` rows (``None``: one feed per chunk, never cut)."""
 
@@ -81,7 +77,7 @@ class ChunkPlanner:
                 continue
             for piece in self.pieces(feed):
                 n = _rows(piece)
-                piece_key = _shape_key(piece)
+                piece_key = tuple((name, value.shape, value.dtype.str) for name, value in sorted(piece.items()))
                 if chunk and (rows + n > self.max_rows or piece_key != key):
                     yield chunk
                     chunk, rows = [], 0
@@ -90,11 +86,6 @@ class ChunkPlanner:
                 key = piece_key
         if chunk:
             yield chunk
-
-
-def _batch_dim_free(session) -> bool:
-    """Whether every model input's first dimension is symbolic (so a batch may be split)."""
-    return all(not isinstance(arg.shape[0], int) if arg.shape else False for arg in session.get_inputs())
 
 
 def _rows_per_chunk(session, feed: Feed, splittable: bool, budget_mb: float, keeps_tensors: bool) -> int:
@@ -178,7 +169,10 @@ def calibrate_ranges(
         first = next(iter(feeds()), None)
         if first is None:
             raise ValueError("calibration: no data to calibrate with (zero rows)")
-        splittable = _batch_dim_free(calibrator.infer_session)
+        # a batch may be split when every model input's first dimension is symbolic
+        splittable = all(
+            not isinstance(arg.shape[0], int) if arg.shape else False for arg in calibrator.infer_session.get_inputs()
+        )
         minmax = method == CalibrationMethod.MinMax
         max_rows = _rows_per_chunk(calibrator.infer_session, first, splittable, budget, keeps_tensors=not minmax)
         del first

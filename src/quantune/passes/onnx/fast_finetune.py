@@ -135,7 +135,7 @@ def finetune(
         start = time.perf_counter()
         float_node = floats[layer.name]
         weight = numpy_helper.to_array(float_inits[float_node.input[1]]).astype(np.float32)
-        if weight.shape != tuple(_init_dims(model, layer.weight_init)):
+        if weight.shape != next(tuple(i.dims) for i in model.graph.initializer if i.name == layer.weight_init):
             continue
         session = session_with_outputs(model, [layer.node.input[0]], optimize=False)
         x, target = paired_tensors(session, layer.node.input[0], reference, float_node.output[0], calibration)
@@ -175,7 +175,3 @@ def finetune(
 
 def _dequant(ints: np.ndarray, grid: Quantizer) -> np.ndarray:
     return ((ints - grid.zero_point) * grid.scale).astype(np.float32)
-
-
-def _init_dims(model: onnx.ModelProto, name: str) -> list[int]:
-    return next(list(init.dims) for init in model.graph.initializer if init.name == name)

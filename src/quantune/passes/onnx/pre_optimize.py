@@ -30,7 +30,11 @@ CONV_FUSIONS = ("ConvActivationFusion", "ConvAddFusion", "ConvAddActivationFusio
 def optimize_extended(model_in: Path, model_out: Path) -> list[str]:
     """``model_in`` at onnxruntime's extended level, typed, at ``model_out``; the names of the added types."""
     save_optimized(model_in, model_out, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, CONV_FUSIONS)
-    return _add_types(model_out)
+    model = onnx.load(str(model_out), load_external_data=False)
+    added = add_types(model)
+    if added:
+        onnx.save(model, str(model_out))
+    return added
 
 
 def optimize_extended_model(model_in: Path, model_out: Path) -> tuple[onnx.ModelProto, list[str]]:
@@ -75,15 +79,6 @@ def drop_value_infos(model: onnx.ModelProto, names: list[str]) -> bool:
     del model.graph.value_info[:]
     model.graph.value_info.extend(kept)
     return True
-
-
-def _add_types(path: Path) -> list[str]:
-    """:func:`add_types` on the model file at ``path`` (rewritten only if it adds some)."""
-    model = onnx.load(str(path), load_external_data=False)
-    added = add_types(model)
-    if added:
-        onnx.save(model, str(path))
-    return added
 
 
 def add_types(model: onnx.ModelProto) -> list[str]:

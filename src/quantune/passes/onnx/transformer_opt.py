@@ -110,7 +110,11 @@ class TransformerOptimization(Pass):
         quiet.setLevel(logging.ERROR)
         try:
             with tempfile.TemporaryDirectory(prefix="quantune-fuse-", dir=context.work_dir) as tmp:
-                source = _pre_optimize(model_in, Path(tmp), config.opt_level) if config.opt_level else model_in
+                source = model_in
+                if config.opt_level:  # onnxruntime's graph optimizer first, here, so it needs no torch
+                    source = Path(tmp) / "pre.onnx"
+                    disabled = ["ConstantSharing", *(_DISABLED_AT_EXTENDED if config.opt_level > 1 else ())]
+                    save_optimized(model_in, source, _LEVELS[config.opt_level], disabled)
                 optimized = optimize_model(
                     str(source),
                     model_type=model_type,
@@ -146,10 +150,3 @@ def detect_model_type(path: Path) -> str:
     if floats and len(floats[0].type.tensor_type.shape.dim) == 4 and not any("ids" in name for name in names):
         return "vit"
     return "bert"
-
-
-def _pre_optimize(model_in: Path, folder: Path, level: int) -> Path:
-    """onnxruntime's graph optimizer at ``level`` (1 basic, 2 extended), saved for the fusion."""
-    out = folder / "pre.onnx"
-    save_optimized(model_in, out, _LEVELS[level], ["ConstantSharing", *(_DISABLED_AT_EXTENDED if level > 1 else ())])
-    return out

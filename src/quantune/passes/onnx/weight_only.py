@@ -112,7 +112,11 @@ class WeightOnlyQuantization(Pass):
             raise TrialError("weight_only: no MatMul has a constant weight to quantize (nothing changed)")
         if config.accuracy_level:  # HQQ does not set it; RTN already did
             for node in packed:
-                _set_int_attribute(node, "accuracy_level", config.accuracy_level)
+                existing = [a for a in node.attribute if a.name == "accuracy_level"]
+                if existing:
+                    existing[0].i = config.accuracy_level
+                else:
+                    node.attribute.append(onnx.helper.make_attribute("accuracy_level", config.accuracy_level))
         save_model(out, model_out)
 
 
@@ -152,11 +156,3 @@ def save_model(model: onnx.ModelProto, path: Path) -> None:
     """One file, or the weights in ``<name>.data`` beside it past protobuf's 2 GB limit."""
     large = model.ByteSize() > 2**31 - 2**26
     onnx.save(model, str(path), save_as_external_data=large, location=f"{path.name}.data" if large else None)
-
-
-def _set_int_attribute(node: onnx.NodeProto, name: str, value: int) -> None:
-    for attribute in node.attribute:
-        if attribute.name == name:
-            attribute.i = value
-            return
-    node.attribute.append(onnx.helper.make_attribute(name, value))
