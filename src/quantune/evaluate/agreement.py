@@ -52,7 +52,16 @@ def _one_pass(outputs: list[np.ndarray], references: list[np.ndarray]) -> dict[s
     """The figures of feeds that stack, from blocks of about ``BLOCK_ELEMENTS`` elements."""
     step = max(1, BLOCK_ELEMENTS // max(1, outputs[0][0].size))
     with reused_blocks():  # equal blocks, one after the other: from the heap, not mapped each time
-        return _combine(_map(zip(_row_blocks(outputs, step), _row_blocks(references, step), strict=True)))
+        blocks = _map(zip(_row_blocks(outputs, step), _row_blocks(references, step), strict=True))
+        broken = any(dist is None for _, _, dist, _ in blocks)
+        return {
+            "top1_agreement": float(np.mean(np.concatenate([agree for agree, _, _, _ in blocks]))),
+            "cosine": float(np.mean(np.concatenate([sims for _, sims, _, _ in blocks]))),
+            "l2": float("inf")
+            if broken
+            else float(np.mean(np.concatenate([d for _, _, d, _ in blocks if d is not None]))),
+            "max_abs_diff": float("inf") if broken else float(max(largest for _, _, _, largest in blocks)),
+        }
 
 
 def _fusable(outputs: list[np.ndarray], references: list[np.ndarray]) -> bool:
@@ -115,13 +124,3 @@ def _map(pairs: Iterator[tuple[np.ndarray, np.ndarray]]) -> list[Block]:
                 results.append(running.popleft().result())
         results.extend(future.result() for future in running)
     return results
-
-
-def _combine(blocks: list[Block]) -> dict[str, float]:
-    broken = any(dist is None for _, _, dist, _ in blocks)
-    return {
-        "top1_agreement": float(np.mean(np.concatenate([agree for agree, _, _, _ in blocks]))),
-        "cosine": float(np.mean(np.concatenate([sims for _, sims, _, _ in blocks]))),
-        "l2": float("inf") if broken else float(np.mean(np.concatenate([d for _, _, d, _ in blocks if d is not None]))),
-        "max_abs_diff": float("inf") if broken else float(max(largest for _, _, _, largest in blocks)),
-    }

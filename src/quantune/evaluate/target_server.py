@@ -122,15 +122,6 @@ def load_arrays(np, path, layout):
     return feeds
 
 
-def _save_arrays(np, path, feeds):
-    layout, arrays = [], []
-    for feed in feeds:
-        layout.append([str(name) for name in feed])
-        arrays.extend(np.asarray(value) for value in feed.values())
-    np.savez(path, **{f"a{index}": value for index, value in enumerate(arrays)})
-    return layout
-
-
 def _runner(spec, cache):
     if not spec:
         return None
@@ -196,7 +187,10 @@ class Server:
                     shapes = {name: tuple(value.shape) for name, value in feed.items()}
                     cause = " ".join(str(exc).split())
                     raise RuntimeError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from None
-        return {"layout": _save_arrays(self.np, request["out"], outputs)}
+        layout = [[str(name) for name in feed] for feed in outputs]
+        arrays = [self.np.asarray(value) for feed in outputs for value in feed.values()]
+        self.np.savez(request["out"], **{f"a{index}": value for index, value in enumerate(arrays)})
+        return {"layout": layout}
 
     def time(self, request):
         (feed,) = load_arrays(self.np, request["feed"], [request["names"]])

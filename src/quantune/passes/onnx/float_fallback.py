@@ -50,8 +50,11 @@ def keep_excluded_float(model: onnx.ModelProto, excluded: Iterable[str]) -> int:
         )
         node.input[0] = out_name
         rewired += 1
-    if rewired:
-        _drop_unused_dequantize(graph)
+    if rewired:  # a DQ whose only reader was rewired is dead; left in, it would block the upstream fusion
+        used = {name for node in graph.node for name in node.input} | {out.name for out in graph.output}
+        for node in list(graph.node):
+            if node.op_type == "DequantizeLinear" and not any(out in used for out in node.output):
+                graph.node.remove(node)
     return rewired
 
 
@@ -70,11 +73,3 @@ def _input_channels(node: onnx.NodeProto, weight_shape: tuple[int, ...]) -> tupl
 
 def _constant(inits: dict[str, onnx.TensorProto], name: str) -> np.ndarray | None:
     return numpy_helper.to_array(inits[name]) if name in inits else None
-
-
-def _drop_unused_dequantize(graph: onnx.GraphProto) -> None:
-    """A DQ whose only reader was rewired is dead; left in, it would block the upstream fusion."""
-    used = {name for node in graph.node for name in node.input} | {out.name for out in graph.output}
-    for node in list(graph.node):
-        if node.op_type == "DequantizeLinear" and not any(out in used for out in node.output):
-            graph.node.remove(node)

@@ -9,7 +9,7 @@ Gather keeps its name, so fallback still names it.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
@@ -98,15 +98,10 @@ def _fresh(name: str, taken: set[str]) -> str:
 def _subgraph_names(graph: onnx.GraphProto) -> set[str]:
     """Every tensor name a subgraph (If/Loop/Scan body) of ``graph`` reads: such a table stays float."""
     names: set[str] = set()
-    for sub in _subgraphs(graph):
+    inner = graphs(graph)
+    next(inner)  # ``graph`` itself
+    for sub in inner:
         for node in sub.node:
             names.update(node.input)
         names.update(value.name for value in sub.output)
     return names
-
-
-def _subgraphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """Every subgraph (If/Loop/Scan bodies) inside ``graph``, not ``graph`` itself."""
-    inner = graphs(graph)
-    next(inner)
-    yield from inner
