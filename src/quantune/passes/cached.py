@@ -91,7 +91,10 @@ def run_pass_cached(
         if not output.is_file():
             raise TrialError(f"pass '{label}' wrote no model")
     except Exception as exc:
-        full = is_disk_full(exc) or _short_of_room(work_dir, model, external_data)
+        # onnxruntime misses short writes of its model copies: less room than three copies counts as full
+        free = free_bytes(work_dir)
+        size = sum(p.stat().st_size for p in [model, *(external_data or [])] if p.is_file())
+        full = is_disk_full(exc) or (free is not None and free < max(LOW_SPACE_BYTES, 3 * size))
         shutil.rmtree(work_dir, ignore_errors=True)
         if full:  # onnxruntime's writers stop short silently: "Wire format was corrupt" meant this
             raise DiskFull(cache.root) from None
@@ -110,15 +113,6 @@ def run_pass_cached(
             raise
     path, sha = cache.put_model(key, work_dir, {"pass": pass_cls.name, "config": config.model_dump()})
     return path, sha, False
-
-
-def _short_of_room(folder: Path, model: Path, external_data: list[Path] | None) -> bool:
-    """Whether a failed pass may have lacked space (onnxruntime misses short writes): under 3 model copies free."""
-    free = free_bytes(folder)
-    if free is None:
-        return False
-    size = sum(p.stat().st_size for p in [model, *(external_data or [])] if p.is_file())
-    return free < max(LOW_SPACE_BYTES, 3 * size)
 
 
 def user_code(pass_cls: type[Pass]) -> list[str]:

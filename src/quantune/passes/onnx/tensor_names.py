@@ -9,7 +9,6 @@ overrides renamed with it), and the names are put back where that keeps every na
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 
 import onnx
@@ -62,7 +61,10 @@ def restore_names(model: onnx.ModelProto, names: dict[str, str]) -> bool:
     restored name would be another tensor's too."""
     back = {new: old for old, new in names.items()}
     graph = model.graph
-    current = _tensor_names(model)
+    found = (
+        [t.name for t in graph.initializer] + [o for n in graph.node for o in n.output] + [v.name for v in graph.input]
+    )
+    current = {name for name in found if name}
     renamed = {back.get(name, name) for name in current}
     if len(renamed) != len(current):
         return False
@@ -81,13 +83,3 @@ def renamed_ranges(source: Path, target: Path, names: dict[str, str]) -> None:
     payload = json.loads(source.read_text())
     payload["data"] = {names.get(name, name): value for name, value in payload["data"].items()}
     target.write_text(json.dumps(payload))
-
-
-def _tensor_names(model: onnx.ModelProto) -> set[str]:
-    graph = model.graph
-    found: Iterable[str] = (
-        *(t.name for t in graph.initializer),
-        *(o for n in graph.node for o in n.output),
-        *(v.name for v in graph.input),
-    )
-    return {name for name in found if name}
