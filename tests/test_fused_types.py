@@ -8,6 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import onnx
+import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
@@ -65,7 +66,9 @@ MODELS = {
 @pytest.mark.parametrize("name", sorted(MODELS))
 def test_the_skeleton_gives_the_symbolic_types_of_the_whole_model(tmp_path: Path, name: str) -> None:
     build, fused = MODELS[name]
-    pre_optimize._optimize(build(tmp_path / f"{name}.onnx"), tmp_path / "ext.onnx")  # untyped, as onnxruntime saves it
+    extended = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    source = build(tmp_path / f"{name}.onnx")
+    pre_optimize.save_optimized(source, tmp_path / "ext.onnx", extended, pre_optimize.CONV_FUSIONS)  # untyped
     model = onnx.load(str(tmp_path / "ext.onnx"))
     ops = Counter(node.op_type for node in model.graph.node)
     if fused:

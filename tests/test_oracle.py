@@ -72,7 +72,7 @@ def test_oracle_on_a_decode_head(tmp_path: Path) -> None:
 def test_units_by_compute_group_and_their_ranking() -> None:
     """--by-compute: a Conv with the non-compute groups after it is one unit; a unit ranks at
     its best member's place."""
-    from quantune.passes.onnx.capability import Group
+    from quantune.graph.capability import Group
 
     groups = [
         Group("sig0", "Sigmoid", ("sig0",), ()),

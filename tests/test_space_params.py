@@ -21,7 +21,6 @@ from quantune.space import (
     IntRange,
     Joint,
     SearchSpace,
-    expand_joint,
     point_key,
 )
 
@@ -143,7 +142,7 @@ def test_joint_values_stay_coupled_in_every_point():
 def test_expand_joint_gives_the_individual_names():
     space = SearchSpace({"schedule": SCHEDULE, "per_channel": Boolean()})
     point = {"schedule": (200, 1e-5), "per_channel": True}
-    assert expand_joint(point, space) == {"iterations": 200, "lr": 1e-5, "per_channel": True}
+    assert space.expand(point) == {"iterations": 200, "lr": 1e-5, "per_channel": True}
     for point in space.iterate():
         expanded = space.expand(point)
         assert (expanded["iterations"], expanded["lr"]) == point["schedule"]

@@ -2,17 +2,16 @@
 
 from __future__ import annotations
 
-from quantune.evaluate.backend import Backend, LocalBackend
-from quantune.evaluate.criterion import Criterion, CriterionCheck
+from quantune.evaluate.backend import LocalBackend
+from quantune.evaluate.criterion import Criterion
 from quantune.evaluate.evaluator import EvaluationSpec, Evaluator
 from quantune.evaluate.latency import (
     LatencySpec,
     TimingRequest,
-    measure_latency,
     measure_side_by_side,
     time_side_by_side,
 )
-from quantune.evaluate.metric_registry import METRICS, metric_names, register_metric
+from quantune.evaluate.metric_registry import metric_names, register_metric
 from quantune.evaluate.metrics import AGREEMENT_METRICS, LABEL_METRICS, metric_direction
 from quantune.evaluate.paired import RatioInterval, paired_ratio
 from quantune.evaluate.quantized import count_quantized, quantization_figures
@@ -22,10 +21,7 @@ from quantune.evaluate.target_backend import TargetBackend
 __all__ = [
     "AGREEMENT_METRICS",
     "LABEL_METRICS",
-    "METRICS",
-    "Backend",
     "Criterion",
-    "CriterionCheck",
     "EvaluationSpec",
     "Evaluator",
     "LatencySpec",
@@ -34,7 +30,6 @@ __all__ = [
     "TargetBackend",
     "TimingRequest",
     "count_quantized",
-    "measure_latency",
     "measure_side_by_side",
     "metric_direction",
     "metric_names",

@@ -26,12 +26,7 @@ _ROOT_ENV = "QUANTUNE_SCRATCH_ROOT"
 
 
 def scratch_root() -> Path:
-    """One scratch folder for this process and every worker it starts, removed when it exits.
-
-    Workers inherit the folder through the environment and make their own sub-folders in it;
-    a worker that is killed (or leaves through ``os._exit``) runs no clean-up of its own, so
-    the process that made the folder removes it, and with it whatever its workers left.
-    """
+    """One scratch folder for this process and its workers, removed at exit (a killed worker cleans nothing)."""
     root = os.environ.get(_ROOT_ENV)
     if root and Path(root).is_dir():
         return Path(root)
@@ -45,8 +40,7 @@ _SHARED: dict[tuple[str, str, int | None], TargetClient] = {}
 
 
 def shared_client(python: str, role: str, *, timeout_s: float, memory_limit_mb: int | None) -> TargetClient:
-    """One server per interpreter, role (``evaluate`` or ``memory``) and limit in this process,
-    however many evaluators a process builds: idle servers would otherwise pile up."""
+    """One server per interpreter, role and limit in this process, so idle servers do not pile up."""
     key = (python, role, memory_limit_mb)
     client = _SHARED.get(key)
     if client is None:

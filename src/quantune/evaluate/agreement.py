@@ -1,15 +1,9 @@
 """The four agreement figures of a candidate in one pass over its outputs and the reference's.
 
-Each agreement metric in ``metrics.py`` reads the whole output on its own: stacked into one
-array first, then converted to float64 block by block, once per metric: on wide outputs, seconds of
-every evaluation, the same float64 copies made four times. Here the feeds are cut into the same row blocks
-without stacking them, each block is converted once and gives every figure, and the blocks
-run in two threads (numpy leaves the GIL in these loops).
-
-The figures are the functions' own: the same per-row values, concatenated in the same order
-and reduced the same way (tests/test_agreement.py compares them bit for bit); anything the
-one pass does not cover (outputs whose shape is not the reference's, scalars, empty outputs)
-goes through the functions themselves.
+Metric by metric, each output would be stacked and converted to float64 four times; here the
+feeds are cut into the same row blocks without stacking, each block converted once for every
+figure, in two threads. The figures are the functions' own, bit for bit; what the one pass does
+not cover (shapes unlike the reference's, scalars, empty outputs) goes through the functions.
 """
 
 from __future__ import annotations
@@ -36,8 +30,7 @@ THREADS = 2
 
 
 def agreement_figures(outputs: list[np.ndarray], references: list[np.ndarray]) -> dict[str, float]:
-    """Every agreement figure of per-feed ``outputs`` against per-feed ``references`` (each feed's
-    first output), as ``over_feeds`` gives them metric by metric."""
+    """Every agreement figure of per-feed ``outputs`` against ``references``, as ``over_feeds`` gives them."""
     if tuple(AGREEMENT_METRICS) != FUSED or not _fusable(outputs, references):
         return {name: over_feeds(name, func, outputs, references) for name, func in AGREEMENT_METRICS.items()}
     if _stacks(outputs) and _stacks(references):
@@ -59,7 +52,16 @@ def _one_pass(outputs: list[np.ndarray], references: list[np.ndarray]) -> dict[s
     """The figures of feeds that stack, from blocks of about ``BLOCK_ELEMENTS`` elements."""
     step = max(1, BLOCK_ELEMENTS // max(1, outputs[0][0].size))
     with reused_blocks():  # equal blocks, one after the other: from the heap, not mapped each time
-        return _combine(_map(zip(_row_blocks(outputs, step), _row_blocks(references, step), strict=True)))
+        blocks = _map(zip(_row_blocks(outputs, step), _row_blocks(references, step), strict=True))
+        broken = any(dist is None for _, _, dist, _ in blocks)
+        return {
+            "top1_agreement": float(np.mean(np.concatenate([agree for agree, _, _, _ in blocks]))),
+            "cosine": float(np.mean(np.concatenate([sims for _, sims, _, _ in blocks]))),
+            "l2": float("inf")
+            if broken
+            else float(np.mean(np.concatenate([d for _, _, d, _ in blocks if d is not None]))),
+            "max_abs_diff": float("inf") if broken else float(max(largest for _, _, _, largest in blocks)),
+        }
 
 
 def _fusable(outputs: list[np.ndarray], references: list[np.ndarray]) -> bool:
@@ -79,8 +81,7 @@ def _stacks(arrays: list[np.ndarray]) -> bool:
 
 
 def _row_blocks(arrays: list[np.ndarray], step: int) -> Iterator[np.ndarray]:
-    """The rows of ``arrays`` (one after the other) in blocks of ``step`` rows, the last shorter:
-    the blocks ``metrics._blocks`` cuts from their concatenation, without concatenating it all."""
+    """The rows of ``arrays`` in blocks of ``step`` rows, without concatenating them all."""
     pending: list[np.ndarray] = []
     count = 0
     for array in arrays:
@@ -101,8 +102,7 @@ Block = tuple[np.ndarray, np.ndarray, np.ndarray | None, float]
 
 
 def _block(pair: tuple[np.ndarray, np.ndarray]) -> Block:
-    """One block's per-position agreement, per-row cosines, per-row distances (``None`` when an
-    output is not finite) and largest difference -- each as its metric computes it."""
+    """One block's agreement, cosines, distances (``None``: not finite) and largest difference."""
     out, ref = pair
     agree = top1_agree(out, ref).reshape(-1)
     a, b = flat_outputs(out), flat_outputs(ref)
@@ -114,8 +114,7 @@ def _block(pair: tuple[np.ndarray, np.ndarray]) -> Block:
 
 
 def _map(pairs: Iterator[tuple[np.ndarray, np.ndarray]]) -> list[Block]:
-    """``_block`` over ``pairs`` in order, at most two blocks ahead of the ones running (the
-    blocks' copies are what the one pass keeps bounded)."""
+    """``_block`` over ``pairs`` in order, at most two blocks ahead of the ones running."""
     results: list[Block] = []
     with ThreadPoolExecutor(max_workers=THREADS, thread_name_prefix="quantune-agreement") as pool:
         running: deque[Future[Block]] = deque()
@@ -125,13 +124,3 @@ def _map(pairs: Iterator[tuple[np.ndarray, np.ndarray]]) -> list[Block]:
                 results.append(running.popleft().result())
         results.extend(future.result() for future in running)
     return results
-
-
-def _combine(blocks: list[Block]) -> dict[str, float]:
-    broken = any(dist is None for _, _, dist, _ in blocks)
-    return {
-        "top1_agreement": float(np.mean(np.concatenate([agree for agree, _, _, _ in blocks]))),
-        "cosine": float(np.mean(np.concatenate([sims for _, sims, _, _ in blocks]))),
-        "l2": float("inf") if broken else float(np.mean(np.concatenate([d for _, _, d, _ in blocks if d is not None]))),
-        "max_abs_diff": float("inf") if broken else float(max(largest for _, _, _, largest in blocks)),
-    }

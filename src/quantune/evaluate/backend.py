@@ -1,17 +1,8 @@
-"""Where evaluations run: this process's onnxruntime, or a target environment's.
-
-The :class:`~quantune.evaluate.Evaluator` decides *what* is measured (metrics, latency, size,
-memory); a backend decides *where* a model runs. :class:`LocalBackend` opens sessions here,
-through :func:`~quantune.evaluate.session.open_session`, on the configured execution
-provider. :class:`TargetBackend` sends each model to an evaluation server running under
-``target.python`` (``target_server.py``: numpy and onnxruntime only), so the original and
-every candidate are scored and timed with the target's onnxruntime build and provider while
-passes still run here (:mod:`quantune.evaluate.target_backend`). Both measure peak memory in a
-fresh child process of an idle server of the same script, so the figure never includes what
-the measuring process already holds.
-
-A backend's :meth:`fingerprint` (provider, its options, onnxruntime version, timed threads) is
-part of every evaluation cache key: figures from one provider or build never stand in for another's.
+"""Where evaluations run: this process's onnxruntime (:class:`LocalBackend`), or a target
+environment's evaluation server (:mod:`quantune.evaluate.target_backend`), so every model is
+scored and timed with the target's onnxruntime build and provider while passes run here. Both
+measure peak memory in a fresh child process, so the figure never includes what the measuring
+process holds. A backend's :meth:`fingerprint` is part of every evaluation cache key.
 """
 
 from __future__ import annotations
@@ -40,8 +31,7 @@ from quantune.evaluate.target_server import chosen_provider, cpu_name
 
 
 class Backend(Protocol):
-    """Where models run. ``settings``: session settings (``evaluate.session.session_options``) a
-    candidate carries, applied to its sessions alike here and on a target."""
+    """Where models run; ``settings``: a candidate's session settings, applied alike here and on a target."""
 
     provider: str
 
@@ -88,8 +78,7 @@ class LocalBackend:
         return {"provider": self.provider, "provider_options": self.provider_options, "onnxruntime": ort.__version__}
 
     def launch_memory_probe(self) -> None:
-        """Starts the memory probe's server now, its imports beside the first evaluation (which
-        measures memory last): a worker's first figures then do not wait for it."""
+        """Starts the memory probe's server now, its imports beside the first evaluation."""
         if os.name == "posix":
             self._memory.client.launch()
 
@@ -127,7 +116,6 @@ class LocalBackend:
         )
 
     def open_s(self, model: Path, threads: int, settings: Mapping[str, Any] | None = None) -> float:
-        """Seconds creating a session on ``model`` took here (the open alone)."""
         started = time.perf_counter()
         self._session(model, threads, timing=True, settings=settings)
         return time.perf_counter() - started
@@ -169,8 +157,7 @@ class LocalBackend:
         return outputs
 
     def time(self, request: TimingRequest) -> np.ndarray:
-        """Seconds, one row per model, one column per round, on this backend's provider: side by
-        side (:func:`.latency.time_side_by_side`), or until decided (:func:`.rounds.time_until_decided`)."""
+        """Seconds, one row per model, one column per round: side by side, or until decided."""
         if request.threshold is not None:
             return rounds.time_until_decided(request, self.provider, self.provider_options)
         return time_side_by_side(

@@ -1,13 +1,9 @@
 """How many rows of a feed one evaluation run may take, so a model's working memory fits the budget.
 
-An evaluation feed is what the user's data gives (a table's ``batch_size`` rows, or a loader's
-feed): a large batch of large images can need tens of GB of intermediate tensors at once,
-though one image needs a few hundred MB. So the first feed's first row runs alone and
-its footprint is measured (:func:`quantune.memory.rows_in_budget`: the peak it added, against
-what is left of :func:`quantune.memory.memory_budget_mb` once the process's own memory is
-counted); every feed of that shape then runs in pieces of as many rows as fit, along its first
-axis, and the pieces' outputs are joined again: the figures are the same, the peak is bounded.
-Latency is never measured on pieces (it is timed at the configured batch).
+A large batch of large images can need tens of GB of intermediate tensors at once. So the first
+feed's first row runs alone and its footprint is measured (:func:`quantune.memory.rows_in_budget`);
+every feed of that shape then runs in pieces of as many rows as fit, and the outputs are joined
+again: the same figures, a bounded peak. Latency is never measured on pieces.
 """
 
 from __future__ import annotations
@@ -20,19 +16,13 @@ from quantune.memory import rows_in_budget
 
 
 def batch_follows_rows(session) -> bool:
-    """Whether every input and output of ``session`` has the same symbolic first dimension, so
-    a feed cut into pieces along it gives outputs that join back along it (an in-graph NMS's
-    box list, a scalar, a fixed batch: never cut)."""
+    """Whether all inputs and outputs share one symbolic first dimension, so pieces' outputs join back."""
     dims = [arg.shape[0] if arg.shape else None for arg in [*session.get_inputs(), *session.get_outputs()]]
     return bool(dims) and isinstance(dims[0], str) and all(dim == dims[0] for dim in dims)
 
 
 def run_in_pieces(session: Any, names: list[str], feed: dict, sized: dict[tuple, int]) -> list:
-    """``session.run`` on ``feed``, in pieces of as many rows as the memory budget holds.
-
-    ``sized``: the rows per piece already measured with this session, by a row's shapes (filled
-    here on a shape's first feed, whose first row is the measurement and part of the result).
-    """
+    """``session.run`` on ``feed`` in pieces the memory budget holds; ``sized``: rows per piece, by shape."""
     total = len(next(iter(feed.values()))) if feed else 0
     if total <= 1:
         return session.run(names, feed)

@@ -1,10 +1,7 @@
 """The accuracy criterion: how much a candidate may lose against the original model.
 
 ``relative`` compares the loss with the baseline's magnitude (0.01 = at most 1% of the
-original's figure); ``absolute`` compares it with the metric's own units. ``higher_is_better``
-sets which way is a loss. One :class:`Criterion` goes from the config (``criterion.type`` is
-its ``kind``) to results.json (:meth:`Criterion.to_json`, the config's keys) and back
-(:meth:`Criterion.from_json`, what the report reads).
+original's figure); ``absolute`` with the metric's own units.
 """
 
 from __future__ import annotations
@@ -18,8 +15,7 @@ _EPS = 1e-12
 
 @dataclass(frozen=True)
 class CriterionCheck:
-    """``loss`` is measured in the criterion's units (a fraction when relative); ``violation``
-    is how much of it is over the budget (0 when the criterion is met)."""
+    """``loss`` in the criterion's units; ``violation``: how much of it is over the budget (0: met)."""
 
     meets: bool
     loss: float
@@ -61,8 +57,7 @@ class Criterion:
 
     @classmethod
     def from_json(cls, data: Mapping[str, Any]) -> Criterion:
-        """The criterion a results.json recorded (:meth:`to_json`; ``higher_is_better`` defaults to
-        true and ``description`` is derived, as in the first results.json files)."""
+        """The criterion a results.json recorded (:meth:`to_json`)."""
         return cls(
             kind=data["type"],
             tolerable_loss=float(data["tolerable_loss"]),
@@ -79,9 +74,7 @@ RELATIVE_WARN = 0.5  # a relative budget above this allows losing more than half
 
 
 def check_budget(criterion: Criterion, metric: str, baseline: dict[str, float]) -> None:
-    """Budgets that make no sense: a relative criterion against a baseline of 0 can never be met
-    (an error: every trial would miss), one above 50% or finer than one evaluation row (rows.py) is
-    allowed but said on stderr."""
+    """A relative budget against a baseline of 0 is an error; one above 50% or finer than a row, a warning."""
     from quantune.errors import ConfigError
     from quantune.evaluate.rows import resolution_warning
 

@@ -1,9 +1,5 @@
-"""Runs one model over the evaluation data, feed by feed, and returns all its figures.
-
-Every candidate is measured the same way as the original: the criterion metric (from labels,
-from agreement with the original's outputs, or from a user function), every agreement
-metric, latency, and size on disk.
-"""
+"""Runs one model over the evaluation data, feed by feed, and returns all its figures: every
+candidate is measured the same way as the original."""
 
 from __future__ import annotations
 
@@ -63,9 +59,8 @@ class EvaluationSpec:
             "latency": vars(self.latency),
             "runner": self.runner_name,
             "runner_source": self.runner_source_sha256,
-            "outputs": "per-feed",  # stored outputs are per feed (evaluate/feeds.py), not one stacked array
-            # 2: quantized_ops and quantized_compute_fraction; 3: peak_memory_mb; 4: float16_ops; 5: rows_*
-            "figures": 5,
+            "outputs": "per-feed",
+            "figures": 5,  # bumped when the figures of an evaluation change
         } | ({"quantized_ops": sorted(extra)} if (extra := self.quantized_ops - QUANTIZED_COMPUTE_OPS) else {})
 
 
@@ -73,11 +68,7 @@ QUICK_WARMUP, QUICK_REPEATS = 3, 10  # rounds of a quick timing (Evaluator.quick
 
 
 class Evaluator:
-    """Measures models on one dataset against one reference (the original model's outputs).
-
-    The model runs on each evaluation feed as it is -- a batch of the table, or a feed the
-    loader gave -- or, with a runner, the runner drives it over all of them.
-    """
+    """Measures models on one dataset against one reference (the original model's outputs)."""
 
     def __init__(
         self,
@@ -89,13 +80,9 @@ class Evaluator:
     ) -> None:
         self.spec = spec
         self.threads = threads
-        # Timings taken beside another evaluation (the original's and the first guess's, evaluated
-        # at once, engine/measure/prebuild.py) are short: the two share the cores, so more rounds buy no
-        # precision, and both models are timed again side by side before anything is decided on
-        # their speed (the speed ceilings, the final re-timing). Not part of the cache key.
+        # Short timings beside another evaluation: sharing the cores, more rounds buy no precision.
         self.quick_timing = False
         self.last_timing_s = 0.0  # what the last model's timing took (the run's cost estimate reads it)
-        # where models run: this process's onnxruntime, or a target environment's (backend.py)
         self.backend: Backend = backend if backend is not None else LocalBackend()
         self.dataset = dataset
         self.input_names = input_names
@@ -105,8 +92,7 @@ class Evaluator:
                 f"'{spec.label_key}' array (set data.label_key, or use an agreement metric such as "
                 f"{sorted(AGREEMENT_METRICS)})"
             )
-        # A runner gets every array but the labels: it may supply inputs itself (a recurrent
-        # state, decoder tokens) or need more than the model takes.
+        # A runner gets every array but the labels: it may supply inputs the model does not take.
         self.feed_names = input_names if spec.runner is None else [k for k in dataset.names() if k != spec.label_key]
         self.feeds = list(dataset.batches(self.feed_names, spec.batch_size))
         if not self.feeds:
@@ -114,8 +100,7 @@ class Evaluator:
         self._latency_feeds = latency_feed(dataset, self.feed_names, spec)
 
     def outputs(self, model: Path, *, every_output: bool = True) -> FeedOutputs:
-        """The outputs of ``model``, one dict per evaluation feed: all of them, or with
-        ``every_output=False`` only the first (all that label and agreement metrics read)."""
+        """The outputs of ``model``, one dict per evaluation feed (only the first with ``every_output=False``)."""
         if self.spec.runner is None:
             return self.backend.outputs(model, self.feeds, threads=self.threads, runner=None, every_output=every_output)
         try:
@@ -128,7 +113,6 @@ class Evaluator:
 
     @property
     def latency_feed(self) -> dict[str, np.ndarray]:
-        """The feed latency is timed on (see ``latency_feed``)."""
         return self._latency_feeds
 
     def timings_side_by_side(
@@ -141,10 +125,7 @@ class Evaluator:
         min_rounds: int = 5,
         settled: Settled | None = None,
     ) -> np.ndarray:
-        """Seconds per round of ``models`` timed interleaved on the latency batch (one row per
-        model, see ``time_side_by_side``); ``warmup`` / ``repeats`` override the config's;
-        after ``deadline`` (``time.perf_counter()``) no new round starts once ``min_rounds`` ran;
-        none either once ``settled`` says the answer is known."""
+        """Seconds per round of ``models`` timed interleaved (a row each), bounded by ``deadline`` and ``settled``."""
         spec = self.spec.latency
         spec = replace(
             spec,
@@ -163,13 +144,10 @@ class Evaluator:
     ) -> tuple[dict[str, float], dict]:
         """Figures for ``model``, and its outputs (packed for the cache, see ``feeds.pack``).
 
-        ``reference`` is the original model's packed outputs; ``None`` means ``model`` is the original.
-        ``on_outputs`` gets the packed outputs and the label or user metric (empty for an agreement
-        metric) as soon as they are in, before the timing (the original's reference is cached then,
-        so a candidate evaluated beside it can compare, and be judged, while the original is still timed).
-        ``timed``: told the figures before the timing, says whether the speed figures are wanted
-        (:meth:`speed_figures`: timing and memory cost more than the evaluation on a small batch).
-        A target that died, hung or erred fails the evaluation like any other ``TrialError``.
+        ``reference``: the original's packed outputs (``None``: ``model`` is the original).
+        ``on_outputs`` gets the packed outputs and metric before the timing, so a candidate beside
+        the original can be judged while the original is still timed. ``timed``: told the figures,
+        says whether the (costlier) speed figures are wanted.
         """
         try:
             measured = self.measure(model, on_outputs, speed=timed is None)
@@ -181,7 +159,7 @@ class Evaluator:
             raise TrialError(str(exc)) from None
 
     def speed_figures(self, model: Path) -> dict[str, float]:
-        """``model``'s latency figures and its peak memory (a fresh session's, in its own process)."""
+        """``model``'s latency figures and the peak memory of a fresh session in its own process."""
         latency = self.spec.latency
         if self.quick_timing:
             latency = replace(
@@ -190,10 +168,9 @@ class Evaluator:
         started = time.perf_counter()
         timings = self.backend.time(
             TimingRequest((model,), self._latency_feeds, latency, self.spec.runner, min_rounds=FEWEST_ROUNDS)
-        )  # its own figures, cut by the time share after the fewest rounds: the decisions re-time side by side
+        )  # cut after the fewest rounds: the decisions re-time side by side
         self.last_timing_s = time.perf_counter() - started
         figures = latency_figures(timings[0])
-        # the memory a fresh session takes to load the model and run the latency feed, in its own process
         figures["peak_memory_mb"] = self.backend.peak_memory_mb(model, self._latency_feeds, self.spec.latency.threads)
         return figures
 
@@ -203,12 +180,8 @@ class Evaluator:
         on_outputs: Callable[[dict[str, np.ndarray], dict[str, float]], None] | None = None,
         speed: bool = True,
     ) -> Measured:
-        """Every figure of ``model`` that needs no reference: its outputs, the criterion metric,
-        latency and memory (``speed``), size. The agreement figures follow with :meth:`figures` -- a
-        model can be measured while the original's reference is still being computed
-        (engine/measure/prebuild.py). ``on_outputs``: see :meth:`evaluate`."""
-        # Only a user metric reads more than the first output; holding every output of every
-        # feed (a detector's several full-resolution maps) is what bounded evaluation leaves out.
+        """Every figure of ``model`` that needs no reference (:meth:`figures` adds the rest)."""
+        # Only a user metric reads more than the first output: the rest are not held.
         outputs = self.outputs(model, every_output=self.spec.user_metric is not None)
         first = [next(iter(feed.values())) for feed in outputs]
         metric: dict[str, float] = {}
@@ -226,25 +199,20 @@ class Evaluator:
             on_outputs(pack(outputs), dict(metric))
         rest: dict[str, float] = self.speed_figures(model) if speed else {}
         rest["size_bytes"] = float(model_size_bytes(model))
-        rest.update(
-            quantization_figures(model, self.spec.quantized_ops)
-        )  # what actually runs quantized (0 for a float original)
+        rest.update(quantization_figures(model, self.spec.quantized_ops))
         return Measured(outputs, first, metric, rest)
 
     def figures(self, measured: Measured, reference: dict[str, np.ndarray] | None) -> dict[str, float]:
-        """All the figures of a measured model: its own, and its agreement with ``reference`` (the
-        original's packed outputs; ``None`` means the model is the original)."""
+        """All the figures of a measured model: its own, and its agreement with ``reference``."""
         first = measured.first
         figures = dict(measured.metric)
         ref_first = None if reference is None else [next(iter(feed.values())) for feed in unpack(reference)]
         if ref_first is None and all(np.isfinite(output).all() for output in first):
-            # the original against itself: the figures of identical, finite outputs, not computed
             figures.update(IDENTICAL)
         else:
             figures.update(agreement_figures(first, first if ref_first is None else ref_first))
         labeled = self.spec.metric == "top1" and ref_first is not None
         labels = self.dataset.parts(self.spec.label_key, self.spec.batch_size) if labeled else None
-        # the rows the metric scores, and the candidate's changed rows against the original's (rows.py)
         figures.update(row_figures(self.spec.metric, figures, first, ref_first, labels))
         figures.update(measured.rest)
         return figures
@@ -252,7 +220,7 @@ class Evaluator:
 
 @dataclass
 class Measured:
-    """A model's outputs and the figures that need no reference (:meth:`Evaluator.measure`)."""
+    """A model's outputs and the figures that need no reference."""
 
     outputs: FeedOutputs
     first: list[np.ndarray]  # each feed's first output (what the agreement metrics compare)
@@ -261,8 +229,7 @@ class Measured:
 
 
 def latency_feed(dataset: Dataset, input_names: list[str], spec: EvaluationSpec) -> dict[str, np.ndarray]:
-    """The timed feed: feed ``latency.feed`` of the evaluation data (for a table, batches of
-    ``latency.batch_size`` rows, default the evaluation batch size)."""
+    """The timed feed: feed ``latency.feed`` of the evaluation data."""
     index = spec.latency.feed
     for position, feed in enumerate(dataset.batches(input_names, spec.latency.batch_size or spec.batch_size)):
         if position == index:
@@ -295,8 +262,7 @@ def _call_user_metric(spec: EvaluationSpec, outputs: FeedOutputs, dataset: Datas
         value = spec.user_metric(stacked_outputs(outputs), dataset.view())  # type: ignore[misc]
     except Exception as exc:
         raise TrialError(f"metric function '{spec.metric}' raised {type(exc).__name__}: {exc}") from exc
-    # A score is a real number: float() would take "0.98" or True as one, and a tuple's TypeError
-    # would read as the metric's own failure.
+    # float() would take "0.98" or True as a score, and a tuple's TypeError would read as the metric's.
     if (
         hasattr(value, "__float__")
         and not isinstance(value, bool | np.bool_)

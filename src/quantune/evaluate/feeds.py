@@ -1,10 +1,8 @@
 """Metrics over outputs that come one feed at a time, and the outputs' storage form.
 
-When every feed's output stacks (same shape after the first axis), a metric sees one array,
-exactly as before feeds existed. When they do not (a recognizer's output width follows its
-input's), each feed is scored on its own and the figures are combined the way the metric
-itself combines samples: a mean metric is the mean over every sample of every feed (each
-feed's figure weighted by its sample count), ``max_abs_diff`` is the largest over the feeds.
+When every feed's output stacks, a metric sees one array. When they do not (an output width that
+follows the input's), each feed is scored on its own and the figures combined as the metric
+combines samples: a mean weighted by sample count, or the largest for ``max_abs_diff``.
 """
 
 from __future__ import annotations
@@ -19,8 +17,7 @@ FeedOutputs = list[dict[str, np.ndarray]]
 Metric = Callable[[np.ndarray, np.ndarray], float]
 
 _MAX_METRICS = {"max_abs_diff"}
-# Samples a figure averages over, per metric: label and arg-max metrics count every arg-max
-# position, the per-row metrics (cosine, l2) count rows.
+# Metrics whose samples are arg-max positions (the per-row ones count rows).
 _POSITION_METRICS = {"top1", "top1_agreement"}
 
 

@@ -1,12 +1,6 @@
-"""Metrics by name: the built-in ones and those users add, behind the one registry shape.
-
-Built-in metrics compare outputs with labels (``top1``) or with the original model's outputs
-(``cosine``, ...). A metric a user adds has the custom-metric signature
-``score(outputs, data) -> float`` (docs/how-to/custom-metric.md) and is named in
-``evaluation.metric`` like a built-in. It comes from code (``@register_metric("name")``, in a
-module listed under ``plugins:`` so trial workers see it too) or from an installed package's
-``quantune.metrics`` entry point. Higher is better unless the function has
-``higher_is_better = False`` (``criterion.higher_is_better`` overrides either way).
+"""Metrics by name: the built-in ones and those users add (``@register_metric("name")`` in a
+module under ``plugins:``, or a ``quantune.metrics`` entry point), with the custom-metric signature
+``score(outputs, data) -> float``. Higher is better unless the function has ``higher_is_better = False``.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Accuracy from labels, and agreement of a candidate's outputs with the original model's.
-
-Agreement metrics need no labels: they compare the candidate's first output with the
-original model's on the same evaluation data, sample by sample.
-"""
+"""Accuracy from labels, and agreement of a candidate's first output with the original model's
+(no labels needed), sample by sample."""
 
 from __future__ import annotations
 
@@ -20,10 +17,8 @@ def flat_outputs(array: np.ndarray) -> np.ndarray:
     return array.reshape(len(array), -1).astype(np.float64)
 
 
-# Elements per block the agreement metrics convert and compare at once: every figure is per row
-# (per arg-max position) and combined at the end, so blocks give the same figures as one pass
-# over the whole output, without float64 copies of a wide output (seconds and gigabytes per
-# evaluation). 2 MB of float64 per copy: the block's copies stay in the processor's cache. A row is never split, so a wide row is a block of its own.
+# Elements per block the agreement metrics compare at once: every figure is per row, so blocks
+# give the same figures without float64 copies of a wide output, and stay in the processor's cache.
 BLOCK_ELEMENTS = 1 << 18
 
 
@@ -43,13 +38,9 @@ def broken_outputs(flat: np.ndarray) -> np.ndarray:
 
 
 def top1_agreement(outputs: np.ndarray, reference: np.ndarray) -> float:
-    """Share of samples whose arg-max over the last axis is the reference's.
-
-    A candidate row without a unique maximum (all equal: an all-zero or constant output)
-    agrees only where the reference row is all equal too; ``argmax`` alone would pick index
-    0 and agree by chance with every reference whose top class is the first. Non-finite rows
-    never agree. (With one value on the last axis every row is "all equal": use cosine or l2.)
-    """
+    """Share of samples whose arg-max over the last axis is the reference's. A row without a unique
+    maximum (a constant output) agrees only with an all-equal reference row, not by chance with
+    class 0; non-finite rows never agree."""
     outputs, reference = np.asarray(outputs), np.asarray(reference)
     agree = [top1_agree(out, ref) for out, ref in _blocks(outputs, reference)]
     return float(np.mean(np.concatenate([a.reshape(-1) for a in agree]) if agree else agree))
@@ -71,16 +62,9 @@ def top1_agree(outputs: np.ndarray, reference: np.ndarray) -> np.ndarray:
 
 
 def cosine(outputs: np.ndarray, reference: np.ndarray) -> float:
-    """Mean per-sample cosine similarity, centred on the reference's mean (1.0 = same shape).
-
-    Both vectors of a sample are shifted by the *reference's* per-sample mean before the
-    cosine, so an output that is constant (all zeros, or any constant: a detector that found
-    nothing) scores 0 against a reference that varies, an output shifted by an offset scores
-    below 1, and an unchanged output still scores exactly 1. Plain cosine would give an
-    all-positive reference and a constant output a score near 1. Where the reference sample is
-    itself constant (or has one value), centring leaves nothing to compare, so the raw cosine
-    is used there. Zero vectors are handled, never divided by: both zero = 1.0, one zero = 0.0.
-    Samples whose output holds NaN or infinity score 0.
+    """Mean per-sample cosine similarity, centred on the reference's per-sample mean, so a constant
+    output scores 0 against a varying reference (plain cosine would give near 1). A constant
+    reference sample uses the raw cosine; both zero = 1.0, one zero = 0.0; non-finite samples score 0.
     """
     outputs, reference = np.asarray(outputs), np.asarray(reference)
     sims = [output_cosines(flat_outputs(out), flat_outputs(ref)) for out, ref in _blocks(outputs, reference)]
@@ -120,24 +104,25 @@ def _row_dots(a: np.ndarray, b: np.ndarray) -> np.ndarray:
 
 def l2(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Mean per-sample Euclidean distance (infinite when an output holds NaN or infinity)."""
-    distances = []
-    for out, ref in _blocks(np.asarray(outputs), np.asarray(reference)):
-        a = flat_outputs(out)
-        if broken_outputs(a).any():
-            return float("inf")
-        distances.append(np.linalg.norm(a - flat_outputs(ref), axis=1))
-    return float(np.mean(np.concatenate(distances)))
+    distances = _per_block(outputs, reference, lambda diff: np.linalg.norm(diff, axis=1))
+    return float("inf") if distances is None else float(np.mean(np.concatenate(distances)))
 
 
 def max_abs_diff(outputs: np.ndarray, reference: np.ndarray) -> float:
     """Largest absolute difference (infinite when an output holds NaN or infinity)."""
-    largest = []
+    largest = _per_block(outputs, reference, lambda diff: np.max(np.abs(diff)))
+    return float("inf") if largest is None else float(max(largest))
+
+
+def _per_block(outputs: np.ndarray, reference: np.ndarray, figure: Callable[[np.ndarray], np.ndarray]) -> list | None:
+    """``figure`` of each block's difference; None when an output holds NaN or infinity."""
+    parts = []
     for out, ref in _blocks(np.asarray(outputs), np.asarray(reference)):
         a = flat_outputs(out)
         if broken_outputs(a).any():
-            return float("inf")
-        largest.append(np.max(np.abs(a - flat_outputs(ref))))
-    return float(max(largest))
+            return None
+        parts.append(figure(a - flat_outputs(ref)))
+    return parts
 
 
 LABEL_METRICS: dict[str, Callable[[np.ndarray, np.ndarray], float]] = {"top1": top1}

@@ -1,14 +1,9 @@
 """Is a candidate faster than the original beyond the timing noise? Paired ratios decide.
 
-The end-of-run re-timing runs the original and the candidates once per round, interleaved,
-so whatever else the machine does in a round slows them all alike. The ratio *candidate time /
-original time in the same round* cancels that drift; across rounds it still scatters. Its
-median gets a distribution-free confidence interval from the order statistics (the interval
-a sign test gives, exact for any number of rounds, no resampling, no seed): with ``n`` rounds
-and the ratios sorted, the true median lies below the ``u``-th smallest ratio with
-probability at least ``1 - P(Binomial(n, 1/2) >= u)``. A candidate is faster only when the
-upper end of that interval is below ``1 - MIN_GAIN`` (0.98) — with 5 rounds that means all 5
-ratios below it (one-sided 96.9%), with 50 rounds at least 32 of them.
+Interleaved rounds slow all models alike, so the ratio *candidate time / original time in the
+same round* cancels the drift. Its median gets a distribution-free confidence interval from the
+order statistics (a sign test's: exact, no resampling, no seed). A candidate is faster only when
+the upper end of that interval is below ``1 - MIN_GAIN``.
 """
 
 from __future__ import annotations
@@ -19,15 +14,13 @@ from dataclasses import dataclass
 import numpy as np
 
 CONFIDENCE = 0.90  # two-sided; each end is a one-sided 95% bound
-# The least gain that counts as faster: a gain this small does not survive a second timing on a
-# shared machine, so it is not claimed.
+# The least gain that counts as faster: a smaller one does not survive a second timing on a shared machine.
 MIN_GAIN = 0.02
 
 
 @dataclass(frozen=True)
 class RatioInterval:
-    """The median paired ratio (candidate / original; below 1 = faster) and its confidence
-    interval; ``high`` is ``inf`` (``low`` 0) when too few rounds bound it."""
+    """The median paired ratio (below 1: faster) and its interval (``inf`` when too few rounds bound it)."""
 
     median: float
     low: float
@@ -41,9 +34,7 @@ class RatioInterval:
 
     @property
     def undecided(self) -> bool:
-        """The median says faster beyond ``MIN_GAIN`` but the interval reaches above it (too few
-        rounds, or rounds scattered by other work): no evidence either way, neither "faster" nor
-        "not faster"."""
+        """The median says faster but the interval reaches above ``1 - MIN_GAIN``: no evidence either way."""
         return not self.faster and self.median < 1.0 - MIN_GAIN
 
     def to_dict(self) -> dict[str, float | int | None]:

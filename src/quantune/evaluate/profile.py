@@ -1,19 +1,11 @@
 """Which operators carry a model's time: onnxruntime's own profiler, per node, on the original model.
 
-An accuracy search that keeps an operator in float pays for it in latency, and what it pays
-depends on the operator: a LayerNorm's Div costs almost nothing in float, a large MatMul
-most of the model. The profiler (``SessionOptions.enable_profiling``) reports each kernel's
-time; the graph is run without optimizations so every time is attributed to a node of the
-model as the user wrote it (fusions would rename them). Figures are shares of the total, so
-the machine's noise cancels out of the ordering that uses them.
-
-Within one kind of node (an op type; dense and depthwise convolutions apart), the kind's measured
-time is spread over its nodes by their work -- multiply-accumulates for Conv, Gemm and MatMul, the
-elements read and written for any other op -- from the shapes the profiler reports, not by each
-node's own timing: nodes of near-equal cost swap places from one profile to the next, and the
-orders built on them (the prune's "costliest first", op types added back) with them, so the
-same run twice would try different trials. A
-kind's total is a sum over many nodes and runs, steady; the split inside it is exact.
+Keeping an operator in float costs what that operator costs. The graph is profiled without
+optimizations, so every time belongs to a node as the user wrote it; figures are shares, so the
+machine's noise cancels out of the ordering. Within one kind of node (an op type; depthwise
+convolutions apart) the kind's measured time is spread over its nodes by their work, not by each
+node's own timing: nodes of near-equal cost would swap places from one profile to the next, and
+the same run twice would try different trials.
 """
 
 from __future__ import annotations
@@ -60,8 +52,7 @@ def node_time_shares(
 
 
 def spread_by_work(totals: Mapping[str, float], work: Mapping[str, tuple[str, float]]) -> dict[str, float]:
-    """Each node's share of the summed time: its kind's measured share split by work (a kind with a
-    node of unknown work keeps its nodes' own timings)."""
+    """Each node's share: its kind's measured share split by work (unknown work: the nodes' own timings)."""
     total = sum(totals.values())
     if total <= 0:
         return {}
@@ -80,9 +71,7 @@ def spread_by_work(totals: Mapping[str, float], work: Mapping[str, tuple[str, fl
 
 
 def node_work(args: Mapping[str, object]) -> tuple[str, float]:
-    """(kind, work) of one profiled node from its shapes: multiply-accumulates for Conv (dense and
-    depthwise kinds apart: their time per MAC differs several-fold), Gemm and MatMul; elements read
-    and written for anything else; (op, 0) when the shapes are missing."""
+    """(kind, work) of a profiled node: multiply-accumulates for Conv, Gemm, MatMul; else elements moved."""
     op = str(args.get("op_name", "?"))
     inputs = [_dims(entry) for entry in args.get("input_type_shape") or []]  # type: ignore[union-attr]
     outputs = [_dims(entry) for entry in args.get("output_type_shape") or []]  # type: ignore[union-attr]

@@ -1,28 +1,11 @@
 """What a candidate actually quantized: its quantized compute ops, counted from its graph.
 
-A trial's flow says what was *asked* (a quantization pass), not what happened: a pass with
-every group excluded, or a quantizer that skipped ops it could not handle, writes a model
-that is float where it matters — a copy of the original in disguise, whose latency is the
-original's give or take the noise. So every evaluated model gets two figures, read from its
-graph (a cheap walk; weights are not loaded):
-
-* ``quantized_ops``: compute ops that run quantized — the QOperator and integer kernels
-  (``QLinearConv``, ``QLinearMatMul``, ``ConvInteger``, ``MatMulInteger``, ``QGemm``,
-  ``QAttention``, ``DynamicQuantizeLSTM``, ``MatMulNBits``, ...), and in QDQ form a compute op
-  (Conv, ConvTranspose, MatMul, Gemm, Attention, LSTM, GRU, ...) whose data input and weight
-  both come from a ``DequantizeLinear`` (onnxruntime fuses that pattern into an integer kernel;
-  a weight-only DequantizeLinear leaves the op computing in float);
-* ``quantized_compute_fraction``: ``quantized_ops`` over all compute ops of the same graph
-  (quantized + float), 0..1.
-
-What a run's passes leave quantized beyond these (their ``leaves_quantized`` trait, handed
-in by the engine as ``also``) counts too: a kernel op a plugin writes, or a float compute op
-whose weight comes from a ``DequantizeLinear`` (weight-only QDQ: ``DequantizeLinear(int4) ->
-MatMul``, which onnxruntime fuses into ``MatMulNBits`` when it loads the model).
-
-The denominator is the candidate's own compute ops, not the original's: graph optimisation
-fuses (MatMul+Add into Gemm, several MatMuls into one Attention), so the original's count
-would misstate a fully quantized fused model; quantizing itself is one op for one op.
+A flow says what was *asked*: a pass with every group excluded, or a quantizer that skipped ops,
+writes a model that is float where it matters (the original in disguise). So every evaluated
+model gets ``quantized_ops`` (integer kernels, and QDQ compute ops whose data and weight both
+come from a ``DequantizeLinear``, plus what the run's passes declare in ``leaves_quantized``)
+and ``quantized_compute_fraction`` over the candidate's own compute ops (fusion changes the
+count, so the original's would misstate a fused model). The graph is walked; weights are not loaded.
 """
 
 from __future__ import annotations
@@ -76,8 +59,7 @@ _WEIGHT_INPUT = {"Conv": 1, "ConvTranspose": 1, "MatMul": 1, "Gemm": 1, "Attenti
 
 
 def count_quantized(model: onnx.ModelProto, also: frozenset[str] = frozenset()) -> tuple[int, int]:
-    """(quantized compute ops, all compute ops) of ``model``, subgraphs included; ``also``: op
-    types the run's passes leave quantized (see the module docstring)."""
+    """(quantized compute ops, all compute ops), subgraphs included; ``also``: what the passes leave quantized."""
     kernels = QUANTIZED_COMPUTE_OPS | (also - FLOAT_COMPUTE_OPS)
     weight_only = also & FLOAT_COMPUTE_OPS
     quantized = total = 0
@@ -99,11 +81,7 @@ def count_quantized(model: onnx.ModelProto, also: frozenset[str] = frozenset()) 
 
 
 def count_float16(model: onnx.ModelProto) -> int:
-    """Float compute ops whose weight is a float16 initializer (an ``fp16`` pass's model), subgraphs included.
-
-    Reduced precision too: such a model is not "the original in disguise" although it
-    quantizes nothing, so a size-first run can choose it.
-    """
+    """Float compute ops with a float16 weight: reduced precision, though nothing is quantized."""
     count = 0
     for graph in graphs(model.graph):
         half = {init.name for init in graph.initializer if init.data_type == onnx.TensorProto.FLOAT16}
@@ -115,8 +93,7 @@ def count_float16(model: onnx.ModelProto) -> int:
 
 
 def quantization_figures(model_path: str | Path, also: frozenset[str] = frozenset()) -> dict[str, float]:
-    """``quantized_ops``, ``quantized_compute_fraction`` (0 and 0.0 for a model without compute ops)
-    and ``float16_ops`` of the model file (``also``: see :func:`count_quantized`)."""
+    """``quantized_ops``, ``quantized_compute_fraction`` and ``float16_ops`` of the model file."""
     model = onnx.load(str(model_path), load_external_data=False)
     quantized, total = count_quantized(model, also)
     return {

@@ -1,18 +1,11 @@
 """What an evaluation scored right or wrong row by row can tell: the budget in rows, and whether a
 candidate's loss is more than the evaluation's sampling noise.
 
-A top-1 figure (against labels, or against the original's arg-max) is the share of scored
-positions -- rows -- a model gets right, so it moves in steps of one row, ``1/N`` of the rows.
-A budget finer than one step accepts only candidates that lose no row net, and cannot tell a
-candidate that changed nothing from one that changed a few rows both ways: said once, when the
-original's figures are known (:func:`resolution_warning`).
-
-A candidate is paired with the original row by row: the rows it gets wrong that the original got
-right (``rows_worse``) and the reverse (``rows_better``). Only these discordant rows say anything
-about a difference, and if there is none each of them is a fair coin's toss: the exact two-sided
-sign test on them (exact McNemar) gives ``loss_p_value``, the chance of a split at least this
-uneven from the noise alone -- exact for any number of rows, no resampling, no seed. Metrics
-without a right or wrong per row (cosine, l2, a user's function) get none of these figures.
+A top-1 figure moves in steps of one row, so a budget finer than one row accepts only candidates
+that lose no row net (said once: :func:`resolution_warning`). Paired with the original row by
+row, only the discordant rows (``rows_worse``, ``rows_better``) say anything about a difference:
+the exact two-sided sign test on them (exact McNemar) gives ``loss_p_value``, with no resampling
+and no seed. Metrics without a right or wrong per row get none of these figures.
 """
 
 from __future__ import annotations
@@ -32,9 +25,7 @@ def row_figures(
     reference: list[np.ndarray] | None,
     labels: list[np.ndarray] | None,
 ) -> dict[str, float]:
-    """``rows_scored`` and, against the original's first outputs ``reference`` (``None``: this is the
-    original), ``rows_worse``, ``rows_better`` and ``loss_p_value``; empty for a metric not scored
-    row by row, or outputs the rows cannot be read from."""
+    """``rows_scored``; against ``reference`` (None: the original) ``rows_worse``, ``rows_better``, ``loss_p_value``."""
     if metric not in ROW_METRICS or not first or any(np.ndim(out) < 1 for out in first):
         return {}
     rows = sum(out.size // max(1, out.shape[-1]) for out in first)
@@ -69,8 +60,7 @@ def _right(outputs: list[np.ndarray], labels: list[np.ndarray] | None) -> np.nda
 
 
 def sign_test_p(worse: int, better: int) -> float:
-    """The exact two-sided sign test on the discordant rows: the chance that ``worse + better`` fair
-    coin tosses split at least as unevenly (1.0 when no row changed)."""
+    """The chance that ``worse + better`` fair coin tosses split at least as unevenly (1.0: none)."""
     n, k = worse + better, min(worse, better)
     if n == 0:
         return 1.0
@@ -82,8 +72,7 @@ def sign_test_p(worse: int, better: int) -> float:
 
 
 def budget_rows(kind: str, tolerable_loss: float, score: float, rows: int) -> float:
-    """How many rows a criterion (``kind`` relative or absolute) lets a candidate lose net, on ``rows``
-    rows scored ``score``."""
+    """How many rows a criterion lets a candidate lose net, on ``rows`` rows scored ``score``."""
     return tolerable_loss * (abs(score) if kind == "relative" else 1.0) * rows
 
 
@@ -106,8 +95,7 @@ def budget_words(kind: str, tolerable_loss: float, metric: str, baseline: dict[s
 
 
 def resolution_warning(kind: str, tolerable_loss: float, metric: str, baseline: dict[str, float]) -> str:
-    """Why the budget is finer than one row of the evaluation, and what would resolve it; ``""`` when
-    it is not (or the metric is not scored row by row)."""
+    """Why the budget is finer than one row of the evaluation, and what would resolve it (or ``""``)."""
     if (known := _resolution(metric, tolerable_loss, baseline)) is None:
         return ""
     rows, score = known
@@ -130,9 +118,7 @@ def resolution_warning(kind: str, tolerable_loss: float, metric: str, baseline: 
 
 
 def noise_note(metrics: dict[str, float]) -> str:
-    """The words for a candidate whose accuracy differs from the original's within the evaluation's
-    sampling noise (``""`` when it changed no row, when the difference is beyond the noise, or
-    without row figures)."""
+    """The words for an accuracy change within the sampling noise (or ``""``)."""
     worse, better, p = metrics.get("rows_worse"), metrics.get("rows_better"), metrics.get("loss_p_value")
     if worse is None or better is None or p is None or worse + better == 0 or p < NOISE_P:
         return ""

@@ -1,10 +1,6 @@
-"""One place where evaluation sessions are opened, so every measurement runs a model the same way.
-
-Accuracy runs, latency timing and profiling all open an onnxruntime session here. Where a
-model runs -- the execution provider and its options -- and how -- session options a flow
-chose (graph optimization level, execution mode, memory pattern) -- are arguments, so a
-target provider or a tuned session applies to the original and every candidate alike.
-"""
+"""One place where evaluation sessions are opened, so every measurement runs a model the same way:
+where (provider and options) and how (session settings a flow chose) are arguments, so they apply
+to the original and every candidate alike."""
 
 from __future__ import annotations
 
@@ -22,15 +18,7 @@ DEFAULT_PROVIDER = "CPUExecutionProvider"
 def session_options(
     *, threads: int, timing: bool = False, settings: Mapping[str, Any] | None = None
 ) -> ort.SessionOptions:
-    """onnxruntime options for ``threads`` intra-op threads, with ``settings`` applied on top.
-
-    ``timing`` fixes what makes timings comparable between models: one inter-op thread,
-    sequential execution and no spinning (an idle spinning pool would eat the other core).
-    ``settings`` keys: ``graph_optimization_level`` (disable_all|basic|extended|all),
-    ``execution_mode`` (sequential|parallel), ``inter_op_num_threads``, ``enable_mem_pattern``,
-    ``enable_cpu_mem_arena``, ``config`` (a dict of session config entries), and
-    ``intra_op_num_threads`` (replaces ``threads``: a tuned session chose its own within the budget).
-    """
+    """onnxruntime options: ``threads``, ``settings`` on top, and with ``timing`` what makes timings comparable."""
     return build_session_options(ort, threads, timing, settings)
 
 
@@ -43,8 +31,7 @@ def open_session(
     provider: str = DEFAULT_PROVIDER,
     provider_options: Mapping[str, Any] | None = None,
 ) -> ort.InferenceSession:
-    """A session for ``model`` (a path or serialized bytes) on ``provider`` -- or on the provider
-    its ``settings`` name (a candidate of ``target.providers``), with that provider's options."""
+    """A session for ``model`` (path or bytes) on ``provider``, or on the provider its ``settings`` name."""
     provider, provider_options = chosen_provider(provider, provider_options, settings)
     options = session_options(threads=threads, timing=timing, settings=settings)
     source = model if isinstance(model, bytes) else str(model)

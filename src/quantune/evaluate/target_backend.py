@@ -76,8 +76,7 @@ class TargetBackend:
         return self._info
 
     def check(self) -> None:
-        """The target, asked before anything runs: the interpreter starts, imports onnxruntime,
-        and has the provider. A :class:`ConfigError` naming ``target.python`` or ``target.provider``."""
+        """A :class:`ConfigError` unless the interpreter starts, imports onnxruntime and has the provider."""
         if not Path(self.python).is_file():
             raise ConfigError(f"target.python: '{self.python}' does not exist; give the path of a Python interpreter")
         try:
@@ -122,7 +121,6 @@ class TargetBackend:
 
     @_one_at_a_time
     def open_s(self, model: Path, threads: int, settings: Mapping[str, Any] | None = None) -> float:
-        """Seconds the target took to create a session on ``model`` (the open alone, timed there)."""
         try:
             return float(self._open(model, threads, True, settings)["open_s"])
         finally:
@@ -173,18 +171,13 @@ class TargetBackend:
             produced = read_outputs(out, answer["layout"])
             return produced if every_output else [dict([next(iter(feed.items()))]) for feed in produced]
         finally:
-            with contextlib.suppress(TargetFault):
-                if self.client.process is not None:
-                    self.client.request("free")
+            self._free()
             out.unlink(missing_ok=True)
 
     @_one_at_a_time
     def time(self, request: TimingRequest) -> np.ndarray:
-        """The rounds of ``Backend.time`` in the target, in batches on sessions opened (and warmed)
-        once: opened again for each batch, OpenVINO compiled every model again. ``deadline`` and
-        ``limit`` are this process's ``time.perf_counter()``: each batch takes the seconds left to it.
-        Until decided: a few rounds at a time (:func:`.rounds.decide_in_chunks`). Side by side with
-        ``settled``: ``SETTLE_FROM`` rounds, then ``SETTLE_EVERY`` at a time, asking the rule between."""
+        """The rounds of ``Backend.time`` in the target, in batches on sessions opened and warmed once
+        (opened again, OpenVINO would compile every model again); each batch takes the seconds left."""
         opened: dict[tuple[int, Path], int] = {}  # by row and model: a session each, warmed once
         warmed: set[tuple[int, Path]] = set()
 

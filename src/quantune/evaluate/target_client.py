@@ -1,12 +1,10 @@
 """quantune's side of a target environment: one evaluation server process, isolated.
 
-The server (``target_server.py``) runs under the target's interpreter. This client starts it
-lazily, speaks its JSON-lines protocol, and guards every request the way trial workers are
-guarded: a time limit (a hung target is killed), an address-space limit
-(``executor.memory_limit_mb``), and a crash -- the process gone, by a signal or an exit -- is
-a :class:`TargetFault` naming the cause and the last line of the target's log, which fails
-the trial being evaluated while the next request starts a fresh server. The server dies with
-the process that started it (it watches its parent), so a killed run leaves no target behind.
+The client starts the server (``target_server.py``) lazily and guards every request as trial
+workers are guarded: a time limit, an address-space limit, and a crash becomes a
+:class:`TargetFault` naming the cause and the last line of the target's log, which fails the
+trial while the next request starts a fresh server. The server watches its parent, so a killed
+run leaves no target behind.
 """
 
 from __future__ import annotations
@@ -69,16 +67,13 @@ class TargetClient:
         self.timeout_s = timeout_s
         self.memory_limit_mb = memory_limit_mb
         self.process: subprocess.Popen[bytes] | None = None
-        self.starts = 0
         self._greeted = False  # the running server's hello was read
         self._offset = 0  # its log's length when it started
-        # one caller's sequence of requests at a time (load, time, free): the engine's thread and the
-        # one timing a cluster's models (executors/ray_executor.py) take turns
+        # one caller's sequence of requests at a time (load, time, free)
         self.lock = threading.RLock()
 
     def _environment(self) -> dict[str, str]:
-        """This process's environment; for another interpreter without PYTHONPATH and user site
-        packages, so nothing of quantune's environment leaks into the target's."""
+        """This environment; for another interpreter without PYTHONPATH and user site packages."""
         if self.python == sys.executable:
             return dict(os.environ)
         return {**os.environ, "PYTHONNOUSERSITE": "1", "PYTHONPATH": ""}
@@ -96,16 +91,18 @@ class TargetClient:
                 env=self._environment(),
             )
 
+    def _respawn(self) -> None:
+        self.stop()
+        self._offset = self.log_offset()
+        self.process = self._spawn()
+        self._greeted = False
+
     def start(self) -> None:
         if self.process is None or self.process.poll() is not None:
-            self.stop()
-            self._offset = self.log_offset()
             try:
-                self.process = self._spawn()
+                self._respawn()
             except OSError as exc:  # no such interpreter, not executable
                 raise TargetUnavailable(f"cannot start {self.python}: {exc.strerror or exc}") from None
-            self.starts += 1
-            self._greeted = False
         if self._greeted:
             return
         try:
@@ -119,19 +116,10 @@ class TargetClient:
         self._greeted = True
 
     def launch(self) -> None:
-        """Starts the server without waiting for it: its interpreter start and imports (half a
-        second idle) overlap the caller's work instead of delaying its first request, which reads
-        the hello (and says why, if the server could not start)."""
-        if self.process is not None and self.process.poll() is None:
-            return
-        self.stop()
-        self._offset = self.log_offset()
-        try:
-            self.process = self._spawn()
-        except OSError:
-            return  # the first request starts it again and says why
-        self.starts += 1
-        self._greeted = False
+        """Starts the server without waiting, so its start overlaps the caller's work."""
+        if self.process is None or self.process.poll() is not None:
+            with contextlib.suppress(OSError):
+                self._respawn()
 
     def stop(self) -> None:
         process, self.process = self.process, None
@@ -163,6 +151,11 @@ class TargetClient:
             return ""
         return "\n".join(text.strip().splitlines()[-lines:])
 
+    def _crashed(self, code: int | None, offset: int) -> TargetFault:
+        tail = self.tail(offset)
+        last = f"; its log ends with: {tail.splitlines()[-1]}" if tail else ""
+        return TargetFault(f"target crashed: {self.python} {_cause(code)}{last}")
+
     # -- requests ------------------------------------------------------------------------------
     def _read(self, timeout_s: float | None, offset: int) -> dict[str, Any]:
         process = self.process
@@ -176,10 +169,8 @@ class TargetClient:
                 if line:
                     return json.loads(line)
                 process.wait(timeout=10)  # end of file: the server is gone
-                tail = self.tail(offset)
                 self.process = None
-                last = f"; its log ends with: {tail.splitlines()[-1]}" if tail else ""
-                raise TargetFault(f"target crashed: {self.python} {_cause(process.returncode)}{last}")
+                raise self._crashed(process.returncode, offset)
             if deadline is not None and time.monotonic() >= deadline:
                 process.kill()
                 self.stop()
@@ -219,9 +210,7 @@ class TargetClient:
             raise TargetFault(f"target timeout: measuring memory took longer than {limit:g} s") from None
         lines = [line for line in out.decode(errors="replace").splitlines() if line.strip()]
         if process.returncode != 0 or not lines:
-            tail = self.tail(offset)
-            last = f"; its log ends with: {tail.splitlines()[-1]}" if tail else ""
-            raise TargetFault(f"target crashed: {self.python} {_cause(process.returncode)}{last}")
+            raise self._crashed(process.returncode, offset)
         answer = json.loads(lines[-1])
         if "error" in answer:
             raise TargetFault(f"target: {answer['error']}")

@@ -1,38 +1,18 @@
 """The evaluation server that runs in a *target* Python environment (``target.python``).
 
-It imports only the standard library, numpy and onnxruntime (any variant: onnxruntime-openvino,
-onnxruntime-gpu, a vendor build) and its sibling ``interleave.py`` by path, never quantune's package. A target
-environment is what the user deploys with -- another onnxruntime build or version, maybe
-another Python -- and must not need quantune's own dependencies (pydantic, optuna, onnx) to
-be measured. quantune starts it as ``TARGET_PYTHON target_server.py`` (the file's path), so
-nothing has to be installed there but numpy and onnxruntime. Keep it Python 3.8-compatible.
+A target is what the user deploys with (another onnxruntime build, maybe another Python), so the
+server imports only the standard library, numpy, onnxruntime and its sibling ``interleave.py``
+by path, never quantune's package; quantune starts it as ``TARGET_PYTHON target_server.py``.
+Keep it Python 3.8-compatible.
 
-Protocol (one JSON object per line each way): the client writes a request on the server's
-stdin, the server answers on its original stdout, which it keeps for itself -- native code
-printing to fd 1 (OpenVINO does) goes to stderr, the client's log. Arrays travel as ``.npz``
-files the client names (``allow_pickle`` off). Requests:
-
-- ``{"op": "info"}`` -> onnxruntime/numpy/python versions, available providers, CPU.
-- ``{"op": "load", "model", "threads", "timing", "settings", "provider", "provider_options"}``
-  -> ``{"session": id, "providers": [...]}`` (what onnxruntime actually put the session on).
-- ``{"op": "run", "session", "feeds": npz, "layout": [[name, ...] per feed], "out": npz,
-  "runner": "file.py:function" | null}`` -> ``{"layout": ...}`` of the outputs written to ``out``.
-- ``{"op": "time", "sessions": [id or null], "feed": npz, "names": [...], "warmup", "repeats", "first",
-  "runner", "seconds", "warmup_seconds", "min_rounds"}`` -> ``{"timings": [[seconds per round] per
-  session]}``: quantune's interleaved rounds (``interleave.py``, this file's sibling, loaded by path),
-  ``first`` the rounds a timing in batches ran before, so its order goes on; a null session sits out
-  (NaN); no round starts ``seconds`` (``null``: no limit) after the request came once ``min_rounds``
-  ran (the timing's time share, or the run's limit: fewer rounds come back); warm-up stops after
-  ``warmup_seconds`` (each session runs at least once).
-- ``{"op": "free"}`` drops every session.
-
-- ``{"op": "memory", "model", "feed", "names", "threads", "provider", ...}`` -> ``{"peak_memory_mb"}``:
-  the peak resident memory a fresh session adds while it loads the model and runs the feed
-  once, measured in a child forked for it (a server used for this opens no session itself).
-
-``python target_server.py --memory REQUEST.json`` does the same in a fresh process (for
-platforms without ``fork``), printed as JSON. An error answers ``{"error": "Type: message"}``; a crash is the client's
-to detect (the process is gone).
+Protocol: one JSON object per line each way, requests on stdin, answers on the original stdout,
+which the server keeps for itself (native code printing to fd 1 goes to stderr, the client's
+log). Arrays travel as ``.npz`` files the client names (``allow_pickle`` off). Ops: ``info``;
+``load`` -> ``{"session", "providers", "open_s"}``; ``run`` (outputs written to ``out``);
+``time`` (quantune's interleaved rounds; a null session sits out; no round starts ``seconds``
+after the request once ``min_rounds`` ran); ``free``; ``memory`` -> ``{"peak_memory_mb"}``
+measured in a forked child. ``--memory REQUEST.json`` does the last in a fresh process (for
+platforms without ``fork``). An error answers ``{"error": "Type: message"}``.
 """
 
 from __future__ import annotations
@@ -68,14 +48,12 @@ def cpu_name() -> str:
 
 
 def build_session_options(ort, threads, timing, settings):
-    """onnxruntime session options; quantune's ``evaluate.session.session_options`` is this very
-    function, so a target and this process open sessions alike (the server imports no quantune)."""
+    """onnxruntime session options: quantune's ``session_options`` is this function, so both open sessions alike."""
     options = ort.SessionOptions()
     options.log_severity_level = 3
     options.intra_op_num_threads = int(threads)
-    # idle threads sleep rather than spin: an idle spinning pool eats the other core, which a
-    # timing needs quiet and which an evaluation beside another (the original's and the first
-    # guess's, engine/measure/prebuild.py) needs for itself; spinning changes no output
+    # idle threads sleep rather than spin: a spinning pool eats the cores a timing or an evaluation
+    # beside another needs; spinning changes no output
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     if timing:
         options.inter_op_num_threads = 1
@@ -87,21 +65,19 @@ def build_session_options(ort, threads, timing, settings):
         "all": ort.GraphOptimizationLevel.ORT_ENABLE_ALL,
     }
     modes = {"sequential": ort.ExecutionMode.ORT_SEQUENTIAL, "parallel": ort.ExecutionMode.ORT_PARALLEL}
+    attributes = {
+        "graph_optimization_level": lambda value: levels[str(value)],
+        "execution_mode": lambda value: modes[str(value)],
+        "inter_op_num_threads": int,
+        "enable_mem_pattern": bool,
+        "enable_cpu_mem_arena": bool,
+        "intra_op_num_threads": int,  # a tuned session chose its own within the budget
+    }
     for key, value in (settings or {}).items():
         if key in WHERE_KEYS:  # where the session runs, not how: open_session reads them
             continue
-        if key == "graph_optimization_level":
-            options.graph_optimization_level = levels[str(value)]
-        elif key == "execution_mode":
-            options.execution_mode = modes[str(value)]
-        elif key == "inter_op_num_threads":
-            options.inter_op_num_threads = int(value)
-        elif key == "enable_mem_pattern":
-            options.enable_mem_pattern = bool(value)
-        elif key == "enable_cpu_mem_arena":
-            options.enable_cpu_mem_arena = bool(value)
-        elif key == "intra_op_num_threads":  # a tuned session chose its own within the budget
-            options.intra_op_num_threads = int(value)
+        if key in attributes:
+            setattr(options, key, attributes[key](value))
         elif key == "config":
             for entry, entry_value in dict(value).items():
                 options.add_session_config_entry(str(entry), str(entry_value))
@@ -144,15 +120,6 @@ def load_arrays(np, path, layout):
         feeds.append({name: arrays[position + offset] for offset, name in enumerate(names)})
         position += len(names)
     return feeds
-
-
-def _save_arrays(np, path, feeds):
-    layout, arrays = [], []
-    for feed in feeds:
-        layout.append([str(name) for name in feed])
-        arrays.extend(np.asarray(value) for value in feed.values())
-    np.savez(path, **{f"a{index}": value for index, value in enumerate(arrays)})
-    return layout
 
 
 def _runner(spec, cache):
@@ -220,7 +187,10 @@ class Server:
                     shapes = {name: tuple(value.shape) for name, value in feed.items()}
                     cause = " ".join(str(exc).split())
                     raise RuntimeError(f"onnxruntime failed on evaluation feed {index} {shapes}: {cause}") from None
-        return {"layout": _save_arrays(self.np, request["out"], outputs)}
+        layout = [[str(name) for name in feed] for feed in outputs]
+        arrays = [self.np.asarray(value) for feed in outputs for value in feed.values()]
+        self.np.savez(request["out"], **{f"a{index}": value for index, value in enumerate(arrays)})
+        return {"layout": layout}
 
     def time(self, request):
         (feed,) = load_arrays(self.np, request["feed"], [request["names"]])
@@ -251,10 +221,9 @@ class Server:
         return {}
 
     def memory(self, request):
-        """``measure_memory`` in a child forked from this server, which must never have opened a
-        session (a freed session's heap, still resident, would hide part of the next one's
-        peak): the child loads the feed, measures and ends; the server stays as it was, so
-        every measurement starts from the same state without paying for a new interpreter."""
+        """``measure_memory`` in a child forked from this server, which never opens a session (a
+        freed session's resident heap would hide part of the next one's peak): every measurement
+        starts from the same state without paying for a new interpreter."""
         read_fd, write_fd = os.pipe()
         pid = os.fork()
         if pid == 0:  # the child
@@ -293,10 +262,7 @@ def _rss_kb(field):
 
 def measure_memory(request):
     """Peak resident memory (MB) a fresh session adds: loading ``model`` and running the feed once.
-
-    The process's high-water mark is reset (``/proc/self/clear_refs``) after numpy, onnxruntime
-    and the feed are in memory, so the interpreter and the library do not count, only the
-    session: weights, graph copies while optimizing, the arena, the run's activations.
+    The high-water mark is reset once the libraries and the feed are in memory, so only the session counts.
     """
     import numpy as np
     import onnxruntime as ort

@@ -1,53 +1,25 @@
-"""The Pass contract.
+"""The Pass contract: a pass turns one model file into another and declares what it needs.
 
-A pass turns one model file into another. It declares:
+``Config`` (pydantic: defaults, and validators rejecting what onnxruntime cannot do),
+``search_space`` (default search values), ``needs_calibration``, ``providers`` /
+``provider_rules`` (what a target provider can run), ``accepts`` (which earlier outputs it can
+take), ``min_opset`` / ``supports`` (which points cannot work on the prepared model).
 
-* ``Config``: a pydantic model of its parameters, with defaults (what runs when nothing is
-  searched) and validators (what onnxruntime cannot do, so such points are never run);
-* ``search_space``: its default search values, used when a config says ``search: true``;
-* ``needs_calibration``: whether it reads calibration data (which then enters its cache key);
-* ``providers`` / ``provider_rules``: what a target execution provider can run, so the space
-  for a target holds only what runs there;
-* ``accepts``: which outputs of earlier passes it can take as input, so flows that cannot
-  work (quantizing a graph with layout-specific fused operators) are never tried;
-* ``min_opset`` / ``supports``: the opset its whole space needs (preparation raises the model
-  to it) and, from facts about the prepared model, which points cannot work on it (a
-  per-channel QDQ point on a model whose opset could not be raised), so they are pruned.
+Its *traits* (scikit-learn's estimator tags) are read from the class instead of from lists of
+pass names kept elsewhere, so a new pass is one file and its registration:
 
-And its *traits* (scikit-learn's estimator tags): what the rest of the house needs to know about
-it (``providers`` above is one), read from the class instead of from lists of pass names kept elsewhere, so a new pass is one
-file and its registration:
-
-* ``role``: what it does in a flow (``optimize``, ``prepare``, ``quantize``, ``recover``,
-  ``convert``, ``tune``, ``provider``: the step that says where the model runs); recipes (``prepare``/``recover``) are what the accuracy strategies
-  search before any fallback;
-* ``quantizes``: ``"static"`` (calibrated activation ranges: the accuracy strategies fall back
-  ops, int16 too) or ``"dynamic"`` (weights only: each weight it touches is a group), or None;
-  a quantizing pass names the parameter that excludes nodes in ``knobs`` (how fallback is written);
-* ``leaves_quantized``: the op types its output computes quantized, so a model it wrote is not
-  taken for "quantizes nothing": a kernel op (``MatMulNBits``), or a float compute op whose
-  weight comes from a ``DequantizeLinear`` (``MatMul``: weight-only QDQ that onnxruntime fuses);
-* ``rewrites_weights``: its output's weights are no longer float32 initializers (quantized or
-  cast), so passes that read float weights cannot follow it;
-* ``restructuring``: its output has other nodes than its input (fused, replaced), so a later
-  quantizer's groups come from its output;
-* ``auto_place``: where ``flows: auto`` places it (``quantize``: alone and after fusion;
-  ``fuse``: alone and before the quantizers and weight passes; ``weights``: alone, after fusion
-  and before the dynamic quantizers; ``half``: alone and after fusion, when size is an
-  objective; ``refine``: after each static quantizer), or None: flows are written by hand;
-* ``graph_params``: the parameters that change the executed graph (op and tensor types, which
-  nodes are quantized, the Q/DQ layout), so they can change speed; None: every parameter may.
-  The quantune strategy's latency stage tries only these;
-* ``recover_cost``: for a ``recover`` pass, how costly it is (the recover stage tries the
-  cheapest refining flow first);
-* ``knobs``: its parameters by what they do (:class:`Knobs`: which excludes nodes, which restricts
-  op types, which picks the format and the weight type, which axes its speed ceilings span --
-  activation type and format, say), so the strategies and probes move any quantizer unnamed;
-  ``fastest`` / ``ceiling_values``: which of those values run fastest, and which give the same
-  model on a given graph;
-* ``faster_twin``: for a config whose kernels are known slow on a provider, the parameter values
-  that give the same kind of model on the runtime's fast path (the speed ceilings skip the slow
-  one when its twin is among them: it could only be built and timed to be dropped).
+* ``role``: its step in a flow; recipes (``prepare``/``recover``) are searched before fallback;
+* ``quantizes``: ``"static"`` (calibrated activations: fallback by op, int16 too), ``"dynamic"``
+  (weights only: each weight is a group), or None;
+* ``leaves_quantized``: op types its output computes quantized (``MatMulNBits``, or a ``MatMul``
+  fed by a ``DequantizeLinear``), so its model is not taken for "quantizes nothing";
+* ``rewrites_weights``: its weights are no longer float32, so float-weight passes cannot follow;
+* ``restructuring``: its output has other nodes, so a later quantizer's groups come from it;
+* ``auto_place``: where ``flows: auto`` places it, or None: flows are written by hand;
+* ``graph_params``: the parameters that change the executed graph, so can change speed (None: all);
+* ``recover_cost``: a ``recover`` pass's cost rank (the cheapest refining flow is tried first);
+* ``knobs``: its parameters by what they do (:class:`Knobs`), so strategies move any quantizer;
+* ``faster_twin``: the values that give the same kind of model on the provider's fast kernels.
 
 Passes know nothing about search or caching; the engine hands them paths and a context.
 """
@@ -72,9 +44,7 @@ RECIPE_ROLES = frozenset({"prepare", "recover"})  # range-fixing recipes around 
 
 @dataclass(frozen=True)
 class Knobs:
-    """A pass's parameters by what they do (None: it has no such parameter): the strategies and
-    probes read these instead of parameter names, so a quantizer whose knobs are named otherwise
-    still gets speed ceilings, fallback and recovery."""
+    """A pass's parameters by what they do (None: it has none), read instead of parameter names."""
 
     exclude: str | None = None  # node names kept in float: how fallback is written
     overrides: str | None = None  # per-tensor activation types (an int16 fallback)
@@ -101,8 +71,7 @@ class PassConfig(BaseModel):
 
 @dataclass(frozen=True)
 class PassContext:
-    """What a pass may need beyond its input model: calibration data, a scratch folder, and a
-    folder for its own reusable intermediate results (e.g. calibration ranges)."""
+    """What a pass may need beyond its input model."""
 
     calibration: Dataset | None
     input_names: list[str]
@@ -120,23 +89,19 @@ class Pass(ABC):
     Config: ClassVar[type[PassConfig]]
     search_space: ClassVar[dict[str, Param]] = {}
     needs_calibration: ClassVar[bool] = False
-    # Execution providers whose kernels can run this pass's output (None: any provider).
     providers: ClassVar[tuple[str, ...] | None] = None
-    # Per provider, the parameter values that provider supports; other values are pruned.
     provider_rules: ClassVar[dict[str, dict[str, tuple[object, ...]]]] = {}
-    # Bump when the output for the same input and config changes, so old cache entries are not reused.
+    # Bump when the output for the same input and config changes (old cache entries are stale).
     version: ClassVar[int] = 1
-    # The default-domain opset every value of this pass's space works at; model preparation
-    # raises a lower opset to the highest ``min_opset`` of the run's passes (0: no need).
+    # Preparation raises the model to the highest ``min_opset`` of the run's passes.
     min_opset: ClassVar[int] = 0
-    # Whether the pass times models (``PassContext.timing``); the timed feed and latency settings then enter its cache key.
+    # Whether it times models: the timed feed and latency settings then enter its cache key.
     needs_timing: ClassVar[bool] = False
-    # What it cannot follow or run on, in words: the message when every point of a space is pruned.
+    # The message when every point of a space is pruned.
     limits: ClassVar[str] = ""
-    # Whether the pass must end its flows (its output is partly beside the model, which later passes do not read).
+    # Whether it must end its flows (later passes do not read what it writes beside the model).
     last_in_flow: ClassVar[bool] = False
 
-    # Traits (see the module docstring): read by the engine, the strategies and the other passes.
     role: ClassVar[Role] = "other"
     quantizes: ClassVar[Literal["static", "dynamic"] | None] = None
     leaves_quantized: ClassVar[frozenset[str]] = frozenset()
@@ -149,49 +114,40 @@ class Pass(ABC):
 
     @classmethod
     def fastest(cls, op_types: frozenset[str]) -> dict[str, Any]:
-        """The values of its ceiling axes whose kernels run fastest on a model of ``op_types``
-        (the likeliest ceiling of a dynamic flow); empty when nothing is known."""
+        """The ceiling-axis values whose kernels run fastest on ``op_types``; empty when unknown."""
         return {}
 
     @classmethod
     def ceiling_values(cls, param: str, values: list[Any], op_types: frozenset[str]) -> list[Any]:
-        """The values of ceiling axis ``param`` worth timing on a model of ``op_types``: all of them
-        unless some give the same model as another there."""
+        """The values of ceiling axis ``param`` that give distinct models on ``op_types``."""
         return values
 
     @classmethod
     def needs_symbolic_shapes(cls, values: Mapping[str, Any]) -> bool:
-        """Whether a run with these parameter ``values`` (by name, the pass's own) uses onnxruntime's
-        symbolic shape inference, whose sympy is slow to load: a stage worker then loads it
-        in a thread as it starts (prepare.shapes.load_in_background), beside its set-up."""
+        """Whether ``values`` use symbolic shape inference, whose sympy a worker then preloads."""
         return False
 
     @classmethod
     def keeps_graph(cls, config: Any) -> bool:
-        """Whether its output with ``config`` has its input's nodes and weights (so facts read from
-        the input still describe it)."""
+        """Whether its output keeps its input's nodes and weights (facts of the input still hold)."""
         return False
 
     @classmethod
     def faster_twin(
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:
-        """(the parameter values that make ``config``'s model run on ``provider``'s fast kernels, why),
-        or None when nothing is known. ``op_types``: the op types the model would quantize. Known
+        """(values that put ``config``'s model on ``provider``'s fast kernels, why), or None: known
         facts of the runtime only -- a speed learned on one model is a measurement, not a trait."""
         return None
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Whether this pass, with ``config``, can take the output of ``upstream`` (pass name and
-        config of each earlier step of the flow, in order). Points where it cannot are pruned."""
+        """Whether it can take the output of ``upstream`` (the earlier (name, config) steps)."""
         return True
 
     @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Whether ``config`` can work on the model the flow starts from, described by ``facts``
-        (see :mod:`quantune.prepare.facts`; empty when unknown), after ``upstream``. Points where
-        it cannot are pruned before they run."""
+        """Whether ``config`` can work after ``upstream`` on a model with ``facts`` (empty: unknown)."""
         return True
 
     @abstractmethod

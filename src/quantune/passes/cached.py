@@ -1,9 +1,5 @@
-"""One pass run through the content-addressed cache.
-
-The trial runner and the sensitivity probe both run passes; they share this function, so they
-find each other's outputs under the same keys, and both give the pass a private view of its
-input (onnxruntime's quantizers write side files beside the model they read).
-"""
+"""Passes run through the content-addressed cache: the one way trials and the sensitivity probe
+run them, so each finds the other's outputs under the same keys."""
 
 from __future__ import annotations
 
@@ -29,7 +25,6 @@ from quantune.store.faults import LOW_SPACE_BYTES, free_bytes, is_disk_full
 
 log = logging.getLogger("quantune.runner")
 
-# Inside ``only_cached()``: a pass whose output is not in the cache raises NotCached instead of running.
 _ONLY_CACHED: ContextVar[bool] = ContextVar("quantune_only_cached", default=False)
 
 
@@ -39,8 +34,7 @@ class NotCached(Exception):
 
 @contextlib.contextmanager
 def only_cached() -> Iterator[None]:
-    """Passes answer from the cache or raise :class:`NotCached` (e.g. models built by another
-    process, looked up where no pass may run: the engine's own process)."""
+    """Passes answer from the cache or raise :class:`NotCached` (where no pass may run)."""
     token = _ONLY_CACHED.set(True)
     try:
         yield
@@ -63,10 +57,9 @@ def run_pass_cached(
     timing: PassTiming | None = None,
     check_input: Callable[[], None] | None = None,
 ) -> tuple[Path, str, bool]:
-    """(output model, its sha256, whether it came from the cache). Failures raise ``TrialError``
-    naming ``label`` (the step id); a failed pass leaves nothing behind. ``check_input`` raises
-    when ``model`` no longer holds ``model_sha`` (a file the user may replace): asked once the
-    pass ran, so an output built from other content is never cached under this key."""
+    """(output model, its sha256, whether it came from the cache); a failed pass leaves nothing
+    behind. ``check_input`` raises when ``model`` no longer holds ``model_sha``: asked once the pass
+    ran, so an output built from other content is never cached under this key."""
     parts: list[Any] = ["pass", pass_cls.name, pass_cls.version, model_sha, config.model_dump(mode="json")]
     parts += user_code(pass_cls)
     if pass_cls.needs_calibration:
@@ -98,7 +91,10 @@ def run_pass_cached(
         if not output.is_file():
             raise TrialError(f"pass '{label}' wrote no model")
     except Exception as exc:
-        full = is_disk_full(exc) or _short_of_room(work_dir, model, external_data)
+        # onnxruntime misses short writes of its model copies: less room than three copies counts as full
+        free = free_bytes(work_dir)
+        size = sum(p.stat().st_size for p in [model, *(external_data or [])] if p.is_file())
+        full = is_disk_full(exc) or (free is not None and free < max(LOW_SPACE_BYTES, 3 * size))
         shutil.rmtree(work_dir, ignore_errors=True)
         if full:  # onnxruntime's writers stop short silently: "Wire format was corrupt" meant this
             raise DiskFull(cache.root) from None
@@ -119,22 +115,8 @@ def run_pass_cached(
     return path, sha, False
 
 
-def _short_of_room(folder: Path, model: Path, external_data: list[Path] | None) -> bool:
-    """Whether a failed pass may have failed for want of space: onnxruntime writes copies of the
-    model (shape-inferred, augmented, quantized) beside it and does not notice a short write, so
-    a full cache disk surfaced as "Wire format was corrupt" -- and the copy is gone by now. Less
-    room than three copies of the model counts as full."""
-    free = free_bytes(folder)
-    if free is None:
-        return False
-    size = sum(p.stat().st_size for p in [model, *(external_data or [])] if p.is_file())
-    return free < max(LOW_SPACE_BYTES, 3 * size)
-
-
 def user_code(pass_cls: type[Pass]) -> list[str]:
-    """The sha256 of the file defining a pass that is not quantune's own (a plugin, a script):
-    an edited plugin pass never reuses the outputs of its old code. Empty for built-in passes,
-    whose ``version`` says when their outputs change."""
+    """The sha256 of a plugin pass's file, so an edited one never reuses old outputs."""
     if pass_cls.__module__.split(".")[0] == "quantune":
         return []
     module = sys.modules.get(pass_cls.__module__)
@@ -146,17 +128,11 @@ def user_code(pass_cls: type[Pass]) -> list[str]:
 
 
 def private_view(model_path: Path, folder: Path, external_data: list[Path] | None = None) -> Path:
-    """``model_path`` as seen from ``folder``, so a pass's side files land in ``folder``.
+    """``model_path`` as seen from ``folder``, so the side files onnxruntime's quantizers write
+    beside the model they read land there, not in the user's folder or racing other workers.
 
-    onnxruntime's quantizers write side files next to the model they read (``quantize_dynamic``
-    writes ``<name>-inferred.onnx`` there and deletes it again). Beside a cached model that is
-    a race between workers running passes on the same input (one deletes the file the other
-    is reading), and beside the user's model it writes into the user's folder.
-
-    A single-file model is seen through a symlink (free). A model with external data is
-    copied with its data files: onnx refuses external data reached through a symlink or a
-    hard link (it resolves outside the folder, or looks like a hard-link attack), and the side
-    file onnxruntime writes must sit beside the data it refers to.
+    A symlink, or for a model with external data a copy with its data files (onnx refuses
+    external data reached through a link).
     """
     source = Path(os.path.abspath(model_path))  # absolute, symlinks kept as the user made them
     data = external_data_files(source) if external_data is None else external_data
@@ -185,14 +161,9 @@ def run_flow_cached(
     timing: PassTiming | None = None,
     check_input: Callable[[], None] | None = None,
 ) -> tuple[Path, str]:
-    """A flow (or its prefix) run step by step through the cache: the last output and its sha256.
-
-    ``steps`` are (step id, pass class, config). The one way a trial and the sensitivity
-    probe run passes, so each finds the other's outputs under the same keys.
-    ``on_step(step id, cache hit, seconds)`` is told about each step. ``external_data`` are
-    the data files of ``model`` (the flow's first input only), and ``check_input`` its check
-    (see :func:`run_pass_cached`); ``timing`` is given to passes that time models (``needs_timing``).
-    """
+    """A flow of (step id, pass class, config) run through the cache: the last output and its sha256.
+    ``on_step(step id, cache hit, seconds)`` is told about each step; ``external_data`` and
+    ``check_input`` concern ``model`` (the first input) only."""
     current, current_sha = model, model_sha
     for step_id, pass_cls, config in steps:
         started = time.perf_counter()

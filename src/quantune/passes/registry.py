@@ -1,8 +1,5 @@
-"""Passes by name (``static_quant``, ...), so configs can name them and users can add their own.
-
-A pass registers under its class's ``name`` with ``@register_pass``, or comes from an installed
-package's ``quantune.passes`` entry point (see :mod:`quantune.registry`).
-"""
+"""Passes by name (``static_quant``, ...): ``@register_pass``, or an installed package's
+``quantune.passes`` entry point (see :mod:`quantune.registry`)."""
 
 from __future__ import annotations
 
@@ -38,8 +35,7 @@ def pass_names() -> list[str]:
 
 
 def find_pass(name: str | None) -> type[Pass] | None:
-    """The pass named ``name`` (a plugin's loaded if need be), or None: for reading a pass's
-    traits by its name (a step's pass, an upstream step) where an unknown name means "none"."""
+    """The pass named ``name`` (a plugin's loaded if need be), or None."""
     return PASSES.find(name) if name else None
 
 
@@ -49,25 +45,19 @@ def weights_rewritten(upstream: list[tuple[str, object]]) -> bool:
 
 
 def facts_apply(facts: Mapping[str, Any], upstream: Sequence[tuple[str, Any]]) -> bool:
-    """Whether the graph facts (:mod:`quantune.prepare.facts`) still describe a step's input:
-    only while every pass of ``upstream`` (name, config pairs) kept the graph (``keeps_graph``;
-    a graph optimizer folds constants, a quantizer rewrites everything). The opset is kept by
-    every pass, so callers read ``opset`` whatever ran upstream."""
+    """Whether the prepared graph's facts still describe a step's input (every upstream pass kept the graph)."""
     return bool(facts) and all(
         (found := find_pass(name)) is not None and found.keeps_graph(config) for name, config in upstream
     )
 
 
 def knob_names(pick: Callable[[Knobs], str | None]) -> frozenset[str]:
-    """The parameter names that play one role (``pick`` reads it from a pass's ``knobs``) in any
-    registered pass: for reading a results file's parameters by what they do."""
+    """The parameter names that play one role (``pick`` reads it from ``knobs``) in any registered pass."""
     return frozenset(name for cls in PASSES.registered().values() if (name := pick(cls.knobs)) is not None)
 
 
 def qdq_quantized(upstream: Sequence[tuple[str, object]]) -> bool:
-    """Whether the last static quantizer of ``upstream`` (name, config pairs) wrote the Q/DQ layout
-    (its ``knobs.layout`` at ``knobs.qdq``, or it has no other): its weights are integer
-    initializers behind ``DequantizeLinear``, which the refining passes rewrite."""
+    """Whether the last static quantizer of ``upstream`` wrote the Q/DQ layout."""
     found = [(cls, config) for name, config in upstream if (cls := find_pass(name)) and cls.quantizes == "static"]
     if not found:
         return False

@@ -1,10 +1,5 @@
-"""What a pass that times models is given: the run's timed feed, under the run's latency settings.
-
-A pass that chooses by measuring (``session_tuning``) must time the model exactly as the
-evaluation will: the same feed (``evaluation.latency.feed``), warm-up, thread budget
-(``evaluation.latency.threads``) and runner. Its output depends on them, so their fingerprint
-enters the pass's cache key.
-"""
+"""What a pass that times models is given: the run's timed feed, under the run's latency settings,
+so it times exactly as the evaluation will; their fingerprint enters the pass's cache key."""
 
 from __future__ import annotations
 

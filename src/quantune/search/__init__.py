@@ -7,31 +7,17 @@ Plugins register with :func:`register_sampler` or the ``quantune.samplers`` entr
 
 from __future__ import annotations
 
+from quantune.search import optuna_sampler  # noqa: F401 - registers the Optuna samplers
 from quantune.search.base import Feedback, Sampler
 from quantune.search.exhaustive import ExhaustiveSampler
-from quantune.search.optuna_sampler import (
-    CmaEsSampler,
-    GPSampler,
-    NSGAIISampler,
-    OptunaSampler,
-    QMCSampler,
-    TPESampler,
-)
 from quantune.search.random_sampler import RandomSampler
-from quantune.search.registry import ENTRY_POINT_GROUP, create_sampler, get_sampler, register_sampler, sampler_names
+from quantune.search.registry import create_sampler, get_sampler, register_sampler, sampler_names
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
-    "CmaEsSampler",
     "ExhaustiveSampler",
     "Feedback",
-    "GPSampler",
-    "NSGAIISampler",
-    "OptunaSampler",
-    "QMCSampler",
     "RandomSampler",
     "Sampler",
-    "TPESampler",
     "create_sampler",
     "get_sampler",
     "register_sampler",

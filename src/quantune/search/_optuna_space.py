@@ -1,17 +1,9 @@
 """How a quantune space becomes Optuna suggestions.
 
-* :class:`~quantune.space.IntRange` -> ``suggest_int`` and
-  :class:`~quantune.space.FloatRange` -> ``suggest_float`` (with their step and log), so
-  CMA-ES, GP and QMC see real numbers with an order, not labels;
-* :class:`~quantune.space.Categorical` and :class:`~quantune.space.Joint` ->
-  ``suggest_categorical`` over the *indices* of their values, so any value (lists, None,
-  tuples of coupled values) can be searched and a joint's values can never be split;
-* a conditional parameter is registered under a name that includes its parents' values
-  (``percentile|method='Percentile'``), because Optuna requires one distribution per name.
-
-Optuna has no notion of weights. :func:`priority_params` turns them into the one thing every
-Optuna sampler honours: a first trial, enqueued, that takes each weighted parameter's
-highest-priority value.
+Ranges become ``suggest_int`` / ``suggest_float``, so CMA-ES, GP and QMC see ordered numbers;
+categoricals and joints ``suggest_categorical`` over the *indices* of their values, so any value
+can be searched and a joint's values never split; a conditional is named with its parents'
+values (``percentile|method='Percentile'``): Optuna wants one distribution per name.
 """
 
 from __future__ import annotations
@@ -85,11 +77,8 @@ def _index(values: Sequence[Any], value: Any) -> int:
 
 
 def priority_params(space: SearchSpace) -> dict[str, Any]:
-    """Optuna parameters (name -> index) that fix every weighted parameter to its top value.
-
-    Empty when nothing is weighted. Parameters without weights are left to the sampler, and so
-    are conditionals whose parents are left to it (their Optuna name is not known in advance).
-    """
+    """Optuna parameters (name -> index) that fix every weighted parameter to its top value (a
+    conditional whose parents are left to the sampler has no known name, so it is left too)."""
     fixed: dict[str, Any] = {}
     context: dict[str, Any] = dict(space.fixed)
     for name, param in space.params.items():

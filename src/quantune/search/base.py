@@ -17,14 +17,9 @@ from quantune.space import Point, SearchSpace
 class Feedback:
     """What one point scored.
 
-    ``objective`` is the value to minimise (``None`` when the trial failed); ``violation`` is
-    how far the point is from meeting the accuracy criterion (0 when it meets it), which
-    constrained samplers use to steer towards feasible points.
-
-    For multi-objective samplers (``directions`` with several entries, e.g. NSGA-II over
-    latency and size), ``objectives`` carries one value per direction, in the same order;
-    ``objective`` may then repeat the first one (or be ``None``). A trial failed when neither
-    is given. Single-objective samplers read ``objective`` (or the only entry of ``objectives``).
+    ``objective`` is the value to minimise (``None``: failed); ``violation`` how far the point is
+    from the accuracy criterion (0: met), which constrained samplers steer by. ``objectives``
+    carries one value per direction for multi-objective samplers.
 
     >>> Feedback(3.1, objectives=(3.1, 167_987)).values()
     (3.1, 167987.0)
@@ -46,10 +41,7 @@ class Feedback:
         return self.objective is None and self.objectives is None
 
     def values(self) -> tuple[float, ...] | None:
-        """The objective values: ``objectives`` when given, else ``(objective,)``; ``None`` if failed.
-
-        A NaN counts as a failure: no sampler can rank it.
-        """
+        """``objectives`` when given, else ``(objective,)``; ``None`` if failed (a NaN too: no sampler ranks it)."""
         if self.objectives is not None:
             values = self.objectives
         elif self.objective is not None:

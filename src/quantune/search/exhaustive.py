@@ -1,9 +1,4 @@
-"""Exhaustive search: every valid point once, lazily, in the space's fixed order.
-
-The order is depth first over the parameters; at each parameter, higher-weight values come
-first, so with weights the most trusted settings run before the rest. Continuous parameters
-cannot be listed, so binding a space that has one raises a :class:`QuantuneError`.
-"""
+"""Exhaustive search: every valid point once, lazily, depth first, higher-weight values first."""
 
 from __future__ import annotations
 

@@ -5,22 +5,11 @@ below only says which one to build. How parameters map to Optuna's suggestions (
 numbers, categoricals and joints as indices, conditionals named by their parents' values) is
 in :mod:`quantune.search._optuna_space`.
 
-Accuracy misses are passed to Optuna as constraint violations, so the samplers that model
-constraints (TPE, GP, NSGA-II) learn to avoid them instead of treating them as merely slow.
-
-Failed trials are told as the worst of all, not as Optuna's ``FAIL`` (which TPE, CMA-ES, GP
-and NSGA-II leave out of their models, so they would propose the failing region again): a
-completed trial whose value is a little worse than the worst value seen and whose violation
-is at least 1 (twice the largest seen), so it ranks below every trial that ran. A failure
-told before any trial has a value waits (as a running trial) until there is one to compare.
-
-Weights on categorical values: no Optuna sampler reads them. The adapter enqueues one first
-trial that takes every weighted parameter's highest-weight value; after that the sampler
-goes its own way. (Random and exhaustive search honour weights throughout.)
-
-Multi-objective: give ``directions=("minimize", "minimize")`` (one per objective) and tell
-``Feedback(objective, violation, objectives=(a, b))``. TPE, GP, QMC and NSGA-II support
-several objectives; CMA-ES does not.
+Accuracy misses are told as constraint violations, so samplers that model constraints learn to
+avoid them. Failed trials are told as the worst of all, not as Optuna's ``FAIL`` (which the
+samplers leave out of their models, so they would propose the failing region again); a failure
+told before any trial has a value waits until there is one to compare. No Optuna sampler reads
+weights: the adapter enqueues a first trial of every parameter's highest-weight value.
 """
 
 from __future__ import annotations
@@ -61,22 +50,12 @@ def _set_violation(trial: optuna.trial.Trial, value: float) -> None:
 
 
 def constraint_options(sampler_cls: type[optuna.samplers.BaseSampler] | None = None) -> dict[str, Any]:
-    """Keyword arguments that make an Optuna sampler honour quantune's violations.
-
-    Empty on Optuna 5 (constraints travel with the trial) and for samplers that take no
-    ``constraints_func``.
-    """
+    """Keyword arguments that make an Optuna sampler honour quantune's violations (none on Optuna 5)."""
     if _NATIVE_CONSTRAINTS:
         return {}
     if sampler_cls is not None and "constraints_func" not in inspect.signature(sampler_cls).parameters:
         return {}
     return {"constraints_func": _violation}
-
-
-def _accepted(sampler_cls: type, **options: Any) -> dict[str, Any]:
-    """``options`` minus those this Optuna version's ``sampler_cls`` does not take (e.g. warning switches)."""
-    parameters = inspect.signature(sampler_cls).parameters
-    return {key: value for key, value in options.items() if key in parameters}
 
 
 def _require(module: str, sampler: str, extra: str, package: str) -> None:
@@ -88,19 +67,22 @@ def _require(module: str, sampler: str, extra: str, package: str) -> None:
 
 
 class OptunaSampler(Sampler):
-    """Adapts an ``optuna.samplers.BaseSampler`` to quantune's ask/tell interface.
+    """Adapts ``optuna.samplers.<optuna_name>`` to quantune's ask/tell interface.
 
-    Subclasses implement :meth:`make_optuna_sampler`. ``directions`` (one of ``minimize`` /
-    ``maximize`` per objective, default one ``minimize``) makes the study multi-objective.
+    ``directions`` (``minimize`` / ``maximize`` per objective) makes the study multi-objective;
+    ``options`` go to Optuna's sampler over the subclass's ``defaults``.
     """
 
     name = "optuna"
     max_duplicate_asks = 20
     multi_objective = True
     uses_constraints = True  # False where Optuna's sampler ignores constraints (and warns when given them)
+    optuna_name = ""
+    defaults: dict[str, Any] = {}
 
-    def __init__(self, seed: int | None = 0, directions: Sequence[str] | None = None) -> None:
+    def __init__(self, seed: int | None = 0, directions: Sequence[str] | None = None, **options: Any) -> None:
         super().__init__(seed)
+        self._options = {**self.defaults, **options}
         self.directions = tuple(directions or ("minimize",))
         bad = [d for d in self.directions if d not in _DIRECTIONS]
         if bad or isinstance(directions, str):
@@ -109,7 +91,12 @@ class OptunaSampler(Sampler):
             raise QuantuneError(f"search.sampler: '{self.name}' optimizes one objective; got {len(self.directions)}")
 
     def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
-        raise NotImplementedError
+        cls = getattr(optuna.samplers, self.optuna_name)
+        constraints = constraint_options(cls) if self.uses_constraints else {}
+        # The warning switch is newer than some supported Optuna releases: left out where unknown.
+        known = inspect.signature(cls).parameters
+        options = {k: v for k, v in self._options.items() if k in known or k != "warn_independent_sampling"}
+        return cls(seed=self.seed, **constraints, **options)
 
     def bind(self, space: SearchSpace) -> None:
         super().bind(space)
@@ -146,12 +133,9 @@ class OptunaSampler(Sampler):
                 continue
             self._patience = min(self.max_duplicate_asks, 2 * self._patience)
             return self._accept(trial, point, key)
-        # Optuna keeps proposing points it cannot use (TPE ignores failed trials, so it may
-        # return to the same invalid point forever; near the end of a small space nearly every
-        # proposal is a repeat). Hand it an unseen valid point instead, as a trial it can learn
-        # from, and give up only when the space has none left. Patience halves while this
-        # goes on (and doubles back as Optuna finds new points again), so a saturated search does
-        # not pay for many wasted Optuna asks per point.
+        # Optuna keeps proposing points it cannot use (TPE may return to an invalid point forever):
+        # hand it an unseen valid point as a trial it can learn from. Patience halves meanwhile (and
+        # doubles back), so a saturated search does not pay for many wasted asks per point.
         self._patience = max(1, self._patience // 2)
         point = self._unseen.next()
         if point is None:
@@ -228,117 +212,68 @@ class TPESampler(OptunaSampler):
     """Tree-structured Parzen Estimator (multivariate, grouped for conditionals) with constraints."""
 
     name = "tpe"
-
-    def __init__(
-        self, seed: int | None = 0, n_startup_trials: int = 5, directions: Sequence[str] | None = None, **options: Any
-    ) -> None:
-        super().__init__(seed, directions)
-        self._options = {"n_startup_trials": n_startup_trials, **options}
-
-    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
-        cls = optuna.samplers.TPESampler
-        return cls(seed=self.seed, multivariate=True, group=True, **constraint_options(cls), **self._options)
+    optuna_name = "TPESampler"
+    defaults = {"n_startup_trials": 5, "multivariate": True, "group": True}
 
 
 @register_sampler("cmaes")
 class CmaEsSampler(OptunaSampler):
     """CMA-ES over the numeric parameters; single objective; needs the ``cmaes`` package.
 
-    CMA-ES models only :class:`~quantune.space.IntRange` and :class:`~quantune.space.FloatRange`
-    parameters that are active in every point. Categorical, boolean and joint parameters, and
-    conditional ones (their Optuna name changes with their parents), fall back to Optuna's
-    independent sampler: seeded random sampling unless ``independent_sampler`` is given. A
-    space with fewer than two numeric parameters is therefore searched at random. CMA-ES
-    ignores accuracy violations (Optuna's CMA-ES has no constraint support).
+    It models only the ranges active in every point; the other parameters fall back to seeded
+    random sampling, and it ignores accuracy violations (Optuna's CMA-ES has no constraints).
     """
 
     name = "cmaes"
+    optuna_name = "CmaEsSampler"
+    defaults = {"warn_independent_sampling": False}
     multi_objective = False
     uses_constraints = False
 
     def __init__(self, seed: int | None = 0, directions: Sequence[str] | None = None, **options: Any) -> None:
-        super().__init__(seed, directions)
+        super().__init__(seed, directions, **options)
         _require("cmaes", self.name, "cmaes", "cmaes")
-        self._options = options
-
-    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
-        cls = optuna.samplers.CmaEsSampler
-        return cls(seed=self.seed, **_accepted(cls, warn_independent_sampling=False), **self._options)
 
 
 @register_sampler("gp")
 class GPSampler(OptunaSampler):
     """Gaussian-process Bayesian optimisation (Optuna's ``GPSampler``); needs PyTorch.
 
-    Best on few numeric parameters and expensive trials. Like CMA-ES it models the
-    parameters present in every trial; conditional ones fall back to independent sampling.
+    Best on few numeric parameters and expensive trials; conditional ones are sampled independently.
     """
 
     name = "gp"
+    optuna_name = "GPSampler"
+    defaults = {"n_startup_trials": 10, "warn_independent_sampling": False}
 
-    def __init__(
-        self, seed: int | None = 0, n_startup_trials: int = 10, directions: Sequence[str] | None = None, **options: Any
-    ) -> None:
-        super().__init__(seed, directions)
+    def __init__(self, seed: int | None = 0, directions: Sequence[str] | None = None, **options: Any) -> None:
+        super().__init__(seed, directions, **options)
         if not hasattr(optuna.samplers, "GPSampler"):
             raise QuantuneError(f"search.sampler: 'gp' needs optuna>=3.6; this is optuna {optuna.__version__}")
         _require("torch", self.name, "gp", "torch")
-        self._options = {"n_startup_trials": n_startup_trials, **options}
-
-    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
-        cls = optuna.samplers.GPSampler
-        extra = _accepted(cls, warn_independent_sampling=False)
-        return cls(seed=self.seed, **extra, **constraint_options(cls), **self._options)
 
 
 @register_sampler("qmc")
 class QMCSampler(OptunaSampler):
     """Quasi-Monte Carlo (scrambled Sobol by default): spreads points evenly, learns nothing.
 
-    Scrambling makes the sequence depend on the seed, so different seeds explore differently
-    and the same seed repeats. The sequence's dimensions are fixed from the first trial's
-    parameters; conditionals fall back to independent (seeded random) sampling.
+    Scrambling makes the sequence depend on the seed; conditionals are sampled independently.
     """
 
     name = "qmc"
+    optuna_name = "QMCSampler"
+    defaults = {"qmc_type": "sobol", "scramble": True, "warn_independent_sampling": False}
     uses_constraints = False
-
-    def __init__(
-        self,
-        seed: int | None = 0,
-        qmc_type: str = "sobol",
-        scramble: bool = True,
-        directions: Sequence[str] | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(seed, directions)
-        self._options = {"qmc_type": qmc_type, "scramble": scramble, **options}
-
-    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
-        cls = optuna.samplers.QMCSampler
-        return cls(seed=self.seed, **_accepted(cls, warn_independent_sampling=False), **self._options)
 
 
 @register_sampler("nsga2")
 class NSGAIISampler(OptunaSampler):
     """NSGA-II, the genetic algorithm for several objectives (e.g. latency and size), with constraints.
 
-    ``population_size`` defaults to 20, not Optuna's 50: a quantization trial takes seconds,
-    runs last tens of trials, and the first generation is random.
+    ``population_size`` defaults to 20, not Optuna's 50: runs last tens of trials, and the first
+    generation is random.
     """
 
     name = "nsga2"
-
-    def __init__(
-        self,
-        seed: int | None = 0,
-        population_size: int = 20,
-        directions: Sequence[str] | None = None,
-        **options: Any,
-    ) -> None:
-        super().__init__(seed, directions)
-        self._options = {"population_size": population_size, **options}
-
-    def make_optuna_sampler(self) -> optuna.samplers.BaseSampler:
-        cls = optuna.samplers.NSGAIISampler
-        return cls(seed=self.seed, **constraint_options(cls), **self._options)
+    optuna_name = "NSGAIISampler"
+    defaults = {"population_size": 20}

@@ -1,9 +1,4 @@
-"""Random search without replacement, reproducible from its seed.
-
-Each parameter is drawn given its parents: uniformly over a categorical's values (in
-proportion to their weights when weighted), uniformly or log-uniformly over a range; repeats
-and invalid points are skipped (see :mod:`quantune.search.unseen`).
-"""
+"""Random search without replacement, reproducible from its seed (see :mod:`quantune.search.unseen`)."""
 
 from __future__ import annotations
 

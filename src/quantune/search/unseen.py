@@ -1,9 +1,7 @@
 """Seeded random valid points not yet proposed, for samplers that must never repeat a point.
 
-Draws are rejected when already seen (compared by exact value, so a continuous range is
-simply never exhausted) or invalid. Once most of a finite space has been seen, rejection
-would spin, so the draws switch to a shuffled list of what remains: the switch happens only
-for spaces small enough to list.
+Seen or invalid draws are rejected; once most of a finite space has been seen, rejection would
+spin, so the draws switch to a shuffled list of what remains (for spaces small enough to list).
 """
 
 from __future__ import annotations
@@ -17,9 +15,8 @@ LISTABLE = 200_000
 
 
 class UnseenPoints:
-    """``next()`` gives a valid point whose key is not in ``seen`` (the caller's set, which the
-    caller extends with what it proposes; invalid draws are added here), or ``None`` when the
-    space has none left (or is too large to list and rejection found none)."""
+    """``next()`` gives a valid point whose key is not in ``seen`` (the caller's set; invalid draws
+    are added here), or ``None`` when none is left (or found, in a space too large to list)."""
 
     def __init__(self, space: SearchSpace, rng: random.Random, seen: set[str]) -> None:
         self.space = space

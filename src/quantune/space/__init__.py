@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from quantune.space.params import Boolean, Categorical, Conditional, Domain, Joint, Param
 from quantune.space.ranges import FloatRange, IntRange
-from quantune.space.space import Point, SearchSpace, expand_joint, point_key
+from quantune.space.space import Point, SearchSpace, point_key
 
 __all__ = [
     "Boolean",
@@ -23,6 +23,5 @@ __all__ = [
     "Param",
     "Point",
     "SearchSpace",
-    "expand_joint",
     "point_key",
 ]

@@ -1,48 +1,82 @@
 """Search parameters.
 
-A parameter answers one question: given the values already chosen for its parents, what may
-it take? The answer is a *domain* (``domain_given(point)``), or ``None`` when the parameter
-is inactive for that point (for example ``percentile`` when the calibration method is not
-Percentile); an inactive parameter is left out of the point, so the pass uses its own default.
-
-Domains (parameters without parents, each its own domain):
-
-* :class:`Categorical` — one of a list of values, optionally weighted (priorities);
-* :class:`~quantune.space.ranges.IntRange` / :class:`~quantune.space.ranges.FloatRange` —
-  numeric ranges with optional step and log scale; a float range without step is continuous;
-* :class:`Joint` — a tuple of coupled values that move together (iterations + learning rate).
-
-:class:`Conditional` picks a domain from its parents' values. Every domain offers the same
-small protocol, which the space and the samplers use and nothing else:
-
-* ``parents`` (empty), ``finite`` (can it be listed?), ``size`` (``math.inf`` if not),
-  ``weights`` (``None`` unless weighted);
-* ``visit_order()`` — the values in the order exhaustive search visits them (highest weight
-  first), as a lazy sequence;
-* ``draw(rng)`` — one random value (weighted, log-uniform, ... as declared);
-* ``choices_given(point)`` — the declared values (the pre-domain API, kept for callers that
-  list values; continuous ranges raise ``TypeError``).
+A parameter answers: given the values chosen for its parents, what may it take? The answer is a
+*domain* (``domain_given(point)``), or ``None`` when it is inactive for that point; an inactive
+parameter is left out of the point, so the pass uses its own default. :class:`Conditional`
+picks a domain from its parents' values. Every domain offers the small protocol the space and
+samplers use: ``parents``, ``finite``, ``size`` (``math.inf`` if not finite), ``weights``,
+``visit_order()`` (highest weight first, lazily), ``draw(rng)`` and ``choices_given(point)``
+(continuous ranges raise ``TypeError``).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, ClassVar
 
-from quantune.space._weights import check_weights, cumulative, draw_index, priority_order
 from quantune.space.ranges import FloatRange, IntRange
 
 
+def check_weights(weights: Sequence[float] | None, count: int, what: str) -> tuple[float, ...] | None:
+    """Validates weights against ``count`` values; ``None`` stays ``None`` (all values equal)."""
+    if weights is None:
+        return None
+    values = tuple(float(weight) for weight in weights)
+    if len(values) != count:
+        raise ValueError(f"{what}: {len(values)} weights for {count} values; give one weight per value")
+    for weight in values:
+        if not math.isfinite(weight) or weight <= 0:
+            # a zero weight: unreachable by random sampling, still visited by exhaustive search
+            raise ValueError(f"{what}: weights must be finite and > 0, got {weight!r}; leave a value out instead")
+    return values
+
+
+class _Listed:
+    """A domain listing its values (``_items``) by priority (weights: see :class:`Categorical`)."""
+
+    finite: ClassVar[bool] = True
+    _items: tuple[Any, ...]
+    _order: tuple[Any, ...]
+    _cum: tuple[float, ...] | None
+
+    def _list(self, items: tuple[Any, ...], weights: tuple[float, ...] | None) -> None:
+        object.__setattr__(self, "weights", weights)
+        object.__setattr__(self, "_items", items)
+        order = range(len(items)) if weights is None else sorted(range(len(items)), key=lambda i: -weights[i])
+        object.__setattr__(self, "_order", tuple(items[i] for i in order))
+        object.__setattr__(self, "_cum", None if weights is None else tuple(accumulate(weights)))
+
+    @property
+    def size(self) -> int:
+        return len(self._items)
+
+    def visit_order(self) -> tuple[Any, ...]:
+        return self._order
+
+    def draw(self, rng: random.Random) -> Any:
+        if self._cum is None:
+            return self._items[rng.randrange(len(self._items))]
+        return self._items[min(bisect.bisect_right(self._cum, rng.random() * self._cum[-1]), len(self._items) - 1)]
+
+    def choices_given(self, point: Mapping[str, Any]) -> tuple[Any, ...]:
+        return self._items
+
+    def domain_given(self, point: Mapping[str, Any]) -> Any:
+        return self
+
+
 @dataclass(frozen=True)
-class Categorical:
+class Categorical(_Listed):
     """One of a fixed list of values (strings, numbers, booleans, lists, None).
 
-    ``weights`` (one positive number per choice) are priorities, as in AMD Quark: random
-    sampling draws a choice in proportion to its weight, and exhaustive search visits higher
-    weights first. Optuna's samplers have no notion of weights; quantune's Optuna adapter
-    uses them by enqueueing the highest-priority point as the first trial.
+    ``weights`` are priorities, as in AMD Quark: random sampling draws in proportion to them,
+    exhaustive search visits higher weights first, and the Optuna adapter enqueues the
+    highest-priority point as the first trial.
 
     >>> Categorical(("MinMax", "Entropy", "Percentile"), weights=(3, 1, 1)).visit_order()
     ('MinMax', 'Entropy', 'Percentile')
@@ -51,35 +85,13 @@ class Categorical:
     choices: tuple[Any, ...]
     weights: tuple[float, ...] | None = None
     parents: tuple[str, ...] = field(default=(), init=False)
-    finite: ClassVar[bool] = True
-    _order: tuple[Any, ...] = field(default=(), init=False, repr=False, compare=False)
-    _cum: tuple[float, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         choices = tuple(self.choices)
         if not choices:
             raise ValueError("a categorical parameter needs at least one choice")
-        weights = check_weights(self.weights, len(choices), "Categorical")
         object.__setattr__(self, "choices", choices)
-        object.__setattr__(self, "weights", weights)
-        object.__setattr__(self, "_order", tuple(choices[i] for i in priority_order(len(choices), weights)))
-        object.__setattr__(self, "_cum", cumulative(weights))
-
-    @property
-    def size(self) -> int:
-        return len(self.choices)
-
-    def visit_order(self) -> tuple[Any, ...]:
-        return self._order
-
-    def draw(self, rng: random.Random) -> Any:
-        return self.choices[draw_index(rng, len(self.choices), self._cum)]
-
-    def choices_given(self, point: Mapping[str, Any]) -> tuple[Any, ...]:
-        return self.choices
-
-    def domain_given(self, point: Mapping[str, Any]) -> Categorical:
-        return self
+        self._list(choices, check_weights(self.weights, len(choices), "Categorical"))
 
 
 def Boolean(weights: tuple[float, float] | None = None) -> Categorical:
@@ -88,13 +100,11 @@ def Boolean(weights: tuple[float, float] | None = None) -> Categorical:
 
 
 @dataclass(frozen=True)
-class Joint:
+class Joint(_Listed):
     """Coupled values that move together, e.g. iterations with the learning rate that suits them.
 
-    The point holds one tuple under the joint parameter's own name; :func:`expand_joint`
-    (or ``SearchSpace.expand``) turns it into one entry per name, for the code that applies
-    the values. Samplers treat a joint as one categorical over its tuples (weights work as
-    for :class:`Categorical`), so no sampler can ever split a pair.
+    The point holds one tuple under the joint's own name (``SearchSpace.expand`` splits it);
+    samplers treat it as one categorical over its tuples, so no sampler can split a pair.
 
     >>> Joint(("iterations", "lr"), [(100, 1e-4), (200, 1e-5)]).expand((200, 1e-5))
     {'iterations': 200, 'lr': 1e-05}
@@ -104,9 +114,6 @@ class Joint:
     values: tuple[tuple[Any, ...], ...]
     weights: tuple[float, ...] | None = None
     parents: tuple[str, ...] = field(default=(), init=False)
-    finite: ClassVar[bool] = True
-    _order: tuple[tuple[Any, ...], ...] = field(default=(), init=False, repr=False, compare=False)
-    _cum: tuple[float, ...] | None = field(default=None, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         names = tuple(self.names)
@@ -120,31 +127,11 @@ class Joint:
         for value in values:
             if len(value) != len(names):
                 raise ValueError(f"Joint {names}: {value!r} does not give one value per name")
-        weights = check_weights(self.weights, len(values), f"Joint {names}")
         object.__setattr__(self, "names", names)
         object.__setattr__(self, "values", values)
-        object.__setattr__(self, "weights", weights)
-        object.__setattr__(self, "_order", tuple(values[i] for i in priority_order(len(values), weights)))
-        object.__setattr__(self, "_cum", cumulative(weights))
-
-    @property
-    def size(self) -> int:
-        return len(self.values)
-
-    def visit_order(self) -> tuple[tuple[Any, ...], ...]:
-        return self._order
-
-    def draw(self, rng: random.Random) -> tuple[Any, ...]:
-        return self.values[draw_index(rng, len(self.values), self._cum)]
-
-    def choices_given(self, point: Mapping[str, Any]) -> tuple[tuple[Any, ...], ...]:
-        return self.values
-
-    def domain_given(self, point: Mapping[str, Any]) -> Joint:
-        return self
+        self._list(values, check_weights(self.weights, len(values), f"Joint {names}"))
 
     def expand(self, value: Sequence[Any]) -> dict[str, Any]:
-        """``{name: value}`` for one of this joint's tuples."""
         return dict(zip(self.names, value, strict=True))
 
 
@@ -156,10 +143,9 @@ DOMAIN_TYPES: tuple[type, ...] = (Categorical, IntRange, FloatRange, Joint)
 class Conditional:
     """A domain that depends on the values of one or more parent parameters.
 
-    ``cases`` maps a tuple of parent values (one per parent, in order) to what the parameter
-    may take for that combination: a list of values, or any domain (a weighted
-    :class:`Categorical`, a range, a :class:`Joint`). A combination that is not listed makes
-    the parameter inactive. Parents must be finite (they are branched on to count the space).
+    ``cases`` maps a tuple of parent values (one per parent) to a list of values or a domain;
+    an unlisted combination makes the parameter inactive. Parents must be finite (they are
+    branched on to count the space).
 
     >>> Conditional(("activation_type", "quant_format"), {("int8", "QDQ"): (False, True)}).domain_given(
     ...     {"activation_type": "int8", "quant_format": "QOperator"}) is None
@@ -196,7 +182,6 @@ class Conditional:
         return all(domain.finite for domain in self._domains.values())
 
     def domains(self) -> tuple[Domain, ...]:
-        """Every domain some parent combination leads to."""
         return tuple(self._domains.values())
 
     def domain_given(self, point: Mapping[str, Any]) -> Domain | None:
@@ -224,18 +209,3 @@ def hashable(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((key, hashable(item)) for key, item in value.items()))
     return value
-
-
-__all__ = [
-    "DOMAIN_TYPES",
-    "Boolean",
-    "Categorical",
-    "Conditional",
-    "Domain",
-    "FloatRange",
-    "IntRange",
-    "Joint",
-    "Param",
-    "domains_of",
-    "hashable",
-]

@@ -1,17 +1,9 @@
 """Which pass outputs an execution provider can run: the provider axis's pruning, known up front.
 
-With ``target.providers`` the provider is a parameter of every flow, so a point is a model *and*
-where it runs. Some pairs are known not to work, and are never run:
-
-* a pass that declares the providers its output serves (``Pass.providers``; None: all), such
-  as dynamic quantization (its ConvInteger/MatMulInteger kernels exist on the CPU provider only:
-  ``dynamic_quant.providers``), read from the pass, never from a list of pass names here;
-* a pass's own per-provider value rules (``Pass.provider_rules``);
-* the provider-side rules kept here, learned by running: a QOperator model does not load on
-  OpenVINO ("dynamic rank", onnxruntime-openvino 1.24.1), and the GPU providers take QDQ only.
-
-What is not known here is learned: a candidate that fails to load on a provider fails with one
-line naming the provider, and ``engine/trials/failures.py`` skips the points sharing that failure.
+A point is a model *and* where it runs; pairs known not to work are never run: a pass's own
+``providers`` and ``provider_rules``, and the provider-side rules kept here (learned by running).
+What is not known is learned: a load failure names the provider, and the points sharing it are
+skipped (``engine/trials/failures.py``).
 """
 
 from __future__ import annotations
@@ -23,8 +15,7 @@ CPU = "CPUExecutionProvider"
 # Providers listed by some builds that do not run a model on this machine.
 NOT_LOCAL = {"AzureExecutionProvider": "calls remote endpoints, it runs no model here"}
 
-# Providers that load a quantizer's QDQ layout only (its ``knobs.layout`` at ``knobs.qdq``), whatever
-# the pass (OpenVINO: QOperator models fail with "dynamic rank").
+# Providers that load a quantizer's QDQ layout only (its ``knobs.layout`` at ``knobs.qdq``).
 QDQ_ONLY = frozenset({"OpenVINOExecutionProvider", "CUDAExecutionProvider", "TensorrtExecutionProvider"})
 # The provider option that sets a provider's own thread pool (it ignores intra_op_num_threads):
 # set to the run's thread count, so every provider is timed with the threads the user deploys with.
@@ -32,8 +23,7 @@ THREADS_OPTION = {"OpenVINOExecutionProvider": "num_of_threads"}
 
 
 def refusal(provider: str, pass_cls: Any, config: Mapping[str, Any]) -> str | None:
-    """Why ``provider`` cannot run the output of ``pass_cls`` with ``config`` (its resolved
-    parameter values), or None when nothing known rules it out."""
+    """Why ``provider`` cannot run the output of ``pass_cls`` with ``config``, or None."""
     name = getattr(pass_cls, "name", str(pass_cls))
     served = getattr(pass_cls, "providers", None)
     if served is not None and provider not in served:

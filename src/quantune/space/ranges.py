@@ -1,15 +1,9 @@
 """Numeric ranges: :class:`IntRange` and :class:`FloatRange`.
 
-Both follow Optuna's ``suggest_int`` / ``suggest_float`` rules (``low`` and ``high``
-included, ``log`` and ``step`` exclusive), so an Optuna sampler can search them natively
-instead of through a list of indices, and CMA-ES or GP can exploit their order.
-
-An integer range is always finite: enumeration visits ``low, low + step, ...`` up to
-``high``. A float range with a ``step`` is finite the same way; without one it is
-continuous: its size is ``math.inf``, random samplers draw from it, and exhaustive search
-refuses it. Stepped float values are computed in decimal (``0.1 + 2 * 0.1`` is ``0.3``, not
-``0.30000000000000004``), so every sampler proposes the same value for the same grid point,
-and the cache sees one configuration, not two.
+Both follow Optuna's ``suggest_int`` / ``suggest_float`` rules, so Optuna samplers search them
+natively and CMA-ES or GP can exploit their order. A float range without a ``step`` is
+continuous (size ``math.inf``). Stepped float values are computed in decimal, so every sampler
+proposes the same value for a grid point and the cache sees one configuration, not two.
 """
 
 from __future__ import annotations

@@ -1,9 +1,5 @@
-"""Sizes and samples of a space, for people (``quantune space``), without enumerating it.
-
-The size after pruning is counted exactly when the space is small enough to walk, and
-otherwise estimated from the share of valid points among seeded random draws (marked as an
-estimate).
-"""
+"""Sizes and samples of a space, for people (``quantune space``), without enumerating it: exact
+when small enough to walk, else estimated from seeded random draws."""
 
 from __future__ import annotations
 

@@ -1,12 +1,9 @@
 """A search space over named parameters, with lazy enumeration, exact sizes and random draws.
 
-Parameters are kept in an order where every parent comes before its children, so a point is
-built front to back and a conditional parameter always sees its parents' values. Nothing
-here ever materialises the space: enumeration is a generator over lazy value sequences, and
-the size is counted by a dynamic programme that branches only on the values of parameters
-that later parameters depend on, and forgets each such value once no later parameter needs
-it. Independent conditionals therefore cost a sum, not a product: a space of 10^12 points or
-10^100 is counted in microseconds.
+Parameters are kept parents first, so a conditional always sees its parents' values. Nothing
+materialises the space: enumeration is a generator over lazy sequences, and the size is counted
+by a dynamic programme that branches only on values later parameters depend on, so independent
+conditionals cost a sum, not a product.
 """
 
 from __future__ import annotations
@@ -32,9 +29,8 @@ def point_key(point: Mapping[str, Any]) -> str:
 class SearchSpace:
     """Named parameters plus rules (constraints) that a valid point must satisfy.
 
-    ``fixed`` holds values of names outside the space that conditionals may depend on (for
-    example the steps already chosen in a pass-by-pass search, or the flow); they steer which
-    domain a conditional takes but never appear in the points. Constraints see the point alone.
+    ``fixed`` holds values of names outside the space that conditionals may depend on (the flow,
+    say); they never appear in the points. Constraints see the point alone.
 
     >>> from quantune.space import Categorical, Conditional, IntRange
     >>> space = SearchSpace({
@@ -77,12 +73,7 @@ class SearchSpace:
         return not self.continuous_params()
 
     def raw_size(self) -> int | float:
-        """Number of points before constraints (conditionals already respected).
-
-        An ``int``, exact however large; ``math.inf`` when a continuous parameter is active in
-        some point. Never enumerates: cost grows with the number of distinct values of the
-        parents still needed at each step, not with the size.
-        """
+        """Points before constraints: an exact ``int``, or ``math.inf`` (a continuous parameter). Never enumerates."""
         names = self.names
         last_use: dict[str, int] = {}
         for index, name in enumerate(names):
@@ -110,11 +101,7 @@ class SearchSpace:
         return math.inf if total == math.inf else int(total)
 
     def iterate(self) -> Iterator[Point]:
-        """Every valid point once, lazily, depth first over the parameter order.
-
-        At each parameter, values come in the domain's visit order (higher weights first).
-        Raises :class:`~quantune.errors.QuantuneError` when a parameter is continuous.
-        """
+        """Every valid point once, lazily, depth first, each domain in its visit order."""
         continuous = self.continuous_params()
         if continuous:
             raise QuantuneError(
@@ -124,8 +111,7 @@ class SearchSpace:
         return self._walk()
 
     def _walk(self) -> Iterator[Point]:
-        # An explicit stack instead of recursion: spaces with thousands of parameters (one
-        # per operator) would exceed Python's recursion limit.
+        # An explicit stack: spaces with a parameter per operator would exceed the recursion limit.
         names = self.names
         params = [self.params[name] for name in names]
         count = len(names)
@@ -207,19 +193,6 @@ class SearchSpace:
                     other = clash or f"a member of joint '{owners[member]}'"
                     raise ValueError(f"joint '{name}' names '{member}', which is already {other}")
                 owners[member] = name
-
-
-def expand_joint(point: Mapping[str, Any], space: SearchSpace) -> Point:
-    """``point`` with each joint parameter's tuple spread into its individual names.
-
-    The space is needed because a tuple alone could just as well be one categorical value.
-
-    >>> from quantune.space import Joint
-    >>> space = SearchSpace({"schedule": Joint(("iterations", "lr"), [(100, 1e-4), (200, 1e-5)])})
-    >>> expand_joint({"schedule": (200, 1e-5)}, space)
-    {'iterations': 200, 'lr': 1e-05}
-    """
-    return space.expand(point)
 
 
 def _add(

@@ -25,8 +25,7 @@ class Proposal:
     point: Point
     flow: tuple[str, ...] | None = None  # None: the flow the point names (or the only flow)
     stage: str = ""
-    # whether the strategy reads the speed of this proposal's model should it miss the criterion; when it
-    # does not, the engine leaves a miss untimed unless it may be the closest miss (Trial.untimed_if_missed)
+    # whether the strategy reads this model's speed should it miss the criterion (else a miss may go untimed)
     speed_if_missed: bool = True
 
 
@@ -39,7 +38,6 @@ class Outcome:
     meets: bool | None = None
     metrics: Mapping[str, float] = field(default_factory=dict)
     duplicate_of: int | None = None  # the earlier trial that produced the byte-identical model
-    # every objective's value when the run has several (``objectives:``), in the declared order
     objectives: tuple[float, ...] | None = None
     number: int | None = None  # the trial that scored it (stop reasons name it)
 
@@ -73,46 +71,36 @@ class SearchProblem:
     groups: list[list[str]] | None = None
     trials_per_group: int | None = None
     keep_best: int = 3
-    # For accuracy-driven strategies (per-operator precision); empty when the engine does not fill them.
-    # (op_types_to_quantize or None, "static" | "dynamic", the flow's steps before the quant step)
-    # -> the quantization capability (groups of operators) of the model the quant step reads;
-    # given by the engine, so strategies never read the model file
+    # (op_types_to_quantize or None, "static" | "dynamic", the steps before the quant step) -> the
+    # capability of the model the quant step reads: strategies never read the model file
     capability: Callable[[Sequence[str] | None, str, Sequence[str]], ModelCapability] | None = None
     step_passes: Mapping[str, str] = field(default_factory=dict)  # step id -> pass name
     step_fixed: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)  # step id -> params the user fixed
     # (point, flow) -> a score per node of the model (higher: quantizing it does more harm).
     sensitivity: Callable[[Point, tuple[str, ...]], Mapping[str, float]] | None = None
-    # the strategy's options: its validated model (engine/run/problem.py), or a plain mapping (unchecked)
     options: StrategyOptions | Mapping[str, Any] = field(default_factory=dict)
-    # () -> each node's share (0..1) of the original model's kernel time (onnxruntime's profiler),
-    # measured once when first asked; empty when unknown.
+    # () -> each node's share (0..1) of the original model's kernel time; empty when unknown
     node_costs: Callable[[], Mapping[str, float]] | None = None
     # (point, flow) -> the point's model latency over the original's, timed side by side (None: unknown).
     latency_ratio: Callable[[Point, tuple[str, ...]], float | None] | None = None
     objective: str = "latency"  # what the run minimises once the criterion holds (latency, size)
     objectives: tuple[str, ...] = ()  # all of them when the run has several (multi-objective samplers get each)
     # (points with their flows, threshold, time budget s) -> each point's latency over the original's,
-    # all timed in one side-by-side session that stops once every ratio is surely above or below
-    # the threshold; None where the point's model failed or the budget ran out before it was built.
-    # Keyword ``pairs``: (item, reference item) indices of companions timed in the same rounds for a
-    # paired decision against the reference (as ``paired_latency`` answers it, which then reads it back).
-    # Keyword ``anchor``: the item of a model in budget already; the rounds need not place it at the margin.
+    # timed side by side until every ratio is surely above or below the threshold (None: failed or out
+    # of budget). ``pairs``: (item, reference) companions timed in the same rounds for a paired
+    # decision; ``anchor``: a model in budget already, which need not be placed at the margin.
     ceiling_ratios: Callable[..., list[float | None]] | None = None
     timeout_s: float | None = None  # stop.timeout_s: the run's time limit (None: none)
-    # (candidate, its flow, reference, its flow) -> the candidate's model latency over the reference's,
-    # timed side by side: "ratio_median", "faster" (beyond the noise), "same_model" (byte-identical:
-    # not timed), "rounds"; None when unknown. Trials' models only (their passes ran).
+    # (candidate, flow, reference, flow) -> "ratio_median", "faster" (beyond the noise), "same_model",
+    # "rounds" of the two trials' models timed side by side; None when unknown
     paired_latency: Callable[[Point, tuple[str, ...], Point, tuple[str, ...]], Mapping[str, Any] | None] | None = None
     # this CPU's int8 dot products saturate (x86 without VNNI/AMX): 7-bit weights are safer
     int8_saturates: bool = False
-    # the engine builds and evaluates a strategy's first proposal beside the original's evaluation
-    # (engine/measure/prebuild.py): a first guess there costs no wall time before the speed ceilings
+    # the first proposal is built and evaluated beside the original's evaluation, at no wall time
     evaluates_ahead: bool = False
-    # the execution provider the run's models are for (``target.provider``; the provider axis's points
-    # name their own): which of a pass's kernels are slow there (``Pass.faster_twin``)
+    # the run's target provider: which of a pass's kernels are slow there (``Pass.faster_twin``)
     provider: str = "CPUExecutionProvider"
-    # the criterion's tolerable loss, in the units of an outcome's ``violation`` (None: not known):
-    # how far a miss is, in budgets (the recover stage tries refining passes on close misses only)
+    # the criterion's tolerable loss in ``violation`` units (None: unknown): how far a miss is, in budgets
     tolerable_loss: float | None = None
 
 
@@ -121,16 +109,13 @@ class Strategy(ABC):
     # The typed ``search.strategy_options`` (quantune.strategy.options); None: options unchecked.
     Options: ClassVar[type[StrategyOptions] | None] = None
     baseline: Mapping[str, float] = {}  # the original model's figures, once the engine measured them
-    # why ``ask`` returned None, when the strategy knows better than "space exhausted" (the
-    # engine's stop reason quotes it)
+    # why ``ask`` returned None, when the strategy knows better than "space exhausted"
     finished_reason: str = ""
-    # set when the strategy measured, side by side, that no candidate it could propose beats the
-    # original (every quantized variant's speed ceiling slower): then the verdict is "keep the
-    # original" with this reason, even when no trial ran
+    # why no candidate it could propose beats the original, measured side by side: the verdict is
+    # then "keep the original", even when no trial ran
     original_wins: str = ""
 
-    # ``problem.options`` as this strategy's ``Options`` model (the mapping itself without one):
-    # subclasses read their options' typed fields here, defaults filled by the model
+    # ``problem.options`` as this strategy's ``Options`` model (the mapping itself without one)
     options: Any = None
 
     def bind(self, problem: SearchProblem) -> None:
@@ -146,24 +131,18 @@ class Strategy(ABC):
 
     @abstractmethod
     def tell(self, proposal: Proposal, outcome: Outcome) -> str | None:
-        """Takes a proposal's outcome; may return a note on what it decided from it, which the
-        engine appends to the trial's ``stage`` (e.g. why a flow was dropped)."""
+        """Takes a proposal's outcome; may return a note the engine appends to the trial's ``stage``."""
 
     def first_requests(self) -> tuple[list[Any], float | None, Any, list[Any]]:
-        """What the strategy asks first, declared before it asks, for the engine to build and evaluate
-        beside the original's evaluation (engine/measure/prebuild.py): (the models to build, their time budget,
-        the first model to evaluate, more to evaluate ahead); nothing by default."""
+        """What the strategy asks first, for the engine to build and evaluate beside the original's:
+        (models to build, their time budget, the first model to evaluate, more to evaluate ahead)."""
         return [], None, None, []
 
     def learned(self) -> dict[str, Any]:
-        """What the strategy learned that a report can show (e.g. each fallback group's
-        sensitivity score); written to results.json as ``strategy``. Empty by default."""
+        """What the strategy learned that a report can show; results.json's ``strategy``."""
         return {}
 
     def answer(self) -> int | None:
-        """The trial number of the model the strategy itself settled on by paired timing (the
-        quantune strategy's model at the speed ceiling, or its latency stage's incumbent), or None
-        (the default: the confirmation then picks by its own rule). The confirmation re-times it
-        beside the fastest by search-time figures and gives it a tie (engine/measure/confirm.py): which of
-        several near-equal models wins must not follow the search-time noise."""
+        """The trial number of the model the strategy settled on by paired timing, or None. The
+        confirmation gives it a tie, so which of near-equal models wins does not follow the noise."""
         return None

@@ -1,16 +1,10 @@
 """Proposals every strategy runs first: the original on each execution provider (``target.providers``).
 
-The provider alone can move latency as much as quantization does, with no accuracy lost. So before any strategy searches quantization, the original is evaluated
-on every other provider -- accuracy and latency, on that provider -- and is a candidate like
-any other (a lossless speed-up is a valid ``improved``). The wrapped strategy never sees these
-trials (its sampler's space and stages are its own); what they scored, and their latency timed
-interleaved with the original's (the engine's ``latency_ratio`` probe: a paired ratio), is what
-it learned (``learned()["provider_originals"]``); the end-of-run re-timing and the verdict weigh
-them against every quantized candidate side by side. A strategy that weighs them (the quantune
-strategy's ceiling stage drops the quantized ceilings an original in budget already beats:
-``strategy/accuracy/provider_ceilings.py``) is told each one's outcome (its ``observe_opening``),
-and is first asked only once every opening was told: the same run then decides the same way with
-several workers.
+The provider alone can move latency as much as quantization does, with no accuracy lost, so the
+original on every other provider is a candidate like any other. The wrapped strategy never sees
+these trials; what they scored (and their paired latency ratio) is in its ``learned()``. A
+strategy that weighs them is told each outcome (``observe_opening``) and first asked only once
+every opening was told, so a run decides the same way with several workers.
 """
 
 from __future__ import annotations
@@ -28,8 +22,7 @@ class WithOpenings(Strategy):
 
     def __init__(self, inner: Strategy, openings: Sequence[tuple[str, Proposal]], deadline: Any = None) -> None:
         self.inner = inner
-        # the openings are part of the search: past ``deadline`` (the engine's ``StageDeadline``,
-        # set from stop.timeout_s) those not yet run are skipped with a note, not run after the limit
+        # past ``deadline`` (stop.timeout_s) the openings not yet run are skipped with a note
         self.deadline = deadline
         self.name = inner.name
         self.Options = inner.Options
@@ -88,9 +81,7 @@ class WithOpenings(Strategy):
             "latency_ratio": round(latency / reference, 4) if latency and reference else None,
         }
         timed = self.inner.problem.latency_ratio
-        if (
-            outcome.meets and timed is not None and not self._out_of_time()
-        ):  # paired: interleaved with the original on its provider
+        if outcome.meets and timed is not None and not self._out_of_time():  # interleaved with the original
             paired = timed(proposal.point, tuple(proposal.flow or ()))
             self.scores[label]["paired_ratio"] = None if paired is None else round(paired, 4)
         if hasattr(self.inner, "observe_opening"):
@@ -98,8 +89,7 @@ class WithOpenings(Strategy):
         return None
 
     def _won(self) -> bool:
-        """Whether an original on another provider met the criterion (it is then a candidate,
-        so the inner strategy's "keep the original" does not stand on its own)."""
+        """Whether an original on another provider met the criterion (then it is a candidate)."""
         return any(score.get("meets") for score in self.scores.values())
 
     def answer(self) -> int | None:

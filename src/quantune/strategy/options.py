@@ -1,11 +1,6 @@
-"""Typed ``search.strategy_options``: one pydantic model per strategy.
-
-A typo in an option (``screen_trial``) used to be ignored silently; now each strategy declares
-its options (``Strategy.Options``), the config is checked against them before the run, a
-mistake is one line naming the key and the allowed ones, and ``quantune schema`` lists them.
-A strategy registered by a plugin without an ``Options`` class gets its options unchecked.
-The validated model is what the strategy reads (``Strategy.options``): each default is written
-here, once.
+"""Typed ``search.strategy_options``: one pydantic model per strategy (``Strategy.Options``), so a
+mistyped option is one line naming the key and the allowed ones, and each default is written
+here, once. A plugin strategy without an ``Options`` class gets its options unchecked.
 """
 
 from __future__ import annotations
@@ -144,10 +139,8 @@ OptionsT = TypeVar("OptionsT", bound=StrategyOptions)
 def options_as(
     options: StrategyOptions | Mapping[str, Any], options_cls: type[OptionsT], strategy: str = ""
 ) -> OptionsT:
-    """``options`` as ``options_cls``: the engine's validated model itself when it is one; a plain
-    mapping (a test's ``SearchProblem``, a plugin strategy's) is validated here. With no
-    ``strategy`` name only ``options_cls``'s own keys are read (a context shared by strategies
-    with more options, e.g. the accuracy context)."""
+    """``options`` as ``options_cls``, validated here unless it already is one. With no ``strategy``
+    name only ``options_cls``'s own keys are read (a context shared by strategies with more options)."""
     if isinstance(options, options_cls):
         return options
     raw = options.model_dump(exclude_unset=True) if isinstance(options, BaseModel) else dict(options)

@@ -55,8 +55,7 @@ def create_strategy(name: str) -> Strategy:
 
 
 def checked_options(strategy: str, raw: Mapping[str, Any]) -> StrategyOptions | dict[str, Any]:
-    """``search.strategy_options`` as the named strategy's options model (a strategy without one,
-    or an unknown strategy: as given, the strategy lookup reports it)."""
+    """``search.strategy_options`` as the named strategy's options model (as given, without one)."""
     cls = strategy_class(strategy)
     return validate_options(strategy, None if cls is None else cls.Options, raw)
 

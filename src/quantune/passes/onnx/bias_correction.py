@@ -1,19 +1,9 @@
 """Empirical bias correction of a static QDQ model's Conv/Gemm layers.
 
-Rounding weights (and clipping activations) shifts a layer's outputs by an amount that is,
-per output channel, mostly a constant: the mean of ``W_q x_q - W x`` over the data. Adding
-the mean error back to the bias removes it (Nagel et al., "Data-Free Quantization", 2019,
-empirical variant; AIMET's ``bias_correction``). Layers are corrected in graph order, each
-measured with the earlier ones already corrected (so one layer's shift is not corrected
-twice). Cheap -- two runs over the calibration data per layer, no training -- so it is the
-first thing to try before keeping layers in float::
-
-    passes:
-      - {name: static_quant, params: {quant_format: QDQ}}
-      - {name: bias_correction}
-
-The new bias is written into the layer's int32 bias (its scale unchanged; a Conv/Gemm without
-a bias gets one), so the model keeps its graph and its int8 speed.
+Rounding shifts a layer's outputs by, per output channel, mostly a constant: the mean of
+``W_q x_q - W x`` over the data, added back to the int32 bias (Nagel et al., 2019; AIMET's
+``bias_correction``). Layers are corrected in graph order, each measured with the earlier ones
+corrected. Cheap, and the model keeps its graph and int8 speed.
 """
 
 from __future__ import annotations

@@ -1,24 +1,11 @@
 """Calibration in chunks: activation ranges whose memory is bounded by a chunk, not by the data.
 
-onnxruntime's calibrators keep every intermediate output of every batch they are fed in one
-``collect_data`` call (Entropy/Percentile can grow a worker to tens of GB on a small model), and
-``CalibMaxIntermediateOutputs`` is no way out: when the count is reached, MinMax clears what it
-collected *without* folding it into the ranges first (``MinMaxCalibrater.collect_data``), so those batches' ranges are lost.
-
-Both calibrator families merge across ``collect_data`` calls, though: MinMax folds each call's
-ranges into the running min/max (exactly the one-shot result), and the histogram calibrators
-(Entropy, Percentile, Distribution) merge each call's histograms into the running ones
-(widening the bins when a later chunk reaches further). So the data is fed one chunk per call:
-
-* a chunk holds as many rows as fit the memory budget (:func:`quantune.memory.rows_in_budget`:
-  one row's measured footprint in the calibrating session, plus the copies of its calibrated
-  tensors a histogram calibrator keeps), so data that fits gives the one-shot result exactly;
-  MinMax reduces each batch to two numbers per tensor as it goes, so for it the bound is the
-  run's own working memory;
-* a batch larger than that is split along its first axis (when the model's batch dimension is
-  free);
-* a batch whose shape differs from the chunk's (a ragged last batch, too) starts a new chunk:
-  the histogram calibrators stack a chunk's arrays, which fails on differing shapes.
+onnxruntime's calibrators keep every intermediate output of every batch fed in one
+``collect_data`` call, and ``CalibMaxIntermediateOutputs`` is no way out (MinMax then clears what
+it collected without folding it into the ranges). Both calibrator families merge across calls,
+so the data is fed one chunk per call: as many rows as fit the memory budget (so data that fits
+gives the one-shot result exactly), a larger batch split along a free first axis, and a batch of
+another shape starting a new chunk (the histogram calibrators stack a chunk's arrays).
 """
 
 from __future__ import annotations
@@ -64,10 +51,6 @@ def _rows(feed: Feed) -> int:
     return len(next(iter(feed.values())))
 
 
-def _shape_key(feed: Feed) -> tuple:
-    return tuple((name, value.shape, value.dtype.str) for name, value in sorted(feed.items()))
-
-
 class ChunkPlanner:
     """Groups feeds into chunks of at most ``max_rows`` rows (``None``: one feed per chunk, never cut)."""
 
@@ -94,7 +77,7 @@ class ChunkPlanner:
                 continue
             for piece in self.pieces(feed):
                 n = _rows(piece)
-                piece_key = _shape_key(piece)
+                piece_key = tuple((name, value.shape, value.dtype.str) for name, value in sorted(piece.items()))
                 if chunk and (rows + n > self.max_rows or piece_key != key):
                     yield chunk
                     chunk, rows = [], 0
@@ -105,15 +88,8 @@ class ChunkPlanner:
             yield chunk
 
 
-def _batch_dim_free(session) -> bool:
-    """Whether every model input's first dimension is symbolic (so a batch may be split)."""
-    return all(not isinstance(arg.shape[0], int) if arg.shape else False for arg in session.get_inputs())
-
-
 def _rows_per_chunk(session, feed: Feed, splittable: bool, budget_mb: float, keeps_tensors: bool) -> int:
-    """Rows a chunk may hold within the budget, from one row run in the calibrating session (a
-    whole first batch when it cannot be split) and, for a calibrator that ``keeps_tensors``,
-    the copies of its calibrated tensors it holds until the chunk is collected."""
+    """Rows a chunk may hold within the budget, measured on one row (plus a histogram's tensor copies)."""
     rows = _rows(feed)
     probe = {name: value[:1] for name, value in feed.items()} if splittable and rows > 1 else feed
     probe_rows = _rows(probe) if probe else 1
@@ -127,14 +103,9 @@ def _rows_per_chunk(session, feed: Feed, splittable: bool, budget_mb: float, kee
 
 
 def _seed_histograms(calibrator, extremes: TensorsData) -> None:
-    """Starts every histogram at the whole data's range, with no counts yet.
-
-    A histogram calibrator's first chunk fixes its bins (``num_bins`` over that chunk's range)
-    and later chunks that reach further add bins of the same width, so a chunked histogram
-    has more, unevenly placed bins than the one-shot one (Entropy then picks other
-    thresholds). Started at the global range (from a MinMax pass), every chunk is counted
-    into the very bins the one-shot histogram has, so the counts add up to it.
-    """
+    """Starts every histogram at the whole data's range, with no counts yet: otherwise the first
+    chunk fixes the bins and later chunks add uneven ones, so the counts would not add up to the
+    one-shot histogram's."""
     collector = HistogramCollector(
         method=calibrator.method,
         symmetric=calibrator.symmetric,
@@ -173,38 +144,24 @@ def calibrate_ranges(
 ) -> TensorsData:
     """The activation ranges ``quantize_static`` would compute from the data, chunk by chunk.
 
-    ``feeds()`` returns the calibration batches afresh (histogram methods read them twice
-    when they need more than one chunk: once for the global range, see :func:`_seed_histograms`).
-    ``options`` are onnxruntime's calibrator options (``symmetric``, ``percentile``, ...: the
-    ``calib_extra_options`` quantize_static derives from its ``extra_options``). Records the
-    peak resident memory as the ``calibration`` stage's. With ``moving_average`` (MinMax),
-    the per-batch extremes are averaged as one ``collect_data`` call (or ``stride`` batches
-    per call, ``CalibStridedMinMax``) averages them (:mod:`.calibration_average`).
+    ``feeds()`` returns the batches afresh (histogram methods over several chunks read them twice);
+    ``options`` are onnxruntime's calibrator options. Records the ``calibration`` stage's peak memory.
     """
     budget = memory_budget_mb() if budget_mb is None else budget_mb
     with peak_tracker() as peak, tempfile.TemporaryDirectory(prefix="quantune-calib-") as tmp:
 
-        def calibrator_for(kind: CalibrationMethod):
+        def calibrator_for(kind: CalibrationMethod, name: str = "", opts: dict | None = None):
             return create_calibrator(
                 Path(model_path),
                 list(op_types) if op_types else None,
-                augmented_model_path=str(Path(tmp) / f"augmented-{kind.name}.onnx"),
+                augmented_model_path=str(Path(tmp) / f"augmented-{name or kind.name}.onnx"),
                 calibrate_method=kind,
-                extra_options=dict(options or {}),
+                extra_options=dict(options or {}) if opts is None else opts,
             )
 
         if uses_moving_average(method, options):
             ranges = run_moving_average(
-                lambda opts: create_calibrator(
-                    Path(model_path),
-                    list(op_types) if op_types else None,
-                    augmented_model_path=str(Path(tmp) / "augmented-average.onnx"),
-                    calibrate_method=method,
-                    extra_options=opts,
-                ),
-                feeds,
-                dict(options or {}),
-                stride,
+                lambda opts: calibrator_for(method, "average", opts), feeds, dict(options or {}), stride
             )
             note_stage_peak("calibration", peak.mb)
             return ranges
@@ -212,7 +169,10 @@ def calibrate_ranges(
         first = next(iter(feeds()), None)
         if first is None:
             raise ValueError("calibration: no data to calibrate with (zero rows)")
-        splittable = _batch_dim_free(calibrator.infer_session)
+        # a batch may be split when every model input's first dimension is symbolic
+        splittable = all(
+            not isinstance(arg.shape[0], int) if arg.shape else False for arg in calibrator.infer_session.get_inputs()
+        )
         minmax = method == CalibrationMethod.MinMax
         max_rows = _rows_per_chunk(calibrator.infer_session, first, splittable, budget, keeps_tensors=not minmax)
         del first

@@ -1,17 +1,9 @@
 """Moving-average MinMax calibration (``CalibMovingAverage``), fed one batch at a time.
 
-What ``quantize_static`` computes with ``CalibMovingAverage``: its calibrator reduces each
-batch to a min and a max per tensor, and one ``collect_data`` call (the whole reader) takes
-the *mean* of those over the batches -- the global extremes of a few outlier rows no longer
-set the range. With ``CalibStridedMinMax: k`` it calls ``collect_data`` once per ``k``
-batches and merges the strides with an exponential moving average,
-``range += CalibMovingAverageConstant * (stride_range - range)``; the symmetric option
-(``CalibTensorRangeSymmetric``) applies to each stride's range before that merge.
-
-:mod:`.calibration` feeds its calibrator one batch per call (memory bounded by a batch); for
-the moving average that would turn every batch into a stride and weigh the first batch
-most. So here the per-batch extremes are taken one batch at a time and averaged exactly as
-the one-call (or strided) run averages them: the same ranges, in a batch's memory.
+onnxruntime averages the per-batch extremes over one ``collect_data`` call (or per
+``CalibStridedMinMax`` batches, merged by an exponential moving average). Feeding its
+calibrator one batch per call, as :mod:`.calibration` does, would make every batch a stride; so
+here the per-batch extremes are averaged exactly as the one-call run does, in a batch's memory.
 """
 
 from __future__ import annotations

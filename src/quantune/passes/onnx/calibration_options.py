@@ -1,10 +1,7 @@
 """``static_quant``'s onnxruntime knobs: calibration options and model-changing ``extra_options``.
 
-Each config field maps to one ``quantize_static`` extra option (onnxruntime 1.32 reads every
-one of these). The calibration ones (moving-average MinMax, strides, symmetric ranges) are
-applied by quantune's chunked calibration exactly as onnxruntime's one-call calibration would
-(:mod:`.calibration_average`); the others go to ``quantize_static`` and change the model it
-writes. A field at its default adds nothing, so default configs quantize as before.
+Each config field maps to one ``quantize_static`` extra option; the calibration ones are applied
+by quantune's chunked calibration as onnxruntime's would. A field at its default adds nothing.
 """
 
 from __future__ import annotations
@@ -51,22 +48,17 @@ def check_calibration_options(config: Any) -> None:
         raise ValueError("activation_restricted_asymmetric applies to activation_type 'uint8' only")
 
 
-def model_options(config: Any) -> dict[str, Any]:
-    """The model-changing extra options whose field is not at its default."""
+def model_options(config: Any, table: dict[str, tuple[str, Any]] = MODEL_OPTIONS) -> dict[str, Any]:
+    """The extra options of ``table`` (the model-changing ones by default) whose field is not at its default."""
     return {
         option: getattr(config, field)
-        for field, (option, default) in MODEL_OPTIONS.items()
+        for field, (option, default) in table.items()
         if getattr(config, field) != default
     }
 
 
 def calibration_options(config: Any) -> dict[str, Any]:
-    """The calibration extra options whose field is not at its default."""
-    return {
-        option: getattr(config, field)
-        for field, (option, default) in CALIBRATION_OPTIONS.items()
-        if getattr(config, field) != default
-    }
+    return model_options(config, CALIBRATION_OPTIONS)
 
 
 def calibration_key(config: Any) -> list[Any]:

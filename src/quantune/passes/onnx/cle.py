@@ -1,17 +1,10 @@
 """Cross-layer equalization: rescale channel pairs of consecutive layers so their ranges match.
 
-When one output channel of a layer is much larger than the others (a x120 channel), one
-per-tensor int8 scale for the weights and for the activation between the layers crushes the
-ordinary channels. For ``A -> f -> B`` where ``f`` is positively homogeneous per channel
-(ReLU, LeakyReLU, MaxPool, AveragePool: ``f(s*x) = s*f(x)`` for ``s > 0``), dividing A's
-output channel c (weights and bias) by ``s_c`` and multiplying B's matching input channel by
-``s_c`` leaves the function unchanged. Choosing ``s_c = sqrt(r_A[c] / r_B[c])`` (the max-abs
-weight ranges) makes both ranges ``sqrt(r_A[c] * r_B[c])``: balanced, so int8 holds all
-channels (Nagel et al., "Data-Free Quantization Through Weight Equalization", 2019).
-
-Pairs: Conv (group 1) or Gemm / MatMul with constant weights, through any chain of those
-single-consumer ops, into the same kinds. Node names are kept, so a later fallback's
-``nodes_to_exclude`` still names the same nodes. Written with numpy and onnx.
+For ``A -> f -> B`` with ``f`` positively homogeneous per channel (ReLU, LeakyReLU, pools),
+dividing A's output channel c by ``s_c`` and multiplying B's input channel c by it leaves the
+function unchanged; ``s_c = sqrt(r_A[c] / r_B[c])`` balances both weight ranges, so one int8
+scale holds all channels (Nagel et al., 2019). Node names are kept, so a later fallback still
+names the same nodes.
 """
 
 from __future__ import annotations

@@ -1,15 +1,9 @@
 """What the int8 quantizers can take from the passes added for transformers and size
 (transformer_opt, weight_only, fp16): one place, called from each quantizer's ``accepts``.
 
-Checked with a tiny BERT layer (tests/bert_model.py):
-
-* after ``transformer_opt``, ``quantize_static`` in QOperator format fails inside the
-  quantizer (``'NoneType' object has no attribute 'extend'`` on the fused graph); QDQ works
-  and ``quantize_dynamic`` works (QAttention, QEmbedLayerNormalization);
-* after ``fp16`` the weights and activations are float16, which the int8 quantizers do not
-  calibrate or quantize (they assume float32 tensors);
-* after ``weight_only`` the remaining float MatMuls (its ``nodes_to_exclude``) and other ops
-  can still be made int8: allowed.
+After ``transformer_opt`` QOperator ``quantize_static`` fails inside the quantizer (QDQ and
+dynamic work); after ``fp16`` there are no float32 tensors to calibrate; after ``weight_only``
+the remaining float ops can still be made int8.
 """
 
 from __future__ import annotations

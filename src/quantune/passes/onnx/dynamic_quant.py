@@ -1,30 +1,12 @@
 """onnxruntime dynamic quantization: int8 weights, activation ranges computed at run time.
 
-``pre_optimize: extended`` runs onnxruntime's extended graph optimization first, as Neural
-Compressor does for NLP models (see :mod:`.pre_optimize`). ``weight_type: mixed`` gives
-convolutions uint8 weights and the rest int8: onnxruntime's ConvInteger is fast with uint8
-weights only, its MatMul kernels with int8 ones.
-
 What each op type gets follows Neural Compressor's dynamic defaults, which hold accuracy budgets
-that onnxruntime's plain settings miss:
-
-* MatMul (and Gemm, which onnxruntime rewrites into MatMul + Add first): int8/uint8 weights,
-  one scale per output column with ``per_channel``;
-* LSTM, Attention: one scale per direction / per tensor even with ``per_channel`` (onnxruntime
-  would give them one per gate row, which loses more accuracy). They get a call of their own;
-* Conv: ConvInteger, per tensor either way (uint8 with ``mixed``);
-* embedding Gathers (the table a float initializer) with int8 weights: int8 symmetric per tensor
-  by :mod:`.gather_int8`, not onnxruntime's uint8 asymmetric activation-style Gather, which
-  loses more; with ``weight_type: uint8`` onnxruntime quantizes them as before.
-
-``reduce_range`` applies to every one of them (the Gather tables are then 7-bit, [-64, 64], as
-in Neural Compressor). The quantized weights equal Neural Compressor's byte for byte
-(``bench/nc_equal.py``). A call is made only for a group the model has a node of (an empty
-op-type list would mean "all" to onnxruntime).
-
-A model without external data is built in memory (:mod:`.fast_shapes`): each step's model
-passes to the next as an object, and onnxruntime's shape inference runs on skeletons instead of
-temporary files -- the same bytes at the end (``bench/build_identity.py`` compares two checkouts).
+that onnxruntime's plain settings miss: MatMul (and Gemm, rewritten to MatMul + Add) per output
+column with ``per_channel``; LSTM and Attention per direction / tensor in a call of their own;
+Conv per tensor; embedding Gathers int8 symmetric per tensor (:mod:`.gather_int8`). The weights
+equal Neural Compressor's byte for byte (``bench/nc_equal.py``). A call is made only for a group
+the model has a node of (an empty op-type list would mean "all" to onnxruntime). A model without
+external data is built in memory (:mod:`.fast_shapes`), to the same bytes.
 """
 
 from __future__ import annotations
@@ -32,7 +14,7 @@ from __future__ import annotations
 import contextlib
 import shutil
 import tempfile
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
@@ -48,30 +30,27 @@ from quantune.passes.onnx.fast_lookups import fast_lookups
 from quantune.passes.onnx.fast_shapes import ModelStore, fits_in_memory, in_memory_shapes
 from quantune.passes.onnx.gather_int8 import quantize_gathers
 from quantune.passes.onnx.pre_optimize import drop_types, drop_value_infos, optimize_extended, optimize_extended_model
-from quantune.passes.onnx.quant_types import QUANT_TYPES
+from quantune.passes.onnx.static_quant import QUANT_TYPES
 from quantune.passes.onnx.weight_only import save_model
 from quantune.passes.registry import facts_apply, register_pass
 from quantune.prepare.facts import quantized_among
 from quantune.space import Boolean, Categorical
 
-# Op types whose integer kernel is fast with uint8 weights only (ConvInteger): "mixed" gives them
-# uint8 weights and every other op int8 ones.
+# Op types whose integer kernel is fast with uint8 weights only: "mixed" gives them uint8 weights.
 UINT8_FAST = ("Conv",)
-# Op types onnxruntime would quantize per gate row / column under per_channel, which stay per
-# tensor (per direction for LSTM) as in Neural Compressor: per_channel is for MatMul and Gemm.
+# Op types that stay per tensor (per direction) under per_channel, as in Neural Compressor.
 PER_TENSOR = ("LSTM", "Attention")
 # save_model's threshold for writing the weights beside the model (weight_only.py)
 LARGE_MODEL = 2**31 - 2**26
-# Op types quantized only when their input already is (in the same onnxruntime call): they never
-# make a call worth its time on their own.
+# Op types quantized only when their input already is: never worth a call of their own.
 FOLLOWERS = ("Transpose",)
 
 
 class DynamicQuantizationConfig(PassConfig):
-    # "mixed": uint8 weights for convolutions, int8 for the rest (MatMul, LSTM, Gather, ...); with
-    # int8 weights (int8, mixed) embedding Gathers get int8 symmetric per-tensor tables (gather_int8.py)
+    # "mixed": uint8 weights for convolutions (ConvInteger is fast with those only), int8 for the rest;
+    # with int8 weights (int8, mixed) embedding Gathers get int8 symmetric per-tensor tables
     weight_type: Literal["int8", "uint8", "mixed"] = "int8"
-    # per output column for MatMul/Gemm weights only; LSTM (per direction), Attention, Conv per tensor
+    # per output column for MatMul/Gemm weights only
     per_channel: bool = False
     reduce_range: bool = False
     op_types_to_quantize: list[str] | None = None
@@ -92,8 +71,6 @@ class DynamicQuantization(Pass):
     auto_place = "quantize"
     Config = DynamicQuantizationConfig
     limits = "needs the weights of the convolutions it quantizes as initializers"
-    # Parameters that change the executed graph (see StaticQuantization.graph_params); reduce_range
-    # only moves the weights' values.
     graph_params = frozenset({"weight_type", "per_channel", "op_types_to_quantize", "nodes_to_exclude", "pre_optimize"})
     knobs = Knobs(
         exclude="nodes_to_exclude",
@@ -102,12 +79,9 @@ class DynamicQuantization(Pass):
         per_channel="per_channel",
         narrow="reduce_range",
         screen=("per_channel", "reduce_range"),
-        # both decide speed: int8 weights make ConvInteger slow, the extended pre-optimization
-        # fuses what quantization would otherwise leave split
         ceilings=("pre_optimize", "weight_type"),
         speed_class=("weight_type", "pre_optimize"),
     )
-    # DynamicQuantizeLinear / MatMulInteger / ConvInteger have CPU kernels only.
     providers = ("CPUExecutionProvider",)
     search_space = {
         "weight_type": Categorical(("int8", "mixed")),
@@ -116,25 +90,19 @@ class DynamicQuantization(Pass):
         "pre_optimize": Categorical(("none", "extended")),
     }
 
-    # 2: int8 symmetric Gathers, per_channel for MatMul/Gemm only, excluded Gemms kept float
     version = 2
-
-    # DynamicQuantizeLinear is an opset-11 op (onnxruntime's quantizer upgrades older models itself).
-    min_opset = 11
+    min_opset = 11  # DynamicQuantizeLinear's
 
     @classmethod
     def needs_symbolic_shapes(cls, values: Mapping[str, Any]) -> bool:
-        """The extended pre-optimization types the fused graph by symbolic inference (pre_optimize.py)."""
         return values.get("pre_optimize") == "extended"
 
     @classmethod
     def fastest(cls, op_types: frozenset[str]) -> dict[str, Any]:
-        """uint8 weights on convolutions (``mixed``), the fused graph (``extended``)."""
         return {"weight_type": "mixed" if "Conv" in op_types else "int8", "pre_optimize": "extended"}
 
     @classmethod
     def ceiling_values(cls, param: str, values: list[Any], op_types: frozenset[str]) -> list[Any]:
-        """Without convolutions ``mixed`` is the int8 model."""
         if param == "weight_type" and "Conv" not in op_types and "int8" in values:
             return [value for value in values if value != "mixed"]
         return values
@@ -143,8 +111,6 @@ class DynamicQuantization(Pass):
     def faster_twin(
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:
-        """int8 weights on convolutions: ``ConvInteger`` is fast with uint8 weights only (``UINT8_FAST``),
-        and ``mixed`` gives the convolutions uint8 weights and every other op int8 ones."""
         quantized = set(config.get("op_types_to_quantize") or op_types) & op_types
         if config.get("weight_type") == "int8" and quantized & set(UINT8_FAST):
             return {"weight_type": "mixed"}, "onnxruntime's ConvInteger is fast with uint8 weights only"
@@ -152,7 +118,6 @@ class DynamicQuantization(Pass):
 
     @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
-        """ConvInteger needs the weights of the convolutions it quantizes as initializers."""
         assert isinstance(config, DynamicQuantizationConfig)
         if not facts_apply(facts, upstream):
             return True
@@ -162,8 +127,8 @@ class DynamicQuantization(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Not after graph_opt at all: level 'all' rewrites convolutions to NCHWc layout ops whose quantized form onnxruntime cannot load."""
-        if not quantizer_accepts(cls.name, config, upstream):  # after transformer_opt, fp16 (compat.py)
+        """Not after graph_opt 'all': its NCHWc layout ops have no quantized form onnxruntime loads."""
+        if not quantizer_accepts(cls.name, config, upstream):
             return False
         return not any(name == "graph_opt" and getattr(c, "level", None) in ("all",) for name, c in upstream)
 
@@ -177,7 +142,9 @@ class DynamicQuantization(Pass):
                 optimized = Path(scratch) / "extended.onnx"
                 added = optimize_extended(model_in, optimized)
                 model_in = optimized
-            calls = plan_calls(config, present_op_types(model_in, config.nodes_to_exclude))
+            unweighted = onnx.load(str(model_in), load_external_data=False)
+            calls = plan_calls(config, present_op_types(unweighted, config.nodes_to_exclude))
+            del unweighted  # a large model's weights are not held through the quantizer's calls
             for step, (weight_type, per_channel, op_types) in enumerate(calls):
                 out = model_out if step == len(calls) - 1 else Path(scratch) / f"step{step}.onnx"
                 self._quantize(config, model_in, out, weight_type, op_types, per_channel)
@@ -185,13 +152,13 @@ class DynamicQuantization(Pass):
             if not calls:  # nothing for onnxruntime (the Gathers alone, or every node excluded)
                 _copy_model(model_in, model_out)
             if int8_gathers(config):
-                _rewrite_gathers(model_out, config)
+                model = onnx.load(str(model_out))
+                if quantize_gathers(model, config.nodes_to_exclude, reduce_range=config.reduce_range):
+                    save_model(model, model_out)
             drop_types(model_out, added)
 
     def _run_in_memory(self, config: DynamicQuantizationConfig, model_in: Path, model_out: Path) -> None:
-        """:meth:`run`'s steps with the models between them in memory (fast_shapes.py): the same
-        bytes at ``model_out``, without writing and reading each intermediate model and without
-        onnxruntime's shape-inference files."""
+        """:meth:`run`'s steps with the models between them in memory: the same bytes, fewer files."""
         store = ModelStore()
         with tempfile.TemporaryDirectory(dir=model_out.parent) as scratch:
             added: list[str] = []
@@ -201,7 +168,7 @@ class DynamicQuantization(Pass):
                 model_in = optimized
             else:
                 model = onnx.load(str(model_in))
-            calls = plan_calls(config, _present(model, config.nodes_to_exclude))
+            calls = plan_calls(config, present_op_types(model, config.nodes_to_exclude))
             store.put(model_in, model)
             for step, (weight_type, per_channel, op_types) in enumerate(calls):
                 out = model_out if step == len(calls) - 1 else Path(scratch) / f"step{step}.onnx"
@@ -241,8 +208,7 @@ class DynamicQuantization(Pass):
                 reduce_range=config.reduce_range,
                 op_types_to_quantize=op_types,
                 nodes_to_exclude=excluded_names(config.nodes_to_exclude),
-                # after graph_opt at extended/all, fused com.microsoft ops have no inferred types;
-                # the quantizer then asks for this instead of failing the trial
+                # fused com.microsoft ops have no inferred types: the quantizer falls back to this
                 extra_options={"DefaultTensorType": onnx.TensorProto.FLOAT},
             )
 
@@ -254,10 +220,7 @@ def int8_gathers(config: DynamicQuantizationConfig) -> bool:
 
 
 def plan_calls(config: DynamicQuantizationConfig, present: set[str]) -> list[tuple[str, bool, list[str]]]:
-    """The onnxruntime calls, in order: (weight type, per_channel, op types), each with a node to quantize.
-
-    ``present``: the op types of the model's nodes not in ``nodes_to_exclude``.
-    """
+    """The onnxruntime calls, in order: (weight type, per_channel, op types) with a node in ``present``."""
     allowed = list(config.op_types_to_quantize or IntegerOpsRegistry)
     if int8_gathers(config):
         allowed = [t for t in allowed if t != "Gather"]  # gather_int8 quantizes them
@@ -275,35 +238,18 @@ def plan_calls(config: DynamicQuantizationConfig, present: set[str]) -> list[tup
     return [group for group in groups if any(t in present and t not in FOLLOWERS for t in group[2])]
 
 
-def present_op_types(model_path: Path, nodes_to_exclude: list[str]) -> set[str]:
-    """Op types of the nodes (subgraphs included) a quantizer excluding ``nodes_to_exclude`` may touch.
-
-    A Gemm counts as a MatMul too: every dynamic onnxruntime call rewrites Gemms (alpha = beta = 1,
-    no transA) into MatMul + Add before it quantizes, so the MatMul call is the one that takes them.
-    """
-    return _present(onnx.load(str(model_path), load_external_data=False), nodes_to_exclude)
-
-
-def _present(model: onnx.ModelProto, nodes_to_exclude: list[str]) -> set[str]:
+def present_op_types(model: onnx.ModelProto, nodes_to_exclude: list[str]) -> set[str]:
+    """Op types of the nodes not excluded (subgraphs included; a Gemm counts as a MatMul: it becomes one)."""
     excluded = set(nodes_to_exclude)
-    present = {node.op_type for node in _nodes(model.graph) if not node.name or node.name not in excluded}
+    present = {n.op_type for g in graphs(model.graph) for n in g.node if not n.name or n.name not in excluded}
     return present | {"MatMul"} if "Gemm" in present else present
 
 
 def excluded_names(nodes_to_exclude: list[str]) -> list[str]:
-    """``nodes_to_exclude`` and the names onnxruntime gives an excluded Gemm's MatMul (``<name>_MatMul``).
-
-    onnxruntime's dynamic quantizer rewrites each Gemm into ``<name>_MatMul`` + ``<name>_Add``
-    before it reads ``nodes_to_exclude``: without the second name an excluded Gemm was quantized
-    all the same, and a call that comes after another one sees only the rewritten names.
-    """
+    """``nodes_to_exclude`` and ``<name>_MatMul`` for each: onnxruntime rewrites a Gemm into those
+    before it reads the exclusions, so without it an excluded Gemm would be quantized."""
     names = list(nodes_to_exclude)
     return names + [f"{name}_MatMul" for name in names if f"{name}_MatMul" not in names]
-
-
-def _nodes(graph: onnx.GraphProto) -> Iterator[onnx.NodeProto]:
-    for each in graphs(graph):
-        yield from each.node
 
 
 def _copy_model(model_in: Path, model_out: Path) -> None:
@@ -315,7 +261,7 @@ def _copy_model(model_in: Path, model_out: Path) -> None:
 
 
 def _write(model: onnx.ModelProto, path: Path) -> None:
-    """:func:`save_model`'s bytes, serialized once (save_model asks the size first: one more pass over the model)."""
+    """:func:`save_model`'s bytes, serialized once (save_model asks the size first)."""
     try:
         data = model.SerializeToString()
     except ValueError:  # past protobuf's limit
@@ -324,12 +270,6 @@ def _write(model: onnx.ModelProto, path: Path) -> None:
         save_model(model, path)
         return
     path.write_bytes(data)
-
-
-def _rewrite_gathers(path: Path, config: DynamicQuantizationConfig) -> None:
-    model = onnx.load(str(path))
-    if quantize_gathers(model, config.nodes_to_exclude, reduce_range=config.reduce_range):
-        save_model(model, path)
 
 
 def _among(op_types: list[str], wanted: tuple[str, ...]) -> list[str]:

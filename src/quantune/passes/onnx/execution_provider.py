@@ -1,13 +1,10 @@
 """Where a candidate runs: the execution provider, as a step of every flow (``target.providers``).
 
-The fastest answer may be the same model on another provider, so the provider is searched like any
-pass parameter. This pass changes no weight: its output is its input model with the provider
-(and that provider's options) written beside it in ``<model>.session.json``
-(``evaluate.session_file``). Every evaluation opens the candidate on that provider -- accuracy,
-latency and memory alike -- the artifact cache hashes the settings with the model, and ``best/``
-delivers them. The engine appends this step to every flow and adds the flow of this step alone
-(the original on each provider); which pass outputs a provider can load is pruned by
-``space/providers.py``. It ends its flows: later passes would read the model without its settings.
+The fastest answer may be the same model on another provider, so the provider is searched like
+any parameter. The output is the input model with the provider and its options written beside
+it in ``<model>.session.json``: every evaluation opens the candidate there, the cache hashes the
+settings with the model, and ``best/`` delivers them. It ends its flows (later passes would read
+the model without its settings).
 """
 
 from __future__ import annotations

@@ -1,19 +1,11 @@
 """onnxruntime's per-channel weight quantization, computed for all channels at once.
 
-onnxruntime's quantizer quantizes a per-channel weight one channel at a time in Python
-(``BaseQuantizer.quantize_weight_per_channel_impl`` calls ``quantize_data`` per channel):
-thousands of calls for a wide output MatMul, on the path to the first model in budget. The arithmetic is
-per channel and elementwise, so it vectorizes exactly: the same float64 range, the same
-float32 scale, the same rounding. :func:`fast_per_channel` swaps the vectorized version in
-for the duration of a quantizer call, only where it gives byte-identical results: it is
-checked against onnxruntime's own function on a probe weight for each type, symmetry and
-range it is asked for (an onnxruntime whose arithmetic differs keeps its own function), and
-a weight with per-channel overrides always goes to onnxruntime's.
-
-The QDQ quantizer (static quantization) has the same loops elsewhere: each per-channel weight's
-scales (``QDQQuantizer._calc_initializer_quant_params``, one ``compute_data_quant_params`` a
-channel) and its quantized values (``quantize_onnx_initializer``, one ``quantize_nparray`` a
-channel): most of a static build for a model with a wide output head. Both are swapped the same way, each checked against onnxruntime's own on a probe.
+onnxruntime's quantizers quantize a per-channel weight one channel at a time in Python (the
+dynamic/QOperator quantizer's loop, and the QDQ quantizer's scales and values): thousands of
+calls for a wide output layer. The arithmetic is elementwise, so it vectorizes exactly.
+:func:`fast_per_channel` swaps the vectorized versions in for a quantizer call, only where each
+is checked byte-identical to onnxruntime's own on a probe weight (else onnxruntime's stays), and
+never for a weight with per-channel overrides.
 """
 
 from __future__ import annotations
@@ -45,8 +37,7 @@ def quantize_channels(
 
 
 def quantize_with(weights: np.ndarray, zero: np.ndarray, scale: np.ndarray, axis: int, q_type: int) -> np.ndarray:
-    """``weights`` quantized with one (zero point, scale) per slice along ``axis`` (``quantize_nparray``'s
-    arithmetic: float32 division, rounding, the type's full range)."""
+    """``weights`` quantized with one (zero point, scale) per slice along ``axis``, as ``quantize_nparray`` does."""
     from onnxruntime.quantization.quant_utils import get_qmin_qmax_for_qType
 
     low, high = get_qmin_qmax_for_qType(q_type, reduce_range=False, symmetric=False)
@@ -183,9 +174,7 @@ def _qdq_params_impl(original: Any) -> Any:
                     continue
                 data = numpy_helper.to_array(init)
                 axis = info.axis % data.ndim
-                zero, scale = channel_params(
-                    data, q_type, axis, True, bool(self.reduce_range)
-                )  # per channel: symmetric
+                zero, scale = channel_params(data, q_type, axis, True, bool(self.reduce_range))  # symmetric
                 fast[name] = QuantizationParams(zero_point=zero, scale=scale, quant_type=q_type, axis=axis)
         if not fast:
             return original(self)
@@ -272,8 +261,7 @@ def _probe() -> np.ndarray:
 
 @contextlib.contextmanager
 def fast_per_channel() -> Iterator[None]:
-    """onnxruntime's quantizers use :func:`channel_params` and :func:`quantize_with` for plain per-channel
-    weights meanwhile (the QOperator and dynamic quantizer's loop, and the QDQ quantizer's two)."""
+    """onnxruntime's quantizers use :func:`channel_params` and :func:`quantize_with` meanwhile."""
     from onnxruntime.quantization import qdq_quantizer
     from onnxruntime.quantization.base_quantizer import BaseQuantizer
 

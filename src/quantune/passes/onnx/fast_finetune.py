@@ -1,20 +1,10 @@
 """Fast fine-tuning of a static QDQ model's weights: AdaRound or AdaQuant, layer by layer.
 
-The lever Quark's auto search (FastFinetune) and AIMET (AdaRound) pull before falling back
-to float: round-to-nearest is not the best rounding for a layer's *output*, and a layer
-can also absorb the error its quantized predecessors and its quantized input make. Runs after
-``static_quant`` (QDQ format) in a flow::
-
-    passes:
-      - {name: static_quant, params: {quant_format: QDQ}}
-      - {name: fast_finetune, search: true}   # optim x (iterations, learning_rate)
-
-Each quantized Conv/Gemm/MatMul, in graph order, is fitted on calibration data: its input
-taken from the quantized model as refined so far, its target the float model's output of the
-same layer (the float model ``static_quant`` read, see :mod:`.float_source`). Scales, zero
-points and graph stay as static_quant made them, so the model keeps its int8 speed; a layer
-whose fit does not lower its output error on a fixed sample keeps its rounding. Written in
-numpy (:mod:`.rounding`) on one BLAS thread (`bench/finetune.py`); a PyTorch step was no faster.
+Round-to-nearest is not the best rounding for a layer's output, and a layer can absorb the
+error of its quantized input too (Quark's FastFinetune, AIMET's AdaRound). After ``static_quant``
+(QDQ), each quantized Conv/Gemm/MatMul is fitted in graph order to the float model's output of
+the same layer (:mod:`.float_source`); scales and graph stay, so the model keeps its int8 speed,
+and a layer whose fit does not lower its error keeps its rounding.
 """
 
 from __future__ import annotations
@@ -53,15 +43,13 @@ log = logging.getLogger("quantune.passes")
 
 class FastFinetuneConfig(PassConfig):
     optim: Literal["adaround", "adaquant"] = "adaround"
-    # With ``search: true`` these two are searched together as Quark's NumIterLR (the joint
-    # parameter ``<step>.num_iter_lr``); search ``learning_rate`` alone over a log range with
-    # ``{search: {float: [0.001, 0.1], log: true}}``.
+    # With ``search: true`` these two are searched together (``<step>.num_iter_lr``, Quark's NumIterLR);
+    # search ``learning_rate`` alone with ``{search: {float: [0.001, 0.1], log: true}}``.
     iterations: int = Field(default=500, gt=0, le=100_000)
     learning_rate: float = Field(default=0.01, gt=0, le=1.0)
     op_types: list[Literal["Conv", "Gemm", "MatMul"]] = list(LAYER_TYPES)
-    # Only these layers (node names) are fitted, when given: the quantune strategy's targeted
-    # recovery of the units the sensitivity ranks worst (a fit of every layer costs minutes on a
-    # large model; the other layers keep static_quant's rounding).
+    # Only these layers (node names) are fitted, when given: the quantune strategy's targeted recovery
+    # of the worst units (the other layers keep static_quant's rounding).
     nodes: list[str] | None = None
     calibration_samples: int | None = Field(default=256, gt=0)
     seed: int = 0
@@ -147,7 +135,7 @@ def finetune(
         start = time.perf_counter()
         float_node = floats[layer.name]
         weight = numpy_helper.to_array(float_inits[float_node.input[1]]).astype(np.float32)
-        if weight.shape != tuple(_init_dims(model, layer.weight_init)):
+        if weight.shape != next(tuple(i.dims) for i in model.graph.initializer if i.name == layer.weight_init):
             continue
         session = session_with_outputs(model, [layer.node.input[0]], optimize=False)
         x, target = paired_tensors(session, layer.node.input[0], reference, float_node.output[0], calibration)
@@ -187,7 +175,3 @@ def finetune(
 
 def _dequant(ints: np.ndarray, grid: Quantizer) -> np.ndarray:
     return ((ints - grid.zero_point) * grid.scale).astype(np.float32)
-
-
-def _init_dims(model: onnx.ModelProto, name: str) -> list[int]:
-    return next(list(init.dims) for init in model.graph.initializer if init.name == name)

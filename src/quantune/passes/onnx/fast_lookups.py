@@ -1,14 +1,8 @@
 """Two of onnxruntime's quantizer look-ups, done without visiting what cannot match.
 
-onnxruntime's quantizer edits the graph through two helpers that walk all of it in Python on
-every call: ``ONNXModel.replace_input_of_all_nodes`` calls ``replace_node_input`` on every node
-(which loops over its inputs in Python) for each tensor it re-routes through a Q/DQ pair, and
-``quant_utils.find_by_name`` builds the list of *every* initializer with the name before taking
-the first: quadratic in the graph's size, a large share of a static build. Here a node
-is only edited when the name is among its inputs (a membership test protobuf does in C), and the
-scan stops at the first match -- the same nodes edited the same way, the same item returned, so
-the same model to the byte (tests/test_fast_lookups.py). :func:`fast_lookups` swaps them in for
-the duration of a quantizer call.
+``ONNXModel.replace_input_of_all_nodes`` and ``quant_utils.find_by_name`` walk the whole graph
+in Python on every call: quadratic in the graph's size. Here a node is edited only when the name
+is among its inputs, and the scan stops at the first match: the same model to the byte.
 """
 
 from __future__ import annotations

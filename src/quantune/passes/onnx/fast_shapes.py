@@ -1,30 +1,12 @@
 """onnxruntime's quantizer's shape inference, in memory, and the models between its calls kept in memory.
 
-The static build (calibration, then ``quantize_static``) loads its input the same way, twice.
-
-``quantize_dynamic`` runs onnx's shape inference twice per call through temporary files:
-``load_model_with_shape_infer`` (``infer_shapes_path`` on the input file, then ``onnx.load``) and,
-after it rewrites Gemms, ``save_and_reload_model_with_shape_infer`` (the model saved with its
-weights as external data, ``infer_shapes_path``, loaded again) -- the whole model written and
-read twice per call. The shape inference itself
-needs no weights, so :func:`in_memory_shapes` swaps in functions that give the very same model
-without the files, for the duration of a quantizer call (as :mod:`.fast_channels` does):
-
-* onnx's C++ inference runs on a *skeleton*: the large weights' bytes are taken out before it is
-  serialized and put back into the inferred model afterwards. The file round trip of
-  ``save_and_reload...`` hides the same weights from the inference (external data, which
-  onnx's inference does not read): the skeleton marks exactly those tensors external, and the
-  result gets what ``onnx.load`` gives them when it reads them back (their bytes, and
-  ``data_location`` set to ``DEFAULT``). For ``load_model_with_shape_infer`` the inference saw
-  every weight, so only float weights that no inference function reads (MatMul, Conv, Gather
-  tables, ...) leave the skeleton.
-* a model the pass hands over (:class:`ModelStore`) does not go through a file at all: the
-  quantizer's ``save_model_to_file`` into a path the store holds keeps the model object there,
-  and ``load_model_with_shape_infer`` of that path takes it back -- the same message a save and
-  a load would give.
-
-A model with external data, or too large to serialize in one piece, keeps onnxruntime's own
-functions.
+``quantize_dynamic`` (and the static build, twice) writes and reads the whole model through
+temporary files for onnx's shape inference, which needs no weights. :func:`in_memory_shapes`
+swaps in functions that give the very same model without the files: the inference runs on a
+*skeleton* whose large weights' bytes are taken out (marked external exactly where the file
+round trip would hide them, and put back as ``onnx.load`` would read them), and a model the pass
+hands over (:class:`ModelStore`) never goes through a file. A model with external data, or too
+large to serialize in one piece, keeps onnxruntime's own functions.
 """
 
 from __future__ import annotations
@@ -100,10 +82,7 @@ def fits_in_memory(path: Path) -> bool:
 
 
 def infer_like_file(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """What ``save_and_reload_model_with_shape_infer(model)`` returns, without files (None: not here).
-
-    ``model`` is left as it is (the result is a new model, as onnxruntime's is).
-    """
+    """``save_and_reload_model_with_shape_infer(model)``'s result, without files (None: not here)."""
     if _has_external(model):
         return None
     tensors = list(_all_initializers(model))
@@ -131,11 +110,8 @@ def infer_like_file(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def infer_loaded(model: onnx.ModelProto) -> onnx.ModelProto | None:
-    """What ``infer_shapes_path`` then ``onnx.load`` give for ``model`` saved as one file (None: not here).
-
-    The result is ``model`` itself, the inference's graph written into it: it must be a model
-    nobody else holds (one just loaded from its file, or handed over through :class:`ModelStore`).
-    """
+    """What ``infer_shapes_path`` then ``onnx.load`` give for ``model`` saved as one file (None: not
+    here), written into ``model`` itself: it must be a model nobody else holds."""
     if _has_external(model):
         return None
     unread = {t.name for t in unread_weights(model.graph, UNREAD_BY_ONNX)}
@@ -151,8 +127,7 @@ def infer_loaded(model: onnx.ModelProto) -> onnx.ModelProto | None:
 
 
 def _skeleton(model: onnx.ModelProto, hidden: set[int], *, external: bool) -> onnx.ModelProto | None:
-    """``model`` without the bytes of its main-graph initializers at ``hidden``, built without copying
-    them (marked external data when ``external``); None if a tensor has fields this does not know."""
+    """``model`` without the bytes of its initializers at ``hidden``; None for unknown tensor fields."""
     if {f.name for f in TensorProto.DESCRIPTOR.fields} != _TENSOR_FIELDS:
         return None
     tensors = model.graph.initializer
@@ -174,12 +149,7 @@ def _take_all_but_initializers(model: onnx.ModelProto, inferred: onnx.ModelProto
 
 
 def _infer_copying(model: onnx.ModelProto, hidden: list[int], *, external: bool) -> onnx.ModelProto | None:
-    """onnx's inference of ``model`` with the bytes of the initializers at ``hidden`` (positions in
-    :func:`_all_initializers`, subgraphs' included) out of a copy of it that is serialized.
-
-    ``external``: they are hidden as ``save_and_reload...``'s external data, and come back as
-    ``onnx.load`` reads it back; else they come back as they were.
-    """
+    """onnx's inference of a serialized copy of ``model`` without the bytes of the initializers at ``hidden``."""
     skeleton = onnx.ModelProto()
     skeleton.CopyFrom(model)
     tensors = list(_all_initializers(skeleton))

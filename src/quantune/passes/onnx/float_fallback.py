@@ -1,18 +1,10 @@
 """Keeps a Conv/ConvTranspose/Gemm that quantization excluded really in float when onnxruntime runs it.
 
-onnxruntime (>= 1.20) has a graph transformer, ``WeightBiasQuantization``, that at session
-load quantizes the float weight of a Conv, ConvTranspose or Gemm whose input comes from a
-``DequantizeLinear`` with a *per-tensor* scale and whose output leads (through Relu/Clip at
-most) to a ``QuantizeLinear``; the QDQ fusion then turns it into a ``QLinearConv``. A node in
-``nodes_to_exclude`` between two quantized neighbours -- exactly the fallback an accuracy
-search makes -- matches that pattern, so the "fp32" node silently ran with int8 weights
-(checked with ``SessionOptions.optimized_model_filepath`` on onnxruntime 1.32).
-
-The fix is in the model, so it holds for anyone who loads it (a session option would hold
-only for our own sessions): the excluded node reads its input through a ``DequantizeLinear``
-of its own whose scale and zero point are *per channel* (the same value repeated), which is
-the same arithmetic but no longer matches the transformer's per-tensor condition. The
-quantized neighbour upstream keeps its fused int8 kernel.
+onnxruntime's ``WeightBiasQuantization`` transformer quantizes, at session load, the float
+weight of such a node between a per-tensor ``DequantizeLinear`` and a ``QuantizeLinear``:
+exactly the fallback an accuracy search makes, which then silently runs int8. The fix is in the
+model, so it holds for anyone who loads it: the excluded node reads its input through a
+``DequantizeLinear`` of its own with per-channel (repeated) scale and zero point.
 """
 
 from __future__ import annotations
@@ -58,8 +50,11 @@ def keep_excluded_float(model: onnx.ModelProto, excluded: Iterable[str]) -> int:
         )
         node.input[0] = out_name
         rewired += 1
-    if rewired:
-        _drop_unused_dequantize(graph)
+    if rewired:  # a DQ whose only reader was rewired is dead; left in, it would block the upstream fusion
+        used = {name for node in graph.node for name in node.input} | {out.name for out in graph.output}
+        for node in list(graph.node):
+            if node.op_type == "DequantizeLinear" and not any(out in used for out in node.output):
+                graph.node.remove(node)
     return rewired
 
 
@@ -78,11 +73,3 @@ def _input_channels(node: onnx.NodeProto, weight_shape: tuple[int, ...]) -> tupl
 
 def _constant(inits: dict[str, onnx.TensorProto], name: str) -> np.ndarray | None:
     return numpy_helper.to_array(inits[name]) if name in inits else None
-
-
-def _drop_unused_dequantize(graph: onnx.GraphProto) -> None:
-    """A DQ whose only reader was rewired is dead; left in, it would block the upstream fusion."""
-    used = {name for node in graph.node for name in node.input} | {out.name for out in graph.output}
-    for node in list(graph.node):
-        if node.op_type == "DequantizeLinear" and not any(out in used for out in node.output):
-            graph.node.remove(node)

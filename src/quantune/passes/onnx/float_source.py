@@ -1,12 +1,8 @@
 """Which float model a QDQ model was quantized from, for the passes that fit it to that model.
 
-Bias correction and fast fine-tuning (AdaRound, AdaQuant) run after ``static_quant`` and
-compare each quantized layer with the float layer it came from; AdaRound also needs the float
-weights themselves (the QDQ model holds only their rounded values). A pass sees only its
-input model, so ``static_quant`` records, for every model it writes, a copy of the float
-model it read, under the artifact cache (``<cache>/passes/float_sources/``): the record is
-keyed by the sha256 of the QDQ model's bytes, the copy by the float model's own sha256 (one
-copy per distinct float input, however many trials quantize it).
+A pass sees only its input, so ``static_quant`` records for every model it writes a copy of the
+float model it read, under ``<cache>/passes/float_sources/``: keyed by the QDQ model's sha256,
+one copy per distinct float model.
 """
 
 from __future__ import annotations

@@ -1,17 +1,10 @@
 """float16 conversion: weights and activations in half precision, an op block list kept in fp32.
 
-Half the weight bytes whatever the target; faster only where the execution provider has
-fp16 kernels (CUDA, DirectML, NPUs, ARM CPUs with fp16 arithmetic). On an x86 CPU
-onnxruntime has fp16 kernels for few ops and inserts Casts around the rest, so it is usually
-slower there: the search measures it and the objective decides (a size objective takes the
-smaller model; latency keeps it only if it is faster).
-
-The conversion is onnxruntime's copy of onnxconverter-common's ``convert_float_to_float16``
-(``onnxruntime.transformers.float16``): no extra dependency. ``keep_io_types`` keeps float32
-inputs and outputs (Casts inside the graph), so the same data feeds it; the op block list
-adds to onnxruntime's default list (ops with no fp16 form at all). ``keep_fp32: numeric``
-also keeps the ops whose range or accumulation fp16 cannot carry (softmax, normalizations,
-reductions, exp/log/pow) in float32.
+Half the weight bytes; faster only where the provider has fp16 kernels (on an x86 CPU usually
+slower: the search measures it and the objective decides). The conversion is onnxruntime's copy
+of onnxconverter-common's; ``keep_io_types`` keeps float32 inputs and outputs, and
+``keep_fp32: numeric`` also keeps the ops fp16 cannot carry (softmax, normalizations, reductions,
+exp/log/pow) in float32.
 """
 
 from __future__ import annotations
@@ -27,10 +20,8 @@ from quantune.passes.onnx.weight_only import save_model
 from quantune.passes.registry import register_pass, weights_rewritten
 from quantune.space import Categorical
 
-# Ops whose result fp16 cannot hold well: large sums, exponentials and variances. Not the fused
-# contrib norms (SkipLayerNormalization, EmbedLayerNormalization): the converter cannot type
-# their inputs when they stay float32 (the model then fails to load: "bound to different
-# types"), and their fp16 kernels accumulate in float32 anyway.
+# Ops whose result fp16 cannot hold well. Not the fused contrib norms: the converter cannot type
+# their float32 inputs (the model fails to load), and their fp16 kernels accumulate in float32.
 NUMERIC_OPS = (
     "Softmax",
     "LogSoftmax",
@@ -71,8 +62,7 @@ class Float16Conversion(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Not after a quantizer (int8/4-bit graphs, QDQ scales), nor twice: no pass that rewrote
-        the weights (they hold no float32 compute to halve, or run QDQ math that fp16 breaks)."""
+        """Not after a pass that rewrote the weights (no float32 compute to halve, or QDQ math fp16 breaks)."""
         return not weights_rewritten(upstream)
 
     @classmethod

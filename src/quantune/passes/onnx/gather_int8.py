@@ -1,22 +1,15 @@
 """Embedding tables as int8 symmetric per-tensor: Neural Compressor's Gather, which onnxruntime cannot make.
 
-onnxruntime's dynamic quantizer quantizes a Gather's table as an *activation* (uint8,
-asymmetric, ``operators/gather.py``); Neural Compressor quantizes it as a *weight*: int8,
-symmetric (zero point 0), one scale for the table, 7-bit when ``reduce_range`` is on. The Gather
-then reads the int8 table and one ``DequantizeLinear`` after it dequantizes only the gathered
-rows. Such tables lose less accuracy than uint8 asymmetric ones, or even float ones beside
-int8 MatMuls (Neural Compressor's model, byte for byte: ``bench/nc_equal.py``).
-
-A table is rewritten only when every use of it is the data input of a Gather being quantized:
-a table shared with another op (a tied output projection, say) or read by an excluded Gather
-stays float, as does a table that is also a graph input (a feed may replace it) or is read
-inside a subgraph. The Gather keeps its node name, so ``nodes_to_exclude`` and the strategy's
-fallback groups name it as before.
+onnxruntime quantizes a Gather's table as an activation (uint8, asymmetric); as a weight (int8,
+symmetric, 7-bit with ``reduce_range``) it loses less accuracy, and one ``DequantizeLinear``
+after the Gather dequantizes only the gathered rows. A table is rewritten only when every use is
+the data input of a Gather being quantized, in the main graph, and it is no graph input; the
+Gather keeps its name, so fallback still names it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import numpy as np
 import onnx
@@ -105,15 +98,10 @@ def _fresh(name: str, taken: set[str]) -> str:
 def _subgraph_names(graph: onnx.GraphProto) -> set[str]:
     """Every tensor name a subgraph (If/Loop/Scan body) of ``graph`` reads: such a table stays float."""
     names: set[str] = set()
-    for sub in _subgraphs(graph):
+    inner = graphs(graph)
+    next(inner)  # ``graph`` itself
+    for sub in inner:
         for node in sub.node:
             names.update(node.input)
         names.update(value.name for value in sub.output)
     return names
-
-
-def _subgraphs(graph: onnx.GraphProto) -> Iterator[onnx.GraphProto]:
-    """Every subgraph (If/Loop/Scan bodies) inside ``graph``, not ``graph`` itself."""
-    inner = graphs(graph)
-    next(inner)
-    yield from inner

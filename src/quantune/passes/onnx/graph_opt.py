@@ -12,8 +12,8 @@ from typing import Any, Literal
 
 import onnxruntime as ort
 
-from quantune.model import external_data_files
 from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.onnx.pre_optimize import save_optimized
 from quantune.passes.registry import register_pass
 from quantune.space import Categorical
 
@@ -44,13 +44,4 @@ class GraphOptimization(Pass):
         return getattr(config, "level", None) == "disable"
 
     def run(self, config: GraphOptimizationConfig, model_in: Path, model_out: Path, context: PassContext) -> None:
-        options = ort.SessionOptions()
-        options.graph_optimization_level = _LEVELS[config.level]
-        options.optimized_model_filepath = str(model_out)
-        options.log_severity_level = 3
-        if external_data_files(model_in):
-            # Otherwise the saved model points at the input's data files, which are not beside it.
-            options.add_session_config_entry(
-                "session.optimized_model_external_initializers_file_name", model_out.name + ".data"
-            )
-        ort.InferenceSession(str(model_in), options, providers=["CPUExecutionProvider"])
+        save_optimized(model_in, model_out, _LEVELS[config.level])

@@ -1,11 +1,9 @@
 """Layer by layer over calibration data: one layer's tensors at a time, within a memory budget.
 
-The refining passes (bias correction, AdaRound, AdaQuant) visit the quantized layers in graph
-order. For each they need the layer's input *as the quantized model so far computes it* (the
-layers before it already refined, so each layer also absorbs its predecessors' error, as in
-AdaQuant and Quark's FastFinetune) and the float model's output of the same layer. Only that
-one layer's tensors are held -- never every layer's activations at once -- and at most as
-many calibration rows as fit a quarter of the memory budget (:func:`memory_budget_mb`).
+The refining passes need, for each quantized layer in graph order, its input as the quantized
+model so far computes it (so each layer absorbs its predecessors' error) and the float model's
+output of the same layer. Only that layer's tensors are held, for as many rows as fit a quarter
+of the memory budget.
 """
 
 from __future__ import annotations
@@ -67,8 +65,7 @@ def paired_tensors(
     calibration: Calibration,
     budget_mb: float | None = None,
 ) -> tuple[np.ndarray, np.ndarray]:
-    """(``quantized_name`` from the quantized model, ``reference_name`` from the float model),
-    stacked over the calibration batches until a quarter of the budget is filled."""
+    """The two tensors over the calibration batches, stacked until a quarter of the budget is filled."""
     limit = (memory_budget_mb() if budget_mb is None else budget_mb) * _MB / 4
     left: list[np.ndarray] = []
     right: list[np.ndarray] = []

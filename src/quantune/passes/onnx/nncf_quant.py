@@ -1,14 +1,8 @@
 """Static quantization by NNCF's ONNX backend (``nncf.quantize``), a second quantizer beside onnxruntime's.
 
-NNCF calibrates on the calibration data and writes a QDQ model with its own choices: where
-quantizers go (its hardware patterns), its ``preset`` (``performance``: symmetric activations;
-``mixed``: asymmetric ones), fast bias correction (or the full one), and its ``transformer``
-model type (the patterns for attention blocks). Nodes kept in float go in its ignored scope.
-
-The rest of the house knows this pass only by its traits: it quantizes statically, so the
-accuracy strategies build its speed ceilings over ``preset`` and fall back through
-``ignored_nodes`` (its ``knobs``), and the refining passes (bias correction, fast fine-tuning)
-follow it as they follow any static quantizer that writes QDQ. Needs the ``nncf`` extra (``pip install 'quantune[nncf]'``).
+NNCF writes a QDQ model with its own choices: its hardware patterns, its ``preset``, fast bias
+correction, and its ``transformer`` model type. Nodes kept in float go in its ignored scope.
+The rest of the house knows it only by its traits. Needs ``pip install 'quantune[nncf]'``.
 """
 
 from __future__ import annotations

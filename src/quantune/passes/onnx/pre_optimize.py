@@ -1,27 +1,17 @@
 """onnxruntime's extended graph optimization before dynamic quantization (Neural Compressor's recipe).
 
-Neural Compressor optimizes an NLP model at onnxruntime's ``ENABLE_EXTENDED`` level before it
-quantizes it: LayerNorm, Gelu+bias and scaled MatMuls become single kernels, and the int8
-model inherits them, running faster for the same int8 MatMuls.
-
-Two things keep the fused model quantizable:
-
-* the convolution fusions (Conv+activation, Conv+Add) are left out, so every Conv can still
-  become a ``ConvInteger`` -- a fused Conv is a com.microsoft op the quantizer skips;
-* onnx's shape inference does not know the fused com.microsoft ops, and onnxruntime's
-  quantizer skips every node whose input type it cannot infer; onnxruntime's symbolic shape
-  inference knows them, so its types are added where it succeeds -- and removed again from
-  the quantized model, which onnxruntime runs slower with them.
-
-The symbolic inference runs on the model's skeleton (:mod:`.skeleton`: the weights whose values
-it never reads without their bytes), sparing the copy of the whole model it makes each time it
-restarts. Element types alone would be cheaper still, but not the same model: the quantizer's
-own onnx inference carries the *shapes* of these value infos into tensors it keeps.
+Fused LayerNorm, Gelu+bias and scaled MatMuls make the int8 model faster for the same int8
+MatMuls. Two things keep the fused model quantizable: the convolution fusions are left out (a
+fused Conv is a com.microsoft op the quantizer skips), and onnxruntime's symbolic shape
+inference types the fused ops onnx's inference does not know (the quantizer skips untyped
+nodes); those types are removed again from the quantized model, which runs slower with them.
+The symbolic inference runs on the model's skeleton (:mod:`.skeleton`), sparing weight copies.
 """
 
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 from pathlib import Path
 
 import onnx
@@ -38,27 +28,28 @@ CONV_FUSIONS = ("ConvActivationFusion", "ConvAddFusion", "ConvAddActivationFusio
 
 
 def optimize_extended(model_in: Path, model_out: Path) -> list[str]:
-    """``model_in`` optimized at onnxruntime's extended level (no Conv fusions), typed, at ``model_out``;
-    returns the names of the tensors whose types were added (see :func:`drop_types`)."""
-    _optimize(model_in, model_out)
-    return _add_types(model_out)
+    """``model_in`` at onnxruntime's extended level, typed, at ``model_out``; the names of the added types."""
+    save_optimized(model_in, model_out, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, CONV_FUSIONS)
+    model = onnx.load(str(model_out), load_external_data=False)
+    added = add_types(model)
+    if added:
+        onnx.save(model, str(model_out))
+    return added
 
 
 def optimize_extended_model(model_in: Path, model_out: Path) -> tuple[onnx.ModelProto, list[str]]:
-    """:func:`optimize_extended` for a model without external data, the typed model kept in memory.
-
-    onnxruntime writes its optimized model to ``model_out``; the typed model is returned instead
-    of being written back (it is what ``onnx.load`` would read from the file
-    :func:`optimize_extended` writes), with the names of the added types.
-    """
-    _optimize(model_in, model_out)
+    """:func:`optimize_extended` for a model without external data, the typed model kept in memory."""
+    save_optimized(model_in, model_out, ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED, CONV_FUSIONS)
     model = onnx.load(str(model_out))
     return model, add_types(model)
 
 
-def _optimize(model_in: Path, model_out: Path) -> None:
+def save_optimized(
+    model_in: Path, model_out: Path, level: ort.GraphOptimizationLevel, disabled: Sequence[str] = ()
+) -> None:
+    """onnxruntime's CPU graph optimizer at ``level`` without ``disabled``, its model saved at ``model_out``."""
     options = ort.SessionOptions()
-    options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_EXTENDED
+    options.graph_optimization_level = level
     options.optimized_model_filepath = str(model_out)
     options.log_severity_level = 3
     if external_data_files(model_in):  # else the saved model points at the input's data files
@@ -66,7 +57,7 @@ def _optimize(model_in: Path, model_out: Path) -> None:
             "session.optimized_model_external_initializers_file_name", model_out.name + ".data"
         )
     ort.InferenceSession(
-        str(model_in), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(CONV_FUSIONS)
+        str(model_in), options, providers=["CPUExecutionProvider"], disabled_optimizers=list(disabled) or None
     )
 
 
@@ -90,18 +81,8 @@ def drop_value_infos(model: onnx.ModelProto, names: list[str]) -> bool:
     return True
 
 
-def _add_types(path: Path) -> list[str]:
-    """:func:`add_types` on the model file at ``path`` (rewritten only if it adds some)."""
-    model = onnx.load(str(path), load_external_data=False)
-    added = add_types(model)
-    if added:
-        onnx.save(model, str(path))
-    return added
-
-
 def add_types(model: onnx.ModelProto) -> list[str]:
-    """Value infos from onnxruntime's symbolic shape inference, when it follows the whole graph,
-    added to ``model``; returns their names."""
+    """Value infos from symbolic shape inference added to ``model`` (where it follows the graph); their names."""
     try:  # on the model's skeleton: the same value infos, without copying its weights (skeleton.py)
         typed = symbolic_infer(without_weights(model, UNREAD_BY_SYMBOLIC), guess_output_rank=True)
     except Exception as exc:  # an op it cannot follow: the quantizer's DefaultTensorType stands

@@ -1,12 +1,9 @@
 """The quantized weighted layers of a QDQ model, read and rewritten in place.
 
-``static_quant`` (QDQ format) feeds each quantized Conv/Gemm/MatMul its weight through a
-``DequantizeLinear`` of an integer initializer (or, with ``AddQDQPairToWeight``, through a
-``QuantizeLinear`` -> ``DequantizeLinear`` pair on the float initializer), and its bias through
-a ``DequantizeLinear`` of an int32 initializer whose scale is input scale x weight scale. The
-passes that refine a quantized model (bias correction, AdaRound, AdaQuant) change only those
-integers -- the scales, zero points and graph stay as static_quant made them, so the model
-keeps its speed (onnxruntime still fuses every DQ -> Conv -> Q into one int8 kernel).
+``static_quant`` feeds each quantized Conv/Gemm/MatMul its weight through a ``DequantizeLinear``
+of an integer initializer (or a Q -> DQ pair on the float one) and its bias through an int32
+one. The refining passes change only those integers: scales, zero points and graph stay as
+static_quant made them, so the model keeps its int8 kernels.
 """
 
 from __future__ import annotations

@@ -1,20 +1,12 @@
 """AdaRound and AdaQuant for one layer, in numpy: fit the quantized layer's output to the float one.
 
-Both keep the layer's scales and zero points (so the model's graph and speed are unchanged)
-and choose its integer weights by minimising ``||f(x_q; W_q) - f_fp32(x)||^2`` over
-calibration rows, where ``x_q`` is the layer's input in the quantized model and ``f`` ends
-with the layer's ReLU when it has one:
-
-* **AdaRound** (Nagel et al., 2020): each weight rounds down or up; a continuous variable
-  ``V`` per weight gives ``h(V) = clip(sigmoid(V) * 1.2 - 0.1, 0, 1)`` in place of the
-  rounding, a regulariser ``1 - |2h - 1|^beta`` (``beta`` annealed from 20 to 2 after a
-  warm-up) drives every ``h`` to 0 or 1, and the end result rounds ``h``;
-* **AdaQuant** (Hubara et al., 2021): the weights themselves (in units of their quantization
-  step) and the bias are trained through the rounding with a straight-through gradient.
-
-Each step uses a random sample of output positions (rows of the im2col matrix for a Conv), so
-a step costs ``rows x K x O`` whatever the image size; Adam's step is scale-free, and the
-weights are measured in quantization steps, so one ``learning_rate`` range fits every layer.
+Both keep the layer's scales and zero points (so graph and speed are unchanged) and choose its
+integer weights by minimising ``||f(x_q; W_q) - f_fp32(x)||^2`` over calibration rows, ``x_q``
+the layer's input in the quantized model, ``f`` ending with the layer's ReLU when it has one.
+**AdaRound** (Nagel et al., 2020) learns to round each weight down or up through a rectified
+sigmoid with an annealed regulariser; **AdaQuant** (Hubara et al., 2021) trains the weights (in
+quantization steps) and the bias through the rounding with a straight-through gradient. Each
+step samples output positions, so its cost does not grow with the image size.
 """
 
 from __future__ import annotations

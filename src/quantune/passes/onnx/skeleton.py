@@ -1,17 +1,10 @@
 """A model's skeleton: the model without the bytes of the weights that shape inference never reads.
 
-onnx's C++ shape inference and onnxruntime's symbolic shape inference need a weight's type and
-dims, not its values -- except for the inputs some ops read as data (a Reshape's shape, a Slice's
-starts, an Unsqueeze's axes, ...). Serializing or copying a large model for them is most of their
-time (onnxruntime's symbolic inference copies the whole model each time it restarts after merging
-symbols). A skeleton keeps every initializer with its type and
-dims, and drops ``raw_data`` only of large float weights whose every reader is an (op, input)
-pair whose inference reads no values -- by a list per inference engine, so what a tool reads is
-never taken from it. Its inference result (value infos) is then the one of the whole model.
-
-``quantune.model.without_weights`` is the looser cousin (every large float weight, no reader
-list): for preparation and capture sizing, whose results are checked afterwards (the prepared
-model's outputs, ``with_weights``); here nothing checks the quantizer's view, so the rule is exact.
+Shape inference needs a weight's type and dims, not its values, except for inputs some ops read
+as data (a Reshape's shape, ...); serializing or copying a large model for it is most of its
+time. A skeleton drops ``raw_data`` only of large float weights whose every reader is an (op,
+input) pair that inference engine reads no values of, so its inference result is the whole
+model's. (``quantune.model.without_weights`` is the looser cousin, for results checked afterwards.)
 """
 
 from __future__ import annotations

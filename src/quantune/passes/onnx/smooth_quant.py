@@ -1,15 +1,10 @@
 """SmoothQuant: move activation outliers into the weights, per input channel, before int8.
 
-Transformer activations have a few channels 10-100x larger than the rest; one int8 scale per
-tensor then crushes the others. For ``Y = X @ W`` and any positive ``s`` per input channel,
-``Y = (X / s) @ (s * W)``. With ``s_k = max|X_k|^alpha / max|W_k|^(1 - alpha)`` the
-activation's outliers shrink and the weights (quantized per channel, and easier to quantize)
-absorb them; ``alpha`` (searchable) sets how much moves (Xiao et al., "SmoothQuant", 2022).
-
-``X / s`` is folded into a preceding LayerNormalization's scale and bias when that norm feeds
-only smoothable layers; otherwise a ``Mul`` by ``1 / s`` is inserted before the layers that
-share ``X``. Activation maxima come from calibration data. Written with numpy and onnx
-(onnxruntime's own SmoothQuant needs neural-compressor).
+For ``Y = X @ W`` and any positive ``s`` per input channel, ``Y = (X / s) @ (s * W)``; with
+``s_k = max|X_k|^alpha / max|W_k|^(1 - alpha)`` the activation's outliers shrink and the
+weights absorb them (Xiao et al., 2022). ``X / s`` is folded into a preceding
+LayerNormalization when it feeds only smoothable layers, else a ``Mul`` is inserted. Written
+with numpy and onnx (onnxruntime's own SmoothQuant needs neural-compressor).
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """onnxruntime static quantization with calibration, over its whole option surface.
 
-The default search covers the choices that decide speed on a CPU: int8 activations (S8S8) can
-make a model slower than fp32 where uint8 activations (U8S8) make it faster, so both are
-searched and latency is measured.
-Combinations onnxruntime cannot run (16-bit types in QOperator format) fail validation and
-are never run.
+The default search covers the choices that decide speed on a CPU (S8S8 can be slower than fp32
+where U8S8 is faster); combinations onnxruntime cannot run fail validation and are never run.
 """
 
 from __future__ import annotations
@@ -19,7 +16,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import onnx
-from onnxruntime.quantization import quantize_static
+from onnxruntime.quantization import CalibrationMethod, QuantFormat, QuantType, quantize_static
 from onnxruntime.quantization.calibrate import save_tensors_data
 from pydantic import Field, model_validator
 
@@ -40,7 +37,6 @@ from quantune.passes.onnx.fast_lookups import fast_lookups
 from quantune.passes.onnx.fast_shapes import fits_in_memory, in_memory_shapes
 from quantune.passes.onnx.float_fallback import keep_excluded_float
 from quantune.passes.onnx.float_source import remember_float_source
-from quantune.passes.onnx.quant_types import CALIBRATION_METHODS, QUANT_FORMATS, QUANT_TYPES, QuantTypeName
 from quantune.passes.onnx.tensor_names import inference_error, plain_names, renamed_ranges, restore_names
 from quantune.passes.onnx.unit_overrides import per_channel_overrides
 from quantune.passes.registry import facts_apply, register_pass
@@ -52,6 +48,13 @@ CPU_PROVIDER = "CPUExecutionProvider"
 
 log = logging.getLogger("quantune.passes")
 
+QuantTypeName = Literal["int8", "uint8", "int16", "uint16"]
+QUANT_TYPES = {
+    "int8": QuantType.QInt8,
+    "uint8": QuantType.QUInt8,
+    "int16": QuantType.QInt16,
+    "uint16": QuantType.QUInt16,
+}
 _WIDE = {"int16", "uint16"}
 # quantize_static's extra_options that configure its calibrator, and the calibrator's names for them.
 _CALIB_OPTIONS = (
@@ -121,16 +124,11 @@ class StaticQuantization(Pass):
     leaves_quantized = frozenset({"QLinearConv", "QLinearMatMul", "QGemm", "QAttention"})
     rewrites_weights = True
     auto_place = "quantize"
-    # 2: excluded Conv/Gemm stay float at session load (float_fallback.py)
-    # 3: records the float model each output came from (float_source.py), for the refining passes
-    version = 4  # 4: a model onnx refuses is made again with plain tensor names (tensor_names.py)
+    version = 4
     Config = StaticQuantizationConfig
     needs_calibration = True
     limits = "never follows graph_opt at level 'extended' or 'all', and per-channel QDQ needs opset 13"
-    # Parameters that change the executed graph (op and tensor types, which nodes are quantized,
-    # how Q/DQ pairs are laid out), so they can change speed; the rest (calibrate_method,
-    # percentile, reduce_range, weight_symmetric, ...) only move scales and zero points. The
-    # quantune strategy's latency stage samples only these (a trait the strategy reads).
+    # The rest (calibrate_method, percentile, reduce_range, ...) only move scales and zero points.
     graph_params = frozenset(
         {
             "quant_format",
@@ -179,9 +177,8 @@ class StaticQuantization(Pass):
         "QNNExecutionProvider": {"quant_format": ("QDQ",)},
         "OpenVINOExecutionProvider": {"quant_format": ("QDQ",)},
     }
-    # Priors (weights): exhaustive search visits the heavier values first and Optuna samplers
-    # start from the all-heaviest point: QDQ and uint8 activations are usually the fast ones on a
-    # CPU; per-channel weights cost nothing and hold accuracy.
+    # Priors: QDQ and uint8 activations are usually the fast ones on a CPU; per-channel weights
+    # cost nothing and hold accuracy.
     search_space = {
         "quant_format": Categorical(("QDQ", "QOperator"), weights=(2, 1)),
         "calibrate_method": Categorical(("MinMax", "Entropy", "Percentile"), weights=(2, 1, 1)),
@@ -191,20 +188,15 @@ class StaticQuantization(Pass):
         "per_channel": Boolean(weights=(1, 2)),
         "reduce_range": Boolean(weights=(2, 1)),
     }
-    # The calibration knobs (calib_moving_average, ...) are not searched by default: they rarely
-    # change accuracy, and on one calibration batch the moving average gives the very model
-    # plain MinMax gives (a wasted duplicate trial).
-
-    # Per-channel QDQ writes DequantizeLinear with an axis, which opset 13 introduced.
-    min_opset = 13
+    # The calibration knobs are not searched by default: they rarely change accuracy, and on one
+    # calibration batch the moving average gives plain MinMax's model (a duplicate trial).
+    min_opset = 13  # per-channel QDQ writes DequantizeLinear with an axis
 
     @classmethod
     def faster_twin(
         cls, config: Mapping[str, Any], provider: str, op_types: frozenset[str]
     ) -> tuple[dict[str, Any], str] | None:
-        """S8S8 in QOperator format on the CPU provider of an x86 machine: onnxruntime's documentation
-        calls it slow there and its quantizer warns "use QuantFormat.QDQ for activation type QInt8 and
-        weight type QInt8"; the QDQ model has the same scales and runs on the fast kernels."""
+        """S8S8 QOperator on x86 is slow (onnxruntime's docs); the QDQ model has the same scales."""
         s8s8 = config.get("activation_type") == "int8" and config.get("weight_type", "int8") == "int8"
         if provider == CPU_PROVIDER and is_x86() and config.get("quant_format") == "QOperator" and s8s8:
             return {"quant_format": "QDQ"}, "onnxruntime runs S8S8 QOperator models slowly on x86 (its docs)"
@@ -212,8 +204,7 @@ class StaticQuantization(Pass):
 
     @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Per-channel QDQ needs opset 13; QOperator needs the weights and biases of the
-        Conv/Gemm nodes it quantizes as initializers (else ``quantize_bias_static`` fails)."""
+        """Per-channel QDQ needs opset 13; QOperator needs the weights and biases it quantizes as initializers."""
         assert isinstance(config, StaticQuantizationConfig)
         if config.quant_format == "QDQ" and config.per_channel and facts.get("opset", 13) < 13:
             return False
@@ -225,8 +216,8 @@ class StaticQuantization(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Not after graph_opt at extended or all: levels 'extended' and 'all' fuse into com.microsoft ops without inferred types; calibration and bias quantization then fail."""
-        if not quantizer_accepts(cls.name, config, upstream):  # after transformer_opt, fp16 (compat.py)
+        """Not after graph_opt 'extended' or 'all': their fused ops have no inferred types to calibrate."""
+        if not quantizer_accepts(cls.name, config, upstream):
             return False
         return not any(name == "graph_opt" and getattr(c, "level", None) in ("extended", "all") for name, c in upstream)
 
@@ -257,17 +248,16 @@ class StaticQuantization(Pass):
             if weights:
                 extra["TensorQuantOverrides"] = {**dict(extra.get("TensorQuantOverrides") or {}), **weights}
         ranges, fresh = self._calibration_cache(config, context)
-        # the quantizer's shape inference on the model's skeleton, not through its file (fast_shapes.py)
         shapes = in_memory_shapes() if fits_in_memory(model_in) else contextlib.nullcontext()
         with shapes, tempfile.TemporaryDirectory(prefix="quantune-ranges-") as tmp:
             source = ranges if ranges is not None and fresh is None else None  # a cache hit
-            if source is None:  # calibrate here, in chunks of bounded memory (calibration.py)
+            if source is None:  # calibrate here, in chunks of bounded memory
                 source = fresh or Path(tmp) / "ranges.json"
                 options = {key: extra[name] for name, key in _CALIB_OPTIONS if name in extra}
                 computed = calibrate_ranges(
                     model_in,
                     reader,
-                    CALIBRATION_METHODS[config.calibrate_method],
+                    CalibrationMethod[config.calibrate_method],
                     op_types=config.op_types_to_quantize,
                     options=options,
                     stride=config.calib_strided_minmax,
@@ -283,19 +273,33 @@ class StaticQuantization(Pass):
 
     @staticmethod
     def _quantize(config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path) -> None:
-        """onnxruntime's quantize_static from ranges already computed (never its own calibration), its
-        per-channel weights quantized every channel at once (byte-identical: fast_channels.py)."""
-        with fast_per_channel(), fast_lookups():  # and its graph edits without full scans (fast_lookups.py)
-            _quantize_static(config, model_in, model_out, extra, ranges)
-        if config.nodes_to_exclude:
-            _keep_fallback_float(model_out, list(config.nodes_to_exclude))
+        """onnxruntime's quantize_static from ranges already computed (never its own calibration)."""
+        with fast_per_channel(), fast_lookups():
+            quantize_static(
+                str(model_in),
+                str(model_out),
+                None,
+                quant_format=QuantFormat[config.quant_format],
+                op_types_to_quantize=config.op_types_to_quantize,
+                per_channel=config.per_channel,
+                reduce_range=config.reduce_range,
+                activation_type=QUANT_TYPES[config.activation_type],
+                weight_type=QUANT_TYPES[config.weight_type],
+                nodes_to_exclude=list(config.nodes_to_exclude),
+                calibrate_method=CalibrationMethod[config.calibrate_method],
+                extra_options=extra,
+                calibration_cache_path=str(ranges),
+            )
+        if config.nodes_to_exclude:  # excluded weighted nodes stay float when onnxruntime loads the model
+            model = onnx.load(str(model_out), load_external_data=False)
+            if keep_excluded_float(model, list(config.nodes_to_exclude)):
+                onnx.save(model, str(model_out))
 
     @classmethod
     def _quantize_plain(
         cls, config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path, tmp: Path
     ) -> None:
-        """The model quantized again from a copy with plain tensor names (tensor_names.py); kept
-        when onnx accepts that one, else the first result stands (its trial says why it fails)."""
+        """The model quantized again from a copy with plain tensor names; kept when onnx accepts it."""
         model = onnx.load(str(model_in))
         names = plain_names(model)
         if names is None:
@@ -316,18 +320,15 @@ class StaticQuantization(Pass):
 
     @staticmethod
     def _calibration_cache(config: StaticQuantizationConfig, context: PassContext) -> tuple[Path | None, Path | None]:
-        """Where the activation ranges for this (model, data, calibration settings) live.
+        """(cache path, temporary path to write when it does not exist yet) of the activation ranges.
 
-        Ranges depend on the input model, the calibration rows, the method and its options, and
-        which op types are calibrated -- not on format, types or symmetry, which only change how
-        ranges become scales. So trials that differ only in those reuse one calibration.
-        Returns (cache path, temporary path to write to when the cache does not exist yet).
+        Ranges do not depend on format, types or symmetry, so trials differing only there share them.
         """
         if context.cache_dir is None or context.calibration is None or not context.model_sha256:
             return None, None
         key = cache_key(
             "calibration",
-            "chunked",  # ranges computed by calibration.py (chunks of bounded memory), not onnxruntime's one collection
+            "chunked",
             context.model_sha256,
             context.calibration.fingerprint,
             context.batch_size,
@@ -343,30 +344,3 @@ class StaticQuantization(Pass):
         if path.is_file():
             return path, None
         return path, context.cache_dir / f".{key}.{uuid.uuid4().hex}.json"
-
-
-def _quantize_static(
-    config: StaticQuantizationConfig, model_in: Path, model_out: Path, extra: dict, ranges: Path
-) -> None:
-    quantize_static(
-        str(model_in),
-        str(model_out),
-        None,
-        quant_format=QUANT_FORMATS[config.quant_format],
-        op_types_to_quantize=config.op_types_to_quantize,
-        per_channel=config.per_channel,
-        reduce_range=config.reduce_range,
-        activation_type=QUANT_TYPES[config.activation_type],
-        weight_type=QUANT_TYPES[config.weight_type],
-        nodes_to_exclude=list(config.nodes_to_exclude),
-        calibrate_method=CALIBRATION_METHODS[config.calibrate_method],
-        extra_options=extra,
-        calibration_cache_path=str(ranges),
-    )
-
-
-def _keep_fallback_float(model_out: Path, excluded: list[str]) -> None:
-    """Excluded weighted nodes run in float when onnxruntime loads the model (see float_fallback.py)."""
-    model = onnx.load(str(model_out), load_external_data=False)
-    if keep_excluded_float(model, excluded):
-        onnx.save(model, str(model_out))

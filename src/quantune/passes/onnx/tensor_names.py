@@ -1,21 +1,14 @@
 """Plain tensor names for onnxruntime's static quantizer, when the model's own names break it.
 
-Exporters from TensorFlow name tensors after every op they fused (``a/conv1d_25;a/conv1d_25``,
-``a/conv1d_25;a/conv1d_252``, ...). On Spotify's Basic Pitch, onnxruntime's QDQ quantizer wired a
-Neg to the DequantizeLinear of a [36] initializer instead of the Conv output it read, and
-onnxruntime refused the model ("Invalid attribute perm ... input shape = {36}"); the same
-model with its tensors renamed ``t0``, ``t1``, ... quantizes into one that loads.
-
-So a static model that onnx's own strict shape inference refuses is made again from a copy
-with plain names (the calibration ranges and tensor overrides renamed with it), and the names
-are put back afterwards wherever that keeps every name unique. A model onnx accepts is left
-exactly as the quantizer made it.
+Names made of fused op names (``a/conv1d_25;a/conv1d_25``) can make onnxruntime's QDQ quantizer
+wire a node to the wrong tensor, giving a model onnxruntime refuses. So a static model that
+onnx's strict shape inference refuses is made again from a copy with plain names (ranges and
+overrides renamed with it), and the names are put back where that keeps every name unique.
 """
 
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable
 from pathlib import Path
 
 import onnx
@@ -26,8 +19,7 @@ PREFIX = "quantune_t"
 
 
 def inference_error(path: Path) -> str | None:
-    """Why onnx's strict shape inference refuses the model at ``path`` (its weights' values aside),
-    or ``None`` (also for a model with external data, which it does not check)."""
+    """Why onnx's strict shape inference refuses the model at ``path``, or ``None`` (also with external data)."""
     if external_data_files(path):
         return None
     model = without_weights(onnx.load(str(path)))
@@ -39,8 +31,7 @@ def inference_error(path: Path) -> str | None:
 
 
 def plain_names(model: onnx.ModelProto) -> dict[str, str] | None:
-    """Renames every tensor but the graph's inputs and outputs in ``model`` (in place); returns
-    old -> new, or ``None`` (nothing changed) for a model with subgraphs, whose names reach inside."""
+    """Renames the inner tensors of ``model`` in place: old -> new, or ``None`` for a model with subgraphs."""
     if any(
         a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for n in model.graph.node for a in n.attribute
     ):
@@ -70,7 +61,10 @@ def restore_names(model: onnx.ModelProto, names: dict[str, str]) -> bool:
     restored name would be another tensor's too."""
     back = {new: old for old, new in names.items()}
     graph = model.graph
-    current = _tensor_names(model)
+    found = (
+        [t.name for t in graph.initializer] + [o for n in graph.node for o in n.output] + [v.name for v in graph.input]
+    )
+    current = {name for name in found if name}
     renamed = {back.get(name, name) for name in current}
     if len(renamed) != len(current):
         return False
@@ -89,13 +83,3 @@ def renamed_ranges(source: Path, target: Path, names: dict[str, str]) -> None:
     payload = json.loads(source.read_text())
     payload["data"] = {names.get(name, name): value for name, value in payload["data"].items()}
     target.write_text(json.dumps(payload))
-
-
-def _tensor_names(model: onnx.ModelProto) -> set[str]:
-    graph = model.graph
-    found: Iterable[str] = (
-        *(t.name for t in graph.initializer),
-        *(o for n in graph.node for o in n.output),
-        *(v.name for v in graph.input),
-    )
-    return {name for name in found if name}

@@ -2,21 +2,11 @@
 SkipLayerNormalization, BiasGelu/FastGelu and EmbedLayerNormalization kernels.
 
 Olive's CPU recipe for BERT-like models is fusion, then quantization: the fused kernels are
-faster in fp32, and ``quantize_dynamic`` turns Attention into QAttention and
-EmbedLayerNormalization into QEmbedLayerNormalization. What works after fusion (checked with a
-tiny BERT layer):
-
-* ``dynamic_quant``: works (QAttention, QEmbedLayerNormalization, MatMulInteger);
-* ``static_quant`` QDQ: works (the fused ops stay float between Q/DQ pairs);
-* ``static_quant`` QOperator: fails in the quantizer (``'NoneType' object has no attribute
-  'extend'``), so it is pruned after this pass (:mod:`quantune.passes.onnx.compat`);
-* ``weight_only``: works on the MatMuls left outside Attention.
-
-``num_heads``/``hidden_size`` 0 let onnxruntime read them from the graph (the Reshape that
-splits heads); set them when a model hides that shape.
-``opt_level`` > 0 first runs onnxruntime's own graph optimizer at that level (with the
-optimizers that break attention fusion disabled, as ``optimize_model`` does), done here so
-it needs no torch (``optimize_model`` imports torch for that step).
+faster in fp32, and ``quantize_dynamic`` turns Attention into QAttention. After fusion
+``dynamic_quant``, QDQ ``static_quant`` and ``weight_only`` work; QOperator ``static_quant``
+fails in the quantizer, so it is pruned (:mod:`quantune.passes.onnx.compat`).
+``num_heads``/``hidden_size`` 0 let onnxruntime read them from the graph. ``opt_level`` > 0
+first runs onnxruntime's graph optimizer here, so it needs no torch (``optimize_model`` imports it).
 """
 
 from __future__ import annotations
@@ -31,8 +21,8 @@ import onnx
 import onnxruntime as ort
 
 from quantune.errors import TrialError
-from quantune.model import external_data_files
 from quantune.passes.base import Pass, PassConfig, PassContext
+from quantune.passes.onnx.pre_optimize import save_optimized
 from quantune.passes.registry import register_pass
 from quantune.space import Categorical
 
@@ -81,11 +71,9 @@ class TransformerOptimization(Pass):
     restructuring = True
     auto_place = "fuse"
     Config = TransformerOptConfig
-    # The fused com.microsoft ops have CPU and CUDA (and ROCm/DML for some) kernels only.
     providers = ("CPUExecutionProvider", "CUDAExecutionProvider", "ROCMExecutionProvider", "DmlExecutionProvider")
-    # Priors: full fusion first; the tanh GELU and the pre-optimization level are searched
-    # because they change speed; leaving EmbedLayerNormalization or Attention unfused is what
-    # keeps a quantizer that cannot take them in play.
+    # Priors: full fusion first; leaving EmbedLayerNormalization or Attention unfused keeps a
+    # quantizer that cannot take them in play.
     search_space = {
         "opt_level": Categorical((0, 1, 2), weights=(2, 1, 1)),
         "gelu_approximation": Categorical((False, True), weights=(2, 1)),
@@ -95,15 +83,11 @@ class TransformerOptimization(Pass):
 
     @classmethod
     def accepts(cls, config: PassConfig, upstream: list[tuple[str, PassConfig]]) -> bool:
-        """First in a flow, or after graph_opt at disable/basic only: after extended/all
-        onnxruntime has fused and laid out the graph itself and the fusion patterns no longer
-        match; after a quantizer or fp16 the MatMul/Add patterns are gone."""
+        """First in a flow, or after graph_opt at disable/basic only: later the patterns no longer match."""
         return all(name == "graph_opt" and getattr(c, "level", None) in ("disable", "basic") for name, c in upstream)
 
     @classmethod
     def supports(cls, config: PassConfig, facts: Mapping[str, Any], upstream: list[tuple[str, PassConfig]]) -> bool:
-        """Only transformers: a Softmax between MatMuls (attention) and a layer norm
-        (LayerNormalization, or the ReduceMean form of older exports). A CNN is refused."""
         ops = facts.get("op_types")
         if ops is None:
             return True  # facts from before this key existed: the run checks that something fused
@@ -126,7 +110,11 @@ class TransformerOptimization(Pass):
         quiet.setLevel(logging.ERROR)
         try:
             with tempfile.TemporaryDirectory(prefix="quantune-fuse-", dir=context.work_dir) as tmp:
-                source = _pre_optimize(model_in, Path(tmp), config.opt_level) if config.opt_level else model_in
+                source = model_in
+                if config.opt_level:  # onnxruntime's graph optimizer first, here, so it needs no torch
+                    source = Path(tmp) / "pre.onnx"
+                    disabled = ["ConstantSharing", *(_DISABLED_AT_EXTENDED if config.opt_level > 1 else ())]
+                    save_optimized(model_in, source, _LEVELS[config.opt_level], disabled)
                 optimized = optimize_model(
                     str(source),
                     model_type=model_type,
@@ -153,8 +141,7 @@ def is_transformer(op_types: Mapping[str, int]) -> bool:
 
 
 def detect_model_type(path: Path) -> str:
-    """``bert`` for encoders fed token ids (and most others: it is onnxruntime's general
-    pattern set), ``gpt2`` for decoders carrying past key/values, ``vit`` for image input."""
+    """``gpt2`` with past key/values, ``vit`` for image input, else ``bert`` (the general pattern set)."""
     model = onnx.load(str(path), load_external_data=False)
     names = [value.name.lower() for value in model.graph.input]
     if any("past" in name for name in names):
@@ -163,17 +150,3 @@ def detect_model_type(path: Path) -> str:
     if floats and len(floats[0].type.tensor_type.shape.dim) == 4 and not any("ids" in name for name in names):
         return "vit"
     return "bert"
-
-
-def _pre_optimize(model_in: Path, folder: Path, level: int) -> Path:
-    """onnxruntime's graph optimizer at ``level`` (1 basic, 2 extended), saved for the fusion."""
-    out = folder / "pre.onnx"
-    options = ort.SessionOptions()
-    options.graph_optimization_level = _LEVELS[level]
-    options.optimized_model_filepath = str(out)
-    options.log_severity_level = 3
-    if external_data_files(model_in):
-        options.add_session_config_entry("session.optimized_model_external_initializers_file_name", "pre.onnx.data")
-    disabled = ["ConstantSharing", *(_DISABLED_AT_EXTENDED if level > 1 else ())]
-    ort.InferenceSession(str(model_in), options, providers=["CPUExecutionProvider"], disabled_optimizers=disabled)
-    return out

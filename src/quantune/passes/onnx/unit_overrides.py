@@ -1,11 +1,9 @@
 """Per-channel weights for a few named layers of a per-tensor static QDQ model.
 
-Per-tensor weights are one scale per layer; a layer whose output channels differ in range by
-orders of magnitude (a scaled conv, a decode head's box and score channels side by side) loses
-its small channels to rounding. Quantizing just that layer's weights per channel fixes it at no
-cost to the graph (the same QDQ pattern, a scale vector instead of a scalar), so the quantune
-strategy tries it on the worst units before keeping them in fp32 (strategy/accuracy/targeted.py).
-onnxruntime takes it as a ``TensorQuantOverrides`` entry with an ``axis`` for the weight.
+A layer whose output channels differ in range by orders of magnitude loses its small channels
+to one per-tensor scale; per-channel weights for just that layer fix it at no cost to the graph,
+so the quantune strategy tries it on the worst units before keeping them in fp32 (a
+``TensorQuantOverrides`` entry with an ``axis``).
 """
 
 from __future__ import annotations
@@ -20,8 +18,7 @@ _WEIGHTED = ("Conv", "Gemm", "MatMul")
 
 
 def per_channel_overrides(model_path: Path, nodes: Iterable[str]) -> dict[str, list[dict[str, int]]]:
-    """``TensorQuantOverrides`` entries (weight name -> [{"axis": a}]) for the named Conv/Gemm/MatMul
-    nodes whose weight is an initializer; other names are ignored (a unit's non-weighted ops)."""
+    """``TensorQuantOverrides`` axis entries for the named Conv/Gemm/MatMul nodes with an initializer weight."""
     wanted = set(nodes)
     if not wanted:
         return {}
