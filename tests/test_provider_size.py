@@ -133,6 +133,7 @@ def test_the_model_in_budget_only_as_a_fallback_on_openvino_is_the_answer(tmp_pa
     quantized_on_cpu = [t for t in trials.values() if t["params"].get(KEY, CPU) == CPU and "static_quant" in t["flow"]]
     assert quantized_on_cpu and not any(t["meets_criterion"] for t in quantized_on_cpu)
     assert results["provider_front"] == {OV: best["number"]}
+    assert "no model in budget on CPU: its own recovery found none" in results["stop_reason"]  # carried there
 
 
 def test_with_objective_size_the_model_in_budget_is_evaluated_on_the_other_provider(
