@@ -19,8 +19,8 @@ Recovery runs in one variant, on one provider; yet the model it finds may be fas
 (fp32 groups run better where the runtime fuses them), and a provider may change the numbers. So
 before the latency stage the model in budget is a candidate on every other provider that loads
 its quantization (:meth:`ProviderCeilings.everywhere`): its accuracy measured there, its speed
-judged side by side with the incumbent. Where it misses there, that provider's culprits are found
-by a recovery of its own, each evaluation on that provider, its units ranked by their error as that
+judged side by side with the incumbent (in a run of another objective, that objective's figure:
+no timing decides). Where it misses there, that provider's culprits are found by a recovery of its own, each evaluation on that provider, its units ranked by their error as that
 provider runs the quantized model (a kernel one provider runs in int8 another may run in float), and
 each of its trials' stages says so. A provider whose ceiling (the same
 quantization, fully quantized) is surely slower than the incumbent side by side is skipped
@@ -171,7 +171,7 @@ class ProviderCeilings:
         when one ended the search at its ceiling."""
         axis = provider_axis(self.run.problem)
         self.carry_notes = []
-        if axis is None or self.run.problem.objective != "latency" or variant is None:
+        if axis is None or variant is None:
             return base, fallback, variant
         key = f"{axis[0]}.provider"
         best = (base, fallback, variant)
@@ -195,23 +195,29 @@ class ProviderCeilings:
             if found is None:
                 continue
             point = self.run.complete(self.run.ctx.with_fallback(*found))
-            result = self.latency.paired(point, incumbent)
-            if result is not None and result.get("faster"):
-                ratio = float(result.get("ratio_median", 1.0))
+            result = self.latency.paired(point, incumbent)  # None where no timing decides: the objective does
+            if result.get("faster") if result is not None else self.latency.faster(point, incumbent):
                 self.shared.decisions.append(
-                    f"on {name}: {self.latency.trial_of(point)[1]} is in budget, {ratio:.2f}x the incumbent side by side: "
+                    f"on {name}: {self.latency.trial_of(point)[1]} is in budget, {self._versus(result, point, incumbent)}: "
                     "the search goes on from it"
                 )
                 best, incumbent, self.shared.in_play = (*found, twin), point, twin
                 if self.latency.at_ceiling(twin, point):
                     return None
             else:
-                ratio = float((result or {}).get("ratio_median", float("nan")))
                 self.shared.decisions.append(
-                    f"on {name}: in budget, {ratio:.2f}x the incumbent side by side: not faster beyond the noise"
+                    f"on {name}: in budget, {self._versus(result, point, incumbent)}: not better beyond the noise"
                 )
         self.run.ctx = best[2].ctx
         return best
+
+    def _versus(self, result: Any, point: Point, incumbent: Point) -> str:
+        """How ``point`` compares with ``incumbent``: their paired ratio, else their objective's figures."""
+        if result is not None:
+            return f"{float(result.get('ratio_median', 1.0)):.2f}x the incumbent side by side"
+        mine, theirs = self.run.known(point), self.run.known(incumbent)
+        figures = [o.objective if o is not None else None for o in (mine, theirs)]
+        return f"{self.run.problem.objective} {figures[0]} against the incumbent's {figures[1]}"
 
     def _on_provider(self, twin: Variant, base: Point, fallback: dict[str, Any], name: str) -> Step:
         """(base, fallback) of a model in budget on ``twin``'s provider: the one found elsewhere,
