@@ -21,10 +21,18 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 import quantune
 from conftest import INLINE_EXECUTOR, save_graph
+from quantune.machine import int8_saturates
+
+# The budgets below sit between two providers' errors a few percent apart; a CPU whose int8 dot
+# products saturate (no VNNI, no AMX) adds error of its own to every quantized MatMul.
+pytestmark = pytest.mark.skipif(
+    int8_saturates(), reason="this CPU's int8 dot products saturate (no VNNI or AMX): the budgets assume exact ones"
+)
 
 CPU, OV = "CPUExecutionProvider", "OpenVINOExecutionProvider"
 KEY, EXCLUDE = "provider.provider", "static_quant.nodes_to_exclude"
