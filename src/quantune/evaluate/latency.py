@@ -1,17 +1,9 @@
 """Latency measured, never assumed: warm-up, then repeated timed runs of one fixed feed.
 
-With an ``evaluation.runner`` the timed call is the runner over that one feed
-(``runner(session, [feed])``), so a model driven step by step is timed as it is deployed.
-
-Threads are set explicitly (default 1) so figures are comparable between models and runs;
-spinning is disabled so an idle thread pool does not eat the other core.
-
-One timing path: :func:`timing_session` and :func:`timed_call` are what every in-process timing
-opens and times (:func:`time_side_by_side` here, rounds that stop once decided in :mod:`.rounds`),
-on the provider they are given -- a backend's (:mod:`.backend`), never a default that would bypass
-``target``; the rounds themselves are :func:`.interleave.interleaved`, which the target's
-evaluation server runs too.
-"""
+With an ``evaluation.runner`` the timed call is the runner over that one feed, so a model driven step by step is timed
+as it is deployed. Threads are set explicitly (default 1) so figures are comparable, and spinning is disabled so an idle
+thread pool does not eat the other core. :func:`timing_session` and :func:`timed_call` are what every in-process timing
+opens and times, on the provider a backend gives (never a default that would bypass ``target``)."""
 
 from __future__ import annotations
 
@@ -66,12 +58,10 @@ class LatencySpec:
 class TimingRequest:
     """One timing asked of a backend (``Backend.time``), written once for every backend and loop.
 
-    ``models``: row 0 the original, the reference of any decision; ``settings``: their session
-    settings (``None``: each model's own). Without a ``threshold``, the models side by side for
-    ``spec.repeats`` rounds (:func:`time_side_by_side`: ``deadline``, ``min_rounds``, ``settled``);
-    with one, rounds that stop once each candidate's ratio is decided (:func:`.rounds.time_until_decided`:
-    ``min_rounds`` to ``max_rounds``, asked every ``chunk``, cut at ``deadline`` or the run's
-    ``limit``, ``original_rounds``, companion ``pairs``, ``early``, the ``anchor``)."""
+    ``models``: row 0 the original, the reference of any decision; ``settings``: their session settings (``None``: each
+    model's own). Without a ``threshold``, the models side by side for ``spec.repeats`` rounds
+    (:func:`time_side_by_side`); with one, rounds that stop once each candidate's ratio is decided
+    (:func:`.rounds.time_until_decided`)."""
 
     models: tuple[Path, ...]
     feed: dict[str, np.ndarray]
@@ -94,11 +84,9 @@ class TimingRequest:
 def timing_cost_s(
     warmup: int, repeats: int, seconds: float, round_s: float, models: int = 1, fewest: int = FEWEST_ROUNDS
 ) -> float:
-    """About how long a timing of ``models`` models takes at ``round_s`` a round (each model once):
-    by the rule the rounds follow (:func:`.interleave.interleaved`) -- warm-up passes while within
-    ``WARMUP_SHARE`` of the share (``seconds`` per model), at least one; then rounds until the
-    share is spent, at least ``fewest`` or as many as the share holds (:func:`.interleave.fewest_within`),
-    at most ``repeats``. What a run keeps for a timing it will do is this, not a count of rounds."""
+    """About how long a timing of ``models`` models takes at ``round_s`` a round, by the rule the rounds follow
+    (:func:`.interleave.interleaved`): warm-up within ``WARMUP_SHARE`` of the share, then rounds until the share is
+    spent, at least ``fewest`` or as many as it holds, at most ``repeats``."""
     if round_s <= 0.0:
         return 0.0
     share_s = seconds * max(1, models)
@@ -135,14 +123,10 @@ LANE_POLL_S = 0.005  # how often a holder that let a waiter in looks whether it 
 class LatencyLane:
     """One latency measurement at a time on this machine, whatever process or worker asks.
 
-    Parallel trials evaluate accuracy side by side, but a timing taken while another trial
-    computes would measure the other trial too; a lock file serialises the timed part. It is held
-    round by round, not for a whole timing: a heavy model's timing lasts minutes, and every other
-    quantune process on the machine (another user's run, a test suite) would wait for all of it.
-    Between rounds (:meth:`between_rounds`) a holder that sees a waiter lets it in, after at most
-    ``LANE_SLICE_S`` -- the rounds' pairing is within a round, so a pause between two costs no
-    precision. A waiter says once (on stdout, as progress) that it waits, and for whom (the holder's pid is in the file).
-    """
+    A timing taken while another trial computes would measure the other trial too, so a lock file serialises the timed
+    part. It is held round by round, not for a whole timing (a heavy model's timing lasts minutes): between rounds
+    (:meth:`between_rounds`) a holder that sees a waiter lets it in after at most ``LANE_SLICE_S``; the pairing is
+    within a round, so the pause costs no precision. A waiter says once that it waits, and for whom."""
 
     def __init__(self, path: Path | None = None, say: Callable[[str], None] | None = None) -> None:
         self.path = path or Path(
@@ -261,10 +245,8 @@ def timing_session(
 
 
 def open_all(openers: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Each opener's result (or the exception it raised), the openers run on the machine's cores at
-    once: onnxruntime builds a session's graph without holding the GIL, and the timings that follow
-    open every model first -- six sessions of a MiniLM-L3 ceiling session took 0.35 s one after the
-    other, 0.20 s two at a time. Nothing is timed while they open."""
+    """Each opener's result (or the exception it raised), the openers run on the machine's cores at once: onnxruntime
+    builds a session's graph without holding the GIL. Nothing is timed while they open."""
 
     def attempt(opener: Callable[[], Any]) -> Any:
         try:
@@ -308,11 +290,8 @@ def measure_latency(
 def measure_side_by_side(
     models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
 ) -> list[dict[str, float]]:
-    """``measure_latency`` for several models at once, interleaved: round ``i`` times each model once.
-
-    Whatever else the machine does drifts over minutes; interleaving spreads that drift over
-    every model alike, so their ratios hold even when their absolute figures move.
-    """
+    """``measure_latency`` for several models at once, interleaved: round ``i`` times each model once, so the machine's
+    drift lands on every model alike and their ratios hold."""
     return [_figures(row) for row in time_side_by_side(models, feeds, spec, runner=runner)]
 
 
@@ -329,16 +308,13 @@ def time_side_by_side(
     min_rounds: int = 5,
     settled: Settled | None = None,
 ) -> np.ndarray:
-    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
-    round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one).
-    ``settings``: session settings for every model, or one per model (to time one model under
-    several settings side by side); ``None`` (or a ``None`` in the list): the model's own.
-    ``deadline`` (a ``time.perf_counter()`` value): no round starts after it once ``min_rounds``
-    ran -- rounds planned from search-time figures must not outlast the run's limit under load
-    (fewer columns come back); nor past the time share (:func:`timing_end`) once ``min_rounds`` ran.
-    ``settled``: a rule asked after ``SETTLE_FROM`` rounds and every ``SETTLE_EVERY`` after (the
-    rounds so far): once it says the answer is known, no more rounds.
-    """
+    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per round (a paired ratio per
+    column).
+
+    ``settings``: for every model, or one per model (``None``: the model's own). No round starts after ``deadline`` (a
+    ``time.perf_counter()`` value) or past the time share once ``min_rounds`` ran, so a timing never outlasts the run's
+    limit under load. ``settled``: a rule asked after ``SETTLE_FROM`` rounds and every ``SETTLE_EVERY`` after; once it
+    says the answer is known, no more rounds."""
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     sessions = open_all(
         [

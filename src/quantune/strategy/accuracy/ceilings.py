@@ -1,11 +1,8 @@
 """The quantune strategy's first stage: each flow's speed ceiling, timed before any accuracy work.
 
-A fully quantized variant's latency is the most any fallback can keep, so a variant whose
-ceiling is not faster than the original by the speed margin can never win and is dropped
-before a single accuracy evaluation is spent on it. All variants are timed in one
-side-by-side session (the engine's ``ceiling_ratios`` probe) that stops as soon as each
-ratio is decided; a strategy without that probe falls back to the variants' own trials.
-"""
+A variant whose fully quantized latency is not faster than the original by the speed margin can never win, so it is
+dropped before any accuracy evaluation. All variants are timed in one side-by-side session (the engine's
+``ceiling_ratios`` probe) that stops once each ratio is decided."""
 
 from __future__ import annotations
 
@@ -72,13 +69,9 @@ class CeilingStage:
         return self.shared.variants
 
     def stage_ceiling(self) -> Step:
-        """Stage: each flow's fully-quantized variants timed against the original (no accuracy
-        evaluation); returns the kept ones, fastest first.
-
-        All variants are built and timed in one side-by-side session that stops once each ratio
-        is surely on one side of the margin; the stage gets at most ``ceiling_share`` (default
-        0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
-        """
+        """Stage: each flow's fully-quantized variants timed against the original (no accuracy evaluation); returns the
+        kept ones, fastest first. At most ``ceiling_share`` of ``stop.timeout_s``: variants not built by then are left
+        out."""
         self.ceiling_variants()
         self.shared.decisions.extend(self.skipped)
         if self._time_ceilings(self.shared.variants):
@@ -163,10 +156,8 @@ class CeilingStage:
         return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.shared.variants if not v.failed)
 
     def _ties_at_the_margin(self) -> None:
-        """A ceiling the rounds left unsure at the margin (a :class:`UnsureRatio`), one speed -- within
-        ``TIE`` -- with a ceiling kept surely below it, is kept too: one speed, one verdict. Else which
-        of two equal ceilings is dropped would follow the noise, and the same run twice could recover
-        in, and end at, different models."""
+        """A ceiling left unsure at the margin (:class:`UnsureRatio`) within ``TIE`` of a kept one is kept too, so which
+        of two equal ceilings is dropped does not follow the noise."""
         baseline = self.run.baseline.get("latency_ms")
         every = [*self.shared.variants, *self.shared.refined]
         sure = [(v, r) for v in every if self.keeps(v) and (r := v.ratio(baseline)) is not None]
@@ -180,11 +171,8 @@ class CeilingStage:
                 self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
 
     def ceilings_in_brief(self) -> str:
-        """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to
-        fp32, fastest first, and how many were never built. The reasons once listed every decision (a
-        variant's refined twin and each slower twin skipped, each with its why): 1,700 characters for
-        a "keep the original" on a text classifier, the ratios lost among them. Every decision is in
-        quantune.log and the report (``decisions``)."""
+        """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to fp32, fastest
+        first, and how many were never built. Every decision is in quantune.log and the report."""
         baseline = self.run.baseline.get("latency_ms")
         order = sorted(self.shared.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
         parts = []
@@ -199,14 +187,9 @@ class CeilingStage:
     def settle_first(
         self, kept: list[Variant], baseline: float | None, preference: dict[int, tuple[int, int]]
     ) -> list[Variant]:
-        """The fastest kept variant, checked side by side against the preferred one (in budget already,
-        else built first) among those within ``NEAR`` of it: it stays first only when it is faster
-        beyond the noise, else the preferred one goes first. One paired timing; without one, ``kept``.
-
-        The ceilings' medians come from one session; two variants a few percent apart swap places from
-        run to run, and the run would recover in, and end at, a different model each time. The fastest
-        displaces the preferred only when faster by ``SETTLE_GAIN`` too: a few rounds can call a
-        small gap "faster beyond the noise" now and then."""
+        """The fastest kept variant, checked side by side against the preferred one among those within ``NEAR`` of it:
+        it stays first only when faster beyond the noise and by ``SETTLE_GAIN``, else the preferred one goes first.
+        Ceilings a few percent apart swap places from run to run; the run must recover in the same variant each time."""
         if len(kept) < 2:
             return kept
         fastest = or_inf(kept[0].ratio(baseline))
@@ -229,10 +212,8 @@ class CeilingStage:
         return [rival, *(v for v in kept if v is not rival)]
 
     def twin_speeds(self) -> None:
-        """Each refined variant (a flow that adds bias correction or a fine-tune after its quant step)
-        takes the speed of its unrefined twin, the same quantization in the flow without those steps:
-        they change weights and biases, never the graph, so building and timing it as a ceiling of its
-        own only costs time. The recover stage builds one when it tries it."""
+        """Each refined variant (bias correction or fine-tune after the quant step) takes the speed of its unrefined
+        twin: those steps never change the graph, so timing it would only cost time."""
         for variant in self.shared.refined:
             twin_flow = unrefined_flow(self.run.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
             suffix = variant.label.split(": ", 1)[-1]
@@ -279,10 +260,9 @@ class CeilingStage:
     def _companions(
         self, variants: list[Variant], reference: int | None, offset: int
     ) -> tuple[list[tuple[Point, tuple[str, ...]]], list[tuple[int, int]]]:
-        """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings'
-        session when the guess is in budget: the lighter stage times each against it next
-        (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
-        than opening a session, warming and timing the guess again for each. None for the guess's item: it missed or is not timed."""
+        """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings' session when the
+        guess is in budget, so the lighter stage reads those answers rather than timing the guess again. None for the
+        guess's item when it missed or is not timed."""
         if reference is None or self.shared.guess is None:
             return [], []
         lighter = self.latency.lighter_items(self.shared.guess)

@@ -1,32 +1,14 @@
 """The provider axis in the speed-first strategy: every provider's ceilings before any accuracy work.
 
-With ``target.providers`` the execution provider is a parameter of every flow
-(``engine/plan/providers.py``), and the fastest int8 model on one provider need not be the fastest on
-another, and a run whose ceilings were timed on one provider would recover accuracy there
-only. So the ceilings are per provider: each fully quantized variant on
-each provider that can load it (what one cannot is pruned by ``space/providers.py``), timed in the
-one side-by-side session of the ceiling stage together with the original on every other provider.
+With ``target.providers`` the fastest int8 model on one provider need not be the fastest on another, so each fully
+quantized variant is timed on each provider that can load it, in the ceiling stage's one session, with the original on
+every other provider. An original on another provider that met the criterion is a model in budget at no accuracy cost; a
+ceiling that does not beat it by the speed margin is dropped.
 
-The original on another provider that met the criterion (its opening, ``strategy/openings.py``)
-is a model in budget that cost no accuracy. A quantized ceiling that does not beat it by the
-speed margin cannot win, whatever fallback recovers its accuracy, so it is dropped before any
-accuracy evaluation: recovery runs only on providers where a win over the best model known in
-budget is still possible, and where the original on a provider beats every int8 ceiling, nothing
-is recovered and that original is the answer. Generic: it reads the plan's provider step and the
-measured ratios, never a model or a provider name.
-
-Recovery runs in one variant, on one provider; yet the model it finds may be faster on another
-(fp32 groups run better where the runtime fuses them), and a provider may change the numbers. So
-before the latency stage the model in budget is a candidate on every other provider that loads
-its quantization (:meth:`ProviderCeilings.everywhere`): its accuracy measured there, its speed
-judged side by side with the incumbent. Where it misses there, that provider's culprits are found
-by a recovery of its own, each evaluation on that provider, its units ranked by their error as that
-provider runs the quantized model (a kernel one provider runs in int8 another may run in float), and
-each of its trials' stages says so. A provider whose ceiling (the same
-quantization, fully quantized) is surely slower than the incumbent side by side is skipped
-unbuilt -- no fallback can be faster than its ceiling -- and the stop reason says so
-(``drop_slow: false``: none is).
-"""
+Recovery runs in one variant on one provider, yet its model may be faster on another, so before the latency stage the
+model in budget is a candidate on every other provider that loads it (:meth:`ProviderCeilings.everywhere`); where it
+misses there, that provider gets a recovery of its own. A provider whose ceiling is surely slower than the incumbent is
+skipped unbuilt (``drop_slow: false``: none is)."""
 
 from __future__ import annotations
 
@@ -101,9 +83,8 @@ def original_points(problem: SearchProblem) -> list[tuple[str, Point, tuple[str,
 
 
 class ProviderCeilings:
-    """The provider axis: the originals on other providers, timed with the
-    ceilings, the rule that drops a ceiling an original in budget already beats, and the model in
-    budget carried to every provider."""
+    """The provider axis: the originals on other providers, the rule that drops a ceiling an original in budget already
+    beats, and the model in budget carried to every provider."""
 
     def __init__(self, shared: Shared, latency: LatencyStage) -> None:
         self.shared, self.run, self.latency = shared, shared.run, latency
@@ -166,9 +147,8 @@ class ProviderCeilings:
         return final
 
     def carry(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
-        """The model in budget on each provider that loads ``variant``'s quantization, in the axis's
-        order; (base, fallback, variant) of the fastest side by side (ties: the incumbent), or None
-        when one ended the search at its ceiling."""
+        """The model in budget on each provider that loads ``variant``'s quantization; (base, fallback, variant) of the
+        fastest side by side (ties: the incumbent), or None when one ended the search at its ceiling."""
         axis = provider_axis(self.run.problem)
         self.carry_notes = []
         if axis is None or self.run.problem.objective != "latency" or variant is None:
@@ -214,9 +194,8 @@ class ProviderCeilings:
         return best
 
     def _on_provider(self, twin: Variant, base: Point, fallback: dict[str, Any], name: str) -> Step:
-        """(base, fallback) of a model in budget on ``twin``'s provider: the one found elsewhere,
-        evaluated there; else, when it misses there, a recovery of that provider's own (its
-        evaluations there); None when neither is in budget."""
+        """(base, fallback) of a model in budget on ``twin``'s provider: the one found elsewhere, else a recovery of
+        that provider's own; None when neither is in budget."""
         self.run.ctx = twin.ctx
         point = self.run.ctx.with_fallback(base, fallback)
         kept = sum(1 for precision in fallback.values() if precision != "int8")

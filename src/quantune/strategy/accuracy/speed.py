@@ -1,19 +1,9 @@
 """Speed facts for the ``quantune`` strategy: speed ceilings, op-type classes, fallback prices.
 
-A flow can only win if its *fastest fully-quantized variant* (its speed ceiling) beats the
-original: no fallback makes a model faster than quantizing everything. So the strategy first
-times the ceilings -- each quant format and activation type of a static step, the dynamic
-step's default -- as ordinary trials, drops the variants that are not faster than the
-original by a margin, and recovers accuracy only inside the fastest of the rest.
-
-Fallback then goes by grain: op types first (the compute-heavy ones -- Conv, MatMul, Gemm --
-carry the speed; Neural Compressor's capability defaults also quantize Add and Mul, and leave
-the elementwise ops of a decomposed LayerNorm in float), then single groups ordered by harm
-per unit of time given up (sensitivity over ``1 + `` the group's share of the original's kernel
-time: a group that carries all the time must be twice as harmful as a free one to go first --
-sensitivity decides, the price breaks near-ties; a stronger price would push a clearly harmful
-but costly group behind harmless cheap ones).
-"""
+A flow can only win if its fastest fully-quantized variant (its speed ceiling) beats the original: no fallback makes a
+model faster than quantizing everything. Fallback then goes by grain: op types first (the compute-heavy ones carry the
+speed), then single groups ordered by harm per unit of time given up (sensitivity over ``1 +`` the group's share of the
+original's time: sensitivity decides, the price breaks near-ties)."""
 
 from __future__ import annotations
 
@@ -68,14 +58,9 @@ STAND_IN_ROWS = 2  # calibration rows of a static ceiling built only to be timed
 
 
 def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
-    """``point`` calibrated on ``STAND_IN_ROWS`` rows: a model to time ``point``'s ceiling on, or None
-    (its flow does not calibrate, calibrates in a step other than the quant step, or on that few
-    rows already).
-
-    Calibration only moves scales and zero points (the quant pass's ``graph_params`` leave the
-    samples out): the executed graph, and so the speed, is the same; the full calibration is
-    done when a static variant is tried, never for timing alone.
-    """
+    """``point`` calibrated on ``STAND_IN_ROWS`` rows: a model to time ``point``'s ceiling on, or None (its flow does
+    not calibrate in the quant step, or on that few rows already). Calibration only moves scales and zero points, so the
+    speed is the same."""
     from quantune.passes.registry import find_pass
 
     calibrating = []
@@ -94,12 +79,8 @@ def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
 
 
 def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
-    """The flow's fastest-candidate points: every value of the quant pass's ceiling axes (``knobs.ceilings``:
-    a static step's format x activation type, a dynamic step's weight type x pre-optimization), or
-    the defaults. A dynamic step starts from the accuracy defaults too (:func:`nc_defaults`): per-channel
-    weights, 7 bits of them where the CPU's int8 dot products saturate; the screen tries the
-    other values once a first model is in budget.
-    """
+    """The flow's fastest-candidate points: every value of the quant pass's ceiling axes (``knobs.ceilings``), or the
+    defaults, each from the accuracy defaults (:func:`nc_defaults`)."""
     base = ctx.base_point()
     if ctx.dynamic and not ctx.knobs.ceilings:
         return [(base, f"{ctx.flow_name}: {ctx.quant_pass}")]
@@ -130,13 +111,8 @@ def _label(ctx: AccuracyContext, values: Sequence[Any]) -> str:
 
 
 def build_order(ctx: AccuracyContext, point: Mapping[str, Any]) -> int:
-    """Where a variant goes in the ceilings' build order: what is built first is surely timed.
-
-    Static variants first, then the dynamic ones (cheap to build: no calibration), the values
-    the quant pass knows slow (``knobs.built_last``: int8 activations, which on a CPU whose int8
-    dot products saturate run slower than fp32) last: when the stage's time share runs out they
-    are the ones left out.
-    """
+    """Where a variant goes in the ceilings' build order: static first, then dynamic, the values the quant pass knows
+    slow (``knobs.built_last``) last, so those are left out when the time share runs out."""
     if ctx.dynamic:
         return 1
     slow = ctx.knobs.built_last.items()
@@ -149,13 +125,9 @@ SEQUENCE_TYPES = frozenset({"LSTM", "GRU", "RNN", "Attention"})
 
 
 def likeliest(variants: Sequence[Variant]) -> Variant | None:
-    """The ceiling most likely to be both fast and in budget, evaluated before any is timed.
-
-    Neural Compressor's choice: the dynamic flow for a sequence model (an RNN or attention op,
-    or more weighted MatMuls than convolutions), with the values its quant pass knows fastest
-    there (``Pass.fastest``); otherwise the first static variant (the first format and
-    activation type searched). None without variants.
-    """
+    """The ceiling most likely to be both fast and in budget, evaluated before any is timed: Neural Compressor's choice,
+    the dynamic flow for a sequence model with its fastest values (``Pass.fastest``), otherwise the first static
+    variant. None without variants."""
     if not variants:
         return None
     dynamic = [v for v in variants if v.ctx.dynamic]
@@ -176,13 +148,9 @@ def likeliest(variants: Sequence[Variant]) -> Variant | None:
 
 
 def nc_defaults(ctx: AccuracyContext, base: Point) -> Point:
-    """``base`` with Neural Compressor's accuracy defaults where the space searches them:
-    per-channel weights, and 7-bit weights where this CPU's int8 dot products saturate.
-
-    Static too: per-tensor scales can lose what per-channel ones keep, and per-tensor 7-bit
-    weights can break a model: 7 bits only with per-channel scales (a user who fixes per-tensor
-    weights keeps the 8 bits).
-    """
+    """``base`` with Neural Compressor's accuracy defaults where the space searches them: per-channel weights, and 7-bit
+    weights where this CPU's int8 dot products saturate (only with per-channel scales: per-tensor 7-bit weights can
+    break a model)."""
     params, knobs = ctx.quant_params(), ctx.knobs
     start = dict(base)
     channel = ctx.key(knobs.per_channel) if knobs.per_channel else None
@@ -207,11 +175,8 @@ def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
 
 
 def slower_twins(variants: Sequence[Variant], provider: str) -> list[tuple[Variant, Variant, str]]:
-    """(variant, its faster twin among ``variants``, why) for each variant whose quant pass knows
-    its kernels slow where it runs (``Pass.faster_twin``) and whose twin -- the same quantization
-    on the fast kernels -- is a variant too; the speed ceilings skip the slow one (building and
-    timing it would only drop it). A variant on the provider axis runs where its point says; the
-    others on ``provider``."""
+    """(variant, its faster twin among ``variants``, why) for each variant whose quant pass knows its kernels slow where
+    it runs (``Pass.faster_twin``) and whose twin is a variant too: timing it would only drop it."""
     from quantune.passes.registry import find_pass
 
     out = []
@@ -257,11 +222,8 @@ def group_cost(group: Group, costs: Mapping[str, float]) -> float:
 
 
 def priced(scored: Sequence[tuple[Group, float]], costs: Mapping[str, float]) -> list[tuple[Group, float]]:
-    """Groups by harm per unit of time given up: sensitivity / (1 + time share), highest first.
-
-    Falling back a cheap op costs almost nothing, a heavy one a lot; when two groups are
-    about as sensitive, the cheap one goes to float first. Without a profile, sensitivity alone.
-    """
+    """Groups by harm per unit of time given up: sensitivity / (1 + time share), highest first; without a profile,
+    sensitivity alone."""
     if not costs:
         return list(scored)
     order = {group.name: index for index, (group, _) in enumerate(scored)}
@@ -288,9 +250,8 @@ def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def coarse_costs(problem: SearchProblem) -> dict[str, float]:
-    """Each node's share of the original's time, in steps of 25%: shares move a few % from run to run,
-    and the orders taken from them (bisection ranks, groups added back, the prune) must not, so the
-    same run twice tries the same trials. Only a latency run prices groups by time."""
+    """Each node's share of the original's time, in steps of 25%: shares move from run to run, and the orders taken from
+    them must not. Only a latency run prices groups by time."""
     costs = problem.node_costs if problem.objective == "latency" else None
     return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
 
