@@ -1,6 +1,5 @@
-"""The fixed rules the speed ceilings are judged and ordered by: which ratios are one speed, which
-ceiling goes first, when a paired timing's gain is clear. Decisions on timings follow these rules
-and not the noise, so that the same run twice recovers in the same variant."""
+"""The fixed rules the speed ceilings are judged and ordered by, so that the same run twice recovers in the same variant
+rather than following the noise."""
 
 from __future__ import annotations
 
@@ -20,19 +19,16 @@ UNSURE = 0.03
 
 
 def clearly_faster(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing's candidate is faster beyond the noise and, by its median, by
-    ``SETTLE_GAIN``: what one of two candidates both worth trying needs to go before the preferred one
-    (a decision at the paired test's own 2% line flips for a pair 1-2% apart)."""
+    """Whether a paired timing's candidate is faster beyond the noise and, by its median, by ``SETTLE_GAIN``: what a
+    candidate needs to go before the preferred one."""
     return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
 
 
 def ties_to_the_earlier(
     kept: list[Variant], baseline: float | None, order: dict[int, tuple[int, int]]
 ) -> list[Variant]:
-    """``kept`` (fastest first) with variants whose ratios are within ``TIE`` of the fastest left taken
-    in a fixed ``order`` (one evaluated in budget already, then build order): which of two variants
-    one speed apart comes first must not follow the timing noise, or the same run twice recovers
-    in different variants and ends at different models."""
+    """``kept`` (fastest first) with variants within ``TIE`` of the fastest taken in a fixed ``order``, so which of two
+    variants one speed apart comes first does not follow the noise."""
     rest, out = list(kept), []
     while rest:
         best = or_inf(rest[0].ratio(baseline))
@@ -44,10 +40,8 @@ def ties_to_the_earlier(
 
 
 def not_surely_slower(variant: Variant, others: list[Variant], baseline: float | None) -> list[Variant]:
-    """The variants of ``others`` whose ceiling is faster than ``variant``'s or within ``NEAR`` above it
-    (may be one speed: one session's medians of the same two ceilings spread wider than ``TIE``):
-    the fixed order may have put them after it on a gain the noise could not settle, and the same
-    fallback may be faster there (its float islands cost Q/DQ pairs that differ by format)."""
+    """The variants of ``others`` whose ceiling is faster than ``variant``'s or within ``NEAR`` above it: the fixed
+    order may have put them after it on a gain the noise could not settle."""
     mine = variant.ratio(baseline)
     if mine is None:
         return []

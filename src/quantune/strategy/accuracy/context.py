@@ -1,25 +1,13 @@
 """What accuracy-driven strategies know about the flow and the model, and how they write points.
 
-Fallback is expressed only through the quant step's own parameters, read from its pass's
-``knobs`` trait, so nothing new is needed downstream: a group kept in fp32 puts its node names
-in the parameter that excludes nodes, a group kept in int16 puts its activations in the one
-that overrides tensor types (static QDQ only).
+Fallback is expressed only through the quant step's own parameters, read from its pass's ``knobs`` trait: a group kept
+in fp32 puts its nodes in the parameter that excludes nodes, one kept in int16 its activations in the one that overrides
+tensor types. The quant step is the first step whose pass quantizes, in the first flow that has one or the one named by
+the ``flow`` option; for a dynamic step each weight it touches is a group.
 
-The quant step is a step whose pass quantizes (its ``quantizes`` trait: static, or dynamic --
-weights only, each weight it touches a group): the strategies tune the first flow that has
-one, or the flow named by the ``flow`` option. For a dynamic step the
-groups are the nodes ``quantize_dynamic`` touches (MatMuls with constant weights, embedding
-Gathers), each alone; shape-only groups (Reshape, Transpose, ...) are never candidates.
-
-User constraints (Neural Compressor's ``op_type_dict`` / ``op_name_dict``) come from the
-strategy options and from the step's fixed parameters:
-
-* ``fp32_op_types`` / ``fp32_nodes``: always kept in fp32 (never quantized);
-* ``int8_op_types`` / ``int8_nodes``: never fallen back (always quantized);
-* ``precisions``: the fallback precisions to use, in order of preference (default
-  ``["fp32"]``; ``["int16", "fp32"]`` tries int16 activations first, QDQ only);
-* the step's fixed op types to quantize and nodes to exclude hold as well.
-"""
+User constraints (Neural Compressor's ``op_type_dict`` / ``op_name_dict``): ``fp32_op_types`` / ``fp32_nodes`` are never
+quantized, ``int8_op_types`` / ``int8_nodes`` never fallen back, ``precisions`` orders the fallback precisions (default
+``["fp32"]``); the step's fixed parameters hold as well."""
 
 from __future__ import annotations
 
@@ -39,9 +27,8 @@ from quantune.strategy.options import AccuracyOptions, options_as
 
 
 def quantizes(pass_name: str | None) -> str | None:
-    """The pass's ``quantizes`` trait: "static", "dynamic" (its groups are the weights it touches,
-    each alone: no activation ranges, no int16) or None. A flow's quant step is its first
-    step whose pass quantizes."""
+    """The pass's ``quantizes`` trait: "static", "dynamic" (groups are single weights: no activation ranges, no int16)
+    or None."""
     found = find_pass(pass_name)
     return found.quantizes if found is not None else None
 

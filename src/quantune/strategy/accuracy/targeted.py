@@ -1,27 +1,11 @@
 """Targeted recovery: the worst units get a cheap fix in int8 before any of them goes to fp32.
 
-A unit moved to fp32 gives up its int8 speed; most of what breaks a per-tensor int8 model
-sits in a few layers (a conv whose output channels differ in range by orders of magnitude,
-a decode head's box and score channels in one weight). Two fixes keep such a layer int8 and
-the graph as fast as the fully quantized one:
-
-* **per-channel weights on just those layers** (the quant pass's ``knobs.channel_nodes``, a
-  ``TensorQuantOverrides`` axis): one scale per output channel instead of one per layer; in the
-  variant's own flow, so it needs no refining flow in the config (the config ``quantune init``
-  writes has none);
-* **fast fine-tuning of just those layers** (``fast_finetune.nodes``, AdaRound/AdaQuant), when a
-  flow refines the quant step with ``fast_finetune``: a fit of the few worst layers, not of all.
-
-Before the fallback (:meth:`TargetedStage.stage_targeted`) the fixes go to the ``targeted_units``
-units the sensitivity ranks worst (an option), all at once: one trial each, a meeting one ends the
-accuracy recovery with every unit int8. After the fallback
-(:meth:`TargetedStage.stage_targeted_units`) each unit it put in fp32, the costliest first, goes
-back to int8 with per-channel weights and stays so when the model still meets (and, in a latency
-run, is not slower side by side). Recorded in
-``learned()['recovered']`` (``stage: targeted``) for the precision map. A 16-bit activation rung
-is not tried here: onnxruntime's CPU provider has no 16-bit Conv/MatMul kernels, so such a unit
-runs DQ -> float op -> Q, slower than leaving it fp32 (``precisions: [int16, fp32]`` still offers
-it to the prune).
+Most of what breaks a per-tensor int8 model sits in a few layers. Two fixes keep such a layer int8 and the graph as
+fast: per-channel weights on just those layers (``knobs.channel_nodes``, in the variant's own flow), and fast
+fine-tuning of just those layers when a flow refines the quant step with ``fast_finetune``. Before the fallback
+(:meth:`TargetedStage.stage_targeted`) they go to the ``targeted_units`` worst units at once; after it
+(:meth:`TargetedStage.stage_targeted_units`) each unit put in fp32 goes back to int8 with per-channel weights when the
+model still meets. No 16-bit rung here: the CPU provider has no 16-bit Conv/MatMul kernels, so it runs slower than fp32.
 """
 
 from __future__ import annotations
@@ -74,11 +58,8 @@ class TargetedStage:
         self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (recover.py reads it)
 
     def refined_variants(self, variant: Variant) -> list[Variant]:
-        """Kept variants of the flows that add refining steps after ``variant``'s quant step: the
-        same speed class first (its label's "QDQ/uint8"), then the fastest ceilings, cheapest
-        refinement first. Another format counts: bias correction refines QDQ models only, and a
-        refined QDQ model with every unit int8 is as fast as the fastest format's ceiling give or
-        take a few percent, where a unit in fp32 costs more."""
+        """Kept variants of the flows that add refining steps after ``variant``'s quant step: the same speed class
+        first, then the fastest ceilings, cheapest refinement first."""
         ctx = variant.ctx
         steps = ctx.flow[: ctx.flow.index(ctx.quant_step) + 1]
         suffix = variant.label.split(": ", 1)[-1]
@@ -100,10 +81,8 @@ class TargetedStage:
         return [other for _, other in sorted(found, key=lambda item: item[0])]
 
     def recoverable(self, variant: Variant) -> bool:
-        """Whether ``variant``'s miss is close enough for the refining passes: its loss over the budget
-        by at most ``recover_within`` budgets (an option). They mend rounding; a model int8 broke (far over
-        the budget) costs a refined build and an evaluation per try for
-        nothing, time the fallback needs."""
+        """Whether ``variant``'s loss is over the budget by at most ``recover_within`` budgets: refining passes mend
+        rounding, and a model int8 broke would cost builds and evaluations for nothing."""
         within = self.shared.options.recover_within
         tolerable = self.run.problem.tolerable_loss
         if within is None or tolerable is None or tolerable <= 0:
