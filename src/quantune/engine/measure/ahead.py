@@ -1,11 +1,7 @@
-"""The stage workers' side of the builds ahead (engine/measure/prebuild.py): the first guess evaluated
-beside the original's evaluation, and the speed ceilings' models built from one shared list.
-
-Split from prebuild.py, which runs them from the engine's threads: these functions run in the
-stage workers' processes. They share the pass and evaluation caches with the engine, and talk to it
-and to each other through what the engine made and handed them at their start (:class:`GuessLine`,
-:class:`Queue`): a worker waits on them, never on the file system.
-"""
+"""The stage workers' side of the builds ahead (prebuild.py runs them from the engine's threads): the first guess
+evaluated beside the original's evaluation, and the speed ceilings' models built from one shared list. Workers talk to
+the engine and each other through what the engine handed them at their start (:class:`GuessLine`, :class:`Queue`), never
+through the file system."""
 
 from __future__ import annotations
 
@@ -25,11 +21,9 @@ GUESS_BUILDS = "builds"  # the guess's word when it is in budget and its worker 
 
 @dataclass(frozen=True)
 class GuessLine:
-    """The engine's line with the first guess's worker, made by the engine and handed to the worker
-    at its start: the worker says how its guess went (``guess``: ``GUESS_BUILDS``, ``ok`` or
-    ``failed``) and how many models it built (``built``); the engine's stage thread says ``ended``
-    once the worker is gone, so a worker that dies is noticed at once; the engine sets ``go`` once
-    the ceilings are timed. Each side blocks on it; nothing polls."""
+    """The engine's line with the first guess's worker: the worker says how its guess went (``guess``) and how many
+    models it built (``built``); the engine says ``ended`` once the worker is gone and ``go`` once the ceilings are
+    timed. Each side blocks on it; nothing polls."""
 
     reader: Any  # multiprocessing Connection
     writer: Any
@@ -56,19 +50,13 @@ def evaluate_ahead(
     builds: tuple[Items, float | None, Queue] | None = None,
     calibrated: Any = None,
 ) -> tuple[bool, list[bool]]:
-    """In the first guess's stage worker: the guess, then saying so to the engine on ``line`` (its search
-    starts then), then each of ``later`` the same way, beside the builds; (the guess cached, each of ``later`` cached).
+    """In the first guess's stage worker: the guess, said to the engine on ``line``, then each of ``later``; returns
+    (the guess cached, each of ``later`` cached).
 
-    ``builds`` (the ceilings' items, their budget, the queue): when the guess is in budget, ``later``
-    is wanted only if the lighter stage finds it faster, after the ceilings -- so this worker first
-    builds ``later``'s models and takes the first builder's place on the queue (it says
-    ``GUESS_BUILDS``, then ``built`` once its builds are done), then waits until the ceilings are
-    timed (``line.go``, set by the engine) and evaluates ``later``: evaluating it at once, or
-    beside the ceilings' timing, would crowd the cores and slow both. A guess that misses the budget
-    goes on to ``later`` first: the likeliest next model in budget.
-    ``calibrated``: the queue's event saying the ranges are cached, set once a calibrating guess is
-    built -- the other builder quantizes the static ceilings while the guess is measured (it waited
-    for the guess's evaluation, idle)."""
+    With ``builds`` and a guess in budget, ``later`` is wanted only if the lighter stage finds it faster, so the worker
+    builds its models first, then waits for ``line.go`` before evaluating them: an evaluation beside the ceilings'
+    timing would crowd the cores. A guess that misses goes on to ``later`` at once. ``calibrated``: set once a
+    calibrating guess is built, so the other builder may quantize the static ceilings."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)
@@ -92,9 +80,8 @@ ORIGINAL_WAIT_S = 5.0  # the most the guess's worker waits for the original's fi
 
 
 def in_budget(spec: Any, figures: dict[str, float] | None, wait_s: float = ORIGINAL_WAIT_S) -> bool:
-    """Whether a model with ``figures`` (evaluated ahead) meets the run's criterion against the
-    original's metric; False when there are none, or the original's metric is not known within
-    ``wait_s`` (:func:`original_metric`)."""
+    """Whether a model with ``figures`` meets the run's criterion against the original's metric; False when there are
+    none, or the original's metric is not known within ``wait_s``."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.trials.runner import original_metric
 
@@ -114,12 +101,10 @@ def evaluate_first_guess(
     label: str = "first guess",
     built: Any = None,
 ) -> dict[str, float] | None:
-    """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
-    then compared with the original's outputs once they are in the cache (the baseline's stage,
-    beside this one, writes them); the figures land in the evaluation cache, where the trial reads
-    them, and are returned. None when the reference did not come within ``wait_s`` or the model
-    failed (its trial then runs as any other, and says why). ``built``: an event set once the model
-    is built (a calibrating guess's ranges are cached then: the queue's ``calibrated``)."""
+    """In the first guess's stage worker: its model built and measured, then compared with the original's outputs once
+    they are cached; the figures land in the evaluation cache, where the trial reads them. None when the reference did
+    not come within ``wait_s`` or the model failed (its trial then runs as any other). ``built``: set once the model is
+    built."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.measure.baseline import shared_cores
     from quantune.engine.measure.probes import variant_model
@@ -165,8 +150,7 @@ def evaluate_first_guess(
 
 
 class _Reference(threading.Thread):
-    """The original's packed outputs, read once the baseline's stage has cached them (polled: a
-    file the other worker writes, before it times the original), or ``None`` after ``wait_s``."""
+    """The original's packed outputs, polled until the baseline's stage has cached them, or ``None`` after ``wait_s``."""
 
     def __init__(self, runner: Any, wait_s: float) -> None:
         super().__init__(name="quantune-reference", daemon=True)
@@ -195,12 +179,9 @@ class _Reference(threading.Thread):
 
 @dataclass(frozen=True)
 class Queue:
-    """The builds' shared list, worked from both ends by two stage workers (processes), made by the
-    engine (:meth:`open`) and handed to them at their start: each item is claimed by setting its flag
-    in ``claims`` under the array's lock (whoever sets it builds it). The second worker (``reverse``)
-    takes the light items first and a calibrating one only once ``calibrated`` is set -- the ranges
-    are then cached and building is quantizing only --, so two processes never calibrate at once
-    (the calibration's memory bound is per process)."""
+    """The builds' shared list, worked from both ends by two stage workers: each item is claimed by setting its flag in
+    ``claims`` under the array's lock. The second worker (``reverse``) takes a calibrating item only once ``calibrated``
+    is set, so two processes never calibrate at once (the calibration's memory bound is per process)."""
 
     claims: Any  # multiprocessing Array of flags
     calibrated: Any  # multiprocessing Event
@@ -230,8 +211,8 @@ class Queue:
         return bool(self.calibrated.wait(None if deadline is None else max(0.0, deadline - time.perf_counter())))
 
     def take(self, deadline: float | None = None) -> Iterator[int]:
-        """The indices this worker builds, in its order, each claimed first (a calibrating one, in the
-        second worker, once ``calibrated`` is set; none after ``deadline`` while waiting for it)."""
+        """The indices this worker builds, in its order, each claimed first (a calibrating one, in the second worker,
+        once ``calibrated`` is set)."""
         for index in self.order():
             if self.reverse and self.heavy[index] and not self.wait_calibrated(deadline):
                 return
@@ -247,10 +228,8 @@ class Queue:
 def build_variants(
     spec: Any, items: Items, budget_s: float | None, profile: bool = True, queue: Queue | None = None
 ) -> int:
-    """In the stage worker: each point's model through the pass cache (as the ceiling stage's
-    ``time_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built.
-    ``queue``: only the items this worker claims, in its order. ``profile``: then also the
-    original's node profile."""
+    """In the stage worker: each point's model through the pass cache until ``budget_s`` is spent (at least one); how
+    many were built. ``queue``: only the items this worker claims. ``profile``: also the original's node profile."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.measure.probes import measure_profile, variant_model
 
@@ -282,8 +261,7 @@ def build_variants(
 
 
 def load_shapes_ahead(spec: Any, points: list[Mapping[str, Any]]) -> None:
-    """Starts loading onnxruntime's symbolic shape inference in a thread of this worker when a step
-    of ``points`` needs it (:func:`needs_symbolic_shapes`; prepare.shapes.load_in_background)."""
+    """Starts loading symbolic shape inference in a thread when a step of ``points`` needs it."""
     from quantune.prepare.shapes import load_in_background
 
     if needs_symbolic_shapes(points, step_passes(spec)):
@@ -291,11 +269,9 @@ def load_shapes_ahead(spec: Any, points: list[Mapping[str, Any]]) -> None:
 
 
 def needs_symbolic_shapes(points: Iterable[Mapping[str, Any]], step_passes: Mapping[str, str]) -> bool:
-    """Whether a step of one of ``points`` runs a pass that says its values need onnxruntime's
-    symbolic shape inference (``Pass.needs_symbolic_shapes``); ``step_passes``: each step's pass
-    name where it is not the step's own name. Read from the points' own values before the run is
-    set up (a value the config fixes is not in them: that worker loads it at its first use).
-    """
+    """Whether a step of one of ``points`` runs a pass whose values need symbolic shape inference
+    (``Pass.needs_symbolic_shapes``); ``step_passes``: each step's pass name where it is not the step's name. A value
+    the config fixes is not in the points: that worker loads it at first use."""
     from quantune.passes.registry import find_pass
 
     for point in points:
@@ -323,8 +299,7 @@ LIGHT_ROWS = 8  # a calibration on at most this many rows is light (a ceiling's 
 
 
 def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any] | None = None) -> bool:
-    """Whether ``flow`` (at ``point``) calibrates on more than ``LIGHT_ROWS`` rows (static
-    quantization: heavy, memory bounded per process)."""
+    """Whether ``flow`` calibrates on more than ``LIGHT_ROWS`` rows (heavy, memory bounded per process)."""
     from quantune.passes.registry import get_pass
 
     for step in flow:
@@ -341,9 +316,8 @@ def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any]
 
 @contextlib.contextmanager
 def _sessions_without_spinning() -> Iterator[None]:
-    """In the builds' worker: onnxruntime sessions (calibration's) whose idle threads sleep rather
-    than spin, so the builds take no more of the machine than their work while the original is
-    evaluated beside them. Spinning changes no figure, only how threads wait."""
+    """Sessions whose idle threads sleep rather than spin, so the builds take no more of the machine than their work
+    while the original is evaluated beside them."""
     import onnxruntime as ort
 
     original = ort.InferenceSession

@@ -1,17 +1,9 @@
 """The last word on latency: the best candidates and the original, timed side by side.
 
-During the search each model is timed once, when its trial ends, while other work shares
-the machine (workers starting up, other trials' accuracy runs, other programs). A drift of
-a few percent between those moments can crown the wrong model, and a baseline timed while
-workers were importing onnxruntime inflates every speed-up. So a latency run ends by timing
-its ``top`` best distinct models and the original again, interleaved round by round, and
-chooses and reports on those figures. The search-time figure stays in ``latency_search_ms``.
-
-The same rounds decide the verdict: each candidate's per-round time over the original's in
-that round is a paired ratio, and only a candidate whose ratio's confidence interval lies
-below 1 is faster (see ``evaluate/paired.py``). The raw rounds are not kept; each re-timed
-model's ratio median and interval are (``latency_confirmation.ratios``).
-"""
+During the search each model is timed once while other work shares the machine, and a drift of a few percent can crown
+the wrong model. So a latency run ends by timing its ``top`` best distinct models and the original again, interleaved
+round by round, and chooses and reports on those figures (the search-time figure stays in ``latency_search_ms``). Only a
+candidate whose paired ratio's confidence interval lies below 1 is faster (``evaluate/paired.py``)."""
 
 from __future__ import annotations
 
@@ -96,18 +88,13 @@ def confirm_latency(
     deadline: float | None = None,
     prefer: int | None = None,
 ) -> Confirmation | None:
-    """Re-times the ``top`` fastest distinct candidates (meeting the criterion, quantizing
-    something) with the original, updating their figures and the baseline's in place, and
-    measuring each one's paired ratio to the original. ``None`` when there is no candidate.
+    """Re-times the ``top`` fastest distinct candidates with the original, updating their figures and the baseline's in
+    place, with each one's paired ratio to the original. ``None`` when there is no candidate.
 
-    ``budget_s`` bounds the re-timing (estimated from the search-time figures): on a large
-    model, fewer interleaved rounds (at least 5) rather than minutes of timing, and no round
-    starts once it is spent (after those 5). ``deadline`` (``time.perf_counter()``) is the run's
-    hard end instead: no round starts after it, whatever ran (the caller judges too few rounds).
-    The rounds also stop once more of them would not change the verdict (:func:`verdict_settled`).
-    ``prefer``: the trial the strategy settled on (:meth:`Strategy.answer`), re-timed as the stable
-    contender and given the tie.
-    """
+    ``budget_s`` bounds the re-timing (fewer rounds, at least 5, rather than minutes on a large model); ``deadline`` is
+    the run's hard end, past which no round starts. The rounds stop once more would not change the verdict
+    (:func:`verdict_settled`). ``prefer``: the trial the strategy settled on, re-timed as the stable contender and given
+    the tie."""
     feasible, chosen, stable = _choose(records, top, prefer)
     if not chosen:
         return None
@@ -155,13 +142,9 @@ def confirm_latency(
 
 
 def verdict_settled(timings: np.ndarray) -> bool:
-    """Whether more rounds would not change what the confirmation decides (rows: the original, then
-    the candidates): each candidate surely faster than the original beyond ``MIN_GAIN`` or surely
-    not, and each other candidate surely behind the fastest by more than ``MIN_GAIN`` or surely not
-    (the tie rule, :func:`_ties`). "Surely" at ``SETTLED_CONFIDENCE``, stricter than the verdict's own
-    interval, because the rule is asked again every few rounds: a re-timing that stops here would
-    have reached the same verdict at its full length, except by a chance below ``1 - CONFIDENCE``.
-    A model at 0.45x the original's time settles at the 10th round instead of timing 50."""
+    """Whether more rounds would not change what the confirmation decides: each candidate surely faster than the
+    original beyond ``MIN_GAIN`` or surely not, and surely behind the fastest or not. "Surely" at
+    ``SETTLED_CONFIDENCE``, stricter than the verdict's own, because the rule is asked again every few rounds."""
     if not all(decided(timings, 1.0 - MIN_GAIN, confidence=SETTLED_CONFIDENCE)):
         return False
     if len(timings) < 3:
@@ -172,10 +155,8 @@ def verdict_settled(timings: np.ndarray) -> bool:
 
 
 def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
-    """The trials tied with the fastest re-timed model: the paired ratio of each model to the
-    fastest one, round by round, does not put the fastest ahead beyond the noise (its interval's
-    lower end at most ``1 / (1 - MIN_GAIN)``, the latency stage's rule). Two QDQ models that differ
-    only in int8/uint8 weights swap places from run to run on the noise alone."""
+    """The trials tied with the fastest re-timed model: their paired ratio to it does not put the fastest ahead beyond
+    the noise (the latency stage's rule)."""
     if not confirmed:
         return []
     fastest = min(confirmed, key=lambda r: (r.metrics["latency_ms"], r.number))
@@ -191,18 +172,13 @@ def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
 def _choose(
     records: list[TrialRecord], top: int, prefer: int | None = None
 ) -> tuple[list[TrialRecord], list[str], int | None]:
-    """The candidates that can be re-timed, fastest first, the ``top`` distinct models to re-time,
-    and the stable contender's trial number (None when there is none).
+    """The candidates that can be re-timed, fastest first, the ``top`` distinct models to re-time, and the stable
+    contender's trial number (None when there is none).
 
-    Trials that run the same executed graph (:func:`speed_class`: only calibration settings differ)
-    are one contender: its search-time figure is the median of theirs (one timing each, beside other
-    work, is noise), and its model the most accurate of them, then the earliest. The contenders go
-    fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
-    second place, and the contender of trial ``prefer`` (the model the strategy settled on by paired
-    timing, its ``answer``) is re-timed too, in one more place when it is not among them: the tie
-    rule's stable contenders (outcome/verdict.py): where several in-budget models are within a few percent,
-    which of them are re-timed would otherwise follow the search-time noise, and the same run
-    twice would end at different models."""
+    Trials with one executed graph (:func:`speed_class`) are one contender: the median of their search-time figures, the
+    most accurate, then earliest, of their models. The earliest contender within ``SEARCH_NOISE`` of the fastest takes
+    the second place, and ``prefer``'s contender is re-timed too, so which models are re-timed does not follow the
+    search-time noise."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
@@ -244,10 +220,8 @@ def _choose(
 
 
 def speed_class(record: TrialRecord) -> tuple[Any, ...]:
-    """What decides a trial's executed graph: its flow, its session settings and each parameter
-    its pass declares as changing the graph (the ``graph_params`` trait; a pass that declares none,
-    or a name no pass answers to: every parameter). Trials of one class differ only in values
-    (calibration, scales), not in what runs."""
+    """What decides a trial's executed graph: its flow, its session settings and each parameter its pass declares as
+    changing the graph (``graph_params``; none declared, or an unknown pass: every parameter)."""
     from quantune.passes import get_pass
 
     kept = []
@@ -280,15 +254,13 @@ def retiming_plan(
 
 
 def retiming_warmup(warmup: int, seconds: float, models: int, round_s: float) -> int:
-    """The warm-up passes a re-timing of ``models`` models runs at ``round_s`` a round (``warmup``,
-    ``seconds``: the config's): at most two, cut by the config's share like any timing's -- a heavy
-    model's second pass costs a round and warms nothing more. What the run keeps for it counts these."""
+    """The warm-up passes a re-timing of ``models`` models runs at ``round_s`` a round: at most two, cut by the config's
+    share like any timing's."""
     return warmup_passes(min(warmup, 2), seconds * models, round_s)
 
 
 def _timed_as(model: str | Path) -> tuple[str, dict[str, Any] | None]:
-    """What timing ``model`` runs: its bytes (external data included) and the session settings beside it;
-    two models alike in both are one model, whatever their file names (as in engine/measure/paired_timing.py)."""
+    """What timing ``model`` runs: its bytes and the session settings beside it; two models alike in both are one model."""
     return files_sha256(model, external_data_files(model)), read_session_settings(model)
 
 
@@ -299,9 +271,8 @@ def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
 
 
 def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
-    """(warm-up, timed) rounds for a re-timing where one round of every model takes ``round_s``:
-    the config's ``repeats`` (at least ``VERDICT_ROUNDS``) when they fit ``budget_s``, else as
-    many as fit, at least 5."""
+    """(warm-up, timed) rounds for a re-timing where one round takes ``round_s``: the config's ``repeats`` (at least
+    ``VERDICT_ROUNDS``) when they fit ``budget_s``, else as many as fit, at least 5."""
     warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
     if budget_s is None:
         return warmup, repeats

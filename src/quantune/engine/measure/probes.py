@@ -1,11 +1,8 @@
 """What the engine adds to a :class:`SearchProblem` for accuracy-driven strategies: facts and probes.
 
-Strategies never touch files or run models; here the engine turns its run context and plan
-into what they may ask: the model's quantization capability (its groups, per op-type and
-mode), each step's pass and fixed parameters, and functions that measure -- the sensitivity
-analysis, speed ceilings timed side by side, the original's per-node profile. stages.py runs
-the measuring ones in workers.
-"""
+Strategies never touch files or run models; here the engine turns its run context and plan into what they may ask: the
+model's quantization capability, each step's pass and fixed parameters, and functions that measure. stages.py runs the
+measuring ones in workers."""
 
 from __future__ import annotations
 
@@ -39,11 +36,8 @@ log = logging.getLogger("quantune.strategy")  # the strategies' log: these probe
 def accuracy_fields(
     context: Any, plan: Any, options: StrategyOptions | Mapping[str, Any] | None = None, isolation: Any = None
 ) -> dict[str, Any]:
-    """SearchProblem fields from the engine's ``RunContext`` and ``Plan`` (duck-typed).
-
-    ``isolation`` (the engine's ``executors.stage.Isolation``) runs the sensitivity analysis
-    in a worker process; without it, it runs in this process.
-    """
+    """SearchProblem fields from the engine's ``RunContext`` and ``Plan`` (duck-typed). ``isolation``: runs the
+    sensitivity analysis in a worker process."""
     step_passes = {step_id: step.pass_cls.name for step_id, step in plan.steps.items()}
     step_classes = {step_id: step.pass_cls for step_id, step in plan.steps.items()}
     step_fixed = {step_id: dict(step.fixed) for step_id, step in plan.steps.items()}
@@ -52,14 +46,9 @@ def accuracy_fields(
     capabilities: dict[tuple[tuple[str, ...] | None, str], ModelCapability] = {}
 
     def capability(op_types: Sequence[str] | None, mode: str, upstream: Sequence[str] = ()) -> ModelCapability:
-        """The groups of the model the quant step reads, for ``op_types`` and ``mode``.
-
-        That is the model trials start from (the prepared one), unless a step before the quant
-        step (``upstream``) rewrites the graph -- transformer fusion, graph optimization,
-        weight-only MatMulNBits -- when it is that step's output at its default values: a
-        fallback must name nodes the quantizer sees (an unfused MatMul's name is gone after
-        fusion, and excluding it would change nothing).
-        """
+        """The groups of the model the quant step reads, for ``op_types`` and ``mode``: the prepared model, or the
+        output of a graph-rewriting step before it at its default values, since a fallback must name nodes the quantizer
+        sees."""
         steps = tuple(upstream) if any(_trait(step_classes, s, "restructuring") for s in upstream) else ()
         key = (tuple(op_types) if op_types is not None else None, mode, steps)
         if key not in capabilities:
@@ -129,8 +118,7 @@ def accuracy_fields(
         reference_flow: tuple[str, ...],
         limit: float | None = None,
     ) -> Mapping[str, Any] | None:
-        """One model timed against another side by side (engine/measure/paired_timing.py); None when it fails.
-        ``limit``: the run's hard end (``time.perf_counter()``), no round past it."""
+        """One model timed against another side by side; None when it fails. No round past ``limit``."""
         from quantune.engine.measure.paired_timing import paired_latency as timed
 
         try:
@@ -157,15 +145,14 @@ CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the ori
 
 
 def _trait(step_classes: Mapping[str, Any], step: str, trait: str) -> Any:
-    """A trait of the step's pass (None for an unknown step): ``restructuring`` passes' output
-    graph has other nodes than their input, so the quant step's groups come from their output."""
+    """A trait of the step's pass (None for an unknown step)."""
     cls = step_classes.get(step)
     return getattr(cls, trait) if cls is not None else None
 
 
 def _quant_input(context: Any, plan: Any, steps: tuple[str, ...]) -> Any:
-    """The model a quant step after ``steps`` (at their default values) reads: the start model
-    when there are none, or when running them fails (then the trials say why)."""
+    """The model a quant step after ``steps`` (at their default values) reads: the start model when there are none, or
+    when running them fails."""
     if not steps:
         return context.start.path
     try:
@@ -233,17 +220,10 @@ def time_ceilings(
     pairs: Sequence[tuple[int, int]] = (),
     anchor: int | None = None,
 ) -> list[float | None]:
-    """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
-    the original in one interleaved session that stops once each ratio is surely on one side of
-    ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time`);
-    the median paired ratios. ``pairs`` (item, reference item): companions timed in the same rounds
-    until their ratio to the reference is decided; each answer goes where a paired timing of the two
-    models reads it (:func:`~quantune.engine.measure.paired_timing.pair_key`), as does every two ceilings'.
-    ``anchor`` (an item): a model in budget already, which the rounds need not place at the margin.
-
-    No accuracy evaluation: a ceiling's speed decides whether it is worth one, and only the
-    fastest kept variant gets it first.
-    """
+    """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and the original in
+    one interleaved session that stops once each ratio is surely on one side of ``threshold``; the median paired ratios.
+    ``pairs`` (item, reference item): companions timed in the same rounds, their answers stored where a paired timing
+    reads them. ``anchor``: a model in budget already, which the rounds need not place at the margin."""
     started = time.perf_counter()
     deadline = None if not budget_s else started + budget_s
     built: list[tuple[int, Any, str]] = []
@@ -351,9 +331,8 @@ def cached_ceilings(
     pairs: Sequence[tuple[int, int]] = (),
     anchor: int | None = None,
 ) -> list[float | None] | None:
-    """:func:`time_ceilings` here when every point's model is already in the cache (built beside the
-    original's evaluation, engine/measure/prebuild.py): timing alone needs no worker of its own, whose
-    start-up would cost more than the timing. ``None`` when a model is missing (then a stage builds it)."""
+    """:func:`time_ceilings` here when every point's model is already cached: a worker's start-up would cost more than
+    the timing. ``None`` when a model is missing."""
     from quantune.passes.cached import NotCached, only_cached
 
     try:

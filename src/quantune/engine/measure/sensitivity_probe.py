@@ -1,17 +1,10 @@
 """The sensitivity probe a strategy calls: the flow's passes, then a measurement, in a worker.
 
-The engine's, not the evaluation's: it runs passes and stages (orchestration), and calls
-:mod:`quantune.evaluate.sensitivity` only to measure.
-
-The flow's steps up to its quantization run through the artifact cache (with the trials'
-keys, so trials reuse them: :func:`quantune.passes.cached.run_flow_cached`); a static
-quantization is forced to QDQ (the same numbers as QOperator, but every tensor stays
-visible) and measured against the float model before it; a dynamic one is measured from the
-float model alone. Reports are cached under (float model hash, quantized model hash, data
-fingerprint, rows): the quantized model's hash covers the whole quantization config.
-On another provider than the CPU's, the same QDQ model is scored as that provider runs it
-(:func:`run_provider_probe`): the culprits may differ where a kernel runs otherwise there.
-"""
+The steps up to the quantization run through the artifact cache with the trials' keys, so trials reuse them. A static
+quantization is forced to QDQ (the same numbers, every tensor visible) and measured against the float model before it; a
+dynamic one from the float model alone. Reports are cached under the float and quantized models' hashes, the data
+fingerprint and the rows. On another provider the same QDQ model is scored as that provider runs it
+(:func:`run_provider_probe`)."""
 
 from __future__ import annotations
 
@@ -60,8 +53,8 @@ class ProbeJob:
 
 
 def _float_model(job: ProbeJob, cache: ArtifactCache) -> tuple[Callable[..., tuple[Path, str]], Any, Path, str]:
-    """(a runner of flow steps through the artifact cache with the trials' keys, the quant step as
-    (id, pass class, config), the float model it reads and its hash)."""
+    """(a runner of flow steps through the cache, the quant step as (id, pass class, config), the float model it reads
+    and its hash)."""
     index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
 
     def run(steps: list[tuple[str, type, PassConfig]], model: Path, sha: str) -> tuple[Path, str]:
@@ -146,8 +139,7 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
 def run_provider_probe(
     job: ProbeJob, cache: ArtifactCache, provider: str, fingerprint: Any, run_outputs: RunOutputs
 ) -> dict[str, float]:
-    """Each node's score as ``provider`` runs ``job``'s static quantization (QDQ, as :func:`run_probe`
-    measures it): :func:`measure_on_provider`, cached per provider and backend (``fingerprint``)."""
+    """Each node's score as ``provider`` runs ``job``'s static quantization, cached per provider and backend."""
     run, (step_id, pass_cls, config), float_path, float_sha = _float_model(job, cache)
     quant_path, quant_sha = run([(step_id, pass_cls, _qdq(config, pass_cls))], float_path, float_sha)
     key = cache_key(
@@ -179,14 +171,9 @@ MEASURE_BATCH = 8  # rows per run of the measurement, where the model's batch ax
 
 
 def measure_batch(model_path: Path, batch_size: int) -> int:
-    """Rows per batch for the static measurement: up to :data:`MEASURE_BATCH` when every input's
-    first axis is symbolic, else the run's ``batch_size``.
-
-    The measurement re-runs every weighted node alone on what it sees, once per batch: with
-    one row per batch, a deep model's calibration rows make thousands of session runs. Its statistics are kept per row (and summed
-    over rows), so the batching changes the cost, not the scores (capture.plan still cuts the
-    batches to the memory budget).
-    """
+    """Rows per batch for the static measurement: up to :data:`MEASURE_BATCH` when every input's first axis is symbolic,
+    else the run's ``batch_size``. One row per batch would make thousands of session runs on a deep model; statistics
+    are kept per row, so batching changes the cost, not the scores."""
     import onnx
 
     model = onnx.load(str(model_path), load_external_data=False)
@@ -205,11 +192,9 @@ def measure_batch(model_path: Path, batch_size: int) -> int:
 class SensitivityProbe:
     """``probe(point)`` -> node scores for the flow's quantization at ``point``.
 
-    Runs :func:`run_probe` on a slice of the calibration data; the last report is kept in
-    ``last``. With ``isolation`` (the engine's), all of it runs in a worker process under the
-    trial workers' limits: a measurement that dies or runs out of memory is recorded and
-    gives no scores (the strategy then ranks in graph order), and no later point is probed.
-    """
+    Runs :func:`run_probe` on a slice of the calibration data; the last report is kept in ``last``. With ``isolation``
+    it runs in a worker process: a measurement that dies is recorded and gives no scores (the strategy then ranks in
+    graph order), and no later point is probed."""
 
     model_path: Path
     model_sha: str
@@ -232,10 +217,8 @@ class SensitivityProbe:
         return dict(self.report(point).scores)
 
     def on_provider(self, point: Mapping[str, Any], provider: str, backend: Any, threads: int) -> dict[str, float]:
-        """Node scores as ``provider`` runs the quantized model: the CPU provider's by :meth:`__call__`,
-        another's by :func:`run_provider_probe` through ``backend`` (a target environment's too), in
-        this process. A dynamic quantization runs on the CPU provider alone, and a measurement that
-        fails there leaves the CPU provider's ranking standing in (a ranking guides, it decides nothing)."""
+        """Node scores as ``provider`` runs the quantized model, in this process. A dynamic quantization, or a
+        measurement that fails there, keeps the CPU provider's ranking (a ranking guides, it decides nothing)."""
         if provider == CPU or self.dynamic:
             return self(point)
 
