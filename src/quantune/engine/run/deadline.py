@@ -1,22 +1,14 @@
 """``stop.timeout_s`` over the whole run, its end included: the clock, and the end's reserve.
 
-A time limit a user (or a fair bench) sets counts from when quantune started, not from when
-the search began: set-up, model preparation and the original's evaluation take a good part of
-a short limit. The CLI starts the clock at the process's start (:func:`process_started`); the
-Python API when ``tune()`` is called. After the search the run still has two things to do:
-time its best models again side by side with the original (``engine/measure/confirm.py``) and write
-its results and report. So the search stops early enough to leave them room
-(:meth:`EndBudget.reserve_s`: no trial starts whose expected end falls inside it, see
-``RunLoop._would_overrun``), and the re-timing gets what is left of the limit -- fewer rounds
-when time is short. Only when even the fewest do not fit (a trial or stage overran its
-estimate) is it skipped, with the reason in ``results.json``, and the verdict is then
-``unconfirmed``, never ``improved``: ``quantune run`` on the same output confirms it.
+A time limit counts from when quantune started (the CLI: the process's start, :func:`process_started`; the API: when
+``tune()`` is called), not from when the search began. After the search the run still re-times its best models side by
+side and writes its results, so the search stops early enough to leave them room (:meth:`EndBudget.reserve_s`), and the
+re-timing gets what is left. Only when even its fewest rounds do not fit is it skipped, with the reason in
+``results.json``, and the verdict is then ``unconfirmed``, never ``improved``.
 
-Under a short limit the report's drawing is what gives way, not the trials or the re-timing:
-the full page (its Optuna views take seconds) is kept only where it leaves the search the larger
-share, and otherwise the page without those views (``least_report_s``, under a second), so every
-run that ends by itself still writes report.html.
-"""
+Under a short limit the report's drawing gives way, not the trials or the re-timing: the full page is kept only where it
+leaves the search the larger share, else the page without its Optuna views, so every run that ends by itself still
+writes report.html."""
 
 from __future__ import annotations
 
@@ -52,21 +44,19 @@ def end_cost_s(listeners: Sequence[Any]) -> float:
 
 
 def least_end_cost_s(listeners: Sequence[Any]) -> float:
-    """The least the run's listeners take when it ends (``least_end_cost_s`` attributes; one without
-    gives way whole under a short limit): report.html without its parameter views."""
+    """The least the run's listeners take when it ends (``least_end_cost_s`` attributes; one without gives way whole
+    under a short limit)."""
     return sum(float(getattr(listener, "least_end_cost_s", 0.0) or 0.0) for listener in listeners)
 
 
 def write_s(size_bytes: float) -> float:
-    """About what writing results.json and copying the answer's model to best/ takes (the workers are
-    stopped before the confirmation): ``WRITE_S`` at 500 MB, a tenth of a second for a small model."""
+    """About what writing results.json and copying the answer's model to best/ takes: ``WRITE_S`` at 500 MB."""
     return 0.1 + WRITE_S * max(0.0, size_bytes) / 500e6
 
 
 def session_load_s(size_bytes: float) -> float:
-    """About what loading a model of ``size_bytes`` into a session costs before its first round
-    (``SESSION_LOAD_S`` at 100 MB; a 600 KB model loads in milliseconds, and reserving half a second
-    per model for it took a third of a 6 s limit from the search)."""
+    """About what loading a model of ``size_bytes`` into a session costs before its first round: ``SESSION_LOAD_S`` at
+    100 MB (a small model loads in milliseconds)."""
     return 0.05 + SESSION_LOAD_S * max(0.0, size_bytes) / 100e6
 
 
@@ -88,10 +78,9 @@ class TimeBudget:
 
 @dataclass(frozen=True)
 class EndBudget:
-    """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs
-    besides the re-timing: writing the results (``end_s``, always kept), drawing the full report
-    (``report_s``, kept only where it leaves the search the larger share, see :meth:`reserve_s`)
-    and the least report (``least_report_s``, always kept)."""
+    """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs besides the
+    re-timing: writing the results (``end_s``, always kept), the full report (``report_s``, kept only where it leaves
+    the search the larger share) and the least report (``least_report_s``, always kept)."""
 
     timeout_s: float | None
     started: float
@@ -117,10 +106,9 @@ class EndBudget:
         return 0.0 if top <= 0 else models * (self.load_s + (warmup + min_rounds) * baseline_ms / 1000.0)
 
     def reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """What the search leaves for the end, decided once when the search starts: the fewest
-        re-timing rounds and the results' writing always (the confirmation is never what a limit
-        cuts), and the report's drawing when it takes at most half of what the search would then
-        have (under a short limit the search comes first; ``quantune report`` draws the page later)."""
+        """What the search leaves for the end, decided once when the search starts: the fewest re-timing rounds and the
+        results' writing always, and the report's drawing when it takes at most half of what the search would then have.
+        """
         if not self.limited:
             return 0.0
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
@@ -135,9 +123,8 @@ class EndBudget:
         return needed + min(self.least_report_s, self.report_s)
 
     def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
-        """The latest moment the fewest re-timing rounds and the writing still end within the limit:
-        a trial still running then is abandoned (loop.py), not waited for (the tolerance is left for
-        stopping its worker and for a re-timing slower than its estimate)."""
+        """The latest moment the fewest re-timing rounds and the writing still end within the limit: a trial still
+        running then is abandoned, not waited for."""
         if not self.limited:
             return None
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
@@ -159,10 +146,8 @@ class EndBudget:
         return self.report_s > 0 and self.report_s <= (self.left_s() - needed_s) / 2
 
     def retiming_budget(self, wanted_s: float, minimum_s: float, models: int) -> tuple[float | None, str]:
-        """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when the
-        fewest rounds (``minimum_s``, sessions' loads excluded) do not fit what is left of the limit
-        and its 5% tolerance. The re-timing comes before the report: the full report gives way first,
-        then the least one."""
+        """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when its fewest rounds do not fit
+        what is left of the limit and its 5% tolerance. The re-timing comes before the report."""
         if not self.limited:
             return wanted_s, ""
         loads = models * self.load_s

@@ -1,9 +1,6 @@
-"""A process executor's trial workers started before the output folder is claimed.
-
-They build the run (imports, the model, the data) while the original is evaluated, not after it
-(0.3-0.6 s before the first trial), logging to a scratch folder until the run takes them
-(``ProcessExecutor.move_logs``); a run that fails before that stops them and removes the folder.
-"""
+"""A process executor's trial workers started before the output folder is claimed, so they build the run while the
+original is evaluated. They log to a scratch folder until the run takes them; a run that fails before that stops them
+and removes the folder."""
 
 from __future__ import annotations
 

@@ -1,13 +1,9 @@
 """The run's end after the search: the side-by-side confirmation, or why there is none.
 
-A latency answer is only ``improved`` once its candidate was timed side by side with the
-original (``engine/measure/confirm.py``); the search's own figures drift by more than the gains they
-would crown. So the end re-times within what ``stop.timeout_s`` left (the search kept it,
-``deadline.py``), and when it cannot -- the run was stopped first, the limit was overrun, the
-re-timing failed, or the config turns it off -- it says why in words the verdict quotes
-(``unconfirmed``, see outcome/verdict.py), and how to confirm: ``quantune run`` on the same output
-replays the finished trials from the run store and runs the confirmation.
-"""
+A latency answer is only ``improved`` once its candidate was timed side by side with the original: the search's own
+figures drift by more than the gains they would crown. When the end cannot re-time (stopped first, limit overrun,
+re-timing failed or turned off) it says why in words the verdict quotes, and how to confirm: ``quantune run`` on the
+same output replays the finished trials and runs the confirmation."""
 
 from __future__ import annotations
 
@@ -29,9 +25,8 @@ RERUN = "`quantune run` with the same config on the same output confirms it"
 
 @dataclass
 class Ending:
-    """What the end did: the confirmation (or ``None``), why the re-timing was skipped (``""``: it
-    was not), why the answer stays unconfirmed (``""``: it does not), and the stop reason's additions (or, after a
-    signal, the stop reason itself)."""
+    """What the end did: the confirmation (or ``None``), why the re-timing was skipped, why the answer stays unconfirmed
+    (``""``: it does not), and the stop reason's additions (after a signal, the stop reason itself)."""
 
     confirmation: Confirmation | None = None
     skipped: str = ""
@@ -48,9 +43,8 @@ class Ending:
 
 
 def retimes(objectives: Sequence[str], confirm_top: int) -> str:
-    """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why
-    not (a latency run's answer then stays ``unconfirmed``). Every executor's trials are timed on
-    the engine's machine (a Ray worker's model is timed there again), so every one can confirm."""
+    """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why not. Every
+    executor's trials are timed on the engine's machine, so every one can confirm."""
     if not objectives or objectives[0] != "latency":
         return "its objective is not latency"
     if confirm_top <= 0:
@@ -77,10 +71,8 @@ def confirm_end(
     stop_reason: str,
     prefer: int | None = None,
 ) -> Ending:
-    """Re-times the ``top`` best candidates with the original within what is left of the limit
-    (at most a tenth of the run so far, at least 3 s: a few interleaved rounds suffice), or the best
-    alone where only its fewest rounds fit (what the search kept: a heavy model's); ``prefer``:
-    the strategy's own answer (:meth:`~quantune.strategy.Strategy.answer`), the stable contender."""
+    """Re-times the ``top`` best candidates with the original within what is left of the limit, or the best alone where
+    only its fewest rounds fit; ``prefer``: the strategy's own answer, the stable contender."""
     if stop_reason.startswith("interrupted"):
         return Ending(unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}")
     try:

@@ -1,13 +1,8 @@
 """One run from config to result, as a short list of phases.
 
-The engine knows neither ONNX nor Optuna. Each phase is a function in a module with one job:
-the opening (opening.py: the run's parts, identity and strategy, then the original checked and
-the output folder claimed), the original's figures (original.py), the search (search_phase.py:
-the end's budget, then the loop that asks the strategy and tells it what the executor ran), the
-confirmation (ending.py: the best candidates re-timed side by side), and the outcome
-(outcome.py: the verdict gathered into a Result, then written). On Ctrl-C the loop stops
-asking, running trials are abandoned and what finished is written.
-"""
+The engine knows neither ONNX nor Optuna. Each phase is a function in a module with one job: the opening (opening.py),
+the original's figures (original.py), the search (search_phase.py), the confirmation (ending.py) and the outcome
+(outcome.py). On Ctrl-C the loop stops asking, running trials are abandoned and what finished is written."""
 
 from __future__ import annotations
 

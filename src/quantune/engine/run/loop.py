@@ -1,11 +1,8 @@
 """The run loop: ask -> execute -> evaluate -> tell -> record -> stop?
 
-It keeps up to ``executor.capacity`` trials in flight, replays a stored run's finished trials
-instead of running them again (see resume.py), skips proposals that share a known failure,
-stops before a trial that would end inside the end's reserve (the side-by-side confirmation and
-the results: deadline.py), abandons a trial still running when only that reserve is left, and
-on Ctrl-C stops asking and lets the engine write what finished.
-"""
+It keeps up to ``executor.capacity`` trials in flight, replays a stored run's finished trials (resume.py), skips
+proposals that share a known failure, stops before a trial that would end inside the end's reserve, abandons a trial
+still running when only that reserve is left, and on Ctrl-C stops asking."""
 
 from __future__ import annotations
 
@@ -90,13 +87,8 @@ class Judge:
 
 
 class RunLoop:
-    """One run's ask/tell loop and its bookkeeping.
-
-    It knows the run only through what it is given -- the plan (flows, pass configs), the
-    criterion and objectives that judge a record, the stop conditions and its time budget, the
-    listeners -- whole, from its constructor, so it can be read, and tested, without the engine
-    that builds it (Optuna: ``_optimize.py`` under ``study.py``).
-    """
+    """One run's ask/tell loop and its bookkeeping. It knows the run only through what its constructor is given, so it
+    can be read, and tested, without the engine that builds it."""
 
     # a miss is left untimed where the strategy reads nothing of its speed (False: every trial timed)
     untimed_misses: bool = True
@@ -118,10 +110,9 @@ class RunLoop:
         evaluated_ahead: Sequence[tuple[dict, tuple[str, ...]]] = (),
         wait_ahead: Callable[[dict, tuple[str, ...], float | None], bool] | None = None,
     ) -> None:
-        """``check_inputs`` raises when an input changed under the run (trials/identity.py): a trial's
-        record is then not kept. ``evaluated_ahead`` are the (point, flow) pairs already in the cache (a
-        first guess evaluated beside the original, measure/prebuild.py); ``wait_ahead`` waits for one
-        still being evaluated ahead."""
+        """``check_inputs`` raises when an input changed under the run: a trial's record is then not kept.
+        ``evaluated_ahead``: the (point, flow) pairs already in the cache; ``wait_ahead`` waits for one still being
+        evaluated ahead."""
         self.judge = judge
         self.plan = plan
         self.stop = stop
@@ -260,18 +251,12 @@ class RunLoop:
         return True
 
     def _would_overrun(self, flow: tuple[str, ...]) -> bool:
-        """Whether a new trial of ``flow`` is expected to end after ``stop.timeout_s``.
+        """Whether a new trial of ``flow`` is expected to end after ``stop.timeout_s``, or inside the end's reserve, or
+        when it would have to be abandoned.
 
-        The expectation is the mean duration of the finished trials of the same flow (of all
-        trials when the flow has none yet), plus the run's own work per trial outside the
-        trials (sampling, a strategy's bookkeeping): the wall time since the loop started that
-        neither the trials' durations nor the strategies' one-off stages (speed ceilings,
-        sensitivity, profile: counted as trial time, they would make "the next trial" look far
-        too long) explain. With no finished trial it is
-        ``first_trial_s`` (the original's evaluation: a trial evaluates a model like it). A run
-        stops rather than start work that would end inside the end's reserve (the side-by-side
-        confirmation and the results, ``end_reserve_s``) or that it would have to abandon.
-        """
+        The expectation is the mean duration of the finished trials of the flow (of all trials when it has none yet),
+        plus the loop's own wall time per trial that neither the trials nor the strategies' one-off stages explain
+        (those stages would make "the next trial" look far too long). With no finished trial it is ``first_trial_s``."""
         timeout = self.stop.timeout_s
         if not timeout:
             return False
@@ -351,9 +336,8 @@ class RunLoop:
             listener.on_trial(record, status)
 
     def _duplicate_of(self, record: TrialRecord) -> int | None:
-        """The earlier trial whose model is byte-identical to this one's (its evaluation is cached, and
-        this trial does not count against ``stop.max_trials``: two settings that give one model are one
-        candidate, e.g. Entropy and MinMax calibration on some models)."""
+        """The earlier trial whose model is byte-identical to this one's: its evaluation is cached, and this trial does
+        not count against ``stop.max_trials``."""
         sha = record.model_sha256
         if record.status != "ok" or sha is None:
             return None
@@ -364,9 +348,7 @@ class RunLoop:
         return first
 
     def _ahead(self, point: Any, flow: tuple[str, ...]) -> bool:
-        """Whether the proposal was evaluated ahead (a first guess beside the original's evaluation,
-        engine/measure/prebuild.py): its trial reads the cache, whatever a trial takes, and is never refused
-        for time (its cost is already paid)."""
+        """Whether the proposal was evaluated ahead: its trial reads the cache and is never refused for time."""
         if any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in self.evaluated_ahead):
             return True
         wait = self.wait_ahead  # one still being evaluated ahead: waited for, not run twice

@@ -1,12 +1,7 @@
-"""The run's opening: from the loaded config to its parts, its identity, its strategy, and a
-claimed output folder.
+"""The run's opening: from the loaded config to its parts, its identity, its strategy, and a claimed output folder.
 
-Config mistakes surface before the output folder is claimed: the strategy is made and bound
-here, and the original is checked in a stage worker (:func:`quantune.engine.trials.setup.preflight`,
-data the model cannot take, a metric that is not a finite number) while the strategy's speed
-ceilings are built ahead on the other core (measure/prebuild.py) and a process executor's workers start
-(early.py).
-"""
+Config mistakes surface before the output folder is claimed: the strategy is made and bound here, and the original is
+checked in a stage worker while the speed ceilings are built ahead and a process executor's workers start."""
 
 from __future__ import annotations
 

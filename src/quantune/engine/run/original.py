@@ -1,11 +1,8 @@
-"""The original's phase: its figures (evaluated in a stage worker, or read from the cache; the
-criterion was checked against them by the preflight), and the strategy and listeners told, so the
+"""The original's phase: its figures (from a stage worker or the cache), and the strategy and listeners told, so the
 search can start.
 
-Beside the speed ceilings built ahead (measure/prebuild.py) the original was timed quickly on half the
-cores; it is timed again before the ceilings are (:func:`ceilings_ready`), so every speed
-figure of the run is read against a full timing.
-"""
+Beside the builds ahead the original was timed quickly on half the cores; it is timed again before the ceilings are
+(:func:`ceilings_ready`), so every speed figure of the run is read against a full timing."""
 
 from __future__ import annotations
 
@@ -81,11 +78,8 @@ def tell_baseline(
 def ceilings_ready(
     prebuild: Prebuild | None, parts: RunParts, baseline: dict[str, float], strategy: Strategy, isolation: Isolation
 ) -> Callable[[], None]:
-    """What the speed ceilings' timing waits for (it times the models built ahead): the builds;
-    then the original's latency, timed beside the builds, is taken again from the ceilings'
-    rounds, which time it first in each (``RunContext.original_timed``), or timed again alone
-    when they did not (their ratios were cached, or fewer rounds ran than :func:`stand_in_rounds`) --
-    into the figures the run and its strategy hold (once), rather than timing it alone first."""
+    """What the speed ceilings' timing waits for: the builds; then the original's latency is taken again from the
+    ceilings' rounds, or timed again alone when they did not time it enough (:func:`stand_in_rounds`)."""
 
     def timed(timings_s: Any) -> None:
         ctx = parts.context
@@ -112,9 +106,8 @@ def ceilings_ready(
 
 
 def stand_in_rounds(spec: LatencySpec, timings_s: Any) -> int:
-    """The fewest of the ceilings' rounds whose timings of the original stand for its latency:
-    ``RETIME_ROUNDS``, or as many as its own timing would run at its cost (``latency.rounds_within``):
-    a heavy model's own timing is a round or two, and timing it alone again would repeat them."""
+    """The fewest of the ceilings' rounds whose timings of the original stand for its latency: ``RETIME_ROUNDS``, or as
+    many as its own timing would run at its cost."""
     run_s = float(np.nanmedian(timings_s)) if len(timings_s) else 0.0
     return min(RETIME_ROUNDS, rounds_within(spec.repeats, spec.seconds, run_s))
 

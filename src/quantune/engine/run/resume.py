@@ -1,19 +1,10 @@
 """Resuming an interrupted run: finished trials are told again, not run again.
 
-The strategy is deterministic given the same sequence of asks and tells, so the engine
-replays the original sequence: each stored trial records how many tells had happened when
-it was asked (``asked_after``) and its place in the order of tells (``told_index``). Before
-asking trial n, the replay delivers the stored tells that came before it; when the strategy
-proposes what the store holds for n, the stored record stands in for running it. A trial
-that was running when the run died has no record and runs again; if a proposal ever differs
-from the store (a changed sampler, say), replay stops and the rest runs normally.
-
-The run store wins over the cache, never the other way round: a finished trial whose model
-is no longer in the cache (``cache_dir`` cleared between two runs, or during one) is not
-replayed but run again, so its model is rebuilt and every figure of the run belongs to a
-model that exists; replaying it would leave a best trial whose model cannot be copied to
-``best/`` or timed again at the end.
-"""
+The strategy is deterministic given the same sequence of asks and tells, so the engine replays it: each stored trial
+records how many tells had happened when it was asked (``asked_after``) and its place in the order of tells
+(``told_index``). When the strategy proposes what the store holds, the stored record stands in for running it; once a
+proposal differs, replay stops. A finished trial whose model is no longer in the cache is run again, so every figure
+belongs to a model that exists."""
 
 from __future__ import annotations
 
@@ -51,9 +42,8 @@ class Replay:
         return len(self._stored)
 
     def asked_after(self, number: int) -> float:
-        """Tells that must be delivered before trial ``number`` is asked. For a trial the store
-        does not hold (the one that was running at the crash, and all after), that is every
-        replayed tell: the original run had told them all by then, or lost nothing by it."""
+        """Tells that must be delivered before trial ``number`` is asked; for a trial the store does not hold, every
+        replayed tell."""
         row = self._stored.get(number)
         return float("inf") if row is None else int(row.get("asked_after", 0))
 
@@ -104,14 +94,9 @@ def model_present(row: dict[str, Any]) -> bool:
 
 
 class SkipLog:
-    """Proposals not run because they share a known failure (engine/trials/failures.py).
-
-    A skip is no trial (no number, no worker) but it is a tell: the strategy hears the point
-    failed. A resumed run must make each skip at the same moment as the original, before the
-    stored tells that came after it, or the strategy proposes other points. So each skip is
-    logged in the run store with the trials asked and told before it; while replaying,
-    :meth:`tells_before` says how many stored tells to deliver before the next ask.
-    """
+    """Proposals not run because they share a known failure. A skip is a tell, so a resumed run must make it at the same
+    moment as the original: each skip is logged with the trials asked and told before it, and :meth:`tells_before` says
+    how many stored tells to deliver before the next ask."""
 
     def __init__(self, store: RunStore, *, resuming: bool) -> None:
         self.store = store

@@ -1,12 +1,5 @@
-"""The search phase: what the run's end keeps from the limit, then the loop until it stops.
-
-The end's budget (deadline.py) is decided once, as the search starts: the fewest re-timing
-rounds of the original and the best candidate, as the re-timing will run them, and the results'
-writing are always kept from ``stop.timeout_s``
-(and the report's drawing where it fits), so the loop stops -- and abandons a trial still
-running -- in time for them. On Ctrl-C the loop stops asking, running trials are abandoned and
-what finished is kept.
-"""
+"""The search phase: what the run's end keeps from the limit, then the loop until it stops. The end's budget is decided
+once, as the search starts, so the loop stops, and abandons a trial still running, in time for it."""
 
 from __future__ import annotations
 

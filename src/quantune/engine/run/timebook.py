@@ -1,14 +1,9 @@
 """Where a run's time went: set-up, the original, each stage of the search, the confirmation, the writing.
 
-A user who set ``stop.timeout_s`` and got fewer trials than hoped needs to see what took the
-time, not only "timeout reached".
-The engine marks the end of each of its phases here; the search's wall time is split into the
-one-off stages the main thread waited for (speed ceilings, node profile, sensitivity: their
-wall seconds, from ``stage_seconds_by_name``) and the trials' stages (``TrialRecord.stage``:
-default, calibration, bisect, latency...), which share the rest in proportion to their trials'
-durations -- trials run in parallel workers, so their own durations do not add up to wall time.
-The figures are in ``results.json`` (``time_spent_s``) and on the console's last lines.
-"""
+A user who got fewer trials than hoped needs to see what took the time. The search's wall time is split into the one-off
+stages the main thread waited for and the trials' stages, which share the rest in proportion to their trials' durations
+(trials run in parallel, so theirs do not add up to wall time). The figures are in ``results.json`` (``time_spent_s``)
+and on the console."""
 
 from __future__ import annotations
 
