@@ -1,14 +1,9 @@
 """What a sensitivity measurement costs in whole-model runs of one row, and the rows it can afford.
 
-A run's cost is set by the model, not by how many units it has: the caller gives the
-measurement a budget in whole-model runs of one row (a couple of evaluations of the original's
-worth), the measurement counts what its plan runs per row of data -- each capture group's two
-pruned models, each weighted node re-run alone, each output-level probe -- and measures on as
-many rows of the data as that budget pays for (at least one; local statistics over every
-element of a row rank units well from a few rows). Compute is counted by the nodes that carry
-it (convolutions, matrix products, recurrences), so a pruned prefix, a node alone and a head cut
-each cost their share of a whole run.
-"""
+A run's cost is set by the model, not by how many units it has: the caller gives a budget in whole-model runs of one
+row, the measurement counts what its plan runs per row, and measures on as many rows as that pays for (at least one).
+Compute is counted by the nodes that carry it, so a pruned prefix, a node alone and a head cut each cost their share of
+a whole run."""
 
 from __future__ import annotations
 
@@ -68,9 +63,8 @@ def affordable_rows(per_row: float, budget: float | None, available: int) -> int
 
 
 def first_rows(feeds: Feeds, rows: int, cut: bool = True) -> Feeds:
-    """The first ``rows`` rows of the data: a deterministic sample, so the same data gives the
-    same scores. The last batch is cut along its first axis when ``cut`` (a model whose batch
-    dimension is free), else kept whole (a fixed batch takes no fewer rows)."""
+    """The first ``rows`` rows of the data, so the same data gives the same scores. The last batch is cut along its
+    first axis when ``cut``, else kept whole."""
 
     def limited() -> Iterator[Feed]:
         left = rows

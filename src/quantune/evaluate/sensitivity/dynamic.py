@@ -1,15 +1,8 @@
 """Per-operator sensitivity of a dynamic quantization, computed without building the quantized model.
 
-``quantize_dynamic`` quantizes each MatMul's activation at run time (uint8, per tensor and per
-batch) and its constant weights ahead (``weight_type``, per output column when
-``per_channel``), and embedding tables of Gathers. Each such node is re-computed on the
-activations it sees in the float model, once in float and once as the dynamic kernel does
-it, so the activation's own noise (outlier channels stretch the per-tensor range) counts
-where it is multiplied, as much as the weights'.
-
-Bounded memory like the static measurement: the activations are captured in groups sized to
-the budget (:mod:`.capture`), accumulated batch by batch.
-"""
+Each node ``quantize_dynamic`` touches is re-computed on the activations it sees in the float model, once in float and
+once as the dynamic kernel does it, so the activation's own noise counts where it is multiplied, as much as the
+weights'. Memory is bounded like the static measurement's (:mod:`.capture`)."""
 
 from __future__ import annotations
 
@@ -55,11 +48,8 @@ def measure_dynamic(
     budget_mb: float | None = None,
     row_runs: float | None = None,
 ) -> SensitivityReport:
-    """Scores the nodes ``quantize_dynamic`` would touch, without building the quantized model.
-
-    A node's score is the relative per-channel error of its output. ``row_runs``: the bound in
-    whole-model runs of one row, as for the static measurement (:mod:`.cost`).
-    """
+    """Scores the nodes ``quantize_dynamic`` would touch: the relative per-channel error of each output. ``row_runs``:
+    the bound in whole-model runs of one row (:mod:`.cost`)."""
     from quantune.graph.capability import ModelCapability
 
     model = onnx.load(str(float_model))

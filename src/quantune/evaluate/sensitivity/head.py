@@ -1,22 +1,10 @@
 """The head's per-node loss, measured at the outputs: one node's quantization alone, in the float model.
 
-Local noise (a Q/DQ pair's own error against its input) says how much a tensor is rounded, not
-what the rounding does: a ``Concat`` of box coordinates (0..720) and scores (0..1) rounded with
-one scale has a local error of a fraction of a percent -- the coordinates dominate its energy --
-and every score is gone. And an output-wide error hides it the same way. So for each node of the
-model's head (:func:`quantune.graph.head.head_nodes`), the float model gets that node's
-output Q/DQ pairs alone (the scales and zero points the quantized model uses), and the outputs
-are compared with the float model's *per channel*, keeping the worst channel: the scores'
-channels show the loss however small they are next to the boxes.
-
-The same measurement scores the nodes that feed an *amplifier* (:func:`amplified_nodes`: a
-Log, a square root, a division's denominator, through a few elementwise ops), wherever they
-are: one rounding step there is a log of zero downstream.
-
-Only the head (and those few nodes) is measured this way (one float run each over the probe's
-rows): its ops sit between the last compute op and the outputs, where nothing downstream can
-hide or repair an error, and where a ranking by local noise over time puts them last.
-"""
+Local noise says how much a tensor is rounded, not what the rounding does: a ``Concat`` of box coordinates and scores
+rounded with one scale has a tiny local error and every score gone. So for each node of the model's head the float model
+gets that node's output Q/DQ pairs alone, and the outputs are compared per channel, keeping the worst. The same scores
+the nodes that feed an amplifier (:func:`amplified_nodes`), wherever they are. Only these nodes are measured this way:
+nothing downstream of them can hide or repair an error."""
 
 from __future__ import annotations
 
@@ -45,8 +33,7 @@ def culprits(head: Mapping[str, float]) -> dict[str, float]:
 
 
 class _Channels:
-    """Per-channel squared error and energy of one output, channels on axis 1 (a detector's
-    ``[N, 4 + classes, anchors]``: boxes and scores are channels), summed over batches."""
+    """Per-channel squared error and energy of one output, channels on axis 1, summed over batches."""
 
     def __init__(self) -> None:
         self.err: np.ndarray | None = None
@@ -163,8 +150,8 @@ def cut_nodes(fmodel: onnx.ModelProto, names: Sequence[str]) -> list[onnx.NodePr
 
 
 def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeProto], list[str], list[str]]:
-    """The nodes ``names`` and every node downstream of them (in graph order), the tensors they
-    read from outside (the boundary) and the graph outputs they make."""
+    """The nodes ``names`` and every node downstream of them, the tensors they read from outside and the graph outputs
+    they make."""
     nodes = cut_nodes(fmodel, names)
     made = {out for node in nodes for out in node.output}
     inits = {init.name for init in fmodel.graph.initializer}
@@ -180,9 +167,8 @@ _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Clip", "Max", "Abs", "Relu"})
 
 
 def amplified_nodes(fmodel: onnx.ModelProto, depth: int = 2) -> list[str]:
-    """Nodes whose output reaches an amplifier (a Div's denominator) through at most ``depth``
-    elementwise ops: Basic Pitch's ``Square -> Add(eps) -> Log``, whose int8 square rounds the
-    quiet bins to 0 and its log to -16, which local noise ranked 28th of 38 units."""
+    """Nodes whose output reaches an amplifier (a Log, a Div's denominator) through at most ``depth`` elementwise ops:
+    one rounding step there can become a log of zero."""
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in fmodel.graph.node:
         for index, name in enumerate(node.input):
@@ -235,14 +221,9 @@ def measure_head(
     head: Sequence[str],
     pieces: Iterable[dict[str, np.ndarray]],
 ) -> dict[str, float]:
-    """Head node -> the worst output channel's relative error when only that node's outputs are
-    quantized (0 for a head node the quantized model leaves float); ``FULL`` -> the same for the
-    fully quantized model.
-
-    ``pieces``: the data, a list of feeds. The whole float model runs once (to the head's
-    boundary), the quantized one once; each head node then reruns only the head, so a detector
-    whose backbone takes seconds per image pays for its head alone.
-    """
+    """Head node -> the worst output channel's relative error when only that node's outputs are quantized (0 for one the
+    quantized model leaves float); ``FULL`` -> the same for the fully quantized model. ``pieces``: a list of feeds. The
+    whole models run once each; each head node then reruns only the head."""
     nodes, boundary, outputs = _cut(fmodel, head)
     if not outputs:
         return {}

@@ -1,14 +1,8 @@
 """The statistics a sensitivity measurement accumulates, and the report it gives.
 
-Errors are relative per channel (each channel's squared error over its energy, averaged over
-channels, each capped at 1): a per-tensor scale that crushes the small channels of a tensor
-whose few large channels dominate its energy is seen, although the tensor-wide MSE is small.
-
-Streaming and bounded: :meth:`NodeStats.add` folds one batch of one tensor into running sums
-and computes them over slices of a few million elements, so its float64 temporaries stay a
-few tens of MB whatever the tensor's size (full-resolution feature maps can be hundreds of MB
-each, and a whole-tensor float64 copy, its difference and its square several times that).
-"""
+Errors are relative per channel (each channel capped at 1), so a per-tensor scale that crushes a tensor's small channels
+is seen. :meth:`NodeStats.add` folds one batch into running sums over slices of a few million elements, so its float64
+temporaries stay small whatever the tensor's size."""
 
 from __future__ import annotations
 
@@ -28,10 +22,7 @@ _CHUNK = 1 << 22  # elements per float64 temporary (32 MB)
 
 
 def _cube(array: np.ndarray) -> tuple[np.ndarray, int]:
-    """``array`` as (samples, A, B) and the axis (1 or 2) that holds its channels.
-
-    NCHW-like tensors (4-D and more) have their channels on axis 1, others on their last.
-    """
+    """``array`` as (samples, A, B) and the axis holding its channels: 1 for 4-D and more, else the last."""
     if array.ndim >= 4:
         return array.reshape(array.shape[0], array.shape[1], -1), 1
     if array.ndim == 3:
@@ -110,13 +101,8 @@ class NodeStats:
             self.sample_ratios.append(np.where(np.isfinite(ratio), np.minimum(ratio, _CAP), _CAP))
 
     def nmse(self) -> float:
-        """The larger of the typical channel's error (:meth:`channel_nmse`) and the mean sample's.
-
-        Per channel, the error is summed over samples, so samples of a small scale vanish
-        under the large ones: a LayerNorm's ``variance + eps`` of shape [N, 1] over rows whose
-        scales differ by orders of magnitude loses every small row to one quantization step,
-        and per channel that looks like no error at all. Per sample, each row's own error over its own energy counts.
-        """
+        """The larger of the typical channel's error (:meth:`channel_nmse`) and the mean sample's: per channel, samples
+        of a small scale vanish under the large ones."""
         samples = float(np.mean(np.concatenate(self.sample_ratios))) if self.sample_ratios else 0.0
         return max(self.channel_nmse(), samples)
 

@@ -1,18 +1,9 @@
 """onnxruntime session settings chosen for the model a flow made, by timing them side by side.
 
-The last step of a flow (Olive's ``OrtSessionParamsTuning``): the same model runs faster or
-slower with another graph optimization level, execution mode, thread split or memory
-planning. The pass starts from onnxruntime's defaults (level ``all``, sequential, every thread
-of the budget ``evaluation.latency.threads`` intra-op, memory pattern and arena on) and tries
-one group of settings at a time -- threads and execution mode, then the graph optimization
-level, then the memory pattern, then the arena -- on the run's timed feed, by :func:`search_groups`
-(the post-verdict session search uses it too). A parameter given a value is fixed.
-
-The output is the input model, unchanged, with the chosen settings beside it in
-``<model>.session.json`` (``evaluate.session_file``): evaluations apply them, the cache hashes
-them with the model, and ``best/`` delivers them. No pass should follow this one: passes read
-their input without its side files.
-"""
+The pass starts from onnxruntime's defaults and tries one group of settings at a time (threads and execution mode, graph
+optimization level, memory pattern, arena) by :func:`search_groups`; a parameter given a value is fixed. The output is
+the input model with the chosen settings beside it (``evaluate.session_file``). No pass should follow this one: passes
+read their input without its side files."""
 
 from __future__ import annotations
 
@@ -58,12 +49,9 @@ class SessionTuningConfig(PassConfig):
 
 
 def thread_options(budget: int, config: SessionTuningConfig) -> list[dict[str, Any]]:
-    """Execution mode and thread splits within ``budget`` threads, onnxruntime's default first.
-
-    Sequential: ``budget`` intra-op threads, and fewer (powers of two; fewer threads can be
-    faster for small ops). Parallel (budget >= 2): ``inter`` concurrent branches of ``intra``
-    threads each with ``inter + intra - 1 <= budget`` (the calling thread is one of both pools).
-    Options contradicting a fixed parameter are left out."""
+    """Execution mode and thread splits within ``budget`` threads, onnxruntime's default first: sequential with
+    ``budget`` threads and fewer, then parallel with ``inter + intra - 1 <= budget`` (the calling thread is in both
+    pools). Options contradicting a fixed parameter are left out."""
     options: list[dict[str, Any]] = [{"execution_mode": "sequential", "intra_op_num_threads": budget}]
     fewer = 1
     while fewer < budget:
@@ -152,12 +140,9 @@ def search_groups(
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
     """The settings for ``model`` searched one group at a time from ``start``, and per group what was timed.
 
-    Each group's values other than the current settings are timed interleaved with them: copies of
-    ``model`` in ``folder`` carry their settings beside them, so ``time_request`` (this process, or a
-    target) opens them as they will run. A value replaces the current one only when its median paired
-    ratio's 90% interval lies below 1 (``evaluate.paired``; the fastest such): faster beyond the noise,
-    never by chance. A group that fails to time keeps the current settings; past ``request.deadline``
-    no group starts."""
+    Each group's other values are timed interleaved with the current settings, as copies of ``model`` in ``folder`` with
+    their settings beside them. A value replaces the current one only when its paired ratio's interval lies below 1 (the
+    fastest such). A group that fails to time keeps the current settings; past ``request.deadline`` no group starts."""
     chosen, tried = dict(start), []
     for options in groups:
         # the current settings first (a value equal to them is not timed twice), then each other value
@@ -216,8 +201,8 @@ def merge_settings(settings: dict[str, Any], option: dict[str, Any], keys: set[s
 
 
 def settings_copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
-    """``model`` (and its external data) in ``folder`` with ``settings`` beside it: hard links where
-    the file system allows (a large model is not copied once per setting), else copies."""
+    """``model`` and its external data in ``folder`` with ``settings`` beside it: hard links where possible, else
+    copies."""
     folder.mkdir(parents=True)
     path = folder / model.name
     try:
