@@ -28,9 +28,7 @@ from quantune.evaluate.interleave import fewest_within, interleaved
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 
-# A rule over the rounds timed so far (seconds, one row per model): is the answer known? The
-# end-of-run confirmation's (engine/measure/confirm.py) stops a re-timing whose verdict more rounds
-# would not change: a 0.45x model needs 10 rounds, not 50, to be surely faster.
+# A rule over the rounds timed so far (seconds, one row per model): is the answer known?
 Settled = Callable[[np.ndarray], bool]
 SETTLE_FROM = 10  # the fewest rounds a settled rule is asked about
 SETTLE_EVERY = 3  # then asked again every this many rounds
@@ -48,9 +46,8 @@ class LatencySpec:
     threads: int = 1
     batch_size: int | None = None  # None: the data's batch size
     feed: int = 0  # which evaluation feed (or batch) is timed
-    # The time share per model timed: a timing of n models starts no round past n times this
-    # (after its fewest rounds) and warms up for at most ``WARMUP_SHARE`` of it -- sized by time,
-    # not by count, so a model of seconds a call is timed in seconds, not minutes.
+    # The time share per model timed: a timing of n models starts no round past n times this (after its fewest) and
+    # warms up for at most ``WARMUP_SHARE`` of it, so a slow model is timed in seconds, not minutes.
     seconds: float = TIME_SHARE_S
 
 

@@ -66,11 +66,9 @@ def evaluate_ahead(
     if builder and builds is not None:
         items, budget_s, queue = builds
         build_variants(spec, later, None, False)  # the lighter stage times them with the guess
-        # no node profile: a guess in budget ends most runs at the ceilings, and a run that goes on to
-        # recover asks for it then (cached); the ceilings would wait for it
+        # no node profile: a run that goes on to recover asks for it then; the ceilings would wait for it
         line.say("built", build_variants(spec, items, budget_s, False, queue))
-        # evaluated once the ceilings are timed: beside their timing, on the other core, the
-        # evaluation would slow their rounds
+        # evaluated once the ceilings are timed: beside their timing it would slow their rounds
         line.go.wait(wait_s)
         print(f"ceilings timed at {time.time():.3f}: evaluating {len(later)} ahead", flush=True)
     return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") is not None for point, flow in later]
@@ -115,8 +113,7 @@ def evaluate_first_guess(
     launch_memory_probe(runner)  # its server's imports beside the build: the guess's figures end with memory
     context = runner.context
     shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
-    # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
-    # build and measurement instead of following them
+    # read in a thread once the baseline's worker has written it, overlapping the build and measurement
     reference = _Reference(runner, wait_s)
     ready = time.perf_counter()
     try:

@@ -28,20 +28,15 @@ from quantune.model import external_data_files, files_sha256
 
 log = logging.getLogger("quantune.confirm")
 MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
-# Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5 rounds
-# one round disturbed by other work vetoes a real speed-up (all 5 ratios must be below 1); with
-# 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
+# Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5, one disturbed round vetoes a
+# real speed-up; with 30, a third of the rounds may be disturbed.
 VERDICT_ROUNDS = 30
-# ... unless the verdict is settled before (``verdict_settled``: every ratio's 99% interval on one
-# side of the line), asked from the 10th round: a model far faster needs no 50 rounds to say so.
+# ... unless the verdict is settled before (``verdict_settled``), asked from the 10th round.
 SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
-# selection.SEARCH_NOISE: which of many near-equal models makes the top ``confirm_top`` follows
-# the noise (many in-budget models can lie within a few percent), so a stable contender takes the second
-# of the ``confirm_top`` places (default 2) -- the model the strategy settled on by paired timing
-# (``Strategy.answer``), else the earliest trial within this band of the fastest -- and the tie rule
-# (outcome/verdict.py) gives it the win when the re-timing cannot tell it from the fastest: the same run
-# twice then picks the same model.
+# selection.SEARCH_NOISE: which of many near-equal models makes the top follows the noise, so a stable contender (the
+# strategy's answer, else the earliest trial within this band of the fastest) takes the second place, and the tie rule
+# gives it the win when the re-timing cannot tell them apart.
 
 
 @dataclass
@@ -52,8 +47,8 @@ class Confirmation:
     baseline_search_ms: float
     rounds: int = 0
     ratios: dict[int, RatioInterval] = field(default_factory=dict)  # trial number -> paired ratio to the original
-    # trial numbers whose model the fastest re-timed one does not beat beyond the noise, side by side
-    # (the fastest's own included): the verdict breaks that tie by a fixed rule, not by the noise
+    # trials the fastest re-timed model does not beat beyond the noise (its own included): the verdict breaks that tie
+    # by a fixed rule
     ties: list[int] = field(default_factory=list)
     # the strategy's own answer (``Strategy.answer``) when it was re-timed: it takes a tie (outcome/verdict.py)
     preferred: int | None = None
@@ -103,13 +98,11 @@ def confirm_latency(
     models = [original, *(Path(path) for path in chosen)]
     _, repeats = timing_rounds(latency.warmup, latency.repeats, round_s, budget_s)
     warmup = retiming_warmup(latency.warmup, latency.seconds, len(models), round_s)
-    # the rounds were planned from search-time figures: under load they can take far longer,
-    # so the budget is also a deadline the rounds loop keeps (beyond the fewest rounds)
+    # under load the rounds can take far longer than planned: the budget is also a deadline (beyond the fewest rounds)
     fewest = 1 if deadline is not None else _MIN_ROUNDS
     if deadline is None and budget_s is not None:
         deadline = time.perf_counter() + budget_s
-    # its time share (latency.interleaved cuts the fewest rounds to what it holds): the budget, and
-    # at least the fewest rounds a verdict rests on at the planned cost of a round
+    # its time share: the budget, and at least the fewest rounds a verdict rests on at the planned cost of a round
     share_s = max(latency.seconds * len(models), budget_s or 0.0, _MIN_ROUNDS * round_s)
     spec = replace(latency, warmup=warmup, repeats=repeats, seconds=share_s / len(models))
     feed, runner = evaluator.latency_feed, evaluator.spec.runner

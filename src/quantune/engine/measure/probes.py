@@ -240,8 +240,7 @@ def time_ceilings(
     ratios: list[float | None] = [None] * len(items)
     if not built:
         return ratios
-    # Variants that are one model (a "mixed" weight type on a model without convolutions, a
-    # pre-optimization that fuses nothing) are timed once and share the ratio.
+    # Variants that are one model are timed once and share the ratio.
     twins = {index: next(i for i, _, s in built if s == sha) for index, _, sha in built}
     built = [entry for entry in built if twins[entry[0]] == entry[0]]
     rows = {index: row for row, (index, _, _) in enumerate(built, start=1)}  # item -> its row in the rounds

@@ -162,10 +162,8 @@ def run_provider_probe(
     return scores
 
 
-# The measurement's budget, in evaluations of the original: the rows it measures are what this
-# many runs of the evaluation data through the whole model pay for (evaluate/sensitivity/cost.py).
-# Its sessions run without fusions and its statistics are computed beside them, so a counted run
-# takes about twice an optimized one: this count is about two evaluations' time.
+# The measurement's budget, in evaluations of the original (evaluate/sensitivity/cost.py); its sessions run unfused, so
+# a counted run takes about twice an optimized one.
 EVALUATIONS = 1.0
 MEASURE_BATCH = 8  # rows per run of the measurement, where the model's batch axis is free
 

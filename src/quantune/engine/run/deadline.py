@@ -18,8 +18,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Loading one model into a session before its first timed round (a large model's load is what
-# a re-timing of 5 rounds mostly costs).
+# Loading one model into a session before its first timed round.
 SESSION_LOAD_S = 0.5
 # Writing results.json and best/ and stopping the workers.
 WRITE_S = 1.0
@@ -67,11 +66,9 @@ class TimeBudget:
 
     started: float  # the run's clock: ``stop.timeout_s`` counts from here
     end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results): the search stops there
-    # what a trial may not end inside: the end's reserve less the whole report's drawing (a trial comes
-    # before the report's Optuna views); None: all of end_reserve_s
+    # what a trial may not end inside: the end's reserve less the whole report's drawing; None: all of end_reserve_s
     start_reserve_s: float | None = None
-    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then
-    # are abandoned (not recorded: run again to resume them)
+    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then are abandoned
     abandon_at: float | None = None
     first_trial_s: float = 0.0  # what the first trial is expected to take (the original's evaluation), 0: unknown
 

@@ -92,8 +92,7 @@ def confirm_end(
                 unconfirmed=f"the run was stopped before it could be re-timed side by side ({skipped}); {RERUN}",
                 stop_note="; latency re-timing skipped (no time left within stop.timeout_s)",
             )
-        # a limited run's re-timing ends with its budget (sessions' loads included), whatever the
-        # search-time figures planned: under load they underestimate the rounds several times
+        # a limited run's re-timing ends with its budget: under load the search-time figures underestimate the rounds
         deadline = time.perf_counter() + budget_s + models * end.load_s if end.limited else None
         confirmation = confirm_latency(
             evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline, prefer=prefer
@@ -102,11 +101,9 @@ def confirm_end(
             confirmation.rounds < MIN_ROUNDS
             or (_undecided(confirmation) and confirmation.rounds < max(evaluator.spec.latency.repeats, VERDICT_ROUNDS))
         ):
-            # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
-            # loads estimated from the model's size; a busy target environment can take longer: once
-            # more, with all the limit leaves (and only within it). Likewise when its rounds, cut short of those
-            # planned, measured a candidate faster but were too scattered to decide it (without a
-            # limit: as long as the run so far)
+            # the first try's deadline is its budget plus the sessions' loads; a busy target can take longer: once more,
+            # with all the limit leaves. Likewise when its cut rounds measured a candidate faster but too scattered to
+            # decide it.
             wider_s = end.left_s() if end.limited else max(wanted_s, time.perf_counter() - end.started)
             again_s, _ = end.retiming_budget(wider_s, minimum_s, models)
             if again_s is not None and again_s >= minimum_s:

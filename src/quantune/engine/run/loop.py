@@ -31,8 +31,7 @@ from quantune.strategy import WAIT, Outcome, Proposal, Strategy
 
 log = logging.getLogger("quantune")
 
-# Proposals in a row that share a known failure before the run stops: the strategy keeps
-# proposing only what is known to fail (told as failed each time, it learns nothing new).
+# Proposals in a row that share a known failure before the run stops: the strategy learns nothing new from them.
 MAX_CONSECUTIVE_SKIPS = 500
 
 
@@ -260,9 +259,7 @@ class RunLoop:
         timeout = self.stop.timeout_s
         if not timeout:
             return False
-        # a trial answered from the evaluation cache (a first guess evaluated ahead) took no time
-        # that says how long the next one takes
-        # (nor does it make the first real one's estimate: that stays first_trial_s)
+        # a trial answered from the evaluation cache says nothing of how long the next one takes
         first_trial_s = self.budget.first_trial_s
         hits = [] if first_trial_s > 0 else self.records
         worked = [r for r in self.records if r.cache.get("evaluation") != "hit"] or hits

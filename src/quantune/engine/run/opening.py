@@ -57,9 +57,8 @@ class Opening:
 
 def run_hash(config: Config, parts: RunParts) -> str:
     """The run's identity: the config and the content of what it names."""
-    # Where and how trials run does not change their results, so it is not part of the run's
-    # identity; nor do the stop conditions: a run stopped at 8 trials goes on to 16 in the same
-    # folder (its 8 are replayed, as Optuna continues a study with more n_trials).
+    # Where and how trials run does not change their results, nor do the stop conditions: neither is part of the run's
+    # identity, so a run stopped at 8 trials goes on to 16 in the same folder.
     identity = config.model_dump(mode="json", exclude={"executor", "stop"})
     # ... but the content of the model, the data and the scripts the config names is (trials/identity.py).
     config_hash = cache_key("config", identity, fingerprints(parts.context.sources))
@@ -85,9 +84,8 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
     strategy = make_strategy(
         parts, config, isolation, spec
     )  # config mistakes surface before the output folder is claimed
-    # so do data the model cannot take and a metric that is not a finite number (the original
-    # evaluated in a stage worker, see measure/baseline.py)
-    # the strategy's speed-ceiling models are built meanwhile, on the other core (measure/prebuild.py)
+    # so do data the model cannot take and a metric that is not a finite number; the speed-ceiling models are built
+    # meanwhile (measure/prebuild.py)
     make = lambda: create_strategy(config.search.strategy)  # noqa: E731
     prebuild = None
     if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap

@@ -94,8 +94,7 @@ def ceilings_ready(
         if prebuild is None or parts.context.before_ceilings is None:
             return
         parts.context.before_ceilings = None
-        # the builds, not the guess's worker evaluating its compute-only model (the lighter stage waits
-        # for that one if it needs it)
+        # the builds, not the guess's worker evaluating its compute-only model
         prebuild.join(isolation.deadline.at, builds_only=True)  # the builds stop at the run's limit
         prebuild.keep_log(isolation.log_dir)
         parts.context.after_ceilings = prebuild.ceilings_timed

@@ -62,8 +62,7 @@ def search(
     not_retimed = retimes(objectives, config.evaluation.latency.confirm_top)
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
     spec, original_s = config.evaluation.latency, baseline.get("latency_ms", 0.0) / 1000
-    # the end keeps the fewest re-timing rounds of the original and the best candidate, with the warm-up
-    # as it will run (ending.py re-times the best alone when the others do not fit what is left)
+    # the end keeps the fewest re-timing rounds of the original and the best candidate, warm-up included
     kept = min(top, 1)
     warmup = retiming_warmup(spec.warmup, spec.seconds, 1 + kept, (1 + kept) * original_s)
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing

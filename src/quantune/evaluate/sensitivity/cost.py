@@ -14,8 +14,7 @@ import onnx
 
 from quantune.evaluate.sensitivity.capture import Feed, Feeds, feed_rows
 
-# A run of the QDQ model, counted in runs of the float model: its Q/DQ pairs run unfused, so the
-# comparison sees every tensor as the graph defines it, and each of its tensors is compared twice.
+# A run of the QDQ model in runs of the float model: its Q/DQ pairs run unfused and each tensor is compared twice.
 QUANTIZED = 2.0
 HEAVY = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN", "Einsum"})
 

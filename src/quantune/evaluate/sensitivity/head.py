@@ -17,11 +17,9 @@ from quantune.evaluate.sensitivity.stats import session, with_outputs
 
 _SUFFIX = "__quantune_head"
 FULL = ""  # key of :func:`measure_head`'s result that holds the fully quantized model's loss
-# A head node whose quantization alone causes this share of the fully quantized model's
-# worst-channel output error is a culprit: it ranks ahead of every other unit.
+# A head node whose quantization alone causes this share of the fully quantized model's output error is a culprit.
 CULPRIT_SHARE = 0.5
-# ... and at least this much of it (a worst channel's squared error over its energy): where the
-# fully quantized model is itself almost exact, no node is singled out.
+# ... and at least this much of it: where the quantized model is almost exact, no node is singled out.
 CULPRIT_FLOOR = 1e-3
 
 
@@ -160,8 +158,7 @@ def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeP
     return nodes, boundary, outputs
 
 
-# Ops that blow up a small absolute error: a quantization step on a tensor they read (through
-# a few elementwise ops) becomes log(0), a division by zero, a square root of a negative.
+# Ops that blow up a small absolute error (log(0), a division by zero, a square root of a negative).
 AMPLIFIERS = frozenset({"Log", "Sqrt", "Reciprocal", "Pow", "Div"})
 _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Clip", "Max", "Abs", "Relu"})
 

@@ -175,8 +175,7 @@ def measure(
             + sum(activation_noise[t] for t in adjacent)
         )
     head = _head_loss(fmodel, qmodel, found, feeds, plan.rows, probes)
-    # A head culprit (alone, most of the output loss: head.culprits) outranks every other unit,
-    # whatever local noise says: its score is above the sum of all the others.
+    # A head culprit outranks every other unit: its score is above the sum of all the others.
     above = sum(scores.values())
     for name, loss in culprits(head).items():
         scores[name] = above + loss

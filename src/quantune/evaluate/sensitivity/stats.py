@@ -56,8 +56,7 @@ class NodeStats:
         row_err, row_energy = np.zeros(n), np.zeros(n)
         step_a = max(1, min(a, _CHUNK // max(b, 1)))
         step_n = max(1, _CHUNK // max(step_a * b, 1))
-        # elementwise in float32, every sum accumulated in float64: much faster than float64
-        # throughout, the same figures to 1e-8
+        # elementwise in float32, sums in float64: much faster, the same figures to 1e-8
         f64 = np.float64
         for n0 in range(0, n, step_n):
             for a0 in range(0, a, step_a):
@@ -110,9 +109,7 @@ class NodeStats:
         """Median over live channels of squared error / energy (capped at 1): the typical channel."""
         if self.err is None or self.energy is None:
             return 0.0
-        # A non-finite error or reference (a tensor that holds inf, like an attention mask of
-        # -inf, quantized with an infinite scale) is the worst there is: capped, never a NaN
-        # that sorts anywhere.
+        # A non-finite error or reference is the worst there is: capped, never a NaN that sorts anywhere.
         bad = ~np.isfinite(self.err) | ~np.isfinite(self.energy)
         finite = self.energy[~bad]
         top = float(finite.max()) if finite.size else 0.0
@@ -178,12 +175,11 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     options.log_severity_level = 3
     # No fusions: every tensor keeps the value the QDQ graph defines.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # No memory arena: the arena keeps the largest batch's blocks and grows with fragmentation
-    # over many runs; freed tensors go back to the allocator, so the peak is one batch's.
+    # No memory arena (it keeps the largest batch's blocks and grows with fragmentation), so the peak is one batch's.
     options.enable_cpu_mem_arena = False
     options.enable_mem_pattern = False
-    # Idle threads sleep: a capture group holds a session per weighted node, and each one's pool
-    # spinning between runs took the cores from the one that runs.
+    # Idle threads sleep: a capture group holds a session per weighted node, and spinning pools took the cores from the
+    # one that runs.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 

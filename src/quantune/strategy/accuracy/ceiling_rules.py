@@ -12,9 +12,8 @@ from quantune.strategy.accuracy.speed import Variant
 TIE = MIN_GAIN  # ratios this close (relative) are one speed: the confirmation's rule
 NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
 SETTLE_GAIN = 0.05  # ... and goes first only when faster than the preferred by this much, side by side
-# A ceiling the rounds left undecided at the margin, its median less than this below it, is a tie with
-# the margin: dropped, as the same variant timed again lands on either side (a ceiling far below the
-# margin that a few slow rounds left undecided is kept)
+# A ceiling left undecided with its median less than this below the margin is a tie with it: dropped, as timed again it
+# lands on either side.
 UNSURE = 0.03
 
 

@@ -34,8 +34,7 @@ from quantune.strategy.accuracy.speed import (
 from quantune.strategy.base import Outcome
 
 log = logging.getLogger("quantune.strategy")
-# The least gain that counts as faster when no paired timing decides (another objective than
-# latency): evaluate/paired.py's MIN_GAIN, the rule the end-of-run confirmation uses.
+# The least gain that counts as faster when no paired timing decides: the confirmation's MIN_GAIN.
 LEAST_GAIN = MIN_GAIN
 
 

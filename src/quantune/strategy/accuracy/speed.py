@@ -21,8 +21,8 @@ from quantune.strategy.base import SearchProblem
 
 # Op types whose quantized kernels carry the speed: a candidate keeps at least one of them int8.
 COMPUTE_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU"})
-# Besides compute, what Neural Compressor's ONNX capability table quantizes by default
-# (QLinearAdd, QLinearMul): a residual add or a scale stays int8 and saves a Q/DQ pair.
+# Besides compute, what Neural Compressor quantizes by default: a residual add or a scale stays int8 and saves a Q/DQ
+# pair.
 SAFE_TYPES = frozenset({"Add", "Mul"})
 
 
@@ -119,8 +119,7 @@ def build_order(ctx: AccuracyContext, point: Mapping[str, Any]) -> int:
     return 2 if any(point.get(ctx.key(name)) == value for name, value in slow) else 0
 
 
-# Op types that mark a sequence model: Neural Compressor calls such a model "NLP" and quantizes
-# it dynamically, as onnxruntime recommends for transformers and RNNs.
+# Op types that mark a sequence model, which Neural Compressor and onnxruntime quantize dynamically.
 SEQUENCE_TYPES = frozenset({"LSTM", "GRU", "RNN", "Attention"})
 
 
