@@ -78,8 +78,7 @@ ORIGINAL_WAIT_S = 5.0  # the most the guess's worker waits for the original's fi
 
 
 def in_budget(spec: Any, figures: dict[str, float] | None, wait_s: float = ORIGINAL_WAIT_S) -> bool:
-    """Whether a model with ``figures`` meets the run's criterion against the original's metric; False when there are
-    none, or the original's metric is not known within ``wait_s``."""
+    """Whether ``figures`` meet the criterion against the original's metric (known within ``wait_s``)."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.trials.runner import original_metric
 
@@ -208,8 +207,7 @@ class Queue:
         return bool(self.calibrated.wait(None if deadline is None else max(0.0, deadline - time.perf_counter())))
 
     def take(self, deadline: float | None = None) -> Iterator[int]:
-        """The indices this worker builds, in its order, each claimed first (a calibrating one, in the second worker,
-        once ``calibrated`` is set)."""
+        """The indices this worker builds, in its order, each claimed first."""
         for index in self.order():
             if self.reverse and self.heavy[index] and not self.wait_calibrated(deadline):
                 return
@@ -313,8 +311,7 @@ def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any]
 
 @contextlib.contextmanager
 def _sessions_without_spinning() -> Iterator[None]:
-    """Sessions whose idle threads sleep rather than spin, so the builds take no more of the machine than their work
-    while the original is evaluated beside them."""
+    """Sessions whose idle threads sleep, so the builds take no more of the machine than their work."""
     import onnxruntime as ort
 
     original = ort.InferenceSession

@@ -27,8 +27,7 @@ RETIME_ROUNDS = 10  # the fewest ceiling rounds whose timings of the original st
 
 
 def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
-    """In the stage worker: the original's figures, computed into the cache. ``beside``: the first guess is evaluated at
-    the same time, each taking half the cores (:func:`shared_cores`)."""
+    """In the stage worker: the original's figures, computed into the cache (``beside``: see :func:`shared_cores`)."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
 
     runner = runner_for(spec)
@@ -40,8 +39,7 @@ def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
 
 
 def shared_cores(evaluator: Any) -> None:
-    """``evaluator`` set for an evaluation beside another one: half the cores (two sessions of two threads on two cores
-    wait on each other's threads) and a quick timing."""
+    """``evaluator`` set for an evaluation beside another one: half the cores, and a quick timing."""
     from quantune.engine.executors.factory import eval_threads_for
 
     evaluator.threads = eval_threads_for(2)
@@ -49,8 +47,7 @@ def shared_cores(evaluator: Any) -> None:
 
 
 def timed_quickly(ctx: Any) -> bool:
-    """Whether the original's cached latency comes from a quick timing beside another evaluation: then it is timed again
-    before the run relies on it."""
+    """Whether the original's cached latency is a quick timing, to be timed again before the run relies on it."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256))
     return bool(cached and cached.get("quick_timing"))
 
@@ -80,8 +77,7 @@ def _reference_file(runner: TrialRunner) -> Path:
 def original_figures(
     runner: TrialRunner, spec: Any, isolation: Isolation, *, log_dir: Path | None = None, beside: bool = False
 ) -> tuple[dict[str, float], str]:
-    """(the original's figures, ``"hit"`` or ``"miss"``): from the cache, else from a stage worker. ``log_dir``: where
-    the worker's log goes."""
+    """(the original's figures, ``"hit"`` or ``"miss"``): from the cache, else from a stage worker."""
     if isolation.inline:
         with peak_tracker() as peak:
             metrics, status = runner.baseline()
@@ -109,8 +105,7 @@ def original_figures(
 
 
 def evaluation_seconds(ctx: Any) -> float:
-    """Seconds running the evaluation data through the original took (not its timing), 0 when unknown: the run expects
-    its first trial from this."""
+    """Seconds one evaluation of the original took (not its timing), 0 when unknown."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
     return float(cached.get("evaluation_s") or 0.0)
 

@@ -148,8 +148,7 @@ def verdict_settled(timings: np.ndarray) -> bool:
 
 
 def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
-    """The trials tied with the fastest re-timed model: their paired ratio to it does not put the fastest ahead beyond
-    the noise (the latency stage's rule)."""
+    """The trials the fastest re-timed model does not beat beyond the noise (the latency stage's rule)."""
     if not confirmed:
         return []
     fastest = min(confirmed, key=lambda r: (r.metrics["latency_ms"], r.number))
@@ -213,8 +212,7 @@ def _choose(
 
 
 def speed_class(record: TrialRecord) -> tuple[Any, ...]:
-    """What decides a trial's executed graph: its flow, its session settings and each parameter its pass declares as
-    changing the graph (``graph_params``; none declared, or an unknown pass: every parameter)."""
+    """What decides a trial's executed graph: its flow, session settings and its pass's ``graph_params``."""
     from quantune.passes import get_pass
 
     kept = []
@@ -237,8 +235,7 @@ def _round_s(baseline: dict[str, float], feasible: list[TrialRecord], chosen: li
 def retiming_plan(
     evaluator: Evaluator, baseline: dict[str, float], records: list[TrialRecord], top: int, prefer: int | None = None
 ) -> tuple[int, float]:
-    """(models the re-timing would load, the original included, 0 when there is no candidate;
-    seconds its fewest rounds take by the search-time figures)."""
+    """(models the re-timing would load, 0 when there is no candidate; seconds its fewest rounds take)."""
     feasible, chosen, _ = _choose(records, top, prefer)
     if not chosen:
         return 0, 0.0
@@ -247,8 +244,7 @@ def retiming_plan(
 
 
 def retiming_warmup(warmup: int, seconds: float, models: int, round_s: float) -> int:
-    """The warm-up passes a re-timing of ``models`` models runs at ``round_s`` a round: at most two, cut by the config's
-    share like any timing's."""
+    """The warm-up passes of a re-timing at ``round_s`` a round: at most two, cut by the config's share."""
     return warmup_passes(min(warmup, 2), seconds * models, round_s)
 
 

@@ -99,8 +99,7 @@ def pair_key(context: Any, reference_sha: str, candidate_sha: str) -> str:
 
 
 def pair_result(candidate_s: np.ndarray, reference_s: np.ndarray) -> dict[str, Any] | None:
-    """A paired timing's answer from two rows of rounds (NaN where a row sat out), over the rounds both ran; None when
-    they never ran together."""
+    """A paired timing's answer over the rounds both rows ran; None when they never ran together."""
     both = ~np.isnan(candidate_s) & ~np.isnan(reference_s)
     if not both.any():
         return None

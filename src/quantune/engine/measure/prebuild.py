@@ -37,8 +37,7 @@ def enabled() -> bool:
 
 
 def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
-    """(the points and flows to build, their build budget, the first guess or None, what is evaluated ahead), as a fresh
-    strategy made by ``make`` declares them; nothing when it does not start with the speed ceilings."""
+    """What a fresh strategy made by ``make`` declares it builds first (``Strategy.first_requests``), or nothing."""
     problem = getattr(strategy, "problem", None)
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
         return [], None, None, []
@@ -191,8 +190,7 @@ class Prebuild:
         self._line.go.set()
 
     def wait_ahead(self, point: dict[str, Any], flow: tuple[str, ...], timeout_s: float | None = None) -> bool:
-        """Whether ``point`` was evaluated ahead, waiting at most ``timeout_s`` when it is one of ``later``; else False,
-        at once."""
+        """Whether ``point`` was evaluated ahead, waiting at most ``timeout_s`` when it is one of ``later``."""
         if (dict(point), tuple(flow)) not in self.later:
             return False
         self.ceilings_timed()  # wanted now, whatever the ceilings did
@@ -205,8 +203,7 @@ class Prebuild:
         return ([self.first] if self.first_evaluated and self.first is not None else []) + list(self.later_evaluated)
 
     def join(self, deadline: float | None = None, builds_only: bool = False) -> None:
-        """Waits for the builds (``builds_only``: not for the guess's worker); never past ``deadline``, when builds
-        still running are stopped so the ceilings do not wait past the limit."""
+        """Waits for the builds (``builds_only``: not the guess's worker); at ``deadline`` the builds are stopped."""
         threads = self._threads[: len(self._built)] if builds_only else self._threads
         for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
@@ -230,8 +227,7 @@ class Prebuild:
         self.keep_log(self._log_dir, final=True)
 
     def keep_log(self, log_dir: Path | None, final: bool = False) -> None:
-        """The workers' logs go to ``log_dir`` (``None``: dropped), now and, for a worker still running, at the end
-        (``final``: then the scratch folder goes)."""
+        """The workers' logs go to ``log_dir`` (``None``: dropped), now and again at the end (``final``)."""
         if log_dir is not None and not final:
             log.info("speed ceilings built ahead: %d of %d variants", self.built, len(self.items))
             self._log_dir = log_dir

@@ -36,8 +36,7 @@ log = logging.getLogger("quantune.strategy")  # the strategies' log: these probe
 def accuracy_fields(
     context: Any, plan: Any, options: StrategyOptions | Mapping[str, Any] | None = None, isolation: Any = None
 ) -> dict[str, Any]:
-    """SearchProblem fields from the engine's ``RunContext`` and ``Plan`` (duck-typed). ``isolation``: runs the
-    sensitivity analysis in a worker process."""
+    """SearchProblem fields from the engine's ``RunContext`` and ``Plan``; ``isolation`` runs the sensitivity."""
     step_passes = {step_id: step.pass_cls.name for step_id, step in plan.steps.items()}
     step_classes = {step_id: step.pass_cls for step_id, step in plan.steps.items()}
     step_fixed = {step_id: dict(step.fixed) for step_id, step in plan.steps.items()}
@@ -151,8 +150,7 @@ def _trait(step_classes: Mapping[str, Any], step: str, trait: str) -> Any:
 
 
 def _quant_input(context: Any, plan: Any, steps: tuple[str, ...]) -> Any:
-    """The model a quant step after ``steps`` (at their default values) reads: the start model when there are none, or
-    when running them fails."""
+    """The model a quant step after ``steps`` reads: the start model when there are none, or when they fail."""
     if not steps:
         return context.start.path
     try:
@@ -330,8 +328,7 @@ def cached_ceilings(
     pairs: Sequence[tuple[int, int]] = (),
     anchor: int | None = None,
 ) -> list[float | None] | None:
-    """:func:`time_ceilings` here when every point's model is already cached: a worker's start-up would cost more than
-    the timing. ``None`` when a model is missing."""
+    """:func:`time_ceilings` here when every point's model is cached; ``None`` when a model is missing."""
     from quantune.passes.cached import NotCached, only_cached
 
     try:

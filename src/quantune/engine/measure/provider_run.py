@@ -23,8 +23,7 @@ __all__ = ["described", "expand_providers", "finish_providers", "with_openings"]
 
 
 def with_openings(strategy: Strategy, plan: Any, deadline: Any = None) -> Strategy:
-    """``strategy`` that first proposes the original on each provider but the reference one, when the plan searches
-    providers; else ``strategy`` itself."""
+    """``strategy`` that first proposes the original on each other provider, when the plan searches providers."""
     step_id = provider_step(plan.steps)
     if step_id is None:
         return strategy
@@ -98,8 +97,7 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
 
 
 def expand_providers(loaded: LoadedConfig) -> tuple[LoadedConfig, dict[str, str]]:
-    """The run's config with the provider axis wired in, asking the target which providers it has only when the config
-    searches them."""
+    """The run's config with the provider axis wired in (the target is asked only when the config searches it)."""
     if loaded.config.target.providers is None:
         return loaded, {}
     return with_provider_axis(loaded, target_backend(loaded))

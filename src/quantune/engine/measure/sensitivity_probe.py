@@ -53,8 +53,7 @@ class ProbeJob:
 
 
 def _float_model(job: ProbeJob, cache: ArtifactCache) -> tuple[Callable[..., tuple[Path, str]], Any, Path, str]:
-    """(a runner of flow steps through the cache, the quant step as (id, pass class, config), the float model it reads
-    and its hash)."""
+    """(a cached runner of flow steps, the quant step as (id, pass class, config), its float model and hash)."""
     index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
 
     def run(steps: list[tuple[str, type, PassConfig]], model: Path, sha: str) -> tuple[Path, str]:

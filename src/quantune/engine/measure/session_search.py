@@ -65,8 +65,7 @@ def option_groups(provider: str) -> list[list[dict[str, Any]]]:
 def search_session(
     evaluator: Any, model: Path, settings: dict[str, Any], provider: str, deadline: float | None = None
 ) -> dict[str, Any]:
-    """The settings for ``model`` (its own ``settings`` as the start), and per group what was timed. No group starts
-    after ``deadline``, so the refinement never outlasts the limit."""
+    """The settings for ``model`` from its own, and per group what was timed; no group starts past ``deadline``."""
     spec = evaluator.spec.latency
     spec = replace(spec, warmup=min(spec.warmup, MAX_WARMUP), repeats=ROUNDS)
     request = TimingRequest((), evaluator.latency_feed, spec, evaluator.spec.runner, deadline=deadline)

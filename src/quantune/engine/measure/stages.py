@@ -53,8 +53,7 @@ def node_profile(spec: Any) -> dict[str, float]:
 def isolated(
     fields: Mapping[str, Any], isolation: Isolation | None, spec: Any, local: tuple[Any, Any] | None = None
 ) -> dict[str, Any]:
-    """``fields`` with their model-running functions run as stages; ``local`` (the engine's run context and plan):
-    ceilings whose models are all cached are timed in this process."""
+    """``fields`` with their model-running functions run as stages; ceilings all cached are timed here (``local``)."""
     fields = dict(fields)
     if isolation is None or isolation.inline or spec is None or "latency_ratio" not in fields:
         return fields

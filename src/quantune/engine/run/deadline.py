@@ -43,8 +43,7 @@ def end_cost_s(listeners: Sequence[Any]) -> float:
 
 
 def least_end_cost_s(listeners: Sequence[Any]) -> float:
-    """The least the run's listeners take when it ends (``least_end_cost_s`` attributes; one without gives way whole
-    under a short limit)."""
+    """The least the run's listeners take when it ends (one without ``least_end_cost_s`` gives way whole)."""
     return sum(float(getattr(listener, "least_end_cost_s", 0.0) or 0.0) for listener in listeners)
 
 
@@ -54,15 +53,13 @@ def write_s(size_bytes: float) -> float:
 
 
 def session_load_s(size_bytes: float) -> float:
-    """About what loading a model of ``size_bytes`` into a session costs before its first round: ``SESSION_LOAD_S`` at
-    100 MB (a small model loads in milliseconds)."""
+    """About what loading a model of ``size_bytes`` into a session costs: ``SESSION_LOAD_S`` at 100 MB."""
     return 0.05 + SESSION_LOAD_S * max(0.0, size_bytes) / 100e6
 
 
 @dataclass(frozen=True)
 class TimeBudget:
-    """The run loop's time, decided before it starts (:meth:`EndBudget.for_loop`); the defaults: no
-    limit to keep anything from."""
+    """The run loop's time, decided before it starts (:meth:`EndBudget.for_loop`); the defaults: no limit."""
 
     started: float  # the run's clock: ``stop.timeout_s`` counts from here
     end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results): the search stops there
@@ -97,8 +94,7 @@ class EndBudget:
         return float(self.timeout_s) - (time.perf_counter() - self.started)
 
     def retiming_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """The fewest re-timing rounds of the original and ``top`` candidates (taken as fast as the
-        original), their sessions' loads included."""
+        """The fewest re-timing rounds of the original and ``top`` candidates, their sessions' loads included."""
         models = 1 + max(0, top)
         return 0.0 if top <= 0 else models * (self.load_s + (warmup + min_rounds) * baseline_ms / 1000.0)
 
@@ -112,24 +108,21 @@ class EndBudget:
         return needed + (self.report_s if self.report_fits(needed) else min(self.least_report_s, self.report_s))
 
     def start_reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """What a trial may not end inside: :meth:`reserve_s` with the least report only (a trial that
-        fits beside it is started, and the page is drawn without its Optuna views)."""
+        """What a trial may not end inside: :meth:`reserve_s` with the least report only."""
         if not self.limited:
             return 0.0
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return needed + min(self.least_report_s, self.report_s)
 
     def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
-        """The latest moment the fewest re-timing rounds and the writing still end within the limit: a trial still
-        running then is abandoned, not waited for."""
+        """The latest moment the re-timing and writing still end within the limit: a trial running then is abandoned."""
         if not self.limited:
             return None
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return self.started + float(self.timeout_s) - needed
 
     def for_loop(self, baseline_ms: float, top: int, warmup: int, min_rounds: int, first_trial_s: float) -> TimeBudget:
-        """The run loop's share of this budget: where its search stops, what no trial may end inside,
-        and when a trial still running is left."""
+        """The run loop's share: where its search stops, what no trial may end inside, when a trial is left."""
         return TimeBudget(
             self.started,
             end_reserve_s=self.reserve_s(baseline_ms, top, warmup, min_rounds),

@@ -27,8 +27,7 @@ class EarlyWorkers:
         self.executor = create_executor(executor_config, spec, TrialRunner(parts.context), self.scratch)
 
     def take(self, output_dir: Path) -> Executor | None:
-        """The workers, their logs moved to ``output_dir``/workers (``None``: none were started).
-        The scratch folder stays until :meth:`stop` (a worker still starting writes there until told)."""
+        """The workers, their logs moved to ``output_dir``/workers (``None``: none were started)."""
         executor, self.executor = self.executor, None
         if executor is not None:
             executor.move_logs(output_dir / "workers")  # type: ignore[attr-defined]

@@ -35,16 +35,14 @@ class Ending:
     interrupted: str = ""  # a signal stopped the end: the run's stop reason, before the search's
 
     def stop_reason(self, searched: str) -> str:
-        """The run's stop reason after the end: the search's with the end's note, or the signal first
-        (a run that reads "interrupted ..." exits as one stopped by a signal)."""
+        """The run's stop reason after the end: the search's with the end's note, or the signal first."""
         if self.interrupted:
             return f"{self.interrupted} (the search had stopped: {searched})"
         return searched + self.stop_note
 
 
 def retimes(objectives: Sequence[str], confirm_top: int) -> str:
-    """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why not. Every
-    executor's trials are timed on the engine's machine, so every one can confirm."""
+    """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why not."""
     if not objectives or objectives[0] != "latency":
         return "its objective is not latency"
     if confirm_top <= 0:

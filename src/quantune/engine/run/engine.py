@@ -47,8 +47,7 @@ class Engine:
         listeners: Sequence[RunListener] = (),
         started: float | None = None,
     ) -> None:
-        """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (the
-        CLI: the process's start, see deadline.py); by default when ``run()`` is called."""
+        """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (default: ``run()``)."""
         self.loaded, self.providers_skipped = expand_providers(loaded)  # target.providers: the provider axis
         self.started = started
         self.early = EarlyWorkers()  # workers started before the output was claimed (early.py)

@@ -60,8 +60,7 @@ def raise_if_stopped() -> None:
 
 
 def install_stop_signals() -> None:
-    """For the ``quantune`` command (main thread): SIGINT and SIGTERM raise a ``KeyboardInterrupt``,
-    even when SIGINT came in ignored (``cmd &`` in a script), so the run stops and saves as on Ctrl-C."""
+    """For the command line: SIGINT (even when inherited ignored) and SIGTERM stop the run as Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
         return
     signal.signal(signal.SIGINT, _raise_stop)
@@ -69,8 +68,7 @@ def install_stop_signals() -> None:
 
 
 class DeferredInterrupt:
-    """While entered (main thread only), SIGINT (and SIGTERM, when a Python handler owns it) raise
-    ``KeyboardInterrupt`` outside ``critical()`` blocks and at the end of one inside them."""
+    """While entered (main thread only), a stop signal raises ``KeyboardInterrupt``, deferred inside ``critical()``."""
 
     def __init__(self) -> None:
         self._depth = 0

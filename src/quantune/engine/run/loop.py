@@ -56,8 +56,7 @@ class RunListener(Protocol):
 
 @dataclass(frozen=True)
 class Judge:
-    """Judges a finished trial against the original: the criterion on the metric, and the
-    objective values the strategy is told."""
+    """Judges a finished trial: the criterion on the metric, and the objective values the strategy is told."""
 
     criterion: Criterion
     metric: str
@@ -204,8 +203,7 @@ class RunLoop:
                 self._finish(future.result(), proposal, replayed=False)
 
     def _wait(self) -> set[Future[TrialRecord]]:
-        """The trials that finished (at least one), or none when ``abandon_at`` came first: a trial
-        that overran its estimate does not take the confirmation's time."""
+        """The trials that finished (at least one), or none when ``abandon_at`` came first."""
         if self.budget.abandon_at is None:
             return wait(self.pending, return_when=FIRST_COMPLETED)[0]
         left = max(0.0, self.budget.abandon_at - time.perf_counter())
@@ -236,8 +234,7 @@ class RunLoop:
         return True
 
     def _skip_known_failure(self, proposal: Proposal) -> bool:
-        """Tells the strategy that ``proposal`` failed, without running it, when it shares the
-        signature of a known failure class (see trials/failures.py); ``False`` when it must run."""
+        """Tells the strategy ``proposal`` failed, without running it, when it shares a known failure's signature."""
         flow = tuple(proposal.flow or self.plan.flow_of(proposal.point))
         failure_class = self.known.match(flow, proposal.point)
         if failure_class is None:
@@ -333,8 +330,7 @@ class RunLoop:
             listener.on_trial(record, status)
 
     def _duplicate_of(self, record: TrialRecord) -> int | None:
-        """The earlier trial whose model is byte-identical to this one's: its evaluation is cached, and this trial does
-        not count against ``stop.max_trials``."""
+        """The earlier trial whose model is byte-identical: its evaluation is cached, and it is one candidate."""
         sha = record.model_sha256
         if record.status != "ok" or sha is None:
             return None

@@ -39,8 +39,7 @@ log = logging.getLogger("quantune")
 
 @dataclass
 class Opening:
-    """What the set-up made: the run's parts, the workers' spec (with the run's identity), the
-    bound strategy, and the work started ahead (speed-ceiling builds, early trial workers)."""
+    """What the set-up made: the run's parts, the workers' spec, the bound strategy, and the work started ahead."""
 
     parts: RunParts
     spec: WorkerSpec
@@ -95,8 +94,7 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
 
 
 def claim_output(opening: Opening, output_dir: Path, restart: bool, isolation: Isolation, book: TimeBook) -> RunStore:
-    """The original checked (in a stage worker), then the output folder claimed: its run store.
-    A failure stops what was started ahead."""
+    """The original checked in a stage worker, then the output folder claimed; a failure stops the work ahead."""
     parts = opening.parts
     try:
         # beside the builds ahead: half the cores, a quick timing (timed again before the ceilings)
@@ -135,8 +133,7 @@ def make_strategy(parts: RunParts, config: Config, isolation: Isolation, spec: W
 
 
 def check_runnable(plan: Plan) -> None:
-    """A space whose every point is pruned is a config mistake, not a run of zero trials; the
-    message says what the config's passes cannot do (their ``limits`` trait)."""
+    """A space whose every point is pruned is a config mistake; the message says what the passes cannot do."""
     space = plan.space
     if not space.is_finite() or space.raw_size() > EXACT_LIMIT:  # walked to prove a runnable point
         return

@@ -40,8 +40,7 @@ def measure_original(
     book: TimeBook,
     listeners: Sequence[RunListener],
 ) -> tuple[dict[str, float], str]:
-    """The original's figures and whether they came from the cache (``"hit"``/``"miss"``); a
-    failure stops ``executor``'s workers (no run, no workers left behind)."""
+    """The original's figures and whether they were cached; a failure stops ``executor``'s workers."""
     parts = opening.parts
     try:
         baseline, baseline_cache = original_figures(runner, opening.spec, isolation, log_dir=isolation.log_dir)
@@ -64,8 +63,7 @@ def tell_baseline(
     time_left_s: Callable[[], float | None],
     isolation: Isolation,
 ) -> None:
-    """The strategy and the listeners get the original's figures; the ceilings' timing will wait for
-    the builds ahead (and the original timed again), the first guess is waited for now."""
+    """The strategy and listeners get the original's figures; the first guess is waited for now."""
     strategy, parts = opening.strategy, opening.parts
     strategy.observe_baseline(baseline)
     if opening.prebuild is not None:  # built while the original was evaluated (measure/prebuild.py)
@@ -105,15 +103,13 @@ def ceilings_ready(
 
 
 def stand_in_rounds(spec: LatencySpec, timings_s: Any) -> int:
-    """The fewest of the ceilings' rounds whose timings of the original stand for its latency: ``RETIME_ROUNDS``, or as
-    many as its own timing would run at its cost."""
+    """The fewest ceilings' rounds that stand for the original's latency: ``RETIME_ROUNDS``, or its own timing's."""
     run_s = float(np.nanmedian(timings_s)) if len(timings_s) else 0.0
     return min(RETIME_ROUNDS, rounds_within(spec.repeats, spec.seconds, run_s))
 
 
 def announce_preparation(parts: RunParts, listeners: Sequence[RunListener]) -> None:
-    """The run log gets every change and dropped step of model preparation; a listener with an
-    ``on_prepared`` method (the console) gets the preparation itself."""
+    """The run log gets each change of model preparation; a listener with ``on_prepared`` gets the preparation."""
     preparation = parts.context.preparation
     if preparation is None:
         return

@@ -36,8 +36,7 @@ def gather(
     stop_reason: str,
     ending: Ending,
 ) -> Result:
-    """The verdict over the loop's records and everything ``results.json`` holds but the time spent
-    and the run's duration (they are closed as it is written, :func:`write`)."""
+    """The verdict over the loop's records and all ``results.json`` holds but the time spent (see :func:`write`)."""
     records = sorted(loop.records, key=lambda r: r.number)
     # after a confirmation, only figures timed side by side compete, and their paired ratios decide
     confirmation = ending.confirmation

@@ -42,8 +42,7 @@ class Replay:
         return len(self._stored)
 
     def asked_after(self, number: int) -> float:
-        """Tells that must be delivered before trial ``number`` is asked; for a trial the store does not hold, every
-        replayed tell."""
+        """Tells due before trial ``number`` is asked; for a trial the store does not hold, every replayed tell."""
         row = self._stored.get(number)
         return float("inf") if row is None else int(row.get("asked_after", 0))
 
@@ -75,8 +74,7 @@ class Replay:
 
 
 def model_present(row: dict[str, Any]) -> bool:
-    """Whether a stored trial's model is where its record says, as it was: a successful trial's
-    model file, with the cache entry's recorded hash (meta.json beside it) equal to the record's."""
+    """Whether a stored trial's model is where its record says, with the recorded hash."""
     path = row.get("model_path")
     if row.get("status") != "ok" or not path:
         return True  # a failed trial has no model to lose
@@ -104,8 +102,7 @@ class SkipLog:
         self.count = 0  # skips made by this run, replayed ones included
 
     def tells_before(self, asked: int, trial_tells: float) -> float:
-        """Tells due before the next ask: the next logged skip's, when it came before trial
-        ``asked`` in the original run; else ``trial_tells`` (that trial's)."""
+        """Tells due before the next ask: the next logged skip's when it came first, else ``trial_tells``."""
         if self.count < len(self.events) and self.events[self.count][0] == asked:
             return self.events[self.count][1]
         return trial_tells

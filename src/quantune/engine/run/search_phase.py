@@ -30,8 +30,7 @@ log = logging.getLogger("quantune")
 
 @dataclass
 class Searched:
-    """The loop that ran (its records), why it stopped, the end's budget, how many of the best
-    candidates the end re-times (``top``), and why it re-times none (``""``: it does)."""
+    """The loop that ran, why it stopped, the end's budget, the ``top`` the end re-times, and why none (``""``)."""
 
     loop: RunLoop
     stop_reason: str

@@ -50,8 +50,7 @@ class TimeBook:
         self._last = now
 
     def search_starts(self) -> None:
-        """The search counts from the last mark (what came between, waiting for a first guess built
-        ahead, is the search's)."""
+        """The search counts from the last mark (waiting for a first guess built ahead is the search's)."""
         self._search_from = self._last
         self._stages_before = stage_seconds_by_name()
 
@@ -89,8 +88,7 @@ class TimeBook:
 
 
 def stage_name(stage: str | None) -> str:
-    """A trial's stage as the strategy named it, without its details and the notes the loop adds
-    ("latency (duplicate of trial 3) -> kept" -> "latency", "bisect: k=2/5 [...]" -> "bisect")."""
+    """A trial's stage as the strategy named it, without its details and notes ("bisect: k=2" -> "bisect")."""
     name = re.split(r" \(| ->|:", stage or "")[0].strip()
     return name or "search"
 
