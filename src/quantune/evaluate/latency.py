@@ -91,24 +91,21 @@ def timing_cost_s(
 
 
 def rounds_within(repeats: int, share_s: float, round_s: float, fewest: int = FEWEST_ROUNDS) -> int:
-    """The rounds a timing runs at ``round_s`` a round in a share of ``share_s`` (unsettled): until the
-    share is spent, at least ``fewest`` or as many as the share holds, at most ``repeats``."""
+    """The rounds a timing runs at ``round_s`` a round in ``share_s``: at least ``fewest``, at most ``repeats``."""
     if round_s <= 0.0:
         return repeats
     return min(repeats, max(fewest_within(fewest, share_s, round_s), math.ceil(share_s / round_s)))
 
 
 def warmup_passes(warmup: int, share_s: float, round_s: float) -> int:
-    """The warm-up passes a timing runs at ``round_s`` a pass when its share is ``share_s``: each model
-    once (its first run allocates), more only while within ``WARMUP_SHARE`` of the share."""
+    """The warm-up passes in ``share_s`` at ``round_s`` a pass: at least one, within ``WARMUP_SHARE`` of it."""
     if round_s <= 0.0:
         return warmup
     return max(1, min(warmup, math.ceil(WARMUP_SHARE * share_s / round_s)))
 
 
 def timing_end(spec: LatencySpec, models: int, deadline: float | None = None) -> float:
-    """The ``time.perf_counter()`` reading past which a timing of ``models`` models starts no round
-    (once its fewest ran): its time share from now, or the caller's ``deadline`` if sooner."""
+    """The ``time.perf_counter()`` reading past which a timing starts no round: its share, or ``deadline``."""
     end = time.perf_counter() + spec.seconds * max(1, models)
     return end if deadline is None else min(end, deadline)
 
@@ -190,8 +187,7 @@ class LatencyLane:
         return found
 
     def between_rounds(self) -> None:
-        """Lets a waiting timing in once this one has held the lane ``LANE_SLICE_S``: released, then
-        taken again once those waiting now have had it (they take it in the kernel's order)."""
+        """After ``LANE_SLICE_S`` held, lets those waiting now take the lane, then takes it again."""
         if self._fd is None or time.perf_counter() - self._since < LANE_SLICE_S:
             return
         waiting = self.waiters()
@@ -205,15 +201,13 @@ class LatencyLane:
 
 
 def _to_stdout(line: str) -> None:
-    """A notice of progress, beside the run's other progress lines: stderr holds only a failure's
-    one line (and warnings), so a run that waits and then fails still says one line there."""
+    """A progress notice on stdout: stderr holds only a failure's one line."""
     print(f"quantune: {line}", flush=True)
 
 
 @contextlib.contextmanager
 def latency_lane() -> Iterator[LatencyLane | None]:
-    """The machine's :class:`LatencyLane`, held for the block (``None`` where there is no
-    ``fcntl``: measurements may then overlap)."""
+    """The machine's :class:`LatencyLane`, held for the block (``None`` without ``fcntl``)."""
     try:
         import fcntl  # noqa: F401
     except ImportError:
@@ -279,8 +273,7 @@ def _figures(timings: np.ndarray) -> dict[str, float]:
 def measure_latency(
     model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
 ) -> dict[str, float]:
-    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane
-    (:func:`time_side_by_side` of one model, on the default provider)."""
+    """Median, p90 and mean in milliseconds of ``spec.repeats`` timed runs, in the latency lane."""
     return _figures(time_side_by_side([model], feeds, spec, runner=runner)[0])
 
 

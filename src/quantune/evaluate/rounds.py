@@ -37,8 +37,7 @@ log = logging.getLogger("quantune.evaluate")
 
 
 def _paired(timings: np.ndarray, reference: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each candidate row's (every row but ``reference``) seconds and the reference's, over the
-    rounds both ran (a row that sat out a round is NaN there; empty for a row that never ran)."""
+    """Each candidate row's seconds and the reference's, over the rounds both ran."""
     base = timings[reference]
     pairs = []
     for index, row in enumerate(timings):
@@ -54,8 +53,8 @@ def _intervals(timings: np.ndarray, reference: int = 0, confidence: float = CONF
 
 
 def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidence: float = CONFIDENCE) -> list[bool]:
-    """For each candidate row (every row but ``reference``), whether its ratio to the reference row is surely below or
-    above ``threshold`` at ``confidence`` (a candidate that never ran has nothing to decide: True)."""
+    """For each candidate row, whether its ratio to ``reference`` is surely on one side of ``threshold`` (never ran:
+    True)."""
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 
@@ -82,15 +81,13 @@ def far_above(timings: np.ndarray, threshold: float, reference: int = 0) -> list
 
 
 def not_faster(timings: np.ndarray, row: int, reference: int) -> bool:
-    """Whether ``row`` is surely not faster than row ``reference`` beyond ``MIN_GAIN``: its paired
-    ratio's interval to it lies above ``1 - MIN_GAIN`` (over at least ``MIN_ROUNDS_TO_DECIDE`` rounds)."""
+    """Whether ``row`` is surely not faster than ``reference`` beyond ``MIN_GAIN``."""
     interval = _intervals(timings[[reference, row]])[0]
     return interval is not None and interval.rounds >= MIN_ROUNDS_TO_DECIDE and interval.low > 1.0 - MIN_GAIN
 
 
 def pair_decided(timings: np.ndarray, row: int, reference: int) -> bool:
-    """Whether ``row``'s paired ratio to row ``reference`` is surely on one side of ``1 - MIN_GAIN``:
-    a paired timing's own rule (engine/measure/paired_timing.py), for a companion timed among the ceilings."""
+    """Whether ``row``'s ratio to ``reference`` is surely on one side of ``1 - MIN_GAIN`` (a paired timing's rule)."""
     return decided(timings[[reference, row]], 1.0 - MIN_GAIN)[0]
 
 

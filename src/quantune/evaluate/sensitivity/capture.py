@@ -46,8 +46,7 @@ class Plan:
 
 
 def replayable(batches: Iterable[Feed] | Feeds) -> Feeds:
-    """``batches`` as a function that reads them afresh (each group reads the data once); a one-shot iterator is kept in
-    a list."""
+    """``batches`` as a function that reads them afresh; a one-shot iterator is kept in a list."""
     if callable(batches):
         return batches
     if not isinstance(batches, Sequence):

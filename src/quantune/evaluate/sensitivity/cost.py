@@ -40,8 +40,7 @@ def ancestors(graph: onnx.GraphProto, wanted: Iterable[str]) -> list[onnx.NodePr
 
 
 class Share:
-    """A set of a model's nodes as a share of one whole run of it, counted by its heavy nodes
-    (by all its nodes when it has none)."""
+    """A set of a model's nodes as a share of one run of it, counted by its heavy nodes (else by all)."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         heavy = sum(node.op_type in HEAVY for node in model.graph.node)
@@ -54,16 +53,14 @@ class Share:
 
 
 def affordable_rows(per_row: float, budget: float | None, available: int) -> int:
-    """Rows of data the ``budget`` (whole-model runs of one row; None: no bound) pays for at
-    ``per_row``: at most ``available``, at least one."""
+    """Rows of data ``budget`` pays for at ``per_row`` (None: no bound), at least one, at most ``available``."""
     if budget is None or per_row <= 0:
         return available
     return max(1, min(available, math.floor(budget / per_row)))
 
 
 def first_rows(feeds: Feeds, rows: int, cut: bool = True) -> Feeds:
-    """The first ``rows`` rows of the data, so the same data gives the same scores. The last batch is cut along its
-    first axis when ``cut``, else kept whole."""
+    """The first ``rows`` rows of the data, the last batch cut along its first axis when ``cut``."""
 
     def limited() -> Iterator[Feed]:
         left = rows

@@ -20,8 +20,7 @@ from quantune.memory import room_mb
 
 
 def fake_quant(array: np.ndarray, kind: str, *, reduce_range: bool = False, axis: int | None = None) -> np.ndarray:
-    """``array`` quantized and dequantized as onnxruntime does: int8 symmetric, uint8 asymmetric
-    (range widened to hold 0, like DynamicQuantizeLinear); per tensor, or per slice along ``axis``."""
+    """``array`` fake-quantized as onnxruntime does (int8 symmetric, uint8 asymmetric), per tensor or along ``axis``."""
     x = np.asarray(array, dtype=np.float32)
     reduce = tuple(i for i in range(x.ndim) if axis is None or i != axis % x.ndim)
     if kind == "int8":

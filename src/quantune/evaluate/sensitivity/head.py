@@ -75,8 +75,7 @@ def _pair(qmodel: onnx.ModelProto, raw: str, seen: str) -> tuple[onnx.NodeProto,
 def injected(
     fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, tensors: Mapping[str, tuple[str, str]]
 ) -> onnx.ModelProto | None:
-    """A copy of ``fmodel`` with the quantized model's Q/DQ pair after each of ``tensors``
-    (float name -> (raw, dequantized) names in ``qmodel``); None when none can be copied."""
+    """A copy of ``fmodel`` with ``qmodel``'s Q/DQ pair after each of ``tensors``; None when none can be copied."""
     q_inits = {init.name: init for init in qmodel.graph.initializer}
     model = onnx.ModelProto()
     model.CopyFrom(fmodel)
@@ -136,8 +135,7 @@ def _sort(graph: onnx.GraphProto) -> None:
 
 
 def cut_nodes(fmodel: onnx.ModelProto, names: Sequence[str]) -> list[onnx.NodeProto]:
-    """The nodes ``names`` and every node downstream of them, in graph order: what a probe of
-    them reruns once per node it scores."""
+    """The nodes ``names`` and every node downstream of them, in graph order."""
     wanted, reached = set(names), set()
     nodes = []
     for node in fmodel.graph.node:  # graph order is topological: one pass finds the closure
@@ -148,8 +146,7 @@ def cut_nodes(fmodel: onnx.ModelProto, names: Sequence[str]) -> list[onnx.NodePr
 
 
 def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeProto], list[str], list[str]]:
-    """The nodes ``names`` and every node downstream of them, the tensors they read from outside and the graph outputs
-    they make."""
+    """The nodes ``names`` and downstream, the tensors they read from outside and the outputs they make."""
     nodes = cut_nodes(fmodel, names)
     made = {out for node in nodes for out in node.output}
     inits = {init.name for init in fmodel.graph.initializer}

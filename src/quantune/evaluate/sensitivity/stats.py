@@ -185,8 +185,7 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
 
 
 def with_outputs(model: onnx.ModelProto, names: Sequence[str], *, only: bool = False) -> onnx.ModelProto:
-    """A copy of ``model`` that also outputs ``names``; with ``only``, outputs just them and keeps
-    just the nodes they depend on (a capture group of early tensors runs the start of the model)."""
+    """A copy of ``model`` that also outputs ``names``; with ``only``, just them and the nodes they depend on."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if only:
@@ -201,8 +200,7 @@ def with_outputs(model: onnx.ModelProto, names: Sequence[str], *, only: bool = F
 
 
 def _keep_ancestors(graph: onnx.GraphProto, wanted: set[str]) -> None:
-    """Drops the nodes ``wanted`` does not depend on (and the initializers only they read); a
-    graph with subgraphs is left whole (:func:`.cost.ancestors`)."""
+    """Drops the nodes ``wanted`` does not depend on (a graph with subgraphs is left whole)."""
     if has_subgraphs(graph):
         return
     kept = ancestors(graph, wanted)

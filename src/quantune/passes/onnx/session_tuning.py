@@ -186,8 +186,7 @@ def _same(settings: dict[str, Any], option: dict[str, Any]) -> bool:
 
 
 def merge_settings(settings: dict[str, Any], option: dict[str, Any], keys: set[str]) -> dict[str, Any]:
-    """``settings`` with ``option``; a provider option of the group (``keys``) replaces the group's
-    value, the provider's other options (its thread count, another group's choice) stay."""
+    """``settings`` with ``option``; a provider option of the group replaces its value, the others stay."""
     merged = dict(settings)
     for key, value in option.items():
         if key == "provider_options":

@@ -18,8 +18,7 @@ UNSURE = 0.03
 
 
 def clearly_faster(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing's candidate is faster beyond the noise and, by its median, by ``SETTLE_GAIN``: what a
-    candidate needs to go before the preferred one."""
+    """Whether a candidate is faster beyond the noise and by ``SETTLE_GAIN``: enough to go before the preferred."""
     return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
 
 

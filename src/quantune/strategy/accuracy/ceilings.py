@@ -69,9 +69,7 @@ class CeilingStage:
         return self.shared.variants
 
     def stage_ceiling(self) -> Step:
-        """Stage: each flow's fully-quantized variants timed against the original (no accuracy evaluation); returns the
-        kept ones, fastest first. At most ``ceiling_share`` of ``stop.timeout_s``: variants not built by then are left
-        out."""
+        """Stage: the fully quantized variants timed against the original; the kept ones, fastest first."""
         self.ceiling_variants()
         self.shared.decisions.extend(self.skipped)
         if self._time_ceilings(self.shared.variants):
@@ -151,13 +149,11 @@ class CeilingStage:
         return outcome is not None and bool(outcome.meets) and not outcome.failed
 
     def _within_the_margin(self, baseline: float | None) -> bool:
-        """Whether a ceiling timed faster than the original, though not surely below the margin: then
-        "slower" is not what was measured, and its model may well win side by side."""
+        """Whether a ceiling timed faster than the original, though not surely below the margin."""
         return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.shared.variants if not v.failed)
 
     def _ties_at_the_margin(self) -> None:
-        """A ceiling left unsure at the margin (:class:`UnsureRatio`) within ``TIE`` of a kept one is kept too, so which
-        of two equal ceilings is dropped does not follow the noise."""
+        """An unsure ceiling within ``TIE`` of a kept one is kept too: one speed, one verdict."""
         baseline = self.run.baseline.get("latency_ms")
         every = [*self.shared.variants, *self.shared.refined]
         sure = [(v, r) for v in every if self.keeps(v) and (r := v.ratio(baseline)) is not None]
@@ -171,8 +167,8 @@ class CeilingStage:
                 self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
 
     def ceilings_in_brief(self) -> str:
-        """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to fp32, fastest
-        first, and how many were never built. Every decision is in quantune.log and the report."""
+        """The speed ceilings in one clause for a reason: each ratio to fp32, fastest first, and how many were not
+        built."""
         baseline = self.run.baseline.get("latency_ms")
         order = sorted(self.shared.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
         parts = []
@@ -212,8 +208,7 @@ class CeilingStage:
         return [rival, *(v for v in kept if v is not rival)]
 
     def twin_speeds(self) -> None:
-        """Each refined variant (bias correction or fine-tune after the quant step) takes the speed of its unrefined
-        twin: those steps never change the graph, so timing it would only cost time."""
+        """Refined variants take their unrefined twin's speed: refining never changes the graph."""
         for variant in self.shared.refined:
             twin_flow = unrefined_flow(self.run.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
             suffix = variant.label.split(": ", 1)[-1]
@@ -232,8 +227,7 @@ class CeilingStage:
             )
 
     def _time_ceilings(self, variants: list[Variant]) -> bool:
-        """Each variant's side-by-side ratio, from one session for all (or one timing per variant);
-        False when nothing here times models (then the ceilings' trials must)."""
+        """Each variant's side-by-side ratio; False when nothing here times models (then the ceilings' trials must)."""
         if self.run.problem.objective != "latency" or not variants:
             return False
         margin, share = self.shared.options.speed_margin, self.shared.options.ceiling_share
@@ -260,9 +254,8 @@ class CeilingStage:
     def _companions(
         self, variants: list[Variant], reference: int | None, offset: int
     ) -> tuple[list[tuple[Point, tuple[str, ...]]], list[tuple[int, int]]]:
-        """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings' session when the
-        guess is in budget, so the lighter stage reads those answers rather than timing the guess again. None for the
-        guess's item when it missed or is not timed."""
+        """The guess's lighter models and (item, guess item) pairs to time with the ceilings when the guess is in
+        budget."""
         if reference is None or self.shared.guess is None:
             return [], []
         lighter = self.latency.lighter_items(self.shared.guess)

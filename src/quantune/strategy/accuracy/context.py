@@ -27,8 +27,7 @@ from quantune.strategy.options import AccuracyOptions, options_as
 
 
 def quantizes(pass_name: str | None) -> str | None:
-    """The pass's ``quantizes`` trait: "static", "dynamic" (groups are single weights: no activation ranges, no int16)
-    or None."""
+    """The pass's ``quantizes`` trait: "static", "dynamic" (groups are single weights) or None."""
     found = find_pass(pass_name)
     return found.quantizes if found is not None else None
 
@@ -72,8 +71,7 @@ class AccuracyContext:
     def all_from_problem(
         cls, problem: SearchProblem, strategy: str, known: AccuracyContext | None = None
     ) -> list[AccuracyContext]:
-        """One context per flow with a quant step (only the ``flow`` option's when it is set);
-        ``known``, already built for one of them, is reused rather than analysing the model again."""
+        """One context per flow with a quant step (or the ``flow`` option's), ``known`` reused."""
         options = options_as(problem.options, AccuracyOptions)
         return [
             known if known is not None and known.flow_name == name else cls._for_flow(problem, name, steps, options)
@@ -262,8 +260,7 @@ def _finite(score: float) -> float:
 
 
 def describe(names: Sequence[str], limit: int = 4) -> str:
-    """A short list of group names for stage texts: an exporter's path name (``/model.22/dfl/conv/Conv``)
-    keeps its last two module names (``dfl/conv``); one alone (``1`` of ``/erb_conv1/1/Conv``) says nothing."""
+    """A short list of group names for stage texts, an exporter's path shortened to its last two module names."""
     short = [_short(name) for name in names]
     text = ", ".join(short[:limit])
     return f"[{text}{', ...' if len(short) > limit else ''}]"

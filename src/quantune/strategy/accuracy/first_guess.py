@@ -28,8 +28,7 @@ class FirstGuess:
         self.providers, self.ceilings = providers, ceilings
 
     def _prepare(self) -> Variant | None:
-        """The first guess (:meth:`stage`) set up: the context in it, the static ceilings on
-        stand-ins, its lighter models to build and evaluate ahead; None when there is none."""
+        """The first guess set up: its context, the static ceilings on stand-ins, its lighter models; None if none."""
         wanted = self.shared.options.first_guess
         if wanted is None:
             wanted = self.run.problem.evaluates_ahead
@@ -46,9 +45,7 @@ class FirstGuess:
         return guess
 
     def first_requests(self) -> FirstRequests:
-        """What the stages ask first, declared from the bound problem before any ask: the ceilings' session items and
-        the guess's lighter models, the session's time budget, the first guess, and what is evaluated ahead. Nothing
-        when no ceiling is timed."""
+        """What the stages ask first (:data:`.shared.FirstRequests`); nothing when no ceiling is timed."""
         guess, problem = self._prepare(), self.run.problem
         variants = self.ceilings.ceiling_variants()
         if problem.objective != "latency" or not variants:
@@ -78,9 +75,7 @@ class FirstGuess:
         return guess
 
     def _stand_ins(self, guess: Variant) -> None:
-        """When the first guess does not calibrate, each static ceiling is timed on a stand-in
-        (:func:`.speed.stand_in`), so a run that ends at the guess never pays a full calibration. Option ``stand_ins:
-        false``: every ceiling is its own model."""
+        """Static ceilings timed on stand-ins when the guess does not calibrate (``stand_ins: false``: never)."""
         if not self.shared.options.stand_ins or stand_in(guess.ctx, guess.point) is not None:
             return
         for variant in self.ceilings.ceiling_variants():

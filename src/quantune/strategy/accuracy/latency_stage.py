@@ -39,8 +39,7 @@ LEAST_GAIN = MIN_GAIN
 
 
 def graph_params(ctx: AccuracyContext) -> list[str]:
-    """The quant step's searched parameters that change the executed graph (its pass's ``graph_params``; none declared:
-    every searched one), less the variant's speed class and the fallback."""
+    """The quant step's searched ``graph_params``, less the variant's speed class and the fallback."""
     from quantune.passes import get_pass
 
     declared = get_pass(ctx.quant_pass).graph_params
@@ -55,8 +54,7 @@ def graph_params(ctx: AccuracyContext) -> list[str]:
 
 
 def surely_slower(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing says the candidate is slower than the reference beyond the noise: the
-    ratio's interval wholly above ``1 / (1 - LEAST_GAIN)``."""
+    """Whether the ratio's interval lies wholly above ``1 / (1 - LEAST_GAIN)``."""
     low = result.get("ratio_ci_low")
     return low is not None and float(low) > 1.0 / (1.0 - LEAST_GAIN)
 
@@ -78,8 +76,8 @@ class LatencyStage:
         self.shared, self.run = shared, shared.run
 
     def faster(self, candidate: Point, reference: Point) -> bool:
-        """Whether ``candidate``'s model is faster than ``reference``'s beyond the noise: their paired
-        ratio when the run times models side by side, else their trials' figures by ``LEAST_GAIN``."""
+        """Whether ``candidate`` is faster beyond the noise: by paired timing, else the trials' figures by
+        ``LEAST_GAIN``."""
         result = self.paired(candidate, reference)
         if result is not None:
             return bool(result.get("faster"))
@@ -181,8 +179,7 @@ class LatencyStage:
         return [*ahead, last, *(item for item in others if item not in ahead)]
 
     def lighter_sets(self) -> list[tuple[list[Group], str]]:
-        """The groups the lighter models keep in float, with their words: the op types other than
-        compute and Add/Mul (when some are), then all but compute; none without both kinds."""
+        """The groups the lighter models keep in float, with their words; none without both kinds of op types."""
         groups = list(self.run.ctx.candidates)
         compute = [g for g in groups if g.op_type in COMPUTE_TYPES]
         others = [g for g in groups if g.op_type not in COMPUTE_TYPES]
@@ -194,8 +191,7 @@ class LatencyStage:
         ]
 
     def lighter_items(self, variant: Variant | None) -> list[tuple[Point, tuple[str, ...]]]:
-        """``variant``'s lighter models as (point, flow), the compute-only one last, for the engine to build ahead; none
-        when there is no lighter stage or no variant."""
+        """``variant``'s lighter models as (point, flow), the compute-only one last, for the engine to build ahead."""
         if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return []
         ctx, self.run.ctx = self.run.ctx, variant.ctx
@@ -206,8 +202,7 @@ class LatencyStage:
             self.run.ctx = ctx
 
     def trial_of(self, point: Point) -> tuple[str, str]:
-        """(the stage that evaluated ``point``, "trial N (what it tried)") for a stop reason a person
-        reads: "the first guess stage: trial 1 (static_quant: QDQ/uint8) is in budget at ..."."""
+        """(the stage that evaluated ``point``, "trial N (what it tried)") for a stop reason a person reads."""
         key = point_key(point)
         tried = next((t for t in self.run.history if point_key(t.point) == key), None)
         if tried is None:
@@ -312,8 +307,7 @@ class LatencyStage:
         return incumbent
 
     def _neighbours(self, incumbent: Point, names: list[str], params: Mapping[str, Any]) -> list[tuple[Point, str]]:
-        """``incumbent`` with one of ``names`` changed, each value in the space's preferred order;
-        only valid points not yet evaluated."""
+        """``incumbent`` with one of ``names`` changed; only valid points not yet evaluated."""
         out = []
         for name in names:
             for value in preferred_values(params[name], incumbent):

@@ -33,8 +33,7 @@ def _provider_step(pass_name: str) -> bool:
 
 
 def provider_axis(problem: SearchProblem) -> tuple[str, list[str], str] | None:
-    """(the provider step, the providers it searches, the reference provider), or None when the
-    run searches one provider only."""
+    """(the provider step, the providers it searches, the reference provider), or None for one provider."""
     step = next((sid for sid, name in problem.step_passes.items() if _provider_step(name)), None)
     if step is None:
         return None
@@ -47,8 +46,7 @@ def provider_axis(problem: SearchProblem) -> tuple[str, list[str], str] | None:
 
 
 def on_providers(problem: SearchProblem, variants: Sequence[tuple[Point, str]]) -> list[tuple[Point, str]]:
-    """Each ``(point, label)`` on every searched provider that can run it (the variant first on
-    each provider, in the axis's order: the reference provider's first); as given without an axis."""
+    """Each ``(point, label)`` on every searched provider that can run it, in the axis's order."""
     axis = provider_axis(problem)
     if axis is None:
         return list(variants)
@@ -94,8 +92,7 @@ class ProviderCeilings:
         self.carry_notes: list[str] = []  # why a provider was not tried (carry)
 
     def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
-        """Told by ``WithOpenings``: whether the original on ``provider`` met the criterion there, and
-        its paired ratio (used until the ceilings' session times it with the ceilings)."""
+        """Whether the original on ``provider`` met the criterion there, and its paired ratio."""
         self.opening_met[provider] = bool(outcome.meets) and not outcome.failed
         if paired_ratio is not None:
             self.original_ratio.setdefault(provider, paired_ratio)
@@ -112,8 +109,7 @@ class ProviderCeilings:
                 self.original_ratio[provider] = ratio
 
     def best_original(self) -> tuple[str, float] | None:
-        """The fastest original on another provider that met the criterion, side by side with
-        the original on the reference provider: (provider, ratio); None when none is known."""
+        """(provider, ratio) of the fastest original on another provider in budget; None when none is known."""
         ratios = self.original_ratio.items()
         timed = [(ratio, p) for p, ratio in ratios if ratio is not None and ratio < 1.0 and self.opening_met.get(p)]
         if not timed:
@@ -122,8 +118,7 @@ class ProviderCeilings:
         return provider, ratio
 
     def beaten_by_original(self, ratio: float, margin: float) -> str | None:
-        """Why a ceiling at ``ratio`` cannot win (an original in budget on another provider is not
-        slower than it by the margin), or None."""
+        """Why a ceiling at ``ratio`` cannot win (an original in budget is not slower by the margin), or None."""
         best = self.best_original()
         if best is None or ratio < best[1] * (1.0 - margin) or not self.shared.options.drop_slow:
             return None
@@ -135,8 +130,7 @@ class ProviderCeilings:
 
     # -- the model in budget on every provider ----------------------------------------------------
     def everywhere(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
-        """Stage: the model in budget (``base`` with ``fallback``, found in ``variant``) on each other
-        provider (:meth:`carry`), then the latency stage from the fastest; returns its point."""
+        """Stage: the model in budget on each other provider, then the latency stage from the fastest."""
         carried = yield from self.carry(base, fallback, variant)
         if carried is None:  # a provider's model is at its ceiling: nothing faster is possible
             final = self.shared.settled
@@ -221,8 +215,7 @@ class ProviderCeilings:
         return found
 
     def _twins(self, variant: Variant, key: str) -> list[Variant]:
-        """``variant``'s quantization on the other providers: the ceilings of the same flow and point
-        but for the provider, in the axis's order."""
+        """``variant``'s quantization on the other providers, in the axis's order."""
         mine = {k: v for k, v in variant.point.items() if k != key}
         return [
             v

@@ -116,8 +116,7 @@ class QuantuneStrategy(AccuracyStrategy):
             return
 
     def answer(self) -> int | None:
-        """The trial of the model the search ended on, in budget: at the speed ceiling (paired timing
-        against it), or the latency stage's incumbent (each change kept only when faster side by side)."""
+        """The trial the search ended on in budget: at the speed ceiling, or the latency stage's incumbent."""
         outcome = self.known(self.shared.settled) if self.shared.settled is not None else None
         return None if outcome is None or not outcome.meets or outcome.failed else outcome.number
 
@@ -197,8 +196,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return max(0, min(limit, bound - 1 - guess - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
-        """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``)
-        unless screened before the fallback; the point that meets the criterion with nothing in fp32, or None."""
+        """Stage: accuracy parameters one at a time on the fully quantized variant; the point that meets, or None."""
         limit = self.options.screen_trials
         if limit <= 0 or self.screened:
             return None

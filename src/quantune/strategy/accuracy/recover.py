@@ -34,8 +34,7 @@ class RecoverStage:
         self.shared, self.run, self.latency, self.targeted = shared, shared.run, latency, targeted
 
     def stage_recover(self, variant: Variant) -> Step:
-        """Stage: the worst units fixed in int8 (:mod:`.targeted`), then the fully quantized variant in
-        each refined flow; its point when one meets, else None (``self.run.ctx`` is then the refined flow's)."""
+        """Stage: the worst units fixed in int8, then the variant in each refined flow; its point when one meets."""
         targeted = yield from self.targeted.stage_targeted(variant)
         if targeted is not None:
             return targeted
@@ -59,8 +58,7 @@ class RecoverStage:
     def stage_recover_units(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], costs: Mapping[str, float]
     ) -> Step:
-        """Stage: each unit the fallback keeps in fp32 back to int8 in a refined flow, the costliest first, kept int8
-        when the refined model meets; returns (point, fallback), as given when nothing was recovered."""
+        """Stage: each fp32 unit back to int8 in a refined flow, costliest first; returns (point, fallback)."""
         fallen = [name for name, precision in fallback.items() if precision == "fp32"]
         if not fallen or self.latency.at_ceiling(variant, variant.ctx.with_fallback(base, fallback)):
             return base, dict(fallback)  # at the ceiling side by side already: no unit back in int8 is faster

@@ -58,9 +58,7 @@ STAND_IN_ROWS = 2  # calibration rows of a static ceiling built only to be timed
 
 
 def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
-    """``point`` calibrated on ``STAND_IN_ROWS`` rows: a model to time ``point``'s ceiling on, or None (its flow does
-    not calibrate in the quant step, or on that few rows already). Calibration only moves scales and zero points, so the
-    speed is the same."""
+    """``point`` calibrated on ``STAND_IN_ROWS`` rows, the same graph and speed, or None where nothing is saved."""
     from quantune.passes.registry import find_pass
 
     calibrating = []
@@ -79,8 +77,7 @@ def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
 
 
 def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
-    """The flow's fastest-candidate points: every value of the quant pass's ceiling axes (``knobs.ceilings``), or the
-    defaults, each from the accuracy defaults (:func:`nc_defaults`)."""
+    """The flow's fastest-candidate points: each value of ``knobs.ceilings``, from :func:`nc_defaults`."""
     base = ctx.base_point()
     if ctx.dynamic and not ctx.knobs.ceilings:
         return [(base, f"{ctx.flow_name}: {ctx.quant_pass}")]
@@ -161,8 +158,7 @@ def nc_defaults(ctx: AccuracyContext, base: Point) -> Point:
 
 
 def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
-    """Active conditional parameters of the quant step at their first value (e.g. a symmetry that
-    only int8 activations have)."""
+    """Active conditional parameters of the quant step at their first value."""
     filled = dict(point)
     for name, param in ctx.quant_params().items():
         if name in filled or not isinstance(param, Conditional):
@@ -221,8 +217,7 @@ def group_cost(group: Group, costs: Mapping[str, float]) -> float:
 
 
 def priced(scored: Sequence[tuple[Group, float]], costs: Mapping[str, float]) -> list[tuple[Group, float]]:
-    """Groups by harm per unit of time given up: sensitivity / (1 + time share), highest first; without a profile,
-    sensitivity alone."""
+    """Groups by sensitivity / (1 + time share), highest first; without a profile, sensitivity alone."""
     if not costs:
         return list(scored)
     order = {group.name: index for index, (group, _) in enumerate(scored)}
@@ -249,23 +244,20 @@ def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def coarse_costs(problem: SearchProblem) -> dict[str, float]:
-    """Each node's share of the original's time, in steps of 25%: shares move from run to run, and the orders taken from
-    them must not. Only a latency run prices groups by time."""
+    """Each node's share of the original's time on a coarse grid, so orders taken from it hold between runs."""
     costs = problem.node_costs if problem.objective == "latency" else None
     return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
 
 
 def _coarse(share: float) -> float:
-    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares become equal, and the
-    sorts that use them fall back to their fixed tie order (sensitivity, graph order)."""
+    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares tie and keep their fixed order."""
     if share <= 0.0 or not math.isfinite(share):
         return 0.0
     return 1.25 ** round(math.log(share, 1.25))
 
 
 def unrefined_flow(step_passes: Mapping[str, str], flow: tuple[str, ...], quant_step: str) -> tuple[str, ...] | None:
-    """``flow`` without the refining steps after its quant step (passes of role ``recover``: bias
-    correction, fast fine-tune), or None when it has none."""
+    """``flow`` without its refining steps after the quant step, or None when it has none."""
     after = flow[flow.index(quant_step) + 1 :]
     refining = {step for step in after if (cls := find_pass(str(step_passes.get(step)))) and cls.role == "recover"}
     return tuple(step for step in flow if step not in refining) if refining else None

@@ -34,8 +34,7 @@ def weighted_nodes(ctx: AccuracyContext, groups: Sequence[Group]) -> list[str]:
 
 
 def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
-    """A static QDQ quant step with per-tensor weights whose pass takes per-channel weights on
-    named nodes (its ``knobs.channel_nodes``)."""
+    """A static per-tensor QDQ quant step whose pass takes per-channel weights on named nodes."""
     knobs = ctx.knobs
     if ctx.dynamic or knobs.channel_nodes is None:
         return False
@@ -44,8 +43,7 @@ def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
 
 
 def _refining(name: object) -> int | None:
-    """A refining pass's cost rank (its ``recover_cost`` trait: bias correction is one pass over the
-    data, a fine-tune fits every quantized layer), or None for any other pass."""
+    """A refining pass's cost rank (its ``recover_cost`` trait), or None for any other pass."""
     cls = find_pass(str(name))
     return cls.recover_cost if cls is not None and cls.role == "recover" else None
 
@@ -58,8 +56,7 @@ class TargetedStage:
         self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (recover.py reads it)
 
     def refined_variants(self, variant: Variant) -> list[Variant]:
-        """Kept variants of the flows that add refining steps after ``variant``'s quant step: the same speed class
-        first, then the fastest ceilings, cheapest refinement first."""
+        """Kept refined variants of ``variant``: its speed class first, then the fastest, cheapest refinement first."""
         ctx = variant.ctx
         steps = ctx.flow[: ctx.flow.index(ctx.quant_step) + 1]
         suffix = variant.label.split(": ", 1)[-1]
@@ -81,8 +78,8 @@ class TargetedStage:
         return [other for _, other in sorted(found, key=lambda item: item[0])]
 
     def recoverable(self, variant: Variant) -> bool:
-        """Whether ``variant``'s loss is over the budget by at most ``recover_within`` budgets: refining passes mend
-        rounding, and a model int8 broke would cost builds and evaluations for nothing."""
+        """Whether ``variant`` misses by at most ``recover_within`` budgets: refining mends rounding, not a broken
+        model."""
         within = self.shared.options.recover_within
         tolerable = self.run.problem.tolerable_loss
         if within is None or tolerable is None or tolerable <= 0:
@@ -95,8 +92,7 @@ class TargetedStage:
         return [str(self.run.problem.step_passes.get(step)) for step in ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]]
 
     def layer_fit(self, refined: Variant) -> tuple[str, str] | None:
-        """(step, pass name) when ``refined``'s only refining step's pass fits named layers (a
-        ``nodes`` field: fast_finetune), else None."""
+        """(step, pass name) when ``refined``'s only refining step fits named layers (a ``nodes`` field), else None."""
         names = self.refining_passes(refined)
         cls = find_pass(names[0]) if len(names) == 1 else None
         ctx = refined.ctx
@@ -153,8 +149,7 @@ class TargetedStage:
     def stage_targeted_units(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], order: list[str]
     ) -> Step:
-        """Stage: each unit of ``order`` (fallen to fp32) back to int8 with per-channel weights, kept
-        so when the model meets; returns (point, fallback), as given when none was kept."""
+        """Stage: each fallen unit of ``order`` back to int8 with per-channel weights when the model still meets."""
         ctx = variant.ctx
         if not per_channel_fixable(ctx, base):
             return base, dict(fallback)
