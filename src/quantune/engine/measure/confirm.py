@@ -27,16 +27,13 @@ from quantune.evaluate.session_file import read_session_settings
 from quantune.model import external_data_files, files_sha256
 
 log = logging.getLogger("quantune.confirm")
-MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
+MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
 # Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5, one disturbed round vetoes a
 # real speed-up; with 30, a third of the rounds may be disturbed.
 VERDICT_ROUNDS = 30
 # ... unless the verdict is settled before (``verdict_settled``), asked from the 10th round.
 SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
-# selection.SEARCH_NOISE: which of many near-equal models makes the top follows the noise, so a stable contender (the
-# strategy's answer, else the earliest trial within this band of the fastest) takes the second place, and the tie rule
-# gives it the win when the re-timing cannot tell them apart.
 
 
 @dataclass
@@ -99,11 +96,11 @@ def confirm_latency(
     _, repeats = timing_rounds(latency.warmup, latency.repeats, round_s, budget_s)
     warmup = retiming_warmup(latency.warmup, latency.seconds, len(models), round_s)
     # under load the rounds can take far longer than planned: the budget is also a deadline (beyond the fewest rounds)
-    fewest = 1 if deadline is not None else _MIN_ROUNDS
+    fewest = 1 if deadline is not None else MIN_ROUNDS
     if deadline is None and budget_s is not None:
         deadline = time.perf_counter() + budget_s
     # its time share: the budget, and at least the fewest rounds a verdict rests on at the planned cost of a round
-    share_s = max(latency.seconds * len(models), budget_s or 0.0, _MIN_ROUNDS * round_s)
+    share_s = max(latency.seconds * len(models), budget_s or 0.0, MIN_ROUNDS * round_s)
     spec = replace(latency, warmup=warmup, repeats=repeats, seconds=share_s / len(models))
     feed, runner = evaluator.latency_feed, evaluator.spec.runner
     request = TimingRequest(
@@ -240,7 +237,7 @@ def retiming_plan(
     if not chosen:
         return 0, 0.0
     latency, models, round_s = evaluator.spec.latency, 1 + len(chosen), _round_s(baseline, feasible, chosen)
-    return models, (retiming_warmup(latency.warmup, latency.seconds, models, round_s) + _MIN_ROUNDS) * round_s
+    return models, (retiming_warmup(latency.warmup, latency.seconds, models, round_s) + MIN_ROUNDS) * round_s
 
 
 def retiming_warmup(warmup: int, seconds: float, models: int, round_s: float) -> int:
@@ -266,7 +263,7 @@ def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | N
     if budget_s is None:
         return warmup, repeats
     fitting = int(budget_s / max(round_s, 1e-9)) - warmup
-    return warmup, max(_MIN_ROUNDS, min(max(repeats, VERDICT_ROUNDS), fitting))
+    return warmup, max(MIN_ROUNDS, min(max(repeats, VERDICT_ROUNDS), fitting))
 
 
 def _latency_of(records: list[TrialRecord], model_path: str) -> float:
