@@ -1,7 +1,5 @@
-"""What the fork server imports once, before it forks any worker (``quantune.forkserver.PRELOAD``).
-
-Not onnxruntime's symbolic shape inference (slow to import, needed by an ``extended`` pre-optimization only): the fork
-server forks no worker before its preload is done. A worker that needs it loads it in a thread as it starts."""
+"""What the fork server imports once, before it forks any worker (``quantune.forkserver.PRELOAD``). Not symbolic shape
+inference: slow to import and rarely needed, a worker loads it in a thread."""
 
 from __future__ import annotations
 

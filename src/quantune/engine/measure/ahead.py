@@ -1,7 +1,6 @@
-"""The stage workers' side of the builds ahead (prebuild.py runs them from the engine's threads): the first guess
-evaluated beside the original's evaluation, and the speed ceilings' models built from one shared list. Workers talk to
-the engine and each other through what the engine handed them at their start (:class:`GuessLine`, :class:`Queue`), never
-through the file system."""
+"""The stage workers' side of the builds ahead (prebuild.py): the first guess evaluated beside the original's
+evaluation, and the ceilings' models built from one shared list. Workers talk through what the engine handed them
+(:class:`GuessLine`, :class:`Queue`), never the file system."""
 
 from __future__ import annotations
 
@@ -21,9 +20,8 @@ GUESS_BUILDS = "builds"  # the guess's word when it is in budget and its worker 
 
 @dataclass(frozen=True)
 class GuessLine:
-    """The engine's line with the first guess's worker: the worker says how its guess went (``guess``) and how many
-    models it built (``built``); the engine says ``ended`` once the worker is gone and ``go`` once the ceilings are
-    timed. Each side blocks on it; nothing polls."""
+    """The engine's line with the first guess's worker: the worker sets ``guess`` and ``built``, the engine ``ended``
+    (the worker is gone) and ``go`` (the ceilings are timed). Each side blocks on it; nothing polls."""
 
     reader: Any  # multiprocessing Connection
     writer: Any
@@ -50,13 +48,11 @@ def evaluate_ahead(
     builds: tuple[Items, float | None, Queue] | None = None,
     calibrated: Any = None,
 ) -> tuple[bool, list[bool]]:
-    """In the first guess's stage worker: the guess, said to the engine on ``line``, then each of ``later``; returns
-    (the guess cached, each of ``later`` cached).
+    """In the first guess's stage worker: the guess, then each of ``later``, each said to the engine on ``line``;
+    returns whether each was cached.
 
-    With ``builds`` and a guess in budget, ``later`` is wanted only if the lighter stage finds it faster, so the worker
-    builds its models first, then waits for ``line.go`` before evaluating them: an evaluation beside the ceilings'
-    timing would crowd the cores. A guess that misses goes on to ``later`` at once. ``calibrated``: set once a
-    calibrating guess is built, so the other builder may quantize the static ceilings."""
+    After a guess in budget, ``later``'s models are built first and evaluated only after ``line.go``: beside the
+    ceilings' timing they would crowd the cores. ``calibrated`` is set once a calibrating guess is built."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)

@@ -1,10 +1,6 @@
-"""The original model's evaluation, the run's first heavy stage, in a worker like any trial.
-
-In the main process, a model whose evaluation outgrows the machine would take the whole run with it. So it runs as the
-``baseline_evaluation`` stage: a fresh worker under the trial workers' limits leaves the figures and reference outputs
-in the artifact cache, and the main process reads back only the figures. A worker that dies, hangs or fails ends the run
-before its output folder is claimed, with one line naming the cause. With the inline executor everything runs in this
-process."""
+"""The original model's evaluation, the run's first heavy stage, in a worker like any trial: a model whose evaluation
+outgrows the machine must not take the run with it. The figures and reference outputs land in the artifact cache; a
+failure ends the run before its output folder is claimed, in one line."""
 
 from __future__ import annotations
 

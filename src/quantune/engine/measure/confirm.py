@@ -1,9 +1,8 @@
 """The last word on latency: the best candidates and the original, timed side by side.
 
-During the search each model is timed once while other work shares the machine, and a drift of a few percent can crown
-the wrong model. So a latency run ends by timing its ``top`` best distinct models and the original again, interleaved
-round by round, and chooses and reports on those figures (the search-time figure stays in ``latency_search_ms``). Only a
-candidate whose paired ratio's confidence interval lies below 1 is faster (``evaluate/paired.py``)."""
+Search-time figures are taken under other load and drift, so a latency run ends by timing its ``top`` best distinct
+models and the original again, interleaved, and chooses on those figures (the search's stays in ``latency_search_ms``).
+Only a candidate whose paired ratio's interval lies below 1 is faster."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """One candidate timed against a reference model side by side: is it faster beyond the noise?
 
-Figures taken minutes apart, each against another load of the machine, cannot say whether a model in budget sits at its
-speed ceiling or whether a latency-stage candidate beats the incumbent. Here both are timed in interleaved rounds that
-stop once the paired ratio is surely on one side of ``1 - MIN_GAIN``, by the rule the end-of-run confirmation uses.
-Byte-identical models are never timed, and a pair once timed is read from the cache after."""
+Both are timed in interleaved rounds that stop once the paired ratio is surely on one side of ``1 - MIN_GAIN``, the
+confirmation's rule. Byte-identical models are never timed, and a pair once timed is read from the cache."""
 
 from __future__ import annotations
 
@@ -39,9 +37,8 @@ def paired_latency(
     build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
     limit: float | None = None,
 ) -> dict[str, Any] | None:
-    """``candidate``'s latency over ``reference``'s, timed side by side: the paired ratio's median and interval,
-    ``faster`` and ``same_model``; None when either model cannot be run. ``build``: a point's model path and hash. No
-    round starts past ``limit``; cut before ``MIN_ROUNDS`` rounds, there is no answer (None, not cached)."""
+    """``candidate``'s latency over ``reference``'s, side by side: the ratio's median and interval, ``faster``,
+    ``same_model``; None when either cannot run, or when ``limit`` cut it before ``MIN_ROUNDS``."""
     cand_path, cand_sha = build(dict(candidate[0]), tuple(candidate[1]))
     ref_path, ref_sha = build(dict(reference[0]), tuple(reference[1]))
     if cand_sha == ref_sha:

@@ -1,10 +1,7 @@
 """The speed ceilings' models, built while the original model is evaluated.
 
-Building the ceilings needs no figure of the original, so before its evaluation the engine asks a fresh copy of the
-strategy which variants it will time (``Strategy.first_requests``) and builds them in a stage worker of its own, beside
-the evaluation's. The models land in the pass cache, where the strategy's ceiling stage only times them: the same passes
-and configs give the same models, only sooner.
-
+The engine asks a fresh copy of the strategy what it will time first (``Strategy.first_requests``) and builds it in
+stage workers beside the original's evaluation; the strategy's ceiling stage then finds the models in the pass cache.
 ``QUANTUNE_PREBUILD=0`` turns it off."""
 
 from __future__ import annotations

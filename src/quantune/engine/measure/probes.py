@@ -1,8 +1,5 @@
-"""What the engine adds to a :class:`SearchProblem` for accuracy-driven strategies: facts and probes.
-
-Strategies never touch files or run models; here the engine turns its run context and plan into what they may ask: the
-model's quantization capability, each step's pass and fixed parameters, and functions that measure. stages.py runs the
-measuring ones in workers."""
+"""What the engine adds to a :class:`SearchProblem` for accuracy-driven strategies: the model's capability, each step's
+pass and fixed parameters, and functions that measure (stages.py runs them in workers). Strategies never touch files."""
 
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """The sensitivity probe a strategy calls: the flow's passes, then a measurement, in a worker.
 
-The steps up to the quantization run through the artifact cache with the trials' keys, so trials reuse them. A static
-quantization is forced to QDQ (the same numbers, every tensor visible) and measured against the float model before it; a
-dynamic one from the float model alone. Reports are cached under the float and quantized models' hashes, the data
-fingerprint and the rows. On another provider the same QDQ model is scored as that provider runs it
-(:func:`run_provider_probe`)."""
+The steps before the quantization run through the artifact cache with the trials' keys. A static quantization is forced
+to QDQ (the same numbers, every tensor visible) and measured against its float model; a dynamic one from the float model
+alone. Reports are cached by both models' hashes, the data and the rows."""
 
 from __future__ import annotations
 

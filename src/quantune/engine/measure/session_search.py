@@ -1,11 +1,7 @@
-"""Session settings searched on the winning model/provider pair, by paired timing.
+"""Session settings searched on the winning model/provider pair, by paired timing (the ``session_tuning`` pass's search,
+on the target); kept only when they still meet the criterion on the whole evaluation data.
 
-Once the verdict names a model and its provider, the settings that change its speed for a fixed thread count are tried
-one group at a time by the ``session_tuning`` pass's search, timed on the target. A setting may change the numbers (a
-precision hint), so the chosen settings are evaluated again and kept only when they still meet the criterion.
-
-OpenVINO's model cache changes no inference, only the start of later sessions, so it is not timed against the others:
-:func:`cache_effect` times session creation alone, and ``best/`` carries it only when every cached open was faster."""
+OpenVINO's model cache changes only the start of later sessions: :func:`cache_effect` times session creation alone."""
 
 from __future__ import annotations
 

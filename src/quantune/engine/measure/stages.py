@@ -1,9 +1,6 @@
-"""The accuracy strategies' own measurements of models, in stage workers like the sensitivity.
-
-The strategies get plain functions for a flow's speed ceiling and the original's per-node profile
-(:func:`quantune.engine.measure.probes.accuracy_fields`); here the engine swaps in versions that run each call as a
-stage in a worker under the trial workers' limits. A stage that fails is recorded (``stage_errors``) and answers as a
-failed measurement does in-process."""
+"""The accuracy strategies' own measurements (speed ceilings, the node profile), each call run as a stage in a worker
+under the trial workers' limits. A failed stage is recorded (``stage_errors``) and answers as a failed measurement does.
+"""
 
 from __future__ import annotations
 

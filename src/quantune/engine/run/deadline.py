@@ -1,14 +1,9 @@
 """``stop.timeout_s`` over the whole run, its end included: the clock, and the end's reserve.
 
-A time limit counts from when quantune started (the CLI: the process's start, :func:`process_started`; the API: when
-``tune()`` is called), not from when the search began. After the search the run still re-times its best models side by
-side and writes its results, so the search stops early enough to leave them room (:meth:`EndBudget.reserve_s`), and the
-re-timing gets what is left. Only when even its fewest rounds do not fit is it skipped, with the reason in
-``results.json``, and the verdict is then ``unconfirmed``, never ``improved``.
-
-Under a short limit the report's drawing gives way, not the trials or the re-timing: the full page is kept only where it
-leaves the search the larger share, else the page without its Optuna views, so every run that ends by itself still
-writes report.html."""
+The limit counts from when quantune started (:func:`process_started`), not from the search. The search stops early
+enough to leave the re-timing and the results room (:meth:`EndBudget.reserve_s`); a re-timing that does not fit is
+skipped and the verdict is ``unconfirmed``, never ``improved``. Under a short limit the report's drawing gives way
+first, so every run that ends by itself still writes report.html."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
 """A process executor's trial workers started before the output folder is claimed, so they build the run while the
-original is evaluated. They log to a scratch folder until the run takes them; a run that fails before that stops them
-and removes the folder."""
+original is evaluated; a run that fails first stops them."""
 
 from __future__ import annotations
 

@@ -1,9 +1,7 @@
 """The run's end after the search: the side-by-side confirmation, or why there is none.
 
-A latency answer is only ``improved`` once its candidate was timed side by side with the original: the search's own
-figures drift by more than the gains they would crown. When the end cannot re-time (stopped first, limit overrun,
-re-timing failed or turned off) it says why in words the verdict quotes, and how to confirm: ``quantune run`` on the
-same output replays the finished trials and runs the confirmation."""
+A latency answer is only ``improved`` once timed side by side with the original. When the end cannot re-time it says
+why, in words the verdict quotes, and how to confirm: ``quantune run`` on the same output."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""One run from config to result, as a short list of phases.
-
-The engine knows neither ONNX nor Optuna. Each phase is a function in a module with one job: the opening (opening.py),
-the original's figures (original.py), the search (search_phase.py), the confirmation (ending.py) and the outcome
-(outcome.py). On Ctrl-C the loop stops asking, running trials are abandoned and what finished is written."""
+"""One run from config to result, as a short list of phases, each a function in a module with one job: opening,
+original, search_phase, ending, outcome. The engine knows neither ONNX nor Optuna."""
 
 from __future__ import annotations
 

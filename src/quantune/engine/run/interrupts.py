@@ -1,10 +1,8 @@
 """Ctrl-C and SIGTERM at a safe moment: never between writing a trial to the run store and counting it.
 
-Ctrl-C stops a run at once (exit 130), except while a finished trial is being recorded, which would leave it in
-``run.db`` but not in ``results.json``: inside :meth:`DeferredInterrupt.critical` the interrupt waits for the block to
-end. SIGTERM stops a run the same way (:class:`Terminated`; exit 143) once the command line has installed
-:func:`install_stop_signals`, which also gives Ctrl-C back to a run started in the background by a non-interactive
-shell. A library caller keeps its own signal handling."""
+Inside :meth:`DeferredInterrupt.critical` an interrupt waits for the block to end. SIGTERM stops a run as Ctrl-C does
+(exit 143) once the command line installed :func:`install_stop_signals`; a library caller keeps its own signal handling.
+"""
 
 from __future__ import annotations
 

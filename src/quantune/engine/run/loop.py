@@ -1,8 +1,6 @@
-"""The run loop: ask -> execute -> evaluate -> tell -> record -> stop?
-
-It keeps up to ``executor.capacity`` trials in flight, replays a stored run's finished trials (resume.py), skips
-proposals that share a known failure, stops before a trial that would end inside the end's reserve, abandons a trial
-still running when only that reserve is left, and on Ctrl-C stops asking."""
+"""The run loop: ask -> execute -> evaluate -> tell -> record -> stop? Up to ``executor.capacity`` trials in flight,
+stored trials replayed (resume.py), known failures skipped, and no trial started that would end inside the end's
+reserve."""
 
 from __future__ import annotations
 

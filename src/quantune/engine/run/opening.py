@@ -1,7 +1,5 @@
-"""The run's opening: from the loaded config to its parts, its identity, its strategy, and a claimed output folder.
-
-Config mistakes surface before the output folder is claimed: the strategy is made and bound here, and the original is
-checked in a stage worker while the speed ceilings are built ahead and a process executor's workers start."""
+"""The run's opening: from the loaded config to its parts, identity and strategy, then a claimed output folder. Config
+mistakes surface before the folder is claimed."""
 
 from __future__ import annotations
 

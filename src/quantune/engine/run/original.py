@@ -1,8 +1,5 @@
-"""The original's phase: its figures (from a stage worker or the cache), and the strategy and listeners told, so the
-search can start.
-
-Beside the builds ahead the original was timed quickly on half the cores; it is timed again before the ceilings are
-(:func:`ceilings_ready`), so every speed figure of the run is read against a full timing."""
+"""The original's phase: its figures, and the strategy and listeners told. Timed quickly beside the builds ahead, the
+original is timed again before the ceilings are (:func:`ceilings_ready`)."""
 
 from __future__ import annotations
 

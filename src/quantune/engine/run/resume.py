@@ -1,10 +1,8 @@
 """Resuming an interrupted run: finished trials are told again, not run again.
 
-The strategy is deterministic given the same sequence of asks and tells, so the engine replays it: each stored trial
-records how many tells had happened when it was asked (``asked_after``) and its place in the order of tells
-(``told_index``). When the strategy proposes what the store holds, the stored record stands in for running it; once a
-proposal differs, replay stops. A finished trial whose model is no longer in the cache is run again, so every figure
-belongs to a model that exists."""
+The strategy is deterministic given the same asks and tells, so the engine replays them (``asked_after``,
+``told_index``); a stored record stands in for the proposal the store holds, and replay stops at the first that differs.
+A trial whose model left the cache is run again, so every figure belongs to a model that exists."""
 
 from __future__ import annotations
 

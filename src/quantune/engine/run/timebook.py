@@ -1,9 +1,8 @@
-"""Where a run's time went: set-up, the original, each stage of the search, the confirmation, the writing.
+"""Where a run's time went, so a user who got fewer trials than hoped sees what took it (``results.json``'s
+``time_spent_s``).
 
-A user who got fewer trials than hoped needs to see what took the time. The search's wall time is split into the one-off
-stages the main thread waited for and the trials' stages, which share the rest in proportion to their trials' durations
-(trials run in parallel, so theirs do not add up to wall time). The figures are in ``results.json`` (``time_spent_s``)
-and on the console."""
+The search's wall time is split into the one-off stages the main thread waited for and the trials' stages, which share
+the rest in proportion to their durations (parallel trials' durations do not add up to wall time)."""
 
 from __future__ import annotations
 
