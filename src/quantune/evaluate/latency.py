@@ -1,9 +1,6 @@
-"""Latency measured, never assumed: warm-up, then repeated timed runs of one fixed feed.
-
-With an ``evaluation.runner`` the timed call is the runner over that one feed, so a model driven step by step is timed
-as it is deployed. Threads are set explicitly (default 1) so figures are comparable, and spinning is disabled so an idle
-thread pool does not eat the other core. :func:`timing_session` and :func:`timed_call` are what every in-process timing
-opens and times, on the provider a backend gives (never a default that would bypass ``target``)."""
+"""Latency measured, never assumed: warm-up, then repeated timed runs of one fixed feed (with a runner, the runner over
+it). Threads are set explicitly and spinning disabled, so figures are comparable; :func:`timing_session` and
+:func:`timed_call` are what every in-process timing uses."""
 
 from __future__ import annotations
 
@@ -53,12 +50,8 @@ class LatencySpec:
 
 @dataclass(frozen=True)
 class TimingRequest:
-    """One timing asked of a backend (``Backend.time``), written once for every backend and loop.
-
-    ``models``: row 0 the original, the reference of any decision; ``settings``: their session settings (``None``: each
-    model's own). Without a ``threshold``, the models side by side for ``spec.repeats`` rounds
-    (:func:`time_side_by_side`); with one, rounds that stop once each candidate's ratio is decided
-    (:func:`.rounds.time_until_decided`)."""
+    """One timing asked of a backend (``Backend.time``): row 0 of ``models`` is the original. Without a ``threshold``,
+    :func:`time_side_by_side`; with one, :func:`.rounds.time_until_decided`."""
 
     models: tuple[Path, ...]
     feed: dict[str, np.ndarray]
@@ -82,8 +75,7 @@ def timing_cost_s(
     warmup: int, repeats: int, seconds: float, round_s: float, models: int = 1, fewest: int = FEWEST_ROUNDS
 ) -> float:
     """About how long a timing of ``models`` models takes at ``round_s`` a round, by the rule the rounds follow
-    (:func:`.interleave.interleaved`): warm-up within ``WARMUP_SHARE`` of the share, then rounds until the share is
-    spent, at least ``fewest`` or as many as it holds, at most ``repeats``."""
+    (:func:`.interleave.interleaved`)."""
     if round_s <= 0.0:
         return 0.0
     share_s = seconds * max(1, models)
@@ -115,12 +107,8 @@ LANE_POLL_S = 0.005  # how often a holder that let a waiter in looks whether it 
 
 
 class LatencyLane:
-    """One latency measurement at a time on this machine, whatever process or worker asks.
-
-    A timing taken while another trial computes would measure the other trial too, so a lock file serialises the timed
-    part. It is held round by round, not for a whole timing (a heavy model's timing lasts minutes): between rounds
-    (:meth:`between_rounds`) a holder that sees a waiter lets it in after at most ``LANE_SLICE_S``; the pairing is
-    within a round, so the pause costs no precision. A waiter says once that it waits, and for whom."""
+    """One latency measurement at a time on this machine, whatever process or worker asks: a lock file held round by
+    round, so another timing waits at most ``LANE_SLICE_S`` (:meth:`between_rounds`; the pairing is within a round)."""
 
     def __init__(self, path: Path | None = None, say: Callable[[str], None] | None = None) -> None:
         self.path = path or Path(
@@ -298,13 +286,9 @@ def time_side_by_side(
     min_rounds: int = 5,
     settled: Settled | None = None,
 ) -> np.ndarray:
-    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per round (a paired ratio per
-    column).
-
-    ``settings``: for every model, or one per model (``None``: the model's own). No round starts after ``deadline`` (a
-    ``time.perf_counter()`` value) or past the time share once ``min_rounds`` ran, so a timing never outlasts the run's
-    limit under load. ``settled``: a rule asked after ``SETTLE_FROM`` rounds and every ``SETTLE_EVERY`` after; once it
-    says the answer is known, no more rounds."""
+    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per round. ``settings``: for
+    all or per model (``None``: the model's own). No round past ``deadline`` or the share once ``min_rounds`` ran;
+    ``settled`` may end the rounds (:func:`settle_now`)."""
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     sessions = open_all(
         [

@@ -1,11 +1,8 @@
 """Side-by-side timing that stops as soon as the rounds decide: several candidates, one session.
 
-Speed ceilings only sort variants into "faster than the original by the margin" or not, and a variant far from the
-margin says so in a few rounds. Every model is opened once and timed in interleaved rounds
-(:func:`.interleave.interleaved`); after ``min_rounds`` and then every ``chunk`` rounds, each candidate's paired-ratio
-interval is compared with the threshold, and timing stops once every interval lies on one side of it, at ``max_rounds``,
-at the time share or at the ``deadline``. Candidates below the threshold keep being timed until the fastest is surely
-ahead: the strategy recovers accuracy in the fastest first."""
+Speed ceilings only sort variants into "faster than the original by the margin" or not. Every model is timed in
+interleaved rounds, and timing stops once every candidate's paired-ratio interval lies on one side of the threshold (and
+the fastest is surely ahead), at ``max_rounds``, at the share or at the ``deadline``."""
 
 from __future__ import annotations
 

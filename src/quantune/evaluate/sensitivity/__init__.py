@@ -1,7 +1,5 @@
-"""Per-operator quantization sensitivity from one pass of calibration data, not one evaluation per op.
-
-By job: :mod:`.stats`, :mod:`.capture`, :mod:`.static`, :mod:`.dynamic`; the probe that runs the flow's passes before a
-measurement is the engine's: this package only measures."""
+"""Per-operator quantization sensitivity from one pass of calibration data, not one evaluation per op. This package only
+measures; the engine's probe runs the flow's passes first."""
 
 from __future__ import annotations
 

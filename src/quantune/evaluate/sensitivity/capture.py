@@ -1,10 +1,8 @@
 """Which intermediate tensors one session run captures: groups sized to the memory budget.
 
-Capturing every intermediate tensor of two models in one run holds them all at once, gigabytes for one large image. Here
-each statistic is a :class:`Job` naming the tensors it reads; jobs are packed in graph order into groups whose tensors
-(sized by shape inference at the data's input shapes) fit the budget, each group one run of each model over the data.
-When even one job does not fit, the batches are cut along a free first axis. The price is one run per group instead of
-one in all."""
+Capturing every tensor of two models in one run holds them all at once. So each statistic is a :class:`Job` naming its
+tensors, packed in graph order into groups that fit the budget (sizes by shape inference), one run each; when one job
+does not fit, batches are cut along a free first axis."""
 
 from __future__ import annotations
 

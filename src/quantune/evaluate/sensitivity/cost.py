@@ -1,9 +1,5 @@
-"""What a sensitivity measurement costs in whole-model runs of one row, and the rows it can afford.
-
-A run's cost is set by the model, not by how many units it has: the caller gives a budget in whole-model runs of one
-row, the measurement counts what its plan runs per row, and measures on as many rows as that pays for (at least one).
-Compute is counted by the nodes that carry it, so a pruned prefix, a node alone and a head cut each cost their share of
-a whole run."""
+"""What a sensitivity measurement costs in whole-model runs of one row, and the rows it can afford: a budget set by the
+model, not by how many units it has. Compute is counted by the nodes that carry it."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Per-operator sensitivity of a dynamic quantization, computed without building the quantized model.
-
-Each node ``quantize_dynamic`` touches is re-computed on the activations it sees in the float model, once in float and
-once as the dynamic kernel does it, so the activation's own noise counts where it is multiplied, as much as the
-weights'. Memory is bounded like the static measurement's (:mod:`.capture`)."""
+"""Per-operator sensitivity of a dynamic quantization, without building the quantized model: each node
+``quantize_dynamic`` touches is re-computed in float and as the dynamic kernel does, so activation noise counts as much
+as the weights'."""
 
 from __future__ import annotations
 

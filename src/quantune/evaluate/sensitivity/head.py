@@ -1,10 +1,8 @@
 """The head's per-node loss, measured at the outputs: one node's quantization alone, in the float model.
 
-Local noise says how much a tensor is rounded, not what the rounding does: a ``Concat`` of box coordinates and scores
-rounded with one scale has a tiny local error and every score gone. So for each node of the model's head the float model
-gets that node's output Q/DQ pairs alone, and the outputs are compared per channel, keeping the worst. The same scores
-the nodes that feed an amplifier (:func:`amplified_nodes`), wherever they are. Only these nodes are measured this way:
-nothing downstream of them can hide or repair an error."""
+Local noise says how much a tensor is rounded, not what the rounding does (a ``Concat`` of boxes and scores under one
+scale loses every score). So each head node, and each node feeding an amplifier (:func:`amplified_nodes`), gets its
+output Q/DQ pairs alone and the outputs are compared per channel, keeping the worst."""
 
 from __future__ import annotations
 
@@ -215,9 +213,8 @@ def measure_head(
     head: Sequence[str],
     pieces: Iterable[dict[str, np.ndarray]],
 ) -> dict[str, float]:
-    """Head node -> the worst output channel's relative error when only that node's outputs are quantized (0 for one the
-    quantized model leaves float); ``FULL`` -> the same for the fully quantized model. ``pieces``: a list of feeds. The
-    whole models run once each; each head node then reruns only the head."""
+    """Head node -> the worst output channel's relative error with only its outputs quantized; ``FULL`` -> the same
+    fully quantized. Each head node reruns only the head."""
     nodes, boundary, outputs = _cut(fmodel, head)
     if not outputs:
         return {}

@@ -1,8 +1,6 @@
-"""Per-node quantization error as a given execution provider runs the quantized model.
-
-Another provider may run the same QDQ model otherwise than the CPU's (a kernel in float, a fused pattern), so the nodes
-that break it there may differ. Here both models run on that provider with every float tensor exposed, and a node scores
-the error its output adds over the worst of its inputs', for the price of two runs over the rows."""
+"""Per-node quantization error as a given execution provider runs the quantized model (the culprits may differ from the
+CPU's): both models run there with every float tensor exposed, and a node scores the error its output adds over its
+inputs'."""
 
 from __future__ import annotations
 

@@ -1,11 +1,8 @@
 """Per-operator quantization sensitivity of a static (QDQ) quantization, from one pass of data.
 
-One run of a slice of calibration data through the QDQ model and its float model scores every node at once: the
-activation noise of each Q/DQ pair inside the quantized model (so upstream error is not counted again), the weight noise
-of each Conv/MatMul/Gemm re-run alone on the activations it really sees, and the product noise of each MatMul of two
-activations re-run on its inputs before and after their Q/DQ pairs. A node's score is its weight or product noise plus
-the noise of the activations it reads or writes; a group's is the sum over its nodes. Memory is bounded by
-:mod:`.capture`."""
+One run through the QDQ model and its float model scores every node: each Q/DQ pair's own noise inside the quantized
+model (upstream error is not counted again), and the weight or product noise of each Conv/MatMul/Gemm re-run alone on
+the inputs it really sees. A group's score is the sum over its nodes."""
 
 from __future__ import annotations
 
@@ -127,11 +124,8 @@ def measure(
     budget_mb: float | None = None,
     row_runs: float | None = None,
 ) -> SensitivityReport:
-    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``.
-
-    ``batches``: the data, or a function that returns it afresh. Peak memory is bounded by ``budget_mb`` (default:
-    :func:`quantune.memory.room_mb`), not by the data or the number of tensors. Time is bounded by ``row_runs``
-    (:mod:`.cost`; None: every row), and output-level probes that would cost more than that are left out."""
+    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``. ``batches``: the data, or a
+    function returning it afresh. Memory is bounded by ``budget_mb``, time by ``row_runs`` (:mod:`.cost`)."""
     fmodel = onnx.load(str(float_model))
     qmodel = onnx.load(str(quant_model))
     found = _structure(fmodel, qmodel)

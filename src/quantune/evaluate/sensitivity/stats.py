@@ -1,8 +1,5 @@
-"""The statistics a sensitivity measurement accumulates, and the report it gives.
-
-Errors are relative per channel (each channel capped at 1), so a per-tensor scale that crushes a tensor's small channels
-is seen. :meth:`NodeStats.add` folds one batch into running sums over slices of a few million elements, so its float64
-temporaries stay small whatever the tensor's size."""
+"""The statistics a sensitivity measurement accumulates, and the report it gives. Errors are relative per channel, so a
+scale that crushes a tensor's small channels is seen; sums run over slices, so temporaries stay small."""
 
 from __future__ import annotations
 

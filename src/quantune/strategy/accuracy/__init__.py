@@ -1,8 +1,5 @@
-"""Accuracy-driven strategies: which operators stay in higher precision, and how to find out fast.
-
-Registered names: ``basic``, ``conservative``, ``auto``, ``mse``, ``mse_v2`` (Neural Compressor's recipes),
-``two_stage`` (Quark's), and ``quantune``. Each tunes a flow's quantizing step through the parameters its pass's
-``knobs`` trait names."""
+"""Accuracy-driven strategies: which operators stay in higher precision, and how to find out fast. Each tunes a flow's
+quantizing step through the parameters its pass's ``knobs`` trait names."""
 
 from __future__ import annotations
 

@@ -1,9 +1,6 @@
-"""Bisection on how many of the most sensitive groups stay in high precision.
-
-With groups ranked by sensitivity, "keep the top k in fp32" is (close to) monotone in k, so the smallest feasible k
-takes ``1 + ceil(log2 n)`` evaluations instead of one per group. ``k = 0`` is known to miss; when the top ``n`` miss
-too, no fallback of these groups will, and the search says so. Kept pure (``next_k`` / ``record``) so a strategy's asks
-and tells can drive it."""
+"""Bisection on how many of the most sensitive groups stay in high precision: "the top k in fp32" is (close to) monotone
+in k, so the smallest feasible k takes ``1 + ceil(log2 n)`` evaluations, not one per group. Kept pure (``next_k`` /
+``record``) so asks and tells can drive it."""
 
 from __future__ import annotations
 

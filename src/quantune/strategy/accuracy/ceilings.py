@@ -1,8 +1,5 @@
-"""The quantune strategy's first stage: each flow's speed ceiling, timed before any accuracy work.
-
-A variant whose fully quantized latency is not faster than the original by the speed margin can never win, so it is
-dropped before any accuracy evaluation. All variants are timed in one side-by-side session (the engine's
-``ceiling_ratios`` probe) that stops once each ratio is decided."""
+"""The quantune strategy's first stage: each flow's speed ceiling, timed before any accuracy work. A variant whose fully
+quantized model is not faster than the original by the margin can never win and is dropped."""
 
 from __future__ import annotations
 
@@ -183,9 +180,8 @@ class CeilingStage:
     def settle_first(
         self, kept: list[Variant], baseline: float | None, preference: dict[int, tuple[int, int]]
     ) -> list[Variant]:
-        """The fastest kept variant, checked side by side against the preferred one among those within ``NEAR`` of it:
-        it stays first only when faster beyond the noise and by ``SETTLE_GAIN``, else the preferred one goes first.
-        Ceilings a few percent apart swap places from run to run; the run must recover in the same variant each time."""
+        """The fastest kept variant stays first only when faster than the preferred one (within ``NEAR``) beyond the
+        noise and by ``SETTLE_GAIN``, so the same run recovers in the same variant each time."""
         if len(kept) < 2:
             return kept
         fastest = or_inf(kept[0].ratio(baseline))

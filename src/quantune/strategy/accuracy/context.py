@@ -1,13 +1,8 @@
 """What accuracy-driven strategies know about the flow and the model, and how they write points.
 
-Fallback is expressed only through the quant step's own parameters, read from its pass's ``knobs`` trait: a group kept
-in fp32 puts its nodes in the parameter that excludes nodes, one kept in int16 its activations in the one that overrides
-tensor types. The quant step is the first step whose pass quantizes, in the first flow that has one or the one named by
-the ``flow`` option; for a dynamic step each weight it touches is a group.
-
-User constraints (Neural Compressor's ``op_type_dict`` / ``op_name_dict``): ``fp32_op_types`` / ``fp32_nodes`` are never
-quantized, ``int8_op_types`` / ``int8_nodes`` never fallen back, ``precisions`` orders the fallback precisions (default
-``["fp32"]``); the step's fixed parameters hold as well."""
+Fallback is expressed only through the quant step's own parameters (its pass's ``knobs`` trait): nodes to exclude for
+fp32, tensor type overrides for int16. User constraints: ``fp32_op_types`` / ``fp32_nodes`` never quantized,
+``int8_op_types`` / ``int8_nodes`` never fallen back, ``precisions`` in order of preference."""
 
 from __future__ import annotations
 

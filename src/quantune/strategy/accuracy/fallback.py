@@ -1,7 +1,5 @@
-"""The fallback strategies users of Neural Compressor know: basic, conservative, auto, mse, mse_v2.
-
-All move the quant step's per-operator precision until the accuracy criterion holds; they differ in how they choose what
-to fall back. Option ``tuning_trials``: parameter-tuning trials before any fallback."""
+"""The fallback strategies users of Neural Compressor know: basic, conservative, auto, mse, mse_v2. They differ in how
+they choose which operators to keep in higher precision."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The quantune strategy's first trial: the likeliest speed ceiling, evaluated before any is timed.
-
-The ceilings' timing waits for every variant to be built; the likeliest one's accuracy need not. Its requests are
-declared before the strategy asks anything (:meth:`FirstGuess.first_requests`), so the engine builds and evaluates them
-beside the original's evaluation."""
+"""The quantune strategy's first trial: the likeliest speed ceiling, evaluated before any is timed, beside the
+original's evaluation (its requests are declared ahead: :meth:`FirstGuess.first_requests`)."""
 
 from __future__ import annotations
 
@@ -60,12 +57,8 @@ class FirstGuess:
 
     def stage(self) -> Step:
         """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed; returns its variant,
-        or None (``first_guess: false``, or no variant).
-
-        The engine evaluates it beside the original's evaluation, so its trial is read from the cache; when it turns out
-        the fastest kept variant it cost nothing more. Its lighter models are built ahead with the ceilings and its
-        compute-only one is evaluated ahead: the lighter stage's likeliest answer, and the next try when the guess
-        misses."""
+        or None (``first_guess: false``, or no variant). Evaluated ahead by the engine, its trial is read from the
+        cache, as is its compute-only lighter model's, the next try when the guess misses."""
         guess = self._prepare()
         if guess is None:
             return None

@@ -1,14 +1,10 @@
 """The quantune strategy's end: stop at the speed ceiling, and a latency stage that only tries what changes the executed
 graph, each candidate timed against the incumbent side by side.
 
-Once a model in budget is as fast as the ceiling of the fastest variant still in play, nothing faster is possible and
-the search ends (re-sampling settings that leave the graph as it is only follows the noise). The latency stage changes
-only the quant pass's ``graph_params``, one at a time from the incumbent; only a candidate faster beyond the noise gets
-its accuracy evaluated, and it replaces the incumbent only when it meets the criterion (ties go to the incumbent). It
-ends after ``latency_patience`` candidates in a row that do not.
-
-A fully quantized model is not always its variant's fastest (Q/DQ pairs around elementwise ops can cost more than they
-save), so the lighter models are timed against it first (:meth:`LatencyStage.stage_lighter`)."""
+A model in budget as fast as the ceiling of the fastest variant in play ends the search: nothing faster is possible. The
+latency stage changes the quant pass's ``graph_params`` one at a time; only a candidate faster beyond the noise is
+evaluated, and it replaces the incumbent when it meets (ties: the incumbent), until ``latency_patience`` in a row do
+not. Lighter models are timed first (:meth:`LatencyStage.stage_lighter`): Q/DQ pairs can cost more than they save."""
 
 from __future__ import annotations
 
@@ -87,9 +83,8 @@ class LatencyStage:
         return mine.objective < theirs.objective * (1.0 - LEAST_GAIN)
 
     def keeps_requantized(self, outcome: Outcome, candidate: Point, reference: Point, step: str) -> bool:
-        """Whether a recovery step that put a group back in int8 (``candidate``: ``reference`` with one group fewer in
-        fp32) is kept: ``outcome`` meets the criterion and, in a latency run, ``candidate`` is not slower than
-        ``reference`` beyond the noise (int8 is not always faster)."""
+        """Whether a group put back in int8 (``candidate``) is kept: ``outcome`` meets and, in a latency run, it is not
+        slower than ``reference`` beyond the noise (int8 is not always faster)."""
         if not outcome.meets:
             return False
         result = self.paired(self.run.complete(dict(candidate)), self.run.complete(dict(reference)))
@@ -164,9 +159,8 @@ class LatencyStage:
         return None
 
     def _lighter_first(self, base: Point, faster: list[tuple[float, list, str]]) -> list[tuple[float, list, str]]:
-        """The lighter models faster than the full one, in the order they are evaluated: the compute-only one (the
-        likeliest in budget) first, unless the other is :func:`clearly_faster` than it; sorting by ratios would follow
-        the noise."""
+        """The lighter models faster than the full one, compute-only (the likeliest in budget) first unless the other is
+        :func:`clearly_faster`."""
         if len(faster) < 2:
             return faster
         *others, last = faster
@@ -215,11 +209,9 @@ class LatencyStage:
     def stage_tied(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], kept: Sequence[Variant]
     ) -> Step:
-        """Stage: the fallback found in ``variant`` built in each later variant of ``kept`` whose ceiling is not surely
-        slower; one in budget and faster beyond the noise replaces it. Returns (variant, base) the search goes on from.
-
-        A fallback changes the formats' relative speed (each float island costs its own Q/DQ pairs), and the later
-        stages hold the variant, so a model one format faster would never be built otherwise."""
+        """Stage: the fallback found in ``variant`` built in each later variant of ``kept`` not surely slower (float
+        islands cost differently per format); one in budget and faster beyond the noise replaces it. Returns (variant,
+        base)."""
         fallen = sum(1 for p in fallback.values() if p == "fp32")
         if not fallback or self.run.problem.objective != "latency" or self.run.problem.paired_latency is None:
             return variant, base

@@ -1,14 +1,9 @@
 """The provider axis in the speed-first strategy: every provider's ceilings before any accuracy work.
 
-With ``target.providers`` the fastest int8 model on one provider need not be the fastest on another, so each fully
-quantized variant is timed on each provider that can load it, in the ceiling stage's one session, with the original on
-every other provider. An original on another provider that met the criterion is a model in budget at no accuracy cost; a
-ceiling that does not beat it by the speed margin is dropped.
-
-Recovery runs in one variant on one provider, yet its model may be faster on another, so before the latency stage the
-model in budget is a candidate on every other provider that loads it (:meth:`ProviderCeilings.everywhere`); where it
-misses there, that provider gets a recovery of its own. A provider whose ceiling is surely slower than the incumbent is
-skipped unbuilt (``drop_slow: false``: none is)."""
+The fastest int8 model on one provider need not be the fastest on another, so each variant is timed on each provider
+that loads it, with the originals on the others: a ceiling an original in budget beats is dropped. The model in budget
+found on one provider is then tried on the others (:meth:`ProviderCeilings.everywhere`), with a recovery of their own
+where it misses; a provider whose ceiling is surely slower is skipped."""
 
 from __future__ import annotations
 

@@ -1,10 +1,5 @@
-"""quantune's accuracy-driven strategy: speed first, then accuracy at the right grain, few evaluations.
-
-Neural Compressor evaluates the model once per operator inside the format it was given. Here the strategy first learns
-where speed can come from at all (each flow's speed ceiling, :mod:`.speed`), drops what cannot beat the original, and
-recovers accuracy only inside the fastest variant: op types first, then a bisection over groups ranked by harm per unit
-of time given up (``O(log n)`` evaluations), a prune, and the rest of the trials for latency with that fallback fixed.
-"""
+"""quantune's accuracy-driven strategy: speed first, then accuracy at the right grain, few evaluations. It drops the
+variants whose speed ceiling cannot beat the original and recovers accuracy only inside the fastest."""
 
 from __future__ import annotations
 
@@ -145,10 +140,8 @@ class QuantuneStrategy(AccuracyStrategy):
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
-        """Recipes, op types, bisection, prune; returns (base point, fallback) or None.
-
-        Ordered for an early first model in budget: at most ``ceil(log2 n) + 3`` evaluations to it; the one-at-a-time
-        screen comes after (:meth:`screen_full`)."""
+        """Recipes, op types, bisection, prune; returns (base point, fallback) or None. At most ``ceil(log2 n) + 3``
+        evaluations to a first model in budget; the screen comes after (:meth:`screen_full`)."""
         if self.ctx.has_recipes():
             base, outcome = yield from self.stage_recipes(base)
             if outcome is not None and outcome.meets:
@@ -225,12 +218,8 @@ class QuantuneStrategy(AccuracyStrategy):
         return (yield from self.add_back(base, fallen, {}))
 
     def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
-        """Groups of ``fallen`` (op types put in fp32 wholesale) back to int8 but the fewest that must stay in fp32
-        (``fixed``: other groups' precisions, held); returns the groups still in fp32.
-
-        Per group, not per op type: one fragile group (an Add of an attention mask) would keep every residual Add in
-        fp32 with it. So ``fallen`` is ranked and bisected like the compute groups, at most ``op_type_trials``
-        evaluations."""
+        """Groups of ``fallen`` back to int8 but the fewest that must stay in fp32 (``fixed`` held); the groups still in
+        fp32. Per group, ranked and bisected: one fragile Add must not keep every Add in fp32."""
         ranked_scores = priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), coarse_costs(self.problem))
         ranked = [g for g, _ in ranked_scores]
         before = self.ctx.with_fallback(base, {**fixed, **self.assign(fallen)})

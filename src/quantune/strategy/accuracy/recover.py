@@ -1,10 +1,8 @@
 """Recover before falling back: a variant that misses the budget tries the refining passes first.
 
-A unit moved to fp32 gives up its int8 speed for good; bias correction and fast fine-tuning keep the graph and so the
-speed, changing only weights and biases. So :meth:`RecoverStage.stage_recover` tries the variant in each flow that adds
-refining steps after its quant step (cheapest first), and :meth:`RecoverStage.stage_recover_units` puts each unit the
-fallback kept in fp32 back to int8 in the refined flow, the costliest first. What was recovered is kept for the report
-(``learned()['recovered']``)."""
+Bias correction and fast fine-tuning keep the graph and so the speed, where a unit in fp32 gives it up. So the variant
+is tried in each refined flow (:meth:`RecoverStage.stage_recover`), and after the fallback each fp32 unit goes back to
+int8 there (:meth:`RecoverStage.stage_recover_units`); kept for the report in ``learned()['recovered']``."""
 
 from __future__ import annotations
 

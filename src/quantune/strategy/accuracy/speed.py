@@ -1,9 +1,8 @@
 """Speed facts for the ``quantune`` strategy: speed ceilings, op-type classes, fallback prices.
 
-A flow can only win if its fastest fully-quantized variant (its speed ceiling) beats the original: no fallback makes a
-model faster than quantizing everything. Fallback then goes by grain: op types first (the compute-heavy ones carry the
-speed), then single groups ordered by harm per unit of time given up (sensitivity over ``1 +`` the group's share of the
-original's time: sensitivity decides, the price breaks near-ties)."""
+No fallback makes a model faster than quantizing everything, so a flow can only win if its speed ceiling beats the
+original. Fallback goes by grain: op types first, then groups by harm per unit of time given up (sensitivity decides,
+the price breaks near-ties)."""
 
 from __future__ import annotations
 
@@ -121,9 +120,8 @@ SEQUENCE_TYPES = frozenset({"LSTM", "GRU", "RNN", "Attention"})
 
 
 def likeliest(variants: Sequence[Variant]) -> Variant | None:
-    """The ceiling most likely to be both fast and in budget, evaluated before any is timed: Neural Compressor's choice,
-    the dynamic flow for a sequence model with its fastest values (``Pass.fastest``), otherwise the first static
-    variant. None without variants."""
+    """The ceiling likeliest fast and in budget (Neural Compressor's choice): the dynamic flow with its fastest values
+    for a sequence model, else the first static variant; None without variants."""
     if not variants:
         return None
     dynamic = [v for v in variants if v.ctx.dynamic]
@@ -144,9 +142,8 @@ def likeliest(variants: Sequence[Variant]) -> Variant | None:
 
 
 def nc_defaults(ctx: AccuracyContext, base: Point) -> Point:
-    """``base`` with Neural Compressor's accuracy defaults where the space searches them: per-channel weights, and 7-bit
-    weights where this CPU's int8 dot products saturate (only with per-channel scales: per-tensor 7-bit weights can
-    break a model)."""
+    """``base`` with Neural Compressor's accuracy defaults where searched: per-channel weights, 7 bits of them where
+    int8 dot products saturate (never per-tensor 7-bit: it can break a model)."""
     params, knobs = ctx.quant_params(), ctx.knobs
     start = dict(base)
     channel = ctx.key(knobs.per_channel) if knobs.per_channel else None

@@ -1,9 +1,8 @@
 """A strategy written as a plain sequence of stages, driven through the engine's ask/tell.
 
-Accuracy-driven tuning is sequential by nature, awkward as a state machine behind ``ask`` and ``tell``: each ``yield``
-of a :class:`StagedStrategy` hands over a batch of proposals and receives their outcomes, in order. A batch may run in
-parallel; the strategy answers ``WAIT`` until the whole batch is told. A point already evaluated is answered from
-memory, so a stage may re-propose freely and evaluation counts stay honest."""
+Each ``yield`` of a :class:`StagedStrategy` hands over a batch of proposals and receives their outcomes, in order; the
+strategy answers ``WAIT`` until the whole batch is told. A point already evaluated is answered from memory, so stages
+may re-propose freely."""
 
 from __future__ import annotations
 

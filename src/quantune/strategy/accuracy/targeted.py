@@ -1,12 +1,8 @@
 """Targeted recovery: the worst units get a cheap fix in int8 before any of them goes to fp32.
 
-Most of what breaks a per-tensor int8 model sits in a few layers. Two fixes keep such a layer int8 and the graph as
-fast: per-channel weights on just those layers (``knobs.channel_nodes``, in the variant's own flow), and fast
-fine-tuning of just those layers when a flow refines the quant step with ``fast_finetune``. Before the fallback
-(:meth:`TargetedStage.stage_targeted`) they go to the ``targeted_units`` worst units at once; after it
-(:meth:`TargetedStage.stage_targeted_units`) each unit put in fp32 goes back to int8 with per-channel weights when the
-model still meets. No 16-bit rung here: the CPU provider has no 16-bit Conv/MatMul kernels, so it runs slower than fp32.
-"""
+Most of what breaks a per-tensor int8 model sits in a few layers; per-channel weights, or a fast fine-tune, on just
+those layers keep them int8 and the graph as fast. No 16-bit rung: the CPU provider has no 16-bit Conv/MatMul kernels,
+so it runs slower than fp32."""
 
 from __future__ import annotations
 
