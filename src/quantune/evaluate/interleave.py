@@ -25,9 +25,7 @@ def round_orders(rounds: int, models: int) -> list[list[int]]:
 
 
 def fewest_within(fewest: int, share_s: float, round_s: float) -> int:
-    """The fewest rounds a timing runs when one round costs ``round_s`` and its time share is ``share_s``: ``fewest``,
-    or as many as the share holds, at least one. Fixed by the cost of a round, so a heavy model is timed in about its
-    share."""
+    """The fewest rounds at ``round_s`` a round: ``fewest``, or as many as ``share_s`` holds, at least one."""
     if round_s <= 0.0:
         return fewest
     return max(1, min(fewest, int(share_s / round_s)))

@@ -74,8 +74,7 @@ class TimingRequest:
 def timing_cost_s(
     warmup: int, repeats: int, seconds: float, round_s: float, models: int = 1, fewest: int = FEWEST_ROUNDS
 ) -> float:
-    """About how long a timing of ``models`` models takes at ``round_s`` a round, by the rule the rounds follow
-    (:func:`.interleave.interleaved`)."""
+    """About how long a timing of ``models`` models takes at ``round_s`` a round (:func:`.interleave.interleaved`)."""
     if round_s <= 0.0:
         return 0.0
     share_s = seconds * max(1, models)
@@ -249,8 +248,9 @@ def timed_call(
     return lambda: runner(session, [feeds])
 
 
-def _figures(timings: np.ndarray) -> dict[str, float]:
-    timings = timings * 1000.0
+def latency_figures(timings_s: np.ndarray) -> dict[str, float]:
+    """Median, p90 and mean in milliseconds of one model's timed runs (seconds)."""
+    timings = np.asarray(timings_s, dtype=np.float64) * 1000.0
     return {
         "latency_ms": float(np.median(timings)),
         "latency_p90_ms": float(np.percentile(timings, 90)),
@@ -262,15 +262,14 @@ def measure_latency(
     model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
 ) -> dict[str, float]:
     """Median, p90 and mean in milliseconds of ``spec.repeats`` timed runs, in the latency lane."""
-    return _figures(time_side_by_side([model], feeds, spec, runner=runner)[0])
+    return latency_figures(time_side_by_side([model], feeds, spec, runner=runner)[0])
 
 
 def measure_side_by_side(
     models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
 ) -> list[dict[str, float]]:
-    """``measure_latency`` for several models at once, interleaved: round ``i`` times each model once, so the machine's
-    drift lands on every model alike and their ratios hold."""
-    return [_figures(row) for row in time_side_by_side(models, feeds, spec, runner=runner)]
+    """``measure_latency`` for several models at once, interleaved so the machine's drift lands on all alike."""
+    return [latency_figures(row) for row in time_side_by_side(models, feeds, spec, runner=runner)]
 
 
 def time_side_by_side(
@@ -316,8 +315,3 @@ def time_side_by_side(
 def settle_now(done: int) -> bool:
     """Whether a ``settled`` rule is asked after ``done`` rounds: at ``SETTLE_FROM``, then every ``SETTLE_EVERY``."""
     return done >= SETTLE_FROM and (done - SETTLE_FROM) % SETTLE_EVERY == 0
-
-
-def latency_figures(timings_s: np.ndarray) -> dict[str, float]:
-    """Median, p90 and mean in milliseconds of one model's timed runs (seconds)."""
-    return _figures(np.asarray(timings_s, dtype=np.float64))

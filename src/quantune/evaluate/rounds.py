@@ -50,8 +50,7 @@ def _intervals(timings: np.ndarray, reference: int = 0, confidence: float = CONF
 
 
 def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidence: float = CONFIDENCE) -> list[bool]:
-    """For each candidate row, whether its ratio to ``reference`` is surely on one side of ``threshold`` (never ran:
-    True)."""
+    """For each candidate row, whether its ratio to ``reference`` is surely on one side of ``threshold``."""
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 

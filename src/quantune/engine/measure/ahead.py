@@ -219,8 +219,7 @@ class Queue:
 def build_variants(
     spec: Any, items: Items, budget_s: float | None, profile: bool = True, queue: Queue | None = None
 ) -> int:
-    """In the stage worker: each point's model through the pass cache until ``budget_s`` is spent (at least one); how
-    many were built. ``queue``: only the items this worker claims. ``profile``: also the original's node profile."""
+    """In the stage worker: each claimed point's model built until ``budget_s`` is spent (at least one); how many."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.measure.probes import measure_profile, variant_model
 

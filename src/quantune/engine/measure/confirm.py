@@ -256,8 +256,8 @@ def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
 
 
 def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
-    """(warm-up, timed) rounds for a re-timing where one round takes ``round_s``: the config's ``repeats`` (at least
-    ``VERDICT_ROUNDS``) when they fit ``budget_s``, else as many as fit, at least 5."""
+    """(warm-up, timed) rounds at ``round_s`` a round: ``repeats`` (at least ``VERDICT_ROUNDS``) as fit ``budget_s``, at
+    least 5."""
     warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
     if budget_s is None:
         return warmup, repeats

@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -97,16 +98,6 @@ def accuracy_fields(
             log.warning("side-by-side timing failed (%s); using the trial's own latency", exc)
             return None
 
-    def ceiling_ratios(
-        items: Sequence[tuple[Point, tuple[str, ...]]],
-        threshold: float,
-        budget_s: float | None,
-        pairs: Sequence[tuple[int, int]] = (),
-        anchor: int | None = None,
-    ) -> list[float | None]:
-        """Every point's model timed against the original in one session (see :func:`time_ceilings`)."""
-        return time_ceilings(context, plan, items, threshold, budget_s, pairs=pairs, anchor=anchor)
-
     def paired_latency(
         candidate: Point,
         candidate_flow: tuple[str, ...],
@@ -126,7 +117,7 @@ def accuracy_fields(
 
     return {
         "paired_latency": paired_latency,
-        "ceiling_ratios": ceiling_ratios,
+        "ceiling_ratios": partial(time_ceilings, context, plan),  # every model against the original, one session
         "capability": capability,
         "step_passes": step_passes,
         "step_fixed": step_fixed,
@@ -359,12 +350,10 @@ def measure_profile(context: Any) -> dict[str, float]:
     feeds, key = _profile_key(context)
     if not feeds:
         return {}
-    threads = context.evaluator.spec.latency.threads
-    cached = context.cache.get_json("profiles", key)
-    if cached is not None:
-        return dict(cached["shares"])
+    if (cached := cached_profile(context)) is not None:
+        return cached
     try:
-        shares = node_time_shares(context.start.path, feeds, threads=threads)
+        shares = node_time_shares(context.start.path, feeds, threads=context.evaluator.spec.latency.threads)
     except Exception as exc:  # a profile is a hint for ordering, never a reason to fail the run
         log.warning("per-node profile of the original failed (%s); fallbacks are ordered by sensitivity alone", exc)
         return {}

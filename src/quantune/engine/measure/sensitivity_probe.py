@@ -212,8 +212,7 @@ class SensitivityProbe:
         return dict(self.report(point).scores)
 
     def on_provider(self, point: Mapping[str, Any], provider: str, backend: Any, threads: int) -> dict[str, float]:
-        """Node scores as ``provider`` runs the quantized model, in this process. A dynamic quantization, or a
-        measurement that fails there, keeps the CPU provider's ranking (a ranking guides, it decides nothing)."""
+        """Node scores as ``provider`` runs the quantized model; where that fails (or dynamic), the CPU's ranking."""
         if provider == CPU or self.dynamic:
             return self(point)
 

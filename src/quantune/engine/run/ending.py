@@ -67,8 +67,7 @@ def confirm_end(
     stop_reason: str,
     prefer: int | None = None,
 ) -> Ending:
-    """Re-times the ``top`` best candidates with the original within what is left of the limit, or the best alone where
-    only its fewest rounds fit; ``prefer``: the strategy's own answer, the stable contender."""
+    """Re-times the ``top`` best candidates (or the best alone) with the original within what the limit left."""
     if stop_reason.startswith("interrupted"):
         return Ending(unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}")
     try:

@@ -83,8 +83,7 @@ class Judge:
 
 
 class RunLoop:
-    """One run's ask/tell loop and its bookkeeping. It knows the run only through what its constructor is given, so it
-    can be read, and tested, without the engine that builds it."""
+    """One run's ask/tell loop, knowing the run only through its constructor, so it can be tested without the engine."""
 
     # a miss is left untimed where the strategy reads nothing of its speed (False: every trial timed)
     untimed_misses: bool = True

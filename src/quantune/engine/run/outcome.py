@@ -80,8 +80,8 @@ def write(
     started: float,
     runner: TrialRunner | None = None,
 ) -> Result:
-    """``results.json`` and the chosen model's folder, then the listeners' ends. ``runner``: builds the chosen model
-    again if it left the cache during the run, while the limit leaves time for it (else results.json says so)."""
+    """``results.json`` and the chosen model's folder (rebuilt by ``runner`` if it left the cache), then listeners'
+    ends."""
 
     def written() -> None:  # the models are saved; results.json is next and takes no time
         book.mark(WRITING)

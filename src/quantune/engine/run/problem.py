@@ -21,8 +21,7 @@ from quantune.strategy.registry import checked_options
 def search_problem(
     parts: RunParts, config: Config, isolation: Isolation | None = None, spec: Any = None
 ) -> SearchProblem:
-    """What the config's strategy may know of this run: spaces, flows, a sampler factory, limits, and for
-    accuracy-driven strategies the model graph and probes (run in workers as ``isolation`` and ``spec`` allow)."""
+    """What the config's strategy may know of this run (accuracy strategies: the model graph and probes too)."""
     search = config.search
     options: dict[str, Any] = {}
     if config.executor.workers > 1 and search.sampler == "tpe":

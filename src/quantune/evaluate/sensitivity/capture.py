@@ -27,8 +27,7 @@ _COPIES = 2
 
 @dataclass(frozen=True)
 class Job:
-    """One statistic: the tensors it reads from each model, and the float tensors it makes anew (``made``: a node re-run
-    alone allocates its output twice)."""
+    """One statistic: the tensors it reads from each model, and those it makes anew (``made``)."""
 
     key: str
     quant: tuple[str, ...] = ()

@@ -45,8 +45,7 @@ def measure_dynamic(
     budget_mb: float | None = None,
     row_runs: float | None = None,
 ) -> SensitivityReport:
-    """Scores the nodes ``quantize_dynamic`` would touch: the relative per-channel error of each output. ``row_runs``:
-    the bound in whole-model runs of one row (:mod:`.cost`)."""
+    """Scores the nodes ``quantize_dynamic`` would touch, bounded by ``row_runs`` (:mod:`.cost`)."""
     from quantune.graph.capability import ModelCapability
 
     model = onnx.load(str(float_model))

@@ -159,8 +159,7 @@ _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Clip", "Max", "Abs", "Relu"})
 
 
 def amplified_nodes(fmodel: onnx.ModelProto, depth: int = 2) -> list[str]:
-    """Nodes whose output reaches an amplifier (a Log, a Div's denominator) through at most ``depth`` elementwise ops:
-    one rounding step there can become a log of zero."""
+    """Nodes feeding an amplifier (a Log, a Div's denominator) through at most ``depth`` elementwise ops."""
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in fmodel.graph.node:
         for index, name in enumerate(node.input):
@@ -213,8 +212,7 @@ def measure_head(
     head: Sequence[str],
     pieces: Iterable[dict[str, np.ndarray]],
 ) -> dict[str, float]:
-    """Head node -> the worst output channel's relative error with only its outputs quantized; ``FULL`` -> the same
-    fully quantized. Each head node reruns only the head."""
+    """Head node -> worst channel's error with only its outputs quantized; ``FULL`` -> all quantized."""
     nodes, boundary, outputs = _cut(fmodel, head)
     if not outputs:
         return {}

@@ -39,8 +39,7 @@ def exposed(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
 def measure_on_provider(
     float_path: Path, quant_path: Path, feeds: Feeds, run: RunOutputs, folder: Path
 ) -> dict[str, float]:
-    """Each float node's score: the relative squared error of its output in the quantized model less the largest of its
-    inputs' (at least zero). Nodes the quantized model no longer has score nothing."""
+    """Each float node's output error in the quantized model less its worst input's (at least zero)."""
     fmodel, qmodel = onnx.load(str(float_path)), onnx.load(str(quant_path))
     qnames = {out for node in qmodel.graph.node for out in node.output}
     produced = float_tensors(fmodel)

@@ -97,8 +97,7 @@ class NodeStats:
             self.sample_ratios.append(np.where(np.isfinite(ratio), np.minimum(ratio, _CAP), _CAP))
 
     def nmse(self) -> float:
-        """The larger of the typical channel's error (:meth:`channel_nmse`) and the mean sample's: per channel, samples
-        of a small scale vanish under the large ones."""
+        """The larger of the typical channel's error and the mean sample's (per channel, small samples vanish)."""
         samples = float(np.mean(np.concatenate(self.sample_ratios))) if self.sample_ratios else 0.0
         return max(self.channel_nmse(), samples)
 

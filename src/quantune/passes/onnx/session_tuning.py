@@ -200,8 +200,7 @@ def merge_settings(settings: dict[str, Any], option: dict[str, Any], keys: set[s
 
 
 def settings_copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
-    """``model`` and its external data in ``folder`` with ``settings`` beside it: hard links where possible, else
-    copies."""
+    """``model`` and its external data in ``folder`` with ``settings`` beside it: hard links where possible."""
     folder.mkdir(parents=True)
     path = folder / model.name
     try:

@@ -25,8 +25,7 @@ def clearly_faster(result: Mapping[str, Any]) -> bool:
 def ties_to_the_earlier(
     kept: list[Variant], baseline: float | None, order: dict[int, tuple[int, int]]
 ) -> list[Variant]:
-    """``kept`` (fastest first) with variants within ``TIE`` of the fastest taken in a fixed ``order``, so which of two
-    variants one speed apart comes first does not follow the noise."""
+    """``kept`` with variants within ``TIE`` of the fastest in a fixed ``order``, so the order ignores the noise."""
     rest, out = list(kept), []
     while rest:
         best = or_inf(rest[0].ratio(baseline))
@@ -38,8 +37,7 @@ def ties_to_the_earlier(
 
 
 def not_surely_slower(variant: Variant, others: list[Variant], baseline: float | None) -> list[Variant]:
-    """The variants of ``others`` whose ceiling is faster than ``variant``'s or within ``NEAR`` above it: the fixed
-    order may have put them after it on a gain the noise could not settle."""
+    """``others`` faster than ``variant``'s ceiling or within ``NEAR`` above it: maybe one speed with it."""
     mine = variant.ratio(baseline)
     if mine is None:
         return []

@@ -164,8 +164,7 @@ class CeilingStage:
                 self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
 
     def ceilings_in_brief(self) -> str:
-        """The speed ceilings in one clause for a reason: each ratio to fp32, fastest first, and how many were not
-        built."""
+        """The ceilings in one clause for a reason: each ratio to fp32, fastest first, and how many were not built."""
         baseline = self.run.baseline.get("latency_ms")
         order = sorted(self.shared.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
         parts = []
@@ -250,8 +249,7 @@ class CeilingStage:
     def _companions(
         self, variants: list[Variant], reference: int | None, offset: int
     ) -> tuple[list[tuple[Point, tuple[str, ...]]], list[tuple[int, int]]]:
-        """The guess's lighter models and (item, guess item) pairs to time with the ceilings when the guess is in
-        budget."""
+        """The guess's lighter models and (item, guess item) pairs to time with the ceilings when it is in budget."""
         if reference is None or self.shared.guess is None:
             return [], []
         lighter = self.latency.lighter_items(self.shared.guess)

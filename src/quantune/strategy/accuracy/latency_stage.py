@@ -56,8 +56,7 @@ def surely_slower(result: Mapping[str, Any]) -> bool:
 
 
 def within_noise(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing says neither model is faster beyond the noise, nor the first by its median by
-    ``LEAST_GAIN`` (an interval too wide on a busy machine is no tie when the median is clear)."""
+    """Whether neither model is faster beyond the noise, nor the first clearly by its median (``LEAST_GAIN``)."""
     if result.get("same_model"):
         return True
     if result.get("faster") or surely_slower(result):
@@ -72,8 +71,7 @@ class LatencyStage:
         self.shared, self.run = shared, shared.run
 
     def faster(self, candidate: Point, reference: Point) -> bool:
-        """Whether ``candidate`` is faster beyond the noise: by paired timing, else the trials' figures by
-        ``LEAST_GAIN``."""
+        """Whether ``candidate`` is faster beyond the noise: by paired timing, else by ``LEAST_GAIN``."""
         result = self.paired(candidate, reference)
         if result is not None:
             return bool(result.get("faster"))
@@ -137,8 +135,7 @@ class LatencyStage:
         return True
 
     def stage_lighter(self, base: Point) -> Step:
-        """Stage: ``base`` (fully quantized, in budget) against its lighter models side by side; the fastest one faster
-        beyond the noise is evaluated. Returns its fallback when it meets the criterion, else None."""
+        """Stage: lighter models timed against ``base``; the fastest clear one evaluated. Its fallback if it meets."""
         if not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return None
         sets = self.lighter_sets()
@@ -159,8 +156,7 @@ class LatencyStage:
         return None
 
     def _lighter_first(self, base: Point, faster: list[tuple[float, list, str]]) -> list[tuple[float, list, str]]:
-        """The lighter models faster than the full one, compute-only (the likeliest in budget) first unless the other is
-        :func:`clearly_faster`."""
+        """Lighter models faster than the full one, compute-only first unless the other is :func:`clearly_faster`."""
         if len(faster) < 2:
             return faster
         *others, last = faster
@@ -241,8 +237,7 @@ class LatencyStage:
         return variant, base
 
     def stage_latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
-        """Stage: from the model in budget, one graph-changing parameter at a time (see the module);
-        returns the incumbent's point."""
+        """Stage: from the model in budget, one graph-changing parameter at a time; returns the incumbent's point."""
         incumbent = self.run.complete(self.run.ctx.with_fallback(base, fallback))
         outcome = self.run.known(incumbent)
         if outcome is None or not outcome.meets:

@@ -76,8 +76,7 @@ def original_points(problem: SearchProblem) -> list[tuple[str, Point, tuple[str,
 
 
 class ProviderCeilings:
-    """The provider axis: the originals on other providers, the rule that drops a ceiling an original in budget already
-    beats, and the model in budget carried to every provider."""
+    """The provider axis: originals on other providers, the ceilings they beat, the model in budget everywhere."""
 
     def __init__(self, shared: Shared, latency: LatencyStage) -> None:
         self.shared, self.run, self.latency = shared, shared.run, latency
@@ -136,8 +135,8 @@ class ProviderCeilings:
         return final
 
     def carry(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
-        """The model in budget on each provider that loads ``variant``'s quantization; (base, fallback, variant) of the
-        fastest side by side (ties: the incumbent), or None when one ended the search at its ceiling."""
+        """(base, fallback, variant) of the model in budget fastest on any provider (ties: incumbent), or None at a
+        ceiling."""
         axis = provider_axis(self.run.problem)
         self.carry_notes = []
         if axis is None or self.run.problem.objective != "latency" or variant is None:
@@ -183,8 +182,7 @@ class ProviderCeilings:
         return best
 
     def _on_provider(self, twin: Variant, base: Point, fallback: dict[str, Any], name: str) -> Step:
-        """(base, fallback) of a model in budget on ``twin``'s provider: the one found elsewhere, else a recovery of
-        that provider's own; None when neither is in budget."""
+        """(base, fallback) in budget on ``twin``'s provider: the one found elsewhere, else its own recovery."""
         self.run.ctx = twin.ctx
         point = self.run.ctx.with_fallback(base, fallback)
         kept = sum(1 for precision in fallback.values() if precision != "int8")

@@ -129,8 +129,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return [self.ctx, *(v.ctx for v in [*self.shared.variants, *self.shared.refined])]
 
     def learned(self) -> dict[str, Any]:
-        """results.json's ``strategy``, with the originals' ratios from the ceilings' session and what
-        refining recovered."""
+        """results.json's ``strategy``, with the originals' ratios and what refining recovered."""
         notes = {**super().learned(), "decisions": list(self.shared.decisions)}
         if ratios := self.providers.original_ratio:
             notes["provider_original_ratios"] = dict(ratios)
@@ -174,8 +173,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return base, assignment
 
     def _screen_allowance(self, compute: Sequence[Group], others: Sequence[Group]) -> int:
-        """Screen trials before any fallback: what the ``ceil(log2 n) + 3`` bound leaves after the ceiling, the op-type
-        tries and a bisection's worst case; at most ``screen_trials``."""
+        """Screen trials before any fallback within the ``ceil(log2 n) + 3`` bound; at most ``screen_trials``."""
         limit = self.options.screen_trials
         units = len(self.ctx.candidates)
         bound = math.ceil(math.log2(max(units, 2))) + 3
@@ -270,8 +268,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return 0
 
     def _bisect(self, base: Point, ranked: list[Group], fallen: Sequence[Group], label: str) -> Step:
-        """The smallest k such that ``ranked[:k]`` (and ``fallen``) in fp32 meet the criterion (None: not even the most
-        allowed); the top is assumed feasible, so no trial is spent on it."""
+        """The smallest k with ``ranked[:k]`` and ``fallen`` in fp32 in budget, or None; the top is assumed feasible."""
         top = self._limit(ranked, fallen)
         if top <= 0:
             return None
@@ -297,8 +294,7 @@ class QuantuneStrategy(AccuracyStrategy):
     def _bisect_blocks(
         self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]], fallen: Sequence[Group]
     ) -> Step:
-        """Stage: bisect over whole blocks (most sensitive first), then over the groups inside those: a transformer's
-        group ranks are noisy, so first find how many layers must keep some fp32."""
+        """Stage: bisect over whole blocks, then over their groups: a transformer's group ranks are noisy."""
         names = [block for block, _ in blocks]
         search = Bisection(len(blocks) - 1)  # never every block in fp32
         while (k := search.next_k()) is not None:

@@ -107,8 +107,7 @@ def _label(ctx: AccuracyContext, values: Sequence[Any]) -> str:
 
 
 def build_order(ctx: AccuracyContext, point: Mapping[str, Any]) -> int:
-    """Where a variant goes in the ceilings' build order: static first, then dynamic, the values the quant pass knows
-    slow (``knobs.built_last``) last, so those are left out when the time share runs out."""
+    """A variant's place in the build order: static, dynamic, then ``knobs.built_last`` (left out first)."""
     if ctx.dynamic:
         return 1
     slow = ctx.knobs.built_last.items()
@@ -167,8 +166,7 @@ def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
 
 
 def slower_twins(variants: Sequence[Variant], provider: str) -> list[tuple[Variant, Variant, str]]:
-    """(variant, its faster twin among ``variants``, why) for each variant whose quant pass knows its kernels slow where
-    it runs (``Pass.faster_twin``) and whose twin is a variant too: timing it would only drop it."""
+    """(variant, faster twin, why) for each variant whose pass knows its kernels slow there (``Pass.faster_twin``)."""
     from quantune.passes.registry import find_pass
 
     out = []

@@ -99,16 +99,14 @@ class TargetedStage:
         )
 
     def _layer_refined(self, variant: Variant) -> tuple[Variant, str, str] | None:
-        """A kept refined variant whose only refining step's pass fits named layers; with that step
-        and its pass's name."""
+        """A kept refined variant whose only refining step fits named layers, with that step and its pass's name."""
         for refined in self.refined_variants(variant):
             if (fit := self.layer_fit(refined)) is not None:
                 return refined, *fit
         return None
 
     def stage_targeted(self, variant: Variant) -> Step:
-        """Stage: the worst units per channel, then fine-tuned alone (when a flow can); the point
-        when one meets, else None."""
+        """Stage: the worst units per channel, then fine-tuned alone (when a flow can); the point when one meets."""
         ctx, base = variant.ctx, variant.point
         channel = per_channel_fixable(ctx, base)
         found = self._layer_refined(variant) if self.recoverable(variant) else None
