@@ -125,17 +125,8 @@ class UnsureRatio(float):
     ratio, marked so a strategy can tell "at the threshold, within the noise" from a side the rounds settled."""
 
 
-def ratio_medians(timings: np.ndarray) -> list[float | None]:
-    """Each candidate's median paired ratio to the original over the rounds it ran (None: it never ran)."""
-    medians: list[float | None] = []
-    for row in timings[1:]:
-        valid = ~np.isnan(row)
-        medians.append(paired_ratio(row[valid], timings[0][valid]).median if valid.any() else None)
-    return medians
-
-
 def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]:
-    """:func:`ratio_medians`, each a :class:`UnsureRatio` where the rounds left it undecided at ``threshold``."""
+    """Each candidate's median paired ratio (None: never ran), an :class:`UnsureRatio` if undecided at ``threshold``."""
     return [
         None if i is None else (i.median if i.high < threshold or i.low > threshold or far else UnsureRatio(i.median))
         for i, far in zip(_intervals(timings), far_above(timings, threshold), strict=True)
