@@ -1,7 +1,5 @@
-"""The interleaved timing loop, written once: every timing in this process and a target's server run it.
-
-It imports the standard library and numpy only and stays Python 3.8-compatible: the target's evaluation server loads
-this very file by its path, in an environment that has no quantune."""
+"""The interleaved timing loop, written once: every timing in this process and a target's server run it. Standard
+library and numpy only, Python 3.8-compatible: the target's server loads this file by its path, without quantune."""
 
 from __future__ import annotations
 
@@ -12,10 +10,8 @@ import numpy as np
 
 
 def round_orders(rounds: int, models: int) -> list[list[int]]:
-    """The order the models run in each of ``rounds`` interleaved rounds. Whatever the process does between rounds lands
-    on the round's first call, so with one fixed order every other model was paired against the same first one. Each
-    block of ``models`` rounds runs every model once in every place, shuffled from a fixed seed, so work done every few
-    rounds lands on no one model and the same run keeps the same order."""
+    """The order the models run in each of ``rounds`` interleaved rounds: whatever runs between rounds lands on the
+    first call, so each block of ``models`` rounds puts every model once in every place, shuffled from a fixed seed."""
     rng = np.random.default_rng(0)
     orders: list[list[int]] = []
     while len(orders) < rounds:
@@ -47,12 +43,10 @@ def interleaved(
 ) -> np.ndarray:
     """Seconds, one row per call, one column per round that ran (NaN where a row sat out).
 
-    Up to ``warmup`` calls of each first (each at least once: its first run allocates), none started ``warmup_s`` after
-    warm-up began. Then ``rounds`` rounds in the order :func:`round_orders` gives from round ``first`` on (a timing in
-    batches continues the order). No round starts past ``end`` once ``fewest`` ran, or, with ``share_s``, once as many
-    ran as the share holds (:func:`fewest_within`). ``active``: flags the caller may change between rounds (a ``None``
-    call never runs). ``between``: called before each warm-up pass and round. ``after``: asked with the rounds so far
-    after each round; True ends the timing."""
+    Up to ``warmup`` calls of each first (at least one), within ``warmup_s``; then ``rounds`` rounds in
+    :func:`round_orders` from round ``first``. No round starts past ``end`` once ``fewest`` ran (with ``share_s``:
+    :func:`fewest_within`). ``active``: flags the caller may change between rounds. ``between``: called before each pass
+    and round; ``after``: True ends the timing."""
     clock = time.perf_counter
     on = [call is not None for call in calls] if active is None else active
     started = clock()

@@ -1,8 +1,6 @@
-"""Side-by-side timing that stops as soon as the rounds decide: several candidates, one session.
-
-Speed ceilings only sort variants into "faster than the original by the margin" or not. Every model is timed in
-interleaved rounds, and timing stops once every candidate's paired-ratio interval lies on one side of the threshold (and
-the fastest is surely ahead), at ``max_rounds``, at the share or at the ``deadline``."""
+"""Side-by-side timing that stops as soon as the rounds decide: several candidates, one session. Speed ceilings only
+sort variants into "faster than the original by the margin" or not, which a variant far from the margin says in a few
+rounds."""
 
 from __future__ import annotations
 
@@ -61,12 +59,9 @@ EARLY_FLOOR_S = 0.010  # ... of an original that takes at least this long a call
 
 
 def far_above(timings: np.ndarray, threshold: float, reference: int = 0) -> list[bool]:
-    """For each candidate row, whether it ran ``EARLY_ROUNDS`` rounds or more and every one of its paired ratios was at
-    least ``FAR`` times ``threshold``: a variant plainly slower needs no more rounds to say so, and a variant really
-    below the threshold would have to run much slower than itself in every round to look this far above it.
-
-    Only for a reference of ``EARLY_FLOOR_S`` a call or more: a model of microseconds is timed at the mercy of what ran
-    before it in the round, and its rounds cost nothing to finish."""
+    """For each candidate row, whether it ran ``EARLY_ROUNDS`` rounds or more, each paired ratio at least ``FAR`` times
+    ``threshold``: plainly slower, it needs no more rounds. Only for a reference of ``EARLY_FLOOR_S`` a call or more: a
+    model of microseconds is at the mercy of what ran before it."""
     base = timings[reference]
     if not np.any(~np.isnan(base)) or np.nanmedian(base) < EARLY_FLOOR_S:
         return [False] * (len(timings) - 1)
@@ -136,14 +131,12 @@ def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]
 def time_until_decided(
     request: TimingRequest, provider: str = DEFAULT_PROVIDER, provider_options: dict | None = None
 ) -> np.ndarray:
-    """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
+    """Seconds per round, row 0 the original and one row per candidate; a decided candidate sits out the later rounds
+    (NaN).
 
-    A candidate whose ratio is decided sits out the later rounds (NaN there). At least ``min_rounds`` rounds always run,
-    so a ``deadline`` never leaves a candidate untimed. ``early``: a candidate far above the threshold
-    (:func:`far_above`) sits out after ``EARLY_ROUNDS``. No round starts past ``limit`` once one ran (noisier ratios
-    rather than a run past its limit). ``original_rounds``: the original goes on alone in its warm session until it ran
-    that many rounds (its latency figures are read from them). ``pairs``: (row, reference row) of companions timed
-    against another row (:func:`_still_timed`)."""
+    At least ``min_rounds`` always run, whatever the ``deadline``; none starts past ``limit`` once one ran. ``early``: a
+    candidate :func:`far_above` sits out after ``EARLY_ROUNDS``. ``original_rounds``: the original goes on alone until
+    it ran that many (its figures are read from them). ``pairs``: see :func:`_still_timed`."""
     candidates = request.models[1:]
     max_rounds, min_rounds, deadline, limit = request.max_rounds, request.min_rounds, request.deadline, request.limit
     timing_spec = replace(request.spec, warmup=min(request.spec.warmup, 2))
@@ -217,16 +210,11 @@ def _past(*ends: float | None) -> bool:
 
 
 def _still_timed(timings: np.ndarray, request: TimingRequest, usable: Sequence[bool]) -> tuple[list[bool], bool]:
-    """Which rows the next rounds time (the original, and candidates not yet decided or still being ranked among the
-    fast ones), and whether timing is over.
+    """Which rows the next rounds time, and whether timing is over.
 
-    ``anchor``: the row of a model already in budget (the strategy's first guess). Which side of the threshold it lies
-    on is the closing confirmation's question, so it needs no rounds for it; nor does a ceiling surely not faster than
-    it beyond ``MIN_GAIN``, which can give nothing the anchor does not.
-
-    A companion row of ``pairs`` (row, reference row) is timed until its paired ratio to its reference is surely on one
-    side of ``1 - MIN_GAIN``, and its reference goes on as long as it does; the ceilings' rules see only the other rows.
-    """
+    ``anchor``: a model already in budget; the confirmation places it, so neither it nor a ceiling surely not faster
+    than it needs rounds. A companion of ``pairs`` (row, reference row) is timed, with its reference, until its ratio is
+    decided at ``1 - MIN_GAIN``; the ceilings' rules see only the other rows."""
     threshold, pairs, anchor = float(request.threshold or 0.0), request.pairs, request.anchor
     companions = {row for row, _ in pairs}
     rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first

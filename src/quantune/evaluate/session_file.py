@@ -1,9 +1,6 @@
-"""Session settings that travel with a model: a sidecar file ``<model>.session.json``.
-
-A flow's ``session_tuning`` step chooses onnxruntime session options, which are part of the candidate as much as its
-weights. A JSON file beside the model is read by every evaluation session, hashed with the artifact cache entry (so it
-is in the candidate's content hash) and copied to ``best/``. It holds exactly what ``open_session(..., settings=...)``
-takes, so deployment code can pass it on."""
+"""Session settings that travel with a model: a sidecar file ``<model>.session.json``, part of the candidate as much as
+its weights. Every evaluation session reads it, the artifact cache hashes it, ``best/`` carries it, and it holds exactly
+what ``open_session(..., settings=...)`` takes."""
 
 from __future__ import annotations
 

@@ -49,10 +49,8 @@ def evaluate_ahead(
     calibrated: Any = None,
 ) -> tuple[bool, list[bool]]:
     """In the first guess's stage worker: the guess, then each of ``later``, each said to the engine on ``line``;
-    returns whether each was cached.
-
-    After a guess in budget, ``later``'s models are built first and evaluated only after ``line.go``: beside the
-    ceilings' timing they would crowd the cores. ``calibrated`` is set once a calibrating guess is built."""
+    whether each was cached. After a guess in budget, ``later`` is built first and evaluated only after ``line.go``
+    (beside the ceilings' timing it would crowd the cores)."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)

@@ -80,12 +80,8 @@ def confirm_latency(
     prefer: int | None = None,
 ) -> Confirmation | None:
     """Re-times the ``top`` fastest distinct candidates with the original, updating their figures and the baseline's in
-    place, with each one's paired ratio to the original. ``None`` when there is no candidate.
-
-    ``budget_s`` bounds the re-timing (fewer rounds, at least 5, rather than minutes on a large model); ``deadline`` is
-    the run's hard end, past which no round starts. The rounds stop once more would not change the verdict
-    (:func:`verdict_settled`). ``prefer``: the trial the strategy settled on, re-timed as the stable contender and given
-    the tie."""
+    place, with each one's paired ratio; ``None`` when there is none. ``budget_s`` bounds the rounds (at least 5), none
+    starts past ``deadline``, and :func:`verdict_settled` may end them. ``prefer``: the stable contender."""
     feasible, chosen, stable = _choose(records, top, prefer)
     if not chosen:
         return None
@@ -161,12 +157,8 @@ def _choose(
     records: list[TrialRecord], top: int, prefer: int | None = None
 ) -> tuple[list[TrialRecord], list[str], int | None]:
     """The candidates that can be re-timed, fastest first, the ``top`` distinct models to re-time, and the stable
-    contender's trial number (None when there is none).
-
-    Trials with one executed graph (:func:`speed_class`) are one contender: the median of their search-time figures, the
-    most accurate, then earliest, of their models. The earliest contender within ``SEARCH_NOISE`` of the fastest takes
-    the second place, and ``prefer``'s contender is re-timed too, so which models are re-timed does not follow the
-    search-time noise."""
+    contender's trial number (or None). Trials of one :func:`speed_class` are one contender; the earliest within
+    ``SEARCH_NOISE`` of the fastest, and ``prefer``'s, are re-timed too, so the choice does not follow the noise."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),

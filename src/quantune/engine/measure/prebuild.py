@@ -48,12 +48,9 @@ FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's 
 
 
 class Prebuild:
-    """The ``ceiling_build`` stages running in threads of the engine (their workers are processes).
-
-    A first guess is built and evaluated first, in a ``first_guess`` stage beside the original's evaluation. The builds
-    are one list worked from both ends (:class:`Queue`): the second worker starts once the original's evaluation is done
-    (:meth:`original_done`), the first once the guess is done (more processes than cores slowed it). ``later`` follows
-    the guess in its worker; after a guess in budget, once the ceilings are timed (:meth:`ceilings_timed`)."""
+    """The ``ceiling_build`` stages, run from threads of the engine: a first guess evaluated beside the original's
+    evaluation, and the builds as one list worked from both ends (:class:`Queue`), the second worker once the original
+    is evaluated (:meth:`original_done`)."""
 
     def __init__(
         self,

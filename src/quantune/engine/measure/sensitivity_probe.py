@@ -185,11 +185,8 @@ def measure_batch(model_path: Path, batch_size: int) -> int:
 
 @dataclass
 class SensitivityProbe:
-    """``probe(point)`` -> node scores for the flow's quantization at ``point``.
-
-    Runs :func:`run_probe` on a slice of the calibration data; the last report is kept in ``last``. With ``isolation``
-    it runs in a worker process: a measurement that dies is recorded and gives no scores (the strategy then ranks in
-    graph order), and no later point is probed."""
+    """``probe(point)`` -> node scores for the flow's quantization at ``point`` (the last report in ``last``). With
+    ``isolation`` in a worker: one that dies gives no scores, and no later point is probed."""
 
     model_path: Path
     model_sha: str

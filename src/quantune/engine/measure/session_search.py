@@ -78,11 +78,9 @@ CACHE_PAIRS = 2  # fresh caches: a first open (compiles, writes) then a cached o
 def cache_effect(
     evaluator: Any, model: Path, settings: dict[str, Any], deadline: float | None = None
 ) -> dict[str, Any]:
-    """OpenVINO's model cache on ``model``: session creation alone (``Backend.open_s``), the first open of a fresh cache
-    against the next. One uncounted open comes first (a process's first session loads the provider's plugin).
-    ``first_open_s`` is the fastest first open and ``cached_open_s`` the slowest cached one over ``CACHE_PAIRS`` fresh
-    caches, so ``best/`` deploys the cache only when every cached open beat every first one; no pair starts past
-    ``deadline``."""
+    """OpenVINO's model cache on ``model``: the first open of a fresh cache against the next, over ``CACHE_PAIRS``
+    caches after an uncounted open (the plugin's load). ``best/`` deploys it only when every cached open beat every
+    first one."""
     threads = evaluator.spec.latency.threads
     firsts, cached_opens, written = [], [], 0
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:

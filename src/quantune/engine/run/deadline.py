@@ -1,9 +1,6 @@
-"""``stop.timeout_s`` over the whole run, its end included: the clock, and the end's reserve.
-
-The limit counts from when quantune started (:func:`process_started`), not from the search. The search stops early
-enough to leave the re-timing and the results room (:meth:`EndBudget.reserve_s`); a re-timing that does not fit is
-skipped and the verdict is ``unconfirmed``, never ``improved``. Under a short limit the report's drawing gives way
-first, so every run that ends by itself still writes report.html."""
+"""``stop.timeout_s`` over the whole run, its end included, counted from the process's start (:func:`process_started`).
+The search leaves the re-timing and the results room (:meth:`EndBudget.reserve_s`); under a short limit the report's
+drawing gives way first."""
 
 from __future__ import annotations
 

@@ -244,12 +244,9 @@ class RunLoop:
         return True
 
     def _would_overrun(self, flow: tuple[str, ...]) -> bool:
-        """Whether a new trial of ``flow`` is expected to end after ``stop.timeout_s``, or inside the end's reserve, or
-        when it would have to be abandoned.
-
-        The expectation is the mean duration of the finished trials of the flow (of all trials when it has none yet),
-        plus the loop's own wall time per trial that neither the trials nor the strategies' one-off stages explain
-        (those stages would make "the next trial" look far too long). With no finished trial it is ``first_trial_s``."""
+        """Whether a new trial of ``flow`` is expected to end past the limit or inside the end's reserve: the flow's
+        mean trial (else all trials', else ``first_trial_s``) plus the loop's own time per trial outside trials and
+        one-off stages."""
         timeout = self.stop.timeout_s
         if not timeout:
             return False

@@ -1,9 +1,8 @@
 """onnxruntime session settings chosen for the model a flow made, by timing them side by side.
 
-The pass starts from onnxruntime's defaults and tries one group of settings at a time (threads and execution mode, graph
-optimization level, memory pattern, arena) by :func:`search_groups`; a parameter given a value is fixed. The output is
-the input model with the chosen settings beside it (``evaluate.session_file``). No pass should follow this one: passes
-read their input without its side files."""
+One group of settings at a time from onnxruntime's defaults (:func:`search_groups`); a parameter given a value is fixed.
+The output is the input model with the settings beside it (``evaluate.session_file``), so no pass should follow this
+one."""
 
 from __future__ import annotations
 
@@ -138,11 +137,9 @@ def search_groups(
     time_request: Callable[[TimingRequest], np.ndarray],
     folder: Path,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The settings for ``model`` searched one group at a time from ``start``, and per group what was timed.
-
-    Each group's other values are timed interleaved with the current settings, as copies of ``model`` in ``folder`` with
-    their settings beside them. A value replaces the current one only when its paired ratio's interval lies below 1 (the
-    fastest such). A group that fails to time keeps the current settings; past ``request.deadline`` no group starts."""
+    """The settings for ``model`` searched one group at a time from ``start``, and per group what was timed: copies of
+    ``model`` with each value beside them, timed interleaved; a value wins only when its ratio's interval lies below 1.
+    No group starts past ``request.deadline``."""
     chosen, tried = dict(start), []
     for options in groups:
         # the current settings first (a value equal to them is not timed twice), then each other value

@@ -1,10 +1,9 @@
 """The quantune strategy's end: stop at the speed ceiling, and a latency stage that only tries what changes the executed
 graph, each candidate timed against the incumbent side by side.
 
-A model in budget as fast as the ceiling of the fastest variant in play ends the search: nothing faster is possible. The
-latency stage changes the quant pass's ``graph_params`` one at a time; only a candidate faster beyond the noise is
-evaluated, and it replaces the incumbent when it meets (ties: the incumbent), until ``latency_patience`` in a row do
-not. Lighter models are timed first (:meth:`LatencyStage.stage_lighter`): Q/DQ pairs can cost more than they save."""
+A model in budget at the ceiling of the fastest variant in play ends the search. Otherwise the quant pass's
+``graph_params`` change one at a time; a candidate faster beyond the noise is evaluated and replaces the incumbent when
+it meets, until ``latency_patience`` in a row do not."""
 
 from __future__ import annotations
 

@@ -1,9 +1,8 @@
 """The provider axis in the speed-first strategy: every provider's ceilings before any accuracy work.
 
-The fastest int8 model on one provider need not be the fastest on another, so each variant is timed on each provider
-that loads it, with the originals on the others: a ceiling an original in budget beats is dropped. The model in budget
-found on one provider is then tried on the others (:meth:`ProviderCeilings.everywhere`), with a recovery of their own
-where it misses; a provider whose ceiling is surely slower is skipped."""
+Each variant is timed on each provider that loads it, with the originals on the others; a ceiling an original in budget
+beats is dropped. The model in budget is then tried on every other provider (:meth:`ProviderCeilings.everywhere`), with
+a recovery of their own where it misses."""
 
 from __future__ import annotations
 
