@@ -285,9 +285,8 @@ def time_side_by_side(
     min_rounds: int = 5,
     settled: Settled | None = None,
 ) -> np.ndarray:
-    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per round. ``settings``: for
-    all or per model (``None``: the model's own). No round past ``deadline`` or the share once ``min_rounds`` ran;
-    ``settled`` may end the rounds (:func:`settle_now`)."""
+    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per round; ``settings`` for
+    all or per model. No round past ``deadline`` or the share after ``min_rounds``; ``settled`` may end them."""
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     sessions = open_all(
         [

@@ -48,9 +48,8 @@ def evaluate_ahead(
     builds: tuple[Items, float | None, Queue] | None = None,
     calibrated: Any = None,
 ) -> tuple[bool, list[bool]]:
-    """In the first guess's stage worker: the guess, then each of ``later``, each said to the engine on ``line``;
-    whether each was cached. After a guess in budget, ``later`` is built first and evaluated only after ``line.go``
-    (beside the ceilings' timing it would crowd the cores)."""
+    """In the first guess's stage worker: the guess, then each of ``later``, said to the engine on ``line``. After a
+    guess in budget, ``later`` waits for ``line.go``: beside the ceilings' timing it would crowd the cores."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)
@@ -92,10 +91,8 @@ def evaluate_first_guess(
     label: str = "first guess",
     built: Any = None,
 ) -> dict[str, float] | None:
-    """In the first guess's stage worker: its model built and measured, then compared with the original's outputs once
-    they are cached; the figures land in the evaluation cache, where the trial reads them. None when the reference did
-    not come within ``wait_s`` or the model failed (its trial then runs as any other). ``built``: set once the model is
-    built."""
+    """In the first guess's stage worker: its model built, measured and compared with the original's cached outputs,
+    into the evaluation cache. None when the reference did not come within ``wait_s`` or the model failed."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.measure.baseline import shared_cores
     from quantune.engine.measure.probes import variant_model
@@ -169,9 +166,8 @@ class _Reference(threading.Thread):
 
 @dataclass(frozen=True)
 class Queue:
-    """The builds' shared list, worked from both ends by two stage workers: each item is claimed by setting its flag in
-    ``claims`` under the array's lock. The second worker (``reverse``) takes a calibrating item only once ``calibrated``
-    is set, so two processes never calibrate at once (the calibration's memory bound is per process)."""
+    """The builds' shared list, worked from both ends by two stage workers, each item claimed under the array's lock;
+    the second worker (``reverse``) calibrates only once ``calibrated`` is set: never two at once."""
 
     claims: Any  # multiprocessing Array of flags
     calibrated: Any  # multiprocessing Event
@@ -257,9 +253,8 @@ def load_shapes_ahead(spec: Any, points: list[Mapping[str, Any]]) -> None:
 
 
 def needs_symbolic_shapes(points: Iterable[Mapping[str, Any]], step_passes: Mapping[str, str]) -> bool:
-    """Whether a step of one of ``points`` runs a pass whose values need symbolic shape inference
-    (``Pass.needs_symbolic_shapes``); ``step_passes``: each step's pass name where it is not the step's name. A value
-    the config fixes is not in the points: that worker loads it at first use."""
+    """Whether a step of ``points`` runs a pass whose values need symbolic shape inference (a fixed value loads it at
+    first use)."""
     from quantune.passes.registry import find_pass
 
     for point in points:

@@ -113,9 +113,8 @@ def original_costs(ctx: Any) -> tuple[float, float]:
 
 
 def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]:
-    """The original's latency figures timed again here, its cached figures updated: its first timing shared the machine
-    with the ceilings' builds, and every speed figure of the run is read against it. Returns the new figures (none when
-    not cached). No round starts past ``deadline`` after the fewest."""
+    """The original's latency timed again here (its first timing shared the machine with the builds ahead), its cached
+    figures updated; the new figures, or none. No round past ``deadline`` after the fewest."""
     if ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) is None:
         return {}
     evaluator = ctx.evaluator

@@ -1,8 +1,5 @@
-"""The last word on latency: the best candidates and the original, timed side by side.
-
-Search-time figures are taken under other load and drift, so a latency run ends by timing its ``top`` best distinct
-models and the original again, interleaved, and chooses on those figures (the search's stays in ``latency_search_ms``).
-Only a candidate whose paired ratio's interval lies below 1 is faster."""
+"""The last word on latency: the best candidates and the original, timed side by side at the end of a latency run, since
+search-time figures drift with the load. Only a candidate whose paired ratio's interval lies below 1 is faster."""
 
 from __future__ import annotations
 
@@ -79,9 +76,9 @@ def confirm_latency(
     deadline: float | None = None,
     prefer: int | None = None,
 ) -> Confirmation | None:
-    """Re-times the ``top`` fastest distinct candidates with the original, updating their figures and the baseline's in
-    place, with each one's paired ratio; ``None`` when there is none. ``budget_s`` bounds the rounds (at least 5), none
-    starts past ``deadline``, and :func:`verdict_settled` may end them. ``prefer``: the stable contender."""
+    """Re-times the ``top`` fastest distinct candidates with the original, updating figures in place, with each one's
+    paired ratio (``None``: no candidate). ``budget_s`` and ``deadline`` bound the rounds; ``prefer``: the stable
+    contender."""
     feasible, chosen, stable = _choose(records, top, prefer)
     if not chosen:
         return None
@@ -127,9 +124,8 @@ def confirm_latency(
 
 
 def verdict_settled(timings: np.ndarray) -> bool:
-    """Whether more rounds would not change what the confirmation decides: each candidate surely faster than the
-    original beyond ``MIN_GAIN`` or surely not, and surely behind the fastest or not. "Surely" at
-    ``SETTLED_CONFIDENCE``, stricter than the verdict's own, because the rule is asked again every few rounds."""
+    """Whether more rounds would not change the confirmation's decision, "surely" at ``SETTLED_CONFIDENCE``: stricter
+    than the verdict's, as the rule is asked every few rounds."""
     if not all(decided(timings, 1.0 - MIN_GAIN, confidence=SETTLED_CONFIDENCE)):
         return False
     if len(timings) < 3:
@@ -156,9 +152,8 @@ def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
 def _choose(
     records: list[TrialRecord], top: int, prefer: int | None = None
 ) -> tuple[list[TrialRecord], list[str], int | None]:
-    """The candidates that can be re-timed, fastest first, the ``top`` distinct models to re-time, and the stable
-    contender's trial number (or None). Trials of one :func:`speed_class` are one contender; the earliest within
-    ``SEARCH_NOISE`` of the fastest, and ``prefer``'s, are re-timed too, so the choice does not follow the noise."""
+    """The re-timable candidates fastest first, the ``top`` distinct models to re-time, and the stable contender (or
+    None): one per :func:`speed_class`, the earliest within ``SEARCH_NOISE`` and ``prefer``'s re-timed too."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),

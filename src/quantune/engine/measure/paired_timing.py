@@ -1,7 +1,5 @@
-"""One candidate timed against a reference model side by side: is it faster beyond the noise?
-
-Both are timed in interleaved rounds that stop once the paired ratio is surely on one side of ``1 - MIN_GAIN``, the
-confirmation's rule. Byte-identical models are never timed, and a pair once timed is read from the cache."""
+"""One candidate timed against a reference model side by side, in rounds that stop once the paired ratio is surely on
+one side of ``1 - MIN_GAIN``. Byte-identical models are never timed; a pair once timed is read from the cache."""
 
 from __future__ import annotations
 
@@ -112,10 +110,8 @@ def store_pairs(
     most: int,
     quiet: bool = False,
 ) -> int:
-    """Each (row, reference row) pair's answer from rounds timed for another purpose (the ceilings' session), stored
-    where :func:`paired_latency` reads it, so asking which of two goes first needs no session of its own. A pair with
-    fewer than ``MIN_ROUNDS`` rounds together, or undecided before ``most`` rounds, is not stored. How many were stored;
-    ``quiet``: not logged one by one."""
+    """Each (row, reference row) pair's answer from rounds timed for another purpose, stored where
+    :func:`paired_latency` reads it, unless too few rounds or undecided. How many were stored."""
     stored = 0
     for row, reference in pairs:
         result = pair_result(timings[row], timings[reference])

@@ -1,8 +1,5 @@
-"""The speed ceilings' models, built while the original model is evaluated.
-
-The engine asks a fresh copy of the strategy what it will time first (``Strategy.first_requests``) and builds it in
-stage workers beside the original's evaluation; the strategy's ceiling stage then finds the models in the pass cache.
-``QUANTUNE_PREBUILD=0`` turns it off."""
+"""The speed ceilings' models, built while the original model is evaluated: what a fresh copy of the strategy says it
+will time first (``Strategy.first_requests``) lands in the pass cache early. ``QUANTUNE_PREBUILD=0`` turns it off."""
 
 from __future__ import annotations
 
@@ -48,9 +45,8 @@ FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's 
 
 
 class Prebuild:
-    """The ``ceiling_build`` stages, run from threads of the engine: a first guess evaluated beside the original's
-    evaluation, and the builds as one list worked from both ends (:class:`Queue`), the second worker once the original
-    is evaluated (:meth:`original_done`)."""
+    """The ``ceiling_build`` stages, run from threads of the engine: a first guess beside the original's evaluation, and
+    the builds as one list worked from both ends (:class:`Queue`)."""
 
     def __init__(
         self,

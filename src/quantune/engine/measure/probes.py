@@ -43,9 +43,8 @@ def accuracy_fields(
     capabilities: dict[tuple[tuple[str, ...] | None, str], ModelCapability] = {}
 
     def capability(op_types: Sequence[str] | None, mode: str, upstream: Sequence[str] = ()) -> ModelCapability:
-        """The groups of the model the quant step reads, for ``op_types`` and ``mode``: the prepared model, or the
-        output of a graph-rewriting step before it at its default values, since a fallback must name nodes the quantizer
-        sees."""
+        """The groups of the model the quant step reads (a graph-rewriting step's output at its defaults): a fallback
+        must name nodes the quantizer sees."""
         steps = tuple(upstream) if any(_trait(step_classes, s, "restructuring") for s in upstream) else ()
         key = (tuple(op_types) if op_types is not None else None, mode, steps)
         if key not in capabilities:
@@ -206,10 +205,9 @@ def time_ceilings(
     pairs: Sequence[tuple[int, int]] = (),
     anchor: int | None = None,
 ) -> list[float | None]:
-    """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and the original in
-    one interleaved session that stops once each ratio is surely on one side of ``threshold``; the median paired ratios.
-    ``pairs`` (item, reference item): companions timed in the same rounds, their answers stored where a paired timing
-    reads them. ``anchor``: a model in budget already, which the rounds need not place at the margin."""
+    """Builds each point's model (until ``budget_s``; at least one), then times them all with the original in one
+    session that stops once each ratio is decided at ``threshold``; the median ratios. ``pairs``: companions;
+    ``anchor``: a model already in budget."""
     started = time.perf_counter()
     deadline = None if not budget_s else started + budget_s
     built: list[tuple[int, Any, str]] = []

@@ -1,8 +1,6 @@
-"""The sensitivity probe a strategy calls: the flow's passes, then a measurement, in a worker.
-
-The steps before the quantization run through the artifact cache with the trials' keys. A static quantization is forced
-to QDQ (the same numbers, every tensor visible) and measured against its float model; a dynamic one from the float model
-alone. Reports are cached by both models' hashes, the data and the rows."""
+"""The sensitivity probe a strategy calls: the flow's passes through the artifact cache (the trials' keys), then a
+measurement in a worker: static quantization forced to QDQ (the same numbers, every tensor visible), dynamic from the
+float model alone."""
 
 from __future__ import annotations
 
@@ -166,9 +164,8 @@ MEASURE_BATCH = 8  # rows per run of the measurement, where the model's batch ax
 
 
 def measure_batch(model_path: Path, batch_size: int) -> int:
-    """Rows per batch for the static measurement: up to :data:`MEASURE_BATCH` when every input's first axis is symbolic,
-    else the run's ``batch_size``. One row per batch would make thousands of session runs on a deep model; statistics
-    are kept per row, so batching changes the cost, not the scores."""
+    """Rows per batch for the static measurement: up to :data:`MEASURE_BATCH` when the first axes are symbolic, else
+    ``batch_size`` (statistics are per row: batching changes the cost, not the scores)."""
     import onnx
 
     model = onnx.load(str(model_path), load_external_data=False)

@@ -1,7 +1,5 @@
-"""Session settings searched on the winning model/provider pair, by paired timing (the ``session_tuning`` pass's search,
-on the target); kept only when they still meet the criterion on the whole evaluation data.
-
-OpenVINO's model cache changes only the start of later sessions: :func:`cache_effect` times session creation alone."""
+"""Session settings searched on the winning model/provider pair by paired timing, on the target, and kept only when they
+still meet the criterion. OpenVINO's model cache is judged by session creation alone (:func:`cache_effect`)."""
 
 from __future__ import annotations
 
@@ -78,9 +76,8 @@ CACHE_PAIRS = 2  # fresh caches: a first open (compiles, writes) then a cached o
 def cache_effect(
     evaluator: Any, model: Path, settings: dict[str, Any], deadline: float | None = None
 ) -> dict[str, Any]:
-    """OpenVINO's model cache on ``model``: the first open of a fresh cache against the next, over ``CACHE_PAIRS``
-    caches after an uncounted open (the plugin's load). ``best/`` deploys it only when every cached open beat every
-    first one."""
+    """OpenVINO's model cache on ``model``: first opens of fresh caches against cached opens, ``CACHE_PAIRS`` times
+    after an uncounted open; ``best/`` deploys it only when every cached open was faster."""
     threads = evaluator.spec.latency.threads
     firsts, cached_opens, written = [], [], 0
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:

@@ -64,9 +64,8 @@ class TimeBudget:
 
 @dataclass(frozen=True)
 class EndBudget:
-    """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs besides the
-    re-timing: writing the results (``end_s``, always kept), the full report (``report_s``, kept only where it leaves
-    the search the larger share) and the least report (``least_report_s``, always kept)."""
+    """The run's limit (``None`` or 0: none), when its clock started, and what its end costs besides the re-timing: the
+    results (``end_s``), the full report (``report_s``, where it fits), the least report (``least_report_s``)."""
 
     timeout_s: float | None
     started: float
@@ -91,9 +90,8 @@ class EndBudget:
         return 0.0 if top <= 0 else models * (self.load_s + (warmup + min_rounds) * baseline_ms / 1000.0)
 
     def reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """What the search leaves for the end, decided once when the search starts: the fewest re-timing rounds and the
-        results' writing always, and the report's drawing when it takes at most half of what the search would then have.
-        """
+        """What the search leaves for the end: the fewest re-timing rounds and the writing, and the full report when it
+        takes at most half of what the search would then have."""
         if not self.limited:
             return 0.0
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s

@@ -1,7 +1,5 @@
-"""The run's end after the search: the side-by-side confirmation, or why there is none.
-
-A latency answer is only ``improved`` once timed side by side with the original. When the end cannot re-time it says
-why, in words the verdict quotes, and how to confirm: ``quantune run`` on the same output."""
+"""The run's end after the search: the side-by-side confirmation (a latency answer is only ``improved`` once confirmed),
+or why there is none and how to confirm: ``quantune run`` on the same output."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Ctrl-C and SIGTERM at a safe moment: never between writing a trial to the run store and counting it.
-
-Inside :meth:`DeferredInterrupt.critical` an interrupt waits for the block to end. SIGTERM stops a run as Ctrl-C does
-(exit 143) once the command line installed :func:`install_stop_signals`; a library caller keeps its own signal handling.
-"""
+"""Ctrl-C and SIGTERM at a safe moment: never between writing a trial to the run store and counting it
+(:meth:`DeferredInterrupt.critical`). SIGTERM stops a run as Ctrl-C does once the command line installed
+:func:`install_stop_signals`."""
 
 from __future__ import annotations
 

@@ -105,9 +105,8 @@ class RunLoop:
         evaluated_ahead: Sequence[tuple[dict, tuple[str, ...]]] = (),
         wait_ahead: Callable[[dict, tuple[str, ...], float | None], bool] | None = None,
     ) -> None:
-        """``check_inputs`` raises when an input changed under the run: a trial's record is then not kept.
-        ``evaluated_ahead``: the (point, flow) pairs already in the cache; ``wait_ahead`` waits for one still being
-        evaluated ahead."""
+        """``check_inputs`` raises when an input changed under the run (the record is then not kept).
+        ``evaluated_ahead``: (point, flow) pairs cached ahead; ``wait_ahead`` waits for one."""
         self.judge = judge
         self.plan = plan
         self.stop = stop
@@ -244,9 +243,8 @@ class RunLoop:
         return True
 
     def _would_overrun(self, flow: tuple[str, ...]) -> bool:
-        """Whether a new trial of ``flow`` is expected to end past the limit or inside the end's reserve: the flow's
-        mean trial (else all trials', else ``first_trial_s``) plus the loop's own time per trial outside trials and
-        one-off stages."""
+        """Whether a new trial of ``flow`` would end past the limit or inside the end's reserve: its flow's mean trial
+        (else any, else ``first_trial_s``) plus the loop's own time per trial."""
         timeout = self.stop.timeout_s
         if not timeout:
             return False

@@ -1,8 +1,5 @@
-"""Resuming an interrupted run: finished trials are told again, not run again.
-
-The strategy is deterministic given the same asks and tells, so the engine replays them (``asked_after``,
-``told_index``); a stored record stands in for the proposal the store holds, and replay stops at the first that differs.
-A trial whose model left the cache is run again, so every figure belongs to a model that exists."""
+"""Resuming an interrupted run: finished trials are told again, not run again. The strategy is deterministic given the
+same asks and tells, so they are replayed until a proposal differs; a trial whose model left the cache runs again."""
 
 from __future__ import annotations
 
@@ -90,9 +87,8 @@ def model_present(row: dict[str, Any]) -> bool:
 
 
 class SkipLog:
-    """Proposals not run because they share a known failure. A skip is a tell, so a resumed run must make it at the same
-    moment as the original: each skip is logged with the trials asked and told before it, and :meth:`tells_before` says
-    how many stored tells to deliver before the next ask."""
+    """Proposals not run because they share a known failure. A skip is a tell, so it is logged with the trials asked and
+    told before it, and a resumed run makes it at the same moment."""
 
     def __init__(self, store: RunStore, *, resuming: bool) -> None:
         self.store = store

@@ -1,8 +1,5 @@
-"""Where a run's time went, so a user who got fewer trials than hoped sees what took it (``results.json``'s
-``time_spent_s``).
-
-The search's wall time is split into the one-off stages the main thread waited for and the trials' stages, which share
-the rest in proportion to their durations (parallel trials' durations do not add up to wall time)."""
+"""Where a run's time went (``results.json``'s ``time_spent_s``), so a user who got fewer trials than hoped sees what
+took it. Parallel trials share the search's wall time in proportion to their durations."""
 
 from __future__ import annotations
 

@@ -1,8 +1,6 @@
-"""Which intermediate tensors one session run captures: groups sized to the memory budget.
-
-Capturing every tensor of two models in one run holds them all at once. So each statistic is a :class:`Job` naming its
-tensors, packed in graph order into groups that fit the budget (sizes by shape inference), one run each; when one job
-does not fit, batches are cut along a free first axis."""
+"""Which intermediate tensors one session run captures: each statistic a :class:`Job`, packed in graph order into groups
+that fit the memory budget (sizes by shape inference); batches are cut along a free first axis when one job does not
+fit."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""The head's per-node loss, measured at the outputs: one node's quantization alone, in the float model.
-
-Local noise says how much a tensor is rounded, not what the rounding does (a ``Concat`` of boxes and scores under one
-scale loses every score). So each head node, and each node feeding an amplifier (:func:`amplified_nodes`), gets its
-output Q/DQ pairs alone and the outputs are compared per channel, keeping the worst."""
+"""The head's per-node loss, measured at the outputs: local noise says how much a tensor is rounded, not what it does
+(boxes and scores under one scale lose every score). Each head node's Q/DQ pairs alone, worst channel kept."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Per-operator quantization sensitivity of a static (QDQ) quantization, from one pass of data.
-
-One run through the QDQ model and its float model scores every node: each Q/DQ pair's own noise inside the quantized
-model (upstream error is not counted again), and the weight or product noise of each Conv/MatMul/Gemm re-run alone on
-the inputs it really sees. A group's score is the sum over its nodes."""
+"""Per-operator quantization sensitivity of a static (QDQ) quantization, from one pass of data: each Q/DQ pair's own
+noise inside the quantized model, and each weighted node's re-run alone on the inputs it really sees."""
 
 from __future__ import annotations
 
@@ -186,9 +183,8 @@ def measure(
 
 
 def _probes(fmodel: onnx.ModelProto, found: _Structure) -> list[list[str]]:
-    """The nodes scored at the outputs (:mod:`.head`), in three probes: the head's (at most :data:`HEAD_LIMIT`), the
-    quantized nodes that feed an amplifier (:data:`AMPLIFIED_LIMIT`) and the lead-in's (:data:`LEAD_IN_LIMIT`); empty
-    ones left out."""
+    """The nodes scored at the outputs (:mod:`.head`): the head's, those feeding an amplifier and the lead-in's, each
+    capped (``*_LIMIT``); empty ones left out."""
     structure = ModelCapability.from_model(fmodel)
     nodes = head_nodes(structure.nodes, [o.name for o in fmodel.graph.output])
     by_name = {node.name: node for node in fmodel.graph.node}

@@ -48,9 +48,8 @@ class SessionTuningConfig(PassConfig):
 
 
 def thread_options(budget: int, config: SessionTuningConfig) -> list[dict[str, Any]]:
-    """Execution mode and thread splits within ``budget`` threads, onnxruntime's default first: sequential with
-    ``budget`` threads and fewer, then parallel with ``inter + intra - 1 <= budget`` (the calling thread is in both
-    pools). Options contradicting a fixed parameter are left out."""
+    """Execution mode and thread splits within ``budget`` threads, onnxruntime's default first (parallel: ``inter +
+    intra - 1 <= budget``); options contradicting a fixed parameter are left out."""
     options: list[dict[str, Any]] = [{"execution_mode": "sequential", "intra_op_num_threads": budget}]
     fewer = 1
     while fewer < budget:

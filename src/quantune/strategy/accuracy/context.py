@@ -1,8 +1,6 @@
-"""What accuracy-driven strategies know about the flow and the model, and how they write points.
-
-Fallback is expressed only through the quant step's own parameters (its pass's ``knobs`` trait): nodes to exclude for
-fp32, tensor type overrides for int16. User constraints: ``fp32_op_types`` / ``fp32_nodes`` never quantized,
-``int8_op_types`` / ``int8_nodes`` never fallen back, ``precisions`` in order of preference."""
+"""What accuracy-driven strategies know about the flow and the model, and how they write points: fallback only through
+the quant step's own parameters (its pass's ``knobs``), user constraints (``fp32_*``, ``int8_*``, ``precisions``) kept.
+"""
 
 from __future__ import annotations
 

@@ -56,9 +56,8 @@ class FirstGuess:
         return items, budget, (point, self.run.flow_of(point)), list(self.shared.evaluate_ahead)
 
     def stage(self) -> Step:
-        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed; returns its variant,
-        or None (``first_guess: false``, or no variant). Evaluated ahead by the engine, its trial is read from the
-        cache, as is its compute-only lighter model's, the next try when the guess misses."""
+        """Stage: the likeliest ceiling (:func:`.speed.likeliest`), evaluated ahead by the engine, before any is timed;
+        its variant, or None (``first_guess: false``, no variant)."""
         guess = self._prepare()
         if guess is None:
             return None

@@ -1,9 +1,6 @@
-"""The quantune strategy's end: stop at the speed ceiling, and a latency stage that only tries what changes the executed
-graph, each candidate timed against the incumbent side by side.
-
-A model in budget at the ceiling of the fastest variant in play ends the search. Otherwise the quant pass's
-``graph_params`` change one at a time; a candidate faster beyond the noise is evaluated and replaces the incumbent when
-it meets, until ``latency_patience`` in a row do not."""
+"""The quantune strategy's end: stop at the speed ceiling, or a latency stage that changes the quant pass's
+``graph_params`` one at a time, each candidate timed against the incumbent side by side and evaluated only when faster.
+"""
 
 from __future__ import annotations
 
@@ -204,9 +201,8 @@ class LatencyStage:
     def stage_tied(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], kept: Sequence[Variant]
     ) -> Step:
-        """Stage: the fallback found in ``variant`` built in each later variant of ``kept`` not surely slower (float
-        islands cost differently per format); one in budget and faster beyond the noise replaces it. Returns (variant,
-        base)."""
+        """Stage: ``variant``'s fallback built in each later variant of ``kept`` not surely slower (float islands cost
+        differently per format); a faster one in budget replaces it. Returns (variant, base)."""
         fallen = sum(1 for p in fallback.values() if p == "fp32")
         if not fallback or self.run.problem.objective != "latency" or self.run.problem.paired_latency is None:
             return variant, base

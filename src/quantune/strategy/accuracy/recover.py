@@ -1,8 +1,5 @@
-"""Recover before falling back: a variant that misses the budget tries the refining passes first.
-
-Bias correction and fast fine-tuning keep the graph and so the speed, where a unit in fp32 gives it up. So the variant
-is tried in each refined flow (:meth:`RecoverStage.stage_recover`), and after the fallback each fp32 unit goes back to
-int8 there (:meth:`RecoverStage.stage_recover_units`); kept for the report in ``learned()['recovered']``."""
+"""Recover before falling back: bias correction and fast fine-tuning keep the graph and so the speed, where a unit in
+fp32 gives it up. So a variant that misses is tried in each refined flow first, and fp32 units go back to int8 there."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""Speed facts for the ``quantune`` strategy: speed ceilings, op-type classes, fallback prices.
-
-No fallback makes a model faster than quantizing everything, so a flow can only win if its speed ceiling beats the
-original. Fallback goes by grain: op types first, then groups by harm per unit of time given up (sensitivity decides,
-the price breaks near-ties)."""
+"""Speed facts for the ``quantune`` strategy: speed ceilings, op-type classes, fallback prices. No fallback is faster
+than quantizing everything, so a flow wins only if its ceiling beats the original."""
 
 from __future__ import annotations
 

@@ -1,8 +1,5 @@
-"""A strategy written as a plain sequence of stages, driven through the engine's ask/tell.
-
-Each ``yield`` of a :class:`StagedStrategy` hands over a batch of proposals and receives their outcomes, in order; the
-strategy answers ``WAIT`` until the whole batch is told. A point already evaluated is answered from memory, so stages
-may re-propose freely."""
+"""A strategy written as a plain sequence of stages: each ``yield`` hands over a batch of proposals and receives their
+outcomes, in order (``WAIT`` until all are told). Evaluated points are answered from memory."""
 
 from __future__ import annotations
 

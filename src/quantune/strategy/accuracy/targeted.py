@@ -1,8 +1,5 @@
-"""Targeted recovery: the worst units get a cheap fix in int8 before any of them goes to fp32.
-
-Most of what breaks a per-tensor int8 model sits in a few layers; per-channel weights, or a fast fine-tune, on just
-those layers keep them int8 and the graph as fast. No 16-bit rung: the CPU provider has no 16-bit Conv/MatMul kernels,
-so it runs slower than fp32."""
+"""Targeted recovery: the worst units get a cheap fix in int8 (per-channel weights, or a fast fine-tune of just those
+layers) before any of them goes to fp32. No 16-bit rung: the CPU provider has no 16-bit Conv/MatMul kernels."""
 
 from __future__ import annotations
 
