@@ -223,8 +223,7 @@ def timing_session(
 
 
 def open_all(openers: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Each opener's result (or the exception it raised), the openers run on the machine's cores at once: onnxruntime
-    builds a session's graph without holding the GIL. Nothing is timed while they open."""
+    """Each opener's result or exception, run on the cores at once (sessions build without the GIL), nothing timed."""
 
     def attempt(opener: Callable[[], Any]) -> Any:
         try:

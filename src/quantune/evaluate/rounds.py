@@ -116,8 +116,7 @@ def outrun(timings: np.ndarray, threshold: float) -> list[bool]:
 
 
 class UnsureRatio(float):
-    """A median paired ratio whose confidence interval still held the threshold when the rounds ended: a float like any
-    ratio, marked so a strategy can tell "at the threshold, within the noise" from a side the rounds settled."""
+    """A median paired ratio whose interval still held the threshold: "at the threshold, within the noise"."""
 
 
 def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]:

@@ -20,8 +20,8 @@ GUESS_BUILDS = "builds"  # the guess's word when it is in budget and its worker 
 
 @dataclass(frozen=True)
 class GuessLine:
-    """The engine's line with the first guess's worker: the worker sets ``guess`` and ``built``, the engine ``ended``
-    (the worker is gone) and ``go`` (the ceilings are timed). Each side blocks on it; nothing polls."""
+    """The engine's line with the first guess's worker (``guess``, ``built``, ``ended``, ``go``): each side blocks on
+    it."""
 
     reader: Any  # multiprocessing Connection
     writer: Any
@@ -91,8 +91,7 @@ def evaluate_first_guess(
     label: str = "first guess",
     built: Any = None,
 ) -> dict[str, float] | None:
-    """In the first guess's stage worker: its model built, measured and compared with the original's cached outputs,
-    into the evaluation cache. None when the reference did not come within ``wait_s`` or the model failed."""
+    """In the guess's worker: its model built, measured and compared with the original's cached outputs, or None."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.measure.baseline import shared_cores
     from quantune.engine.measure.probes import variant_model
@@ -253,8 +252,7 @@ def load_shapes_ahead(spec: Any, points: list[Mapping[str, Any]]) -> None:
 
 
 def needs_symbolic_shapes(points: Iterable[Mapping[str, Any]], step_passes: Mapping[str, str]) -> bool:
-    """Whether a step of ``points`` runs a pass whose values need symbolic shape inference (a fixed value loads it at
-    first use)."""
+    """Whether a step of ``points`` runs a pass whose values need symbolic shape inference."""
     from quantune.passes.registry import find_pass
 
     for point in points:

@@ -243,8 +243,7 @@ def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
 
 
 def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
-    """(warm-up, timed) rounds at ``round_s`` a round: ``repeats`` (at least ``VERDICT_ROUNDS``) as fit ``budget_s``, at
-    least 5."""
+    """(warm-up, timed) rounds at ``round_s`` a round: ``repeats`` (at least ``VERDICT_ROUNDS``) as fit, at least 5."""
     warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
     if budget_s is None:
         return warmup, repeats

@@ -110,8 +110,7 @@ def store_pairs(
     most: int,
     quiet: bool = False,
 ) -> int:
-    """Each (row, reference row) pair's answer from rounds timed for another purpose, stored where
-    :func:`paired_latency` reads it, unless too few rounds or undecided. How many were stored."""
+    """Each (row, reference row) pair's answer from rounds timed for another purpose, cached when decided; how many."""
     stored = 0
     for row, reference in pairs:
         result = pair_result(timings[row], timings[reference])

@@ -45,8 +45,7 @@ FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's 
 
 
 class Prebuild:
-    """The ``ceiling_build`` stages, run from threads of the engine: a first guess beside the original's evaluation, and
-    the builds as one list worked from both ends (:class:`Queue`)."""
+    """The ``ceiling_build`` stages, run from the engine's threads: a first guess, then builds from both ends."""
 
     def __init__(
         self,

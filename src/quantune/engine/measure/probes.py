@@ -43,8 +43,7 @@ def accuracy_fields(
     capabilities: dict[tuple[tuple[str, ...] | None, str], ModelCapability] = {}
 
     def capability(op_types: Sequence[str] | None, mode: str, upstream: Sequence[str] = ()) -> ModelCapability:
-        """The groups of the model the quant step reads (a graph-rewriting step's output at its defaults): a fallback
-        must name nodes the quantizer sees."""
+        """The groups of the model the quant step reads: a fallback must name nodes the quantizer sees."""
         steps = tuple(upstream) if any(_trait(step_classes, s, "restructuring") for s in upstream) else ()
         key = (tuple(op_types) if op_types is not None else None, mode, steps)
         if key not in capabilities:

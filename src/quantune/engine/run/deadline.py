@@ -90,8 +90,8 @@ class EndBudget:
         return 0.0 if top <= 0 else models * (self.load_s + (warmup + min_rounds) * baseline_ms / 1000.0)
 
     def reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """What the search leaves for the end: the fewest re-timing rounds and the writing, and the full report when it
-        takes at most half of what the search would then have."""
+        """What the search leaves for the end: the re-timing and writing, and the full report where it takes at most
+        half."""
         if not self.limited:
             return 0.0
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s

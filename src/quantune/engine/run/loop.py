@@ -105,8 +105,8 @@ class RunLoop:
         evaluated_ahead: Sequence[tuple[dict, tuple[str, ...]]] = (),
         wait_ahead: Callable[[dict, tuple[str, ...], float | None], bool] | None = None,
     ) -> None:
-        """``check_inputs`` raises when an input changed under the run (the record is then not kept).
-        ``evaluated_ahead``: (point, flow) pairs cached ahead; ``wait_ahead`` waits for one."""
+        """``check_inputs`` raises when an input changed under the run; ``evaluated_ahead``/``wait_ahead``: trials
+        cached ahead."""
         self.judge = judge
         self.plan = plan
         self.stop = stop

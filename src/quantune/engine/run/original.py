@@ -73,8 +73,7 @@ def tell_baseline(
 def ceilings_ready(
     prebuild: Prebuild | None, parts: RunParts, baseline: dict[str, float], strategy: Strategy, isolation: Isolation
 ) -> Callable[[], None]:
-    """What the speed ceilings' timing waits for: the builds; then the original's latency is taken again from the
-    ceilings' rounds, or timed again alone when they did not time it enough (:func:`stand_in_rounds`)."""
+    """What the ceilings' timing waits for: the builds, then the original's latency from its rounds (or timed alone)."""
 
     def timed(timings_s: Any) -> None:
         ctx = parts.context

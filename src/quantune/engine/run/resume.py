@@ -87,8 +87,7 @@ def model_present(row: dict[str, Any]) -> bool:
 
 
 class SkipLog:
-    """Proposals not run because they share a known failure. A skip is a tell, so it is logged with the trials asked and
-    told before it, and a resumed run makes it at the same moment."""
+    """Proposals skipped as known failures: each a tell, logged where it came so a resumed run makes it then too."""
 
     def __init__(self, store: RunStore, *, resuming: bool) -> None:
         self.store = store

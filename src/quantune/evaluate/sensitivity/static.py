@@ -183,8 +183,7 @@ def measure(
 
 
 def _probes(fmodel: onnx.ModelProto, found: _Structure) -> list[list[str]]:
-    """The nodes scored at the outputs (:mod:`.head`): the head's, those feeding an amplifier and the lead-in's, each
-    capped (``*_LIMIT``); empty ones left out."""
+    """The nodes scored at the outputs: the head's, those feeding an amplifier and the lead-in's, each capped."""
     structure = ModelCapability.from_model(fmodel)
     nodes = head_nodes(structure.nodes, [o.name for o in fmodel.graph.output])
     by_name = {node.name: node for node in fmodel.graph.node}
@@ -205,8 +204,7 @@ def _probes(fmodel: onnx.ModelProto, found: _Structure) -> list[list[str]]:
 def _per_row(
     found: _Structure, fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, plan: capture.Plan, probes: list[list[str]]
 ) -> float:
-    """Whole-model runs of one row the measurement makes per row of data; a run of the quantized model counts
-    :data:`cost.QUANTIZED` times (its Q/DQ pairs run unfused, and its tensors are compared twice)."""
+    """Whole-model runs of one row per row of data; a quantized run counts :data:`cost.QUANTIZED` times."""
     f_share, q_share = cost.Share(fmodel), cost.Share(qmodel)
     per_row = 0.0
     for group in plan.groups:

@@ -48,8 +48,7 @@ class SessionTuningConfig(PassConfig):
 
 
 def thread_options(budget: int, config: SessionTuningConfig) -> list[dict[str, Any]]:
-    """Execution mode and thread splits within ``budget`` threads, onnxruntime's default first (parallel: ``inter +
-    intra - 1 <= budget``); options contradicting a fixed parameter are left out."""
+    """Execution mode and thread splits within ``budget`` threads (the default first), fixed parameters held."""
     options: list[dict[str, Any]] = [{"execution_mode": "sequential", "intra_op_num_threads": budget}]
     fewer = 1
     while fewer < budget:

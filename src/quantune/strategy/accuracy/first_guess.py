@@ -56,8 +56,7 @@ class FirstGuess:
         return items, budget, (point, self.run.flow_of(point)), list(self.shared.evaluate_ahead)
 
     def stage(self) -> Step:
-        """Stage: the likeliest ceiling (:func:`.speed.likeliest`), evaluated ahead by the engine, before any is timed;
-        its variant, or None (``first_guess: false``, no variant)."""
+        """Stage: the likeliest ceiling (:func:`.speed.likeliest`), evaluated before any is timed; its variant."""
         guess = self._prepare()
         if guess is None:
             return None

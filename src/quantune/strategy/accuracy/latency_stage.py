@@ -77,8 +77,7 @@ class LatencyStage:
         return mine.objective < theirs.objective * (1.0 - LEAST_GAIN)
 
     def keeps_requantized(self, outcome: Outcome, candidate: Point, reference: Point, step: str) -> bool:
-        """Whether a group put back in int8 (``candidate``) is kept: ``outcome`` meets and, in a latency run, it is not
-        slower than ``reference`` beyond the noise (int8 is not always faster)."""
+        """Whether a group put back in int8 is kept: it meets and, in a latency run, is not slower beyond the noise."""
         if not outcome.meets:
             return False
         result = self.paired(self.run.complete(dict(candidate)), self.run.complete(dict(reference)))

@@ -134,8 +134,7 @@ class ProviderCeilings:
         return final
 
     def carry(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
-        """(base, fallback, variant) of the model in budget fastest on any provider (ties: incumbent), or None at a
-        ceiling."""
+        """(base, fallback, variant) of the model in budget fastest on any provider, or None at a ceiling."""
         axis = provider_axis(self.run.problem)
         self.carry_notes = []
         if axis is None or self.run.problem.objective != "latency" or variant is None:

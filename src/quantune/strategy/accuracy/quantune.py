@@ -139,8 +139,8 @@ class QuantuneStrategy(AccuracyStrategy):
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
-        """Recipes, op types, bisection, prune; returns (base point, fallback) or None. At most ``ceil(log2 n) + 3``
-        evaluations to a first model in budget; the screen comes after (:meth:`screen_full`)."""
+        """Recipes, op types, bisection, prune: at most ``ceil(log2 n) + 3`` evaluations; (base point, fallback) or
+        None."""
         if self.ctx.has_recipes():
             base, outcome = yield from self.stage_recipes(base)
             if outcome is not None and outcome.meets:

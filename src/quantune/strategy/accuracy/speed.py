@@ -116,8 +116,7 @@ SEQUENCE_TYPES = frozenset({"LSTM", "GRU", "RNN", "Attention"})
 
 
 def likeliest(variants: Sequence[Variant]) -> Variant | None:
-    """The ceiling likeliest fast and in budget (Neural Compressor's choice): the dynamic flow with its fastest values
-    for a sequence model, else the first static variant; None without variants."""
+    """The ceiling likeliest fast and in budget: dynamic for a sequence model, else the first static one; or None."""
     if not variants:
         return None
     dynamic = [v for v in variants if v.ctx.dynamic]
