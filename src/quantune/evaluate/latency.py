@@ -50,8 +50,7 @@ class LatencySpec:
 
 @dataclass(frozen=True)
 class TimingRequest:
-    """One timing asked of a backend (``Backend.time``): row 0 of ``models`` is the original. Without a ``threshold``,
-    :func:`time_side_by_side`; with one, :func:`.rounds.time_until_decided`."""
+    """One timing asked of a backend, row 0 the original; with a ``threshold``: :func:`.rounds.time_until_decided`."""
 
     models: tuple[Path, ...]
     feed: dict[str, np.ndarray]

@@ -89,9 +89,7 @@ def _fastest_below(intervals: list[RatioInterval | None], threshold: float) -> i
 
 
 def fastest_known(timings: np.ndarray, threshold: float) -> bool:
-    """Whether, among the candidates surely below ``threshold``, the fastest one is surely ahead of every other, or
-    within ``MIN_GAIN`` of it either way (a tie more rounds would not split). Judged on their ratio to each other round
-    by round, so the machine's drift cancels. True when fewer than two are below."""
+    """Whether the fastest candidate surely below ``threshold`` is surely ahead of the others (or tied with them)."""
     intervals = _intervals(timings)
     first = _fastest_below(intervals, threshold)
     if first is None:
@@ -104,9 +102,7 @@ def fastest_known(timings: np.ndarray, threshold: float) -> bool:
 
 
 def outrun(timings: np.ndarray, threshold: float) -> list[bool]:
-    """For each candidate row (1..), whether it is surely slower, beyond ``MIN_GAIN``, than the fastest candidate surely
-    below ``threshold``: then which side of the threshold it lies on changes nothing the strategy does first (it
-    recovers in the fastest variant)."""
+    """For each candidate row, whether it is surely slower than the fastest candidate surely below ``threshold``."""
     first = _fastest_below(_intervals(timings), threshold)
     if first is None:
         return [False] * (len(timings) - 1)
@@ -247,9 +243,7 @@ order going on from the round given (:func:`.interleave.round_orders`); seconds.
 
 
 def decide_in_chunks(timings: Timings, request: TimingRequest) -> np.ndarray:
-    """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a target's server):
-    ``min_rounds`` rounds of every model, then ``chunk`` rounds at a time of those still undecided, by the same rule and
-    order. A candidate the backend cannot run sits out (a NaN row)."""
+    """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a target's server)."""
     models = list(request.models)
     min_rounds, max_rounds, limit, deadline = request.min_rounds, request.max_rounds, request.limit, request.deadline
     usable = [True] * len(models)

@@ -165,8 +165,7 @@ class _Reference(threading.Thread):
 
 @dataclass(frozen=True)
 class Queue:
-    """The builds' shared list, worked from both ends by two stage workers, each item claimed under the array's lock;
-    the second worker (``reverse``) calibrates only once ``calibrated`` is set: never two at once."""
+    """The builds' shared list, worked from both ends by two stage workers; never two calibrations at once."""
 
     claims: Any  # multiprocessing Array of flags
     calibrated: Any  # multiprocessing Event

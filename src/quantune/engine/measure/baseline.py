@@ -113,8 +113,7 @@ def original_costs(ctx: Any) -> tuple[float, float]:
 
 
 def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]:
-    """The original's latency timed again here (its first timing shared the machine with the builds ahead), its cached
-    figures updated; the new figures, or none. No round past ``deadline`` after the fewest."""
+    """The original's latency timed again here, alone, into its cached figures; the new figures, or none."""
     if ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) is None:
         return {}
     evaluator = ctx.evaluator

@@ -124,8 +124,7 @@ def confirm_latency(
 
 
 def verdict_settled(timings: np.ndarray) -> bool:
-    """Whether more rounds would not change the confirmation's decision, "surely" at ``SETTLED_CONFIDENCE``: stricter
-    than the verdict's, as the rule is asked every few rounds."""
+    """Whether more rounds would not change the decision, at ``SETTLED_CONFIDENCE`` (asked every few rounds)."""
     if not all(decided(timings, 1.0 - MIN_GAIN, confidence=SETTLED_CONFIDENCE)):
         return False
     if len(timings) < 3:

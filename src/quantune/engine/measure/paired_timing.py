@@ -35,8 +35,7 @@ def paired_latency(
     build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
     limit: float | None = None,
 ) -> dict[str, Any] | None:
-    """``candidate``'s latency over ``reference``'s, side by side: the ratio's median and interval, ``faster``,
-    ``same_model``; None when either cannot run, or when ``limit`` cut it before ``MIN_ROUNDS``."""
+    """``candidate``'s latency over ``reference``'s, side by side (``RatioInterval.to_dict``, ``faster``), or None."""
     cand_path, cand_sha = build(dict(candidate[0]), tuple(candidate[1]))
     ref_path, ref_sha = build(dict(reference[0]), tuple(reference[1]))
     if cand_sha == ref_sha:

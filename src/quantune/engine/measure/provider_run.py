@@ -47,8 +47,8 @@ def described(backend: Backend, config: Any, skipped: Mapping[str, str]) -> dict
 
 
 def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str, str], end: Any = None) -> bool:
-    """After the verdict: results.json's ``target``, and with ``target.providers`` the winning pair's session settings
-    searched within the limit (kept only if they still meet). Whether they were searched."""
+    """After the verdict: results.json's ``target``, and the winning pair's session settings searched; whether they
+    were."""
     evaluator = parts.context.evaluator
     result.target = described(evaluator.backend, config, skipped)
     best = result.best

@@ -164,8 +164,7 @@ MEASURE_BATCH = 8  # rows per run of the measurement, where the model's batch ax
 
 
 def measure_batch(model_path: Path, batch_size: int) -> int:
-    """Rows per batch for the static measurement: ``MEASURE_BATCH`` when the first axes are symbolic, else
-    ``batch_size``."""
+    """Rows per batch for the static measurement: ``MEASURE_BATCH`` for symbolic first axes, else ``batch_size``."""
     import onnx
 
     model = onnx.load(str(model_path), load_external_data=False)

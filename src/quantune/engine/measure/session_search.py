@@ -76,8 +76,7 @@ CACHE_PAIRS = 2  # fresh caches: a first open (compiles, writes) then a cached o
 def cache_effect(
     evaluator: Any, model: Path, settings: dict[str, Any], deadline: float | None = None
 ) -> dict[str, Any]:
-    """OpenVINO's model cache on ``model``: first opens of fresh caches against cached opens, ``CACHE_PAIRS`` times
-    after an uncounted open; ``best/`` deploys it only when every cached open was faster."""
+    """OpenVINO's model cache on ``model``: fresh-cache opens against cached ones, deployed only when always faster."""
     threads = evaluator.spec.latency.threads
     firsts, cached_opens, written = [], [], 0
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:

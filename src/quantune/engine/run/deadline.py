@@ -64,8 +64,8 @@ class TimeBudget:
 
 @dataclass(frozen=True)
 class EndBudget:
-    """The run's limit (``None`` or 0: none), when its clock started, and what its end costs besides the re-timing: the
-    results (``end_s``), the full report (``report_s``, where it fits), the least report (``least_report_s``)."""
+    """The run's limit, when its clock started, and its end's costs: results (``end_s``), report (``report_s``), least
+    one."""
 
     timeout_s: float | None
     started: float
@@ -126,8 +126,7 @@ class EndBudget:
         return self.report_s > 0 and self.report_s <= (self.left_s() - needed_s) / 2
 
     def retiming_budget(self, wanted_s: float, minimum_s: float, models: int) -> tuple[float | None, str]:
-        """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when its fewest rounds do not fit
-        what is left of the limit and its 5% tolerance. The re-timing comes before the report."""
+        """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when its rounds do not fit."""
         if not self.limited:
             return wanted_s, ""
         loads = models * self.load_s

@@ -21,8 +21,8 @@ RERUN = "`quantune run` with the same config on the same output confirms it"
 
 @dataclass
 class Ending:
-    """What the end did: the confirmation (or ``None``), why the re-timing was skipped, why the answer stays unconfirmed
-    (``""``: it does not), and the stop reason's additions (after a signal, the stop reason itself)."""
+    """What the end did: the confirmation (or ``None``), why it was skipped or stays unconfirmed, the stop reason's
+    notes."""
 
     confirmation: Confirmation | None = None
     skipped: str = ""

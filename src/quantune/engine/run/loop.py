@@ -243,8 +243,7 @@ class RunLoop:
         return True
 
     def _would_overrun(self, flow: tuple[str, ...]) -> bool:
-        """Whether a new trial of ``flow`` would end past the limit or inside the end's reserve: its flow's mean trial
-        (else any, else ``first_trial_s``) plus the loop's own time per trial."""
+        """Whether a new trial of ``flow`` would end past the limit or inside the end's reserve (by trials so far)."""
         timeout = self.stop.timeout_s
         if not timeout:
             return False

@@ -80,8 +80,7 @@ def write(
     started: float,
     runner: TrialRunner | None = None,
 ) -> Result:
-    """``results.json`` and the chosen model's folder (rebuilt by ``runner`` if it left the cache), then listeners'
-    ends."""
+    """``results.json`` and the chosen model's folder (rebuilt by ``runner`` if gone), then the listeners' ends."""
 
     def written() -> None:  # the models are saved; results.json is next and takes no time
         book.mark(WRITING)

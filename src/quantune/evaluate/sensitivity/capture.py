@@ -120,8 +120,7 @@ def plan_groups(
     max_rows: int,
     splittable: bool,
 ) -> Plan:
-    """Jobs packed in order into groups whose captured tensors (and one job's own) fit the budget. Sizes are per row
-    when ``splittable``, else per batch; a tensor of unknown size counts as the largest known one."""
+    """Jobs packed in order into groups whose captured tensors fit the budget (unknown sizes count as the largest)."""
     fallback = max([*quant_sizes.values(), *float_sizes.values()], default=0) or budget_bytes
 
     def tensors(job: Job) -> dict[tuple[str, str], float]:

@@ -95,8 +95,8 @@ class LatencyStage:
         return probe(dict(candidate), self.run.flow_of(candidate), dict(reference), self.run.flow_of(reference))
 
     def at_ceiling(self, variant: Variant | None, point: Point) -> bool:
-        """Whether ``point`` (evaluated, in budget) is as fast as ``variant``'s ceiling within the noise, so the search
-        ends; another model than the ceiling only by paired timing. ``stop_at_ceiling: false`` keeps searching."""
+        """Whether ``point`` is as fast as ``variant``'s ceiling within the noise, so the search ends
+        (``stop_at_ceiling``)."""
         if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return False
         point, ceiling = self.run.complete(dict(point)), self.run.complete(dict(variant.point))

@@ -139,8 +139,7 @@ class QuantuneStrategy(AccuracyStrategy):
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
-        """Recipes, op types, bisection, prune: at most ``ceil(log2 n) + 3`` evaluations; (base point, fallback) or
-        None."""
+        """Recipes, op types, bisection, prune: (base point, fallback) or None, few evaluations to a model in budget."""
         if self.ctx.has_recipes():
             base, outcome = yield from self.stage_recipes(base)
             if outcome is not None and outcome.meets:

@@ -137,8 +137,8 @@ def likeliest(variants: Sequence[Variant]) -> Variant | None:
 
 
 def nc_defaults(ctx: AccuracyContext, base: Point) -> Point:
-    """``base`` with Neural Compressor's accuracy defaults where searched: per-channel weights, 7 bits of them where
-    int8 dot products saturate (never per-tensor 7-bit: it can break a model)."""
+    """``base`` with Neural Compressor's accuracy defaults where searched: per-channel (7-bit where dot products
+    saturate)."""
     params, knobs = ctx.quant_params(), ctx.knobs
     start = dict(base)
     channel = ctx.key(knobs.per_channel) if knobs.per_channel else None

@@ -71,8 +71,7 @@ class TargetedStage:
         return [other for _, other in sorted(found, key=lambda item: item[0])]
 
     def recoverable(self, variant: Variant) -> bool:
-        """Whether ``variant`` misses by at most ``recover_within`` budgets: refining mends rounding, not a broken
-        model."""
+        """Whether ``variant`` misses by at most ``recover_within`` budgets: refining mends rounding."""
         within = self.shared.options.recover_within
         tolerable = self.run.problem.tolerable_loss
         if within is None or tolerable is None or tolerable <= 0:
