@@ -10,8 +10,7 @@ import numpy as np
 
 
 def round_orders(rounds: int, models: int) -> list[list[int]]:
-    """The order the models run in each of ``rounds`` interleaved rounds: whatever runs between rounds lands on the
-    first call, so each block of ``models`` rounds puts every model once in every place, shuffled from a fixed seed."""
+    """The model order of each interleaved round: every model once in every place per block, from a fixed seed."""
     rng = np.random.default_rng(0)
     orders: list[list[int]] = []
     while len(orders) < rounds:

@@ -105,8 +105,7 @@ LANE_POLL_S = 0.005  # how often a holder that let a waiter in looks whether it 
 
 
 class LatencyLane:
-    """One latency measurement at a time on this machine, whatever process or worker asks: a lock file held round by
-    round, so another timing waits at most ``LANE_SLICE_S`` (:meth:`between_rounds`; the pairing is within a round)."""
+    """One latency measurement at a time on this machine: a lock file held round by round (:meth:`between_rounds`)."""
 
     def __init__(self, path: Path | None = None, say: Callable[[str], None] | None = None) -> None:
         self.path = path or Path(

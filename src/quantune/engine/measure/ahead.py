@@ -48,8 +48,7 @@ def evaluate_ahead(
     builds: tuple[Items, float | None, Queue] | None = None,
     calibrated: Any = None,
 ) -> tuple[bool, list[bool]]:
-    """In the first guess's stage worker: the guess, then each of ``later``, said to the engine on ``line``. After a
-    guess in budget, ``later`` waits for ``line.go``: beside the ceilings' timing it would crowd the cores."""
+    """In the guess's worker: the guess, then ``later`` (after a guess in budget, once the ceilings are timed)."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)

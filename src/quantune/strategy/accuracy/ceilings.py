@@ -179,8 +179,7 @@ class CeilingStage:
     def settle_first(
         self, kept: list[Variant], baseline: float | None, preference: dict[int, tuple[int, int]]
     ) -> list[Variant]:
-        """The fastest kept variant stays first only when faster than the preferred one (within ``NEAR``) beyond the
-        noise and by ``SETTLE_GAIN``, so the same run recovers in the same variant each time."""
+        """The fastest kept variant, first only when clearly faster than the preferred one within ``NEAR``."""
         if len(kept) < 2:
             return kept
         fastest = or_inf(kept[0].ratio(baseline))

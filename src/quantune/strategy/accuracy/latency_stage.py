@@ -200,8 +200,7 @@ class LatencyStage:
     def stage_tied(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], kept: Sequence[Variant]
     ) -> Step:
-        """Stage: ``variant``'s fallback built in each later variant of ``kept`` not surely slower (float islands cost
-        differently per format); a faster one in budget replaces it. Returns (variant, base)."""
+        """Stage: ``variant``'s fallback in later kept variants not surely slower; a faster one in budget wins."""
         fallen = sum(1 for p in fallback.values() if p == "fp32")
         if not fallback or self.run.problem.objective != "latency" or self.run.problem.paired_latency is None:
             return variant, base
