@@ -255,7 +255,7 @@ def test_a_candidate_far_slower_sits_out_after_two_rounds_only_for_the_ceilings(
 def test_a_candidate_onnxruntime_cannot_load_sits_out_and_the_others_are_timed(tmp_path: Path) -> None:
     """Basic Pitch: one QDQ variant onnxruntime refuses ("Transpose invalid perm") made the whole
     ceiling stage fail, and every variant was dropped as failed."""
-    from quantune.evaluate.rounds import ratio_medians
+    from quantune.evaluate.rounds import ceiling_medians
 
     light = build_chain(tmp_path / "light.onnx", 1, 256)
     twin = build_chain(tmp_path / "twin.onnx", 1, 256)
@@ -266,7 +266,7 @@ def test_a_candidate_onnxruntime_cannot_load_sits_out_and_the_others_are_timed(t
     timings = time_until_decided(TimingRequest((light, broken, twin), feeds, spec, threshold=0.97, max_rounds=8))
     assert np.isnan(timings[1]).all()
     assert not np.isnan(timings[2, :5]).any()
-    medians = ratio_medians(timings)
+    medians = ceiling_medians(timings, 0.97)
     assert medians[0] is None and medians[1] is not None and medians[1] > 0
 
 

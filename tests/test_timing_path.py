@@ -11,7 +11,7 @@ import pytest
 
 from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.latency import LatencySpec, TimingRequest
-from quantune.evaluate.rounds import decide_in_chunks, ratio_medians
+from quantune.evaluate.rounds import ceiling_medians, decide_in_chunks
 from test_ceilings_fast import build_chain, in_batches
 
 
@@ -68,7 +68,7 @@ def test_rounds_in_chunks_time_what_the_backend_can_run(tmp_path: Path) -> None:
     )
     assert timings.shape[0] == 3 and 5 <= timings.shape[1] <= 8
     assert np.isnan(timings[1]).all() and not np.isnan(timings[2, :5]).any()
-    medians = ratio_medians(timings)
+    medians = ceiling_medians(timings, 0.97)
     assert medians[0] is None and medians[1] is not None and medians[1] > 0
 
 

@@ -1,9 +1,5 @@
-"""The interleaved timing loop, written once: every timing in this process and a target's server run it.
-
-It imports the standard library and numpy only and stays Python 3.8-compatible: the target's
-evaluation server (``target_server.py``) loads this very file by its path, in an environment
-that has no quantune, so the rounds there follow the same order rule as here.
-"""
+"""The interleaved timing loop, written once: every timing in this process and a target's server run it. Standard
+library and numpy only, Python 3.8-compatible: the target's server loads this file by its path, without quantune."""
 
 from __future__ import annotations
 
@@ -14,14 +10,7 @@ import numpy as np
 
 
 def round_orders(rounds: int, models: int) -> list[list[int]]:
-    """The order the models run in each of ``rounds`` interleaved rounds. Whatever the process does
-    between rounds (the loop, a rule asked about the rounds so far) lands on the round's first call:
-    with one fixed order the same model was first in every round and the rest were paired against it,
-    so a byte-identical copy of a small model timed faster than its original. Here each block of
-    ``models`` rounds runs every model once in every place; the block's cyclic order and which of its
-    rounds each model leads are shuffled from a fixed seed, so work done every few rounds lands on no
-    one model, no model always follows the same other, and the same run's rounds keep the same order.
-    Drawn before timing starts, so the rounds themselves do no extra work."""
+    """The model order of each interleaved round: every model once in every place per block, from a fixed seed."""
     rng = np.random.default_rng(0)
     orders: list[list[int]] = []
     while len(orders) < rounds:
@@ -31,11 +20,7 @@ def round_orders(rounds: int, models: int) -> list[list[int]]:
 
 
 def fewest_within(fewest: int, share_s: float, round_s: float) -> int:
-    """The fewest rounds a timing runs when one round costs ``round_s`` (measured: the first) and its
-    time share is ``share_s``: ``fewest``, or as many as the share holds, at least one. Fixed by the
-    cost of a round, not by how long the run is: a model of seconds a call is timed in about its share
-    (a heavy model's five rounds cost as much as its whole evaluation), and its figures, or a paired
-    ratio left undecided, say how few rounds they rest on."""
+    """The fewest rounds at ``round_s`` a round: ``fewest``, or as many as ``share_s`` holds, at least one."""
     if round_s <= 0.0:
         return fewest
     return max(1, min(fewest, int(share_s / round_s)))
@@ -57,18 +42,10 @@ def interleaved(
 ) -> np.ndarray:
     """Seconds, one row per call, one column per round that ran (NaN where a row sat out).
 
-    Up to ``warmup`` calls of each first, interleaved: each at least once (its first run
-    allocates), none started ``warmup_s`` after warm-up began. Then ``rounds`` rounds, each running
-    every call once in the order :func:`round_orders` gives round ``first`` onwards -- a timing
-    done in batches (a target's) passes the rounds already run, so its batches continue the order.
-    No round starts past ``end`` (a ``time.perf_counter()`` value) once ``fewest`` ran -- or, with a
-    time share ``share_s``, once as many ran as it holds at the first round's cost
-    (:func:`fewest_within`); a caller whose end counts from warm-up's end warms up first (``rounds=0``).
-    ``active``: a list of flags the caller may change between rounds (or a call may clear for its
-    own row, its figure then dropped); a ``None`` call never runs. ``between``: called before each
-    warm-up pass and round (the latency lane). ``after``: asked with the rounds so far after each
-    round; True ends the timing there.
-    """
+    Up to ``warmup`` calls of each first (at least one), within ``warmup_s``; then ``rounds`` rounds in
+    :func:`round_orders` from round ``first``. No round starts past ``end`` once ``fewest`` ran (with ``share_s``:
+    :func:`fewest_within`). ``active``: flags the caller may change between rounds. ``between``: called before each pass
+    and round; ``after``: True ends the timing."""
     clock = time.perf_counter
     on = [call is not None for call in calls] if active is None else active
     started = clock()

@@ -1,17 +1,6 @@
-"""Latency measured, never assumed: warm-up, then repeated timed runs of one fixed feed.
-
-With an ``evaluation.runner`` the timed call is the runner over that one feed
-(``runner(session, [feed])``), so a model driven step by step is timed as it is deployed.
-
-Threads are set explicitly (default 1) so figures are comparable between models and runs;
-spinning is disabled so an idle thread pool does not eat the other core.
-
-One timing path: :func:`timing_session` and :func:`timed_call` are what every in-process timing
-opens and times (:func:`time_side_by_side` here, rounds that stop once decided in :mod:`.rounds`),
-on the provider they are given -- a backend's (:mod:`.backend`), never a default that would bypass
-``target``; the rounds themselves are :func:`.interleave.interleaved`, which the target's
-evaluation server runs too.
-"""
+"""Latency measured, never assumed: warm-up, then repeated timed runs of one fixed feed (with a runner, the runner over
+it). Threads are set explicitly and spinning disabled, so figures are comparable; :func:`timing_session` and
+:func:`timed_call` are what every in-process timing uses."""
 
 from __future__ import annotations
 
@@ -36,9 +25,7 @@ from quantune.evaluate.interleave import fewest_within, interleaved
 from quantune.evaluate.session import DEFAULT_PROVIDER, open_session
 from quantune.evaluate.session_file import read_session_settings
 
-# A rule over the rounds timed so far (seconds, one row per model): is the answer known? The
-# end-of-run confirmation's (engine/measure/confirm.py) stops a re-timing whose verdict more rounds
-# would not change: a 0.45x model needs 10 rounds, not 50, to be surely faster.
+# A rule over the rounds timed so far (seconds, one row per model): is the answer known?
 Settled = Callable[[np.ndarray], bool]
 SETTLE_FROM = 10  # the fewest rounds a settled rule is asked about
 SETTLE_EVERY = 3  # then asked again every this many rounds
@@ -56,22 +43,14 @@ class LatencySpec:
     threads: int = 1
     batch_size: int | None = None  # None: the data's batch size
     feed: int = 0  # which evaluation feed (or batch) is timed
-    # The time share per model timed: a timing of n models starts no round past n times this
-    # (after its fewest rounds) and warms up for at most ``WARMUP_SHARE`` of it -- sized by time,
-    # not by count, so a model of seconds a call is timed in seconds, not minutes.
+    # The time share per model timed: a timing of n models starts no round past n times this (after its fewest) and
+    # warms up for at most ``WARMUP_SHARE`` of it, so a slow model is timed in seconds, not minutes.
     seconds: float = TIME_SHARE_S
 
 
 @dataclass(frozen=True)
 class TimingRequest:
-    """One timing asked of a backend (``Backend.time``), written once for every backend and loop.
-
-    ``models``: row 0 the original, the reference of any decision; ``settings``: their session
-    settings (``None``: each model's own). Without a ``threshold``, the models side by side for
-    ``spec.repeats`` rounds (:func:`time_side_by_side`: ``deadline``, ``min_rounds``, ``settled``);
-    with one, rounds that stop once each candidate's ratio is decided (:func:`.rounds.time_until_decided`:
-    ``min_rounds`` to ``max_rounds``, asked every ``chunk``, cut at ``deadline`` or the run's
-    ``limit``, ``original_rounds``, companion ``pairs``, ``early``, the ``anchor``)."""
+    """One timing asked of a backend, row 0 the original; with a ``threshold``: :func:`.rounds.time_until_decided`."""
 
     models: tuple[Path, ...]
     feed: dict[str, np.ndarray]
@@ -94,11 +73,7 @@ class TimingRequest:
 def timing_cost_s(
     warmup: int, repeats: int, seconds: float, round_s: float, models: int = 1, fewest: int = FEWEST_ROUNDS
 ) -> float:
-    """About how long a timing of ``models`` models takes at ``round_s`` a round (each model once):
-    by the rule the rounds follow (:func:`.interleave.interleaved`) -- warm-up passes while within
-    ``WARMUP_SHARE`` of the share (``seconds`` per model), at least one; then rounds until the
-    share is spent, at least ``fewest`` or as many as the share holds (:func:`.interleave.fewest_within`),
-    at most ``repeats``. What a run keeps for a timing it will do is this, not a count of rounds."""
+    """About how long a timing of ``models`` models takes at ``round_s`` a round (:func:`.interleave.interleaved`)."""
     if round_s <= 0.0:
         return 0.0
     share_s = seconds * max(1, models)
@@ -106,24 +81,21 @@ def timing_cost_s(
 
 
 def rounds_within(repeats: int, share_s: float, round_s: float, fewest: int = FEWEST_ROUNDS) -> int:
-    """The rounds a timing runs at ``round_s`` a round in a share of ``share_s`` (unsettled): until the
-    share is spent, at least ``fewest`` or as many as the share holds, at most ``repeats``."""
+    """The rounds a timing runs at ``round_s`` a round in ``share_s``: at least ``fewest``, at most ``repeats``."""
     if round_s <= 0.0:
         return repeats
     return min(repeats, max(fewest_within(fewest, share_s, round_s), math.ceil(share_s / round_s)))
 
 
 def warmup_passes(warmup: int, share_s: float, round_s: float) -> int:
-    """The warm-up passes a timing runs at ``round_s`` a pass when its share is ``share_s``: each model
-    once (its first run allocates), more only while within ``WARMUP_SHARE`` of the share."""
+    """The warm-up passes in ``share_s`` at ``round_s`` a pass: at least one, within ``WARMUP_SHARE`` of it."""
     if round_s <= 0.0:
         return warmup
     return max(1, min(warmup, math.ceil(WARMUP_SHARE * share_s / round_s)))
 
 
 def timing_end(spec: LatencySpec, models: int, deadline: float | None = None) -> float:
-    """The ``time.perf_counter()`` reading past which a timing of ``models`` models starts no round
-    (once its fewest ran): its time share from now, or the caller's ``deadline`` if sooner."""
+    """The ``time.perf_counter()`` reading past which a timing starts no round: its share, or ``deadline``."""
     end = time.perf_counter() + spec.seconds * max(1, models)
     return end if deadline is None else min(end, deadline)
 
@@ -133,16 +105,7 @@ LANE_POLL_S = 0.005  # how often a holder that let a waiter in looks whether it 
 
 
 class LatencyLane:
-    """One latency measurement at a time on this machine, whatever process or worker asks.
-
-    Parallel trials evaluate accuracy side by side, but a timing taken while another trial
-    computes would measure the other trial too; a lock file serialises the timed part. It is held
-    round by round, not for a whole timing: a heavy model's timing lasts minutes, and every other
-    quantune process on the machine (another user's run, a test suite) would wait for all of it.
-    Between rounds (:meth:`between_rounds`) a holder that sees a waiter lets it in, after at most
-    ``LANE_SLICE_S`` -- the rounds' pairing is within a round, so a pause between two costs no
-    precision. A waiter says once (on stdout, as progress) that it waits, and for whom (the holder's pid is in the file).
-    """
+    """One latency measurement at a time on this machine: a lock file held round by round (:meth:`between_rounds`)."""
 
     def __init__(self, path: Path | None = None, say: Callable[[str], None] | None = None) -> None:
         self.path = path or Path(
@@ -209,8 +172,7 @@ class LatencyLane:
         return found
 
     def between_rounds(self) -> None:
-        """Lets a waiting timing in once this one has held the lane ``LANE_SLICE_S``: released, then
-        taken again once those waiting now have had it (they take it in the kernel's order)."""
+        """After ``LANE_SLICE_S`` held, lets those waiting now take the lane, then takes it again."""
         if self._fd is None or time.perf_counter() - self._since < LANE_SLICE_S:
             return
         waiting = self.waiters()
@@ -224,15 +186,13 @@ class LatencyLane:
 
 
 def _to_stdout(line: str) -> None:
-    """A notice of progress, beside the run's other progress lines: stderr holds only a failure's
-    one line (and warnings), so a run that waits and then fails still says one line there."""
+    """A progress notice on stdout: stderr holds only a failure's one line."""
     print(f"quantune: {line}", flush=True)
 
 
 @contextlib.contextmanager
 def latency_lane() -> Iterator[LatencyLane | None]:
-    """The machine's :class:`LatencyLane`, held for the block (``None`` where there is no
-    ``fcntl``: measurements may then overlap)."""
+    """The machine's :class:`LatencyLane`, held for the block (``None`` without ``fcntl``)."""
     try:
         import fcntl  # noqa: F401
     except ImportError:
@@ -261,10 +221,7 @@ def timing_session(
 
 
 def open_all(openers: Sequence[Callable[[], Any]]) -> list[Any]:
-    """Each opener's result (or the exception it raised), the openers run on the machine's cores at
-    once: onnxruntime builds a session's graph without holding the GIL, and the timings that follow
-    open every model first -- six sessions of a MiniLM-L3 ceiling session took 0.35 s one after the
-    other, 0.20 s two at a time. Nothing is timed while they open."""
+    """Each opener's result or exception, run on the cores at once (sessions build without the GIL), nothing timed."""
 
     def attempt(opener: Callable[[], Any]) -> Any:
         try:
@@ -288,8 +245,9 @@ def timed_call(
     return lambda: runner(session, [feeds])
 
 
-def _figures(timings: np.ndarray) -> dict[str, float]:
-    timings = timings * 1000.0
+def latency_figures(timings_s: np.ndarray) -> dict[str, float]:
+    """Median, p90 and mean in milliseconds of one model's timed runs (seconds)."""
+    timings = np.asarray(timings_s, dtype=np.float64) * 1000.0
     return {
         "latency_ms": float(np.median(timings)),
         "latency_p90_ms": float(np.percentile(timings, 90)),
@@ -300,20 +258,15 @@ def _figures(timings: np.ndarray) -> dict[str, float]:
 def measure_latency(
     model: Path, feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
 ) -> dict[str, float]:
-    """Median, p90 and mean of ``spec.repeats`` timed runs, in milliseconds, in the exclusive lane
-    (:func:`time_side_by_side` of one model, on the default provider)."""
-    return _figures(time_side_by_side([model], feeds, spec, runner=runner)[0])
+    """Median, p90 and mean in milliseconds of ``spec.repeats`` timed runs, in the latency lane."""
+    return latency_figures(time_side_by_side([model], feeds, spec, runner=runner)[0])
 
 
 def measure_side_by_side(
     models: list[Path], feeds: dict[str, np.ndarray], spec: LatencySpec, *, runner: Callable | None = None
 ) -> list[dict[str, float]]:
-    """``measure_latency`` for several models at once, interleaved: round ``i`` times each model once.
-
-    Whatever else the machine does drifts over minutes; interleaving spreads that drift over
-    every model alike, so their ratios hold even when their absolute figures move.
-    """
-    return [_figures(row) for row in time_side_by_side(models, feeds, spec, runner=runner)]
+    """``measure_latency`` for several models at once, interleaved so the machine's drift lands on all alike."""
+    return [latency_figures(row) for row in time_side_by_side(models, feeds, spec, runner=runner)]
 
 
 def time_side_by_side(
@@ -329,16 +282,8 @@ def time_side_by_side(
     min_rounds: int = 5,
     settled: Settled | None = None,
 ) -> np.ndarray:
-    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per
-    round (``[i, r]`` and ``[j, r]`` were timed back to back, so their ratio is a paired one).
-    ``settings``: session settings for every model, or one per model (to time one model under
-    several settings side by side); ``None`` (or a ``None`` in the list): the model's own.
-    ``deadline`` (a ``time.perf_counter()`` value): no round starts after it once ``min_rounds``
-    ran -- rounds planned from search-time figures must not outlast the run's limit under load
-    (fewer columns come back); nor past the time share (:func:`timing_end`) once ``min_rounds`` ran.
-    ``settled``: a rule asked after ``SETTLE_FROM`` rounds and every ``SETTLE_EVERY`` after (the
-    rounds so far): once it says the answer is known, no more rounds.
-    """
+    """The raw timings of ``measure_side_by_side``: seconds, one row per model, one column per round; ``settings`` for
+    all or per model. No round past ``deadline`` or the share after ``min_rounds``; ``settled`` may end them."""
     chosen = list(settings) if isinstance(settings, Sequence) else [settings] * len(models)
     sessions = open_all(
         [
@@ -366,8 +311,3 @@ def time_side_by_side(
 def settle_now(done: int) -> bool:
     """Whether a ``settled`` rule is asked after ``done`` rounds: at ``SETTLE_FROM``, then every ``SETTLE_EVERY``."""
     return done >= SETTLE_FROM and (done - SETTLE_FROM) % SETTLE_EVERY == 0
-
-
-def latency_figures(timings_s: np.ndarray) -> dict[str, float]:
-    """Median, p90 and mean in milliseconds of one model's timed runs (seconds)."""
-    return _figures(np.asarray(timings_s, dtype=np.float64))

@@ -1,19 +1,6 @@
-"""Side-by-side timing that stops as soon as the rounds decide: several candidates, one session.
-
-Speed ceilings only sort variants into "faster than the original by the margin" or not, and a
-variant far from the margin says so in a few rounds. Every candidate and the original are opened
-once and timed in interleaved rounds (a slow moment of the machine lands on all of them, in an
-order :func:`.interleave.round_orders` varies from round to round); after ``min_rounds`` and then
-every ``chunk`` rounds, each candidate's paired-ratio interval (:mod:`quantune.evaluate.paired`)
-is compared with the threshold, and timing stops once every interval lies on one side of it, at
-``max_rounds``, at the time share, or at the ``deadline``. Candidates below the threshold keep
-being timed until the fastest is surely faster than the others: the strategy recovers accuracy in
-the fastest first, so their order matters too.
-
-The search's paired decisions and the ceilings time through the run's backend (its ``time``, asked
-a :class:`~.latency.TimingRequest` with a threshold): here on its provider, or on a target in
-chunks of rounds (:func:`decide_in_chunks`); the rounds are :func:`.interleave.interleaved` either way.
-"""
+"""Side-by-side timing that stops as soon as the rounds decide: several candidates, one session. Speed ceilings only
+sort variants into "faster than the original by the margin" or not, which a variant far from the margin says in a few
+rounds."""
 
 from __future__ import annotations
 
@@ -45,8 +32,7 @@ log = logging.getLogger("quantune.evaluate")
 
 
 def _paired(timings: np.ndarray, reference: int = 0) -> list[tuple[np.ndarray, np.ndarray]]:
-    """Each candidate row's (every row but ``reference``) seconds and the reference's, over the
-    rounds both ran (a row that sat out a round is NaN there; empty for a row that never ran)."""
+    """Each candidate row's seconds and the reference's, over the rounds both ran."""
     base = timings[reference]
     pairs = []
     for index, row in enumerate(timings):
@@ -62,9 +48,7 @@ def _intervals(timings: np.ndarray, reference: int = 0, confidence: float = CONF
 
 
 def decided(timings: np.ndarray, threshold: float, reference: int = 0, confidence: float = CONFIDENCE) -> list[bool]:
-    """For each candidate row (every row but ``reference``, 0: the original), whether its ratio to
-    the reference row is surely below or above ``threshold`` at ``confidence`` (a candidate that never
-    ran, one onnxruntime could not run, has nothing to decide: True)."""
+    """For each candidate row, whether its ratio to ``reference`` is surely on one side of ``threshold``."""
     return [i is None or i.high < threshold or i.low > threshold for i in _intervals(timings, reference, confidence)]
 
 
@@ -75,18 +59,9 @@ EARLY_FLOOR_S = 0.010  # ... of an original that takes at least this long a call
 
 
 def far_above(timings: np.ndarray, threshold: float, reference: int = 0) -> list[bool]:
-    """For each candidate row, whether it ran ``EARLY_ROUNDS`` rounds or more and every one of its
-    paired ratios was at least ``FAR`` times ``threshold``. Five rounds are the fewest whose interval
-    can decide (:func:`decided`), yet a QDQ variant at 1.5x fp32 on the ddddocr detector, or at 2.0x
-    on MiniLM-L3, was plainly no speed ceiling after two: timing it three more rounds decided nothing
-    and cost a second of a run whose answer was already known. Round by round against the same
-    reference, a slow moment of the machine lands on both; a variant really below the threshold
-    would have to run 15% slower than itself in every round to look this far above it.
-
-    Only for a reference of ``EARLY_FLOOR_S`` a call or more: a model of microseconds is timed at
-    the mercy of what ran before it in the round (a twin of the original timed 1.27x and 1.57x in its
-    first two rounds, after a model 48 times its size had evicted its weights), and its rounds cost
-    nothing to finish."""
+    """For each candidate row, whether it ran ``EARLY_ROUNDS`` rounds or more, each paired ratio at least ``FAR`` times
+    ``threshold``: plainly slower, it needs no more rounds. Only for a reference of ``EARLY_FLOOR_S`` a call or more: a
+    model of microseconds is at the mercy of what ran before it."""
     base = timings[reference]
     if not np.any(~np.isnan(base)) or np.nanmedian(base) < EARLY_FLOOR_S:
         return [False] * (len(timings) - 1)
@@ -97,15 +72,13 @@ def far_above(timings: np.ndarray, threshold: float, reference: int = 0) -> list
 
 
 def not_faster(timings: np.ndarray, row: int, reference: int) -> bool:
-    """Whether ``row`` is surely not faster than row ``reference`` beyond ``MIN_GAIN``: its paired
-    ratio's interval to it lies above ``1 - MIN_GAIN`` (over at least ``MIN_ROUNDS_TO_DECIDE`` rounds)."""
+    """Whether ``row`` is surely not faster than ``reference`` beyond ``MIN_GAIN``."""
     interval = _intervals(timings[[reference, row]])[0]
     return interval is not None and interval.rounds >= MIN_ROUNDS_TO_DECIDE and interval.low > 1.0 - MIN_GAIN
 
 
 def pair_decided(timings: np.ndarray, row: int, reference: int) -> bool:
-    """Whether ``row``'s paired ratio to row ``reference`` is surely on one side of ``1 - MIN_GAIN``:
-    a paired timing's own rule (engine/measure/paired_timing.py), for a companion timed among the ceilings."""
+    """Whether ``row``'s ratio to ``reference`` is surely on one side of ``1 - MIN_GAIN`` (a paired timing's rule)."""
     return decided(timings[[reference, row]], 1.0 - MIN_GAIN)[0]
 
 
@@ -116,12 +89,7 @@ def _fastest_below(intervals: list[RatioInterval | None], threshold: float) -> i
 
 
 def fastest_known(timings: np.ndarray, threshold: float) -> bool:
-    """Whether, among the candidates surely below ``threshold``, the fastest one is surely ahead of
-    every other, or within ``MIN_GAIN`` of it either way -- one speed, which more rounds would not
-    split beyond a tie (the strategy's tie rule then decides; two twins at 0.46x kept a detector's
-    ceilings timing to the last round). Judged on their ratio to each other round by round, as the
-    original's are: the machine's drift cancels there too (two variants 4% apart, each judged against
-    the original alone, took all 20 rounds to rank). True when fewer than two are below."""
+    """Whether the fastest candidate surely below ``threshold`` is surely ahead of the others (or tied with them)."""
     intervals = _intervals(timings)
     first = _fastest_below(intervals, threshold)
     if first is None:
@@ -134,12 +102,7 @@ def fastest_known(timings: np.ndarray, threshold: float) -> bool:
 
 
 def outrun(timings: np.ndarray, threshold: float) -> list[bool]:
-    """For each candidate row (1..), whether it is surely slower, beyond ``MIN_GAIN``, than the fastest
-    candidate surely below ``threshold`` (paired round by round with it): then which side of the
-    threshold it lies on changes nothing the strategy does first -- it recovers in the fastest
-    variant, and a variant behind it is judged again by its own trials if ever tried. On a detector
-    whose two dynamic variants sat at 0.94x against a 0.97x margin, the ceilings timed all 20 rounds
-    to place them although the static variant at 0.46x had been surely fastest since the 5th."""
+    """For each candidate row, whether it is surely slower than the fastest candidate surely below ``threshold``."""
     first = _fastest_below(_intervals(timings), threshold)
     if first is None:
         return [False] * (len(timings) - 1)
@@ -149,24 +112,11 @@ def outrun(timings: np.ndarray, threshold: float) -> list[bool]:
 
 
 class UnsureRatio(float):
-    """A median paired ratio whose confidence interval still held the threshold the rounds were to
-    decide when they ended: a float like any ratio, marked so a strategy can tell "at the threshold,
-    within the noise" from a side the rounds settled. A Transformer encoder whose every int8 variant
-    runs at the original's speed timed its QDQ ceiling 0.96x in one run of five and 1.02-1.12x in the
-    others; kept on the 0.96, the run searched 30 s for a speed-up the noise had made."""
-
-
-def ratio_medians(timings: np.ndarray) -> list[float | None]:
-    """Each candidate's median paired ratio to the original over the rounds it ran (None: it never ran)."""
-    medians: list[float | None] = []
-    for row in timings[1:]:
-        valid = ~np.isnan(row)
-        medians.append(paired_ratio(row[valid], timings[0][valid]).median if valid.any() else None)
-    return medians
+    """A median paired ratio whose interval still held the threshold: "at the threshold, within the noise"."""
 
 
 def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]:
-    """:func:`ratio_medians`, each a :class:`UnsureRatio` where the rounds left it undecided at ``threshold``."""
+    """Each candidate's median paired ratio (None: never ran), an :class:`UnsureRatio` if undecided at ``threshold``."""
     return [
         None if i is None else (i.median if i.high < threshold or i.low > threshold or far else UnsureRatio(i.median))
         for i, far in zip(_intervals(timings), far_above(timings, threshold), strict=True)
@@ -176,21 +126,12 @@ def ceiling_medians(timings: np.ndarray, threshold: float) -> list[float | None]
 def time_until_decided(
     request: TimingRequest, provider: str = DEFAULT_PROVIDER, provider_options: dict | None = None
 ) -> np.ndarray:
-    """Seconds per round, row 0 the original and one row per candidate; as many columns as rounds ran.
+    """Seconds per round, row 0 the original and one row per candidate; a decided candidate sits out the later rounds
+    (NaN).
 
-    A candidate whose ratio is decided sits out the later rounds (NaN there): a slow dynamic
-    variant is timed five times, not twenty. ``deadline`` is a ``time.perf_counter()`` value; at
-    least ``min_rounds`` rounds always run (a ratio needs some rounds to mean anything), so a
-    deadline never leaves a candidate untimed. ``early`` (the speed ceilings): a candidate far above
-    the threshold (:func:`far_above`) sits out after ``EARLY_ROUNDS``, and the rounds end there when
-    every candidate does. ``limit`` (the run's ``stop.timeout_s``, less its end)
-    comes before that: no round starts past it once one ran (fewer rounds, noisier ratios, rather than
-    a run past its limit: 5 rounds of 9 models took 30 s on a loaded machine). ``original_rounds``:
-    the original alone goes on in its warm session until it has run that many rounds (its latency
-    figures are read from them; a fresh session and warm-up for it alone took 1.9 s of a detector's run).
-    ``pairs``: (row, reference row) of companions, rows timed for a paired decision against another
-    row rather than against the original (:func:`_still_timed`).
-    """
+    At least ``min_rounds`` always run, whatever the ``deadline``; none starts past ``limit`` once one ran. ``early``: a
+    candidate :func:`far_above` sits out after ``EARLY_ROUNDS``. ``original_rounds``: the original goes on alone until
+    it ran that many (its figures are read from them). ``pairs``: see :func:`_still_timed`."""
     candidates = request.models[1:]
     max_rounds, min_rounds, deadline, limit = request.max_rounds, request.min_rounds, request.deadline, request.limit
     timing_spec = replace(request.spec, warmup=min(request.spec.warmup, 2))
@@ -264,22 +205,11 @@ def _past(*ends: float | None) -> bool:
 
 
 def _still_timed(timings: np.ndarray, request: TimingRequest, usable: Sequence[bool]) -> tuple[list[bool], bool]:
-    """Which rows the next rounds time (the original, and candidates not yet decided or still being
-    ranked among the fast ones), and whether timing is over.
+    """Which rows the next rounds time, and whether timing is over.
 
-    ``anchor``: the row of a model in budget already (the strategy's first guess). Which side of the threshold
-    the anchor lies on is the closing confirmation's question, not the ceilings': nothing the
-    strategy does next turns on it, so the anchor needs no rounds for it; and another ceiling
-    surely not faster than the anchor beyond ``MIN_GAIN`` (:func:`not_faster`) can give nothing the
-    anchor does not, so it needs none either. The ddddocr detector's guess and its QOperator twin,
-    both at 0.97x against a 0.97x margin, were timed to the 20th round to place them at the margin
-    (3 s of a 22 s run) -- the run then ended at the guess, confirmed side by side, either way.
-
-    A companion row of ``pairs`` (row, reference row) is no ceiling: it is timed until its paired ratio
-    to its reference is surely on one side of ``1 - MIN_GAIN`` (the paired timings' rule,
-    engine/measure/paired_timing.py), and its reference goes on as long as it does; the ceilings' rules see
-    only the other rows. A search that times a model's lighter versions against it right after the
-    ceilings gets those answers from the ceilings' rounds, not from sessions of their own."""
+    ``anchor``: a model already in budget; the confirmation places it, so neither it nor a ceiling surely not faster
+    than it needs rounds. A companion of ``pairs`` (row, reference row) is timed, with its reference, until its ratio is
+    decided at ``1 - MIN_GAIN``; the ceilings' rules see only the other rows."""
     threshold, pairs, anchor = float(request.threshold or 0.0), request.pairs, request.anchor
     companions = {row for row, _ in pairs}
     rows = [row for row in range(len(timings)) if row not in companions]  # 0 (the original) first
@@ -313,10 +243,7 @@ order going on from the round given (:func:`.interleave.round_orders`); seconds.
 
 
 def decide_in_chunks(timings: Timings, request: TimingRequest) -> np.ndarray:
-    """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a
-    target's server): ``min_rounds`` rounds of every model (``early``: ``EARLY_ROUNDS`` first, then the
-    rest for those not far above), then ``chunk`` rounds at a time of the models still undecided, by
-    the same rule and in the same order of rounds. A candidate the backend cannot run sits out (a NaN row)."""
+    """:func:`time_until_decided` for a backend that times whole batches of rounds elsewhere (a target's server)."""
     models = list(request.models)
     min_rounds, max_rounds, limit, deadline = request.min_rounds, request.max_rounds, request.limit, request.deadline
     usable = [True] * len(models)

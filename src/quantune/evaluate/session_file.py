@@ -1,14 +1,6 @@
-"""Session settings that travel with a model: a sidecar file ``<model>.session.json``.
-
-A flow's ``session_tuning`` step chooses onnxruntime session options for its model. They are
-part of the candidate as much as its weights: its accuracy and latency must be measured with
-them, the best model must be delivered with them, and a cache entry with other settings is
-another candidate. A JSON file beside the model does all three: every evaluation session
-reads it (``evaluate.evaluator``, ``evaluate.latency``), the artifact cache hashes every file
-of an entry (so the settings are in the candidate's content hash, and so in its evaluation's
-cache key), and ``best/`` copies it. The file holds exactly what
-``open_session(..., settings=...)`` takes, so deployment code can pass it on as it is.
-"""
+"""Session settings that travel with a model: a sidecar file ``<model>.session.json``, part of the candidate as much as
+its weights. Every evaluation session reads it, the artifact cache hashes it, ``best/`` carries it, and it holds exactly
+what ``open_session(..., settings=...)`` takes."""
 
 from __future__ import annotations
 

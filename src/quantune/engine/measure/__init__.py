@@ -1,8 +1,5 @@
-"""Measurements beside the trials: the original's evaluation, paired timings, speed ceilings and
-sensitivity probes a strategy asks for, builds ahead, and the side-by-side confirmation.
-
-Names are imported on first use (see ``quantune.engine``).
-"""
+"""Measurements beside the trials: the original's evaluation, paired timings, speed ceilings, sensitivity probes, builds
+ahead and the side-by-side confirmation. Names are imported on first use."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""The stage workers' side of the builds ahead (engine/measure/prebuild.py): the first guess evaluated
-beside the original's evaluation, and the speed ceilings' models built from one shared list.
-
-Split from prebuild.py, which runs them from the engine's threads: these functions run in the
-stage workers' processes. They share the pass and evaluation caches with the engine, and talk to it
-and to each other through what the engine made and handed them at their start (:class:`GuessLine`,
-:class:`Queue`): a worker waits on them, never on the file system.
-"""
+"""The stage workers' side of the builds ahead (prebuild.py): the first guess evaluated beside the original's
+evaluation, and the ceilings' models built from one shared list. Workers talk through what the engine handed them
+(:class:`GuessLine`, :class:`Queue`), never the file system."""
 
 from __future__ import annotations
 
@@ -25,11 +20,8 @@ GUESS_BUILDS = "builds"  # the guess's word when it is in budget and its worker 
 
 @dataclass(frozen=True)
 class GuessLine:
-    """The engine's line with the first guess's worker, made by the engine and handed to the worker
-    at its start: the worker says how its guess went (``guess``: ``GUESS_BUILDS``, ``ok`` or
-    ``failed``) and how many models it built (``built``); the engine's stage thread says ``ended``
-    once the worker is gone, so a worker that dies is noticed at once; the engine sets ``go`` once
-    the ceilings are timed. Each side blocks on it; nothing polls."""
+    """The engine's line with the first guess's worker (``guess``, ``built``, ``ended``, ``go``): each side blocks on
+    it."""
 
     reader: Any  # multiprocessing Connection
     writer: Any
@@ -56,19 +48,7 @@ def evaluate_ahead(
     builds: tuple[Items, float | None, Queue] | None = None,
     calibrated: Any = None,
 ) -> tuple[bool, list[bool]]:
-    """In the first guess's stage worker: the guess, then saying so to the engine on ``line`` (its search
-    starts then), then each of ``later`` the same way, beside the builds; (the guess cached, each of ``later`` cached).
-
-    ``builds`` (the ceilings' items, their budget, the queue): when the guess is in budget, ``later``
-    is wanted only if the lighter stage finds it faster, after the ceilings -- so this worker first
-    builds ``later``'s models and takes the first builder's place on the queue (it says
-    ``GUESS_BUILDS``, then ``built`` once its builds are done), then waits until the ceilings are
-    timed (``line.go``, set by the engine) and evaluates ``later``: evaluating it at once, or
-    beside the ceilings' timing, would crowd the cores and slow both. A guess that misses the budget
-    goes on to ``later`` first: the likeliest next model in budget.
-    ``calibrated``: the queue's event saying the ranges are cached, set once a calibrating guess is
-    built -- the other builder quantizes the static ceilings while the guess is measured (it waited
-    for the guess's evaluation, idle)."""
+    """In the guess's worker: the guess, then ``later`` (after a guess in budget, once the ceilings are timed)."""
     figures = evaluate_first_guess(spec, first[0], first[1], wait_s, built=calibrated)
     ok = figures is not None
     builder = ok and builds is not None and in_budget(spec, figures)
@@ -78,11 +58,9 @@ def evaluate_ahead(
     if builder and builds is not None:
         items, budget_s, queue = builds
         build_variants(spec, later, None, False)  # the lighter stage times them with the guess
-        # no node profile: a guess in budget ends most runs at the ceilings, and a run that goes on to
-        # recover asks for it then (cached); the ceilings would wait for it
+        # no node profile: a run that goes on to recover asks for it then; the ceilings would wait for it
         line.say("built", build_variants(spec, items, budget_s, False, queue))
-        # evaluated once the ceilings are timed: beside their timing, on the other core, the
-        # evaluation would slow their rounds
+        # evaluated once the ceilings are timed: beside their timing it would slow their rounds
         line.go.wait(wait_s)
         print(f"ceilings timed at {time.time():.3f}: evaluating {len(later)} ahead", flush=True)
     return ok, [evaluate_first_guess(spec, point, flow, wait_s, label="ahead") is not None for point, flow in later]
@@ -92,9 +70,7 @@ ORIGINAL_WAIT_S = 5.0  # the most the guess's worker waits for the original's fi
 
 
 def in_budget(spec: Any, figures: dict[str, float] | None, wait_s: float = ORIGINAL_WAIT_S) -> bool:
-    """Whether a model with ``figures`` (evaluated ahead) meets the run's criterion against the
-    original's metric; False when there are none, or the original's metric is not known within
-    ``wait_s`` (:func:`original_metric`)."""
+    """Whether ``figures`` meet the criterion against the original's metric (known within ``wait_s``)."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.trials.runner import original_metric
 
@@ -114,12 +90,7 @@ def evaluate_first_guess(
     label: str = "first guess",
     built: Any = None,
 ) -> dict[str, float] | None:
-    """In the first guess's stage worker: its model built and measured (outputs, metric, latency),
-    then compared with the original's outputs once they are in the cache (the baseline's stage,
-    beside this one, writes them); the figures land in the evaluation cache, where the trial reads
-    them, and are returned. None when the reference did not come within ``wait_s`` or the model
-    failed (its trial then runs as any other, and says why). ``built``: an event set once the model
-    is built (a calibrating guess's ranges are cached then: the queue's ``calibrated``)."""
+    """In the guess's worker: its model built, measured and compared with the original's cached outputs, or None."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
     from quantune.engine.measure.baseline import shared_cores
     from quantune.engine.measure.probes import variant_model
@@ -130,8 +101,7 @@ def evaluate_first_guess(
     launch_memory_probe(runner)  # its server's imports beside the build: the guess's figures end with memory
     context = runner.context
     shared_cores(context.evaluator)  # beside the original's evaluation; timed again as a ceiling
-    # read in a thread as soon as the baseline's worker has written it: the reading overlaps the
-    # build and measurement instead of following them
+    # read in a thread once the baseline's worker has written it, overlapping the build and measurement
     reference = _Reference(runner, wait_s)
     ready = time.perf_counter()
     try:
@@ -165,8 +135,7 @@ def evaluate_first_guess(
 
 
 class _Reference(threading.Thread):
-    """The original's packed outputs, read once the baseline's stage has cached them (polled: a
-    file the other worker writes, before it times the original), or ``None`` after ``wait_s``."""
+    """The original's packed outputs, polled until the baseline's stage has cached them, or ``None`` after ``wait_s``."""
 
     def __init__(self, runner: Any, wait_s: float) -> None:
         super().__init__(name="quantune-reference", daemon=True)
@@ -195,12 +164,7 @@ class _Reference(threading.Thread):
 
 @dataclass(frozen=True)
 class Queue:
-    """The builds' shared list, worked from both ends by two stage workers (processes), made by the
-    engine (:meth:`open`) and handed to them at their start: each item is claimed by setting its flag
-    in ``claims`` under the array's lock (whoever sets it builds it). The second worker (``reverse``)
-    takes the light items first and a calibrating one only once ``calibrated`` is set -- the ranges
-    are then cached and building is quantizing only --, so two processes never calibrate at once
-    (the calibration's memory bound is per process)."""
+    """The builds' shared list, worked from both ends by two stage workers; never two calibrations at once."""
 
     claims: Any  # multiprocessing Array of flags
     calibrated: Any  # multiprocessing Event
@@ -230,8 +194,7 @@ class Queue:
         return bool(self.calibrated.wait(None if deadline is None else max(0.0, deadline - time.perf_counter())))
 
     def take(self, deadline: float | None = None) -> Iterator[int]:
-        """The indices this worker builds, in its order, each claimed first (a calibrating one, in the
-        second worker, once ``calibrated`` is set; none after ``deadline`` while waiting for it)."""
+        """The indices this worker builds, in its order, each claimed first."""
         for index in self.order():
             if self.reverse and self.heavy[index] and not self.wait_calibrated(deadline):
                 return
@@ -247,10 +210,7 @@ class Queue:
 def build_variants(
     spec: Any, items: Items, budget_s: float | None, profile: bool = True, queue: Queue | None = None
 ) -> int:
-    """In the stage worker: each point's model through the pass cache (as the ceiling stage's
-    ``time_ceilings`` builds them), until ``budget_s`` is spent (at least one); how many were built.
-    ``queue``: only the items this worker claims, in its order. ``profile``: then also the
-    original's node profile."""
+    """In the stage worker: each claimed point's model built until ``budget_s`` is spent (at least one); how many."""
     from quantune.engine.executors.worker import runner_for
     from quantune.engine.measure.probes import measure_profile, variant_model
 
@@ -282,8 +242,7 @@ def build_variants(
 
 
 def load_shapes_ahead(spec: Any, points: list[Mapping[str, Any]]) -> None:
-    """Starts loading onnxruntime's symbolic shape inference in a thread of this worker when a step
-    of ``points`` needs it (:func:`needs_symbolic_shapes`; prepare.shapes.load_in_background)."""
+    """Starts loading symbolic shape inference in a thread when a step of ``points`` needs it."""
     from quantune.prepare.shapes import load_in_background
 
     if needs_symbolic_shapes(points, step_passes(spec)):
@@ -291,11 +250,7 @@ def load_shapes_ahead(spec: Any, points: list[Mapping[str, Any]]) -> None:
 
 
 def needs_symbolic_shapes(points: Iterable[Mapping[str, Any]], step_passes: Mapping[str, str]) -> bool:
-    """Whether a step of one of ``points`` runs a pass that says its values need onnxruntime's
-    symbolic shape inference (``Pass.needs_symbolic_shapes``); ``step_passes``: each step's pass
-    name where it is not the step's own name. Read from the points' own values before the run is
-    set up (a value the config fixes is not in them: that worker loads it at its first use).
-    """
+    """Whether a step of ``points`` runs a pass whose values need symbolic shape inference."""
     from quantune.passes.registry import find_pass
 
     for point in points:
@@ -323,8 +278,7 @@ LIGHT_ROWS = 8  # a calibration on at most this many rows is light (a ceiling's 
 
 
 def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any] | None = None) -> bool:
-    """Whether ``flow`` (at ``point``) calibrates on more than ``LIGHT_ROWS`` rows (static
-    quantization: heavy, memory bounded per process)."""
+    """Whether ``flow`` calibrates on more than ``LIGHT_ROWS`` rows (heavy, memory bounded per process)."""
     from quantune.passes.registry import get_pass
 
     for step in flow:
@@ -341,9 +295,7 @@ def calibrates(flow: tuple[str, ...], step_passes: Any, point: Mapping[str, Any]
 
 @contextlib.contextmanager
 def _sessions_without_spinning() -> Iterator[None]:
-    """In the builds' worker: onnxruntime sessions (calibration's) whose idle threads sleep rather
-    than spin, so the builds take no more of the machine than their work while the original is
-    evaluated beside them. Spinning changes no figure, only how threads wait."""
+    """Sessions whose idle threads sleep, so the builds take no more of the machine than their work."""
     import onnxruntime as ort
 
     original = ort.InferenceSession

@@ -1,15 +1,6 @@
-"""The original model's evaluation, the run's first heavy stage, in a worker like any trial.
-
-Evaluating the original runs every evaluation batch through it and keeps its outputs (the
-reference agreement metrics compare with); in the main process, a model whose evaluation
-outgrows the machine took the whole run with it. Here it runs as the ``baseline_evaluation``
-stage (:func:`quantune.engine.executors.stage.run_stage`): a fresh worker under the trial
-workers' limits computes the figures and leaves them (and the reference outputs) in the
-artifact cache, where trials read them; the main process reads back only the figures. A
-worker that dies, hangs or fails ends the run before its output folder is claimed, with one
-line naming the cause (nothing to resume is lost: the next run starts the same way). With the
-inline executor everything runs in this process, as before.
-"""
+"""The original model's evaluation, the run's first heavy stage, in a worker like any trial: a model whose evaluation
+outgrows the machine must not take the run with it. The figures and reference outputs land in the artifact cache; a
+failure ends the run before its output folder is claimed, in one line."""
 
 from __future__ import annotations
 
@@ -32,10 +23,7 @@ RETIME_ROUNDS = 10  # the fewest ceiling rounds whose timings of the original st
 
 
 def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
-    """In the stage worker: the original's figures, computed into the cache (``spec``: a WorkerSpec).
-
-    ``beside``: the first guess is evaluated at the same time (engine/measure/prebuild.py): each of the
-    two takes half the cores and times its model quickly (see ``shared_cores``)."""
+    """In the stage worker: the original's figures, computed into the cache (``beside``: see :func:`shared_cores`)."""
     from quantune.engine.executors.worker import launch_memory_probe, runner_for
 
     runner = runner_for(spec)
@@ -47,9 +35,7 @@ def evaluate_original(spec: Any, beside: bool = False) -> dict[str, float]:
 
 
 def shared_cores(evaluator: Any) -> None:
-    """``evaluator`` set for an evaluation beside another one: half the cores, as two parallel
-    workers get them (``eval_threads_for``) -- two sessions of two threads on two cores wait on
-    each other's threads -- and a quick timing (``Evaluator.quick_timing``)."""
+    """``evaluator`` set for an evaluation beside another one: half the cores, and a quick timing."""
     from quantune.engine.executors.factory import eval_threads_for
 
     evaluator.threads = eval_threads_for(2)
@@ -57,8 +43,7 @@ def shared_cores(evaluator: Any) -> None:
 
 
 def timed_quickly(ctx: Any) -> bool:
-    """Whether the original's cached latency comes from a quick timing beside another evaluation
-    (``TrialRunner.baseline``): then it is timed again before the run relies on it."""
+    """Whether the original's cached latency is a quick timing, to be timed again before the run relies on it."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256))
     return bool(cached and cached.get("quick_timing"))
 
@@ -73,8 +58,7 @@ def cached_figures(runner: TrialRunner) -> dict[str, float] | None:
 
 
 def cached_reference(runner: TrialRunner) -> dict[str, Any] | None:
-    """The original's packed outputs once they are cached -- before its figures, which wait for
-    its timing (``TrialRunner.baseline``) -- else ``None`` (also for a damaged file)."""
+    """The original's packed outputs once they are cached, else ``None`` (also for a damaged file)."""
     if not _reference_file(runner).is_file():
         return None
     ctx = runner.context
@@ -89,11 +73,7 @@ def _reference_file(runner: TrialRunner) -> Path:
 def original_figures(
     runner: TrialRunner, spec: Any, isolation: Isolation, *, log_dir: Path | None = None, beside: bool = False
 ) -> tuple[dict[str, float], str]:
-    """(the original's figures, ``"hit"`` or ``"miss"``): from the cache, else from a stage worker.
-
-    ``log_dir`` overrides where the worker's log goes (the preflight's, before the output
-    folder is claimed, goes to a temporary folder; its tail is in the error).
-    """
+    """(the original's figures, ``"hit"`` or ``"miss"``): from the cache, else from a stage worker."""
     if isolation.inline:
         with peak_tracker() as peak:
             metrics, status = runner.baseline()
@@ -121,27 +101,19 @@ def original_figures(
 
 
 def evaluation_seconds(ctx: Any) -> float:
-    """Seconds running the evaluation data through the original took (its outputs and metric; not
-    its timing, nor the memory probe's one-off start), 0 when unknown. A trial calibrates (about
-    as long), evaluates and times: the run expects its first trial from this (run/engine.py)."""
+    """Seconds one evaluation of the original took (not its timing), 0 when unknown."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
     return float(cached.get("evaluation_s") or 0.0)
 
 
 def original_costs(ctx: Any) -> tuple[float, float]:
-    """(seconds one evaluation of the original took, seconds its timing took), 0 where unknown:
-    the costs ``quantune check`` estimates a run from."""
+    """(seconds one evaluation of the original took, seconds its timing took), 0 where unknown."""
     cached = ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) or {}
     return float(cached.get("evaluation_s") or 0.0), float(cached.get("timing_s") or 0.0)
 
 
 def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]:
-    """The original's latency figures timed again, here, and its cached figures updated (``ctx``:
-    the run's ``RunContext``): its evaluation shared the machine with the speed ceilings' builds
-    (engine/measure/prebuild.py), and so did its timing, which every speed figure of the run is read against.
-    Returns the new latency figures (none when the original's figures are not cached). ``deadline``
-    (``time.perf_counter()``): no round starts past it after the fewest (the run's limit: under load
-    the rounds of a slow model can take much of it)."""
+    """The original's latency timed again here, alone, into its cached figures; the new figures, or none."""
     if ctx.cache.get_json("evals", ctx.eval_key(ctx.model.sha256)) is None:
         return {}
     evaluator = ctx.evaluator
@@ -153,9 +125,7 @@ def retime_original(ctx: Any, deadline: float | None = None) -> dict[str, float]
 
 
 def store_original_latency(ctx: Any, timings_s: Any) -> dict[str, float]:
-    """The original's latency figures from ``timings_s`` (seconds a run, timed here on a quiet core:
-    alone, or in the speed ceilings' rounds) into its cached figures; the figures (none when the
-    original's figures are not cached)."""
+    """The original's latency figures from ``timings_s`` into its cached figures; the figures (none when not cached)."""
     key = ctx.eval_key(ctx.model.sha256)
     cached = ctx.cache.get_json("evals", key)
     if cached is None:

@@ -1,17 +1,5 @@
-"""The last word on latency: the best candidates and the original, timed side by side.
-
-During the search each model is timed once, when its trial ends, while other work shares
-the machine (workers starting up, other trials' accuracy runs, other programs). A drift of
-a few percent between those moments can crown the wrong model, and a baseline timed while
-workers were importing onnxruntime inflates every speed-up. So a latency run ends by timing
-its ``top`` best distinct models and the original again, interleaved round by round, and
-chooses and reports on those figures. The search-time figure stays in ``latency_search_ms``.
-
-The same rounds decide the verdict: each candidate's per-round time over the original's in
-that round is a paired ratio, and only a candidate whose ratio's confidence interval lies
-below 1 is faster (see ``evaluate/paired.py``). The raw rounds are not kept; each re-timed
-model's ratio median and interval are (``latency_confirmation.ratios``).
-"""
+"""The last word on latency: the best candidates and the original, timed side by side at the end of a latency run, since
+search-time figures drift with the load. Only a candidate whose paired ratio's interval lies below 1 is faster."""
 
 from __future__ import annotations
 
@@ -35,21 +23,13 @@ from quantune.evaluate.session_file import read_session_settings
 from quantune.model import external_data_files, files_sha256
 
 log = logging.getLogger("quantune.confirm")
-MIN_ROUNDS = _MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
-# Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5 rounds
-# one round disturbed by other work vetoes a real speed-up (all 5 ratios must be below 1); with
-# 30 the interval's upper end is the 20th smallest ratio, so a third of the rounds may be disturbed.
+MIN_ROUNDS = 5  # the fewest interleaved rounds a re-timing runs
+# Rounds the verdict asks for when they fit the budget, whatever ``repeats`` says: with 5, one disturbed round vetoes a
+# real speed-up; with 30, a third of the rounds may be disturbed.
 VERDICT_ROUNDS = 30
-# ... unless the verdict is settled before (``verdict_settled``: every ratio's 99% interval on one
-# side of the line), asked from the 10th round: a model far faster needs no 50 rounds to say so.
+# ... unless the verdict is settled before (``verdict_settled``), asked from the 10th round.
 SETTLED_CONFIDENCE = 0.99
 _FIGURES = ("latency_ms", "latency_p90_ms", "latency_mean_ms")
-# selection.SEARCH_NOISE: which of many near-equal models makes the top ``confirm_top`` follows
-# the noise (many in-budget models can lie within a few percent), so a stable contender takes the second
-# of the ``confirm_top`` places (default 2) -- the model the strategy settled on by paired timing
-# (``Strategy.answer``), else the earliest trial within this band of the fastest -- and the tie rule
-# (outcome/verdict.py) gives it the win when the re-timing cannot tell it from the fastest: the same run
-# twice then picks the same model.
 
 
 @dataclass
@@ -60,8 +40,8 @@ class Confirmation:
     baseline_search_ms: float
     rounds: int = 0
     ratios: dict[int, RatioInterval] = field(default_factory=dict)  # trial number -> paired ratio to the original
-    # trial numbers whose model the fastest re-timed one does not beat beyond the noise, side by side
-    # (the fastest's own included): the verdict breaks that tie by a fixed rule, not by the noise
+    # trials the fastest re-timed model does not beat beyond the noise (its own included): the verdict breaks that tie
+    # by a fixed rule
     ties: list[int] = field(default_factory=list)
     # the strategy's own answer (``Strategy.answer``) when it was re-timed: it takes a tie (outcome/verdict.py)
     preferred: int | None = None
@@ -96,18 +76,9 @@ def confirm_latency(
     deadline: float | None = None,
     prefer: int | None = None,
 ) -> Confirmation | None:
-    """Re-times the ``top`` fastest distinct candidates (meeting the criterion, quantizing
-    something) with the original, updating their figures and the baseline's in place, and
-    measuring each one's paired ratio to the original. ``None`` when there is no candidate.
-
-    ``budget_s`` bounds the re-timing (estimated from the search-time figures): on a large
-    model, fewer interleaved rounds (at least 5) rather than minutes of timing, and no round
-    starts once it is spent (after those 5). ``deadline`` (``time.perf_counter()``) is the run's
-    hard end instead: no round starts after it, whatever ran (the caller judges too few rounds).
-    The rounds also stop once more of them would not change the verdict (:func:`verdict_settled`).
-    ``prefer``: the trial the strategy settled on (:meth:`Strategy.answer`), re-timed as the stable
-    contender and given the tie.
-    """
+    """Re-times the ``top`` fastest distinct candidates with the original, updating figures in place, with each one's
+    paired ratio (``None``: no candidate). ``budget_s`` and ``deadline`` bound the rounds; ``prefer``: the stable
+    contender."""
     feasible, chosen, stable = _choose(records, top, prefer)
     if not chosen:
         return None
@@ -116,14 +87,12 @@ def confirm_latency(
     models = [original, *(Path(path) for path in chosen)]
     _, repeats = timing_rounds(latency.warmup, latency.repeats, round_s, budget_s)
     warmup = retiming_warmup(latency.warmup, latency.seconds, len(models), round_s)
-    # the rounds were planned from search-time figures: under load they can take far longer,
-    # so the budget is also a deadline the rounds loop keeps (beyond the fewest rounds)
-    fewest = 1 if deadline is not None else _MIN_ROUNDS
+    # under load the rounds can take far longer than planned: the budget is also a deadline (beyond the fewest rounds)
+    fewest = 1 if deadline is not None else MIN_ROUNDS
     if deadline is None and budget_s is not None:
         deadline = time.perf_counter() + budget_s
-    # its time share (latency.interleaved cuts the fewest rounds to what it holds): the budget, and
-    # at least the fewest rounds a verdict rests on at the planned cost of a round
-    share_s = max(latency.seconds * len(models), budget_s or 0.0, _MIN_ROUNDS * round_s)
+    # its time share: the budget, and at least the fewest rounds a verdict rests on at the planned cost of a round
+    share_s = max(latency.seconds * len(models), budget_s or 0.0, MIN_ROUNDS * round_s)
     spec = replace(latency, warmup=warmup, repeats=repeats, seconds=share_s / len(models))
     feed, runner = evaluator.latency_feed, evaluator.spec.runner
     request = TimingRequest(
@@ -155,13 +124,7 @@ def confirm_latency(
 
 
 def verdict_settled(timings: np.ndarray) -> bool:
-    """Whether more rounds would not change what the confirmation decides (rows: the original, then
-    the candidates): each candidate surely faster than the original beyond ``MIN_GAIN`` or surely
-    not, and each other candidate surely behind the fastest by more than ``MIN_GAIN`` or surely not
-    (the tie rule, :func:`_ties`). "Surely" at ``SETTLED_CONFIDENCE``, stricter than the verdict's own
-    interval, because the rule is asked again every few rounds: a re-timing that stops here would
-    have reached the same verdict at its full length, except by a chance below ``1 - CONFIDENCE``.
-    A model at 0.45x the original's time settles at the 10th round instead of timing 50."""
+    """Whether more rounds would not change the decision, at ``SETTLED_CONFIDENCE`` (asked every few rounds)."""
     if not all(decided(timings, 1.0 - MIN_GAIN, confidence=SETTLED_CONFIDENCE)):
         return False
     if len(timings) < 3:
@@ -172,10 +135,7 @@ def verdict_settled(timings: np.ndarray) -> bool:
 
 
 def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
-    """The trials tied with the fastest re-timed model: the paired ratio of each model to the
-    fastest one, round by round, does not put the fastest ahead beyond the noise (its interval's
-    lower end at most ``1 / (1 - MIN_GAIN)``, the latency stage's rule). Two QDQ models that differ
-    only in int8/uint8 weights swap places from run to run on the noise alone."""
+    """The trials the fastest re-timed model does not beat beyond the noise (the latency stage's rule)."""
     if not confirmed:
         return []
     fastest = min(confirmed, key=lambda r: (r.metrics["latency_ms"], r.number))
@@ -191,18 +151,8 @@ def _ties(confirmed: list[TrialRecord], by_model: dict[str, Any]) -> list[int]:
 def _choose(
     records: list[TrialRecord], top: int, prefer: int | None = None
 ) -> tuple[list[TrialRecord], list[str], int | None]:
-    """The candidates that can be re-timed, fastest first, the ``top`` distinct models to re-time,
-    and the stable contender's trial number (None when there is none).
-
-    Trials that run the same executed graph (:func:`speed_class`: only calibration settings differ)
-    are one contender: its search-time figure is the median of theirs (one timing each, beside other
-    work, is noise), and its model the most accurate of them, then the earliest. The contenders go
-    fastest first, except that the earliest one within ``SEARCH_NOISE`` of the fastest takes the
-    second place, and the contender of trial ``prefer`` (the model the strategy settled on by paired
-    timing, its ``answer``) is re-timed too, in one more place when it is not among them: the tie
-    rule's stable contenders (outcome/verdict.py): where several in-budget models are within a few percent,
-    which of them are re-timed would otherwise follow the search-time noise, and the same run
-    twice would end at different models."""
+    """The re-timable candidates fastest first, the ``top`` distinct models to re-time, and the stable contender (or
+    None): one per :func:`speed_class`, the earliest within ``SEARCH_NOISE`` and ``prefer``'s re-timed too."""
     feasible = sorted(
         # a resumed run's models may be gone from a cleared cache: those cannot be re-timed
         (r for r in records if is_candidate(r) and r.model_path and Path(r.model_path).is_file()),
@@ -244,10 +194,7 @@ def _choose(
 
 
 def speed_class(record: TrialRecord) -> tuple[Any, ...]:
-    """What decides a trial's executed graph: its flow, its session settings and each parameter
-    its pass declares as changing the graph (the ``graph_params`` trait; a pass that declares none,
-    or a name no pass answers to: every parameter). Trials of one class differ only in values
-    (calibration, scales), not in what runs."""
+    """What decides a trial's executed graph: its flow, session settings and its pass's ``graph_params``."""
     from quantune.passes import get_pass
 
     kept = []
@@ -270,25 +217,21 @@ def _round_s(baseline: dict[str, float], feasible: list[TrialRecord], chosen: li
 def retiming_plan(
     evaluator: Evaluator, baseline: dict[str, float], records: list[TrialRecord], top: int, prefer: int | None = None
 ) -> tuple[int, float]:
-    """(models the re-timing would load, the original included, 0 when there is no candidate;
-    seconds its fewest rounds take by the search-time figures)."""
+    """(models the re-timing would load, 0 when there is no candidate; seconds its fewest rounds take)."""
     feasible, chosen, _ = _choose(records, top, prefer)
     if not chosen:
         return 0, 0.0
     latency, models, round_s = evaluator.spec.latency, 1 + len(chosen), _round_s(baseline, feasible, chosen)
-    return models, (retiming_warmup(latency.warmup, latency.seconds, models, round_s) + _MIN_ROUNDS) * round_s
+    return models, (retiming_warmup(latency.warmup, latency.seconds, models, round_s) + MIN_ROUNDS) * round_s
 
 
 def retiming_warmup(warmup: int, seconds: float, models: int, round_s: float) -> int:
-    """The warm-up passes a re-timing of ``models`` models runs at ``round_s`` a round (``warmup``,
-    ``seconds``: the config's): at most two, cut by the config's share like any timing's -- a heavy
-    model's second pass costs a round and warms nothing more. What the run keeps for it counts these."""
+    """The warm-up passes of a re-timing at ``round_s`` a round: at most two, cut by the config's share."""
     return warmup_passes(min(warmup, 2), seconds * models, round_s)
 
 
 def _timed_as(model: str | Path) -> tuple[str, dict[str, Any] | None]:
-    """What timing ``model`` runs: its bytes (external data included) and the session settings beside it;
-    two models alike in both are one model, whatever their file names (as in engine/measure/paired_timing.py)."""
+    """What timing ``model`` runs: its bytes and the session settings beside it; two models alike in both are one model."""
     return files_sha256(model, external_data_files(model)), read_session_settings(model)
 
 
@@ -299,14 +242,12 @@ def _replace(metrics: dict[str, float], fresh: dict[str, float]) -> None:
 
 
 def timing_rounds(warmup: int, repeats: int, round_s: float, budget_s: float | None) -> tuple[int, int]:
-    """(warm-up, timed) rounds for a re-timing where one round of every model takes ``round_s``:
-    the config's ``repeats`` (at least ``VERDICT_ROUNDS``) when they fit ``budget_s``, else as
-    many as fit, at least 5."""
+    """(warm-up, timed) rounds at ``round_s`` a round: ``repeats`` (at least ``VERDICT_ROUNDS``) as fit, at least 5."""
     warmup = min(warmup, 2)  # each session is warmed before the first round; more adds nothing
     if budget_s is None:
         return warmup, repeats
     fitting = int(budget_s / max(round_s, 1e-9)) - warmup
-    return warmup, max(_MIN_ROUNDS, min(max(repeats, VERDICT_ROUNDS), fitting))
+    return warmup, max(MIN_ROUNDS, min(max(repeats, VERDICT_ROUNDS), fitting))
 
 
 def _latency_of(records: list[TrialRecord], model_path: str) -> float:

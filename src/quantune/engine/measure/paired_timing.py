@@ -1,16 +1,5 @@
-"""One candidate timed against a reference model side by side: is it faster beyond the noise?
-
-The quantune strategy decides two things on speed after a first model is in budget: whether
-that model already sits at its variant's speed ceiling (then nothing faster is possible and
-the search ends), and whether a latency-stage candidate beats the incumbent. Figures taken
-minutes apart, each against a different load of the machine, decide neither reliably: two
-runs of one config picked different trials. Here both models are timed in interleaved rounds
-(the backend's :meth:`~quantune.evaluate.backend.Backend.time`, stopping as soon as the paired ratio is
-surely on one side of ``1 - MIN_GAIN``), and the answer is the paired ratio's interval with
-``faster`` as :class:`~quantune.evaluate.paired.RatioInterval` defines it -- the same rule
-the end-of-run confirmation uses. Byte-identical models are never timed (one model is not
-faster than itself), and a pair once timed is read from the cache after.
-"""
+"""One candidate timed against a reference model side by side, in rounds that stop once the paired ratio is surely on
+one side of ``1 - MIN_GAIN``. Byte-identical models are never timed; a pair once timed is read from the cache."""
 
 from __future__ import annotations
 
@@ -46,12 +35,7 @@ def paired_latency(
     build: Callable[[dict[str, Any], tuple[str, ...]], tuple[Any, str]],
     limit: float | None = None,
 ) -> dict[str, Any] | None:
-    """``candidate``'s model latency over ``reference``'s, timed side by side: the paired ratio's
-    median and interval (``RatioInterval.to_dict``), ``faster`` (beyond the noise) and
-    ``same_model``; None when either model cannot be run. ``build``: a point's model path and hash
-    (its passes through the cache: probes.variant_model). ``limit`` (``time.perf_counter()``: the
-    run's ``stop.timeout_s`` less its end): no round starts past it; cut before ``MIN_ROUNDS``
-    rounds, there is no answer (None, not cached): else a paired timing could run past the limit."""
+    """``candidate``'s latency over ``reference``'s, side by side (``RatioInterval.to_dict``, ``faster``), or None."""
     cand_path, cand_sha = build(dict(candidate[0]), tuple(candidate[1]))
     ref_path, ref_sha = build(dict(reference[0]), tuple(reference[1]))
     if cand_sha == ref_sha:
@@ -94,8 +78,7 @@ def paired_latency(
 
 
 def pair_key(context: Any, reference_sha: str, candidate_sha: str) -> str:
-    """The cache key of one pair's answer: the speed ceilings' session stores its companions' answers
-    under it (probes.time_ceilings), where :func:`paired_latency` reads them."""
+    """The cache key of one pair's answer, shared by the ceilings' session and :func:`paired_latency`."""
     return cache_key(
         "paired-latency",
         KEY_VERSION,
@@ -110,8 +93,7 @@ def pair_key(context: Any, reference_sha: str, candidate_sha: str) -> str:
 
 
 def pair_result(candidate_s: np.ndarray, reference_s: np.ndarray) -> dict[str, Any] | None:
-    """A paired timing's answer from two rows of rounds (seconds; NaN where a row sat out): the ratio's
-    median and interval over the rounds both ran, ``faster``; None when they never ran together."""
+    """A paired timing's answer over the rounds both rows ran; None when they never ran together."""
     both = ~np.isnan(candidate_s) & ~np.isnan(reference_s)
     if not both.any():
         return None
@@ -127,15 +109,7 @@ def store_pairs(
     most: int,
     quiet: bool = False,
 ) -> int:
-    """Each (row, reference row) pair's answer from rounds timed for another purpose (the speed
-    ceilings' session), where :func:`paired_latency` of the two models reads it: the same rule,
-    the same key. A pair that ran fewer than ``MIN_ROUNDS`` rounds together, or that the rounds left
-    undecided before ``most`` rounds (the session's end), is not stored: a paired timing of its
-    own then decides it. How many were stored; ``quiet``: not logged one by one.
-
-    The ceilings' companions (the first guess's lighter models, timed against it) are stored so; so
-    is every ceiling against every other, so that asking which of two goes first needs no paired
-    session of its own."""
+    """Each (row, reference row) pair's answer from rounds timed for another purpose, cached when decided; how many."""
     stored = 0
     for row, reference in pairs:
         result = pair_result(timings[row], timings[reference])

@@ -1,17 +1,5 @@
-"""The speed ceilings' models, built while the original model is evaluated.
-
-A speed-first strategy starts by timing each flow's fully-quantized variants against the
-original (``ceiling_ratios``). Building them (calibration, quantization) needs no figure of
-the original, yet it waited for the original's evaluation, the run's first heavy stage, with
-the machine's other core idle. So before that evaluation the engine asks a fresh copy of the
-strategy which variants it will time (it declares them: ``Strategy.first_requests``, nothing
-measured) and builds them in a stage worker of its own (``ceiling_build``), beside the
-evaluation's. The models land in the pass cache, where the strategy's own ceiling stage finds
-them and only times them. Nothing the strategy sees changes: the same passes with the same
-configs give the same models (only sooner). A strategy that does not start with ceilings gets nothing built.
-
-``QUANTUNE_PREBUILD=0`` turns it off (bench/startup.py times a run both ways).
-"""
+"""The speed ceilings' models, built while the original model is evaluated: what a fresh copy of the strategy says it
+will time first (``Strategy.first_requests``) lands in the pass cache early. ``QUANTUNE_PREBUILD=0`` turns it off."""
 
 from __future__ import annotations
 
@@ -43,10 +31,7 @@ def enabled() -> bool:
 
 
 def ceiling_items(strategy: Any, make: Callable[[], Any]) -> tuple[Items, float | None, Item | None, Items]:
-    """(the points and flows to build: those ``strategy`` will time first, then the first guess's lighter
-    models --, its build budget, the first guess it evaluates before them or None, what it evaluates
-    ahead: the guess's compute-only model), as a fresh strategy of the same kind (``make``) declares them
-    (``Strategy.first_requests``); nothing when it does not start with the speed ceilings."""
+    """What a fresh strategy made by ``make`` declares it builds first (``Strategy.first_requests``), or nothing."""
     problem = getattr(strategy, "problem", None)
     if problem is None or problem.ceiling_ratios is None or problem.objective != "latency":
         return [], None, None, []
@@ -60,18 +45,7 @@ FIRST_GUESS_WAIT_S = 600.0  # the most the first guess waits for the original's 
 
 
 class Prebuild:
-    """The ``ceiling_build`` stages running in threads of the engine (their workers are processes).
-
-    With a first guess (the strategy's first trial, before its ceilings) its model is built and
-    evaluated first, in a ``first_guess`` stage beside the original's evaluation -- two processes
-    on the machine's two cores. The builds are one list worked from both ends (:class:`Queue`):
-    the second worker starts once the original's evaluation is done (:meth:`original_done`; its
-    core would sit idle until the guess was done), with the light
-    (uncalibrated) items, then the calibrating ones once a calibrating guess is built (its ranges
-    cached: building is quantizing only); the first once the guess is done (both at once, they slowed it: 4
-    processes on 2 cores). The points to evaluate ahead (``later``) follow the guess in its
-    worker, beside the builds; after a guess in budget, once the ceilings are timed (:meth:`ceilings_timed`).
-    """
+    """The ``ceiling_build`` stages, run from the engine's threads: a first guess, then builds from both ends."""
 
     def __init__(
         self,
@@ -201,13 +175,11 @@ class Prebuild:
         return self.first_evaluated
 
     def ceilings_timed(self) -> None:
-        """The speed ceilings are timed: the guess's worker, waiting after a guess in budget, may
-        evaluate ``later`` now (an evaluation beside the timing made it noisy)."""
+        """The speed ceilings are timed: the guess's worker may evaluate ``later`` now."""
         self._line.go.set()
 
     def wait_ahead(self, point: dict[str, Any], flow: tuple[str, ...], timeout_s: float | None = None) -> bool:
-        """Whether ``point`` was evaluated ahead, waiting (at most ``timeout_s``) when it is one of ``later``
-        (its trial then reads the cache: not evaluated twice). Else False, at once."""
+        """Whether ``point`` was evaluated ahead, waiting at most ``timeout_s`` when it is one of ``later``."""
         if (dict(point), tuple(flow)) not in self.later:
             return False
         self.ceilings_timed()  # wanted now, whatever the ceilings did
@@ -220,10 +192,7 @@ class Prebuild:
         return ([self.first] if self.first_evaluated and self.first is not None else []) + list(self.later_evaluated)
 
     def join(self, deadline: float | None = None, builds_only: bool = False) -> None:
-        """Waits for the builds (``builds_only``: not for the first guess's worker, which may still be
-        evaluating ``later``); with ``deadline`` (``time.perf_counter()``, the run's limit) no longer
-        than until then: builds still running are stopped (a build on a loaded machine can take far
-        longer than expected, and the speed ceilings would wait for it past the limit)."""
+        """Waits for the builds (``builds_only``: not the guess's worker); at ``deadline`` the builds are stopped."""
         threads = self._threads[: len(self._built)] if builds_only else self._threads
         for thread in threads:
             thread.join(None if deadline is None else max(0.0, deadline - time.perf_counter()))
@@ -238,8 +207,7 @@ class Prebuild:
                 thread.join()
 
     def cancel(self) -> None:
-        """Stops what still runs (the run ended before its ceilings, or before it needed a model
-        evaluated ahead), waits for the workers to go, and keeps the logs where ``keep_log`` said."""
+        """Stops what still runs, waits for the workers to go, and keeps the logs where ``keep_log`` said."""
         if any(thread.is_alive() for thread in self._threads):
             self._isolation.deadline.reason = "cancelled: the run ended before it was needed"
             self._isolation.deadline.unneeded = True
@@ -248,8 +216,7 @@ class Prebuild:
         self.keep_log(self._log_dir, final=True)
 
     def keep_log(self, log_dir: Path | None, final: bool = False) -> None:
-        """The workers' logs go to ``log_dir`` (the run's workers folder; ``None``: dropped), now and,
-        for a worker still running, again at the end (``final``: then the scratch folder goes)."""
+        """The workers' logs go to ``log_dir`` (``None``: dropped), now and again at the end (``final``)."""
         if log_dir is not None and not final:
             log.info("speed ceilings built ahead: %d of %d variants", self.built, len(self.items))
             self._log_dir = log_dir

@@ -1,17 +1,12 @@
-"""What the engine adds to a :class:`SearchProblem` for accuracy-driven strategies: facts and probes.
-
-Strategies never touch files or run models; here the engine turns its run context and plan
-into what they may ask: the model's quantization capability (its groups, per op-type and
-mode), each step's pass and fixed parameters, and functions that measure -- the sensitivity
-analysis, speed ceilings timed side by side, the original's per-node profile. stages.py runs
-the measuring ones in workers.
-"""
+"""What the engine adds to a :class:`SearchProblem` for accuracy-driven strategies: the model's capability, each step's
+pass and fixed parameters, and functions that measure (stages.py runs them in workers). Strategies never touch files."""
 
 from __future__ import annotations
 
 import logging
 import time
 from collections.abc import Mapping, Sequence
+from functools import partial
 from typing import Any
 
 import numpy as np
@@ -39,11 +34,7 @@ log = logging.getLogger("quantune.strategy")  # the strategies' log: these probe
 def accuracy_fields(
     context: Any, plan: Any, options: StrategyOptions | Mapping[str, Any] | None = None, isolation: Any = None
 ) -> dict[str, Any]:
-    """SearchProblem fields from the engine's ``RunContext`` and ``Plan`` (duck-typed).
-
-    ``isolation`` (the engine's ``executors.stage.Isolation``) runs the sensitivity analysis
-    in a worker process; without it, it runs in this process.
-    """
+    """SearchProblem fields from the engine's ``RunContext`` and ``Plan``; ``isolation`` runs the sensitivity."""
     step_passes = {step_id: step.pass_cls.name for step_id, step in plan.steps.items()}
     step_classes = {step_id: step.pass_cls for step_id, step in plan.steps.items()}
     step_fixed = {step_id: dict(step.fixed) for step_id, step in plan.steps.items()}
@@ -52,14 +43,7 @@ def accuracy_fields(
     capabilities: dict[tuple[tuple[str, ...] | None, str], ModelCapability] = {}
 
     def capability(op_types: Sequence[str] | None, mode: str, upstream: Sequence[str] = ()) -> ModelCapability:
-        """The groups of the model the quant step reads, for ``op_types`` and ``mode``.
-
-        That is the model trials start from (the prepared one), unless a step before the quant
-        step (``upstream``) rewrites the graph -- transformer fusion, graph optimization,
-        weight-only MatMulNBits -- when it is that step's output at its default values: a
-        fallback must name nodes the quantizer sees (an unfused MatMul's name is gone after
-        fusion, and excluding it would change nothing).
-        """
+        """The groups of the model the quant step reads: a fallback must name nodes the quantizer sees."""
         steps = tuple(upstream) if any(_trait(step_classes, s, "restructuring") for s in upstream) else ()
         key = (tuple(op_types) if op_types is not None else None, mode, steps)
         if key not in capabilities:
@@ -112,16 +96,6 @@ def accuracy_fields(
             log.warning("side-by-side timing failed (%s); using the trial's own latency", exc)
             return None
 
-    def ceiling_ratios(
-        items: Sequence[tuple[Point, tuple[str, ...]]],
-        threshold: float,
-        budget_s: float | None,
-        pairs: Sequence[tuple[int, int]] = (),
-        anchor: int | None = None,
-    ) -> list[float | None]:
-        """Every point's model timed against the original in one session (see :func:`time_ceilings`)."""
-        return time_ceilings(context, plan, items, threshold, budget_s, pairs=pairs, anchor=anchor)
-
     def paired_latency(
         candidate: Point,
         candidate_flow: tuple[str, ...],
@@ -129,8 +103,7 @@ def accuracy_fields(
         reference_flow: tuple[str, ...],
         limit: float | None = None,
     ) -> Mapping[str, Any] | None:
-        """One model timed against another side by side (engine/measure/paired_timing.py); None when it fails.
-        ``limit``: the run's hard end (``time.perf_counter()``), no round past it."""
+        """One model timed against another side by side; None when it fails. No round past ``limit``."""
         from quantune.engine.measure.paired_timing import paired_latency as timed
 
         try:
@@ -142,7 +115,7 @@ def accuracy_fields(
 
     return {
         "paired_latency": paired_latency,
-        "ceiling_ratios": ceiling_ratios,
+        "ceiling_ratios": partial(time_ceilings, context, plan),  # every model against the original, one session
         "capability": capability,
         "step_passes": step_passes,
         "step_fixed": step_fixed,
@@ -157,15 +130,13 @@ CEILING_ROUNDS = 20  # interleaved rounds timing a speed ceiling against the ori
 
 
 def _trait(step_classes: Mapping[str, Any], step: str, trait: str) -> Any:
-    """A trait of the step's pass (None for an unknown step): ``restructuring`` passes' output
-    graph has other nodes than their input, so the quant step's groups come from their output."""
+    """A trait of the step's pass (None for an unknown step)."""
     cls = step_classes.get(step)
     return getattr(cls, trait) if cls is not None else None
 
 
 def _quant_input(context: Any, plan: Any, steps: tuple[str, ...]) -> Any:
-    """The model a quant step after ``steps`` (at their default values) reads: the start model
-    when there are none, or when running them fails (then the trials say why)."""
+    """The model a quant step after ``steps`` reads: the start model when there are none, or when they fail."""
     if not steps:
         return context.start.path
     try:
@@ -233,17 +204,9 @@ def time_ceilings(
     pairs: Sequence[tuple[int, int]] = (),
     anchor: int | None = None,
 ) -> list[float | None]:
-    """Builds each point's model (until ``budget_s`` is spent; at least one), then times them all and
-    the original in one interleaved session that stops once each ratio is surely on one side of
-    ``threshold``, on the run's backend (:meth:`~quantune.evaluate.backend.Backend.time`);
-    the median paired ratios. ``pairs`` (item, reference item): companions timed in the same rounds
-    until their ratio to the reference is decided; each answer goes where a paired timing of the two
-    models reads it (:func:`~quantune.engine.measure.paired_timing.pair_key`), as does every two ceilings'.
-    ``anchor`` (an item): a model in budget already, which the rounds need not place at the margin.
-
-    No accuracy evaluation: a ceiling's speed decides whether it is worth one, and only the
-    fastest kept variant gets it first.
-    """
+    """Builds each point's model (until ``budget_s``; at least one), then times them all with the original in one
+    session that stops once each ratio is decided at ``threshold``; the median ratios. ``pairs``: companions;
+    ``anchor``: a model already in budget."""
     started = time.perf_counter()
     deadline = None if not budget_s else started + budget_s
     built: list[tuple[int, Any, str]] = []
@@ -260,8 +223,7 @@ def time_ceilings(
     ratios: list[float | None] = [None] * len(items)
     if not built:
         return ratios
-    # Variants that are one model (a "mixed" weight type on a model without convolutions, a
-    # pre-optimization that fuses nothing) are timed once and share the ratio.
+    # Variants that are one model are timed once and share the ratio.
     twins = {index: next(i for i, _, s in built if s == sha) for index, _, sha in built}
     built = [entry for entry in built if twins[entry[0]] == entry[0]]
     rows = {index: row for row, (index, _, _) in enumerate(built, start=1)}  # item -> its row in the rounds
@@ -351,9 +313,7 @@ def cached_ceilings(
     pairs: Sequence[tuple[int, int]] = (),
     anchor: int | None = None,
 ) -> list[float | None] | None:
-    """:func:`time_ceilings` here when every point's model is already in the cache (built beside the
-    original's evaluation, engine/measure/prebuild.py): timing alone needs no worker of its own, whose
-    start-up would cost more than the timing. ``None`` when a model is missing (then a stage builds it)."""
+    """:func:`time_ceilings` here when every point's model is cached; ``None`` when a model is missing."""
     from quantune.passes.cached import NotCached, only_cached
 
     try:
@@ -387,12 +347,10 @@ def measure_profile(context: Any) -> dict[str, float]:
     feeds, key = _profile_key(context)
     if not feeds:
         return {}
-    threads = context.evaluator.spec.latency.threads
-    cached = context.cache.get_json("profiles", key)
-    if cached is not None:
-        return dict(cached["shares"])
+    if (cached := cached_profile(context)) is not None:
+        return cached
     try:
-        shares = node_time_shares(context.start.path, feeds, threads=threads)
+        shares = node_time_shares(context.start.path, feeds, threads=context.evaluator.spec.latency.threads)
     except Exception as exc:  # a profile is a hint for ordering, never a reason to fail the run
         log.warning("per-node profile of the original failed (%s); fallbacks are ordered by sensitivity alone", exc)
         return {}

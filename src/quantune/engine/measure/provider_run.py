@@ -1,8 +1,5 @@
-"""``target.providers`` during a run: the originals on each provider first, and what the run says at the end.
-
-Kept apart from ``plan/providers.py`` (which the plan imports for its pruning rule) because these
-parts reach the target backend, the trial runner and the session search: the plan must not import them.
-"""
+"""``target.providers`` during a run: the originals on each provider first, and what the run says at the end. Apart from
+``plan/providers.py`` because these parts reach the backend and trial runner, which the plan must not import."""
 
 from __future__ import annotations
 
@@ -26,8 +23,7 @@ __all__ = ["described", "expand_providers", "finish_providers", "with_openings"]
 
 
 def with_openings(strategy: Strategy, plan: Any, deadline: Any = None) -> Strategy:
-    """``strategy`` that first proposes the original on each provider but the reference one
-    (``strategy/openings.py``), when the plan searches providers; else ``strategy`` itself."""
+    """``strategy`` that first proposes the original on each other provider, when the plan searches providers."""
     step_id = provider_step(plan.steps)
     if step_id is None:
         return strategy
@@ -51,11 +47,8 @@ def described(backend: Backend, config: Any, skipped: Mapping[str, str]) -> dict
 
 
 def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str, str], end: Any = None) -> bool:
-    """After the verdict: results.json's ``target``; with ``target.providers``, the verdict names
-    where the best candidate runs, and the winning model/provider pair's session settings are
-    searched (``session_search.py``), kept only if they still meet the criterion -- within what
-    ``stop.timeout_s`` leaves after the results' reserve (``end``, an ``EndBudget``), else skipped with a note.
-    Whether the session settings were searched (the time book names that time)."""
+    """After the verdict: results.json's ``target``, and the winning pair's session settings searched; whether they
+    were."""
     evaluator = parts.context.evaluator
     result.target = described(evaluator.backend, config, skipped)
     best = result.best
@@ -103,8 +96,7 @@ def finish_providers(result: Any, parts: Any, config: Any, skipped: Mapping[str,
 
 
 def expand_providers(loaded: LoadedConfig) -> tuple[LoadedConfig, dict[str, str]]:
-    """The run's config with the provider axis wired in (see :func:`with_provider_axis`), asking
-    the target environment which providers it has only when the config searches them."""
+    """The run's config with the provider axis wired in (the target is asked only when the config searches it)."""
     if loaded.config.target.providers is None:
         return loaded, {}
     return with_provider_axis(loaded, target_backend(loaded))

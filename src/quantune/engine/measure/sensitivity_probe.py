@@ -1,17 +1,6 @@
-"""The sensitivity probe a strategy calls: the flow's passes, then a measurement, in a worker.
-
-The engine's, not the evaluation's: it runs passes and stages (orchestration), and calls
-:mod:`quantune.evaluate.sensitivity` only to measure.
-
-The flow's steps up to its quantization run through the artifact cache (with the trials'
-keys, so trials reuse them: :func:`quantune.passes.cached.run_flow_cached`); a static
-quantization is forced to QDQ (the same numbers as QOperator, but every tensor stays
-visible) and measured against the float model before it; a dynamic one is measured from the
-float model alone. Reports are cached under (float model hash, quantized model hash, data
-fingerprint, rows): the quantized model's hash covers the whole quantization config.
-On another provider than the CPU's, the same QDQ model is scored as that provider runs it
-(:func:`run_provider_probe`): the culprits may differ where a kernel runs otherwise there.
-"""
+"""The sensitivity probe a strategy calls: the flow's passes through the artifact cache (the trials' keys), then a
+measurement in a worker: static quantization forced to QDQ (the same numbers, every tensor visible), dynamic from the
+float model alone."""
 
 from __future__ import annotations
 
@@ -60,8 +49,7 @@ class ProbeJob:
 
 
 def _float_model(job: ProbeJob, cache: ArtifactCache) -> tuple[Callable[..., tuple[Path, str]], Any, Path, str]:
-    """(a runner of flow steps through the artifact cache with the trials' keys, the quant step as
-    (id, pass class, config), the float model it reads and its hash)."""
+    """(a cached runner of flow steps, the quant step as (id, pass class, config), its float model and hash)."""
     index = [step_id for step_id, _, _ in job.steps].index(job.quant_step)
 
     def run(steps: list[tuple[str, type, PassConfig]], model: Path, sha: str) -> tuple[Path, str]:
@@ -146,8 +134,7 @@ def run_probe(job: ProbeJob, cache: ArtifactCache | None = None) -> dict[str, An
 def run_provider_probe(
     job: ProbeJob, cache: ArtifactCache, provider: str, fingerprint: Any, run_outputs: RunOutputs
 ) -> dict[str, float]:
-    """Each node's score as ``provider`` runs ``job``'s static quantization (QDQ, as :func:`run_probe`
-    measures it): :func:`measure_on_provider`, cached per provider and backend (``fingerprint``)."""
+    """Each node's score as ``provider`` runs ``job``'s static quantization, cached per provider and backend."""
     run, (step_id, pass_cls, config), float_path, float_sha = _float_model(job, cache)
     quant_path, quant_sha = run([(step_id, pass_cls, _qdq(config, pass_cls))], float_path, float_sha)
     key = cache_key(
@@ -170,23 +157,14 @@ def run_provider_probe(
     return scores
 
 
-# The measurement's budget, in evaluations of the original: the rows it measures are what this
-# many runs of the evaluation data through the whole model pay for (evaluate/sensitivity/cost.py).
-# Its sessions run without fusions and its statistics are computed beside them, so a counted run
-# takes about twice an optimized one: this count is about two evaluations' time.
+# The measurement's budget, in evaluations of the original (evaluate/sensitivity/cost.py); its sessions run unfused, so
+# a counted run takes about twice an optimized one.
 EVALUATIONS = 1.0
 MEASURE_BATCH = 8  # rows per run of the measurement, where the model's batch axis is free
 
 
 def measure_batch(model_path: Path, batch_size: int) -> int:
-    """Rows per batch for the static measurement: up to :data:`MEASURE_BATCH` when every input's
-    first axis is symbolic, else the run's ``batch_size``.
-
-    The measurement re-runs every weighted node alone on what it sees, once per batch: with
-    one row per batch, a deep model's calibration rows make thousands of session runs. Its statistics are kept per row (and summed
-    over rows), so the batching changes the cost, not the scores (capture.plan still cuts the
-    batches to the memory budget).
-    """
+    """Rows per batch for the static measurement: ``MEASURE_BATCH`` for symbolic first axes, else ``batch_size``."""
     import onnx
 
     model = onnx.load(str(model_path), load_external_data=False)
@@ -203,13 +181,8 @@ def measure_batch(model_path: Path, batch_size: int) -> int:
 
 @dataclass
 class SensitivityProbe:
-    """``probe(point)`` -> node scores for the flow's quantization at ``point``.
-
-    Runs :func:`run_probe` on a slice of the calibration data; the last report is kept in
-    ``last``. With ``isolation`` (the engine's), all of it runs in a worker process under the
-    trial workers' limits: a measurement that dies or runs out of memory is recorded and
-    gives no scores (the strategy then ranks in graph order), and no later point is probed.
-    """
+    """``probe(point)`` -> node scores for the flow's quantization at ``point`` (the last report in ``last``). With
+    ``isolation`` in a worker: one that dies gives no scores, and no later point is probed."""
 
     model_path: Path
     model_sha: str
@@ -232,10 +205,7 @@ class SensitivityProbe:
         return dict(self.report(point).scores)
 
     def on_provider(self, point: Mapping[str, Any], provider: str, backend: Any, threads: int) -> dict[str, float]:
-        """Node scores as ``provider`` runs the quantized model: the CPU provider's by :meth:`__call__`,
-        another's by :func:`run_provider_probe` through ``backend`` (a target environment's too), in
-        this process. A dynamic quantization runs on the CPU provider alone, and a measurement that
-        fails there leaves the CPU provider's ranking standing in (a ranking guides, it decides nothing)."""
+        """Node scores as ``provider`` runs the quantized model; where that fails (or dynamic), the CPU's ranking."""
         if provider == CPU or self.dynamic:
             return self(point)
 

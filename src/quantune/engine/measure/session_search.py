@@ -1,21 +1,5 @@
-"""Session settings searched on the winning model/provider pair, by paired timing.
-
-Once the verdict names a model and the provider it runs on, the settings that change its speed
-for a fixed thread count are tried one group at a time, as ``passes/onnx/session_tuning.py``
-does for a flow's model: graph optimization level, execution mode, and the provider's own
-options (OpenVINO's precision hint; its own properties through ``load_config``: CPU pinning, and
-the bf16 inference precision where the CPU has bf16 instructions -- onnxruntime-openvino runs an
-fp32 model in f32 unless told). The search is the pass's (``session_tuning.search_groups``), timed
-on the target (``Backend.time``). Threads stay ``evaluation.latency.threads``.
-A setting may change the numbers (a precision hint), so the chosen settings are evaluated again
-on the whole evaluation data and kept only when they still meet the criterion.
-
-OpenVINO's model cache (``cache_dir``) changes no inference: it saves the compiled model at the
-first session and reads it back at the next, so it cuts the *start* of every later session
-(compilation) and nothing after. It is not timed against the others: :func:`cache_effect` times
-the chosen model's session creation alone with fresh caches, first open against cached open, and
-``best/`` carries it (``best/ov_cache``) only when every cached open was faster.
-"""
+"""Session settings searched on the winning model/provider pair by paired timing, on the target, and kept only when they
+still meet the criterion. OpenVINO's model cache is judged by session creation alone (:func:`cache_effect`)."""
 
 from __future__ import annotations
 
@@ -75,9 +59,7 @@ def option_groups(provider: str) -> list[list[dict[str, Any]]]:
 def search_session(
     evaluator: Any, model: Path, settings: dict[str, Any], provider: str, deadline: float | None = None
 ) -> dict[str, Any]:
-    """The settings for ``model`` (its own ``settings`` as the start), and per group what was timed.
-    ``deadline`` (``time.perf_counter()``, what ``stop.timeout_s`` leaves): no group starts after it,
-    and a group's rounds stop there (after the fewest), so the refinement never outlasts the limit."""
+    """The settings for ``model`` from its own, and per group what was timed; no group starts past ``deadline``."""
     spec = evaluator.spec.latency
     spec = replace(spec, warmup=min(spec.warmup, MAX_WARMUP), repeats=ROUNDS)
     request = TimingRequest((), evaluator.latency_feed, spec, evaluator.spec.runner, deadline=deadline)
@@ -94,14 +76,7 @@ CACHE_PAIRS = 2  # fresh caches: a first open (compiles, writes) then a cached o
 def cache_effect(
     evaluator: Any, model: Path, settings: dict[str, Any], deadline: float | None = None
 ) -> dict[str, Any]:
-    """OpenVINO's model cache on ``model``: session creation alone, timed where the sessions open
-    (``Backend.open_s``; no inference), the first open of a fresh cache (compiles and writes it)
-    against the next (reads it back). One open without a cache comes first and is not counted:
-    a process's first session also loads the provider's plugin, a start no cache saves. Then
-    ``CACHE_PAIRS`` fresh caches; ``first_open_s`` is the fastest first open and ``cached_open_s``
-    the slowest cached one, so ``best/`` deploys the cache (``deploy.write_deploy``: cached below
-    first) only when every cached open beat every first one; past ``deadline`` (``time.perf_counter()``)
-    no further pair starts. Inference is unchanged; only the start is."""
+    """OpenVINO's model cache on ``model``: fresh-cache opens against cached ones, deployed only when always faster."""
     threads = evaluator.spec.latency.threads
     firsts, cached_opens, written = [], [], 0
     with tempfile.TemporaryDirectory(prefix="quantune-session-") as folder:

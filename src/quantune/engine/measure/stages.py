@@ -1,14 +1,5 @@
-"""The accuracy strategies' own measurements of models, in stage workers like the sensitivity.
-
-Besides the trials and the sensitivity analysis, the accuracy-driven strategies run models:
-a flow's speed ceiling (its passes, calibration included when not cached, then the model
-timed side by side with the original) and the original's per-node profile. The strategies
-get plain functions for them (:func:`quantune.engine.measure.probes.accuracy_fields`); here the
-engine swaps in versions that run each call as a stage (``speed_ceiling``, ``node_profile``)
-in a worker under the trial workers' limits, which rebuilds the run's parts from the
-:class:`~quantune.engine.executors.worker.WorkerSpec` (as a trial worker does). A stage that
-fails is recorded (``stage_errors``) and answers as a failed measurement does in-process: no
-ratio (the trial's own latency decides), no profile (ordering by sensitivity alone).
+"""The accuracy strategies' own measurements (speed ceilings, the node profile), each call run as a stage in a worker
+under the trial workers' limits. A failed stage is recorded (``stage_errors``) and answers as a failed measurement does.
 """
 
 from __future__ import annotations
@@ -59,9 +50,7 @@ def node_profile(spec: Any) -> dict[str, float]:
 def isolated(
     fields: Mapping[str, Any], isolation: Isolation | None, spec: Any, local: tuple[Any, Any] | None = None
 ) -> dict[str, Any]:
-    """``fields`` (from ``accuracy_fields``) with their model-running functions run as stages;
-    ``local`` (the engine's run context and plan): ceilings whose models are all cached are
-    timed in this process (``probes.cached_ceilings``)."""
+    """``fields`` with their model-running functions run as stages; ceilings all cached are timed here (``local``)."""
     fields = dict(fields)
     if isolation is None or isolation.inline or spec is None or "latency_ratio" not in fields:
         return fields
@@ -147,8 +136,7 @@ def paired_latency(spec: Any, candidate: Any, reference: Any) -> dict[str, Any] 
 
 
 def _paired(here: Any, spec: Any, isolation: Isolation, local: tuple[Any, Any] | None) -> Any:
-    """The paired timing of two trials' models: in this process when both are cached (their trials
-    built them: a worker's start-up would cost more than the timing), else as a stage."""
+    """The paired timing of two trials' models: in this process when both are cached, else as a stage."""
 
     def paired(candidate: Any, candidate_flow: Any, reference: Any, reference_flow: Any) -> Any:
         items = ((dict(candidate), tuple(candidate_flow)), (dict(reference), tuple(reference_flow)))

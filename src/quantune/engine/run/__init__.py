@@ -1,8 +1,5 @@
-"""One run and its phases: the opening, the original's figures, the search loop under its time
-budget, the ending's confirmation and the outcome gathered and written.
-
-Names are imported on first use (see ``quantune.engine``).
-"""
+"""One run and its phases: the opening, the original's figures, the search loop under its time budget, the ending's
+confirmation and the outcome gathered and written. Names are imported on first use."""
 
 from __future__ import annotations
 

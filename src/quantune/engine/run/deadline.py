@@ -1,22 +1,6 @@
-"""``stop.timeout_s`` over the whole run, its end included: the clock, and the end's reserve.
-
-A time limit a user (or a fair bench) sets counts from when quantune started, not from when
-the search began: set-up, model preparation and the original's evaluation take a good part of
-a short limit. The CLI starts the clock at the process's start (:func:`process_started`); the
-Python API when ``tune()`` is called. After the search the run still has two things to do:
-time its best models again side by side with the original (``engine/measure/confirm.py``) and write
-its results and report. So the search stops early enough to leave them room
-(:meth:`EndBudget.reserve_s`: no trial starts whose expected end falls inside it, see
-``RunLoop._would_overrun``), and the re-timing gets what is left of the limit -- fewer rounds
-when time is short. Only when even the fewest do not fit (a trial or stage overran its
-estimate) is it skipped, with the reason in ``results.json``, and the verdict is then
-``unconfirmed``, never ``improved``: ``quantune run`` on the same output confirms it.
-
-Under a short limit the report's drawing is what gives way, not the trials or the re-timing:
-the full page (its Optuna views take seconds) is kept only where it leaves the search the larger
-share, and otherwise the page without those views (``least_report_s``, under a second), so every
-run that ends by itself still writes report.html.
-"""
+"""``stop.timeout_s`` over the whole run, its end included, counted from the process's start (:func:`process_started`).
+The search leaves the re-timing and the results room (:meth:`EndBudget.reserve_s`); under a short limit the report's
+drawing gives way first."""
 
 from __future__ import annotations
 
@@ -26,8 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-# Loading one model into a session before its first timed round (a large model's load is what
-# a re-timing of 5 rounds mostly costs).
+# Loading one model into a session before its first timed round.
 SESSION_LOAD_S = 0.5
 # Writing results.json and best/ and stopping the workers.
 WRITE_S = 1.0
@@ -52,46 +35,37 @@ def end_cost_s(listeners: Sequence[Any]) -> float:
 
 
 def least_end_cost_s(listeners: Sequence[Any]) -> float:
-    """The least the run's listeners take when it ends (``least_end_cost_s`` attributes; one without
-    gives way whole under a short limit): report.html without its parameter views."""
+    """The least the run's listeners take when it ends (one without ``least_end_cost_s`` gives way whole)."""
     return sum(float(getattr(listener, "least_end_cost_s", 0.0) or 0.0) for listener in listeners)
 
 
 def write_s(size_bytes: float) -> float:
-    """About what writing results.json and copying the answer's model to best/ takes (the workers are
-    stopped before the confirmation): ``WRITE_S`` at 500 MB, a tenth of a second for a small model."""
+    """About what writing results.json and copying the answer's model to best/ takes: ``WRITE_S`` at 500 MB."""
     return 0.1 + WRITE_S * max(0.0, size_bytes) / 500e6
 
 
 def session_load_s(size_bytes: float) -> float:
-    """About what loading a model of ``size_bytes`` into a session costs before its first round
-    (``SESSION_LOAD_S`` at 100 MB; a 600 KB model loads in milliseconds, and reserving half a second
-    per model for it took a third of a 6 s limit from the search)."""
+    """About what loading a model of ``size_bytes`` into a session costs: ``SESSION_LOAD_S`` at 100 MB."""
     return 0.05 + SESSION_LOAD_S * max(0.0, size_bytes) / 100e6
 
 
 @dataclass(frozen=True)
 class TimeBudget:
-    """The run loop's time, decided before it starts (:meth:`EndBudget.for_loop`); the defaults: no
-    limit to keep anything from."""
+    """The run loop's time, decided before it starts (:meth:`EndBudget.for_loop`); the defaults: no limit."""
 
     started: float  # the run's clock: ``stop.timeout_s`` counts from here
     end_reserve_s: float = 0.0  # of stop.timeout_s, left for the run's end (re-timing, results): the search stops there
-    # what a trial may not end inside: the end's reserve less the whole report's drawing (a trial comes
-    # before the report's Optuna views); None: all of end_reserve_s
+    # what a trial may not end inside: the end's reserve less the whole report's drawing; None: all of end_reserve_s
     start_reserve_s: float | None = None
-    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then
-    # are abandoned (not recorded: run again to resume them)
+    # the latest moment the run's end can still confirm within stop.timeout_s (+5%): trials running then are abandoned
     abandon_at: float | None = None
     first_trial_s: float = 0.0  # what the first trial is expected to take (the original's evaluation), 0: unknown
 
 
 @dataclass(frozen=True)
 class EndBudget:
-    """The run's limit (``None`` or 0: none to keep), when its clock started, and what its end costs
-    besides the re-timing: writing the results (``end_s``, always kept), drawing the full report
-    (``report_s``, kept only where it leaves the search the larger share, see :meth:`reserve_s`)
-    and the least report (``least_report_s``, always kept)."""
+    """The run's limit, when its clock started, and its end's costs: results (``end_s``), report (``report_s``), least
+    one."""
 
     timeout_s: float | None
     started: float
@@ -111,41 +85,34 @@ class EndBudget:
         return float(self.timeout_s) - (time.perf_counter() - self.started)
 
     def retiming_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """The fewest re-timing rounds of the original and ``top`` candidates (taken as fast as the
-        original), their sessions' loads included."""
+        """The fewest re-timing rounds of the original and ``top`` candidates, their sessions' loads included."""
         models = 1 + max(0, top)
         return 0.0 if top <= 0 else models * (self.load_s + (warmup + min_rounds) * baseline_ms / 1000.0)
 
     def reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """What the search leaves for the end, decided once when the search starts: the fewest
-        re-timing rounds and the results' writing always (the confirmation is never what a limit
-        cuts), and the report's drawing when it takes at most half of what the search would then
-        have (under a short limit the search comes first; ``quantune report`` draws the page later)."""
+        """What the search leaves for the end: the re-timing and writing, and the full report where it takes at most
+        half."""
         if not self.limited:
             return 0.0
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return needed + (self.report_s if self.report_fits(needed) else min(self.least_report_s, self.report_s))
 
     def start_reserve_s(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float:
-        """What a trial may not end inside: :meth:`reserve_s` with the least report only (a trial that
-        fits beside it is started, and the page is drawn without its Optuna views)."""
+        """What a trial may not end inside: :meth:`reserve_s` with the least report only."""
         if not self.limited:
             return 0.0
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return needed + min(self.least_report_s, self.report_s)
 
     def abandon_at(self, baseline_ms: float, top: int, warmup: int, min_rounds: int) -> float | None:
-        """The latest moment the fewest re-timing rounds and the writing still end within the limit:
-        a trial still running then is abandoned (loop.py), not waited for (the tolerance is left for
-        stopping its worker and for a re-timing slower than its estimate)."""
+        """The latest moment the re-timing and writing still end within the limit: a trial running then is abandoned."""
         if not self.limited:
             return None
         needed = self.retiming_s(baseline_ms, top, warmup, min_rounds) + self.end_s
         return self.started + float(self.timeout_s) - needed
 
     def for_loop(self, baseline_ms: float, top: int, warmup: int, min_rounds: int, first_trial_s: float) -> TimeBudget:
-        """The run loop's share of this budget: where its search stops, what no trial may end inside,
-        and when a trial still running is left."""
+        """The run loop's share: where its search stops, what no trial may end inside, when a trial is left."""
         return TimeBudget(
             self.started,
             end_reserve_s=self.reserve_s(baseline_ms, top, warmup, min_rounds),
@@ -159,10 +126,7 @@ class EndBudget:
         return self.report_s > 0 and self.report_s <= (self.left_s() - needed_s) / 2
 
     def retiming_budget(self, wanted_s: float, minimum_s: float, models: int) -> tuple[float | None, str]:
-        """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when the
-        fewest rounds (``minimum_s``, sessions' loads excluded) do not fit what is left of the limit
-        and its 5% tolerance. The re-timing comes before the report: the full report gives way first,
-        then the least one."""
+        """(seconds the re-timing may take, ``""``), or (``None``, why it is skipped) when its rounds do not fit."""
         if not self.limited:
             return wanted_s, ""
         loads = models * self.load_s

@@ -1,9 +1,5 @@
-"""A process executor's trial workers started before the output folder is claimed.
-
-They build the run (imports, the model, the data) while the original is evaluated, not after it
-(0.3-0.6 s before the first trial), logging to a scratch folder until the run takes them
-(``ProcessExecutor.move_logs``); a run that fails before that stops them and removes the folder.
-"""
+"""A process executor's trial workers started before the output folder is claimed, so they build the run while the
+original is evaluated; a run that fails first stops them."""
 
 from __future__ import annotations
 
@@ -30,8 +26,7 @@ class EarlyWorkers:
         self.executor = create_executor(executor_config, spec, TrialRunner(parts.context), self.scratch)
 
     def take(self, output_dir: Path) -> Executor | None:
-        """The workers, their logs moved to ``output_dir``/workers (``None``: none were started).
-        The scratch folder stays until :meth:`stop` (a worker still starting writes there until told)."""
+        """The workers, their logs moved to ``output_dir``/workers (``None``: none were started)."""
         executor, self.executor = self.executor, None
         if executor is not None:
             executor.move_logs(output_dir / "workers")  # type: ignore[attr-defined]

@@ -1,13 +1,5 @@
-"""The run's end after the search: the side-by-side confirmation, or why there is none.
-
-A latency answer is only ``improved`` once its candidate was timed side by side with the
-original (``engine/measure/confirm.py``); the search's own figures drift by more than the gains they
-would crown. So the end re-times within what ``stop.timeout_s`` left (the search kept it,
-``deadline.py``), and when it cannot -- the run was stopped first, the limit was overrun, the
-re-timing failed, or the config turns it off -- it says why in words the verdict quotes
-(``unconfirmed``, see outcome/verdict.py), and how to confirm: ``quantune run`` on the same output
-replays the finished trials from the run store and runs the confirmation.
-"""
+"""The run's end after the search: the side-by-side confirmation (a latency answer is only ``improved`` once confirmed),
+or why there is none and how to confirm: ``quantune run`` on the same output."""
 
 from __future__ import annotations
 
@@ -29,9 +21,8 @@ RERUN = "`quantune run` with the same config on the same output confirms it"
 
 @dataclass
 class Ending:
-    """What the end did: the confirmation (or ``None``), why the re-timing was skipped (``""``: it
-    was not), why the answer stays unconfirmed (``""``: it does not), and the stop reason's additions (or, after a
-    signal, the stop reason itself)."""
+    """What the end did: the confirmation (or ``None``), why it was skipped or stays unconfirmed, the stop reason's
+    notes."""
 
     confirmation: Confirmation | None = None
     skipped: str = ""
@@ -40,17 +31,14 @@ class Ending:
     interrupted: str = ""  # a signal stopped the end: the run's stop reason, before the search's
 
     def stop_reason(self, searched: str) -> str:
-        """The run's stop reason after the end: the search's with the end's note, or the signal first
-        (a run that reads "interrupted ..." exits as one stopped by a signal)."""
+        """The run's stop reason after the end: the search's with the end's note, or the signal first."""
         if self.interrupted:
             return f"{self.interrupted} (the search had stopped: {searched})"
         return searched + self.stop_note
 
 
 def retimes(objectives: Sequence[str], confirm_top: int) -> str:
-    """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why
-    not (a latency run's answer then stays ``unconfirmed``). Every executor's trials are timed on
-    the engine's machine (a Ray worker's model is timed there again), so every one can confirm."""
+    """``""`` when a run of ``objectives`` ends by re-timing its best models side by side, else why not."""
     if not objectives or objectives[0] != "latency":
         return "its objective is not latency"
     if confirm_top <= 0:
@@ -77,10 +65,7 @@ def confirm_end(
     stop_reason: str,
     prefer: int | None = None,
 ) -> Ending:
-    """Re-times the ``top`` best candidates with the original within what is left of the limit
-    (at most a tenth of the run so far, at least 3 s: a few interleaved rounds suffice), or the best
-    alone where only its fewest rounds fit (what the search kept: a heavy model's); ``prefer``:
-    the strategy's own answer (:meth:`~quantune.strategy.Strategy.answer`), the stable contender."""
+    """Re-times the ``top`` best candidates (or the best alone) with the original within what the limit left."""
     if stop_reason.startswith("interrupted"):
         return Ending(unconfirmed=f"the run was interrupted before it could be re-timed side by side; {RERUN}")
     try:
@@ -100,8 +85,7 @@ def confirm_end(
                 unconfirmed=f"the run was stopped before it could be re-timed side by side ({skipped}); {RERUN}",
                 stop_note="; latency re-timing skipped (no time left within stop.timeout_s)",
             )
-        # a limited run's re-timing ends with its budget (sessions' loads included), whatever the
-        # search-time figures planned: under load they underestimate the rounds several times
+        # a limited run's re-timing ends with its budget: under load the search-time figures underestimate the rounds
         deadline = time.perf_counter() + budget_s + models * end.load_s if end.limited else None
         confirmation = confirm_latency(
             evaluator, original, baseline, records, top, budget_s=budget_s, deadline=deadline, prefer=prefer
@@ -110,11 +94,9 @@ def confirm_end(
             confirmation.rounds < MIN_ROUNDS
             or (_undecided(confirmation) and confirmation.rounds < max(evaluator.spec.latency.repeats, VERDICT_ROUNDS))
         ):
-            # the first try's deadline is its budget (a tenth of the run so far) plus the sessions'
-            # loads estimated from the model's size; a busy target environment can take longer: once
-            # more, with all the limit leaves (and only within it). Likewise when its rounds, cut short of those
-            # planned, measured a candidate faster but were too scattered to decide it (without a
-            # limit: as long as the run so far)
+            # the first try's deadline is its budget plus the sessions' loads; a busy target can take longer: once more,
+            # with all the limit leaves. Likewise when its cut rounds measured a candidate faster but too scattered to
+            # decide it.
             wider_s = end.left_s() if end.limited else max(wanted_s, time.perf_counter() - end.started)
             again_s, _ = end.retiming_budget(wider_s, minimum_s, models)
             if again_s is not None and again_s >= minimum_s:

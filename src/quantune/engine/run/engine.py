@@ -1,13 +1,5 @@
-"""One run from config to result, as a short list of phases.
-
-The engine knows neither ONNX nor Optuna. Each phase is a function in a module with one job:
-the opening (opening.py: the run's parts, identity and strategy, then the original checked and
-the output folder claimed), the original's figures (original.py), the search (search_phase.py:
-the end's budget, then the loop that asks the strategy and tells it what the executor ran), the
-confirmation (ending.py: the best candidates re-timed side by side), and the outcome
-(outcome.py: the verdict gathered into a Result, then written). On Ctrl-C the loop stops
-asking, running trials are abandoned and what finished is written.
-"""
+"""One run from config to result, as a short list of phases, each a function in a module with one job: opening,
+original, search_phase, ending, outcome. The engine knows neither ONNX nor Optuna."""
 
 from __future__ import annotations
 
@@ -52,8 +44,7 @@ class Engine:
         listeners: Sequence[RunListener] = (),
         started: float | None = None,
     ) -> None:
-        """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (the
-        CLI: the process's start, see deadline.py); by default when ``run()`` is called."""
+        """``started``: the ``time.perf_counter()`` reading ``stop.timeout_s`` counts from (default: ``run()``)."""
         self.loaded, self.providers_skipped = expand_providers(loaded)  # target.providers: the provider axis
         self.started = started
         self.early = EarlyWorkers()  # workers started before the output was claimed (early.py)

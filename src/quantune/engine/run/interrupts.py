@@ -1,15 +1,6 @@
-"""Ctrl-C and SIGTERM at a safe moment: never between writing a trial to the run store and counting it.
-
-Ctrl-C stops a run at once (the engine then saves what finished and exits with 130), except
-while a finished trial is being recorded: a ``KeyboardInterrupt`` there would leave the
-trial in ``run.db`` but not in ``results.json``. Inside :meth:`DeferredInterrupt.critical`
-the interrupt waits for the block to end, then is raised as usual.
-
-SIGTERM stops a run the same way (as :class:`Terminated`, a ``KeyboardInterrupt``; exit 143)
-once the command line has installed :func:`install_stop_signals`, which also gives Ctrl-C
-back to a run started in the background by a non-interactive shell (it inherits SIGINT
-ignored). A library caller keeps its own signal handling.
-"""
+"""Ctrl-C and SIGTERM at a safe moment: never between writing a trial to the run store and counting it
+(:meth:`DeferredInterrupt.critical`). SIGTERM stops a run as Ctrl-C does once the command line installed
+:func:`install_stop_signals`."""
 
 from __future__ import annotations
 
@@ -65,8 +56,7 @@ def raise_if_stopped() -> None:
 
 
 def install_stop_signals() -> None:
-    """For the ``quantune`` command (main thread): SIGINT and SIGTERM raise a ``KeyboardInterrupt``,
-    even when SIGINT came in ignored (``cmd &`` in a script), so the run stops and saves as on Ctrl-C."""
+    """For the command line: SIGINT (even when inherited ignored) and SIGTERM stop the run as Ctrl-C does."""
     if threading.current_thread() is not threading.main_thread():
         return
     signal.signal(signal.SIGINT, _raise_stop)
@@ -74,8 +64,7 @@ def install_stop_signals() -> None:
 
 
 class DeferredInterrupt:
-    """While entered (main thread only), SIGINT (and SIGTERM, when a Python handler owns it) raise
-    ``KeyboardInterrupt`` outside ``critical()`` blocks and at the end of one inside them."""
+    """While entered (main thread only), a stop signal raises ``KeyboardInterrupt``, deferred inside ``critical()``."""
 
     def __init__(self) -> None:
         self._depth = 0

@@ -1,11 +1,6 @@
-"""The run loop: ask -> execute -> evaluate -> tell -> record -> stop?
-
-It keeps up to ``executor.capacity`` trials in flight, replays a stored run's finished trials
-instead of running them again (see resume.py), skips proposals that share a known failure,
-stops before a trial that would end inside the end's reserve (the side-by-side confirmation and
-the results: deadline.py), abandons a trial still running when only that reserve is left, and
-on Ctrl-C stops asking and lets the engine write what finished.
-"""
+"""The run loop: ask -> execute -> evaluate -> tell -> record -> stop? Up to ``executor.capacity`` trials in flight,
+stored trials replayed (resume.py), known failures skipped, and no trial started that would end inside the end's
+reserve."""
 
 from __future__ import annotations
 
@@ -34,8 +29,7 @@ from quantune.strategy import WAIT, Outcome, Proposal, Strategy
 
 log = logging.getLogger("quantune")
 
-# Proposals in a row that share a known failure before the run stops: the strategy keeps
-# proposing only what is known to fail (told as failed each time, it learns nothing new).
+# Proposals in a row that share a known failure before the run stops: the strategy learns nothing new from them.
 MAX_CONSECUTIVE_SKIPS = 500
 
 
@@ -60,8 +54,7 @@ class RunListener(Protocol):
 
 @dataclass(frozen=True)
 class Judge:
-    """Judges a finished trial against the original: the criterion on the metric, and the
-    objective values the strategy is told."""
+    """Judges a finished trial: the criterion on the metric, and the objective values the strategy is told."""
 
     criterion: Criterion
     metric: str
@@ -90,13 +83,7 @@ class Judge:
 
 
 class RunLoop:
-    """One run's ask/tell loop and its bookkeeping.
-
-    It knows the run only through what it is given -- the plan (flows, pass configs), the
-    criterion and objectives that judge a record, the stop conditions and its time budget, the
-    listeners -- whole, from its constructor, so it can be read, and tested, without the engine
-    that builds it (Optuna: ``_optimize.py`` under ``study.py``).
-    """
+    """One run's ask/tell loop, knowing the run only through its constructor, so it can be tested without the engine."""
 
     # a miss is left untimed where the strategy reads nothing of its speed (False: every trial timed)
     untimed_misses: bool = True
@@ -118,10 +105,8 @@ class RunLoop:
         evaluated_ahead: Sequence[tuple[dict, tuple[str, ...]]] = (),
         wait_ahead: Callable[[dict, tuple[str, ...], float | None], bool] | None = None,
     ) -> None:
-        """``check_inputs`` raises when an input changed under the run (trials/identity.py): a trial's
-        record is then not kept. ``evaluated_ahead`` are the (point, flow) pairs already in the cache (a
-        first guess evaluated beside the original, measure/prebuild.py); ``wait_ahead`` waits for one
-        still being evaluated ahead."""
+        """``check_inputs`` raises when an input changed under the run; ``evaluated_ahead``/``wait_ahead``: trials
+        cached ahead."""
         self.judge = judge
         self.plan = plan
         self.stop = stop
@@ -214,8 +199,7 @@ class RunLoop:
                 self._finish(future.result(), proposal, replayed=False)
 
     def _wait(self) -> set[Future[TrialRecord]]:
-        """The trials that finished (at least one), or none when ``abandon_at`` came first: a trial
-        that overran its estimate does not take the confirmation's time."""
+        """The trials that finished (at least one), or none when ``abandon_at`` came first."""
         if self.budget.abandon_at is None:
             return wait(self.pending, return_when=FIRST_COMPLETED)[0]
         left = max(0.0, self.budget.abandon_at - time.perf_counter())
@@ -246,8 +230,7 @@ class RunLoop:
         return True
 
     def _skip_known_failure(self, proposal: Proposal) -> bool:
-        """Tells the strategy that ``proposal`` failed, without running it, when it shares the
-        signature of a known failure class (see trials/failures.py); ``False`` when it must run."""
+        """Tells the strategy ``proposal`` failed, without running it, when it shares a known failure's signature."""
         flow = tuple(proposal.flow or self.plan.flow_of(proposal.point))
         failure_class = self.known.match(flow, proposal.point)
         if failure_class is None:
@@ -260,24 +243,11 @@ class RunLoop:
         return True
 
     def _would_overrun(self, flow: tuple[str, ...]) -> bool:
-        """Whether a new trial of ``flow`` is expected to end after ``stop.timeout_s``.
-
-        The expectation is the mean duration of the finished trials of the same flow (of all
-        trials when the flow has none yet), plus the run's own work per trial outside the
-        trials (sampling, a strategy's bookkeeping): the wall time since the loop started that
-        neither the trials' durations nor the strategies' one-off stages (speed ceilings,
-        sensitivity, profile: counted as trial time, they would make "the next trial" look far
-        too long) explain. With no finished trial it is
-        ``first_trial_s`` (the original's evaluation: a trial evaluates a model like it). A run
-        stops rather than start work that would end inside the end's reserve (the side-by-side
-        confirmation and the results, ``end_reserve_s``) or that it would have to abandon.
-        """
+        """Whether a new trial of ``flow`` would end past the limit or inside the end's reserve (by trials so far)."""
         timeout = self.stop.timeout_s
         if not timeout:
             return False
-        # a trial answered from the evaluation cache (a first guess evaluated ahead) took no time
-        # that says how long the next one takes
-        # (nor does it make the first real one's estimate: that stays first_trial_s)
+        # a trial answered from the evaluation cache says nothing of how long the next one takes
         first_trial_s = self.budget.first_trial_s
         hits = [] if first_trial_s > 0 else self.records
         worked = [r for r in self.records if r.cache.get("evaluation") != "hit"] or hits
@@ -351,9 +321,7 @@ class RunLoop:
             listener.on_trial(record, status)
 
     def _duplicate_of(self, record: TrialRecord) -> int | None:
-        """The earlier trial whose model is byte-identical to this one's (its evaluation is cached, and
-        this trial does not count against ``stop.max_trials``: two settings that give one model are one
-        candidate, e.g. Entropy and MinMax calibration on some models)."""
+        """The earlier trial whose model is byte-identical: its evaluation is cached, and it is one candidate."""
         sha = record.model_sha256
         if record.status != "ok" or sha is None:
             return None
@@ -364,9 +332,7 @@ class RunLoop:
         return first
 
     def _ahead(self, point: Any, flow: tuple[str, ...]) -> bool:
-        """Whether the proposal was evaluated ahead (a first guess beside the original's evaluation,
-        engine/measure/prebuild.py): its trial reads the cache, whatever a trial takes, and is never refused
-        for time (its cost is already paid)."""
+        """Whether the proposal was evaluated ahead: its trial reads the cache and is never refused for time."""
         if any(dict(point) == dict(p) and tuple(flow) == tuple(f) for p, f in self.evaluated_ahead):
             return True
         wait = self.wait_ahead  # one still being evaluated ahead: waited for, not run twice

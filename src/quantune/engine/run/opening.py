@@ -1,12 +1,5 @@
-"""The run's opening: from the loaded config to its parts, its identity, its strategy, and a
-claimed output folder.
-
-Config mistakes surface before the output folder is claimed: the strategy is made and bound
-here, and the original is checked in a stage worker (:func:`quantune.engine.trials.setup.preflight`,
-data the model cannot take, a metric that is not a finite number) while the strategy's speed
-ceilings are built ahead on the other core (measure/prebuild.py) and a process executor's workers start
-(early.py).
-"""
+"""The run's opening: from the loaded config to its parts, identity and strategy, then a claimed output folder. Config
+mistakes surface before the folder is claimed."""
 
 from __future__ import annotations
 
@@ -44,8 +37,7 @@ log = logging.getLogger("quantune")
 
 @dataclass
 class Opening:
-    """What the set-up made: the run's parts, the workers' spec (with the run's identity), the
-    bound strategy, and the work started ahead (speed-ceiling builds, early trial workers)."""
+    """What the set-up made: the run's parts, the workers' spec, the bound strategy, and the work started ahead."""
 
     parts: RunParts
     spec: WorkerSpec
@@ -62,9 +54,8 @@ class Opening:
 
 def run_hash(config: Config, parts: RunParts) -> str:
     """The run's identity: the config and the content of what it names."""
-    # Where and how trials run does not change their results, so it is not part of the run's
-    # identity; nor do the stop conditions: a run stopped at 8 trials goes on to 16 in the same
-    # folder (its 8 are replayed, as Optuna continues a study with more n_trials).
+    # Where and how trials run does not change their results, nor do the stop conditions: neither is part of the run's
+    # identity, so a run stopped at 8 trials goes on to 16 in the same folder.
     identity = config.model_dump(mode="json", exclude={"executor", "stop"})
     # ... but the content of the model, the data and the scripts the config names is (trials/identity.py).
     config_hash = cache_key("config", identity, fingerprints(parts.context.sources))
@@ -90,9 +81,8 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
     strategy = make_strategy(
         parts, config, isolation, spec
     )  # config mistakes surface before the output folder is claimed
-    # so do data the model cannot take and a metric that is not a finite number (the original
-    # evaluated in a stage worker, see measure/baseline.py)
-    # the strategy's speed-ceiling models are built meanwhile, on the other core (measure/prebuild.py)
+    # so do data the model cannot take and a metric that is not a finite number; the speed-ceiling models are built
+    # meanwhile (measure/prebuild.py)
     make = lambda: create_strategy(config.search.strategy)  # noqa: E731
     prebuild = None
     if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
@@ -102,8 +92,7 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
 
 
 def claim_output(opening: Opening, output_dir: Path, restart: bool, isolation: Isolation, book: TimeBook) -> RunStore:
-    """The original checked (in a stage worker), then the output folder claimed: its run store.
-    A failure stops what was started ahead."""
+    """The original checked in a stage worker, then the output folder claimed; a failure stops the work ahead."""
     parts = opening.parts
     try:
         # beside the builds ahead: half the cores, a quick timing (timed again before the ceilings)
@@ -142,8 +131,7 @@ def make_strategy(parts: RunParts, config: Config, isolation: Isolation, spec: W
 
 
 def check_runnable(plan: Plan) -> None:
-    """A space whose every point is pruned is a config mistake, not a run of zero trials; the
-    message says what the config's passes cannot do (their ``limits`` trait)."""
+    """A space whose every point is pruned is a config mistake; the message says what the passes cannot do."""
     space = plan.space
     if not space.is_finite() or space.raw_size() > EXACT_LIMIT:  # walked to prove a runnable point
         return

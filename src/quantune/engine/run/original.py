@@ -1,11 +1,5 @@
-"""The original's phase: its figures (evaluated in a stage worker, or read from the cache; the
-criterion was checked against them by the preflight), and the strategy and listeners told, so the
-search can start.
-
-Beside the speed ceilings built ahead (measure/prebuild.py) the original was timed quickly on half the
-cores; it is timed again before the ceilings are (:func:`ceilings_ready`), so every speed
-figure of the run is read against a full timing.
-"""
+"""The original's phase: its figures, and the strategy and listeners told. Timed quickly beside the builds ahead, the
+original is timed again before the ceilings are (:func:`ceilings_ready`)."""
 
 from __future__ import annotations
 
@@ -43,8 +37,7 @@ def measure_original(
     book: TimeBook,
     listeners: Sequence[RunListener],
 ) -> tuple[dict[str, float], str]:
-    """The original's figures and whether they came from the cache (``"hit"``/``"miss"``); a
-    failure stops ``executor``'s workers (no run, no workers left behind)."""
+    """The original's figures and whether they were cached; a failure stops ``executor``'s workers."""
     parts = opening.parts
     try:
         baseline, baseline_cache = original_figures(runner, opening.spec, isolation, log_dir=isolation.log_dir)
@@ -67,8 +60,7 @@ def tell_baseline(
     time_left_s: Callable[[], float | None],
     isolation: Isolation,
 ) -> None:
-    """The strategy and the listeners get the original's figures; the ceilings' timing will wait for
-    the builds ahead (and the original timed again), the first guess is waited for now."""
+    """The strategy and listeners get the original's figures; the first guess is waited for now."""
     strategy, parts = opening.strategy, opening.parts
     strategy.observe_baseline(baseline)
     if opening.prebuild is not None:  # built while the original was evaluated (measure/prebuild.py)
@@ -81,11 +73,7 @@ def tell_baseline(
 def ceilings_ready(
     prebuild: Prebuild | None, parts: RunParts, baseline: dict[str, float], strategy: Strategy, isolation: Isolation
 ) -> Callable[[], None]:
-    """What the speed ceilings' timing waits for (it times the models built ahead): the builds;
-    then the original's latency, timed beside the builds, is taken again from the ceilings'
-    rounds, which time it first in each (``RunContext.original_timed``), or timed again alone
-    when they did not (their ratios were cached, or fewer rounds ran than :func:`stand_in_rounds`) --
-    into the figures the run and its strategy hold (once), rather than timing it alone first."""
+    """What the ceilings' timing waits for: the builds, then the original's latency from its rounds (or timed alone)."""
 
     def timed(timings_s: Any) -> None:
         ctx = parts.context
@@ -100,8 +88,7 @@ def ceilings_ready(
         if prebuild is None or parts.context.before_ceilings is None:
             return
         parts.context.before_ceilings = None
-        # the builds, not the guess's worker evaluating its compute-only model (the lighter stage waits
-        # for that one if it needs it)
+        # the builds, not the guess's worker evaluating its compute-only model
         prebuild.join(isolation.deadline.at, builds_only=True)  # the builds stop at the run's limit
         prebuild.keep_log(isolation.log_dir)
         parts.context.after_ceilings = prebuild.ceilings_timed
@@ -112,16 +99,13 @@ def ceilings_ready(
 
 
 def stand_in_rounds(spec: LatencySpec, timings_s: Any) -> int:
-    """The fewest of the ceilings' rounds whose timings of the original stand for its latency:
-    ``RETIME_ROUNDS``, or as many as its own timing would run at its cost (``latency.rounds_within``):
-    a heavy model's own timing is a round or two, and timing it alone again would repeat them."""
+    """The fewest ceilings' rounds that stand for the original's latency: ``RETIME_ROUNDS``, or its own timing's."""
     run_s = float(np.nanmedian(timings_s)) if len(timings_s) else 0.0
     return min(RETIME_ROUNDS, rounds_within(spec.repeats, spec.seconds, run_s))
 
 
 def announce_preparation(parts: RunParts, listeners: Sequence[RunListener]) -> None:
-    """The run log gets every change and dropped step of model preparation; a listener with an
-    ``on_prepared`` method (the console) gets the preparation itself."""
+    """The run log gets each change of model preparation; a listener with ``on_prepared`` gets the preparation."""
     preparation = parts.context.preparation
     if preparation is None:
         return

@@ -1,10 +1,5 @@
-"""The run's outcome: the verdict and the figures around it gathered into a :class:`Result`, then
-written (outcome/result.py) and handed to the listeners.
-
-After a confirmation only figures timed side by side compete, and their paired ratios decide
-(outcome/verdict.py); the selection (the closest miss, the fronts) and the run's own statistics (cache
-hits of the work it did, peak memory per stage) are read from the loop's records here.
-"""
+"""The run's outcome: the verdict and the figures around it gathered into a :class:`Result`, then written and handed to
+the listeners. After a confirmation only figures timed side by side compete."""
 
 from __future__ import annotations
 
@@ -41,8 +36,7 @@ def gather(
     stop_reason: str,
     ending: Ending,
 ) -> Result:
-    """The verdict over the loop's records and everything ``results.json`` holds but the time spent
-    and the run's duration (they are closed as it is written, :func:`write`)."""
+    """The verdict over the loop's records and all ``results.json`` holds but the time spent (see :func:`write`)."""
     records = sorted(loop.records, key=lambda r: r.number)
     # after a confirmation, only figures timed side by side compete, and their paired ratios decide
     confirmation = ending.confirmation
@@ -86,10 +80,7 @@ def write(
     started: float,
     runner: TrialRunner | None = None,
 ) -> Result:
-    """``results.json`` and the chosen model's folder (outcome/result.py), the time spent closed as the
-    models are saved; then the listeners' ends (report.html is drawn only if it fits the limit).
-    ``runner``: builds the chosen model again if it left the cache during the run, while the
-    limit leaves time for it (else its folder is not written, and results.json says so)."""
+    """``results.json`` and the chosen model's folder (rebuilt by ``runner`` if gone), then the listeners' ends."""
 
     def written() -> None:  # the models are saved; results.json is next and takes no time
         book.mark(WRITING)

@@ -1,10 +1,5 @@
-"""The strategy's view of a run: spaces, flows, a sampler factory, limits and model facts.
-
-Built here, outside the engine, because it wires the parts the engine must not know: the
-sampler's own options (TPE's constant liar with parallel workers, each objective's direction
-for multi-objective samplers) and the accuracy strategies' probes (sensitivity, speed
-ceilings, node profile), run in stage workers when the run isolates them (measure/stages.py).
-"""
+"""The strategy's view of a run: spaces, flows, a sampler factory, limits and model facts. Built outside the engine
+because it wires what the engine must not know: the sampler's own options and the accuracy strategies' probes."""
 
 from __future__ import annotations
 
@@ -26,10 +21,7 @@ from quantune.strategy.registry import checked_options
 def search_problem(
     parts: RunParts, config: Config, isolation: Isolation | None = None, spec: Any = None
 ) -> SearchProblem:
-    """What the config's strategy may know of this run: spaces, flows, a sampler factory, limits,
-    and (for accuracy-driven strategies) the model graph and a sensitivity function (run as
-    ``isolation`` says: in a worker process, or in this one without it; ``spec``, a WorkerSpec,
-    lets the speed ceilings and the profile run in workers too, see measure/stages.py)."""
+    """What the config's strategy may know of this run (accuracy strategies: the model graph and probes too)."""
     search = config.search
     options: dict[str, Any] = {}
     if config.executor.workers > 1 and search.sampler == "tpe":

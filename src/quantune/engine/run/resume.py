@@ -1,19 +1,5 @@
-"""Resuming an interrupted run: finished trials are told again, not run again.
-
-The strategy is deterministic given the same sequence of asks and tells, so the engine
-replays the original sequence: each stored trial records how many tells had happened when
-it was asked (``asked_after``) and its place in the order of tells (``told_index``). Before
-asking trial n, the replay delivers the stored tells that came before it; when the strategy
-proposes what the store holds for n, the stored record stands in for running it. A trial
-that was running when the run died has no record and runs again; if a proposal ever differs
-from the store (a changed sampler, say), replay stops and the rest runs normally.
-
-The run store wins over the cache, never the other way round: a finished trial whose model
-is no longer in the cache (``cache_dir`` cleared between two runs, or during one) is not
-replayed but run again, so its model is rebuilt and every figure of the run belongs to a
-model that exists; replaying it would leave a best trial whose model cannot be copied to
-``best/`` or timed again at the end.
-"""
+"""Resuming an interrupted run: finished trials are told again, not run again. The strategy is deterministic given the
+same asks and tells, so they are replayed until a proposal differs; a trial whose model left the cache runs again."""
 
 from __future__ import annotations
 
@@ -51,9 +37,7 @@ class Replay:
         return len(self._stored)
 
     def asked_after(self, number: int) -> float:
-        """Tells that must be delivered before trial ``number`` is asked. For a trial the store
-        does not hold (the one that was running at the crash, and all after), that is every
-        replayed tell: the original run had told them all by then, or lost nothing by it."""
+        """Tells due before trial ``number`` is asked; for a trial the store does not hold, every replayed tell."""
         row = self._stored.get(number)
         return float("inf") if row is None else int(row.get("asked_after", 0))
 
@@ -85,8 +69,7 @@ class Replay:
 
 
 def model_present(row: dict[str, Any]) -> bool:
-    """Whether a stored trial's model is where its record says, as it was: a successful trial's
-    model file, with the cache entry's recorded hash (meta.json beside it) equal to the record's."""
+    """Whether a stored trial's model is where its record says, with the recorded hash."""
     path = row.get("model_path")
     if row.get("status") != "ok" or not path:
         return True  # a failed trial has no model to lose
@@ -104,14 +87,7 @@ def model_present(row: dict[str, Any]) -> bool:
 
 
 class SkipLog:
-    """Proposals not run because they share a known failure (engine/trials/failures.py).
-
-    A skip is no trial (no number, no worker) but it is a tell: the strategy hears the point
-    failed. A resumed run must make each skip at the same moment as the original, before the
-    stored tells that came after it, or the strategy proposes other points. So each skip is
-    logged in the run store with the trials asked and told before it; while replaying,
-    :meth:`tells_before` says how many stored tells to deliver before the next ask.
-    """
+    """Proposals skipped as known failures: each a tell, logged where it came so a resumed run makes it then too."""
 
     def __init__(self, store: RunStore, *, resuming: bool) -> None:
         self.store = store
@@ -119,8 +95,7 @@ class SkipLog:
         self.count = 0  # skips made by this run, replayed ones included
 
     def tells_before(self, asked: int, trial_tells: float) -> float:
-        """Tells due before the next ask: the next logged skip's, when it came before trial
-        ``asked`` in the original run; else ``trial_tells`` (that trial's)."""
+        """Tells due before the next ask: the next logged skip's when it came first, else ``trial_tells``."""
         if self.count < len(self.events) and self.events[self.count][0] == asked:
             return self.events[self.count][1]
         return trial_tells

@@ -1,12 +1,5 @@
-"""The search phase: what the run's end keeps from the limit, then the loop until it stops.
-
-The end's budget (deadline.py) is decided once, as the search starts: the fewest re-timing
-rounds of the original and the best candidate, as the re-timing will run them, and the results'
-writing are always kept from ``stop.timeout_s``
-(and the report's drawing where it fits), so the loop stops -- and abandons a trial still
-running -- in time for them. On Ctrl-C the loop stops asking, running trials are abandoned and
-what finished is kept.
-"""
+"""The search phase: what the run's end keeps from the limit, then the loop until it stops. The end's budget is decided
+once, as the search starts, so the loop stops, and abandons a trial still running, in time for it."""
 
 from __future__ import annotations
 
@@ -37,8 +30,7 @@ log = logging.getLogger("quantune")
 
 @dataclass
 class Searched:
-    """The loop that ran (its records), why it stopped, the end's budget, how many of the best
-    candidates the end re-times (``top``), and why it re-times none (``""``: it does)."""
+    """The loop that ran, why it stopped, the end's budget, the ``top`` the end re-times, and why none (``""``)."""
 
     loop: RunLoop
     stop_reason: str
@@ -69,8 +61,7 @@ def search(
     not_retimed = retimes(objectives, config.evaluation.latency.confirm_top)
     top = 0 if not_retimed else config.evaluation.latency.confirm_top
     spec, original_s = config.evaluation.latency, baseline.get("latency_ms", 0.0) / 1000
-    # the end keeps the fewest re-timing rounds of the original and the best candidate, with the warm-up
-    # as it will run (ending.py re-times the best alone when the others do not fit what is left)
+    # the end keeps the fewest re-timing rounds of the original and the best candidate, warm-up included
     kept = min(top, 1)
     warmup = retiming_warmup(spec.warmup, spec.seconds, 1 + kept, (1 + kept) * original_s)
     # before any trial says (loop.py): a calibration and an evaluation as long as the original's, and a timing

@@ -1,14 +1,5 @@
-"""Where a run's time went: set-up, the original, each stage of the search, the confirmation, the writing.
-
-A user who set ``stop.timeout_s`` and got fewer trials than hoped needs to see what took the
-time, not only "timeout reached".
-The engine marks the end of each of its phases here; the search's wall time is split into the
-one-off stages the main thread waited for (speed ceilings, node profile, sensitivity: their
-wall seconds, from ``stage_seconds_by_name``) and the trials' stages (``TrialRecord.stage``:
-default, calibration, bisect, latency...), which share the rest in proportion to their trials'
-durations -- trials run in parallel workers, so their own durations do not add up to wall time.
-The figures are in ``results.json`` (``time_spent_s``) and on the console's last lines.
-"""
+"""Where a run's time went (``results.json``'s ``time_spent_s``), so a user who got fewer trials than hoped sees what
+took it. Parallel trials share the search's wall time in proportion to their durations."""
 
 from __future__ import annotations
 
@@ -55,8 +46,7 @@ class TimeBook:
         self._last = now
 
     def search_starts(self) -> None:
-        """The search counts from the last mark (what came between, waiting for a first guess built
-        ahead, is the search's)."""
+        """The search counts from the last mark (waiting for a first guess built ahead is the search's)."""
         self._search_from = self._last
         self._stages_before = stage_seconds_by_name()
 
@@ -94,8 +84,7 @@ class TimeBook:
 
 
 def stage_name(stage: str | None) -> str:
-    """A trial's stage as the strategy named it, without its details and the notes the loop adds
-    ("latency (duplicate of trial 3) -> kept" -> "latency", "bisect: k=2/5 [...]" -> "bisect")."""
+    """A trial's stage as the strategy named it, without its details and notes ("bisect: k=2" -> "bisect")."""
     name = re.split(r" \(| ->|:", stage or "")[0].strip()
     return name or "search"
 

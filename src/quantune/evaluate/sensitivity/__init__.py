@@ -1,11 +1,5 @@
-"""Per-operator quantization sensitivity from one pass of calibration data, not one evaluation per op.
-
-By job: :mod:`.stats` (the streaming statistics and the report), :mod:`.capture` (which
-tensors one run captures, in groups sized to the memory budget), :mod:`.static` (a QDQ
-quantization against its float model), :mod:`.dynamic` (what ``quantize_dynamic`` would do),
-and the probe that runs the flow's passes before a measurement is the engine's
-(:mod:`quantune.engine.measure.sensitivity_probe`): this package only measures.
-"""
+"""Per-operator quantization sensitivity from one pass of calibration data, not one evaluation per op. This package only
+measures; the engine's probe runs the flow's passes first."""
 
 from __future__ import annotations
 

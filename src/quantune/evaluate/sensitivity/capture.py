@@ -1,16 +1,6 @@
-"""Which intermediate tensors one session run captures: groups sized to the memory budget.
-
-Sensitivity compares tensors of two models, and capturing every intermediate tensor of both
-in one run holds them all at once: gigabytes for one large image on a small detector, whatever
-the batch size. Here each statistic is a :class:`Job` naming the
-tensors it reads; jobs are packed, in graph order, into groups whose tensors fit the budget,
-and each group is one run of each model over the data (its tensors added as the session's
-only outputs), its statistics accumulated batch by batch. A tensor's size comes from ONNX
-shape inference at the data's own input shapes, without running anything; when even one job
-does not fit, the batches are cut along their first axis (if the model's batch dimension is
-free). The cost is one run of the models per group instead of one in all: the price of a
-peak that the data's size and the number of tensors do not move.
-"""
+"""Which intermediate tensors one session run captures: each statistic a :class:`Job`, packed in graph order into groups
+that fit the memory budget (sizes by shape inference); batches are cut along a free first axis when one job does not
+fit."""
 
 from __future__ import annotations
 
@@ -35,11 +25,7 @@ _COPIES = 2
 
 @dataclass(frozen=True)
 class Job:
-    """One statistic: the tensors it reads from each model, and the float tensors it makes anew.
-
-    ``made`` are tensors of the float model whose size a job allocates on its own, twice (a
-    node re-run alone, once on float and once on quantized inputs).
-    """
+    """One statistic: the tensors it reads from each model, and those it makes anew (``made``)."""
 
     key: str
     quant: tuple[str, ...] = ()
@@ -55,10 +41,7 @@ class Plan:
 
 
 def replayable(batches: Iterable[Feed] | Feeds) -> Feeds:
-    """``batches`` as a function that reads them afresh (each group reads the data once).
-
-    A one-shot iterator is kept in a list (the data, never the tensors it produces).
-    """
+    """``batches`` as a function that reads them afresh; a one-shot iterator is kept in a list."""
     if callable(batches):
         return batches
     if not isinstance(batches, Sequence):
@@ -137,11 +120,7 @@ def plan_groups(
     max_rows: int,
     splittable: bool,
 ) -> Plan:
-    """Jobs packed in order into groups whose captured tensors (and one job's own) fit the budget.
-
-    Sizes are per row when ``splittable`` (then the rows per run are chosen too), else per
-    batch. A tensor of unknown size counts as the largest known one (or the whole budget).
-    """
+    """Jobs packed in order into groups whose captured tensors fit the budget (unknown sizes count as the largest)."""
     fallback = max([*quant_sizes.values(), *float_sizes.values()], default=0) or budget_bytes
 
     def tensors(job: Job) -> dict[tuple[str, str], float]:

@@ -1,14 +1,5 @@
-"""What a sensitivity measurement costs in whole-model runs of one row, and the rows it can afford.
-
-A run's cost is set by the model, not by how many units it has: the caller gives the
-measurement a budget in whole-model runs of one row (a couple of evaluations of the original's
-worth), the measurement counts what its plan runs per row of data -- each capture group's two
-pruned models, each weighted node re-run alone, each output-level probe -- and measures on as
-many rows of the data as that budget pays for (at least one; local statistics over every
-element of a row rank units well from a few rows). Compute is counted by the nodes that carry
-it (convolutions, matrix products, recurrences), so a pruned prefix, a node alone and a head cut
-each cost their share of a whole run.
-"""
+"""What a sensitivity measurement costs in whole-model runs of one row, and the rows it can afford: a budget set by the
+model, not by how many units it has. Compute is counted by the nodes that carry it."""
 
 from __future__ import annotations
 
@@ -19,8 +10,7 @@ import onnx
 
 from quantune.evaluate.sensitivity.capture import Feed, Feeds, feed_rows
 
-# A run of the QDQ model, counted in runs of the float model: its Q/DQ pairs run unfused, so the
-# comparison sees every tensor as the graph defines it, and each of its tensors is compared twice.
+# A run of the QDQ model in runs of the float model: its Q/DQ pairs run unfused and each tensor is compared twice.
 QUANTIZED = 2.0
 HEAVY = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU", "RNN", "Einsum"})
 
@@ -46,8 +36,7 @@ def ancestors(graph: onnx.GraphProto, wanted: Iterable[str]) -> list[onnx.NodePr
 
 
 class Share:
-    """A set of a model's nodes as a share of one whole run of it, counted by its heavy nodes
-    (by all its nodes when it has none)."""
+    """A set of a model's nodes as a share of one run of it, counted by its heavy nodes (else by all)."""
 
     def __init__(self, model: onnx.ModelProto) -> None:
         heavy = sum(node.op_type in HEAVY for node in model.graph.node)
@@ -60,17 +49,14 @@ class Share:
 
 
 def affordable_rows(per_row: float, budget: float | None, available: int) -> int:
-    """Rows of data the ``budget`` (whole-model runs of one row; None: no bound) pays for at
-    ``per_row``: at most ``available``, at least one."""
+    """Rows of data ``budget`` pays for at ``per_row`` (None: no bound), at least one, at most ``available``."""
     if budget is None or per_row <= 0:
         return available
     return max(1, min(available, math.floor(budget / per_row)))
 
 
 def first_rows(feeds: Feeds, rows: int, cut: bool = True) -> Feeds:
-    """The first ``rows`` rows of the data: a deterministic sample, so the same data gives the
-    same scores. The last batch is cut along its first axis when ``cut`` (a model whose batch
-    dimension is free), else kept whole (a fixed batch takes no fewer rows)."""
+    """The first ``rows`` rows of the data, the last batch cut along its first axis when ``cut``."""
 
     def limited() -> Iterator[Feed]:
         left = rows

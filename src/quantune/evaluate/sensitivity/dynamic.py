@@ -1,15 +1,6 @@
-"""Per-operator sensitivity of a dynamic quantization, computed without building the quantized model.
-
-``quantize_dynamic`` quantizes each MatMul's activation at run time (uint8, per tensor and per
-batch) and its constant weights ahead (``weight_type``, per output column when
-``per_channel``), and embedding tables of Gathers. Each such node is re-computed on the
-activations it sees in the float model, once in float and once as the dynamic kernel does
-it, so the activation's own noise (outlier channels stretch the per-tensor range) counts
-where it is multiplied, as much as the weights'.
-
-Bounded memory like the static measurement: the activations are captured in groups sized to
-the budget (:mod:`.capture`), accumulated batch by batch.
-"""
+"""Per-operator sensitivity of a dynamic quantization, without building the quantized model: each node
+``quantize_dynamic`` touches is re-computed in float and as the dynamic kernel does, so activation noise counts as much
+as the weights'."""
 
 from __future__ import annotations
 
@@ -27,8 +18,7 @@ from quantune.memory import room_mb
 
 
 def fake_quant(array: np.ndarray, kind: str, *, reduce_range: bool = False, axis: int | None = None) -> np.ndarray:
-    """``array`` quantized and dequantized as onnxruntime does: int8 symmetric, uint8 asymmetric
-    (range widened to hold 0, like DynamicQuantizeLinear); per tensor, or per slice along ``axis``."""
+    """``array`` fake-quantized as onnxruntime does (int8 symmetric, uint8 asymmetric), per tensor or along ``axis``."""
     x = np.asarray(array, dtype=np.float32)
     reduce = tuple(i for i in range(x.ndim) if axis is None or i != axis % x.ndim)
     if kind == "int8":
@@ -55,11 +45,7 @@ def measure_dynamic(
     budget_mb: float | None = None,
     row_runs: float | None = None,
 ) -> SensitivityReport:
-    """Scores the nodes ``quantize_dynamic`` would touch, without building the quantized model.
-
-    A node's score is the relative per-channel error of its output. ``row_runs``: the bound in
-    whole-model runs of one row, as for the static measurement (:mod:`.cost`).
-    """
+    """Scores the nodes ``quantize_dynamic`` would touch, bounded by ``row_runs`` (:mod:`.cost`)."""
     from quantune.graph.capability import ModelCapability
 
     model = onnx.load(str(float_model))

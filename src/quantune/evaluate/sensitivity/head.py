@@ -1,22 +1,5 @@
-"""The head's per-node loss, measured at the outputs: one node's quantization alone, in the float model.
-
-Local noise (a Q/DQ pair's own error against its input) says how much a tensor is rounded, not
-what the rounding does: a ``Concat`` of box coordinates (0..720) and scores (0..1) rounded with
-one scale has a local error of a fraction of a percent -- the coordinates dominate its energy --
-and every score is gone. And an output-wide error hides it the same way. So for each node of the
-model's head (:func:`quantune.graph.head.head_nodes`), the float model gets that node's
-output Q/DQ pairs alone (the scales and zero points the quantized model uses), and the outputs
-are compared with the float model's *per channel*, keeping the worst channel: the scores'
-channels show the loss however small they are next to the boxes.
-
-The same measurement scores the nodes that feed an *amplifier* (:func:`amplified_nodes`: a
-Log, a square root, a division's denominator, through a few elementwise ops), wherever they
-are: one rounding step there is a log of zero downstream.
-
-Only the head (and those few nodes) is measured this way (one float run each over the probe's
-rows): its ops sit between the last compute op and the outputs, where nothing downstream can
-hide or repair an error, and where a ranking by local noise over time puts them last.
-"""
+"""The head's per-node loss, measured at the outputs: local noise says how much a tensor is rounded, not what it does
+(boxes and scores under one scale lose every score). Each head node's Q/DQ pairs alone, worst channel kept."""
 
 from __future__ import annotations
 
@@ -29,11 +12,9 @@ from quantune.evaluate.sensitivity.stats import session, with_outputs
 
 _SUFFIX = "__quantune_head"
 FULL = ""  # key of :func:`measure_head`'s result that holds the fully quantized model's loss
-# A head node whose quantization alone causes this share of the fully quantized model's
-# worst-channel output error is a culprit: it ranks ahead of every other unit.
+# A head node whose quantization alone causes this share of the fully quantized model's output error is a culprit.
 CULPRIT_SHARE = 0.5
-# ... and at least this much of it (a worst channel's squared error over its energy): where the
-# fully quantized model is itself almost exact, no node is singled out.
+# ... and at least this much of it: where the quantized model is almost exact, no node is singled out.
 CULPRIT_FLOOR = 1e-3
 
 
@@ -45,8 +26,7 @@ def culprits(head: Mapping[str, float]) -> dict[str, float]:
 
 
 class _Channels:
-    """Per-channel squared error and energy of one output, channels on axis 1 (a detector's
-    ``[N, 4 + classes, anchors]``: boxes and scores are channels), summed over batches."""
+    """Per-channel squared error and energy of one output, channels on axis 1, summed over batches."""
 
     def __init__(self) -> None:
         self.err: np.ndarray | None = None
@@ -90,8 +70,7 @@ def _pair(qmodel: onnx.ModelProto, raw: str, seen: str) -> tuple[onnx.NodeProto,
 def injected(
     fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, tensors: Mapping[str, tuple[str, str]]
 ) -> onnx.ModelProto | None:
-    """A copy of ``fmodel`` with the quantized model's Q/DQ pair after each of ``tensors``
-    (float name -> (raw, dequantized) names in ``qmodel``); None when none can be copied."""
+    """A copy of ``fmodel`` with ``qmodel``'s Q/DQ pair after each of ``tensors``; None when none can be copied."""
     q_inits = {init.name: init for init in qmodel.graph.initializer}
     model = onnx.ModelProto()
     model.CopyFrom(fmodel)
@@ -151,8 +130,7 @@ def _sort(graph: onnx.GraphProto) -> None:
 
 
 def cut_nodes(fmodel: onnx.ModelProto, names: Sequence[str]) -> list[onnx.NodeProto]:
-    """The nodes ``names`` and every node downstream of them, in graph order: what a probe of
-    them reruns once per node it scores."""
+    """The nodes ``names`` and every node downstream of them, in graph order."""
     wanted, reached = set(names), set()
     nodes = []
     for node in fmodel.graph.node:  # graph order is topological: one pass finds the closure
@@ -163,8 +141,7 @@ def cut_nodes(fmodel: onnx.ModelProto, names: Sequence[str]) -> list[onnx.NodePr
 
 
 def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeProto], list[str], list[str]]:
-    """The nodes ``names`` and every node downstream of them (in graph order), the tensors they
-    read from outside (the boundary) and the graph outputs they make."""
+    """The nodes ``names`` and downstream, the tensors they read from outside and the outputs they make."""
     nodes = cut_nodes(fmodel, names)
     made = {out for node in nodes for out in node.output}
     inits = {init.name for init in fmodel.graph.initializer}
@@ -173,16 +150,13 @@ def _cut(fmodel: onnx.ModelProto, names: Sequence[str]) -> tuple[list[onnx.NodeP
     return nodes, boundary, outputs
 
 
-# Ops that blow up a small absolute error: a quantization step on a tensor they read (through
-# a few elementwise ops) becomes log(0), a division by zero, a square root of a negative.
+# Ops that blow up a small absolute error (log(0), a division by zero, a square root of a negative).
 AMPLIFIERS = frozenset({"Log", "Sqrt", "Reciprocal", "Pow", "Div"})
 _ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Clip", "Max", "Abs", "Relu"})
 
 
 def amplified_nodes(fmodel: onnx.ModelProto, depth: int = 2) -> list[str]:
-    """Nodes whose output reaches an amplifier (a Div's denominator) through at most ``depth``
-    elementwise ops: Basic Pitch's ``Square -> Add(eps) -> Log``, whose int8 square rounds the
-    quiet bins to 0 and its log to -16, which local noise ranked 28th of 38 units."""
+    """Nodes feeding an amplifier (a Log, a Div's denominator) through at most ``depth`` elementwise ops."""
     consumers: dict[str, list[tuple[onnx.NodeProto, int]]] = {}
     for node in fmodel.graph.node:
         for index, name in enumerate(node.input):
@@ -235,14 +209,7 @@ def measure_head(
     head: Sequence[str],
     pieces: Iterable[dict[str, np.ndarray]],
 ) -> dict[str, float]:
-    """Head node -> the worst output channel's relative error when only that node's outputs are
-    quantized (0 for a head node the quantized model leaves float); ``FULL`` -> the same for the
-    fully quantized model.
-
-    ``pieces``: the data, a list of feeds. The whole float model runs once (to the head's
-    boundary), the quantized one once; each head node then reruns only the head, so a detector
-    whose backbone takes seconds per image pays for its head alone.
-    """
+    """Head node -> worst channel's error with only its outputs quantized; ``FULL`` -> all quantized."""
     nodes, boundary, outputs = _cut(fmodel, head)
     if not outputs:
         return {}

@@ -1,13 +1,6 @@
-"""Per-node quantization error as a given execution provider runs the quantized model.
-
-The static measurement (:mod:`.static`) re-runs each node alone in this process, on the CPU
-provider. Another provider may run the same QDQ model otherwise -- a kernel in int8 on one and in
-float on another, a pattern fused on one only, a requantized weight -- so the nodes that break the
-model there may not be the same. Here the float model and its quantized (QDQ) model run on that
-provider with every float tensor exposed as an output, and a node scores the error its output
-adds over the worst of its inputs': the culprits as that provider runs the model, for the price of
-two runs over the rows.
-"""
+"""Per-node quantization error as a given execution provider runs the quantized model (the culprits may differ from the
+CPU's): both models run there with every float tensor exposed, and a node scores the error its output adds over its
+inputs'."""
 
 from __future__ import annotations
 
@@ -46,9 +39,7 @@ def exposed(model: onnx.ModelProto, names: Iterable[str]) -> onnx.ModelProto:
 def measure_on_provider(
     float_path: Path, quant_path: Path, feeds: Feeds, run: RunOutputs, folder: Path
 ) -> dict[str, float]:
-    """Each float node's score: the relative squared error of its output in the quantized model, as
-    ``run`` runs both models, less the largest of its inputs' (at least zero). Nodes the quantized
-    model no longer has (its tensor names gone) score nothing."""
+    """Each float node's output error in the quantized model less its worst input's (at least zero)."""
     fmodel, qmodel = onnx.load(str(float_path)), onnx.load(str(quant_path))
     qnames = {out for node in qmodel.graph.node for out in node.output}
     produced = float_tensors(fmodel)

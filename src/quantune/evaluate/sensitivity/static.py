@@ -1,28 +1,5 @@
-"""Per-operator quantization sensitivity of a static (QDQ) quantization, from one pass of data.
-
-Neural Compressor's basic strategy learns which operators to keep in fp32 by evaluating the
-model once per operator. Here one run of a slice of calibration data through the QDQ model
-(and the float model it came from) scores every node at once:
-
-* **activation noise** of each quantized tensor ``T``: the Q/DQ pair's own error,
-  ``DQ(Q(T))`` against ``T`` *inside the quantized model*, so the error already carried in
-  from upstream is not counted again (a late node is not blamed for an early one's noise);
-* **weight noise** of each Conv/MatMul/Gemm: the node is re-run alone on the activations it
-  really sees, once with its float weights and once with the dequantized ones, so a weight
-  error is measured where it matters (a tiny weight rounded to zero that multiplies a huge
-  activation shows up, although it is small as a weight);
-* **product noise** of each MatMul of two activations (attention's ``Softmax -> MatMul`` and
-  ``Q @ K^T``): the node is re-run alone on its inputs before and after their Q/DQ pairs, so
-  the error the activations' rounding causes *through the product* is seen (softmax
-  probabilities rounded to 1/255 look harmless as a tensor, not once they weight the values).
-
-A node's score is its weight (or product) noise plus the noise of the activation tensors it
-reads or writes; a group's is the sum over its nodes. For the report, every tensor is also
-compared with the float model (MSE, SQNR, cosine), and so are the final outputs.
-
-Bounded memory: the statistics are captured in groups that fit the budget
-(:mod:`.capture`), one run of each model per group, accumulated batch by batch.
-"""
+"""Per-operator quantization sensitivity of a static (QDQ) quantization, from one pass of data: each Q/DQ pair's own
+noise inside the quantized model, and each weighted node's re-run alone on the inputs it really sees."""
 
 from __future__ import annotations
 
@@ -144,16 +121,8 @@ def measure(
     budget_mb: float | None = None,
     row_runs: float | None = None,
 ) -> SensitivityReport:
-    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``.
-
-    ``batches``: the data, or a function that returns it afresh (read once per capture
-    group; a one-shot iterator is kept in a list). Peak memory is bounded by ``budget_mb`` (default:
-    what this process leaves of the memory budget, :func:`quantune.memory.room_mb`) and the
-    models' own working memory, not by the data or the number of tensors. Time is bounded
-    by ``row_runs`` (whole-model runs of one row; None: every row given is measured): the first
-    rows of the data that it pays for are measured (:mod:`.cost`), and the output-level probes
-    that reach far upstream are left out where even one row would cost more.
-    """
+    """Scores every node of ``float_model`` against its QDQ quantization ``quant_model``. ``batches``: the data, or a
+    function returning it afresh. Memory is bounded by ``budget_mb``, time by ``row_runs`` (:mod:`.cost`)."""
     fmodel = onnx.load(str(float_model))
     qmodel = onnx.load(str(quant_model))
     found = _structure(fmodel, qmodel)
@@ -197,8 +166,7 @@ def measure(
             + sum(activation_noise[t] for t in adjacent)
         )
     head = _head_loss(fmodel, qmodel, found, feeds, plan.rows, probes)
-    # A head culprit (alone, most of the output loss: head.culprits) outranks every other unit,
-    # whatever local noise says: its score is above the sum of all the others.
+    # A head culprit outranks every other unit: its score is above the sum of all the others.
     above = sum(scores.values())
     for name, loss in culprits(head).items():
         scores[name] = above + loss
@@ -215,11 +183,7 @@ def measure(
 
 
 def _probes(fmodel: onnx.ModelProto, found: _Structure) -> list[list[str]]:
-    """The nodes scored at the outputs (:mod:`.head`), in three probes: the head's (at most
-    :data:`HEAD_LIMIT`, nearest the outputs), the quantized nodes that feed an amplifier (a Log,
-    a division: at most :data:`AMPLIFIED_LIMIT`) and the lead-in's quantized nodes (at most
-    :data:`LEAD_IN_LIMIT`, nearest the inputs: an audio waveform's framing, whose one uint8
-    scale local noise calls harmless); empty ones left out."""
+    """The nodes scored at the outputs: the head's, those feeding an amplifier and the lead-in's, each capped."""
     structure = ModelCapability.from_model(fmodel)
     nodes = head_nodes(structure.nodes, [o.name for o in fmodel.graph.output])
     by_name = {node.name: node for node in fmodel.graph.node}
@@ -240,11 +204,7 @@ def _probes(fmodel: onnx.ModelProto, found: _Structure) -> list[list[str]]:
 def _per_row(
     found: _Structure, fmodel: onnx.ModelProto, qmodel: onnx.ModelProto, plan: capture.Plan, probes: list[list[str]]
 ) -> float:
-    """Whole-model runs of one row the measurement makes per row of data: each capture group's
-    pruned float and quantized models, each weighted node and product twice alone, and each
-    output-level probe's two whole runs plus one run of its cut per node it scores. A run of
-    the quantized model counts :data:`cost.QUANTIZED` times (its Q/DQ pairs run unfused, and
-    every one of its tensors is compared twice)."""
+    """Whole-model runs of one row per row of data; a quantized run counts :data:`cost.QUANTIZED` times."""
     f_share, q_share = cost.Share(fmodel), cost.Share(qmodel)
     per_row = 0.0
     for group in plan.groups:

@@ -1,14 +1,5 @@
-"""The statistics a sensitivity measurement accumulates, and the report it gives.
-
-Errors are relative per channel (each channel's squared error over its energy, averaged over
-channels, each capped at 1): a per-tensor scale that crushes the small channels of a tensor
-whose few large channels dominate its energy is seen, although the tensor-wide MSE is small.
-
-Streaming and bounded: :meth:`NodeStats.add` folds one batch of one tensor into running sums
-and computes them over slices of a few million elements, so its float64 temporaries stay a
-few tens of MB whatever the tensor's size (full-resolution feature maps can be hundreds of MB
-each, and a whole-tensor float64 copy, its difference and its square several times that).
-"""
+"""The statistics a sensitivity measurement accumulates, and the report it gives. Errors are relative per channel, so a
+scale that crushes a tensor's small channels is seen; sums run over slices, so temporaries stay small."""
 
 from __future__ import annotations
 
@@ -28,10 +19,7 @@ _CHUNK = 1 << 22  # elements per float64 temporary (32 MB)
 
 
 def _cube(array: np.ndarray) -> tuple[np.ndarray, int]:
-    """``array`` as (samples, A, B) and the axis (1 or 2) that holds its channels.
-
-    NCHW-like tensors (4-D and more) have their channels on axis 1, others on their last.
-    """
+    """``array`` as (samples, A, B) and the axis holding its channels: 1 for 4-D and more, else the last."""
     if array.ndim >= 4:
         return array.reshape(array.shape[0], array.shape[1], -1), 1
     if array.ndim == 3:
@@ -65,8 +53,7 @@ class NodeStats:
         row_err, row_energy = np.zeros(n), np.zeros(n)
         step_a = max(1, min(a, _CHUNK // max(b, 1)))
         step_n = max(1, _CHUNK // max(step_a * b, 1))
-        # elementwise in float32, every sum accumulated in float64: much faster than float64
-        # throughout, the same figures to 1e-8
+        # elementwise in float32, sums in float64: much faster, the same figures to 1e-8
         f64 = np.float64
         for n0 in range(0, n, step_n):
             for a0 in range(0, a, step_a):
@@ -110,13 +97,7 @@ class NodeStats:
             self.sample_ratios.append(np.where(np.isfinite(ratio), np.minimum(ratio, _CAP), _CAP))
 
     def nmse(self) -> float:
-        """The larger of the typical channel's error (:meth:`channel_nmse`) and the mean sample's.
-
-        Per channel, the error is summed over samples, so samples of a small scale vanish
-        under the large ones: a LayerNorm's ``variance + eps`` of shape [N, 1] over rows whose
-        scales differ by orders of magnitude loses every small row to one quantization step,
-        and per channel that looks like no error at all. Per sample, each row's own error over its own energy counts.
-        """
+        """The larger of the typical channel's error and the mean sample's (per channel, small samples vanish)."""
         samples = float(np.mean(np.concatenate(self.sample_ratios))) if self.sample_ratios else 0.0
         return max(self.channel_nmse(), samples)
 
@@ -124,9 +105,7 @@ class NodeStats:
         """Median over live channels of squared error / energy (capped at 1): the typical channel."""
         if self.err is None or self.energy is None:
             return 0.0
-        # A non-finite error or reference (a tensor that holds inf, like an attention mask of
-        # -inf, quantized with an infinite scale) is the worst there is: capped, never a NaN
-        # that sorts anywhere.
+        # A non-finite error or reference is the worst there is: capped, never a NaN that sorts anywhere.
         bad = ~np.isfinite(self.err) | ~np.isfinite(self.energy)
         finite = self.energy[~bad]
         top = float(finite.max()) if finite.size else 0.0
@@ -192,19 +171,17 @@ def session(model: onnx.ModelProto) -> ort.InferenceSession:
     options.log_severity_level = 3
     # No fusions: every tensor keeps the value the QDQ graph defines.
     options.graph_optimization_level = ort.GraphOptimizationLevel.ORT_DISABLE_ALL
-    # No memory arena: the arena keeps the largest batch's blocks and grows with fragmentation
-    # over many runs; freed tensors go back to the allocator, so the peak is one batch's.
+    # No memory arena (it keeps the largest batch's blocks and grows with fragmentation), so the peak is one batch's.
     options.enable_cpu_mem_arena = False
     options.enable_mem_pattern = False
-    # Idle threads sleep: a capture group holds a session per weighted node, and each one's pool
-    # spinning between runs took the cores from the one that runs.
+    # Idle threads sleep: a capture group holds a session per weighted node, and spinning pools took the cores from the
+    # one that runs.
     options.add_session_config_entry("session.intra_op.allow_spinning", "0")
     return ort.InferenceSession(model.SerializeToString(), options, providers=["CPUExecutionProvider"])
 
 
 def with_outputs(model: onnx.ModelProto, names: Sequence[str], *, only: bool = False) -> onnx.ModelProto:
-    """A copy of ``model`` that also outputs ``names``; with ``only``, outputs just them and keeps
-    just the nodes they depend on (a capture group of early tensors runs the start of the model)."""
+    """A copy of ``model`` that also outputs ``names``; with ``only``, just them and the nodes they depend on."""
     copy = onnx.ModelProto()
     copy.CopyFrom(model)
     if only:
@@ -219,8 +196,7 @@ def with_outputs(model: onnx.ModelProto, names: Sequence[str], *, only: bool = F
 
 
 def _keep_ancestors(graph: onnx.GraphProto, wanted: set[str]) -> None:
-    """Drops the nodes ``wanted`` does not depend on (and the initializers only they read); a
-    graph with subgraphs is left whole (:func:`.cost.ancestors`)."""
+    """Drops the nodes ``wanted`` does not depend on (a graph with subgraphs is left whole)."""
     if has_subgraphs(graph):
         return
     kept = ancestors(graph, wanted)

@@ -1,18 +1,8 @@
 """onnxruntime session settings chosen for the model a flow made, by timing them side by side.
 
-The last step of a flow (Olive's ``OrtSessionParamsTuning``): the same model runs faster or
-slower with another graph optimization level, execution mode, thread split or memory
-planning. The pass starts from onnxruntime's defaults (level ``all``, sequential, every thread
-of the budget ``evaluation.latency.threads`` intra-op, memory pattern and arena on) and tries
-one group of settings at a time -- threads and execution mode, then the graph optimization
-level, then the memory pattern, then the arena -- on the run's timed feed, by :func:`search_groups`
-(the post-verdict session search uses it too). A parameter given a value is fixed.
-
-The output is the input model, unchanged, with the chosen settings beside it in
-``<model>.session.json`` (``evaluate.session_file``): evaluations apply them, the cache hashes
-them with the model, and ``best/`` delivers them. No pass should follow this one: passes read
-their input without its side files.
-"""
+One group of settings at a time from onnxruntime's defaults (:func:`search_groups`); a parameter given a value is fixed.
+The output is the input model with the settings beside it (``evaluate.session_file``), so no pass should follow this
+one."""
 
 from __future__ import annotations
 
@@ -58,12 +48,7 @@ class SessionTuningConfig(PassConfig):
 
 
 def thread_options(budget: int, config: SessionTuningConfig) -> list[dict[str, Any]]:
-    """Execution mode and thread splits within ``budget`` threads, onnxruntime's default first.
-
-    Sequential: ``budget`` intra-op threads, and fewer (powers of two; fewer threads can be
-    faster for small ops). Parallel (budget >= 2): ``inter`` concurrent branches of ``intra``
-    threads each with ``inter + intra - 1 <= budget`` (the calling thread is one of both pools).
-    Options contradicting a fixed parameter are left out."""
+    """Execution mode and thread splits within ``budget`` threads (the default first), fixed parameters held."""
     options: list[dict[str, Any]] = [{"execution_mode": "sequential", "intra_op_num_threads": budget}]
     fewer = 1
     while fewer < budget:
@@ -150,14 +135,9 @@ def search_groups(
     time_request: Callable[[TimingRequest], np.ndarray],
     folder: Path,
 ) -> tuple[dict[str, Any], list[dict[str, Any]]]:
-    """The settings for ``model`` searched one group at a time from ``start``, and per group what was timed.
-
-    Each group's values other than the current settings are timed interleaved with them: copies of
-    ``model`` in ``folder`` carry their settings beside them, so ``time_request`` (this process, or a
-    target) opens them as they will run. A value replaces the current one only when its median paired
-    ratio's 90% interval lies below 1 (``evaluate.paired``; the fastest such): faster beyond the noise,
-    never by chance. A group that fails to time keeps the current settings; past ``request.deadline``
-    no group starts."""
+    """The settings for ``model`` searched one group at a time from ``start``, and per group what was timed: copies of
+    ``model`` with each value beside them, timed interleaved; a value wins only when its ratio's interval lies below 1.
+    No group starts past ``request.deadline``."""
     chosen, tried = dict(start), []
     for options in groups:
         # the current settings first (a value equal to them is not timed twice), then each other value
@@ -201,8 +181,7 @@ def _same(settings: dict[str, Any], option: dict[str, Any]) -> bool:
 
 
 def merge_settings(settings: dict[str, Any], option: dict[str, Any], keys: set[str]) -> dict[str, Any]:
-    """``settings`` with ``option``; a provider option of the group (``keys``) replaces the group's
-    value, the provider's other options (its thread count, another group's choice) stay."""
+    """``settings`` with ``option``; a provider option of the group replaces its value, the others stay."""
     merged = dict(settings)
     for key, value in option.items():
         if key == "provider_options":
@@ -216,8 +195,7 @@ def merge_settings(settings: dict[str, Any], option: dict[str, Any], keys: set[s
 
 
 def settings_copy(model: Path, folder: Path, settings: dict[str, Any]) -> Path:
-    """``model`` (and its external data) in ``folder`` with ``settings`` beside it: hard links where
-    the file system allows (a large model is not copied once per setting), else copies."""
+    """``model`` and its external data in ``folder`` with ``settings`` beside it: hard links where possible."""
     folder.mkdir(parents=True)
     path = folder / model.name
     try:

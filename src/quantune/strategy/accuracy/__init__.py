@@ -1,11 +1,5 @@
-"""Accuracy-driven strategies: which operators stay in higher precision, and how to find out fast.
-
-Registered names: ``basic``, ``conservative``, ``auto``, ``mse``, ``mse_v2`` (Neural
-Compressor's recipes), ``two_stage`` (Quark's), and ``quantune`` (sensitivity ranking +
-bisection + pruning + latency search). Each tunes a flow's quantizing step, whatever its pass
-(per-operator fallback through the parameter its ``knobs`` trait names); ``quantune`` also picks
-between flows that quantize (say static and dynamic) from their defaults.
-"""
+"""Accuracy-driven strategies: which operators stay in higher precision, and how to find out fast. Each tunes a flow's
+quantizing step through the parameters its pass's ``knobs`` trait names."""
 
 from __future__ import annotations
 

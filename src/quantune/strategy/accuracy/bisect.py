@@ -1,14 +1,6 @@
-"""Bisection on how many of the most sensitive groups stay in high precision.
-
-With groups ranked by sensitivity, "keep the top k in fp32" is (close to) monotone in k:
-more fallback, less error. The smallest feasible k is then found in ``1 + ceil(log2 n)``
-evaluations instead of Neural Compressor's one per group. ``k = 0`` is known to miss (it is
-the quantized model that made us fall back). When the top ``n`` do not meet it either, no
-fallback of these groups will, and the search says so instead of guessing.
-
-The algorithm is kept pure (``next_k`` / ``record``) so it can be driven by a strategy's
-asks and tells, and tested with a fake feasibility function.
-"""
+"""Bisection on how many of the most sensitive groups stay in high precision: "the top k in fp32" is (close to) monotone
+in k, so the smallest feasible k takes ``1 + ceil(log2 n)`` evaluations, not one per group. Kept pure (``next_k`` /
+``record``) so asks and tells can drive it."""
 
 from __future__ import annotations
 

@@ -1,6 +1,5 @@
-"""The fixed rules the speed ceilings are judged and ordered by: which ratios are one speed, which
-ceiling goes first, when a paired timing's gain is clear. Decisions on timings follow these rules
-and not the noise, so that the same run twice recovers in the same variant."""
+"""The fixed rules the speed ceilings are judged and ordered by, so that the same run twice recovers in the same variant
+rather than following the noise."""
 
 from __future__ import annotations
 
@@ -13,26 +12,20 @@ from quantune.strategy.accuracy.speed import Variant
 TIE = MIN_GAIN  # ratios this close (relative) are one speed: the confirmation's rule
 NEAR = 0.10  # ratios this close may be one speed: the fastest is checked side by side against the preferred
 SETTLE_GAIN = 0.05  # ... and goes first only when faster than the preferred by this much, side by side
-# A ceiling the rounds left undecided at the margin, its median less than this below it, is a tie with
-# the margin: dropped, as the same variant timed again lands on either side (a ceiling far below the
-# margin that a few slow rounds left undecided is kept)
+# A ceiling left undecided with its median less than this below the margin is a tie with it: dropped, as timed again it
+# lands on either side.
 UNSURE = 0.03
 
 
 def clearly_faster(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing's candidate is faster beyond the noise and, by its median, by
-    ``SETTLE_GAIN``: what one of two candidates both worth trying needs to go before the preferred one
-    (a decision at the paired test's own 2% line flips for a pair 1-2% apart)."""
+    """Whether a candidate is faster beyond the noise and by ``SETTLE_GAIN``: enough to go before the preferred."""
     return bool(result.get("faster")) and float(result.get("ratio_median", 1.0)) <= 1.0 - SETTLE_GAIN
 
 
 def ties_to_the_earlier(
     kept: list[Variant], baseline: float | None, order: dict[int, tuple[int, int]]
 ) -> list[Variant]:
-    """``kept`` (fastest first) with variants whose ratios are within ``TIE`` of the fastest left taken
-    in a fixed ``order`` (one evaluated in budget already, then build order): which of two variants
-    one speed apart comes first must not follow the timing noise, or the same run twice recovers
-    in different variants and ends at different models."""
+    """``kept`` with variants within ``TIE`` of the fastest in a fixed ``order``, so the order ignores the noise."""
     rest, out = list(kept), []
     while rest:
         best = or_inf(rest[0].ratio(baseline))
@@ -44,10 +37,7 @@ def ties_to_the_earlier(
 
 
 def not_surely_slower(variant: Variant, others: list[Variant], baseline: float | None) -> list[Variant]:
-    """The variants of ``others`` whose ceiling is faster than ``variant``'s or within ``NEAR`` above it
-    (may be one speed: one session's medians of the same two ceilings spread wider than ``TIE``):
-    the fixed order may have put them after it on a gain the noise could not settle, and the same
-    fallback may be faster there (its float islands cost Q/DQ pairs that differ by format)."""
+    """``others`` faster than ``variant``'s ceiling or within ``NEAR`` above it: maybe one speed with it."""
     mine = variant.ratio(baseline)
     if mine is None:
         return []

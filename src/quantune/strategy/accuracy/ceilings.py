@@ -1,11 +1,5 @@
-"""The quantune strategy's first stage: each flow's speed ceiling, timed before any accuracy work.
-
-A fully quantized variant's latency is the most any fallback can keep, so a variant whose
-ceiling is not faster than the original by the speed margin can never win and is dropped
-before a single accuracy evaluation is spent on it. All variants are timed in one
-side-by-side session (the engine's ``ceiling_ratios`` probe) that stops as soon as each
-ratio is decided; a strategy without that probe falls back to the variants' own trials.
-"""
+"""The quantune strategy's first stage: each flow's speed ceiling, timed before any accuracy work. A variant whose fully
+quantized model is not faster than the original by the margin can never win and is dropped."""
 
 from __future__ import annotations
 
@@ -72,13 +66,7 @@ class CeilingStage:
         return self.shared.variants
 
     def stage_ceiling(self) -> Step:
-        """Stage: each flow's fully-quantized variants timed against the original (no accuracy
-        evaluation); returns the kept ones, fastest first.
-
-        All variants are built and timed in one side-by-side session that stops once each ratio
-        is surely on one side of the margin; the stage gets at most ``ceiling_share`` (default
-        0.25) of ``stop.timeout_s`` -- variants not built by then are left out.
-        """
+        """Stage: the fully quantized variants timed against the original; the kept ones, fastest first."""
         self.ceiling_variants()
         self.shared.decisions.extend(self.skipped)
         if self._time_ceilings(self.shared.variants):
@@ -158,15 +146,11 @@ class CeilingStage:
         return outcome is not None and bool(outcome.meets) and not outcome.failed
 
     def _within_the_margin(self, baseline: float | None) -> bool:
-        """Whether a ceiling timed faster than the original, though not surely below the margin: then
-        "slower" is not what was measured, and its model may well win side by side."""
+        """Whether a ceiling timed faster than the original, though not surely below the margin."""
         return any((r := v.ratio(baseline)) is not None and r < 1.0 for v in self.shared.variants if not v.failed)
 
     def _ties_at_the_margin(self) -> None:
-        """A ceiling the rounds left unsure at the margin (a :class:`UnsureRatio`), one speed -- within
-        ``TIE`` -- with a ceiling kept surely below it, is kept too: one speed, one verdict. Else which
-        of two equal ceilings is dropped would follow the noise, and the same run twice could recover
-        in, and end at, different models."""
+        """An unsure ceiling within ``TIE`` of a kept one is kept too: one speed, one verdict."""
         baseline = self.run.baseline.get("latency_ms")
         every = [*self.shared.variants, *self.shared.refined]
         sure = [(v, r) for v in every if self.keeps(v) and (r := v.ratio(baseline)) is not None]
@@ -180,11 +164,7 @@ class CeilingStage:
                 self.shared.decisions.append(f"{variant.label} {self.verdict(variant)[1]}")
 
     def ceilings_in_brief(self) -> str:
-        """The speed ceilings in one clause for a stop or verdict reason: each timed variant's ratio to
-        fp32, fastest first, and how many were never built. The reasons once listed every decision (a
-        variant's refined twin and each slower twin skipped, each with its why): 1,700 characters for
-        a "keep the original" on a text classifier, the ratios lost among them. Every decision is in
-        quantune.log and the report (``decisions``)."""
+        """The ceilings in one clause for a reason: each ratio to fp32, fastest first, and how many were not built."""
         baseline = self.run.baseline.get("latency_ms")
         order = sorted(self.shared.variants, key=lambda v: or_inf(None if v.failed else v.ratio(baseline)))
         parts = []
@@ -199,14 +179,7 @@ class CeilingStage:
     def settle_first(
         self, kept: list[Variant], baseline: float | None, preference: dict[int, tuple[int, int]]
     ) -> list[Variant]:
-        """The fastest kept variant, checked side by side against the preferred one (in budget already,
-        else built first) among those within ``NEAR`` of it: it stays first only when it is faster
-        beyond the noise, else the preferred one goes first. One paired timing; without one, ``kept``.
-
-        The ceilings' medians come from one session; two variants a few percent apart swap places from
-        run to run, and the run would recover in, and end at, a different model each time. The fastest
-        displaces the preferred only when faster by ``SETTLE_GAIN`` too: a few rounds can call a
-        small gap "faster beyond the noise" now and then."""
+        """The fastest kept variant, first only when clearly faster than the preferred one within ``NEAR``."""
         if len(kept) < 2:
             return kept
         fastest = or_inf(kept[0].ratio(baseline))
@@ -229,10 +202,7 @@ class CeilingStage:
         return [rival, *(v for v in kept if v is not rival)]
 
     def twin_speeds(self) -> None:
-        """Each refined variant (a flow that adds bias correction or a fine-tune after its quant step)
-        takes the speed of its unrefined twin, the same quantization in the flow without those steps:
-        they change weights and biases, never the graph, so building and timing it as a ceiling of its
-        own only costs time. The recover stage builds one when it tries it."""
+        """Refined variants take their unrefined twin's speed: refining never changes the graph."""
         for variant in self.shared.refined:
             twin_flow = unrefined_flow(self.run.problem.step_passes, variant.ctx.flow, variant.ctx.quant_step)
             suffix = variant.label.split(": ", 1)[-1]
@@ -251,8 +221,7 @@ class CeilingStage:
             )
 
     def _time_ceilings(self, variants: list[Variant]) -> bool:
-        """Each variant's side-by-side ratio, from one session for all (or one timing per variant);
-        False when nothing here times models (then the ceilings' trials must)."""
+        """Each variant's side-by-side ratio; False when nothing here times models (then the ceilings' trials must)."""
         if self.run.problem.objective != "latency" or not variants:
             return False
         margin, share = self.shared.options.speed_margin, self.shared.options.ceiling_share
@@ -279,10 +248,7 @@ class CeilingStage:
     def _companions(
         self, variants: list[Variant], reference: int | None, offset: int
     ) -> tuple[list[tuple[Point, tuple[str, ...]]], list[tuple[int, int]]]:
-        """(the first guess's lighter models, (item, the guess's item) pairs) to time in the ceilings'
-        session when the guess is in budget: the lighter stage times each against it next
-        (:meth:`~.latency_stage.LatencyStage.stage_lighter`), and reads those answers back, rather
-        than opening a session, warming and timing the guess again for each. None for the guess's item: it missed or is not timed."""
+        """The guess's lighter models and (item, guess item) pairs to time with the ceilings when it is in budget."""
         if reference is None or self.shared.guess is None:
             return [], []
         lighter = self.latency.lighter_items(self.shared.guess)

@@ -1,8 +1,5 @@
-"""Stages shared by the accuracy-driven strategies: default, recipes, parameter tuning, fallbacks.
-
-Each helper is a generator to be used with ``yield from`` inside a strategy's ``stages``; it
-yields batches of proposals and returns what it learned (the outcomes, or the best point).
-"""
+"""Stages shared by the accuracy-driven strategies: generators used with ``yield from`` inside a strategy's ``stages``,
+each returning what it learned."""
 
 from __future__ import annotations
 
@@ -32,9 +29,7 @@ class AccuracyStrategy(StagedStrategy):
 
     # -- evaluation -----------------------------------------------------------------------------
     def try_points(self, items: Sequence[tuple[Point, str]], speed_if_missed: bool = True) -> Step:
-        """Evaluates ``(point, stage)`` pairs as one batch; invalid points fail without running.
-        ``speed_if_missed=False``: the stage reads nothing of a miss but that it missed (a miss is then
-        left untimed, ``Proposal.speed_if_missed``)."""
+        """Evaluates ``(point, stage)`` pairs as one batch (``speed_if_missed=False``: a miss is left untimed)."""
         items = [(self.complete(point), stage) for point, stage in items]
         valid = [(i, point, stage) for i, (point, stage) in enumerate(items) if self.ctx.valid(point)]
         outcomes: list[Outcome] = [Outcome(None)] * len(items)
@@ -48,12 +43,7 @@ class AccuracyStrategy(StagedStrategy):
         return outcomes
 
     def complete(self, point: Point, ctx: AccuracyContext | None = None) -> Point:
-        """``point`` with the tuned step's unset searched parameters at their defaults.
-
-        The same model then has one point, whichever stage proposes it (a screen's
-        ``per_channel=True`` and a sampler's full point with the other values at their
-        defaults), so it is evaluated once. Conditional parameters are left alone.
-        """
+        """``point`` with unset searched parameters at their defaults, so one model has one point and one evaluation."""
         ctx = ctx or self.ctx
         if self.flow_of(point) != ctx.flow:
             return point
@@ -176,8 +166,7 @@ class AccuracyStrategy(StagedStrategy):
         return None
 
     def learned(self) -> dict[str, Any]:
-        """Each tuned flow's sensitivity scores per group (the report shows why a group stayed in
-        high precision) and the strategy's decisions on flows, in order."""
+        """Each tuned flow's sensitivity scores per group and the strategy's decisions on flows, for the report."""
         sensitivity: dict[str, dict[str, Any]] = {}
         for ctx in self.contexts():
             if ctx.scores:

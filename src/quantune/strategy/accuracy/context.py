@@ -1,24 +1,5 @@
-"""What accuracy-driven strategies know about the flow and the model, and how they write points.
-
-Fallback is expressed only through the quant step's own parameters, read from its pass's
-``knobs`` trait, so nothing new is needed downstream: a group kept in fp32 puts its node names
-in the parameter that excludes nodes, a group kept in int16 puts its activations in the one
-that overrides tensor types (static QDQ only).
-
-The quant step is a step whose pass quantizes (its ``quantizes`` trait: static, or dynamic --
-weights only, each weight it touches a group): the strategies tune the first flow that has
-one, or the flow named by the ``flow`` option. For a dynamic step the
-groups are the nodes ``quantize_dynamic`` touches (MatMuls with constant weights, embedding
-Gathers), each alone; shape-only groups (Reshape, Transpose, ...) are never candidates.
-
-User constraints (Neural Compressor's ``op_type_dict`` / ``op_name_dict``) come from the
-strategy options and from the step's fixed parameters:
-
-* ``fp32_op_types`` / ``fp32_nodes``: always kept in fp32 (never quantized);
-* ``int8_op_types`` / ``int8_nodes``: never fallen back (always quantized);
-* ``precisions``: the fallback precisions to use, in order of preference (default
-  ``["fp32"]``; ``["int16", "fp32"]`` tries int16 activations first, QDQ only);
-* the step's fixed op types to quantize and nodes to exclude hold as well.
+"""What accuracy-driven strategies know about the flow and the model, and how they write points: fallback only through
+the quant step's own parameters (its pass's ``knobs``), user constraints (``fp32_*``, ``int8_*``, ``precisions``) kept.
 """
 
 from __future__ import annotations
@@ -39,9 +20,7 @@ from quantune.strategy.options import AccuracyOptions, options_as
 
 
 def quantizes(pass_name: str | None) -> str | None:
-    """The pass's ``quantizes`` trait: "static", "dynamic" (its groups are the weights it touches,
-    each alone: no activation ranges, no int16) or None. A flow's quant step is its first
-    step whose pass quantizes."""
+    """The pass's ``quantizes`` trait: "static", "dynamic" (groups are single weights) or None."""
     found = find_pass(pass_name)
     return found.quantizes if found is not None else None
 
@@ -85,8 +64,7 @@ class AccuracyContext:
     def all_from_problem(
         cls, problem: SearchProblem, strategy: str, known: AccuracyContext | None = None
     ) -> list[AccuracyContext]:
-        """One context per flow with a quant step (only the ``flow`` option's when it is set);
-        ``known``, already built for one of them, is reused rather than analysing the model again."""
+        """One context per flow with a quant step (or the ``flow`` option's), ``known`` reused."""
         options = options_as(problem.options, AccuracyOptions)
         return [
             known if known is not None and known.flow_name == name else cls._for_flow(problem, name, steps, options)
@@ -275,8 +253,7 @@ def _finite(score: float) -> float:
 
 
 def describe(names: Sequence[str], limit: int = 4) -> str:
-    """A short list of group names for stage texts: an exporter's path name (``/model.22/dfl/conv/Conv``)
-    keeps its last two module names (``dfl/conv``); one alone (``1`` of ``/erb_conv1/1/Conv``) says nothing."""
+    """A short list of group names for stage texts, an exporter's path shortened to its last two module names."""
     short = [_short(name) for name in names]
     text = ", ".join(short[:limit])
     return f"[{text}{', ...' if len(short) > limit else ''}]"

@@ -1,10 +1,5 @@
-"""The fallback strategies users of Neural Compressor know: basic, conservative, auto, mse, mse_v2.
-
-All of them move the quant step's per-operator precision (the nodes its pass excludes) until
-the accuracy criterion holds; they differ in how they choose what to fall back. Options (the
-``search.strategy_options`` mapping, see :mod:`.context` for the op constraints):
-``tuning_trials`` (parameter-tuning trials before any fallback, default 4).
-"""
+"""The fallback strategies users of Neural Compressor know: basic, conservative, auto, mse, mse_v2. They differ in how
+they choose which operators to keep in higher precision."""
 
 from __future__ import annotations
 
@@ -82,13 +77,9 @@ class _Fallback(AccuracyStrategy):
 class BasicStrategy(_Fallback):
     """Neural Compressor's basic recipe, one stage after another until the criterion holds.
 
-    Stages: ``default`` (pass defaults) -> ``recipes`` (cle / smooth_quant values, when in the
-    flow) -> ``op-type-wise tuning`` (a sampler over the quantization parameters) ->
-    ``op-type-wise fallback`` (all ops of one type in fp32) -> ``block-wise fallback``
-    (each repeated block, e.g. a transformer layer) -> ``instance-wise fallback`` (each group
-    alone, one evaluation each, recording its impact) -> ``accumulated fallback`` (the
-    groups in order of impact, 1, 2, ... at a time). Costs one evaluation per group.
-    """
+    Stages: ``default`` -> ``recipes`` -> ``op-type-wise tuning`` -> ``op-type-wise fallback`` -> ``block-wise
+    fallback`` -> ``instance-wise fallback`` (one evaluation per group, recording its impact) -> ``accumulated
+    fallback`` (groups in order of impact)."""
 
     name = "basic"
 
@@ -113,10 +104,7 @@ class BasicStrategy(_Fallback):
 class ConservativeStrategy(_Fallback):
     """Start from fp32 and quantize op types one at a time, keeping each that holds the criterion.
 
-    Stages: ``fp32`` (every quantizable node excluded: the reference) -> ``quantize <op type>``
-    for each op type, heaviest first (Conv, MatMul, Gemm, ... in graph order of first use),
-    each on top of the types kept so far. One evaluation per op type.
-    """
+    Stages: ``fp32`` -> ``quantize <op type>`` for each op type, heaviest first, on top of the types kept so far."""
 
     name = "conservative"
 
@@ -146,12 +134,8 @@ class ConservativeStrategy(_Fallback):
 class AutoStrategy(BasicStrategy, ConservativeStrategy):
     """Neural Compressor's default ``quant_level: auto``: default config, then conservative, then basic.
 
-    Stages: ``default`` -> (if it misses) conservative's ``fp32`` and ``quantize <op type>``
-    -> (if some op type is still in fp32) basic's stages: ``op-type-wise tuning`` (a sampler
-    over the quantization parameters, ``tuning_trials``; stops here when one meets) and the
-    fallback stages from the best tuned config, ``op-type-wise fallback`` -> ``block-wise``
-    -> ``instance-wise`` -> ``accumulated``.
-    """
+    Stages: ``default`` -> conservative's stages if it misses -> basic's tuning and fallback stages if some op type is
+    still in fp32."""
 
     name = "auto"
 
@@ -180,10 +164,8 @@ class AutoStrategy(BasicStrategy, ConservativeStrategy):
 class MSEStrategy(_Fallback):
     """basic, with the fallback order from one run instead of one evaluation per group.
 
-    Stages: ``default`` -> ``recipes`` -> ``op-type-wise tuning`` -> ``accumulated fallback``
-    in order of per-group quantization error (``evaluate/sensitivity.py``, measured once on
-    the best configuration so far), 1, 2, ... groups until the criterion holds.
-    """
+    Stages: ``default`` -> ``recipes`` -> ``op-type-wise tuning`` -> ``accumulated fallback`` in order of per-group
+    quantization error, measured once on the best configuration so far."""
 
     name = "mse"
 
@@ -199,10 +181,8 @@ class MSEStrategy(_Fallback):
 class MSEv2Strategy(_Fallback):
     """Fall back the most harmful group until the criterion holds, then revert the ones not needed.
 
-    Stages: ``default`` -> ``fallback`` (re-scores the remaining groups after each step, with
-    the fallbacks so far applied, and falls back the worst) -> ``revert`` (the fallen groups,
-    least harmful first: each is re-quantized and stays so if the criterion still holds).
-    """
+    Stages: ``default`` -> ``fallback`` (re-scores the remaining groups after each step) -> ``revert`` (least harmful
+    first, each stays int8 if the criterion still holds)."""
 
     name = "mse_v2"
 

@@ -1,10 +1,5 @@
-"""The quantune strategy's first trial: the likeliest speed ceiling, evaluated before any is timed.
-
-The ceilings' timing waits for every variant to be built; the likeliest one's accuracy need not.
-Its requests -- the guess, its lighter models, the ceilings the stage after it times -- are
-declared from the bound problem before the strategy asks anything (:meth:`FirstGuess.first_requests`),
-so the engine builds and evaluates them beside the original's evaluation (engine/measure/prebuild.py).
-"""
+"""The quantune strategy's first trial: the likeliest speed ceiling, evaluated before any is timed, beside the
+original's evaluation (its requests are declared ahead: :meth:`FirstGuess.first_requests`)."""
 
 from __future__ import annotations
 
@@ -30,8 +25,7 @@ class FirstGuess:
         self.providers, self.ceilings = providers, ceilings
 
     def _prepare(self) -> Variant | None:
-        """The first guess (:meth:`stage`) set up: the context in it, the static ceilings on
-        stand-ins, its lighter models to build and evaluate ahead; None when there is none."""
+        """The first guess set up: its context, the static ceilings on stand-ins, its lighter models; None if none."""
         wanted = self.shared.options.first_guess
         if wanted is None:
             wanted = self.run.problem.evaluates_ahead
@@ -48,11 +42,7 @@ class FirstGuess:
         return guess
 
     def first_requests(self) -> FirstRequests:
-        """What the stages ask first, declared from the bound problem before any ask (the engine builds and
-        evaluates it beside the original's evaluation, engine/measure/prebuild.py): the items of the ceilings'
-        side-by-side session (the originals on other providers, each ceiling's model) and the first
-        guess's lighter models, the session's time budget, the first guess, what is evaluated ahead (its
-        compute-only model). Nothing when no ceiling is timed."""
+        """What the stages ask first (:data:`.shared.FirstRequests`); nothing when no ceiling is timed."""
         guess, problem = self._prepare(), self.run.problem
         variants = self.ceilings.ceiling_variants()
         if problem.objective != "latency" or not variants:
@@ -66,22 +56,7 @@ class FirstGuess:
         return items, budget, (point, self.run.flow_of(point)), list(self.shared.evaluate_ahead)
 
     def stage(self) -> Step:
-        """Stage: the likeliest ceiling (:func:`.speed.likeliest`) evaluated before any is timed;
-        returns its variant, or None (option ``first_guess: false``, or no variant).
-
-        A ceiling's only accuracy evaluation comes after the timing otherwise, and the timing
-        waits for every variant to be built, late for a first model in budget. When the guess turns out the
-        fastest kept variant, its outcome is remembered and it costs nothing more; when not, it
-        cost one evaluation. The engine builds and evaluates it beside the original's
-        evaluation (engine/measure/prebuild.py), so its trial is then read from the cache; by default
-        there is a first guess only where the engine does that (``first_guess``).
-
-        The guess's lighter models (:meth:`lighter_items`) are built ahead with the ceilings
-        (``build_ahead``: the lighter stage then times them against it in this process, not in a
-        worker of their own), and its compute-only one is evaluated ahead too (``evaluate_ahead``):
-        the lighter stage's likeliest answer, and, when the guess misses the budget, tried next,
-        before the ceilings -- the op-type stage would try it first in that variant anyway.
-        """
+        """Stage: the likeliest ceiling (:func:`.speed.likeliest`), evaluated before any is timed; its variant."""
         guess = self._prepare()
         if guess is None:
             return None
@@ -91,12 +66,7 @@ class FirstGuess:
         return guess
 
     def _stand_ins(self, guess: Variant) -> None:
-        """When the first guess does not calibrate (a dynamic variant), each static ceiling is timed on
-        a stand-in (:func:`.speed.stand_in`: the same graph, calibrated on two rows): if the guess is
-        in budget at the fastest ceiling the run ends without a full calibration, and a static variant
-        the search goes on in is calibrated when it is tried. A static guess calibrates beside the
-        original's evaluation anyway, and the other static ceilings reuse its ranges: nothing to save.
-        Option ``stand_ins: false``: every ceiling is its own model."""
+        """Static ceilings timed on stand-ins when the guess does not calibrate (``stand_ins: false``: never)."""
         if not self.shared.options.stand_ins or stand_in(guess.ctx, guess.point) is not None:
             return
         for variant in self.ceilings.ceiling_variants():

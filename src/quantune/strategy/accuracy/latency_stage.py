@@ -1,28 +1,5 @@
-"""The quantune strategy's end: stop at the speed ceiling, and a latency stage that only tries
-what changes the executed graph, each candidate timed against the incumbent side by side.
-
-A variant's speed ceiling (its fully quantized model) is the most any fallback or setting of
-that variant can give: once a model in budget is as fast as the ceiling of the fastest variant
-still in play -- the ceiling itself, or a fallback whose paired ratio to it is within the
-noise -- nothing faster is possible and the search ends, saying so (re-sampling settings
-that leave the graph as it is only follows the noise).
-
-So the latency stage changes only parameters the quant pass declares as changing the
-executed graph (the ``graph_params`` trait: format, types, per-channel, which ops are quantized, ...),
-one at a time from the incumbent in a fixed order; each candidate is first timed side by side
-with the incumbent, and only one faster beyond the noise gets its accuracy evaluated (a rejected
-candidate costs a timing, not an evaluation). A candidate replaces the incumbent only when it meets the criterion
-and is faster beyond the noise (ties go to the incumbent, the earlier and simpler model), and the
-stage ends after
-``latency_patience`` (default 3) candidates in a row that are not. A byte-identical model is
-never timed twice: a duplicate trial is skipped, and a pair once timed is cached by its models.
-
-A fully quantized model is not always its variant's fastest, though: the Q/DQ pairs around
-every Add, Mul or Sigmoid can cost more than they save. So before a model in budget at its
-ceiling ends the search, the lighter models -- int8 on the compute ops and the residual
-Add/Mul only, then on the compute ops only -- are timed side by side against it; one faster
-beyond the noise is evaluated, and the search goes on from it when it meets the criterion
-(:meth:`LatencyStage.stage_lighter`).
+"""The quantune strategy's end: stop at the speed ceiling, or a latency stage that changes the quant pass's
+``graph_params`` one at a time, each candidate timed against the incumbent side by side and evaluated only when faster.
 """
 
 from __future__ import annotations
@@ -49,15 +26,12 @@ from quantune.strategy.accuracy.speed import (
 from quantune.strategy.base import Outcome
 
 log = logging.getLogger("quantune.strategy")
-# The least gain that counts as faster when no paired timing decides (another objective than
-# latency): evaluate/paired.py's MIN_GAIN, the rule the end-of-run confirmation uses.
+# The least gain that counts as faster when no paired timing decides: the confirmation's MIN_GAIN.
 LEAST_GAIN = MIN_GAIN
 
 
 def graph_params(ctx: AccuracyContext) -> list[str]:
-    """The quant step's searched parameters that change the executed graph, in the space's order
-    (its pass's ``graph_params`` trait; a pass that declares none: every searched parameter), less
-    the variant's speed class and the fallback, which the latency stage holds."""
+    """The quant step's searched ``graph_params``, less the variant's speed class and the fallback."""
     from quantune.passes import get_pass
 
     declared = get_pass(ctx.quant_pass).graph_params
@@ -72,16 +46,13 @@ def graph_params(ctx: AccuracyContext) -> list[str]:
 
 
 def surely_slower(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing says the candidate is slower than the reference beyond the noise: the
-    ratio's interval wholly above ``1 / (1 - LEAST_GAIN)``."""
+    """Whether the ratio's interval lies wholly above ``1 / (1 - LEAST_GAIN)``."""
     low = result.get("ratio_ci_low")
     return low is not None and float(low) > 1.0 / (1.0 - LEAST_GAIN)
 
 
 def within_noise(result: Mapping[str, Any]) -> bool:
-    """Whether a paired timing says neither model is faster beyond the noise, nor the first by its
-    median by ``LEAST_GAIN``: an interval too wide to settle on a busy machine is no tie when the
-    median says the first model is clearly faster (ending there left a model that much slower)."""
+    """Whether neither model is faster beyond the noise, nor the first clearly by its median (``LEAST_GAIN``)."""
     if result.get("same_model"):
         return True
     if result.get("faster") or surely_slower(result):
@@ -96,8 +67,7 @@ class LatencyStage:
         self.shared, self.run = shared, shared.run
 
     def faster(self, candidate: Point, reference: Point) -> bool:
-        """Whether ``candidate``'s model is faster than ``reference``'s beyond the noise: their paired
-        ratio when the run times models side by side, else their trials' figures by ``LEAST_GAIN``."""
+        """Whether ``candidate`` is faster beyond the noise: by paired timing, else by ``LEAST_GAIN``."""
         result = self.paired(candidate, reference)
         if result is not None:
             return bool(result.get("faster"))
@@ -107,12 +77,7 @@ class LatencyStage:
         return mine.objective < theirs.objective * (1.0 - LEAST_GAIN)
 
     def keeps_requantized(self, outcome: Outcome, candidate: Point, reference: Point, step: str) -> bool:
-        """Whether a recovery step that put a group back in int8 (``candidate``: ``reference`` with one
-        group fewer in fp32; the prune, the op types added back, a unit back with per-channel weights) is
-        kept: ``outcome`` meets the criterion and, in a latency run, ``candidate`` is not slower than
-        ``reference`` beyond the noise, side by side (a tie keeps it). Putting a group back in int8 is meant to give
-        speed back, yet it does not always (a conv on the raw input can run slower in int8), and the
-        answer would sit behind a model it had passed."""
+        """Whether a group put back in int8 is kept: it meets and, in a latency run, is not slower beyond the noise."""
         if not outcome.meets:
             return False
         result = self.paired(self.run.complete(dict(candidate)), self.run.complete(dict(reference)))
@@ -130,10 +95,8 @@ class LatencyStage:
         return probe(dict(candidate), self.run.flow_of(candidate), dict(reference), self.run.flow_of(reference))
 
     def at_ceiling(self, variant: Variant | None, point: Point) -> bool:
-        """Whether ``point`` (evaluated, in budget) is as fast as ``variant``'s ceiling within the noise:
-        then the search ends (``finished_reason`` says why). Its own ceiling always is; another
-        model only by paired timing (no paired timing here: not known, so the search goes on).
-        Option ``stop_at_ceiling: false`` keeps searching."""
+        """Whether ``point`` is as fast as ``variant``'s ceiling within the noise, so the search ends
+        (``stop_at_ceiling``)."""
         if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return False
         point, ceiling = self.run.complete(dict(point)), self.run.complete(dict(variant.point))
@@ -167,10 +130,7 @@ class LatencyStage:
         return True
 
     def stage_lighter(self, base: Point) -> Step:
-        """Stage: ``base`` (fully quantized, in budget) against the same model with fewer op types
-        int8 (compute and Add/Mul; compute only), side by side; the fastest lighter one that is
-        faster beyond the noise is evaluated. Returns its fallback (group -> precision) when it
-        meets the criterion, else None (ties stay with the fully quantized model)."""
+        """Stage: lighter models timed against ``base``; the fastest clear one evaluated. Its fallback if it meets."""
         if not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return None
         sets = self.lighter_sets()
@@ -191,11 +151,7 @@ class LatencyStage:
         return None
 
     def _lighter_first(self, base: Point, faster: list[tuple[float, list, str]]) -> list[tuple[float, list, str]]:
-        """The lighter models faster than the full one, in the order they are evaluated: the compute-only
-        one (the last set: the most in float, the likeliest in budget, evaluated ahead) first, unless the
-        other is faster than it beyond the noise, side by side. Sorting by their ratios to the full model
-        would follow the noise, and so would "faster beyond the noise" at the 2% line: the other goes
-        first only when :func:`clearly_faster` (the ceilings' rule)."""
+        """Lighter models faster than the full one, compute-only first unless the other is :func:`clearly_faster`."""
         if len(faster) < 2:
             return faster
         *others, last = faster
@@ -208,8 +164,7 @@ class LatencyStage:
         return [*ahead, last, *(item for item in others if item not in ahead)]
 
     def lighter_sets(self) -> list[tuple[list[Group], str]]:
-        """The groups the lighter models keep in float, with their words: the op types other than
-        compute and Add/Mul (when some are), then all but compute; none without both kinds."""
+        """The groups the lighter models keep in float, with their words; none without both kinds of op types."""
         groups = list(self.run.ctx.candidates)
         compute = [g for g in groups if g.op_type in COMPUTE_TYPES]
         others = [g for g in groups if g.op_type not in COMPUTE_TYPES]
@@ -221,10 +176,7 @@ class LatencyStage:
         ]
 
     def lighter_items(self, variant: Variant | None) -> list[tuple[Point, tuple[str, ...]]]:
-        """``variant``'s lighter models as (point, flow), the compute-only one last: for the first guess
-        (the likeliest variant to be recovered in), the engine builds them ahead and evaluates the last
-        one; none when there is no lighter stage (``stop_at_ceiling: false``, another objective) or no
-        variant."""
+        """``variant``'s lighter models as (point, flow), the compute-only one last, for the engine to build ahead."""
         if variant is None or not self.shared.options.stop_at_ceiling or self.run.problem.objective != "latency":
             return []
         ctx, self.run.ctx = self.run.ctx, variant.ctx
@@ -235,8 +187,7 @@ class LatencyStage:
             self.run.ctx = ctx
 
     def trial_of(self, point: Point) -> tuple[str, str]:
-        """(the stage that evaluated ``point``, "trial N (what it tried)") for a stop reason a person
-        reads: "the first guess stage: trial 1 (static_quant: QDQ/uint8) is in budget at ..."."""
+        """(the stage that evaluated ``point``, "trial N (what it tried)") for a stop reason a person reads."""
         key = point_key(point)
         tried = next((t for t in self.run.history if point_key(t.point) == key), None)
         if tried is None:
@@ -249,16 +200,7 @@ class LatencyStage:
     def stage_tied(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], kept: Sequence[Variant]
     ) -> Step:
-        """Stage: the fallback found in ``variant`` (``base`` with ``fallback``, in budget) built in each
-        later variant of ``kept`` whose ceiling is not surely slower (:func:`not_surely_slower`), one
-        candidate each; one in budget and faster beyond the noise, side by side, replaces it (ties stay).
-        Returns (variant, base) the search goes on from.
-
-        The ceilings' fixed order settles which variant is recovered in, and keeps the preferred one
-        unless another is clearly faster: the same run twice must recover in the same variant. Yet a
-        fallback changes the formats' relative speed (each float island costs its own Q/DQ pairs or
-        requantizations), and the later stages hold the variant, so a model one format faster was never
-        built. Accuracy first (a format can change it), then the paired timing decides."""
+        """Stage: ``variant``'s fallback in later kept variants not surely slower; a faster one in budget wins."""
         fallen = sum(1 for p in fallback.values() if p == "fp32")
         if not fallback or self.run.problem.objective != "latency" or self.run.problem.paired_latency is None:
             return variant, base
@@ -288,8 +230,7 @@ class LatencyStage:
         return variant, base
 
     def stage_latency(self, base: Point, fallback: dict[str, Precision], variant: Variant | None = None) -> Step:
-        """Stage: from the model in budget, one graph-changing parameter at a time (see the module);
-        returns the incumbent's point."""
+        """Stage: from the model in budget, one graph-changing parameter at a time; returns the incumbent's point."""
         incumbent = self.run.complete(self.run.ctx.with_fallback(base, fallback))
         outcome = self.run.known(incumbent)
         if outcome is None or not outcome.meets:
@@ -346,8 +287,7 @@ class LatencyStage:
         return incumbent
 
     def _neighbours(self, incumbent: Point, names: list[str], params: Mapping[str, Any]) -> list[tuple[Point, str]]:
-        """``incumbent`` with one of ``names`` changed, each value in the space's preferred order;
-        only valid points not yet evaluated."""
+        """``incumbent`` with one of ``names`` changed; only valid points not yet evaluated."""
         out = []
         for name in names:
             for value in preferred_values(params[name], incumbent):

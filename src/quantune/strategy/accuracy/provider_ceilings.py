@@ -1,32 +1,9 @@
 """The provider axis in the speed-first strategy: every provider's ceilings before any accuracy work.
 
-With ``target.providers`` the execution provider is a parameter of every flow
-(``engine/plan/providers.py``), and the fastest int8 model on one provider need not be the fastest on
-another, and a run whose ceilings were timed on one provider would recover accuracy there
-only. So the ceilings are per provider: each fully quantized variant on
-each provider that can load it (what one cannot is pruned by ``space/providers.py``), timed in the
-one side-by-side session of the ceiling stage together with the original on every other provider.
-
-The original on another provider that met the criterion (its opening, ``strategy/openings.py``)
-is a model in budget that cost no accuracy. A quantized ceiling that does not beat it by the
-speed margin cannot win, whatever fallback recovers its accuracy, so it is dropped before any
-accuracy evaluation: recovery runs only on providers where a win over the best model known in
-budget is still possible, and where the original on a provider beats every int8 ceiling, nothing
-is recovered and that original is the answer. Generic: it reads the plan's provider step and the
-measured ratios, never a model or a provider name.
-
-Recovery runs in one variant, on one provider; yet the model it finds may be faster on another
-(fp32 groups run better where the runtime fuses them), and a provider may change the numbers. So
-before the latency stage the model in budget is a candidate on every other provider that loads
-its quantization (:meth:`ProviderCeilings.everywhere`): its accuracy measured there, its speed
-judged side by side with the incumbent (in a run of another objective, that objective's figure:
-no timing decides). Where it misses there, that provider's culprits are found by a recovery of its own, each evaluation on that provider, its units ranked by their error as that
-provider runs the quantized model (a kernel one provider runs in int8 another may run in float), and
-each of its trials' stages says so. A provider whose ceiling (the same
-quantization, fully quantized) is surely slower than the incumbent side by side is skipped
-unbuilt -- no fallback can be faster than its ceiling -- and the stop reason says so
-(``drop_slow: false``: none is).
-"""
+Each variant is timed on each provider that loads it, with the originals on the others; a ceiling an original in budget
+beats is dropped. The model in budget is then tried on every other provider (:meth:`ProviderCeilings.everywhere`),
+judged side by side there (in a run of another objective, by that objective's figure: no timing decides), with a
+recovery of their own where it misses, its culprits ranked as that provider runs the model."""
 
 from __future__ import annotations
 
@@ -51,8 +28,7 @@ def _provider_step(pass_name: str) -> bool:
 
 
 def provider_axis(problem: SearchProblem) -> tuple[str, list[str], str] | None:
-    """(the provider step, the providers it searches, the reference provider), or None when the
-    run searches one provider only."""
+    """(the provider step, the providers it searches, the reference provider), or None for one provider."""
     step = next((sid for sid, name in problem.step_passes.items() if _provider_step(name)), None)
     if step is None:
         return None
@@ -65,8 +41,7 @@ def provider_axis(problem: SearchProblem) -> tuple[str, list[str], str] | None:
 
 
 def on_providers(problem: SearchProblem, variants: Sequence[tuple[Point, str]]) -> list[tuple[Point, str]]:
-    """Each ``(point, label)`` on every searched provider that can run it (the variant first on
-    each provider, in the axis's order: the reference provider's first); as given without an axis."""
+    """Each ``(point, label)`` on every searched provider that can run it, in the axis's order."""
     axis = provider_axis(problem)
     if axis is None:
         return list(variants)
@@ -101,9 +76,7 @@ def original_points(problem: SearchProblem) -> list[tuple[str, Point, tuple[str,
 
 
 class ProviderCeilings:
-    """The provider axis: the originals on other providers, timed with the
-    ceilings, the rule that drops a ceiling an original in budget already beats, and the model in
-    budget carried to every provider."""
+    """The provider axis: originals on other providers, the ceilings they beat, the model in budget everywhere."""
 
     def __init__(self, shared: Shared, latency: LatencyStage) -> None:
         self.shared, self.run, self.latency = shared, shared.run, latency
@@ -113,8 +86,7 @@ class ProviderCeilings:
         self.carry_notes: list[str] = []  # why a provider was not tried (carry)
 
     def observe_opening(self, provider: str, outcome: Outcome, paired_ratio: float | None = None) -> None:
-        """Told by ``WithOpenings``: whether the original on ``provider`` met the criterion there, and
-        its paired ratio (used until the ceilings' session times it with the ceilings)."""
+        """Whether the original on ``provider`` met the criterion there, and its paired ratio."""
         self.opening_met[provider] = bool(outcome.meets) and not outcome.failed
         if paired_ratio is not None:
             self.original_ratio.setdefault(provider, paired_ratio)
@@ -131,8 +103,7 @@ class ProviderCeilings:
                 self.original_ratio[provider] = ratio
 
     def best_original(self) -> tuple[str, float] | None:
-        """The fastest original on another provider that met the criterion, side by side with
-        the original on the reference provider: (provider, ratio); None when none is known."""
+        """(provider, ratio) of the fastest original on another provider in budget; None when none is known."""
         ratios = self.original_ratio.items()
         timed = [(ratio, p) for p, ratio in ratios if ratio is not None and ratio < 1.0 and self.opening_met.get(p)]
         if not timed:
@@ -141,8 +112,7 @@ class ProviderCeilings:
         return provider, ratio
 
     def beaten_by_original(self, ratio: float, margin: float) -> str | None:
-        """Why a ceiling at ``ratio`` cannot win (an original in budget on another provider is not
-        slower than it by the margin), or None."""
+        """Why a ceiling at ``ratio`` cannot win (an original in budget is not slower by the margin), or None."""
         best = self.best_original()
         if best is None or ratio < best[1] * (1.0 - margin) or not self.shared.options.drop_slow:
             return None
@@ -154,8 +124,7 @@ class ProviderCeilings:
 
     # -- the model in budget on every provider ----------------------------------------------------
     def everywhere(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
-        """Stage: the model in budget (``base`` with ``fallback``, found in ``variant``) on each other
-        provider (:meth:`carry`), then the latency stage from the fastest; returns its point."""
+        """Stage: the model in budget on each other provider, then the latency stage from the fastest."""
         carried = yield from self.carry(base, fallback, variant)
         if carried is None:  # a provider's model is at its ceiling: nothing faster is possible
             final = self.shared.settled
@@ -166,9 +135,7 @@ class ProviderCeilings:
         return final
 
     def carry(self, base: Point, fallback: dict[str, Any], variant: Variant | None) -> Step:
-        """The model in budget on each provider that loads ``variant``'s quantization, in the axis's
-        order; (base, fallback, variant) of the fastest side by side (ties: the incumbent), or None
-        when one ended the search at its ceiling."""
+        """(base, fallback, variant) of the model in budget fastest on any provider, or None at a ceiling."""
         axis = provider_axis(self.run.problem)
         self.carry_notes = []
         if axis is None or variant is None:
@@ -220,9 +187,7 @@ class ProviderCeilings:
         return f"{self.run.problem.objective} {figures[0]} against the incumbent's {figures[1]}"
 
     def _on_provider(self, twin: Variant, base: Point, fallback: dict[str, Any], name: str) -> Step:
-        """(base, fallback) of a model in budget on ``twin``'s provider: the one found elsewhere,
-        evaluated there; else, when it misses there, a recovery of that provider's own (its
-        evaluations there); None when neither is in budget."""
+        """(base, fallback) in budget on ``twin``'s provider: the one found elsewhere, else its own recovery."""
         self.run.ctx = twin.ctx
         point = self.run.ctx.with_fallback(base, fallback)
         kept = sum(1 for precision in fallback.values() if precision != "int8")
@@ -248,8 +213,7 @@ class ProviderCeilings:
         return found
 
     def _twins(self, variant: Variant, key: str) -> list[Variant]:
-        """``variant``'s quantization on the other providers: the ceilings of the same flow and point
-        but for the provider, in the axis's order."""
+        """``variant``'s quantization on the other providers, in the axis's order."""
         mine = {k: v for k, v in variant.point.items() if k != key}
         return [
             v

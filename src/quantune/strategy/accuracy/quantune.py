@@ -1,14 +1,5 @@
-"""quantune's accuracy-driven strategy: speed first, then accuracy at the right grain, few evaluations.
-
-Neural Compressor finds which operators must stay in fp32 by evaluating the model once per
-operator, inside whatever quantization format it was given. Here the strategy first learns
-where speed can come from at all (each flow's speed ceiling, see :mod:`.speed`), drops what
-cannot beat the original, and recovers accuracy only inside the fastest variant: op types
-first (quantize the compute-heavy types, keep the rest only if they hold), then a bisection
-over single groups ranked by harm per unit of time given up (``O(log n)`` evaluations), a
-prune that re-quantizes what the budget does not need, and the rest of the trials to the
-sampler for latency with that fallback fixed.
-"""
+"""quantune's accuracy-driven strategy: speed first, then accuracy at the right grain, few evaluations. It drops the
+variants whose speed ceiling cannot beat the original and recovers accuracy only inside the fastest."""
 
 from __future__ import annotations
 
@@ -42,29 +33,14 @@ log = logging.getLogger("quantune.strategy")
 class QuantuneStrategy(AccuracyStrategy):
     """Speed ceilings, then op-type-wise and per-group fallback inside the fastest variant, then latency.
 
-    Stages: ``ceiling`` (every flow that quantizes, fully quantized: each quant format x
-    activation type of a static step, each weight type x pre-optimization of a dynamic one, all
-    from Neural Compressor's accuracy defaults (:func:`.speed.nc_defaults`) -- their latency is the
-    most a fallback can keep; a variant not faster than the original by ``speed_margin``
-    (default 0.03) is dropped, and its trial's stage says so -- ``drop_slow: false`` keeps
-    them, ordered by speed; the ``flow`` option restricts the flows) -> in the fastest kept variant that misses: ``recipes`` (cle / smooth_quant
-    values, when in the flow) -> ``screen`` (per_channel, calibrate_method, ... one at a
-    time; ``screen_trials``, default 2) -> ``op types`` (quantize only Conv/MatMul/Gemm and
-    Add/Mul, then only the compute types; when one holds, the groups left in float go back to
-    int8 but the fewest most sensitive ones, found by bisection; ``op_type_trials``,
-    default 6) -> ``bisect`` (groups ranked by sensitivity over their share of the original's
-    time; the smallest k such that the k first in fp32 meet the criterion, never all the
-    compute in fp32; ``bisect blocks`` first when the model has repeated blocks, option
-    ``bisect_blocks``) -> ``prune`` (each fallen group, costliest first, back to int8 -- or
-    int16 with ``precisions: [int16, fp32]`` -- if the criterion holds; ``prune_trials``,
-    default 8) -> ``latency`` (one graph-changing parameter at a time from the model in budget,
-    each candidate timed against the incumbent side by side; ends after ``latency_patience``,
-    default 3, that are not faster beyond the noise, after the fallback in a tied variant and on each
-    other provider (:mod:`.provider_ceilings`); ``latency_trials``, default ``stop.max_trials``'s rest).
-    When recovery finds nothing in a variant, the next fastest is tried. Once a model in budget is at the speed ceiling of the
-    variant it is in (the fastest still in play) the search ends: nothing faster is possible
-    (``stop_at_ceiling``, default true).
-    """
+    Stages: ``ceiling`` (each flow's fully quantized variants from Neural Compressor's accuracy defaults; one not faster
+    than the original by ``speed_margin`` is dropped unless ``drop_slow: false``; ``flow`` restricts the flows) -> in
+    the fastest kept variant that misses: ``recipes`` -> ``screen`` (``screen_trials``) -> ``op types``
+    (``op_type_trials``) -> ``bisect`` (``bisect_blocks`` first when the model has repeated blocks) -> ``prune``
+    (``prune_trials``, ``precisions``) -> ``latency`` (one graph-changing parameter at a time, timed against the
+    incumbent side by side; ``latency_patience``, ``latency_trials``; then the tied variants and other providers). When
+    recovery finds nothing in a variant, the next fastest is tried. A model in budget at its variant's speed ceiling
+    ends the search (``stop_at_ceiling``)."""
 
     name = "quantune"
     Options = QuantuneOptions
@@ -135,8 +111,7 @@ class QuantuneStrategy(AccuracyStrategy):
             return
 
     def answer(self) -> int | None:
-        """The trial of the model the search ended on, in budget: at the speed ceiling (paired timing
-        against it), or the latency stage's incumbent (each change kept only when faster side by side)."""
+        """The trial the search ended on in budget: at the speed ceiling, or the latency stage's incumbent."""
         outcome = self.known(self.shared.settled) if self.shared.settled is not None else None
         return None if outcome is None or not outcome.meets or outcome.failed else outcome.number
 
@@ -154,8 +129,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return [self.ctx, *(v.ctx for v in [*self.shared.variants, *self.shared.refined])]
 
     def learned(self) -> dict[str, Any]:
-        """results.json's ``strategy``, with the originals' ratios from the ceilings' session and what
-        refining recovered."""
+        """results.json's ``strategy``, with the originals' ratios and what refining recovered."""
         notes = {**super().learned(), "decisions": list(self.shared.decisions)}
         if ratios := self.providers.original_ratio:
             notes["provider_original_ratios"] = dict(ratios)
@@ -165,13 +139,7 @@ class QuantuneStrategy(AccuracyStrategy):
 
     # -- recovery inside one variant --------------------------------------------------------------
     def recover(self, base: Point, outcome: Outcome | None) -> Step:
-        """Recipes, op types, bisection, prune; returns (base point, fallback) or None.
-
-        Ordered for an early first model in budget: after the fastest ceiling (one evaluation),
-        the op-type stage's two tries, then a bisection (``ceil(log2 n)`` evaluations) -- at most
-        ``ceil(log2 n) + 3`` evaluations to the first quantized model in budget. The one-at-a-time
-        screen of calibration choices comes after (:meth:`screen_full`), when a model in budget exists.
-        """
+        """Recipes, op types, bisection, prune: (base point, fallback) or None, few evaluations to a model in budget."""
         if self.ctx.has_recipes():
             base, outcome = yield from self.stage_recipes(base)
             if outcome is not None and outcome.meets:
@@ -204,9 +172,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return base, assignment
 
     def _screen_allowance(self, compute: Sequence[Group], others: Sequence[Group]) -> int:
-        """Screen trials before any fallback: what the bound on evaluations to the first model in
-        budget (``ceil(log2 n) + 3``, n fallback units) leaves after the ceiling, the op-type tries
-        and a bisection's worst case; at most ``screen_trials``."""
+        """Screen trials before any fallback within the ``ceil(log2 n) + 3`` bound; at most ``screen_trials``."""
         limit = self.options.screen_trials
         units = len(self.ctx.candidates)
         bound = math.ceil(math.log2(max(units, 2))) + 3
@@ -220,8 +186,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return max(0, min(limit, bound - 1 - guess - op_types - bisect))
 
     def screen_full(self, base: Point) -> Step:
-        """Stage: the accuracy parameters one at a time on the fully quantized variant (``screen_trials``)
-        unless screened before the fallback; the point that meets the criterion with nothing in fp32, or None."""
+        """Stage: accuracy parameters one at a time on the fully quantized variant; the point that meets, or None."""
         limit = self.options.screen_trials
         if limit <= 0 or self.screened:
             return None
@@ -250,14 +215,8 @@ class QuantuneStrategy(AccuracyStrategy):
         return (yield from self.add_back(base, fallen, {}))
 
     def add_back(self, base: Point, fallen: list[Group], fixed: dict[str, Precision]) -> Step:
-        """Groups of ``fallen`` (op types put in fp32 wholesale) back to int8 but the fewest that must stay
-        in fp32 (``fixed``: other groups' precisions, held); returns the groups still in fp32.
-
-        Per group, not per op type: a type back in int8 as a whole misses when one of its groups is
-        fragile (an Add of an attention mask, whose range swamps the scores), and would keep every
-        residual Add in fp32 with it. So ``fallen`` is ranked by harm per time and bisected like the
-        compute groups: the smallest k such that its k first in fp32 meet (all of them is known to),
-        at most ``op_type_trials`` evaluations; kept when, in a latency run, not slower side by side."""
+        """Groups of ``fallen`` back to int8 but the fewest that must stay in fp32 (``fixed`` held); the groups still in
+        fp32. Per group, ranked and bisected: one fragile Add must not keep every Add in fp32."""
         ranked_scores = priced(self.ctx.ranked(self.ctx.with_fallback(base, fixed), fallen), coarse_costs(self.problem))
         ranked = [g for g, _ in ranked_scores]
         before = self.ctx.with_fallback(base, {**fixed, **self.assign(fallen)})
@@ -308,9 +267,7 @@ class QuantuneStrategy(AccuracyStrategy):
         return 0
 
     def _bisect(self, base: Point, ranked: list[Group], fallen: Sequence[Group], label: str) -> Step:
-        """The smallest k such that ``ranked[:k]`` (and ``fallen``) in fp32 meet the criterion (None: not even
-        the most allowed). The top is assumed feasible until shown otherwise, so no trial is spent on it
-        when a smaller k meets."""
+        """The smallest k with ``ranked[:k]`` and ``fallen`` in fp32 in budget, or None; the top is assumed feasible."""
         top = self._limit(ranked, fallen)
         if top <= 0:
             return None
@@ -336,12 +293,7 @@ class QuantuneStrategy(AccuracyStrategy):
     def _bisect_blocks(
         self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]], fallen: Sequence[Group]
     ) -> Step:
-        """Stage: bisect over whole blocks (most sensitive first), then over the groups inside those.
-
-        A transformer's sensitivity is spread over many small groups whose ranks are noisy; a
-        block-level bisection first finds how many layers must keep some fp32 (few
-        evaluations), and the group-level bisection then only ranks groups of those layers.
-        """
+        """Stage: bisect over whole blocks, then over their groups: a transformer's group ranks are noisy."""
         names = [block for block, _ in blocks]
         search = Bisection(len(blocks) - 1)  # never every block in fp32
         while (k := search.next_k()) is not None:

@@ -1,23 +1,5 @@
-"""Recover before falling back: a variant that misses the budget tries the refining passes first.
-
-A unit moved to fp32 gives up its int8 speed for good; bias correction and fast fine-tuning
-(AdaRound / AdaQuant, the ``fast_finetune`` pass) keep the graph, the scales and so the speed of
-the fully quantized model, and change only weights and biases. So, when the variant being
-recovered misses and there are trials left:
-
-1. **whole model** (:meth:`RecoverStage.stage_recover`): the same variant in each flow that is
-   its flow plus refining steps after the quant step (``[quant, bias_correction]``,
-   ``[quant, fast_finetune]``, cheapest first) -- the flows come from the config (``flows:``
-   lists them; ``flows: auto`` places ``bias_correction`` / ``fast_finetune`` after
-   ``static_quant``); one that meets the budget ends the accuracy recovery with every unit int8;
-2. **unit by unit** (:meth:`RecoverStage.stage_recover_units`): after the fallback stages found
-   the units to keep in fp32, each of them, the costliest first, goes back to int8 in the
-   refined flow; it stays int8 when the refined model still meets the budget.
-
-Before both, :mod:`.targeted` tries cheaper fixes of just the worst units (per-channel weights, a
-fine-tune of their layers). What was recovered, and how, is kept for the report (``learned()['recovered']``: the flow, its
-refining passes, the units kept in int8 by them), which the precision map shows.
-"""
+"""Recover before falling back: bias correction and fast fine-tuning keep the graph and so the speed, where a unit in
+fp32 gives it up. So a variant that misses is tried in each refined flow first, and fp32 units go back to int8 there."""
 
 from __future__ import annotations
 
@@ -47,8 +29,7 @@ class RecoverStage:
         self.shared, self.run, self.latency, self.targeted = shared, shared.run, latency, targeted
 
     def stage_recover(self, variant: Variant) -> Step:
-        """Stage: the worst units fixed in int8 (:mod:`.targeted`), then the fully quantized variant in
-        each refined flow; its point when one meets, else None (``self.run.ctx`` is then the refined flow's)."""
+        """Stage: the worst units fixed in int8, then the variant in each refined flow; its point when one meets."""
         targeted = yield from self.targeted.stage_targeted(variant)
         if targeted is not None:
             return targeted
@@ -72,9 +53,7 @@ class RecoverStage:
     def stage_recover_units(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], costs: Mapping[str, float]
     ) -> Step:
-        """Stage: each unit the fallback keeps in fp32 back to int8 in a refined flow, the costliest
-        first, kept int8 when the refined model meets (the first refining flow that keeps one wins);
-        returns (point, fallback), as given when nothing was recovered."""
+        """Stage: each fp32 unit back to int8 in a refined flow, costliest first; returns (point, fallback)."""
         fallen = [name for name, precision in fallback.items() if precision == "fp32"]
         if not fallen or self.latency.at_ceiling(variant, variant.ctx.with_fallback(base, fallback)):
             return base, dict(fallback)  # at the ceiling side by side already: no unit back in int8 is faster

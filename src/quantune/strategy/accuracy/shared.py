@@ -1,11 +1,5 @@
-"""What the quantune strategy's stages share: one typed state, and the strategy that asks for them.
-
-Each stage is an object the strategy composes (``ceilings.py``, ``provider_ceilings.py``,
-``targeted.py``, ``recover.py``, ``latency_stage.py``); a stage proposes through ``run`` (its
-``try_point``, the tuned context ``ctx``, the known outcomes) and reads and writes the run's
-state here, and is handed the stages it calls when it is made: no stage reaches another's
-attributes through the strategy.
-"""
+"""What the quantune strategy's stages share: one typed state, and the strategy that asks for them. A stage is handed
+the stages it calls when it is made: none reaches another's attributes through the strategy."""
 
 from __future__ import annotations
 

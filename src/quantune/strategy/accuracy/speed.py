@@ -1,19 +1,5 @@
-"""Speed facts for the ``quantune`` strategy: speed ceilings, op-type classes, fallback prices.
-
-A flow can only win if its *fastest fully-quantized variant* (its speed ceiling) beats the
-original: no fallback makes a model faster than quantizing everything. So the strategy first
-times the ceilings -- each quant format and activation type of a static step, the dynamic
-step's default -- as ordinary trials, drops the variants that are not faster than the
-original by a margin, and recovers accuracy only inside the fastest of the rest.
-
-Fallback then goes by grain: op types first (the compute-heavy ones -- Conv, MatMul, Gemm --
-carry the speed; Neural Compressor's capability defaults also quantize Add and Mul, and leave
-the elementwise ops of a decomposed LayerNorm in float), then single groups ordered by harm
-per unit of time given up (sensitivity over ``1 + `` the group's share of the original's kernel
-time: a group that carries all the time must be twice as harmful as a free one to go first --
-sensitivity decides, the price breaks near-ties; a stronger price would push a clearly harmful
-but costly group behind harmless cheap ones).
-"""
+"""Speed facts for the ``quantune`` strategy: speed ceilings, op-type classes, fallback prices. No fallback is faster
+than quantizing everything, so a flow wins only if its ceiling beats the original."""
 
 from __future__ import annotations
 
@@ -31,8 +17,8 @@ from quantune.strategy.base import SearchProblem
 
 # Op types whose quantized kernels carry the speed: a candidate keeps at least one of them int8.
 COMPUTE_TYPES = frozenset({"Conv", "ConvTranspose", "MatMul", "Gemm", "Attention", "LSTM", "GRU"})
-# Besides compute, what Neural Compressor's ONNX capability table quantizes by default
-# (QLinearAdd, QLinearMul): a residual add or a scale stays int8 and saves a Q/DQ pair.
+# Besides compute, what Neural Compressor quantizes by default: a residual add or a scale stays int8 and saves a Q/DQ
+# pair.
 SAFE_TYPES = frozenset({"Add", "Mul"})
 
 
@@ -68,14 +54,7 @@ STAND_IN_ROWS = 2  # calibration rows of a static ceiling built only to be timed
 
 
 def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
-    """``point`` calibrated on ``STAND_IN_ROWS`` rows: a model to time ``point``'s ceiling on, or None
-    (its flow does not calibrate, calibrates in a step other than the quant step, or on that few
-    rows already).
-
-    Calibration only moves scales and zero points (the quant pass's ``graph_params`` leave the
-    samples out): the executed graph, and so the speed, is the same; the full calibration is
-    done when a static variant is tried, never for timing alone.
-    """
+    """``point`` calibrated on ``STAND_IN_ROWS`` rows, the same graph and speed, or None where nothing is saved."""
     from quantune.passes.registry import find_pass
 
     calibrating = []
@@ -94,12 +73,7 @@ def stand_in(ctx: AccuracyContext, point: Point) -> Point | None:
 
 
 def speed_variants(ctx: AccuracyContext) -> list[tuple[Point, str]]:
-    """The flow's fastest-candidate points: every value of the quant pass's ceiling axes (``knobs.ceilings``:
-    a static step's format x activation type, a dynamic step's weight type x pre-optimization), or
-    the defaults. A dynamic step starts from the accuracy defaults too (:func:`nc_defaults`): per-channel
-    weights, 7 bits of them where the CPU's int8 dot products saturate; the screen tries the
-    other values once a first model is in budget.
-    """
+    """The flow's fastest-candidate points: each value of ``knobs.ceilings``, from :func:`nc_defaults`."""
     base = ctx.base_point()
     if ctx.dynamic and not ctx.knobs.ceilings:
         return [(base, f"{ctx.flow_name}: {ctx.quant_pass}")]
@@ -130,32 +104,19 @@ def _label(ctx: AccuracyContext, values: Sequence[Any]) -> str:
 
 
 def build_order(ctx: AccuracyContext, point: Mapping[str, Any]) -> int:
-    """Where a variant goes in the ceilings' build order: what is built first is surely timed.
-
-    Static variants first, then the dynamic ones (cheap to build: no calibration), the values
-    the quant pass knows slow (``knobs.built_last``: int8 activations, which on a CPU whose int8
-    dot products saturate run slower than fp32) last: when the stage's time share runs out they
-    are the ones left out.
-    """
+    """A variant's place in the build order: static, dynamic, then ``knobs.built_last`` (left out first)."""
     if ctx.dynamic:
         return 1
     slow = ctx.knobs.built_last.items()
     return 2 if any(point.get(ctx.key(name)) == value for name, value in slow) else 0
 
 
-# Op types that mark a sequence model: Neural Compressor calls such a model "NLP" and quantizes
-# it dynamically, as onnxruntime recommends for transformers and RNNs.
+# Op types that mark a sequence model, which Neural Compressor and onnxruntime quantize dynamically.
 SEQUENCE_TYPES = frozenset({"LSTM", "GRU", "RNN", "Attention"})
 
 
 def likeliest(variants: Sequence[Variant]) -> Variant | None:
-    """The ceiling most likely to be both fast and in budget, evaluated before any is timed.
-
-    Neural Compressor's choice: the dynamic flow for a sequence model (an RNN or attention op,
-    or more weighted MatMuls than convolutions), with the values its quant pass knows fastest
-    there (``Pass.fastest``); otherwise the first static variant (the first format and
-    activation type searched). None without variants.
-    """
+    """The ceiling likeliest fast and in budget: dynamic for a sequence model, else the first static one; or None."""
     if not variants:
         return None
     dynamic = [v for v in variants if v.ctx.dynamic]
@@ -176,13 +137,8 @@ def likeliest(variants: Sequence[Variant]) -> Variant | None:
 
 
 def nc_defaults(ctx: AccuracyContext, base: Point) -> Point:
-    """``base`` with Neural Compressor's accuracy defaults where the space searches them:
-    per-channel weights, and 7-bit weights where this CPU's int8 dot products saturate.
-
-    Static too: per-tensor scales can lose what per-channel ones keep, and per-tensor 7-bit
-    weights can break a model: 7 bits only with per-channel scales (a user who fixes per-tensor
-    weights keeps the 8 bits).
-    """
+    """``base`` with Neural Compressor's accuracy defaults where searched: per-channel (7-bit where dot products
+    saturate)."""
     params, knobs = ctx.quant_params(), ctx.knobs
     start = dict(base)
     channel = ctx.key(knobs.per_channel) if knobs.per_channel else None
@@ -194,8 +150,7 @@ def nc_defaults(ctx: AccuracyContext, base: Point) -> Point:
 
 
 def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
-    """Active conditional parameters of the quant step at their first value (e.g. a symmetry that
-    only int8 activations have)."""
+    """Active conditional parameters of the quant step at their first value."""
     filled = dict(point)
     for name, param in ctx.quant_params().items():
         if name in filled or not isinstance(param, Conditional):
@@ -207,11 +162,7 @@ def fill_conditionals(ctx: AccuracyContext, point: Point) -> Point:
 
 
 def slower_twins(variants: Sequence[Variant], provider: str) -> list[tuple[Variant, Variant, str]]:
-    """(variant, its faster twin among ``variants``, why) for each variant whose quant pass knows
-    its kernels slow where it runs (``Pass.faster_twin``) and whose twin -- the same quantization
-    on the fast kernels -- is a variant too; the speed ceilings skip the slow one (building and
-    timing it would only drop it). A variant on the provider axis runs where its point says; the
-    others on ``provider``."""
+    """(variant, faster twin, why) for each variant whose pass knows its kernels slow there (``Pass.faster_twin``)."""
     from quantune.passes.registry import find_pass
 
     out = []
@@ -257,11 +208,7 @@ def group_cost(group: Group, costs: Mapping[str, float]) -> float:
 
 
 def priced(scored: Sequence[tuple[Group, float]], costs: Mapping[str, float]) -> list[tuple[Group, float]]:
-    """Groups by harm per unit of time given up: sensitivity / (1 + time share), highest first.
-
-    Falling back a cheap op costs almost nothing, a heavy one a lot; when two groups are
-    about as sensitive, the cheap one goes to float first. Without a profile, sensitivity alone.
-    """
+    """Groups by sensitivity / (1 + time share), highest first; without a profile, sensitivity alone."""
     if not costs:
         return list(scored)
     order = {group.name: index for index, (group, _) in enumerate(scored)}
@@ -288,24 +235,20 @@ def _choices(param: Any, point: Mapping[str, Any]) -> tuple[Any, ...]:
 
 
 def coarse_costs(problem: SearchProblem) -> dict[str, float]:
-    """Each node's share of the original's time, in steps of 25%: shares move a few % from run to run,
-    and the orders taken from them (bisection ranks, groups added back, the prune) must not, so the
-    same run twice tries the same trials. Only a latency run prices groups by time."""
+    """Each node's share of the original's time on a coarse grid, so orders taken from it hold between runs."""
     costs = problem.node_costs if problem.objective == "latency" else None
     return {node: _coarse(share) for node, share in costs().items()} if costs is not None else {}
 
 
 def _coarse(share: float) -> float:
-    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares become equal, and the
-    sorts that use them fall back to their fixed tie order (sensitivity, graph order)."""
+    """``share`` on a grid of powers of 1.25 (0 stays 0): near-equal shares tie and keep their fixed order."""
     if share <= 0.0 or not math.isfinite(share):
         return 0.0
     return 1.25 ** round(math.log(share, 1.25))
 
 
 def unrefined_flow(step_passes: Mapping[str, str], flow: tuple[str, ...], quant_step: str) -> tuple[str, ...] | None:
-    """``flow`` without the refining steps after its quant step (passes of role ``recover``: bias
-    correction, fast fine-tune), or None when it has none."""
+    """``flow`` without its refining steps after the quant step, or None when it has none."""
     after = flow[flow.index(quant_step) + 1 :]
     refining = {step for step in after if (cls := find_pass(str(step_passes.get(step)))) and cls.role == "recover"}
     return tuple(step for step in flow if step not in refining) if refining else None

@@ -1,18 +1,5 @@
-"""A strategy written as a plain sequence of stages, driven through the engine's ask/tell.
-
-Accuracy-driven tuning is sequential by nature ("try the default; if it misses, rank the
-operators; bisect; prune"), which is awkward to write as a state machine behind ``ask`` and
-``tell``. :class:`StagedStrategy` lets a strategy write it as a generator instead: each
-``yield`` hands over a batch of proposals and receives their outcomes, in order::
-
-    def stages(self):
-        [outcome] = yield [self.proposal(point, "default")]
-        if not outcome.meets: ...
-
-A batch may run in parallel; the strategy answers ``WAIT`` until the whole batch is told. A
-point already evaluated is answered from memory and never sent to the engine again, so a
-stage may re-propose freely and evaluation counts stay honest.
-"""
+"""A strategy written as a plain sequence of stages: each ``yield`` hands over a batch of proposals and receives their
+outcomes, in order (``WAIT`` until all are told). Evaluated points are answered from memory."""
 
 from __future__ import annotations
 

@@ -1,28 +1,5 @@
-"""Targeted recovery: the worst units get a cheap fix in int8 before any of them goes to fp32.
-
-A unit moved to fp32 gives up its int8 speed; most of what breaks a per-tensor int8 model
-sits in a few layers (a conv whose output channels differ in range by orders of magnitude,
-a decode head's box and score channels in one weight). Two fixes keep such a layer int8 and
-the graph as fast as the fully quantized one:
-
-* **per-channel weights on just those layers** (the quant pass's ``knobs.channel_nodes``, a
-  ``TensorQuantOverrides`` axis): one scale per output channel instead of one per layer; in the
-  variant's own flow, so it needs no refining flow in the config (the config ``quantune init``
-  writes has none);
-* **fast fine-tuning of just those layers** (``fast_finetune.nodes``, AdaRound/AdaQuant), when a
-  flow refines the quant step with ``fast_finetune``: a fit of the few worst layers, not of all.
-
-Before the fallback (:meth:`TargetedStage.stage_targeted`) the fixes go to the ``targeted_units``
-units the sensitivity ranks worst (an option), all at once: one trial each, a meeting one ends the
-accuracy recovery with every unit int8. After the fallback
-(:meth:`TargetedStage.stage_targeted_units`) each unit it put in fp32, the costliest first, goes
-back to int8 with per-channel weights and stays so when the model still meets (and, in a latency
-run, is not slower side by side). Recorded in
-``learned()['recovered']`` (``stage: targeted``) for the precision map. A 16-bit activation rung
-is not tried here: onnxruntime's CPU provider has no 16-bit Conv/MatMul kernels, so such a unit
-runs DQ -> float op -> Q, slower than leaving it fp32 (``precisions: [int16, fp32]`` still offers
-it to the prune).
-"""
+"""Targeted recovery: the worst units get a cheap fix in int8 (per-channel weights, or a fast fine-tune of just those
+layers) before any of them goes to fp32. No 16-bit rung: the CPU provider has no 16-bit Conv/MatMul kernels."""
 
 from __future__ import annotations
 
@@ -50,8 +27,7 @@ def weighted_nodes(ctx: AccuracyContext, groups: Sequence[Group]) -> list[str]:
 
 
 def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
-    """A static QDQ quant step with per-tensor weights whose pass takes per-channel weights on
-    named nodes (its ``knobs.channel_nodes``)."""
+    """A static per-tensor QDQ quant step whose pass takes per-channel weights on named nodes."""
     knobs = ctx.knobs
     if ctx.dynamic or knobs.channel_nodes is None:
         return False
@@ -60,8 +36,7 @@ def per_channel_fixable(ctx: AccuracyContext, point: Mapping[str, Any]) -> bool:
 
 
 def _refining(name: object) -> int | None:
-    """A refining pass's cost rank (its ``recover_cost`` trait: bias correction is one pass over the
-    data, a fine-tune fits every quantized layer), or None for any other pass."""
+    """A refining pass's cost rank (its ``recover_cost`` trait), or None for any other pass."""
     cls = find_pass(str(name))
     return cls.recover_cost if cls is not None and cls.role == "recover" else None
 
@@ -74,11 +49,7 @@ class TargetedStage:
         self.fitted: set[str] = set()  # variants whose worst layers were fine-tuned alone (recover.py reads it)
 
     def refined_variants(self, variant: Variant) -> list[Variant]:
-        """Kept variants of the flows that add refining steps after ``variant``'s quant step: the
-        same speed class first (its label's "QDQ/uint8"), then the fastest ceilings, cheapest
-        refinement first. Another format counts: bias correction refines QDQ models only, and a
-        refined QDQ model with every unit int8 is as fast as the fastest format's ceiling give or
-        take a few percent, where a unit in fp32 costs more."""
+        """Kept refined variants of ``variant``: its speed class first, then the fastest, cheapest refinement first."""
         ctx = variant.ctx
         steps = ctx.flow[: ctx.flow.index(ctx.quant_step) + 1]
         suffix = variant.label.split(": ", 1)[-1]
@@ -100,10 +71,7 @@ class TargetedStage:
         return [other for _, other in sorted(found, key=lambda item: item[0])]
 
     def recoverable(self, variant: Variant) -> bool:
-        """Whether ``variant``'s miss is close enough for the refining passes: its loss over the budget
-        by at most ``recover_within`` budgets (an option). They mend rounding; a model int8 broke (far over
-        the budget) costs a refined build and an evaluation per try for
-        nothing, time the fallback needs."""
+        """Whether ``variant`` misses by at most ``recover_within`` budgets: refining mends rounding."""
         within = self.shared.options.recover_within
         tolerable = self.run.problem.tolerable_loss
         if within is None or tolerable is None or tolerable <= 0:
@@ -116,8 +84,7 @@ class TargetedStage:
         return [str(self.run.problem.step_passes.get(step)) for step in ctx.flow[ctx.flow.index(ctx.quant_step) + 1 :]]
 
     def layer_fit(self, refined: Variant) -> tuple[str, str] | None:
-        """(step, pass name) when ``refined``'s only refining step's pass fits named layers (a
-        ``nodes`` field: fast_finetune), else None."""
+        """(step, pass name) when ``refined``'s only refining step fits named layers (a ``nodes`` field), else None."""
         names = self.refining_passes(refined)
         cls = find_pass(names[0]) if len(names) == 1 else None
         ctx = refined.ctx
@@ -128,16 +95,14 @@ class TargetedStage:
         )
 
     def _layer_refined(self, variant: Variant) -> tuple[Variant, str, str] | None:
-        """A kept refined variant whose only refining step's pass fits named layers; with that step
-        and its pass's name."""
+        """A kept refined variant whose only refining step fits named layers, with that step and its pass's name."""
         for refined in self.refined_variants(variant):
             if (fit := self.layer_fit(refined)) is not None:
                 return refined, *fit
         return None
 
     def stage_targeted(self, variant: Variant) -> Step:
-        """Stage: the worst units per channel, then fine-tuned alone (when a flow can); the point
-        when one meets, else None."""
+        """Stage: the worst units per channel, then fine-tuned alone (when a flow can); the point when one meets."""
         ctx, base = variant.ctx, variant.point
         channel = per_channel_fixable(ctx, base)
         found = self._layer_refined(variant) if self.recoverable(variant) else None
@@ -174,8 +139,7 @@ class TargetedStage:
     def stage_targeted_units(
         self, variant: Variant, base: Point, fallback: Mapping[str, Precision], order: list[str]
     ) -> Step:
-        """Stage: each unit of ``order`` (fallen to fp32) back to int8 with per-channel weights, kept
-        so when the model meets; returns (point, fallback), as given when none was kept."""
+        """Stage: each fallen unit of ``order`` back to int8 with per-channel weights when the model still meets."""
         ctx = variant.ctx
         if not per_channel_fixable(ctx, base):
             return base, dict(fallback)

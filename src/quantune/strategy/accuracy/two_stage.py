@@ -1,10 +1,5 @@
-"""Quark's two-stage search: calibration settings first, then everything else from the best.
-
-Calibration (method, percentile, sample count) decides the activation ranges; the rest
-(format, types, symmetry, per-channel) decides how ranges become scales and which kernels
-run. Searching them apart costs ``a + b`` trials instead of ``a * b``, and every trial of
-the second stage reuses the first stage's calibration ranges from the cache.
-"""
+"""Quark's two-stage search: calibration settings first, then everything else from the best, in ``a + b`` trials instead
+of ``a * b``, each second-stage trial reusing the cached calibration ranges."""
 
 from __future__ import annotations
 
@@ -16,10 +11,9 @@ from quantune.strategy.registry import register_strategy
 
 @register_strategy("two_stage")
 class TwoStageStrategy(AccuracyStrategy):
-    """Stages: ``calibration`` (a sampler over the quant pass's calibration knobs -- method,
-    percentile, sample count -- the rest at defaults; ``calibration_trials`` trials, default half of ``stop.max_trials``)
-    -> ``rest`` (a sampler over the other parameters with the best calibration fixed: the
-    meeting trial with the lowest objective, else the one with the least loss)."""
+    """Stages: ``calibration`` (a sampler over the quant pass's calibration knobs, the rest at defaults;
+    ``calibration_trials`` trials, default half of ``stop.max_trials``) -> ``rest`` (a sampler over the other parameters
+    with the best calibration fixed)."""
 
     name = "two_stage"
     Options = TwoStageOptions
