@@ -20,6 +20,8 @@ from quantune.errors import QuantuneError
 from quantune.userexit import Guarded
 from quantune.userlocal import forget_stale_local_modules, local_imports, remember_local_modules, script_fingerprint
 
+_PLUGIN_FILES: dict[str, None] = {}  # the plugin files this process imported, in order
+
 
 def import_script(script: str, field_name: str, base_dir: Path) -> ModuleType:
     path = (base_dir / script).resolve()
@@ -76,9 +78,15 @@ def load_plugins(plugins: list[str], base_dir: Path) -> None:
     for index, plugin in enumerate(plugins):
         field_name = f"plugins[{index}]"
         if plugin.endswith(".py"):
-            import_script(plugin, field_name, base_dir)
+            _PLUGIN_FILES[str(import_script(plugin, field_name, base_dir).__file__)] = None
             continue
         try:
             importlib.import_module(plugin)
         except ImportError as exc:
             raise QuantuneError(f"{field_name}: cannot import module '{plugin}': {exc}") from None
+
+
+def plugin_files() -> list[str]:
+    """The plugin files this process imported, for a process it starts to import (:func:`load_plugins`)
+    before it unpickles anything naming their classes: those live in modules named by the file's path."""
+    return list(_PLUGIN_FILES)

@@ -18,11 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from quantune import progress
-from quantune.engine.executors.contexts import child_environment
+from quantune.engine.executors.contexts import adopt_environment, child_environment
 from quantune.engine.executors.crashsite import crash_site, log_since
 from quantune.engine.executors.exits import WorkerStartError, exit_cause
 from quantune.forkserver import EXIT_UNGUARDED_MAIN, worker_context
 from quantune.memory import peak_tracker, take_stage_peaks
+from quantune.userimport import load_plugins, plugin_files
 
 log = logging.getLogger("quantune.stage")
 
@@ -91,20 +92,39 @@ def _describe(exc: BaseException, memory_limit_mb: int | None) -> str:
     return error
 
 
+class _Prelude:
+    """What a stage's worker does before it unpickles its job: take this process's environment (the fork
+    server's is older), then import the plugin files this process imported, as a trial worker does when
+    it starts: a plugin's class in the job (a pass, its config) lives in a module named by its file's
+    path, found only once the file is imported. Placed before the job among the worker's arguments, it
+    runs while they are unpickled."""
+
+    def __init__(self) -> None:
+        self.environment, self.plugins = child_environment(), plugin_files()
+
+    def __reduce__(self) -> tuple[Callable[..., None], tuple[dict[str, str], list[str]]]:
+        return _prelude, (self.environment, self.plugins)
+
+
+def _prelude(environment: dict[str, str], plugins: list[str]) -> None:
+    adopt_environment(environment)
+    for file in plugins:
+        with contextlib.suppress(Exception):  # one the job does not need (an earlier run's) must not fail it
+            load_plugins([file], Path("/"))
+
+
 def _stage_main(
     conn: Connection,
     stage: str,
+    prelude: None,  # done (_Prelude)
     fn: Callable[..., Any],
     args: tuple,
     memory_limit_mb: int | None,
     log: str,
     parent_pid: int | None = None,
-    environment: dict[str, str] | None = None,
 ) -> None:
-    from quantune.engine.executors.contexts import adopt_environment
     from quantune.engine.executors.lifeline import enter_worker
 
-    adopt_environment(environment)
     enter_worker(log, memory_limit_mb, parent_pid)  # as a trial worker: dies with the run, within its limit
     print(f"--- {stage} (worker pid {os.getpid()}) ---", flush=True)
     sending = threading.Lock()
@@ -160,7 +180,7 @@ def _run_spawned(stage: str, fn: Callable[..., Any], args: tuple, isolation: Iso
     parent, child = ctx.Pipe(duplex=False)
     process = ctx.Process(
         target=_stage_main,
-        args=(child, stage, fn, args, isolation.memory_limit_mb, str(log_path), os.getpid(), child_environment()),
+        args=(child, stage, _Prelude(), fn, args, isolation.memory_limit_mb, str(log_path), os.getpid()),
         daemon=True,
         name=f"quantune-{stage}",
     )
