@@ -240,7 +240,7 @@ def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None =
 # Evaluation rows the prepared model is checked on: enough to catch a broken step, yet cheap on a
 # heavy model. A batch dimension the model leaves open is checked on a slice of a batch; a fixed one
 # needs its whole batch.
-CHECK_ROWS = 4
+CHECK_ROWS = 2
 
 
 def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cache: ArtifactCache) -> Preparation:
