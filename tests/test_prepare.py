@@ -19,10 +19,12 @@ import quantune
 from conftest import CNN_CLASSES, cnn_inputs, run_model
 from quantune.cli import main
 from quantune.config import load_config
+from quantune.data import load_dataset
 from quantune.engine.plan.plan import build_plan
-from quantune.engine.trials.setup import build_run
+from quantune.engine.trials.setup import build_run, prepare_for_run
 from quantune.errors import ConfigError
 from quantune.model import ModelHandle
+from quantune.passes import get_pass
 from quantune.prepare import (
     DEFAULT_STEPS,
     PrepareOptions,
@@ -242,6 +244,25 @@ def test_a_step_that_raises_is_skipped_with_a_warning(tmp_path):
     )
     assert preparation.model == model.resolve() and preparation.steps == []
     assert "'opset' failed" in preparation.warnings[0] and "no adapter" in preparation.warnings[0]
+
+
+@pytest.mark.parametrize(("batch_dim", "rows"), [("N", 2), (16, 16)])
+def test_the_check_runs_a_slice_of_a_batch_unless_the_batch_is_fixed(tmp_path, make_config, batch_dim, rows):
+    """A heavy model's check stays cheap: an open batch dimension is checked on a few rows of a
+    batch, a fixed one on the whole batch the model takes (the cache key holds the checked rows)."""
+    path = build_variant(tmp_path / "m.onnx", opset=12)
+    if batch_dim != "N":
+        fixed = onnx.load(str(path))
+        fixed.graph.input[0].type.tensor_type.shape.dim[0].dim_value = batch_dim
+        onnx.save(fixed, str(path))
+    config = load_config(make_config(model=str(path))).config  # evaluation batches of 16
+    model, cache = ModelHandle.from_path(path), ArtifactCache(tmp_path / "c")
+    evaluation = load_dataset(config.data.evaluation, field_name="data.evaluation", base_dir=tmp_path)
+    assert prepare_for_run(config, model, evaluation, cache).cache == "miss"
+    options = PrepareOptions(max(get_pass(entry.name).min_opset for entry in config.passes))
+    rows_of = {count: [{"input": evaluation.arrays["input"][:count]}] for count in (2, 16)}
+    assert prepare_model(model, rows_of[rows], cache, options).cache == "hit"
+    assert prepare_model(model, rows_of[18 - rows], cache, options).cache == "miss"
 
 
 # -- the cache ----------------------------------------------------------------------------------

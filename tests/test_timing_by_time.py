@@ -118,7 +118,20 @@ def test_check_on_a_slow_model_times_to_its_share_shows_progress_and_estimates_t
     assert original[0] == "measuring the original: started" and original[-1].startswith("measuring the original: done")
     assert any("1/50 rounds" in line for line in original)
     assert "cost: one evaluation of the original takes" in stdout
-    assert "a run of 8 trials (stop.max_trials) is estimated at ~" in stdout and "of model work" in stdout
+    assert "a run of 8 trials (stop.max_trials) takes ~" in stdout
+
+
+def test_checks_estimate_counts_calibration_and_the_trials_a_time_limit_holds(make_config) -> None:
+    """A heavy model's run is cut by its time limit: check says so and how many trials fit, a trial
+    costing its calibration (at the evaluation's cost a row), an evaluation and a timing."""
+    from quantune.config import load_config
+    from quantune.engine.trials.setup import build_run
+    from quantune.report.check_summary import cost_lines
+
+    loaded = load_config(make_config([{"name": "static_quant"}], stop={"max_trials": 8, "timeout_s": 100}))
+    lines = cost_lines(loaded.config, build_run(loaded), 12.0, 5.0)  # 64 calibration rows, 48 evaluation rows
+    assert lines[0].endswith("a trial ~33 s (calibration, evaluation, timing)")  # 16 + 12 + 5
+    assert lines[1].startswith("a run stops at stop.timeout_s = 100 s, time for about 2 trial(s); all 8")
 
 
 def test_a_trials_timing_is_estimated_within_its_time_share() -> None:

@@ -117,7 +117,7 @@ def _cmd_check(args: argparse.Namespace) -> int:
             parts = build_run(loaded)
         with progress.stage("measuring the original"):  # its evaluation batches, then its timing's rounds
             metrics = preflight(parts)  # what quantune.check(config) does
-    for line in check_lines(parts, metrics) + cost_lines(loaded.config, *original_costs(parts.context)):
+    for line in check_lines(parts, metrics) + cost_lines(loaded.config, parts, *original_costs(parts.context)):
         print(line)
     print(f"ok: the data fits the model and the original scores {metric} = {metrics[metric]:.6g}")
     return 0

@@ -58,21 +58,37 @@ def check_lines(parts: Any, metrics: dict[str, float]) -> list[str]:
     return lines
 
 
-def cost_lines(config: Any, evaluation_s: float, timing_s: float) -> list[str]:
-    """What one evaluation and one timing of the original cost, and the run's estimated time from them."""
+def cost_lines(config: Any, parts: Any, evaluation_s: float, timing_s: float) -> list[str]:
+    """What the original's evaluation and timing cost, and the run's time estimated from them: a trial
+    calibrates (on the calibration rows, at an evaluation's cost a row), evaluates and times a candidate;
+    sensitivity costs about two evaluations and the end re-times the original beside the best. The
+    original's figures this check measured are cached, so the run does not measure it again."""
     if evaluation_s <= 0.0:
         return []  # the original's figures came from an older cache: no costs known
-    trial_s = 2.0 * evaluation_s + timing_s
-    lines = [f"cost: one evaluation of the original takes {_seconds(evaluation_s)}, its timing {_seconds(timing_s)}"]
-    trials, limit = config.stop.max_trials, config.stop.timeout_s
-    if trials:
-        total = evaluation_s + timing_s + trials * trial_s
-        words = f"a run of {trials} trials (stop.max_trials) is estimated at ~{_seconds(total)} of model work"
-        if limit and limit < total:
-            words += f", cut at stop.timeout_s = {limit:g} s"
-        lines.append(f"{words} (a trial: ~{_seconds(trial_s)}; start-up, sensitivity and fallback stages add more)")
-    elif limit:
-        lines.append(f"a run stops at stop.timeout_s = {limit:g} s (a trial: ~{_seconds(trial_s)} of model work)")
+    context, stop = parts.context, config.stop
+    rows = len(context.evaluator.dataset)
+    calibrates = context.calibration is not None and any(
+        s.pass_cls.needs_calibration for s in parts.plan.steps.values()
+    )
+    calibration_s = evaluation_s * len(context.calibration) / max(1, rows) if calibrates else 0.0
+    trial_s = calibration_s + evaluation_s + timing_s
+    fixed_s = 2.0 * (evaluation_s + timing_s)
+    lines = [
+        f"cost: one evaluation of the original takes {_seconds(evaluation_s)}, its timing {_seconds(timing_s)}; "
+        f"a trial ~{_seconds(trial_s)} (calibration, evaluation, timing)"
+    ]
+    trials, limit = stop.max_trials, stop.timeout_s
+    total = fixed_s + (trials or 0) * trial_s
+    if limit and (not trials or limit < total):
+        fit = max(0, int((limit - fixed_s) // trial_s))
+        words = f"a run stops at stop.timeout_s = {limit:g} s, time for about {fit} trial(s)"
+        more = f"; all {trials} (stop.max_trials) would need ~{_seconds(total)}" if trials else ""
+        lines.append(f"{words}{more} (sensitivity and the end's re-timing: ~{_seconds(fixed_s)})")
+    elif trials:
+        lines.append(
+            f"a run of {trials} trials (stop.max_trials) takes ~{_seconds(total)} "
+            f"(sensitivity and the end's re-timing: ~{_seconds(fixed_s)})"
+        )
     return lines
 
 

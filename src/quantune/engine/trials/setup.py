@@ -237,24 +237,28 @@ def preflight(parts: RunParts, baseline: Callable[[], dict[str, float]] | None =
     return metrics
 
 
-# Evaluation rows the prepared model is checked on: enough to catch a broken step, yet cheap.
-CHECK_ROWS = 8
-CHECK_BATCHES = 4
+# Evaluation rows the prepared model is checked on: enough to catch a broken step, yet cheap on a
+# heavy model. A batch dimension the model leaves open is checked on a slice of a batch; a fixed one
+# needs its whole batch.
+CHECK_ROWS = 2
 
 
 def prepare_for_run(config: Config, model: ModelHandle, evaluation: Dataset, cache: ArtifactCache) -> Preparation:
-    """The model trials start from: prepared (``prepare: auto``) and checked at the evaluation batch size,
+    """The model trials start from: prepared (``prepare: auto``) and checked on a few evaluation rows,
     or the original as it is (``prepare: off``)."""
     if config.prepare == "off":
         return unprepared(model)
     passes = [get_pass(entry.name, field_name=f"passes[{i}].name") for i, entry in enumerate(config.passes)]
     opset = max((pass_cls.min_opset for pass_cls in passes), default=0)
+    inputs = model_inputs(model.path)
+    present = [spec for spec in inputs if evaluation.has(spec.name)]
     batch = config.data.evaluation_batch_size or config.data.batch_size
-    batches = max(1, min(CHECK_BATCHES, -(-CHECK_ROWS // batch)))
-    present = [name for name in model.input_names() if evaluation.has(name)]
-    feeds = list(evaluation.batches(present, batch, limit=batches * batch))
+    if all(spec.dims and spec.dims[0] is None for spec in present):
+        batch = min(batch, CHECK_ROWS)
+    rows = -(-CHECK_ROWS // batch) * batch
+    feeds = list(evaluation.batches([spec.name for spec in present], batch, limit=rows))
     # Inputs a runner supplies (a recurrent state) are not in the data: zeros will do for the check.
-    missing = [spec for spec in model_inputs(model.path) if not evaluation.has(spec.name)]
+    missing = [spec for spec in inputs if not evaluation.has(spec.name)]
     if not missing:
         return prepare_model(model, feeds, cache, PrepareOptions(opset=opset))
     if any(spec.dims is None or spec.dtype is None for spec in missing):
