@@ -1,7 +1,7 @@
 """Trials as Ray tasks, on a cluster (``address``) or on a local Ray started for you.
 
-No node needs the engine's disk (ray_cargo.py), and every model is timed on one machine (the
-engine's, or the target lane), so the search compares timings of one machine. A task whose
+No node needs the engine's disk (ray_cargo.py), and every model is timed on the engine's
+machine or on a target node's lane, the target nodes alike, so the search compares like timings. A task whose
 node is lost is retried by Ray.
 """
 
@@ -18,7 +18,7 @@ from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
 from quantune.engine.executors.ray_stage import RayStages, send_stages
 from quantune.engine.executors.worker import WorkerSpec
-from quantune.engine.trials.ray_target import DRIVER, check_target
+from quantune.engine.trials.ray_target import DRIVER, check_target, target_nodes
 from quantune.engine.trials.runner import TrialRunner
 from quantune.engine.trials.trial import Trial, TrialRecord
 from quantune.errors import DiskFull, QuantuneError
@@ -74,8 +74,10 @@ class RayExecutor(Executor):
                 log.info("ray: %s", warning.message)
             ray_logs_to_run_log()  # (ray.init replaces the ray logger's handlers)
             self._started_here = True
+        lanes = 1  # the engine's machine times one model at a time; a named target, one per node
         if target != DRIVER:
             check_target(target)
+            lanes = len(target_nodes(target))
         self.capacity = workers
         self.trial_timeout_s = trial_timeout_s
         # each task's resources: a trial's, and a stage's sent to the cluster (ray_stage.py)
@@ -89,8 +91,8 @@ class RayExecutor(Executor):
         self._cargo_whole = False
         # the stages whose answer rests on no timing go to the nodes too (ray_stage.py)
         send_stages(RayStages(ray, {**options, "max_retries": NODE_RETRIES}, self._spec, self._cargo_ref, runner))
-        # the engine's timing lane: one model timed at a time, never beside another timing
-        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantune-ray-timing")
+        # the trials' timings: one at a time per timing node, never beside another timing there
+        self._lane = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="quantune-ray-timing")
 
     def _cargo_ref(self) -> Any:
         if not self._cargo_whole:
