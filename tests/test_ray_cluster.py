@@ -347,3 +347,28 @@ def test_a_stage_that_times_or_names_another_of_the_engines_files_stays_here(tmp
     assert stages("speed_ceiling", str, (runner.context.model.path,), isolation) is None  # it times: the target's
     assert stages("sensitivity", str, (tmp_path / "calib.npz",), isolation) is None  # a file the nodes lack
     assert not sent  # nothing was sent to the cluster
+
+
+def test_the_speed_ceilings_builds_run_as_ray_tasks_and_their_timing_on_the_target(
+    tmp_path: Path, cluster: Any
+) -> None:
+    made, _ = cluster
+    target = made.add_node(num_cpus=0, resources={"quantune_target": 1})
+    try:
+        config = _accuracy_config(tmp_path, "ray", spy=False)
+        config["objective"] = "latency"  # the strategy starts with the speed ceilings, built ahead
+        config["passes"][0]["params"] = {"per_channel": False}  # several ceilings
+        config["executor"]["target"] = "quantune_target"
+        result = quantune.tune(config, output=tmp_path / "out")
+    finally:
+        made.remove_node(target)
+    text = (tmp_path / "out" / "quantune.log").read_text()
+    on_nodes = re.findall(r"ceiling_build(?:_2)? stage: (\d+) of (\d+) speed ceilings built on the Ray nodes", text)
+    built = sum(int(done) for done, _ in on_nodes)
+    assert built >= 1 and all(done == claimed for done, claimed in on_nodes)  # every build a task on a node
+    assert f"speed ceilings built ahead: {built} of {built} variants" in text  # all of them, none here
+    assert not re.search(r"ceiling_build(?:_2)? stage ran on Ray node vm \(" + made.head_node.node_id[:12], text)
+    assert "speed ceilings: " in text and "variants timed side by side" in text  # timed on the target
+    timed = json.loads((tmp_path / "out" / "results.json").read_text())["target"]["timed"]
+    assert all(target.node_id[:12] in entry["node"] for entry in timed)
+    assert result.verdict in ("improved", "keep_original")

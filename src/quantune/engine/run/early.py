@@ -1,8 +1,9 @@
-"""A process executor's trial workers started before the output folder is claimed.
+"""A process executor's trial workers, or a Ray executor, started before the output folder is claimed.
 
-They build the run (imports, the model, the data) while the original is evaluated, not after it
-(0.3-0.6 s before the first trial), logging to a scratch folder until the run takes them
+The workers build the run (imports, the model, the data) while the original is evaluated, not after
+it (0.3-0.6 s before the first trial), logging to a scratch folder until the run takes them
 (``ProcessExecutor.move_logs``); a run that fails before that stops them and removes the folder.
+A Ray executor starts before the builds ahead of the speed ceilings, which then go to its nodes.
 """
 
 from __future__ import annotations
@@ -23,8 +24,8 @@ class EarlyWorkers:
         self.scratch: Path | None = None  # their first logs' folder
 
     def start(self, executor_config: Any, parts: Any, spec: WorkerSpec) -> None:
-        """Starts them now, for a process executor only."""
-        if executor_config.kind != "process":
+        """Starts them now, for a process or Ray executor only."""
+        if executor_config.kind not in ("process", "ray"):
             return
         self.scratch = Path(tempfile.mkdtemp(prefix="quantune-workers-", dir=scratch_root()))
         self.executor = create_executor(executor_config, spec, TrialRunner(parts.context), self.scratch)
@@ -33,8 +34,8 @@ class EarlyWorkers:
         """The workers, their logs moved to ``output_dir``/workers (``None``: none were started).
         The scratch folder stays until :meth:`stop` (a worker still starting writes there until told)."""
         executor, self.executor = self.executor, None
-        if executor is not None:
-            executor.move_logs(output_dir / "workers")  # type: ignore[attr-defined]
+        if executor is not None and hasattr(executor, "move_logs"):
+            executor.move_logs(output_dir / "workers")
         return executor
 
     def stop(self) -> None:

@@ -94,10 +94,14 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
     # evaluated in a stage worker, see measure/baseline.py)
     # the strategy's speed-ceiling models are built meanwhile, on the other core (measure/prebuild.py)
     make = lambda: create_strategy(config.search.strategy)  # noqa: E731
+    ray_first = config.executor.kind == "ray"  # the builds ahead go to its nodes (executors/ray_stage.py)
+    if ray_first:
+        early.start(config.executor, parts, spec)
     prebuild = None
     if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
         prebuild = Prebuild.start(strategy, make, spec, isolation)
-    early.start(config.executor, parts, spec)
+    if not ray_first:
+        early.start(config.executor, parts, spec)
     return Opening(parts, spec, strategy, prebuild, early)
 
 
