@@ -103,10 +103,9 @@ class RayExecutor(Executor):
         self._lane = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="quantune-ray-timing")
 
     def move_logs(self, _folder: Any) -> None:
-        """The run's log has begun (the executor started ahead of it): Ray's start-up lines go there."""
+        """The run's log has begun (the executor started ahead of it): what was logged while Ray started goes there."""
         for record in self._start_up.buffer:
-            if record.name.startswith(("ray", "quantune.ray")):
-                logging.getLogger(record.name).handle(record)
+            logging.getLogger(record.name).handle(record)
 
     def _cargo_ref(self) -> Any:
         if not self._cargo_whole:

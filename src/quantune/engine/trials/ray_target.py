@@ -131,11 +131,9 @@ class RayTargetBackend:
                 timed += ray.get(lane.timed.remote())
         answered = {entry["node"] for entry in timed}
         timed = sorted(timed + [e for e in self.timed if e["node"] not in answered], key=lambda e: e["at"])
-        nodes = list(self._lanes)
-        described = {**self._local.describe(), "timings_on": {"resource": self.resource, **self._identity}}
-        described["timings_on"]["nodes"] = nodes
-        timed_on = getattr(self._here, "node", None) or ", ".join(nodes)
-        return {**described, "timed": timed, "timed_on": timed_on}
+        on = {"resource": self.resource, **self._identity, "nodes": list(self._lanes)}
+        timed_on = getattr(self._here, "node", None) or ", ".join(self._lanes)
+        return {**self._local.describe(), "timings_on": on, "timed": timed, "timed_on": timed_on}
 
     # -- timings there --------------------------------------------------------------------
     def time(self, request: TimingRequest) -> np.ndarray:
@@ -150,11 +148,8 @@ class RayTargetBackend:
         except ray.exceptions.RayActorError:  # the lane's node was lost: another target node's lane
             self._give(node, lost=True)
             node, lane = self._take()
-            try:
-                timings = self._ask(node, lane, request, labels)
-            finally:
-                self._give(node)
-        else:
+            timings = self._ask(node, lane, request, labels)
+        finally:  # (the lane that answered, or failed last)
             self._give(node)
         self._here.node = node
         self.timed.append({"models": labels, "node": node, "at": time.time()})
