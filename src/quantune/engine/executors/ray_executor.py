@@ -1,8 +1,8 @@
 """Trials as Ray tasks, on a cluster (``address``) or on a local Ray started for you.
 
 No node needs the engine's disk (ray_cargo.py), and every model is timed on the engine's
-machine or on a target node's lane, the target nodes alike, so the search compares like timings. A task whose
-node is lost is retried by Ray.
+machine or on a target node's lane, the target nodes alike, so the search compares like timings.
+A task whose node is lost is retried by Ray.
 """
 
 from __future__ import annotations

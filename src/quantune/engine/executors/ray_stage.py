@@ -7,11 +7,11 @@ a task with the trials' resources (CPUs, GPUs, custom resources), fed by the tri
 for its cache), and more nodes leave the engine's machine free for the timing. Each such stage's
 node is written to the run's log.
 
-What must stay sequential, on the target: every stage that times (the speed ceilings, the node
-profile, paired latencies, the original's evaluation) runs in a local worker as without Ray, one
-timing at a time where the run decides, and so do the builds ahead of the ceilings (they hand
-their models to that timing through the engine's own cache and folders). A stage whose job names
-a file of the engine's other than the run's model and cache runs locally too.
+The builds ahead of the speed ceilings go too, one task per model, each model put back into the
+engine's cache, where the ceilings' timing looks for it. What must stay sequential, on the target:
+every stage that times (the speed ceilings, the node profile, paired latencies, the original's
+evaluation) runs in a local worker as without Ray, one timing at a time where the run decides.
+A stage whose job names a file of the engine's other than the run's model and cache runs locally too.
 """
 
 from __future__ import annotations
@@ -159,7 +159,8 @@ class RayStages:
         times, then in a local worker of its own (``node_profile``)."""
         spec, items, _, profile, queue = args
         claimed = [index for index in queue.order() if queue.claim(index)]  # (a node's calibration is its own)
-        tasks = [self._build.remote(self._spec, [self._cargo()], fn, items[index]) for index in claimed]
+        box = [self._cargo()]
+        tasks = [self._build.remote(self._spec, box, fn, items[index]) for index in claimed]
         built = 0
         for task in tasks:
             outcome = self._follow(stage, task, isolation)
