@@ -228,8 +228,8 @@ def test_timings_spread_over_the_target_nodes_lanes_and_each_comparison_stays_on
     timed = saved["timed"]  # every timing the run made, its stage processes' too, each on one lane
     assert {target_of(entry["node"]) for entry in timed} == here  # the timings landed on both target nodes
     ok = [t for t in result.trials if t.status == "ok"]
-    by_model = {entry["models"][0]: entry["node"] for entry in timed if len(entry["models"]) == 1}
-    assert ok and all(by_model[str(t.model_path)] == t.nodes["timed"] for t in ok)  # each record names its node
+    alone = {(entry["models"][0], entry["node"]) for entry in timed if len(entry["models"]) == 1}
+    assert ok and all((str(t.model_path), t.nodes["timed"]) in alone for t in ok)  # each record names its node
     original = str(tmp_path / "mlp.onnx")
     assert timed[0]["models"] == [original]  # the original's, in the baseline's stage process
     side_by_side = [entry for entry in timed if len(entry["models"]) > 1]  # paired: wholly on one node
