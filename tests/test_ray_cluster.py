@@ -204,27 +204,38 @@ def test_a_node_with_another_quantune_builds_nothing_and_says_what_to_install(tm
     assert not (tmp_path / "ray-notes.jsonl").exists()  # nothing ran
 
 
-def test_every_decision_timing_runs_on_the_target_node(tmp_path: Path, cluster: Any) -> None:
+def test_timings_spread_over_the_target_nodes_lanes_and_each_comparison_stays_on_one_node(
+    tmp_path: Path, cluster: Any
+) -> None:
     made, _ = cluster
-    target = made.add_node(num_cpus=1, resources={"quantune_target": 1})
+    targets = [made.add_node(num_cpus=0, resources={"quantune_target": 1}) for _ in range(2)]
     try:
         config = _config(tmp_path, "ray")
         config["executor"]["target"] = "quantune_target"
         config["objective"] = "latency"  # the trials' timings, and the confirmation, decide the answer
         result = quantune.tune(config, output=tmp_path / "out")
     finally:
-        made.remove_node(target)
-    here = target.node_id[:12]
-    ok = [t for t in result.trials if t.status == "ok"]
-    assert ok and all(here in t.nodes["timed"] for t in ok)  # each trial's record names the target's node
+        for node in targets:
+            made.remove_node(node)
+    here = {node.node_id[:12] for node in targets}
+
+    def target_of(node: str) -> str:
+        (found,) = [name for name in here if name in node]  # exactly one target node
+        return found
+
     saved = json.loads((tmp_path / "out" / "results.json").read_text())["target"]
-    assert here in saved["timed_on"] and saved["timings_on"]["resource"] == "quantune_target"
-    timed = saved["timed"]  # every timing the run made, its stage processes' too
-    assert all(here in entry["node"] for entry in timed)
+    assert saved["timings_on"]["resource"] == "quantune_target" and len(saved["timings_on"]["nodes"]) == 2
+    timed = saved["timed"]  # every timing the run made, its stage processes' too, each on one lane
+    assert {target_of(entry["node"]) for entry in timed} == here  # the timings landed on both target nodes
+    ok = [t for t in result.trials if t.status == "ok"]
+    alone = {(entry["models"][0], entry["node"]) for entry in timed if len(entry["models"]) == 1}
+    assert ok and all((str(t.model_path), t.nodes["timed"]) in alone for t in ok)  # each record names its node
     original = str(tmp_path / "mlp.onnx")
     assert timed[0]["models"] == [original]  # the original's, in the baseline's stage process
-    assert {t.model_path for t in ok} <= {entry["models"][0] for entry in timed}  # each trial's
-    assert timed[-1]["models"][0] == original and len(timed[-1]["models"]) > 1  # the confirmation, side by side
+    side_by_side = [entry for entry in timed if len(entry["models"]) > 1]  # paired: wholly on one node
+    assert side_by_side and all(target_of(entry["node"]) for entry in side_by_side)
+    assert timed[-1]["models"][0] == original and len(timed[-1]["models"]) > 1  # the confirmation, all together
+    assert saved["timed_on"] == timed[-1]["node"]  # results.json names the confirmation's node
     assert result.verdict in ("improved", "keep_original")
     assert "unconfirmed" not in json.dumps(saved)
 
@@ -236,7 +247,7 @@ def test_a_target_no_node_holds_is_one_line_naming_the_field(tmp_path: Path, clu
         quantune.tune(config, output=tmp_path / "out")
 
 
-def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Path, cluster: Any) -> None:
+def test_a_lost_target_nodes_timings_go_on_at_the_other_target_nodes_lanes(tmp_path: Path, cluster: Any) -> None:
     from quantune.engine.trials.ray_target import RayTargetBackend
     from quantune.evaluate.backend import LocalBackend
     from quantune.evaluate.latency import LatencySpec, TimingRequest
@@ -249,18 +260,19 @@ def test_a_lost_target_nodes_timings_go_on_at_the_next_target_node(tmp_path: Pat
         backend = RayTargetBackend(LocalBackend(), "lane_test")
         model = build_mlp(tmp_path / "mlp.onnx")
         feed, spec = {"x": mlp_inputs(4, seed=0)}, LatencySpec(warmup=1, repeats=3, seconds=0.5)
-        first = backend.time(TimingRequest((model,), feed, spec))
-        made.remove_node(targets[0], allow_graceful=False)  # the lane's node (the first by id)
+        first = [backend.time(TimingRequest((model,), feed, spec)) for _ in range(2)]  # one on each lane
+        made.remove_node(targets[0], allow_graceful=False)  # the first lane's node (the first by id)
         lost = targets[0].node_id
         while any(node["NodeID"] == lost and node["Alive"] for node in ray.nodes()):  # until Ray knows
             threading.Event().wait(0.05)
-        second = backend.time(TimingRequest((model,), feed, spec))
+        second = [backend.time(TimingRequest((model,), feed, spec)) for _ in range(2)]  # the first asks the lost lane
     finally:
         for node in targets[1:]:
             made.remove_node(node)
-    assert first.shape[0] == second.shape[0] == 1 and np.isfinite(second).all()
+    assert all(t.shape[0] == 1 and np.isfinite(t).all() for t in first + second)
     nodes = [entry["node"] for entry in backend.timed]
-    assert targets[0].node_id[:12] in nodes[0] and targets[1].node_id[:12] in nodes[1]
+    names = [node.node_id[:12] for node in targets]
+    assert [name for entry in nodes for name in names if name in entry] == [names[0], names[1], names[1], names[1]]
 
 
 _ONE_CEILING = {"quant_format": "QDQ", "activation_type": "int8", "calibrate_method": "MinMax"}
@@ -335,3 +347,28 @@ def test_a_stage_that_times_or_names_another_of_the_engines_files_stays_here(tmp
     assert stages("speed_ceiling", str, (runner.context.model.path,), isolation) is None  # it times: the target's
     assert stages("sensitivity", str, (tmp_path / "calib.npz",), isolation) is None  # a file the nodes lack
     assert not sent  # nothing was sent to the cluster
+
+
+def test_the_speed_ceilings_builds_run_as_ray_tasks_and_their_timing_on_the_target(
+    tmp_path: Path, cluster: Any
+) -> None:
+    made, _ = cluster
+    target = made.add_node(num_cpus=0, resources={"quantune_target": 1})
+    try:
+        config = _accuracy_config(tmp_path, "ray", spy=False)
+        config["objective"] = "latency"  # the strategy starts with the speed ceilings, built ahead
+        config["passes"][0]["params"] = {"per_channel": False}  # several ceilings
+        config["executor"]["target"] = "quantune_target"
+        result = quantune.tune(config, output=tmp_path / "out")
+    finally:
+        made.remove_node(target)
+    text = (tmp_path / "out" / "quantune.log").read_text()
+    on_nodes = re.findall(r"ceiling_build(?:_2)? stage: (\d+) of (\d+) speed ceilings built on the Ray nodes", text)
+    built = sum(int(done) for done, _ in on_nodes)
+    assert built >= 1 and all(done == claimed for done, claimed in on_nodes)  # every build a task on a node
+    assert f"speed ceilings built ahead: {built} of {built} variants" in text  # all of them, none here
+    assert not re.search(r"ceiling_build(?:_2)? stage ran on Ray node vm \(" + made.head_node.node_id[:12], text)
+    assert "speed ceilings: " in text and "variants timed side by side" in text  # timed on the target
+    timed = json.loads((tmp_path / "out" / "results.json").read_text())["target"]["timed"]
+    assert all(target.node_id[:12] in entry["node"] for entry in timed)
+    assert result.verdict in ("improved", "keep_original")

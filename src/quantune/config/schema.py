@@ -231,7 +231,8 @@ class ExecutorConfig(_Strict):
         min_length=1,
         description="ray: where every timing that decides anything runs: 'driver' (the machine running "
         "quantune) or the name of a Ray custom resource the target machines hold (e.g. quantune_target): "
-        "then a lane on such a node times every model; builds and evaluations run anywhere.",
+        "then each such node's lane times models, one at a time, each comparison on one node (the nodes "
+        "must be alike); builds and evaluations run anywhere.",
     )
 
     @model_validator(mode="after")

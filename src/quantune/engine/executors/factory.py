@@ -36,7 +36,7 @@ def create_executor(config: ExecutorConfig, spec: WorkerSpec, runner: TrialRunne
             cpus_per_trial=config.cpus_per_trial,
             gpus_per_trial=config.gpus_per_trial,
             resources=config.resources,
-            trial_timeout_s=limit.seconds(),
+            trial_timeout_s=limit,
             target=config.target,
         )
     return ProcessExecutor(

@@ -14,7 +14,7 @@ import os
 import socket
 import tempfile
 import uuid
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -226,6 +226,22 @@ def run_shipped(spec: WorkerSpec, box: list[Any], trial: Trial) -> Iterator[dict
     yield returned
 
 
+def entries(cache: ArtifactCache, than: Collection[str] = ()) -> dict[str, Files]:
+    """The files of each model entry of ``cache`` (by key) not in ``than``: what a node built, to send back."""
+    models = cache.root / "models"
+    found = [entry for entry in models.iterdir() if entry.name not in than] if models.is_dir() else []
+    return {e.name: {p.relative_to(e).as_posix(): p.read_bytes() for p in e.rglob("*") if p.is_file()} for e in found}
+
+
+def put_entry(cache: ArtifactCache, key: str, files: Files) -> tuple[Path, str]:
+    """A node's model entry (:func:`entries`) put into ``cache`` under ``key``: its path and hash."""
+    meta = json.loads(files.pop("meta.json", b"{}"))
+    meta.pop("sha256", None)
+    work = cache.new_work_dir()
+    _write(work, files)
+    return cache.put_model(key, work, meta)
+
+
 def receive(runner: TrialRunner, returned: dict[str, Any]) -> TrialRecord:
     """The engine's side: the trial's model put into the engine's cache (the record names that
     copy), timed here, and its figures cached here as a local trial's would be."""
@@ -241,11 +257,7 @@ def receive(runner: TrialRunner, returned: dict[str, Any]) -> TrialRecord:
             raise ValueError(f"the Ray worker's model (sha256 {record.model_sha256}) is not one this run knows")
         path = known[record.model_sha256]
     else:
-        meta = json.loads(files.pop("meta.json", b"{}"))
-        meta.pop("sha256", None)
-        work = ctx.cache.new_work_dir()
-        _write(work, files)
-        path, sha = ctx.cache.put_model(returned["key"], work, meta)
+        path, sha = put_entry(ctx.cache, returned["key"], files)
         if sha != record.model_sha256:
             raise ValueError(f"the model the Ray worker sent (sha256 {sha}) is not the one it built")
     record.model_path = str(path)

@@ -1,8 +1,8 @@
 """Trials as Ray tasks, on a cluster (``address``) or on a local Ray started for you.
 
-No node needs the engine's disk (ray_cargo.py), and every model is timed on one machine (the
-engine's, or the target lane), so the search compares timings of one machine. A task whose
-node is lost is retried by Ray.
+No node needs the engine's disk (ray_cargo.py), and every model is timed on the engine's
+machine or on a target node's lane, the target nodes alike, so the search compares like timings.
+A task whose node is lost is retried by Ray.
 """
 
 from __future__ import annotations
@@ -12,13 +12,15 @@ import shutil
 import threading
 import warnings
 from concurrent.futures import Future, ThreadPoolExecutor
+from logging.handlers import BufferingHandler
 from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
 from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
 from quantune.engine.executors.ray_stage import RayStages, send_stages
 from quantune.engine.executors.worker import WorkerSpec
-from quantune.engine.trials.ray_target import DRIVER, check_target
+from quantune.engine.trials.limits import TrialLimit
+from quantune.engine.trials.ray_target import DRIVER, check_target, target_nodes
 from quantune.engine.trials.runner import TrialRunner
 from quantune.engine.trials.trial import Trial, TrialRecord
 from quantune.errors import DiskFull, QuantuneError
@@ -48,7 +50,7 @@ class RayExecutor(Executor):
         cpus_per_trial: float = 1.0,
         gpus_per_trial: float = 0.0,
         resources: dict[str, float] | None = None,
-        trial_timeout_s: float | None = None,
+        trial_timeout_s: float | TrialLimit | None = None,
         target: str = DRIVER,
     ) -> None:
         try:
@@ -60,6 +62,8 @@ class RayExecutor(Executor):
         self._ray = ray
         self._started_here = False
         self._local = not address
+        # Ray's start-up lines, for the run's log when Ray starts before it (:meth:`move_logs`)
+        self._start_up = BufferingHandler(capacity=1000)
         ray_logs_to_run_log()
         if not ray.is_initialized():
             kwargs: dict[str, Any] = {"include_dashboard": False, "log_to_driver": False, "configure_logging": False}
@@ -67,17 +71,23 @@ class RayExecutor(Executor):
                 kwargs["address"] = address
             else:  # a Ray of its own: not a cluster another program started on this machine ("local")
                 kwargs.update(address="local", num_cpus=max(1, int(workers * cpus_per_trial)))
-            with warnings.catch_warnings(record=True) as caught:
-                warnings.simplefilter("always")
-                ray.init(**kwargs)
-            for warning in caught:
-                log.info("ray: %s", warning.message)
+            logging.getLogger().addHandler(self._start_up)
+            try:
+                with warnings.catch_warnings(record=True) as caught:
+                    warnings.simplefilter("always")
+                    ray.init(**kwargs)
+                for warning in caught:
+                    log.info("ray: %s", warning.message)
+            finally:
+                logging.getLogger().removeHandler(self._start_up)
             ray_logs_to_run_log()  # (ray.init replaces the ray logger's handlers)
             self._started_here = True
+        lanes = 1  # the engine's machine times one model at a time; a named target, one per node
         if target != DRIVER:
             check_target(target)
+            lanes = len(target_nodes(target))
         self.capacity = workers
-        self.trial_timeout_s = trial_timeout_s
+        self.limit = trial_timeout_s if isinstance(trial_timeout_s, TrialLimit) else TrialLimit(trial_timeout_s)
         # each task's resources: a trial's, and a stage's sent to the cluster (ray_stage.py)
         options = {"num_cpus": cpus_per_trial, "num_gpus": gpus_per_trial, "resources": resources or {}}
         self._remote = ray.remote(run_shipped).options(num_returns="streaming", max_retries=NODE_RETRIES, **options)
@@ -89,8 +99,13 @@ class RayExecutor(Executor):
         self._cargo_whole = False
         # the stages whose answer rests on no timing go to the nodes too (ray_stage.py)
         send_stages(RayStages(ray, {**options, "max_retries": NODE_RETRIES}, self._spec, self._cargo_ref, runner))
-        # the engine's timing lane: one model timed at a time, never beside another timing
-        self._lane = ThreadPoolExecutor(max_workers=1, thread_name_prefix="quantune-ray-timing")
+        # the trials' timings: one at a time per timing node, never beside another timing there
+        self._lane = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="quantune-ray-timing")
+
+    def move_logs(self, _folder: Any) -> None:
+        """The run's log has begun (the executor started ahead of it): what was logged while Ray started goes there."""
+        for record in self._start_up.buffer:
+            logging.getLogger(record.name).handle(record)
 
     def _cargo_ref(self) -> Any:
         if not self._cargo_whole:
@@ -99,8 +114,9 @@ class RayExecutor(Executor):
         return self._cargo
 
     def submit(self, trial: Trial) -> Future[TrialRecord]:
-        """The trial as a task; ``trial_timeout_s`` counts from the task's word that its trial
-        started (:func:`run_shipped`), as a worker process's clock starts once it has the run."""
+        """The trial as a task; its time limit (read when it starts: the default rests on the original's
+        evaluation) counts from the task's word that its trial started (:func:`run_shipped`), as a
+        worker process's clock starts once it has the run."""
         ray = self._ray
         task = self._remote.remote(self._spec, [self._cargo_ref()], trial)
         result: Future[TrialRecord] = Future()
@@ -117,18 +133,16 @@ class RayExecutor(Executor):
                 result.set_result(failed_record(trial, error))
 
         def follow() -> None:
-            timer = None
+            timer, limit = None, self.limit.seconds()
             try:
                 ray.get(next(task))  # the trial started on its node
-                if self.trial_timeout_s is not None:
-                    timer = threading.Timer(self.trial_timeout_s, lambda: ray.cancel(task, force=True))
+                if limit is not None:
+                    timer = threading.Timer(limit, lambda: ray.cancel(task, force=True))
                     timer.daemon = True
                     timer.start()
                 returned = ray.get(next(task))
             except ray.exceptions.TaskCancelledError:
-                result.set_result(
-                    failed_record(trial, f"timeout: the trial ran longer than {self.trial_timeout_s:g} s")
-                )
+                result.set_result(failed_record(trial, f"timeout: the trial ran longer than {limit:g} s"))
             except ray.exceptions.WorkerCrashedError as exc:
                 result.set_result(failed_record(trial, f"worker crashed: {exc}"))
             except Exception as exc:

@@ -7,11 +7,11 @@ a task with the trials' resources (CPUs, GPUs, custom resources), fed by the tri
 for its cache), and more nodes leave the engine's machine free for the timing. Each such stage's
 node is written to the run's log.
 
-What must stay sequential, on the target: every stage that times (the speed ceilings, the node
-profile, paired latencies, the original's evaluation) runs in a local worker as without Ray, one
-timing at a time where the run decides, and so do the builds ahead of the ceilings (they hand
-their models to that timing through the engine's own cache and folders). A stage whose job names
-a file of the engine's other than the run's model and cache runs locally too.
+The builds ahead of the speed ceilings go too, one task per model, each model put back into the
+engine's cache, where the ceilings' timing looks for it. What must stay sequential, on the target:
+every stage that times (the speed ceilings, the node profile, paired latencies, the original's
+evaluation) runs in a local worker as without Ray, one timing at a time where the run decides.
+A stage whose job names a file of the engine's other than the run's model and cache runs locally too.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from quantune.engine.executors import stage as stages
-from quantune.engine.executors.ray_cargo import node_name, node_runner, run_root
+from quantune.engine.executors.ray_cargo import entries, node_name, node_runner, put_entry, run_root
 from quantune.engine.executors.stage import Isolation, StageOutcome
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trials.runner import TrialRunner
@@ -37,6 +37,8 @@ log = logging.getLogger("quantune.ray")
 
 # the stages whose answer rests on no timing (run_stage's names): the ones sent to the cluster
 REMOTE_STAGES = frozenset({"sensitivity"})
+# the builds ahead of the speed ceilings (engine/measure/prebuild.py's stages): one task per model
+CEILING_BUILDS = "ceiling_build"
 
 _POLL_S = 0.05  # how often a waiting stage looks at the run's deadline and its time limit
 
@@ -96,6 +98,15 @@ class _Unpacker(pickle.Unpickler):
         return target
 
 
+def build_shipped(spec: WorkerSpec, box: list[Any], build: Callable[..., Any], item: Any) -> dict[str, Any]:
+    """A Ray task's body: one speed ceiling's model built on this node (``build``: the builds
+    stage's function), and every model entry the build made, for the engine's cache."""
+    cache = node_runner(spec, box).context.cache
+    before = set(entries(cache))
+    build(spec, [item], None, False)
+    return {"node": node_name(), "entries": entries(cache, before)}
+
+
 def run_stage_shipped(spec: WorkerSpec, box: list[Any], stage: str, job: bytes) -> dict[str, Any]:
     """A Ray task's body: the run rebuilt on this node (as a trial's task does), ``job`` (the
     stage's function and arguments) unpickled against it, and the stage's answer."""
@@ -118,11 +129,14 @@ class RayStages:
     def __init__(self, ray: Any, options: dict[str, Any], spec: Any, cargo: Callable[[], Any], runner: TrialRunner):
         self._ray = ray
         self._remote = ray.remote(run_stage_shipped).options(**options)
+        self._build = ray.remote(build_shipped).options(**options)
         self._spec, self._cargo, self._runner = spec, cargo, runner
 
     def __call__(self, stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome | None:
         """The stage's outcome from a node, or ``None`` when it is to run here (it times, or
         its job names one of the engine's files)."""
+        if stage.startswith(CEILING_BUILDS):
+            return self._builds(stage, fn, args, isolation)
         if stage not in REMOTE_STAGES:
             return None
         buffer = io.BytesIO()
@@ -138,6 +152,25 @@ class RayStages:
             return StageOutcome(error=f"not started: {isolation.deadline.reason}", unneeded=isolation.deadline.unneeded)
         task = self._remote.remote(self._spec, [self._cargo()], stage, buffer.getvalue())
         return self._follow(stage, task, isolation)
+
+    def _builds(self, stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome:
+        """The builds this stage claims (all it can), each a task on any node, their models put into
+        the engine's cache, where the ceilings' timing finds them; the original's node profile, which
+        times, then in a local worker of its own (``node_profile``)."""
+        spec, items, _, profile, queue = args
+        claimed = [index for index in queue.order() if queue.claim(index)]  # (a node's calibration is its own)
+        box = [self._cargo()]
+        tasks = [self._build.remote(self._spec, box, fn, items[index]) for index in claimed]
+        built = 0
+        for task in tasks:
+            outcome = self._follow(stage, task, isolation)
+            for key, files in (outcome.value or {}).items():
+                put_entry(self._runner.context.cache, key, files)
+            built += outcome.ok
+        log.info("%s stage: %d of %d speed ceilings built on the Ray nodes", stage, built, len(claimed))
+        if profile:
+            stages.run_stage("node_profile", fn, spec, [], None, True, isolation=isolation)
+        return StageOutcome(built)
 
     def _follow(self, stage: str, task: Any, isolation: Isolation) -> StageOutcome:
         """Waits for ``task`` as a local stage waits for its worker: the run's deadline and the
@@ -162,6 +195,8 @@ class RayStages:
             cause = getattr(exc, "cause", None) or exc  # what the task raised, without Ray's wrapping
             return StageOutcome(error=f"ray task failed: {type(cause).__name__}: {cause}")
         log.info("%s stage ran on Ray node %s", stage, returned["node"])
+        if "entries" in returned:
+            return StageOutcome(returned["entries"])
         return StageOutcome(returned["value"], returned["error"], returned["peak"], returned["tail"], returned["peaks"])
 
 

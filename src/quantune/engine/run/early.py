@@ -1,5 +1,6 @@
-"""A process executor's trial workers started before the output folder is claimed, so they build the run while the
-original is evaluated; a run that fails first stops them."""
+"""A process executor's trial workers, or a Ray executor, started before the output folder is claimed, so they
+build the run while the original is evaluated (a Ray executor before the builds ahead of the speed ceilings, which
+then go to its nodes); a run that fails first stops them."""
 
 from __future__ import annotations
 
@@ -19,8 +20,8 @@ class EarlyWorkers:
         self.scratch: Path | None = None  # their first logs' folder
 
     def start(self, executor_config: Any, parts: Any, spec: WorkerSpec) -> None:
-        """Starts them now, for a process executor only."""
-        if executor_config.kind != "process":
+        """Starts them now, for a process or Ray executor only."""
+        if executor_config.kind not in ("process", "ray"):
             return
         self.scratch = Path(tempfile.mkdtemp(prefix="quantune-workers-", dir=scratch_root()))
         self.executor = create_executor(executor_config, spec, TrialRunner(parts.context), self.scratch)
@@ -28,8 +29,8 @@ class EarlyWorkers:
     def take(self, output_dir: Path) -> Executor | None:
         """The workers, their logs moved to ``output_dir``/workers (``None``: none were started)."""
         executor, self.executor = self.executor, None
-        if executor is not None:
-            executor.move_logs(output_dir / "workers")  # type: ignore[attr-defined]
+        if executor is not None and hasattr(executor, "move_logs"):
+            executor.move_logs(output_dir / "workers")
         return executor
 
     def stop(self) -> None:

@@ -84,10 +84,14 @@ def set_up(loaded: LoadedConfig, isolation: Isolation, early: EarlyWorkers, begu
     # so do data the model cannot take and a metric that is not a finite number; the speed-ceiling models are built
     # meanwhile (measure/prebuild.py)
     make = lambda: create_strategy(config.search.strategy)  # noqa: E731
+    ray_first = config.executor.kind == "ray"  # the builds ahead go to its nodes (executors/ray_stage.py)
+    if ray_first:
+        early.start(config.executor, parts, spec)
     prebuild = None
     if cached_figures(TrialRunner(parts.context)) is None:  # else the original takes no time to overlap
         prebuild = Prebuild.start(strategy, make, spec, isolation)
-    early.start(config.executor, parts, spec)
+    if not ray_first:
+        early.start(config.executor, parts, spec)
     return Opening(parts, spec, strategy, prebuild, early)
 
 
