@@ -307,7 +307,7 @@ def test_an_accuracy_runs_sensitivity_stage_runs_on_a_worker_node_and_gives_a_lo
     tmp_path: Path, cluster: Any
 ) -> None:
     on_ray = quantune.tune(_accuracy_config(tmp_path, "ray"), output=tmp_path / "out-ray")
-    # (the spy copies its model, so the same quantized models; a local stage worker cannot import a plugin's class)
+    # (the local run without the spy, which records where it ran; the spy copies its model, so the same models)
     local = quantune.tune(_accuracy_config(tmp_path, "process", spy=False), output=tmp_path / "out-local")
 
     workers = {node.node_id[:12]: node.node_id for node in cluster[1]}
