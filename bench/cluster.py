@@ -4,14 +4,15 @@ A ``ray.cluster_utils.Cluster``: a head that runs nothing (0 CPUs) and three wor
 CPU each, one of them holding the ``quantune_target`` resource (``executor.target``: every timing
 that decides anything runs there). No path is shared by configuration: each node writes what it
 is sent into a scratch folder of its own, and the engine's cache stays the one source of truth.
-For each model (the bundled digits example, and the scaled CNN with its refining flows, which
-makes the accuracy-driven strategy run sensitivity and recovery): a local run (process workers)
+For each model (by default the bundled digits example, and the scaled CNN with its refining flows,
+which makes the accuracy-driven strategy run sensitivity and recovery; ``--models`` adds built zoo
+models by name, e.g. ``--models digits,scaled_cnn,ppocrv6_det``): a local run (process workers)
 and a cluster run, both with ``search.strategy: quantune`` and fresh caches; their verdicts and
 best models compared, their wall times side by side; then a cluster run on digits where a worker
 node is removed once it has started work. Ray's start-up is outside the clock (a cluster is up
 before a run). The nodes share this machine's cores, so the wall times are illustrative only.
 
-A scale-on-paper table follows: from the cluster run's measured stage times (results.json's
+A scale-on-paper table follows: from the last model's cluster run's measured stage times (results.json's
 ``time_spent_s``), what 8, 32 and 128 nodes would do for a model whose evaluation takes ten
 minutes -- which stages are sequential, which run on the nodes, and which parallelise over them.
 """
@@ -32,8 +33,6 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-import yaml
-
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT / "src"))
 # and for the processes it starts (Ray's workers, stage workers), which do not see sys.path
@@ -43,28 +42,27 @@ import quantune  # noqa: E402
 from quantune.engine.executors.ray_cargo import scratch_folder  # noqa: E402
 
 MODELS = {"digits": ROOT / "examples/digits/config.yaml", "scaled_cnn": ROOT / "examples/scaled_cnn/finetune.yaml"}
+ZOO = Path.home() / ".cache" / "quantune-zoo"  # a built zoo model's folder holds its zoo-run.yaml (bench/zoo)
 TARGET = "quantune_target"
 EVALUATION_S = 600.0  # the paper model's one evaluation over its validation set
 NODES = (1, 8, 32, 128)
 JOINT_TRIALS = 128  # a sampler-driven search (search.strategy: joint) of this many trials, for comparison
 
 
-def config_of(path: Path, cache: Path, executor: dict[str, Any]) -> dict[str, Any]:
-    """The example's config with absolute paths, the accuracy-driven strategy, its own cache."""
-    config = yaml.safe_load(path.read_text())
-    config["model"] = str((path.parent / config["model"]).resolve())
-    for part in ("calibration", "evaluation"):
-        if config["data"].get(part):
-            config["data"][part] = str((path.parent / config["data"][part]).resolve())
-    config["search"]["strategy"] = "quantune"
-    config["cache_dir"] = str(cache)
-    config["executor"] = executor
-    return config
+def model_path(name: str) -> Path:
+    """An example's config, or a built zoo model's (``--models ppocrv6_det``)."""
+    return MODELS.get(name, ZOO / name / "zoo-run.yaml")
 
 
-def tune(config: dict[str, Any], output: Path) -> dict[str, Any]:
+def config_of(path: Path, cache: Path, executor: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
+    """The config (its paths stay relative to its folder) and the overrides: the accuracy-driven strategy,
+    its own cache, the executor."""
+    return path, {"search.strategy": "quantune", "cache_dir": str(cache), "executor": executor}
+
+
+def tune(config: tuple[Path, dict[str, Any]], output: Path) -> dict[str, Any]:
     started = time.perf_counter()
-    result = quantune.tune(config, output=output)
+    result = quantune.tune(config[0], output=output, overrides=config[1])
     wall = time.perf_counter() - started
     saved = json.loads((output / "results.json").read_text())
     timed_on = {entry["node"] for entry in saved.get("target", {}).get("timed", [])}
@@ -137,13 +135,18 @@ def paper(run: dict[str, Any]) -> tuple[list[dict[str, Any]], float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(ROOT / "bench" / "results"))
+    parser.add_argument("--models", default="digits,scaled_cnn", help="examples or built zoo models, comma-separated")
     args = parser.parse_args()
+    names = args.models.split(",")
+    for name in names:
+        if not model_path(name).is_file():
+            parser.error(f"--models: {name} is neither an example ({', '.join(MODELS)}) nor a built zoo model in {ZOO}")
     import ray
     from ray import cluster_utils
 
     folder = Path(tempfile.mkdtemp(prefix="quantune-cluster-bench-"))
     rows: dict[str, Any] = {}
-    for name, path in MODELS.items():  # local first: Ray is not running yet
+    for name, path in ((name, model_path(name)) for name in names):  # local first: Ray is not running yet
         local = {"kind": "process", "workers": 2}
         rows[f"{name} local"] = tune(config_of(path, folder / f"{name}-local", local), folder / f"{name}-local-out")
         print(name, "local", rows[f"{name} local"]["wall_s"], flush=True)
@@ -153,7 +156,7 @@ def main() -> None:
     ray.init(address=made.address, include_dashboard=False, log_to_driver=False, configure_logging=False)
     on_ray = {"kind": "ray", "workers": 3, "target": TARGET}
     try:
-        for name, path in MODELS.items():
+        for name, path in ((name, model_path(name)) for name in names):
             key = f"{name} cluster"
             rows[key] = tune(config_of(path, folder / f"{name}-ray", on_ray), folder / f"{name}-ray-out")
             print(name, "cluster", rows[key]["wall_s"], flush=True)
@@ -177,21 +180,21 @@ def main() -> None:
             shutil.rmtree(scratch_folder(node), ignore_errors=True)
         shutil.rmtree(folder, ignore_errors=True)
 
-    for name in MODELS:
+    for name in names:
         local, cluster = rows[f"{name} local"], rows[f"{name} cluster"]
         cluster["same_as_local"] = (cluster["verdict"], cluster["best_sha256"]) == (
             local["verdict"],
             local["best_sha256"],
         )
-    table, scale = paper(rows["scaled_cnn cluster"])
-    write(rows, table, scale, Path(args.out))
+    table, scale = paper(rows[f"{names[-1]} cluster"])
+    write(rows, table, scale, Path(args.out), names[-1])
 
 
-def write(rows: dict[str, Any], table: list[dict[str, Any]], scale: float, out: Path) -> None:
+def write(rows: dict[str, Any], table: list[dict[str, Any]], scale: float, out: Path, paper_model: str) -> None:
     lines = [
         "# quantune on a simulated Ray cluster (bench/cluster.py)",
         "",
-        "Command: `python bench/cluster.py`. A head (0 CPUs) and three worker nodes of 1 CPU each, one "
+        f"Command: `python bench/cluster.py --models {','.join(name.split(' ')[0] for name in rows if name.endswith(' local'))}`. A head (0 CPUs) and three worker nodes of 1 CPU each, one "
         f"holding `{TARGET}` (`executor.target`: every decision timing there); `search.strategy: quantune`; "
         "fresh caches. **The nodes share this machine's 2 cores (shared with other work): wall times are "
         "illustrative, not a speed-up measurement.**",
@@ -211,14 +214,14 @@ def write(rows: dict[str, Any], table: list[dict[str, Any]], scale: float, out: 
             f"| {same} | {row['trials']} ({row['failed']}) "
             f"| {built} | {timed} | {stages} |"
         )
-    cluster = rows["scaled_cnn cluster"]["stages_s"]
+    cluster = rows[f"{paper_model} cluster"]["stages_s"]
     lines += [
         "",
         "The accuracy-driven strategy's choices follow timings (which flow's speed ceiling is fastest, "
         "which recovery is faster): on a shared machine two runs, local or not, can pick different models "
         "of the same verdict. The removed node's trial is retried elsewhere (Ray's retry: one record, none failed).",
         "",
-        "Stage times of the scaled CNN's cluster run (s): " + ", ".join(f"{k} {v:g}" for k, v in cluster.items() if v),
+        f"Stage times of {paper_model}'s cluster run (s): " + ", ".join(f"{k} {v:g}" for k, v in cluster.items() if v),
         "",
         f"## On paper: one evaluation takes {EVALUATION_S / 60:g} minutes (x{scale:.0f} the measured original stage)",
         "",
@@ -238,9 +241,9 @@ def write(rows: dict[str, Any], table: list[dict[str, Any]], scale: float, out: 
         "",
         "The accuracy-driven strategy asks few trials per phase, so nodes past that number idle. Its "
         "sensitivity now runs on a node, off the engine's machine, but as one task: more nodes shorten it "
-        "only once it is split per unit. The ceilings' builds ahead stay on the engine's machine (they feed "
-        "its timing through its own cache). A sampler-driven search parallelises its trials up to the number "
-        "of trials.",
+        "only once it is split per unit. The ceilings' builds ahead run on the nodes too, one Ray task a "
+        "model; their timing stays on the target lane. A sampler-driven search parallelises its trials up to "
+        "the number of trials.",
         "",
     ]
     text = "\n".join(lines)
