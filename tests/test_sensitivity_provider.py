@@ -46,19 +46,8 @@ def _two_convs(folder: Path) -> tuple[Path, Path, list[dict[str, np.ndarray]]]:
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
     model.ir_version = 8
-    float_path, quant_path = folder / "float.onnx", folder / "quant.onnx"
-    onnx.save(model, str(float_path))
     feeds = [{"x": rng.normal(size=(8, 3, 8, 8)).astype(np.float32)} for _ in range(4)]
-    quantize_static(
-        str(float_path),
-        str(quant_path),
-        _Reader(feeds),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        per_channel=False,
-    )
-    return float_path, quant_path, feeds
+    return _quantized(model, folder, feeds)
 
 
 def test_the_node_whose_quantization_adds_the_error_ranks_first(tmp_path: Path) -> None:
@@ -120,20 +109,8 @@ def _two_matmuls(folder: Path) -> tuple[Path, Path, list[dict[str, np.ndarray]]]
     )
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 21)])
     model.ir_version = 10
-    float_path, quant_path = folder / "float.onnx", folder / "quant.onnx"
-    onnx.save(model, str(float_path))
     feeds = [{"x": x[i : i + 16], "z": z[i : i + 16]} for i in range(0, 64, 16)]
-    quantize_static(
-        str(float_path),
-        str(quant_path),
-        _Reader(feeds),
-        quant_format=QuantFormat.QDQ,
-        activation_type=QuantType.QUInt8,
-        weight_type=QuantType.QInt8,
-        per_channel=False,
-        extra_options={"TensorQuantOverrides": {"x": [{"quant_type": QuantType.QUInt16}]}},
-    )
-    return float_path, quant_path, feeds
+    return _quantized(model, folder, feeds, {"TensorQuantOverrides": {"x": [{"quant_type": QuantType.QUInt16}]}})
 
 
 class _Reader(CalibrationDataReader):
@@ -142,6 +119,25 @@ class _Reader(CalibrationDataReader):
 
     def get_next(self) -> dict[str, np.ndarray] | None:
         return next(self.left, None)
+
+
+def _quantized(
+    model: onnx.ModelProto, folder: Path, feeds: list[dict[str, np.ndarray]], extra: dict[str, Any] | None = None
+) -> tuple[Path, Path, list[dict[str, np.ndarray]]]:
+    """``model`` saved in ``folder`` and its per-tensor QDQ int8 model calibrated on ``feeds``: (float, quantized, feeds)."""
+    float_path, quant_path = folder / "float.onnx", folder / "quant.onnx"
+    onnx.save(model, str(float_path))
+    quantize_static(
+        str(float_path),
+        str(quant_path),
+        _Reader(feeds),
+        quant_format=QuantFormat.QDQ,
+        activation_type=QuantType.QUInt8,
+        weight_type=QuantType.QInt8,
+        per_channel=False,
+        extra_options=extra or {},
+    )
+    return float_path, quant_path, feeds
 
 
 def test_openvino_and_the_cpu_provider_rank_the_same_model_otherwise(tmp_path: Path, ov_python: Path) -> None:
