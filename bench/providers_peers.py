@@ -47,6 +47,8 @@ def run_peers(name: str, peers: str, args: Any, work: Path) -> tuple[dict[str, A
     run = _bench_run()
     case_spec, expand_tools, measure, run_tool = run.case_spec, run.expand_tools, run.measure, run.run_tool
     case = _case(name)
+    if case.zoo:  # the peers read the case's scripts from the zoo cache: link this checkout's there first
+        run.zoo_run().run_config(name, None, None)
     spec = case_spec(case, args.max_trials, getattr(args, "peer_timeout", None) or args.timeout, 0.1)
     spec["baseline"] = measure(case, case.model.resolve(), spec)["metric"]
     case_file = work / "peers" / "case.json"
