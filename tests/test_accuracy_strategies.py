@@ -140,6 +140,23 @@ def test_quantune_bisects_to_the_two_scaled_convs(tmp_path: Path) -> None:
     assert {CONV2, CONV5} <= set(best.point["static_quant.nodes_to_exclude"])
 
 
+def test_a_bisection_whose_first_miss_wins_back_little_asks_the_top_and_stops(tmp_path: Path) -> None:
+    """No fallback of the groups holds (the loss is elsewhere): each group in fp32 wins back a sliver, so after the
+    first miss the top is asked at once, and its miss ends the bisection instead of climbing one miss at a time."""
+    strategy = create_strategy("quantune")
+    strategy.bind(accuracy_problem(scaled_config(tmp_path, "quantune", max_trials=30), {"latency_trials": 0}))
+
+    def hopeless(point: Point) -> Outcome:
+        excluded = point.get("static_quant.nodes_to_exclude", [])
+        return Outcome(1.0 + 0.1 * len(excluded), 0.05 - 0.0001 * len(excluded), False, {})
+
+    drive(strategy, hopeless)
+    ks = [int(s.split("k=")[1].split("/")[0]) for s in strategy.stage_log if s.startswith("bisect")]
+    # each variant's bisection: its first k, then the top (the old climb asked k=3 between them)
+    assert ks and len(ks) % 2 == 0 and set(ks) == {ks[0], ks[1]} and ks[1] > ks[0] + 1, ks
+    assert strategy.best_meeting() is None
+
+
 def test_user_op_constraints_are_honoured(tmp_path: Path) -> None:
     options = {"fp32_op_types": ["Gemm"], "int8_nodes": [CONV5]}
     strategy = create_strategy("basic")

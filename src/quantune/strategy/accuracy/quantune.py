@@ -267,19 +267,32 @@ class QuantuneStrategy(AccuracyStrategy):
         return 0
 
     def _bisect(self, base: Point, ranked: list[Group], fallen: Sequence[Group], label: str) -> Step:
-        """The smallest k with ``ranked[:k]`` and ``fallen`` in fp32 in budget, or None; the top is assumed feasible."""
+        """The smallest k with ``ranked[:k]`` and ``fallen`` in fp32 in budget, or None; the top is assumed feasible
+        until a miss makes it doubtful (:meth:`_doubts_top`), then asked before the search climbs toward it."""
         top = self._limit(ranked, fallen)
         if top <= 0:
             return None
         search = Bisection(top, hi=top)
-        met_any = False
+        start = self.known(self.fallback(base, fallen))
+        met_any = asked_top = False
         while (k := search.next_k()) is not None:
-            meets = yield from self._try_fallback(base, ranked[:k], fallen, f"{label}: k={k}/{len(ranked)}")
-            search.record(k, meets)
-            met_any = met_any or meets
+            tried = yield from self._try_fallback(base, ranked[:k], fallen, f"{label}: k={k}/{len(ranked)}")
+            search.record(k, bool(tried.meets))
+            met_any = met_any or bool(tried.meets)
+            if not met_any and not asked_top and search.next_k() is not None and _doubts_top(start, tried, k, top):
+                asked_top = True
+                at_top = yield from self._try_fallback(base, ranked[:top], fallen, f"{label}: k={top}/{len(ranked)}")
+                if not at_top.meets:
+                    log.info(
+                        "bisect: even %d of %d groups in fp32 miss the budget: no fallback of them holds",
+                        top,
+                        len(ranked),
+                    )
+                    return None
+                met_any = True
         if not met_any:  # the top was only assumed: evaluate it
-            meets = yield from self._try_fallback(base, ranked[:top], fallen, f"{label}: k={top}/{len(ranked)}")
-            if not meets:
+            tried = yield from self._try_fallback(base, ranked[:top], fallen, f"{label}: k={top}/{len(ranked)}")
+            if not tried.meets:
                 return None
         return ranked[: search.answer]
 
@@ -288,7 +301,7 @@ class QuantuneStrategy(AccuracyStrategy):
         outcome = yield from self.try_point(point, f"{label} {describe([g.name for g in groups])}", False)
         if outcome.meets:
             self.note_meeting(len(groups) + len(fallen))
-        return bool(outcome.meets)
+        return outcome
 
     def _bisect_blocks(
         self, base: Point, ranked: list[Group], blocks: list[tuple[str, list[Group]]], fallen: Sequence[Group]
@@ -343,3 +356,15 @@ class QuantuneStrategy(AccuracyStrategy):
     def _lower_precisions(self) -> list[Precision]:
         """Cheaper precisions to try for a fallen group, cheapest first."""
         return ["int8", "int16"] if "int16" in self.ctx.precisions else ["int8"]
+
+
+def _doubts_top(start: Outcome | None, missed: Outcome, k: int, top: int) -> bool:
+    """Whether a miss with the ``k`` most harmful groups in fp32 makes it unlikely that all ``top`` would meet.
+
+    The groups are ranked most harmful first, so each of the ``top - k`` left is expected to win back no more of
+    the loss than the average of the first ``k``: when even that bound falls short of what is still missing, the
+    top is asked next (one trial) instead of climbing toward it one miss at a time."""
+    if start is None or start.failed or missed.failed or k <= 0:
+        return False
+    won_back = start.violation - missed.violation
+    return won_back * (top - k) / k < missed.violation
