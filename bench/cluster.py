@@ -6,7 +6,8 @@ that decides anything runs there). No path is shared by configuration: each node
 is sent into a scratch folder of its own, and the engine's cache stays the one source of truth.
 For each model (by default the bundled digits example, and the scaled CNN with its refining flows,
 which makes the accuracy-driven strategy run sensitivity and recovery; ``--models`` adds built zoo
-models by name, e.g. ``--models digits,scaled_cnn,ppocrv6_det``): a local run (process workers)
+models by name, e.g. ``--models digits,scaled_cnn,ppocrv6_det``, each with an ``executor.runtime_env``
+for the files its scripts reach by path, see :func:`zoo_env`): a local run (process workers)
 and a cluster run, both with ``search.strategy: quantune`` and fresh caches; their verdicts and
 best models compared, their wall times side by side; then a cluster run on digits where a worker
 node is removed once it has started work. Ray's start-up is outside the clock (a cluster is up
@@ -47,11 +48,26 @@ TARGET = "quantune_target"
 EVALUATION_S = 600.0  # the paper model's one evaluation over its validation set
 NODES = (1, 8, 32, 128)
 JOINT_TRIALS = 128  # a sampler-driven search (search.strategy: joint) of this many trials, for comparison
+# what the zoo's metrics and loaders import from bench/zoo/ by path (and what those import)
+SHARED_ZOO_MODULES = ("agreement", "detections", "photos", "zoolib")
+ZOO_EXCLUDES = ["calib*.npz", "eval*.npz", "zoo-run.yaml", ".built"]  # the data travels as the loaders returned it
 
 
 def model_path(name: str) -> Path:
     """An example's config, or a built zoo model's (``--models ppocrv6_det``)."""
     return MODELS.get(name, ZOO / name / "zoo-run.yaml")
+
+
+def zoo_env(name: str) -> dict[str, Any] | None:
+    """A zoo model's ``executor.runtime_env`` (None for an example): its scripts reach files by path --
+    the model beside the metric (``__file__``), the shared zoo modules through their parent folder on
+    ``sys.path`` -- which reach the nodes only this way. Its cache folder is the working_dir (the
+    scripts there are links into bench/zoo/<name>/: Ray packs what they point to) without the data the
+    run ships anyway; the shared modules go on every node's path."""
+    if name in MODELS:
+        return None
+    shared = [str(ROOT / "bench" / "zoo" / f"{module}.py") for module in SHARED_ZOO_MODULES]
+    return {"working_dir": str(ZOO / name), "excludes": ZOO_EXCLUDES, "py_modules": shared}
 
 
 def config_of(path: Path, cache: Path, executor: dict[str, Any]) -> tuple[Path, dict[str, Any]]:
@@ -158,7 +174,9 @@ def main() -> None:
     try:
         for name, path in ((name, model_path(name)) for name in names):
             key = f"{name} cluster"
-            rows[key] = tune(config_of(path, folder / f"{name}-ray", on_ray), folder / f"{name}-ray-out")
+            env = zoo_env(name)
+            executor = on_ray if env is None else {**on_ray, "runtime_env": env}
+            rows[key] = tune(config_of(path, folder / f"{name}-ray", executor), folder / f"{name}-ray-out")
             print(name, "cluster", rows[key]["wall_s"], flush=True)
         done, removed = threading.Event(), []
         for node in workers:  # fresh scratch: the remover watches for a node's first work

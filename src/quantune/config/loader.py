@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +26,43 @@ class LoadedConfig:
 
     def resolve(self, path: str) -> Path:
         return (self.base_dir / path).expanduser().resolve()
+
+    def runtime_env(self) -> dict[str, Any] | None:
+        """``executor.runtime_env`` with its local ``working_dir`` and ``py_modules`` as absolute paths
+        (relative ones are the config folder's, as every path of a config), links kept as named: Ray
+        packs a folder through its links, and a script is found inside it by the path the config gives."""
+        env = self.config.executor.runtime_env
+        if env is None:
+            return None
+        env = dict(env)
+        if isinstance(env.get("working_dir"), str) and is_local(env["working_dir"]):
+            env["working_dir"] = self.absolute(env["working_dir"])
+        if isinstance(env.get("py_modules"), list):
+            env["py_modules"] = [self.absolute(entry) if is_local(entry) else entry for entry in env["py_modules"]]
+        return env
+
+    def absolute(self, path: str) -> str:
+        """``path`` absolute (relative to the config's folder), its links not followed."""
+        return os.path.abspath(self.base_dir / Path(path).expanduser())
+
+
+def is_local(entry: str) -> bool:
+    """A runtime_env entry that names a local path, not a URI (``gcs://...``, ``s3://...``)."""
+    return "://" not in entry
+
+
+def _check_runtime_env(loaded: LoadedConfig) -> None:
+    """One line naming the field and the path for a local ``working_dir``/``py_modules`` entry that is
+    not there: Ray would say it only once the cluster is up, in words that name neither."""
+    given = loaded.config.executor.runtime_env or {}
+    env = loaded.runtime_env() or {}
+    where = [("working_dir", given.get("working_dir"), env.get("working_dir"))]
+    where += [(f"py_modules[{i}]", entry, env["py_modules"][i]) for i, entry in enumerate(given.get("py_modules", []))]
+    for field, entry, path in where:
+        if isinstance(entry, str) and is_local(entry) and not os.path.exists(path):
+            raise ConfigError(
+                f"executor.runtime_env.{field}: nothing at '{entry}' (looked for {path})", source=loaded.source
+            )
 
 
 def load_config(
@@ -58,7 +96,9 @@ def load_config(
         base_dir, source = path.resolve().parent, str(path)
     if overrides:
         raw = apply_overrides(raw, overrides, cli=cli)
-    return LoadedConfig(_validate(raw, source, overrides, cli), base_dir, source)
+    loaded = LoadedConfig(_validate(raw, source, overrides, cli), base_dir, source)
+    _check_runtime_env(loaded)
+    return loaded
 
 
 def _read_file(config: str | Path) -> tuple[Path, dict[str, Any]]:

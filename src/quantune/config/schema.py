@@ -234,12 +234,37 @@ class ExecutorConfig(_Strict):
         "then each such node's lane times models, one at a time, each comparison on one node (the nodes "
         "must be alike); builds and evaluations run anywhere.",
     )
+    runtime_env: dict[str, Any] | None = Field(
+        default=None,
+        description="ray: a Ray runtime_env (working_dir, py_modules, excludes, env_vars, pip, ...) given to "
+        "every task and actor quantune starts, with Ray's semantics: for the files a script reaches by path "
+        "(sys.path, __file__), which travel to every node only this way (the model, data, scripts and the "
+        "modules beside them travel by themselves). A script inside working_dir runs from the node's copy of "
+        "that folder. Local paths are relative to the config's folder.",
+    )
 
     @model_validator(mode="after")
     def _target_on_ray(self) -> ExecutorConfig:
         if self.target != "driver" and self.kind != "ray":
             raise ValueError(f"target '{self.target}' (a Ray resource) needs kind: ray; or leave target out")
         return self
+
+    @field_validator("runtime_env")
+    @classmethod
+    def _runtime_env_on_ray(cls, value: dict[str, Any] | None, info: ValidationInfo) -> dict[str, Any] | None:
+        """Only Ray reads it: on another executor it would be ignored without a word. Its local paths
+        are checked against the config's folder when the config is loaded (config/loader.py)."""
+        if value is None:
+            return value
+        kind = info.data.get("kind", "ray")  # (a wrong kind is its own error)
+        if kind != "ray":
+            raise ValueError(f"a Ray runtime_env needs executor.kind: ray (not '{kind}'); or leave it out")
+        if not isinstance(value.get("working_dir", ""), str):
+            raise ValueError("working_dir must be one path (a folder) or a URI")
+        modules = value.get("py_modules", [])
+        if not isinstance(modules, list) or not all(isinstance(module, str) for module in modules):
+            raise ValueError("py_modules must be a list of paths (folders or .py files) or URIs")
+        return value
 
     @field_validator("memory_limit_mb")
     @classmethod

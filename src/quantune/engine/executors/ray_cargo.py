@@ -14,7 +14,7 @@ import os
 import socket
 import tempfile
 import uuid
-from collections.abc import Collection, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ from quantune._version import __version__
 from quantune.config import LoadedConfig
 from quantune.data import Dataset
 from quantune.engine.executors.worker import WorkerSpec, runner_for
+from quantune.engine.trials.ray_env import hinted, working_dir
 from quantune.engine.trials.runner import TrialRunner
 from quantune.engine.trials.setup import Given
 from quantune.engine.trials.trial import Trial, TrialRecord
@@ -34,6 +35,8 @@ from quantune.store import ArtifactCache
 from quantune.userlocal import local_imports
 
 Files = dict[str, bytes]  # a path relative to the model's folder -> its content
+
+IN_WORKING_DIR = "@working_dir/"  # a moved script's name: its place in the node's copy of the working_dir
 
 
 @dataclass(frozen=True)
@@ -78,18 +81,55 @@ def _script_path(spec: str) -> tuple[str, str]:
     return path, f":{function}"
 
 
+def _in_working_dir(loaded: LoadedConfig, path: str) -> str | None:
+    """``path``'s place inside ``executor.runtime_env.working_dir`` (posix, relative), or ``None``:
+    by the path the config gives, or with links followed on both sides."""
+    given, real = loaded.absolute(path), os.path.realpath(loaded.absolute(path))
+    for folder in working_dir(loaded.runtime_env()):
+        for script in (given, real):
+            if Path(script).is_relative_to(folder):
+                return Path(script).relative_to(folder).as_posix()
+    return None
+
+
 def _moved(loaded: LoadedConfig, spec: str) -> str:
-    """Where a worker finds its copy of a script, relative to its scratch folder: ``scripts/``
-    and the script's path here, so the modules of its folder sit beside it there too."""
+    """Where a worker finds its copy of a script: ``scripts/`` and the script's path here, relative to
+    its scratch folder, so the modules of its folder sit beside it there too; a script inside the
+    runtime_env's working_dir, at its place in the node's copy of that folder (:func:`on_node`), so
+    every file beside it is there as well."""
     if spec not in _script_specs(loaded.config):
         return spec
     path, function = _script_path(spec)
-    return f"scripts/{loaded.resolve(path).as_posix().lstrip('/')}{function}"
+    return f"{_node_name(loaded, path)}{function}"
+
+
+def _node_name(loaded: LoadedConfig, path: str) -> str:
+    inside = _in_working_dir(loaded, path)
+    if inside is not None:
+        return f"{IN_WORKING_DIR}{inside}"
+    return f"scripts/{loaded.resolve(path).as_posix().lstrip('/')}"
+
+
+def on_node(name: str) -> str:
+    """A script's name from :func:`_moved` as this node finds it: a working_dir's script under the
+    task's working directory (Ray's copy of that folder; only the node knows where it is)."""
+    if name.startswith(IN_WORKING_DIR):
+        return os.path.join(os.getcwd(), name.removeprefix(IN_WORKING_DIR))
+    return name
+
+
+def script_places(loaded: LoadedConfig) -> dict[str, str]:
+    """Each script's file here (as it is imported: links followed) -> its :func:`_moved` name."""
+    paths = [_script_path(spec)[0] for spec in _script_specs(loaded.config)]
+    return {str(loaded.resolve(path)): _node_name(loaded, path) for path in paths}
 
 
 def _scripts(loaded: LoadedConfig) -> Files:
+    """The scripts and the modules beside them, but those inside the working_dir (Ray brings that)."""
     files: Files = {}
     for spec in _script_specs(loaded.config):
+        if _in_working_dir(loaded, _script_path(spec)[0]) is not None:
+            continue
         script = loaded.resolve(_script_path(spec)[0])
         for path in (script, *local_imports(script).values()):
             files[path.as_posix().lstrip("/")] = path.read_bytes()
@@ -128,12 +168,20 @@ def for_nodes(spec: WorkerSpec) -> WorkerSpec:
     model's file name, scripts where the worker writes their copies (all come with the cargo)."""
     loaded = spec.loaded
     config = loaded.config
-    moved = lambda name: name if name is None else _moved(loaded, name)  # noqa: E731
     update = {
         "cache_dir": None,
         # a worker's own timings are quick and thrown away (the engine times each model where it decides)
         "executor": config.executor.model_copy(update={"target": "driver"}),
         "model": Path(str(config.model)).name,
+        **_renamed(config, lambda name: _moved(loaded, name)),
+    }
+    return dataclasses.replace(spec, loaded=LoadedConfig(config.model_copy(update=update), Path("."), loaded.source))
+
+
+def _renamed(config: Any, rename: Callable[[str], str]) -> dict[str, Any]:
+    """The config's updates that give each field naming a script ``rename``'s name for it."""
+    moved = lambda name: name if name is None else rename(name)  # noqa: E731
+    return {
         "plugins": [moved(plugin) for plugin in config.plugins],
         "evaluation": config.evaluation.model_copy(
             update={"metric": moved(config.evaluation.metric), "runner": moved(config.evaluation.runner)}
@@ -142,7 +190,6 @@ def for_nodes(spec: WorkerSpec) -> WorkerSpec:
             update={"calibration": moved(config.data.calibration), "evaluation": moved(config.data.evaluation)}
         ),
     }
-    return dataclasses.replace(spec, loaded=LoadedConfig(config.model_copy(update=update), Path("."), loaded.source))
 
 
 def node_name() -> str:
@@ -196,12 +243,12 @@ def _unpack(spec: WorkerSpec, box: list[Any]) -> tuple[LoadedConfig, Given]:
         cache.put_json("evals", key, value)
     for key, arrays in cargo.arrays.items():
         cache.put_arrays(key, arrays)
-    config = spec.loaded.config.model_copy(
-        update={"model": str(root / "original" / cargo.model), "cache_dir": str(cache.root)}
-    )
+    config = spec.loaded.config
+    update = {"model": str(root / "original" / cargo.model), "cache_dir": str(cache.root), **_renamed(config, on_node)}
+    config = config.model_copy(update=update)
     preparation = dataclasses.replace(cargo.preparation, model=root / cargo.preparation.model)
     given = Given(cargo.calibration, cargo.evaluation, preparation, cargo.metric, cargo.runner)
-    return LoadedConfig(config, root, spec.loaded.source), given  # the scripts' copies are under root
+    return LoadedConfig(config, root, spec.loaded.source), given  # the scripts' copies are under root (or cwd)
 
 
 def node_runner(spec: WorkerSpec, box: list[Any]) -> TrialRunner:
@@ -249,6 +296,7 @@ def receive(runner: TrialRunner, returned: dict[str, Any]) -> TrialRecord:
     record = TrialRecord.from_dict(returned["record"])
     record.nodes = {"built": returned["node"]}
     if record.status != "ok":
+        record.error = hinted(record.error)
         return record
     files: Files | None = returned.get("files")
     if files is None:  # no pass changed the model: the one trials start from, or the original

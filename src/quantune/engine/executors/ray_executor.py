@@ -16,10 +16,11 @@ from logging.handlers import BufferingHandler
 from typing import Any
 
 from quantune.engine.executors.base import Executor, failed_record
-from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder
+from quantune.engine.executors.ray_cargo import for_nodes, pack, receive, run_shipped, scratch_folder, script_places
 from quantune.engine.executors.ray_stage import RayStages, send_stages
 from quantune.engine.executors.worker import WorkerSpec
 from quantune.engine.trials.limits import TrialLimit
+from quantune.engine.trials.ray_env import TaskEnv, hinted
 from quantune.engine.trials.ray_target import DRIVER, check_target, target_nodes
 from quantune.engine.trials.runner import TrialRunner
 from quantune.engine.trials.trial import Trial, TrialRecord
@@ -88,8 +89,11 @@ class RayExecutor(Executor):
             lanes = len(target_nodes(target))
         self.capacity = workers
         self.limit = trial_timeout_s if isinstance(trial_timeout_s, TrialLimit) else TrialLimit(trial_timeout_s)
-        # each task's resources: a trial's, and a stage's sent to the cluster (ray_stage.py)
+        # each task's resources: a trial's, and a stage's sent to the cluster (ray_stage.py); and the
+        # runtime_env the user's scripts need on every node (ray_env.py)
+        self._env = TaskEnv(spec.loaded.runtime_env())
         options = {"num_cpus": cpus_per_trial, "num_gpus": gpus_per_trial, "resources": resources or {}}
+        options.update(self._env.options)
         self._remote = ray.remote(run_shipped).options(num_returns="streaming", max_retries=NODE_RETRIES, **options)
         self._runner = runner
         self._loaded = spec.loaded
@@ -98,7 +102,15 @@ class RayExecutor(Executor):
         self._cargo: Any = None
         self._cargo_whole = False
         # the stages whose answer rests on no timing go to the nodes too (ray_stage.py)
-        send_stages(RayStages(ray, {**options, "max_retries": NODE_RETRIES}, self._spec, self._cargo_ref, runner))
+        stages = RayStages(
+            ray,
+            {**options, "max_retries": NODE_RETRIES},
+            self._spec,
+            self._cargo_ref,
+            runner,
+            script_places(spec.loaded),
+        )
+        send_stages(stages)
         # the trials' timings: one at a time per timing node, never beside another timing there
         self._lane = ThreadPoolExecutor(max_workers=lanes, thread_name_prefix="quantune-ray-timing")
 
@@ -147,7 +159,8 @@ class RayExecutor(Executor):
                 result.set_result(failed_record(trial, f"worker crashed: {exc}"))
             except Exception as exc:
                 cause = getattr(exc, "cause", None) or exc  # what the task raised, without Ray's wrapping
-                result.set_result(failed_record(trial, f"ray task failed: {type(cause).__name__}: {cause}"))
+                error = hinted(f"ray task failed: {type(cause).__name__}: {cause}")
+                result.set_result(failed_record(trial, error or ""))
             else:
                 self._lane.submit(settle, returned)
             finally:
@@ -160,6 +173,7 @@ class RayExecutor(Executor):
     def shutdown(self, *, kill: bool = False) -> None:
         send_stages(None)
         self._lane.shutdown(wait=not kill, cancel_futures=kill)
+        self._env.close()
         if self._started_here:
             node = self._ray.get_runtime_context().get_node_id()
             self._ray.shutdown()

@@ -27,9 +27,10 @@ from pathlib import Path, PurePath
 from typing import Any
 
 from quantune.engine.executors import stage as stages
-from quantune.engine.executors.ray_cargo import entries, node_name, node_runner, put_entry, run_root
+from quantune.engine.executors.ray_cargo import entries, node_name, node_runner, on_node, put_entry, run_root
 from quantune.engine.executors.stage import Isolation, StageOutcome
 from quantune.engine.executors.worker import WorkerSpec
+from quantune.engine.trials.ray_env import hinted
 from quantune.engine.trials.runner import TrialRunner
 from quantune.memory import peak_tracker, take_stage_peaks
 
@@ -59,9 +60,10 @@ class _Packer(pickle.Pickler):
     """Pickles a stage's job for a node: the run's model and cache paths as places the node has
     too, and classes from the user's scripts (plugin passes and their configs) by script and name."""
 
-    def __init__(self, file: io.BytesIO, places: dict[str, Path]) -> None:
+    def __init__(self, file: io.BytesIO, places: dict[str, Path], scripts: dict[str, str] | None = None) -> None:
         super().__init__(file, protocol=pickle.HIGHEST_PROTOCOL)
         self.places = places
+        self.scripts = scripts or {}  # a script's file here -> its name on a node (ray_cargo.script_places)
 
     def persistent_id(self, obj: Any) -> tuple[str, ...] | None:
         if isinstance(obj, PurePath):
@@ -73,7 +75,8 @@ class _Packer(pickle.Pickler):
                     return ("path", place, path.relative_to(where).as_posix())
             raise _Foreign(str(obj))
         if isinstance(obj, type) and obj.__module__.startswith(_USER_MODULE):
-            return ("class", str(sys.modules[obj.__module__].__file__), obj.__qualname__)
+            file = str(sys.modules[obj.__module__].__file__)
+            return ("class", self.scripts.get(file, f"scripts/{file.lstrip('/')}"), obj.__qualname__)
         return None
 
 
@@ -91,7 +94,7 @@ class _Unpacker(pickle.Unpickler):
         from quantune.userimport import import_script
 
         _, script, qualname = pid
-        module = import_script(f"scripts/{script.lstrip('/')}", "plugins", self.root)  # (already imported)
+        module = import_script(on_node(script), "plugins", self.root)  # (already imported)
         target: Any = module
         for part in qualname.split("."):
             target = getattr(target, part)
@@ -126,11 +129,21 @@ def run_stage_shipped(spec: WorkerSpec, box: list[Any], stage: str, job: bytes) 
 class RayStages:
     """The :data:`REMOTE_STAGES` of a Ray run as tasks; called by ``stage.run_stage`` (its ``remote``)."""
 
-    def __init__(self, ray: Any, options: dict[str, Any], spec: Any, cargo: Callable[[], Any], runner: TrialRunner):
+    def __init__(
+        self,
+        ray: Any,
+        options: dict[str, Any],
+        spec: Any,
+        cargo: Callable[[], Any],
+        runner: TrialRunner,
+        scripts: dict[str, str] | None = None,
+    ) -> None:
+        """``options``: the trials' (resources, retries, runtime_env); ``scripts``: where a node finds
+        each of the user's scripts (ray_cargo.script_places), for the classes a job names."""
         self._ray = ray
         self._remote = ray.remote(run_stage_shipped).options(**options)
         self._build = ray.remote(build_shipped).options(**options)
-        self._spec, self._cargo, self._runner = spec, cargo, runner
+        self._spec, self._cargo, self._runner, self._scripts = spec, cargo, runner, scripts
 
     def __call__(self, stage: str, fn: Callable[..., Any], args: tuple, isolation: Isolation) -> StageOutcome | None:
         """The stage's outcome from a node, or ``None`` when it is to run here (it times, or
@@ -141,7 +154,7 @@ class RayStages:
             return None
         buffer = io.BytesIO()
         try:
-            _Packer(buffer, _places(self._runner)).dump((fn, args))
+            _Packer(buffer, _places(self._runner), self._scripts).dump((fn, args))
         except _Foreign as exc:
             log.info("%s stage runs on this machine: its job names %s, a file the nodes do not have", stage, exc)
             return None
@@ -193,11 +206,12 @@ class RayStages:
             return StageOutcome(error=f"worker crashed: {exc}")
         except Exception as exc:
             cause = getattr(exc, "cause", None) or exc  # what the task raised, without Ray's wrapping
-            return StageOutcome(error=f"ray task failed: {type(cause).__name__}: {cause}")
+            return StageOutcome(error=hinted(f"ray task failed: {type(cause).__name__}: {cause}"))
         log.info("%s stage ran on Ray node %s", stage, returned["node"])
         if "entries" in returned:
             return StageOutcome(returned["entries"])
-        return StageOutcome(returned["value"], returned["error"], returned["peak"], returned["tail"], returned["peaks"])
+        error = hinted(returned["error"])
+        return StageOutcome(returned["value"], error, returned["peak"], returned["tail"], returned["peaks"])
 
 
 def send_stages(to: RayStages | None) -> None:
