@@ -157,10 +157,11 @@ def test_target_nodes_that_differ_are_refused_in_one_line_naming_the_field(
     monkeypatch.setattr(ray, "get", lambda value: value)
     monkeypatch.setattr(ray_target, "check_target", lambda resource: None)
     monkeypatch.setattr(ray_target, "target_nodes", lambda resource: nodes)
-    env = {"runtime_env": {"env_vars": {"A": "1"}}}
     with pytest.raises(QuantuneError) as caught:
-        ray_target.open_lanes("lanes", "CPUExecutionProvider", {}, None, env)
+        ray_target.open_lanes("lanes", "CPUExecutionProvider", {})
     message = str(caught.value)
     assert message.startswith(f"executor.target: the nodes holding 'lanes' differ in {differ} (host-a and host-b)")
     assert "\n" not in message
-    assert all(kwargs["runtime_env"] == env["runtime_env"] for kwargs in created)  # the lanes get the run's env
+    # lanes run no user script, so no runtime_env: a lane of another run (another env) is reused, never
+    # a second actor waiting for the node's whole target resource the first one holds
+    assert created and all("runtime_env" not in kwargs for kwargs in created)

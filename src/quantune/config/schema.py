@@ -237,7 +237,7 @@ class ExecutorConfig(_Strict):
     runtime_env: dict[str, Any] | None = Field(
         default=None,
         description="ray: a Ray runtime_env (working_dir, py_modules, excludes, env_vars, pip, ...) given to "
-        "every task and actor quantune starts, with Ray's semantics: for the files a script reaches by path "
+        "every task quantune starts that runs the scripts (trials, stages, builds; the timing lanes run none), with Ray's semantics: for the files a script reaches by path "
         "(sys.path, __file__), which travel to every node only this way (the model, data, scripts and the "
         "modules beside them travel by themselves). A script inside working_dir runs from the node's copy of "
         "that folder. Local paths are relative to the config's folder.",

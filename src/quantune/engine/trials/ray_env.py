@@ -1,4 +1,4 @@
-"""The run's ``executor.runtime_env`` as Ray's tasks and actors take it.
+"""The run's ``executor.runtime_env`` as Ray's tasks take it (those that run the user's scripts).
 
 Most of what a trial needs travels by itself (executors/ray_cargo.py: the model, the data, the scripts and
 the modules beside them), but no rule can guess a file a script reaches by path (its parent folder
@@ -7,7 +7,7 @@ put on ``sys.path``, a file read beside ``__file__``): the user names those in a
 Ray takes local paths (``working_dir``, ``py_modules``) only for a whole job (``ray.init``); a task's
 or an actor's own runtime_env names its packages by URI. quantune may run on a Ray it did not
 start, so it packs and uploads those paths itself, as ``ray.init`` does (Ray's own packaging: links
-followed, ``excludes`` and ``.gitignore`` honoured), and gives every task and actor the URIs. Ray
+followed, ``excludes`` and ``.gitignore`` honoured), and gives every such task the URIs. Ray
 keeps an upload no job references for ten minutes; a run pins its packages again while it lasts.
 """
 
@@ -70,7 +70,7 @@ def _packages(env: dict[str, Any]) -> list[str]:
 
 
 class TaskEnv:
-    """The options (``runtime_env``) of every task and actor of a run, its uploads pinned while it lasts."""
+    """The options (``runtime_env``) of every task of a run that runs its scripts, its uploads pinned while it lasts."""
 
     def __init__(self, env: dict[str, Any] | None) -> None:
         self.options: dict[str, Any] = {}

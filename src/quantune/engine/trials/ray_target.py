@@ -21,7 +21,6 @@ from typing import Any
 import numpy as np
 
 from quantune._version import __version__
-from quantune.engine.trials.ray_env import TaskEnv
 from quantune.errors import QuantuneError
 from quantune.evaluate.backend import LocalBackend
 from quantune.evaluate.latency import TimingRequest
@@ -81,16 +80,10 @@ class RayTargetBackend:
     """``local``'s evaluations where this process runs; its timings on the nodes holding ``resource``,
     one lane per node: each timing wholly on one node, its ratios within it, and the nodes alike."""
 
-    def __init__(
-        self, local: LocalBackend, resource: str, address: str | None = None, runtime_env: dict[str, Any] | None = None
-    ) -> None:
-        """``runtime_env``: the run's (executor.runtime_env, local paths absolute), the lanes' too, so
-        models are timed in the environment the trials built and evaluated them in."""
+    def __init__(self, local: LocalBackend, resource: str, address: str | None = None) -> None:
         import ray
 
         self._local = local
-        self._runtime_env = runtime_env
-        self._env: TaskEnv | None = None  # (uploaded once this process opens lanes)
         self.provider = local.provider
         self.resource = resource
         self.timed: list[dict[str, Any]] = []  # each timing this process asked for: what, on which node
@@ -218,10 +211,7 @@ class RayTargetBackend:
                 )
             ray.init(address=address, include_dashboard=False, log_to_driver=False, configure_logging=False)
         like = self._identity or None  # later lanes must time as the first did
-        if self._env is None:
-            self._env = TaskEnv(self._runtime_env)
-        options = self._local.provider_options
-        lanes, self._identity = open_lanes(self.resource, self.provider, options, like, self._env.options)
+        lanes, self._identity = open_lanes(self.resource, self.provider, self._local.provider_options, like)
         self._lanes = {identity["node"]: lane for lane, identity in lanes}
         self._uses = {node: self._uses.get(node, 0) for node in self._lanes}
 
@@ -255,22 +245,16 @@ COMPARED = ("quantune", "onnxruntime", "cpu_flags")  # what makes two nodes' tim
 
 
 def open_lanes(
-    resource: str,
-    provider: str,
-    options: dict[str, str],
-    like: dict[str, Any] | None = None,
-    env: dict[str, Any] | None = None,
+    resource: str, provider: str, options: dict[str, str], like: dict[str, Any] | None = None
 ) -> tuple[list[tuple[Any, dict[str, Any]]], dict[str, Any]]:
     """A lane actor on each target node, with its identity, and the identity they share: the first
     node's, or ``like`` (lanes replacing lost ones: a node unlike it never times). Unlike nodes at
-    the start are refused: their figures would compare machines, not models. ``env``: the actors'
-    further options (the run's runtime_env: ray_env.py); a lane of other settings is another lane."""
+    the start are refused: their figures would compare machines, not models."""
     import ray
     from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
     check_target(resource)
-    env = env or {}
-    settings = hashlib.sha256(repr((provider, sorted(options.items()), env)).encode()).hexdigest()[:8]
+    settings = hashlib.sha256(repr((provider, sorted(options.items()))).encode()).hexdigest()[:8]
     lanes = []
     for node in target_nodes(resource):
         actor = (
@@ -282,7 +266,6 @@ def open_lanes(
                 num_cpus=0,
                 resources={resource: node["Resources"][resource]},  # the whole node's: nothing else times there
                 scheduling_strategy=NodeAffinitySchedulingStrategy(node["NodeID"], soft=False),
-                **env,
             )
             .remote(provider, options)
         )

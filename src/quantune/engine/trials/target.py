@@ -32,7 +32,7 @@ def target_backend(loaded: LoadedConfig) -> Backend:
         if timing_resource != "driver":  # the timings on the cluster's target nodes (trials/ray_target.py)
             from quantune.engine.trials.ray_target import RayTargetBackend
 
-            backend = RayTargetBackend(backend, timing_resource, config.executor.address, loaded.runtime_env())
+            backend = RayTargetBackend(backend, timing_resource, config.executor.address)
     elif timing_resource != "driver":
         raise ConfigError("executor.target: a Ray target and target.python do not go together; leave one out")
     else:
